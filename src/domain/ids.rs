@@ -1,0 +1,181 @@
+use std::fmt;
+
+/// The stable key of one business operation: `<source>:<event key>`.
+///
+/// It comes from the event (a form submission id, a message id), never from
+/// contact data or the receive time, so every technical repeat of one event maps
+/// to the same key. Namespacing by source keeps keys of different sources apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct OperationId(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperationIdError {
+    #[error("the operation key is empty")]
+    Empty,
+    #[error("the operation key is {0} bytes long; at most {max} are allowed", max = OperationId::MAX_LEN)]
+    TooLong(usize),
+    #[error("the operation key contains a control character")]
+    ControlCharacter,
+    #[error("the source name `{0}` is not valid: use letters, digits, `-` and `_`")]
+    BadSource(String),
+    #[error("the operation key has no `<source>:` prefix")]
+    NotNamespaced,
+}
+
+impl OperationId {
+    pub const MAX_LEN: usize = 255;
+
+    /// Builds the key of an event `key` received from `source`.
+    pub fn new(source: &str, key: &str) -> Result<Self, OperationIdError> {
+        if !is_valid_source_name(source) {
+            return Err(OperationIdError::BadSource(source.to_owned()));
+        }
+        if key.trim().is_empty() {
+            return Err(OperationIdError::Empty);
+        }
+        Self::validated(format!("{source}:{key}"))
+    }
+
+    fn validated(s: String) -> Result<Self, OperationIdError> {
+        if s.len() > Self::MAX_LEN {
+            return Err(OperationIdError::TooLong(s.len()));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(OperationIdError::ControlCharacter);
+        }
+        Ok(OperationId(s))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The source part of the key (before the first `:`).
+    pub fn source(&self) -> &str {
+        self.0.split_once(':').map(|(s, _)| s).unwrap_or(&self.0)
+    }
+}
+
+/// Source names appear in URLs, metrics labels and keys: keep them plain.
+pub fn is_valid_source_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl TryFrom<String> for OperationId {
+    type Error = OperationIdError;
+    /// Parses a stored or user-supplied key; it must carry its `<source>:` namespace.
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        let Some((source, key)) = s.split_once(':') else {
+            return Err(OperationIdError::NotNamespaced);
+        };
+        if !is_valid_source_name(source) {
+            return Err(OperationIdError::BadSource(source.to_owned()));
+        }
+        if key.is_empty() {
+            return Err(OperationIdError::Empty);
+        }
+        Self::validated(s)
+    }
+}
+
+impl std::str::FromStr for OperationId {
+    type Err = OperationIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::try_from(s.to_owned())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for OperationId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .try_into()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for OperationId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_is_namespaced_by_source() {
+        let id = OperationId::new("tilda", "1234567:8901").unwrap();
+        assert_eq!(id.as_str(), "tilda:1234567:8901");
+        assert_eq!(id.source(), "tilda");
+        assert_ne!(id, OperationId::new("site", "1234567:8901").unwrap());
+    }
+
+    #[test]
+    fn rejects_empty_long_and_control_keys() {
+        assert_eq!(OperationId::new("site", ""), Err(OperationIdError::Empty));
+        assert_eq!(
+            OperationId::new("site", "   "),
+            Err(OperationIdError::Empty)
+        );
+        let long = "x".repeat(251);
+        assert_eq!(
+            OperationId::new("site", &long),
+            Err(OperationIdError::TooLong(256))
+        );
+        assert!(OperationId::new("site", &"x".repeat(250)).is_ok());
+        assert_eq!(
+            OperationId::new("site", "a\nb"),
+            Err(OperationIdError::ControlCharacter)
+        );
+        assert_eq!(
+            OperationId::new("site", "a\u{7f}b"),
+            Err(OperationIdError::ControlCharacter)
+        );
+        assert!(matches!(
+            OperationId::new("bad source", "1"),
+            Err(OperationIdError::BadSource(_))
+        ));
+        assert!(matches!(
+            OperationId::new("", "1"),
+            Err(OperationIdError::BadSource(_))
+        ));
+    }
+
+    #[test]
+    fn unicode_keys_are_allowed_and_counted_in_bytes() {
+        let id = OperationId::new("site", "заявка-1").unwrap();
+        assert_eq!(id.as_str(), "site:заявка-1");
+        // 126 two-byte characters + "site:" = 257 bytes.
+        assert!(matches!(
+            OperationId::new("site", &"я".repeat(126)),
+            Err(OperationIdError::TooLong(257))
+        ));
+    }
+
+    #[test]
+    fn parsing_requires_the_namespace() {
+        assert_eq!(
+            "tilda:42".parse::<OperationId>().unwrap(),
+            OperationId::new("tilda", "42").unwrap()
+        );
+        assert_eq!(
+            "no-namespace".parse::<OperationId>(),
+            Err(OperationIdError::NotNamespaced)
+        );
+        assert_eq!("site:".parse::<OperationId>(), Err(OperationIdError::Empty));
+        assert!(serde_json::from_str::<OperationId>("\"x\"").is_err());
+        let id: OperationId = serde_json::from_str("\"site:1\"").unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"site:1\"");
+    }
+}

@@ -1,0 +1,98 @@
+//! The pure domain: operation keys, states and their transitions, error classes and
+//! payload fingerprints. Nothing in here does I/O or knows about storage, HTTP or CRMs;
+//! everything above imports from here, never the other way round.
+
+mod error_class;
+mod fingerprint;
+mod ids;
+mod review;
+mod status;
+
+pub use error_class::{ErrorClass, RetryDecision};
+pub use fingerprint::{fingerprint, Fingerprint, FingerprintError};
+pub use ids::{OperationId, OperationIdError};
+pub use review::{Resolution, ReviewReason};
+pub use status::{Status, TransitionError};
+
+/// A string did not name a known value of a domain enum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} `{value}`")]
+pub struct UnknownValue {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// Implements `as_str`, `Display`, `FromStr` and `ALL` for a fieldless enum whose
+/// variants map one-to-one to stable snake_case names (the names stored in the
+/// database, shown in the API and matched by the console).
+macro_rules! named_enum {
+    ($ty:ident, $kind:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $name),+ }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = $crate::domain::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err($crate::domain::UnknownValue { kind: $kind, value: s.to_owned() }),
+                }
+            }
+        }
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+pub(crate) use named_enum;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_enum_round_trips_through_its_name() {
+        fn check<T: Copy + std::fmt::Display + std::str::FromStr + PartialEq + std::fmt::Debug>(
+            all: &[T],
+        ) where
+            T::Err: std::fmt::Debug,
+        {
+            for v in all {
+                assert_eq!(v.to_string().parse::<T>().unwrap(), *v);
+                let json = serde_json::to_string(&v.to_string()).unwrap();
+                assert!(json.starts_with('"'));
+            }
+        }
+        check(Status::ALL);
+        check(ReviewReason::ALL);
+        check(ErrorClass::ALL);
+        check(Resolution::ALL);
+        assert!("bogus".parse::<Status>().is_err());
+        assert_eq!(
+            serde_json::from_str::<ErrorClass>("\"rate_limited\"").unwrap(),
+            ErrorClass::RateLimited
+        );
+        assert!(serde_json::from_str::<ErrorClass>("\"nope\"").is_err());
+    }
+}

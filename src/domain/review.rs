@@ -1,0 +1,53 @@
+use super::named_enum;
+
+/// Why an operation waits for a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReviewReason {
+    /// The same key arrived with a different payload.
+    PayloadConflict,
+    /// An attempt's result is unknown (stale lease, failed or non-authoritative lookup).
+    UncertainOutcome,
+    /// Every allowed attempt failed with a retryable error.
+    RetriesExhausted,
+    /// The CRM lookup by external key found several entities.
+    AmbiguousMatch,
+    /// A new operation's contact matches another operation's (form, then a call).
+    CrossChannelMatch,
+    /// A delivery older than every retained key horizon.
+    LateDuplicate,
+}
+
+named_enum!(ReviewReason, "review reason", {
+    PayloadConflict => "payload_conflict",
+    UncertainOutcome => "uncertain_outcome",
+    RetriesExhausted => "retries_exhausted",
+    AmbiguousMatch => "ambiguous_match",
+    CrossChannelMatch => "cross_channel_match",
+    LateDuplicate => "late_duplicate",
+});
+
+/// How a person closed a review case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resolution {
+    /// The operator found the entity in the CRM and confirmed its id.
+    ConfirmedCrmResult,
+    /// The operation was linked to an entity that already exists.
+    LinkedExisting,
+    /// Exactly one more CRM attempt was granted.
+    RetryAuthorized,
+    /// Payload conflict: the first payload stands, the later one is dropped.
+    KeptOriginal,
+    /// Payload conflict: the later payload becomes an operation of its own.
+    AcceptedAsNew,
+    /// A person rejected the operation for good.
+    Rejected,
+}
+
+named_enum!(Resolution, "resolution", {
+    ConfirmedCrmResult => "confirmed_crm_result",
+    LinkedExisting => "linked_existing",
+    RetryAuthorized => "retry_authorized",
+    KeptOriginal => "kept_original",
+    AcceptedAsNew => "accepted_as_new",
+    Rejected => "rejected",
+});

@@ -1,0 +1,5 @@
+//! Leadgate: one lead in, exactly one CRM result out, however often the request is
+//! retried. See ARCHITECTURE.md for the map.
+
+pub mod domain;
+pub mod store;

@@ -1,0 +1,522 @@
+//! The operations store: the only place that speaks SQL.
+//!
+//! [`Store`] is the domain-level interface; [`sqlite`] and [`postgres`] implement it,
+//! each with its own migration folder. [`connect`] picks the backend from the URL scheme
+//! and runs the migrations. Every method that changes an operation appends the matching
+//! timeline events in the same transaction.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::domain::{
+    ErrorClass, Fingerprint, OperationId, Resolution, ReviewReason, Status, TransitionError,
+};
+
+pub mod postgres;
+mod sql;
+pub mod sqlite;
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no operation `{0}`")]
+    UnknownOperation(String),
+    #[error("no review case #{0}")]
+    UnknownCase(i64),
+    #[error("review case #{0} was already resolved by {1}")]
+    CaseAlreadyResolved(i64, String),
+    #[error("the operation changed since you loaded it (version {expected}, now {current}); reload and decide again")]
+    StaleVersion { expected: i64, current: i64 },
+    #[error("the lease on `{0}` is no longer held by this worker")]
+    LeaseLost(String),
+    #[error("{0}")]
+    Transition(#[from] TransitionError),
+    #[error("{0}")]
+    InvalidAction(String),
+    #[error("the database URL `{0}` has an unknown scheme: use sqlite://… or postgres://…")]
+    UnknownScheme(String),
+    #[error("the database schema is at version {found}, newer than this build knows ({known}); upgrade Leadgate")]
+    SchemaTooNew { found: i64, known: i64 },
+    #[error("stored data is not valid: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Contact data normalized at intake, kept for cross-channel matching only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ContactKeys {
+    pub phone: Option<String>,
+    pub email: Option<String>,
+}
+
+/// A delivery whose operation key and fingerprint were derived.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    pub operation_id: OperationId,
+    pub source: String,
+    pub content_type: Option<String>,
+    pub raw_body: Vec<u8>,
+    pub payload: Value,
+    pub payload_hash: Fingerprint,
+    pub transform_version: i32,
+    pub contact: ContactKeys,
+    pub event_time: Option<DateTime<Utc>>,
+    pub received_at: DateTime<Utc>,
+    /// When set, a *new* operation starts in `needs_review` with a case for this reason
+    /// (a late delivery, a cross-channel match) instead of going to the worker.
+    pub review: Option<ReviewReason>,
+}
+
+/// A delivery refused before it could become an operation. Kept all the same: nothing
+/// that reached the gateway is lost.
+#[derive(Debug, Clone)]
+pub struct RejectedDelivery {
+    pub source: String,
+    pub operation_id: Option<String>,
+    pub content_type: Option<String>,
+    pub raw_body: Vec<u8>,
+    pub reason: String,
+    pub received_at: DateTime<Utc>,
+    pub transform_version: i32,
+}
+
+/// What `record_delivery` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// The delivery claimed a new operation.
+    New { status: Status },
+    /// A technical repeat: the operation existed with the same fingerprint.
+    Duplicate {
+        status: Status,
+        crm_id: Option<String>,
+    },
+    /// The key existed with another fingerprint: a review case was opened.
+    Conflict { status: Status, case_id: i64 },
+}
+
+impl DeliveryOutcome {
+    pub fn name(&self) -> &'static str {
+        match self {
+            DeliveryOutcome::New { .. } => "new",
+            DeliveryOutcome::Duplicate { .. } => "duplicate",
+            DeliveryOutcome::Conflict { .. } => "conflict",
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        match self {
+            DeliveryOutcome::New { status }
+            | DeliveryOutcome::Duplicate { status, .. }
+            | DeliveryOutcome::Conflict { status, .. } => *status,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    pub delivery_id: i64,
+    pub outcome: DeliveryOutcome,
+}
+
+/// One operation as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct Operation {
+    pub operation_id: OperationId,
+    pub source: String,
+    pub status: Status,
+    pub payload_hash: String,
+    pub payload: Option<Value>,
+    pub crm_id: Option<String>,
+    pub crm_link: Option<String>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub last_error_class: Option<ErrorClass>,
+    pub review_reason: Option<ReviewReason>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub retry_grants: i32,
+    pub contact: ContactKeys,
+    pub event_time: Option<DateTime<Utc>>,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub purged_at: Option<DateTime<Utc>>,
+}
+
+/// A worker's exclusive right to report the outcome of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub operation_id: OperationId,
+    pub token: String,
+    pub owner: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Work handed to a worker: the operation (already `in_progress`, attempts counted) and
+/// its lease.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub operation: Operation,
+    pub lease: Lease,
+    /// This attempt uses a person's single-use grant.
+    pub granted: bool,
+}
+
+/// Why an attempt failed, as it is kept: no secrets, no contact data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub class: ErrorClass,
+    pub message: String,
+}
+
+/// How an attempt (or a reconciliation) ended; the store applies it atomically.
+#[derive(Debug, Clone)]
+pub enum AttemptOutcome {
+    /// The CRM created the entity and answered with its id.
+    Created { crm_id: String },
+    /// A lookup by external key found the one entity an earlier attempt created.
+    Recovered { crm_id: String },
+    /// Nothing was executed: due again at `at`.
+    Retry {
+        failure: Option<Failure>,
+        at: DateTime<Utc>,
+    },
+    /// The CRM refused the data for good.
+    Terminal { failure: Failure },
+    /// A person must decide.
+    Review {
+        reason: ReviewReason,
+        failure: Option<Failure>,
+        detail: Value,
+    },
+    /// The connector's credentials failed: pause it and put the operation back, unharmed.
+    PauseConnector { connector: String, failure: Failure },
+}
+
+/// An event to append to an operation's timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: &'static str,
+    pub error_class: Option<ErrorClass>,
+    pub detail: Value,
+}
+
+impl NewEvent {
+    pub fn new(kind: &'static str, detail: Value) -> Self {
+        NewEvent {
+            kind,
+            error_class: None,
+            detail,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelineEvent {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub kind: String,
+    pub actor: String,
+    pub error_class: Option<String>,
+    pub detail: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReviewCase {
+    pub id: i64,
+    pub operation_id: String,
+    pub source: String,
+    pub reason: ReviewReason,
+    pub status: Status,
+    pub opened_at: DateTime<Utc>,
+    pub resolved_at: Option<DateTime<Utc>>,
+    pub resolution: Option<String>,
+    pub resolved_by: Option<String>,
+    pub comment: Option<String>,
+    pub delivery_id: Option<i64>,
+    pub detail: Value,
+    /// The operation's version when this case was read: send it back with a resolution.
+    pub version: i64,
+}
+
+/// Which review cases to list.
+#[derive(Debug, Clone, Default)]
+pub struct CaseFilter {
+    pub reason: Option<ReviewReason>,
+    pub source: Option<String>,
+    /// Only cases opened before this time (older than an age).
+    pub opened_before: Option<DateTime<Utc>>,
+    /// Open cases (the default) or resolved ones.
+    pub resolved: bool,
+}
+
+/// Keyset paging: cases come oldest first; pass the last id seen to get the next page.
+#[derive(Debug, Clone, Copy)]
+pub struct Page {
+    pub after_id: Option<i64>,
+    pub limit: i64,
+}
+
+impl Default for Page {
+    fn default() -> Self {
+        Page {
+            after_id: None,
+            limit: 50,
+        }
+    }
+}
+
+/// A person's decision on a review case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HumanAction {
+    /// The entity exists in the CRM with this id.
+    ConfirmCrmResult { crm_id: String },
+    /// Link to an entity that already exists (a duplicate or a cross-channel match).
+    LinkExisting { crm_id: String },
+    /// Exactly one more create attempt.
+    AuthorizeRetry,
+    /// Payload conflict: the first payload stands.
+    KeepOriginal,
+    /// Payload conflict: the conflicting delivery becomes an operation of its own.
+    AcceptAsNew,
+    /// The lead is dropped for good.
+    Reject,
+}
+
+impl HumanAction {
+    pub fn resolution(&self) -> Resolution {
+        match self {
+            HumanAction::ConfirmCrmResult { .. } => Resolution::ConfirmedCrmResult,
+            HumanAction::LinkExisting { .. } => Resolution::LinkedExisting,
+            HumanAction::AuthorizeRetry => Resolution::RetryAuthorized,
+            HumanAction::KeepOriginal => Resolution::KeptOriginal,
+            HumanAction::AcceptAsNew => Resolution::AcceptedAsNew,
+            HumanAction::Reject => Resolution::Rejected,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Resolve {
+    pub case_id: i64,
+    /// The operation version the person saw; the resolution is refused if it moved.
+    pub expected_version: i64,
+    pub actor: String,
+    pub comment: Option<String>,
+    pub action: HumanAction,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub operation: Operation,
+    /// With `AcceptAsNew`: the operation made from the conflicting delivery.
+    pub new_operation: Option<OperationId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Connector {
+    pub name: String,
+    pub paused: bool,
+    pub reason: Option<String>,
+    pub since: DateTime<Utc>,
+    pub changed_by: String,
+}
+
+/// The figures of SPEC.md "Metrics", as of one moment.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MetricsSnapshot {
+    pub unique_operations: i64,
+    /// Entities the CRM created for operations (created or found again by key).
+    pub crm_entities_created: i64,
+    /// `(source, outcome) -> count` of journaled deliveries.
+    pub deliveries: BTreeMap<(String, String), i64>,
+    /// `source -> count` of deliveries answered with the saved result.
+    pub duplicates_absorbed: BTreeMap<String, i64>,
+    /// `class -> count` of attempts that failed and were retried.
+    pub retries_by_class: BTreeMap<String, i64>,
+    pub operations_by_status: BTreeMap<String, i64>,
+    /// `in_progress` for longer than `stale_after`.
+    pub stale_in_progress: i64,
+    /// Accepted but not finished (received or in progress).
+    pub unprocessed: i64,
+    /// Accepted deliveries without an operation row: must stay 0.
+    pub lost: i64,
+    pub open_cases_by_reason: BTreeMap<String, i64>,
+    pub resolved_cases: i64,
+    /// Mean seconds from a case opening to its resolution.
+    pub mean_seconds_to_resolve: Option<f64>,
+    /// Completed operations whose timeline does not show how the result was obtained.
+    pub unreconstructable: i64,
+    pub paused_connectors: Vec<String>,
+}
+
+/// The operations store. Both backends pass the same conformance suite (tests/it/store.rs).
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// Answers when the database does.
+    async fn ping(&self) -> Result<()>;
+
+    /// Journals a delivery and claims its operation if the key is new (insert-if-absent
+    /// on the unique key), all in one transaction. A repeat with the same fingerprint is
+    /// a duplicate; with another fingerprint a conflict (a review case is opened and the
+    /// operation, unless already completed, is blocked in `needs_review`).
+    async fn record_delivery(&self, delivery: NewDelivery) -> Result<DeliveryRecord>;
+
+    /// Journals a delivery that was refused (bad body, missing key, bad signature).
+    async fn record_rejected(&self, delivery: RejectedDelivery) -> Result<i64>;
+
+    /// Takes the next due operation (status `received`, due, its connector not paused)
+    /// and persists `in_progress`, `attempts + 1` and the lease before returning it, so
+    /// the caller may contact the CRM. Concurrent callers never get the same operation.
+    async fn claim_due(
+        &self,
+        connector: &str,
+        owner: &str,
+        lease_for: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Claim>>;
+
+    /// Takes over one `in_progress` operation whose lease ran out (its worker died or
+    /// hung), with a fresh lease, for the reconciler. Attempts are not counted.
+    async fn claim_stale(
+        &self,
+        owner: &str,
+        lease_for: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Claim>>;
+
+    /// Records events of an attempt in flight (request sent, answer received) without
+    /// changing state. Refused if the lease is no longer held.
+    async fn append_events(
+        &self,
+        lease: &Lease,
+        events: Vec<NewEvent>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// Applies the outcome of an attempt, guarded by the lease: only the lease holder may
+    /// report. `events` (the CRM request and answer) are appended first, in the same
+    /// transaction.
+    async fn finish_attempt(
+        &self,
+        lease: &Lease,
+        outcome: AttemptOutcome,
+        events: Vec<NewEvent>,
+        now: DateTime<Utc>,
+    ) -> Result<Operation>;
+
+    /// Opens a review case on an operation that is not leased (e.g. a stale operation
+    /// found by a person's query); blocks it in `needs_review` unless it is completed.
+    async fn open_review(
+        &self,
+        operation_id: &OperationId,
+        reason: ReviewReason,
+        actor: &str,
+        detail: Value,
+        now: DateTime<Utc>,
+    ) -> Result<i64>;
+
+    /// A person's decision, guarded by the version they saw.
+    async fn resolve(&self, request: Resolve) -> Result<Resolved>;
+
+    async fn operation(&self, id: &OperationId) -> Result<Option<Operation>>;
+    async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>>;
+    async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>>;
+    async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>>;
+    async fn review_cases(&self, filter: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>>;
+    /// Open cases per reason.
+    async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>>;
+    /// `in_progress` operations whose lease ran out before `lease_expired_before`.
+    async fn stale_in_progress(
+        &self,
+        lease_expired_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<Operation>>;
+
+    async fn connector(&self, name: &str) -> Result<Option<Connector>>;
+    async fn connectors(&self) -> Result<Vec<Connector>>;
+    async fn pause_connector(
+        &self,
+        name: &str,
+        reason: &str,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+    /// Resumes a paused connector; returns false if it was not paused.
+    async fn resume_connector(&self, name: &str, actor: &str, now: DateTime<Utc>) -> Result<bool>;
+
+    async fn metrics(
+        &self,
+        now: DateTime<Utc>,
+        stale_after: std::time::Duration,
+    ) -> Result<MetricsSnapshot>;
+}
+
+/// Opens the store named by `url` (`sqlite://…` or `postgres://…`) and brings its schema
+/// up to date.
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::connect(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::connect(url).await?))
+    } else {
+        let scheme = url.split(':').next().unwrap_or(url);
+        Err(StoreError::UnknownScheme(scheme.to_owned()))
+    }
+}
+
+/// The current time at the precision both backends keep (microseconds), so a value
+/// read back equals the value written.
+pub fn now() -> DateTime<Utc> {
+    use chrono::DurationRound;
+    Utc::now()
+        .duration_trunc(chrono::TimeDelta::microseconds(1))
+        .expect("microsecond truncation cannot overflow")
+}
+
+/// `now + d`, saturating instead of panicking on absurd durations.
+pub fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Runs the backend's migrations, refusing a database that a newer Leadgate already
+/// migrated past what this build knows (it would misread the data).
+async fn migrate<'a, A>(pool: A, migrator: sqlx::migrate::Migrator) -> Result<()>
+where
+    A: sqlx::Acquire<'a>,
+    <A::Connection as std::ops::Deref>::Target: sqlx::migrate::Migrate,
+{
+    let mut conn = pool.acquire().await?;
+    let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied = {
+        use sqlx::migrate::Migrate;
+        conn.ensure_migrations_table().await?;
+        conn.list_applied_migrations().await?
+    };
+    if let Some(found) = applied
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .filter(|v| *v > known)
+    {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    migrator.run_direct(&mut *conn).await?;
+    Ok(())
+}

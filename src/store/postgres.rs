@@ -1,0 +1,53 @@
+//! PostgreSQL backend: for several gateway and worker machines sharing one store. Row
+//! locks (`for update`) serialise changes to one operation; workers pick due work with
+//! `for update skip locked`, so two never take the same row and none waits on another.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+
+use super::sql::sql_store;
+
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
+        let options = PgConnectOptions::from_str(url)?.application_name("leadgate");
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        super::migrate(&pool, sqlx::migrate!("migrations/postgres")).await?;
+        Ok(PgStore { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
+        self.pool.begin().await
+    }
+}
+
+sql_store! {
+    store: PgStore,
+    db: Postgres,
+    row: sqlx::postgres::PgRow,
+    backend: "postgres",
+    lock_row: " for update",
+    pick_due: "select operation_id from operations where status = 'received' \
+               and next_attempt_at <= $1 \
+               and not exists (select 1 from connectors where name = $2 and state = 'paused') \
+               order by next_attempt_at limit 1 for update skip locked",
+    pick_stale: "select operation_id from operations where status = 'in_progress' \
+                 and lease_expires_at <= $1 order by lease_expires_at limit 1 \
+                 for update skip locked",
+    mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
+                           from review_cases where resolved_at is not null",
+}

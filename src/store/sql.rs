@@ -1,0 +1,1109 @@
+//! The store's logic, written once for both backends.
+//!
+//! `sql_store!` expands to the [`Store`](super::Store) implementation for one sqlx
+//! backend. The SQL is shared text (both backends accept `$n` placeholders); the few
+//! places where the dialects differ are passed in by the backend module: how a write
+//! transaction begins, how a row is locked, how due work is picked without two workers
+//! taking the same row, and how seconds between two stored times are computed. Changes
+//! to an operation are made on the Rust value under the row lock and written back with
+//! one `update`, so the state machine lives in Rust and is checked by `Status::check`.
+
+/// Columns of `operations`, in the order `op_from_row` reads them by name.
+pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash, payload, crm_id, \
+    crm_link, attempts, last_error, last_error_class, review_reason, lease_owner, lease_token, \
+    lease_expires_at, next_attempt_at, retry_grants, contact_phone, contact_email, event_time, \
+    version, created_at, updated_at, purged_at";
+
+pub(super) const CASE_COLUMNS: &str = "c.id, c.operation_id, o.source, c.reason, o.status, \
+    c.opened_at, c.resolved_at, c.resolution, c.resolved_by, c.comment, c.delivery_id, c.detail, \
+    o.version";
+
+macro_rules! sql_store {
+    (
+        store: $store:ident,
+        db: $db:ty,
+        row: $row:ty,
+        backend: $backend:literal,
+        // appended to a `select` of one operation to lock its row until commit
+        lock_row: $lock_row:literal,
+        // picks the next due operation: binds $1 = now, $2 = connector name
+        pick_due: $pick_due:literal,
+        // picks an operation whose lease ran out: binds $1 = now
+        pick_stale: $pick_stale:literal,
+        // mean seconds from opened_at to resolved_at over resolved review cases
+        mean_resolve_seconds: $mean_resolve:literal $(,)?
+    ) => {
+        use std::collections::BTreeMap;
+
+        use chrono::{DateTime, Utc};
+        use serde_json::{json, Value};
+        use sqlx::Row;
+
+        use $crate::domain::{ErrorClass, OperationId, ReviewReason, Status};
+        use $crate::store::sql::{CASE_COLUMNS, OP_COLUMNS};
+        use $crate::store::*;
+
+        type Tx = sqlx::Transaction<'static, $db>;
+
+        fn corrupt(what: impl std::fmt::Display) -> StoreError {
+            StoreError::Corrupt(what.to_string())
+        }
+
+        fn parse_opt<T: std::str::FromStr>(v: Option<String>) -> Result<Option<T>>
+        where
+            T::Err: std::fmt::Display,
+        {
+            v.map(|s| s.parse::<T>().map_err(corrupt)).transpose()
+        }
+
+        fn json_text(v: Option<String>) -> Result<Option<Value>> {
+            v.map(|s| serde_json::from_str(&s).map_err(corrupt)).transpose()
+        }
+
+        fn op_from_row(r: &$row) -> Result<Operation> {
+            Ok(Operation {
+                operation_id: OperationId::try_from(r.try_get::<String, _>("operation_id")?)
+                    .map_err(corrupt)?,
+                source: r.try_get("source")?,
+                status: r.try_get::<String, _>("status")?.parse().map_err(corrupt)?,
+                payload_hash: r.try_get("payload_hash")?,
+                payload: json_text(r.try_get("payload")?)?,
+                crm_id: r.try_get("crm_id")?,
+                crm_link: r.try_get("crm_link")?,
+                attempts: r.try_get("attempts")?,
+                last_error: r.try_get("last_error")?,
+                last_error_class: parse_opt(r.try_get("last_error_class")?)?,
+                review_reason: parse_opt(r.try_get("review_reason")?)?,
+                lease_owner: r.try_get("lease_owner")?,
+                lease_expires_at: r.try_get("lease_expires_at")?,
+                next_attempt_at: r.try_get("next_attempt_at")?,
+                retry_grants: r.try_get("retry_grants")?,
+                contact: ContactKeys {
+                    phone: r.try_get("contact_phone")?,
+                    email: r.try_get("contact_email")?,
+                },
+                event_time: r.try_get("event_time")?,
+                version: r.try_get("version")?,
+                created_at: r.try_get("created_at")?,
+                updated_at: r.try_get("updated_at")?,
+                purged_at: r.try_get("purged_at")?,
+            })
+        }
+
+        fn case_from_row(r: &$row) -> Result<ReviewCase> {
+            Ok(ReviewCase {
+                id: r.try_get("id")?,
+                operation_id: r.try_get("operation_id")?,
+                source: r.try_get("source")?,
+                reason: r.try_get::<String, _>("reason")?.parse().map_err(corrupt)?,
+                status: r.try_get::<String, _>("status")?.parse().map_err(corrupt)?,
+                opened_at: r.try_get("opened_at")?,
+                resolved_at: r.try_get("resolved_at")?,
+                resolution: r.try_get("resolution")?,
+                resolved_by: r.try_get("resolved_by")?,
+                comment: r.try_get("comment")?,
+                delivery_id: r.try_get("delivery_id")?,
+                detail: json_text(r.try_get("detail")?)?.unwrap_or(Value::Null),
+                version: r.try_get("version")?,
+            })
+        }
+
+        /// The operation together with the lease token it carries (not part of
+        /// `Operation`: only the store compares tokens).
+        struct Locked {
+            op: Operation,
+            lease_token: Option<String>,
+            /// `version` as read, to write back under.
+            read_version: i64,
+        }
+
+        async fn lock_operation(tx: &mut Tx, id: &str) -> Result<Option<Locked>> {
+            let sql = format!(
+                "select {OP_COLUMNS} from operations where operation_id = $1{}",
+                $lock_row
+            );
+            let row = sqlx::query(&sql).bind(id).fetch_optional(&mut **tx).await?;
+            row.map(|r| {
+                let op = op_from_row(&r)?;
+                Ok(Locked {
+                    read_version: op.version,
+                    lease_token: r.try_get("lease_token")?,
+                    op,
+                })
+            })
+            .transpose()
+        }
+
+        /// Writes back every mutable column of a locked operation and bumps its version.
+        async fn save(tx: &mut Tx, l: &mut Locked, now: DateTime<Utc>) -> Result<()> {
+            let op = &mut l.op;
+            op.version = l.read_version + 1;
+            op.updated_at = now;
+            let done = sqlx::query(
+                "update operations set status = $1, crm_id = $2, crm_link = $3, attempts = $4, \
+                 last_error = $5, last_error_class = $6, review_reason = $7, lease_owner = $8, \
+                 lease_token = $9, lease_expires_at = $10, next_attempt_at = $11, \
+                 retry_grants = $12, version = $13, updated_at = $14 \
+                 where operation_id = $15 and version = $16",
+            )
+            .bind(op.status.as_str())
+            .bind(&op.crm_id)
+            .bind(&op.crm_link)
+            .bind(op.attempts)
+            .bind(&op.last_error)
+            .bind(op.last_error_class.map(|c| c.as_str()))
+            .bind(op.review_reason.map(|r| r.as_str()))
+            .bind(&op.lease_owner)
+            .bind(&l.lease_token)
+            .bind(op.lease_expires_at)
+            .bind(op.next_attempt_at)
+            .bind(op.retry_grants)
+            .bind(op.version)
+            .bind(now)
+            .bind(op.operation_id.as_str())
+            .bind(l.read_version)
+            .execute(&mut **tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                // Unreachable while the row lock is held; kept as a tripwire.
+                return Err(StoreError::StaleVersion {
+                    expected: l.read_version,
+                    current: -1,
+                });
+            }
+            l.read_version = op.version;
+            Ok(())
+        }
+
+        async fn append(
+            tx: &mut Tx,
+            operation_id: &str,
+            actor: &str,
+            event: NewEvent,
+            now: DateTime<Utc>,
+        ) -> Result<()> {
+            sqlx::query(
+                "insert into timeline (operation_id, at, kind, actor, error_class, detail) \
+                 values ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(operation_id)
+            .bind(now)
+            .bind(event.kind)
+            .bind(actor)
+            .bind(event.error_class.map(|c| c.as_str()))
+            .bind(event.detail.to_string())
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        /// Changes the status, checked against the one transition table, and records the
+        /// change on the timeline.
+        async fn set_status(
+            tx: &mut Tx,
+            l: &mut Locked,
+            to: Status,
+            actor: &str,
+            now: DateTime<Utc>,
+        ) -> Result<()> {
+            let from = l.op.status;
+            from.check(to)?;
+            l.op.status = to;
+            if to != Status::NeedsReview {
+                l.op.review_reason = None;
+            }
+            let event = NewEvent::new("status_changed", json!({"from": from, "to": to}));
+            append(tx, l.op.operation_id.as_str(), actor, event, now).await
+        }
+
+        fn clear_lease(l: &mut Locked) {
+            l.lease_token = None;
+            l.op.lease_owner = None;
+            l.op.lease_expires_at = None;
+        }
+
+        async fn open_case(
+            tx: &mut Tx,
+            l: &mut Locked,
+            reason: ReviewReason,
+            delivery_id: Option<i64>,
+            actor: &str,
+            detail: Value,
+            now: DateTime<Utc>,
+        ) -> Result<i64> {
+            let id: i64 = sqlx::query_scalar(
+                "insert into review_cases (operation_id, reason, opened_at, delivery_id, detail) \
+                 values ($1, $2, $3, $4, $5) returning id",
+            )
+            .bind(l.op.operation_id.as_str())
+            .bind(reason.as_str())
+            .bind(now)
+            .bind(delivery_id)
+            .bind(detail.to_string())
+            .fetch_one(&mut **tx)
+            .await?;
+            let event = NewEvent::new(
+                "review_opened",
+                json!({"case_id": id, "reason": reason, "detail": detail}),
+            );
+            append(tx, l.op.operation_id.as_str(), actor, event, now).await?;
+            // A final operation stays as it is (a conflict on a completed lead changes
+            // nothing in the CRM); anything else waits for the person.
+            if !l.op.status.is_final() && l.op.status != Status::NeedsReview {
+                set_status(tx, l, Status::NeedsReview, actor, now).await?;
+                l.op.review_reason = Some(reason);
+            }
+            Ok(id)
+        }
+
+        async fn insert_delivery(
+            tx: &mut Tx,
+            d: &NewDelivery,
+            outcome: &str,
+        ) -> Result<i64> {
+            Ok(sqlx::query_scalar(
+                "insert into deliveries (source, operation_id, received_at, content_type, raw_body, \
+                 payload, payload_hash, outcome, transform_version, event_time) \
+                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) returning id",
+            )
+            .bind(&d.source)
+            .bind(d.operation_id.as_str())
+            .bind(d.received_at)
+            .bind(&d.content_type)
+            .bind(&d.raw_body)
+            .bind(d.payload.to_string())
+            .bind(d.payload_hash.as_str())
+            .bind(outcome)
+            .bind(d.transform_version)
+            .bind(d.event_time)
+            .fetch_one(&mut **tx)
+            .await?)
+        }
+
+        /// Insert-if-absent on the unique key: true when this call created the operation.
+        async fn insert_operation(
+            tx: &mut Tx,
+            id: &str,
+            d: &NewDelivery,
+            now: DateTime<Utc>,
+        ) -> Result<bool> {
+            let inserted = sqlx::query(
+                "insert into operations (operation_id, source, status, payload_hash, payload, \
+                 contact_phone, contact_email, event_time, next_attempt_at, created_at, updated_at) \
+                 values ($1, $2, 'received', $3, $4, $5, $6, $7, $8, $8, $8) \
+                 on conflict (operation_id) do nothing returning version",
+            )
+            .bind(id)
+            .bind(&d.source)
+            .bind(d.payload_hash.as_str())
+            .bind(d.payload.to_string())
+            .bind(&d.contact.phone)
+            .bind(&d.contact.email)
+            .bind(d.event_time)
+            .bind(now)
+            .fetch_optional(&mut **tx)
+            .await?;
+            Ok(inserted.is_some())
+        }
+
+        async fn must_lock(tx: &mut Tx, id: &str) -> Result<Locked> {
+            lock_operation(tx, id)
+                .await?
+                .ok_or_else(|| StoreError::UnknownOperation(id.to_owned()))
+        }
+
+        /// Puts a claimed operation back in the hands of `owner` with a fresh lease.
+        fn take_lease(
+            l: &mut Locked,
+            owner: &str,
+            lease_for: std::time::Duration,
+            now: DateTime<Utc>,
+        ) -> Lease {
+            let lease = Lease {
+                operation_id: l.op.operation_id.clone(),
+                token: uuid::Uuid::new_v4().to_string(),
+                owner: owner.to_owned(),
+                expires_at: after(now, lease_for),
+            };
+            l.lease_token = Some(lease.token.clone());
+            l.op.lease_owner = Some(owner.to_owned());
+            l.op.lease_expires_at = Some(lease.expires_at);
+            lease
+        }
+
+        /// Where a payload-conflict resolution leaves the original operation.
+        fn unblocked_status(l: &Locked) -> Option<Status> {
+            let op = &l.op;
+            if op.status != Status::NeedsReview {
+                return None;
+            }
+            Some(if op.crm_id.is_some() {
+                Status::Completed
+            } else if l.lease_token.is_some() {
+                // An attempt was in flight when the conflict arrived: its worker reports
+                // the outcome, or, once the lease runs out, the reconciler asks the CRM.
+                // Never a blind new attempt.
+                Status::InProgress
+            } else {
+                Status::Received
+            })
+        }
+
+        #[async_trait::async_trait]
+        impl Store for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            async fn ping(&self) -> Result<()> {
+                sqlx::query("select 1").execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn record_delivery(&self, d: NewDelivery) -> Result<DeliveryRecord> {
+                let mut tx = self.begin_write().await?;
+                let id = d.operation_id.as_str().to_owned();
+                let now = d.received_at;
+                let outcome;
+                let delivery_id;
+                if insert_operation(&mut tx, &id, &d, now).await? {
+                    delivery_id = insert_delivery(&mut tx, &d, "new").await?;
+                    let mut l = must_lock(&mut tx, &id).await?;
+                    let event = NewEvent::new(
+                        "delivery",
+                        json!({"delivery_id": delivery_id, "outcome": "new", "payload_hash": d.payload_hash}),
+                    );
+                    append(&mut tx, &id, "gateway", event, now).await?;
+                    if let Some(reason) = d.review {
+                        open_case(&mut tx, &mut l, reason, Some(delivery_id), "gateway", json!({}), now)
+                            .await?;
+                        save(&mut tx, &mut l, now).await?;
+                    }
+                    outcome = DeliveryOutcome::New { status: l.op.status };
+                } else {
+                    let mut l = must_lock(&mut tx, &id).await?;
+                    if l.op.payload_hash == d.payload_hash.as_str() {
+                        delivery_id = insert_delivery(&mut tx, &d, "duplicate").await?;
+                        let event = NewEvent::new(
+                            "delivery",
+                            json!({"delivery_id": delivery_id, "outcome": "duplicate"}),
+                        );
+                        append(&mut tx, &id, "gateway", event, now).await?;
+                        outcome = DeliveryOutcome::Duplicate {
+                            status: l.op.status,
+                            crm_id: l.op.crm_id.clone(),
+                        };
+                    } else {
+                        delivery_id = insert_delivery(&mut tx, &d, "conflict").await?;
+                        let event = NewEvent {
+                            kind: "delivery",
+                            error_class: Some(ErrorClass::Conflict),
+                            detail: json!({"delivery_id": delivery_id, "outcome": "conflict",
+                                "payload_hash": d.payload_hash, "original_hash": l.op.payload_hash}),
+                        };
+                        append(&mut tx, &id, "gateway", event, now).await?;
+                        let case_id = open_case(
+                            &mut tx,
+                            &mut l,
+                            ReviewReason::PayloadConflict,
+                            Some(delivery_id),
+                            "gateway",
+                            json!({"delivery_id": delivery_id}),
+                            now,
+                        )
+                        .await?;
+                        save(&mut tx, &mut l, now).await?;
+                        outcome = DeliveryOutcome::Conflict {
+                            status: l.op.status,
+                            case_id,
+                        };
+                    }
+                }
+                tx.commit().await?;
+                Ok(DeliveryRecord {
+                    delivery_id,
+                    outcome,
+                })
+            }
+
+            async fn record_rejected(&self, d: RejectedDelivery) -> Result<i64> {
+                let mut tx = self.begin_write().await?;
+                let id: i64 = sqlx::query_scalar(
+                    "insert into deliveries (source, operation_id, received_at, content_type, \
+                     raw_body, outcome, reject_reason, transform_version) \
+                     values ($1, $2, $3, $4, $5, 'rejected', $6, $7) returning id",
+                )
+                .bind(&d.source)
+                .bind(&d.operation_id)
+                .bind(d.received_at)
+                .bind(&d.content_type)
+                .bind(&d.raw_body)
+                .bind(&d.reason)
+                .bind(d.transform_version)
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(id)
+            }
+
+            async fn claim_due(
+                &self,
+                connector: &str,
+                owner: &str,
+                lease_for: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<Option<Claim>> {
+                let mut tx = self.begin_write().await?;
+                let picked: Option<String> = sqlx::query_scalar($pick_due)
+                    .bind(now)
+                    .bind(connector)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(id) = picked else {
+                    return Ok(None);
+                };
+                let mut l = must_lock(&mut tx, &id).await?;
+                let granted = l.op.retry_grants > 0;
+                l.op.retry_grants = (l.op.retry_grants - 1).max(0);
+                l.op.attempts += 1;
+                l.op.next_attempt_at = None;
+                let lease = take_lease(&mut l, owner, lease_for, now);
+                let event = NewEvent::new(
+                    "claimed",
+                    json!({"attempt": l.op.attempts, "lease_expires_at": lease.expires_at, "granted": granted}),
+                );
+                append(&mut tx, &id, owner, event, now).await?;
+                set_status(&mut tx, &mut l, Status::InProgress, owner, now).await?;
+                save(&mut tx, &mut l, now).await?;
+                tx.commit().await?;
+                Ok(Some(Claim {
+                    operation: l.op,
+                    lease,
+                    granted,
+                }))
+            }
+
+            async fn claim_stale(
+                &self,
+                owner: &str,
+                lease_for: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<Option<Claim>> {
+                let mut tx = self.begin_write().await?;
+                let picked: Option<String> = sqlx::query_scalar($pick_stale)
+                    .bind(now)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(id) = picked else {
+                    return Ok(None);
+                };
+                let mut l = must_lock(&mut tx, &id).await?;
+                let previous = json!({"previous_owner": l.op.lease_owner, "expired_at": l.op.lease_expires_at});
+                let lease = take_lease(&mut l, owner, lease_for, now);
+                let event = NewEvent::new("lease_taken_over", previous);
+                append(&mut tx, &id, owner, event, now).await?;
+                save(&mut tx, &mut l, now).await?;
+                tx.commit().await?;
+                Ok(Some(Claim {
+                    operation: l.op,
+                    lease,
+                    granted: false,
+                }))
+            }
+
+            async fn append_events(
+                &self,
+                lease: &Lease,
+                events: Vec<NewEvent>,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.begin_write().await?;
+                let id = lease.operation_id.as_str();
+                let l = must_lock(&mut tx, id).await?;
+                if l.lease_token.as_deref() != Some(lease.token.as_str()) {
+                    return Err(StoreError::LeaseLost(id.to_owned()));
+                }
+                for e in events {
+                    append(&mut tx, id, &lease.owner, e, now).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn finish_attempt(
+                &self,
+                lease: &Lease,
+                outcome: AttemptOutcome,
+                events: Vec<NewEvent>,
+                now: DateTime<Utc>,
+            ) -> Result<Operation> {
+                let mut tx = self.begin_write().await?;
+                let id = lease.operation_id.as_str().to_owned();
+                let actor = lease.owner.as_str();
+                let mut l = must_lock(&mut tx, &id).await?;
+                for e in events {
+                    append(&mut tx, &id, actor, e, now).await?;
+                }
+                if l.lease_token.as_deref() != Some(lease.token.as_str()) {
+                    // Someone else owns the operation now (the reconciler took over an
+                    // expired lease, or a person resolved it). The late outcome is kept on
+                    // the timeline for the person, and changes nothing.
+                    let event = NewEvent::new("late_outcome", json!({"outcome": format!("{outcome:?}")}));
+                    append(&mut tx, &id, actor, event, now).await?;
+                    tx.commit().await?;
+                    return Err(StoreError::LeaseLost(id));
+                }
+                // A conflicting delivery may have blocked the operation while the attempt was
+                // in flight: the outcome is recorded, the status stays for the person.
+                let blocked = l.op.status != Status::InProgress;
+                clear_lease(&mut l);
+                let failure_event = |kind: &'static str, f: &Failure, extra: Value| {
+                    let mut detail = json!({"class": f.class, "error": f.message});
+                    if let (Value::Object(d), Value::Object(e)) = (&mut detail, extra) {
+                        d.extend(e);
+                    }
+                    NewEvent { kind, error_class: Some(f.class), detail }
+                };
+                let record_failure = |l: &mut Locked, f: &Failure| {
+                    l.op.last_error = Some(f.message.clone());
+                    l.op.last_error_class = Some(f.class);
+                };
+                let target = match outcome {
+                    AttemptOutcome::Created { crm_id } => {
+                        let event = NewEvent::new("crm_created", json!({"crm_id": crm_id}));
+                        append(&mut tx, &id, actor, event, now).await?;
+                        l.op.crm_id = Some(crm_id);
+                        l.op.crm_link = Some("created".into());
+                        Some(Status::Completed)
+                    }
+                    AttemptOutcome::Recovered { crm_id } => {
+                        let event = NewEvent::new("recovered", json!({"crm_id": crm_id}));
+                        append(&mut tx, &id, actor, event, now).await?;
+                        l.op.crm_id = Some(crm_id);
+                        l.op.crm_link = Some("recovered".into());
+                        Some(Status::Completed)
+                    }
+                    AttemptOutcome::Retry { failure, at } => {
+                        let event = match &failure {
+                            Some(f) => {
+                                record_failure(&mut l, f);
+                                failure_event("retry_scheduled", f, json!({"at": at}))
+                            }
+                            None => NewEvent::new("retry_scheduled", json!({"at": at})),
+                        };
+                        append(&mut tx, &id, actor, event, now).await?;
+                        l.op.next_attempt_at = Some(at);
+                        Some(Status::Received)
+                    }
+                    AttemptOutcome::Terminal { failure } => {
+                        record_failure(&mut l, &failure);
+                        append(&mut tx, &id, actor, failure_event("failed", &failure, json!({})), now)
+                            .await?;
+                        Some(Status::FailedTerminal)
+                    }
+                    AttemptOutcome::Review { reason, failure, detail } => {
+                        if let Some(f) = &failure {
+                            record_failure(&mut l, f);
+                        }
+                        open_case(&mut tx, &mut l, reason, None, actor, detail, now).await?;
+                        None
+                    }
+                    AttemptOutcome::PauseConnector { connector, failure } => {
+                        record_failure(&mut l, &failure);
+                        // The call never executed: it does not use up the retry budget.
+                        l.op.attempts = (l.op.attempts - 1).max(0);
+                        l.op.next_attempt_at = Some(now);
+                        pause(&mut tx, &connector, &failure.message, actor, now).await?;
+                        append(&mut tx, &id, actor,
+                            failure_event("connector_paused", &failure, json!({"connector": connector})), now)
+                            .await?;
+                        let note = NewEvent::new(
+                            "notification",
+                            json!({"what": "connector_paused", "connector": connector}),
+                        );
+                        append(&mut tx, &id, actor, note, now).await?;
+                        Some(Status::Received)
+                    }
+                };
+                if let Some(to) = target {
+                    if !blocked {
+                        set_status(&mut tx, &mut l, to, actor, now).await?;
+                    }
+                }
+                save(&mut tx, &mut l, now).await?;
+                tx.commit().await?;
+                Ok(l.op)
+            }
+
+            async fn open_review(
+                &self,
+                operation_id: &OperationId,
+                reason: ReviewReason,
+                actor: &str,
+                detail: Value,
+                now: DateTime<Utc>,
+            ) -> Result<i64> {
+                let mut tx = self.begin_write().await?;
+                let mut l = must_lock(&mut tx, operation_id.as_str()).await?;
+                let id = open_case(&mut tx, &mut l, reason, None, actor, detail, now).await?;
+                save(&mut tx, &mut l, now).await?;
+                tx.commit().await?;
+                Ok(id)
+            }
+
+            async fn resolve(&self, req: Resolve) -> Result<Resolved> {
+                let mut tx = self.begin_write().await?;
+                let now = req.now;
+                let case_sql = format!(
+                    "select id, operation_id, reason, resolved_at, resolved_by, delivery_id \
+                     from review_cases where id = $1{}",
+                    $lock_row
+                );
+                let case = sqlx::query(&case_sql)
+                    .bind(req.case_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::UnknownCase(req.case_id))?;
+                if case.try_get::<Option<DateTime<Utc>>, _>("resolved_at")?.is_some() {
+                    let by: Option<String> = case.try_get("resolved_by")?;
+                    return Err(StoreError::CaseAlreadyResolved(
+                        req.case_id,
+                        by.unwrap_or_else(|| "someone".into()),
+                    ));
+                }
+                let reason: ReviewReason = case
+                    .try_get::<String, _>("reason")?
+                    .parse()
+                    .map_err(corrupt)?;
+                let delivery_id: Option<i64> = case.try_get("delivery_id")?;
+                let op_id: String = case.try_get("operation_id")?;
+                let mut l = must_lock(&mut tx, &op_id).await?;
+                if l.op.version != req.expected_version {
+                    return Err(StoreError::StaleVersion {
+                        expected: req.expected_version,
+                        current: l.op.version,
+                    });
+                }
+                let actor = req.actor.trim();
+                if actor.is_empty() {
+                    return Err(StoreError::InvalidAction("the operator's name is required".into()));
+                }
+                let invalid = |m: String| Err(StoreError::InvalidAction(m));
+                let mut new_operation = None;
+                let mut crm_id_set = None;
+                let target = match &req.action {
+                    HumanAction::ConfirmCrmResult { crm_id } | HumanAction::LinkExisting { crm_id } => {
+                        let crm_id = crm_id.trim();
+                        if crm_id.is_empty() {
+                            return invalid("a CRM id is required".into());
+                        }
+                        if l.op.status == Status::Completed {
+                            return invalid(format!(
+                                "the operation is already completed with CRM id {}",
+                                l.op.crm_id.as_deref().unwrap_or("?")
+                            ));
+                        }
+                        l.op.crm_id = Some(crm_id.to_owned());
+                        l.op.crm_link = Some(
+                            if matches!(req.action, HumanAction::LinkExisting { .. }) { "linked" } else { "confirmed" }
+                                .into(),
+                        );
+                        crm_id_set = Some(crm_id.to_owned());
+                        clear_lease(&mut l);
+                        Some(Status::Completed)
+                    }
+                    HumanAction::AuthorizeRetry => {
+                        if !matches!(l.op.status, Status::NeedsReview | Status::FailedTerminal) {
+                            return invalid(format!(
+                                "a retry can only be authorized for an operation in review or failed, not `{}`",
+                                l.op.status
+                            ));
+                        }
+                        if l.op.lease_expires_at.is_some_and(|t| t > now) {
+                            return invalid("an attempt is still in flight; wait for its outcome".into());
+                        }
+                        if reason == ReviewReason::PayloadConflict {
+                            return invalid("a payload conflict is resolved by keeping the original or accepting the new data".into());
+                        }
+                        l.op.retry_grants = 1;
+                        l.op.next_attempt_at = Some(now);
+                        clear_lease(&mut l);
+                        Some(Status::Received)
+                    }
+                    HumanAction::KeepOriginal | HumanAction::AcceptAsNew => {
+                        if reason != ReviewReason::PayloadConflict {
+                            return invalid(format!(
+                                "keep original / accept as new apply to payload conflicts, not `{reason}`"
+                            ));
+                        }
+                        if req.action == HumanAction::AcceptAsNew {
+                            let delivery_id = delivery_id
+                                .ok_or_else(|| corrupt("payload conflict without its delivery"))?;
+                            new_operation = Some(
+                                accept_delivery_as_new(&mut tx, &l.op, delivery_id, actor, req.case_id, now)
+                                    .await?,
+                            );
+                        }
+                        unblocked_status(&l)
+                    }
+                    HumanAction::Reject => {
+                        if l.op.status != Status::NeedsReview {
+                            return invalid(format!("only an operation in review can be rejected, not `{}`", l.op.status));
+                        }
+                        Some(Status::FailedTerminal)
+                    }
+                };
+                let resolution = req.action.resolution();
+                sqlx::query(
+                    "update review_cases set resolved_at = $1, resolution = $2, resolved_by = $3, \
+                     comment = $4 where id = $5",
+                )
+                .bind(now)
+                .bind(resolution.as_str())
+                .bind(actor)
+                .bind(&req.comment)
+                .bind(req.case_id)
+                .execute(&mut *tx)
+                .await?;
+                let event = NewEvent::new(
+                    "human_action",
+                    json!({"case_id": req.case_id, "action": resolution, "comment": req.comment,
+                           "crm_id": crm_id_set, "new_operation": new_operation}),
+                );
+                append(&mut tx, &op_id, actor, event, now).await?;
+                let others_open: i64 = sqlx::query_scalar(
+                    "select count(*) from review_cases where operation_id = $1 and resolved_at is null",
+                )
+                .bind(&op_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                if let Some(to) = target {
+                    // Another open case still holds the operation, unless the person
+                    // settled the CRM result itself.
+                    if (others_open == 0 || to == Status::Completed) && l.op.status != to {
+                        set_status(&mut tx, &mut l, to, actor, now).await?;
+                    }
+                }
+                save(&mut tx, &mut l, now).await?;
+                tx.commit().await?;
+                Ok(Resolved {
+                    operation: l.op,
+                    new_operation,
+                })
+            }
+
+            async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
+                let sql = format!("select {OP_COLUMNS} from operations where operation_id = $1");
+                let row = sqlx::query(&sql)
+                    .bind(id.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(op_from_row).transpose()
+            }
+
+            async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 order by id",
+                )
+                .bind(id.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(TimelineEvent {
+                            id: r.try_get("id")?,
+                            at: r.try_get("at")?,
+                            kind: r.try_get("kind")?,
+                            actor: r.try_get("actor")?,
+                            error_class: r.try_get("error_class")?,
+                            detail: json_text(r.try_get("detail")?)?.unwrap_or(Value::Null),
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
+                let sql = format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where c.operation_id = $1 order by c.id"
+                );
+                let rows = sqlx::query(&sql).bind(id.as_str()).fetch_all(&self.pool).await?;
+                rows.iter().map(case_from_row).collect()
+            }
+
+            async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>> {
+                let sql = format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where c.id = $1"
+                );
+                let row = sqlx::query(&sql).bind(case_id).fetch_optional(&self.pool).await?;
+                row.as_ref().map(case_from_row).transpose()
+            }
+
+            async fn review_cases(&self, f: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>> {
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where "
+                ));
+                q.push(if f.resolved { "c.resolved_at is not null" } else { "c.resolved_at is null" });
+                if let Some(reason) = f.reason {
+                    q.push(" and c.reason = ").push_bind(reason.as_str());
+                }
+                if let Some(source) = &f.source {
+                    q.push(" and o.source = ").push_bind(source.clone());
+                }
+                if let Some(before) = f.opened_before {
+                    q.push(" and c.opened_at < ").push_bind(before);
+                }
+                if let Some(after_id) = page.after_id {
+                    q.push(" and c.id > ").push_bind(after_id);
+                }
+                q.push(" order by c.id limit ").push_bind(page.limit.clamp(1, 1000));
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(case_from_row).collect()
+            }
+
+            async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
+                let rows: Vec<(String, i64)> = sqlx::query_as(
+                    "select reason, count(*) from review_cases where resolved_at is null group by reason",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map(|(r, n)| Ok((r.parse().map_err(corrupt)?, n)))
+                    .collect()
+            }
+
+            async fn stale_in_progress(
+                &self,
+                lease_expired_before: DateTime<Utc>,
+                limit: i64,
+            ) -> Result<Vec<Operation>> {
+                let sql = format!(
+                    "select {OP_COLUMNS} from operations where status = 'in_progress' \
+                     and lease_expires_at < $1 order by lease_expires_at limit $2"
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(lease_expired_before)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn connector(&self, name: &str) -> Result<Option<Connector>> {
+                Ok(self.connectors().await?.into_iter().find(|c| c.name == name))
+            }
+
+            async fn connectors(&self) -> Result<Vec<Connector>> {
+                let rows = sqlx::query(
+                    "select name, state, reason, since, changed_by from connectors order by name",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(Connector {
+                            name: r.try_get("name")?,
+                            paused: r.try_get::<String, _>("state")? == "paused",
+                            reason: r.try_get("reason")?,
+                            since: r.try_get("since")?,
+                            changed_by: r.try_get("changed_by")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn pause_connector(
+                &self,
+                name: &str,
+                reason: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.begin_write().await?;
+                pause(&mut tx, name, reason, actor, now).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn resume_connector(
+                &self,
+                name: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
+                let mut tx = self.begin_write().await?;
+                let done = sqlx::query(
+                    "update connectors set state = 'active', reason = null, since = $1, \
+                     changed_by = $2 where name = $3 and state = 'paused'",
+                )
+                .bind(now)
+                .bind(actor)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn metrics(
+                &self,
+                now: DateTime<Utc>,
+                stale_after: std::time::Duration,
+            ) -> Result<MetricsSnapshot> {
+                let p = &self.pool;
+                let pairs = |rows: Vec<(String, i64)>| rows.into_iter().collect::<BTreeMap<_, _>>();
+                let mut m = MetricsSnapshot::default();
+                m.operations_by_status = pairs(
+                    sqlx::query_as("select status, count(*) from operations group by status")
+                        .fetch_all(p)
+                        .await?,
+                );
+                m.unique_operations = m.operations_by_status.values().sum();
+                m.crm_entities_created = sqlx::query_scalar(
+                    "select count(*) from operations where crm_link in ('created', 'recovered')",
+                )
+                .fetch_one(p)
+                .await?;
+                let deliveries: Vec<(String, String, i64)> = sqlx::query_as(
+                    "select source, outcome, count(*) from deliveries group by source, outcome",
+                )
+                .fetch_all(p)
+                .await?;
+                for (source, outcome, n) in deliveries {
+                    if outcome == "duplicate" {
+                        m.duplicates_absorbed.insert(source.clone(), n);
+                    }
+                    m.deliveries.insert((source, outcome), n);
+                }
+                m.retries_by_class = pairs(
+                    sqlx::query_as(
+                        "select error_class, count(*) from timeline where kind = 'retry_scheduled' \
+                         and error_class is not null group by error_class",
+                    )
+                    .fetch_all(p)
+                    .await?,
+                );
+                let stale_since = now - chrono::TimeDelta::from_std(stale_after).unwrap_or(chrono::TimeDelta::MAX);
+                m.stale_in_progress = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'in_progress' and updated_at < $1",
+                )
+                .bind(stale_since)
+                .fetch_one(p)
+                .await?;
+                m.unprocessed = ["received", "in_progress"]
+                    .iter()
+                    .filter_map(|s| m.operations_by_status.get(*s))
+                    .sum();
+                m.lost = sqlx::query_scalar(
+                    "select count(*) from deliveries d where d.outcome <> 'rejected' and not exists \
+                     (select 1 from operations o where o.operation_id = d.operation_id)",
+                )
+                .fetch_one(p)
+                .await?;
+                m.open_cases_by_reason = pairs(
+                    sqlx::query_as(
+                        "select reason, count(*) from review_cases where resolved_at is null group by reason",
+                    )
+                    .fetch_all(p)
+                    .await?,
+                );
+                m.resolved_cases = sqlx::query_scalar(
+                    "select count(*) from review_cases where resolved_at is not null",
+                )
+                .fetch_one(p)
+                .await?;
+                m.mean_seconds_to_resolve = sqlx::query_scalar($mean_resolve).fetch_one(p).await?;
+                m.unreconstructable = sqlx::query_scalar(
+                    "select count(*) from operations o where o.status = 'completed' and not exists \
+                     (select 1 from timeline t where t.operation_id = o.operation_id \
+                      and t.kind in ('crm_created', 'recovered', 'human_action'))",
+                )
+                .fetch_one(p)
+                .await?;
+                m.paused_connectors = sqlx::query_scalar(
+                    "select name from connectors where state = 'paused' order by name",
+                )
+                .fetch_all(p)
+                .await?;
+                Ok(m)
+            }
+        }
+
+        async fn pause(
+            tx: &mut Tx,
+            name: &str,
+            reason: &str,
+            actor: &str,
+            now: DateTime<Utc>,
+        ) -> Result<()> {
+            sqlx::query(
+                "insert into connectors (name, state, reason, since, changed_by) \
+                 values ($1, 'paused', $2, $3, $4) \
+                 on conflict (name) do update set state = 'paused', reason = excluded.reason, \
+                 since = case when connectors.state = 'paused' then connectors.since else excluded.since end, \
+                 changed_by = excluded.changed_by",
+            )
+            .bind(name)
+            .bind(reason)
+            .bind(now)
+            .bind(actor)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        /// Makes the conflicting delivery of a payload-conflict case an operation of its
+        /// own, keyed `<original>#<delivery id>`, due now.
+        async fn accept_delivery_as_new(
+            tx: &mut Tx,
+            original: &Operation,
+            delivery_id: i64,
+            actor: &str,
+            case_id: i64,
+            now: DateTime<Utc>,
+        ) -> Result<OperationId> {
+            let row = sqlx::query(
+                "select payload, payload_hash, event_time from deliveries where id = $1",
+            )
+            .bind(delivery_id)
+            .fetch_one(&mut **tx)
+            .await?;
+            let payload: Option<String> = row.try_get("payload")?;
+            let hash: Option<String> = row.try_get("payload_hash")?;
+            let (Some(payload), Some(hash)) = (payload, hash) else {
+                return Err(StoreError::InvalidAction(
+                    "the conflicting delivery's payload was already purged".into(),
+                ));
+            };
+            let new_id = OperationId::try_from(format!("{}#{delivery_id}", original.operation_id))
+                .map_err(|e| StoreError::InvalidAction(format!("cannot derive a new key: {e}")))?;
+            let inserted = sqlx::query(
+                "insert into operations (operation_id, source, status, payload_hash, payload, \
+                 event_time, next_attempt_at, created_at, updated_at) \
+                 values ($1, $2, 'received', $3, $4, $5, $6, $6, $6) \
+                 on conflict (operation_id) do nothing",
+            )
+            .bind(new_id.as_str())
+            .bind(&original.source)
+            .bind(&hash)
+            .bind(&payload)
+            .bind(row.try_get::<Option<DateTime<Utc>>, _>("event_time")?)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            if inserted.rows_affected() != 1 {
+                return Err(StoreError::InvalidAction(format!("`{new_id}` exists already")));
+            }
+            let event = NewEvent::new(
+                "accepted_as_new",
+                json!({"from_operation": original.operation_id, "case_id": case_id, "delivery_id": delivery_id}),
+            );
+            append(tx, new_id.as_str(), actor, event, now).await?;
+            Ok(new_id)
+        }
+    };
+}
+pub(super) use sql_store;
