@@ -1,1 +1,6 @@
-fn main() {}
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    leadgate::cli::main().await
+}

@@ -10,7 +10,7 @@ mod status;
 
 pub use error_class::{ErrorClass, RetryDecision};
 pub use fingerprint::{fingerprint, Fingerprint, FingerprintError};
-pub use ids::{OperationId, OperationIdError};
+pub use ids::{is_valid_source_name, OperationId, OperationIdError};
 pub use review::{Resolution, ReviewReason};
 pub use status::{Status, TransitionError};
 

@@ -1,0 +1,378 @@
+//! `leadgate.toml`: what the gateway, the worker and the CLI read. Durations are written
+//! like `100ms`, `30s`, `5m`, `30d`; sizes like `256KiB`. `LEADGATE_DATABASE_URL` and
+//! `LEADGATE_LISTEN` override the file, so one file can serve several machines.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    #[serde(default)]
+    pub retry: RetryConfig,
+    #[serde(default)]
+    pub review: ReviewConfig,
+    #[serde(default)]
+    pub retention: RetentionConfig,
+    #[serde(default, rename = "source")]
+    pub sources: Vec<SourceConfig>,
+    pub crm: Option<CrmConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://leadgate.db?mode=rwc` or `postgres://user@host/db`. May hold a password.
+    pub url: Secret,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub max_body: bytesize::ByteSize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            max_body: bytesize::ByteSize::kib(256),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// How long a worker may hold an operation before the reconciler takes it over.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            poll_interval: Duration::from_millis(200),
+            lease: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    pub max_attempts: u32,
+    #[serde(with = "humantime_serde")]
+    pub base_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_delay: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 5,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReviewConfig {
+    /// An `in_progress` operation older than this counts as stale (metrics, console).
+    #[serde(with = "humantime_serde")]
+    pub stale_after: Duration,
+}
+
+impl Default for ReviewConfig {
+    fn default() -> Self {
+        ReviewConfig {
+            stale_after: Duration::from_secs(120),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Payloads and personal data are kept this long.
+    #[serde(with = "humantime_serde")]
+    pub full: Duration,
+    /// Key, payload hash, status and crm_id are kept this long.
+    #[serde(with = "humantime_serde")]
+    pub tombstone: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 3600;
+        RetentionConfig {
+            full: Duration::from_secs(30 * DAY),
+            tombstone: Duration::from_secs(400 * DAY),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    pub name: String,
+    /// Where the event key is: `json:/pointer`, `header:Name` or `form:field`.
+    pub key: String,
+    /// JSON pointers left out of the fingerprint.
+    #[serde(default)]
+    pub ignore: Vec<String>,
+    /// When set, deliveries must carry `X-Leadgate-Signature: sha256=<hex HMAC>`.
+    pub secret: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum CrmConfig {
+    Bitrix24 {
+        webhook_url: Secret,
+        #[serde(default = "default_entity")]
+        entity: String,
+        #[serde(default = "default_crm_timeout", with = "humantime_serde")]
+        timeout: Duration,
+    },
+}
+
+fn default_entity() -> String {
+    "lead".into()
+}
+
+fn default_crm_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// A value that must never reach a log: `Debug` prints `***`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("no configuration: pass --config PATH or set LEADGATE_DATABASE_URL")]
+    Missing,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads the file (if any), then applies the environment overrides.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let env_url = std::env::var("LEADGATE_DATABASE_URL").ok();
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Config::parse(&text).map_err(|e| match e {
+                    ConfigError::Parse { source, .. } => ConfigError::Parse {
+                        path: path.display().to_string(),
+                        source,
+                    },
+                    other => other,
+                })?
+            }
+            None => match &env_url {
+                Some(url) => Config::parse(&format!("[database]\nurl = {url:?}\n"))?,
+                None => return Err(ConfigError::Missing),
+            },
+        };
+        if let Some(url) = env_url {
+            config.database.url = Secret(url);
+        }
+        if let Ok(listen) = std::env::var("LEADGATE_LISTEN") {
+            config.server.listen = listen;
+        }
+        Ok(config)
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: "config".into(),
+            source: Box::new(source),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.sources {
+            if !crate::domain::is_valid_source_name(&s.name) {
+                return invalid(format!(
+                    "source name `{}`: use letters, digits, `-` and `_`",
+                    s.name
+                ));
+            }
+            if !seen.insert(&s.name) {
+                return invalid(format!("source `{}` is defined twice", s.name));
+            }
+            if !["json:", "header:", "form:"]
+                .iter()
+                .any(|p| s.key.starts_with(p))
+            {
+                return invalid(format!(
+                    "source `{}`: key `{}` must start with json:, header: or form:",
+                    s.name, s.key
+                ));
+            }
+            if let Some(p) = s.ignore.iter().find(|p| !p.starts_with('/')) {
+                return invalid(format!(
+                    "source `{}`: ignore entry `{p}` is not a JSON pointer (it must start with /)",
+                    s.name
+                ));
+            }
+        }
+        if self.retry.max_attempts == 0 {
+            return invalid("retry.max_attempts must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+[database]
+url = "sqlite://leadgate.db?mode=rwc"
+
+[server]
+listen = "127.0.0.1:8080"
+max_body = "256KiB"
+
+[worker]
+poll_interval = "200ms"
+lease = "30s"
+
+[retry]
+max_attempts = 5
+base_delay = "1s"
+max_delay = "5m"
+
+[review]
+stale_after = "2m"
+
+[retention]
+full = "30d"
+tombstone = "400d"
+
+[[source]]
+name = "site"
+key = "json:/submission_id"
+ignore = ["/sent_at"]
+secret = "s3cret"
+
+[[source]]
+name = "tilda"
+key = "form:tranid"
+
+[crm]
+kind = "bitrix24"
+webhook_url = "https://portal.bitrix24.ru/rest/1/secret/"
+entity = "lead"
+timeout = "10s"
+"#;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let c = Config::parse(FULL).unwrap();
+        assert_eq!(c.server.max_body.as_u64(), 256 * 1024);
+        assert_eq!(c.worker.poll_interval, Duration::from_millis(200));
+        assert_eq!(c.retry.max_delay, Duration::from_secs(300));
+        assert_eq!(c.retention.full, Duration::from_secs(30 * 24 * 3600));
+        assert_eq!(c.retention.tombstone, Duration::from_secs(400 * 24 * 3600));
+        assert_eq!(c.sources.len(), 2);
+        assert_eq!(c.source("site").unwrap().ignore, vec!["/sent_at"]);
+        let Some(CrmConfig::Bitrix24 { timeout, .. }) = &c.crm else {
+            panic!("crm")
+        };
+        assert_eq!(*timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let c = Config::parse(FULL).unwrap();
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(!debug.contains("/rest/1/secret/"), "{debug}");
+    }
+
+    #[test]
+    fn minimal_config_uses_defaults() {
+        let c = Config::parse("[database]\nurl = \"sqlite::memory:\"\n").unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:8080");
+        assert_eq!(c.retry.max_attempts, 5);
+        assert_eq!(c.review.stale_after, Duration::from_secs(120));
+        assert!(c.crm.is_none());
+    }
+
+    #[test]
+    fn bad_configs_get_clear_errors() {
+        let base = "[database]\nurl = \"sqlite::memory:\"\n";
+        let cases = [
+            ("[worker]\nlease = \"soon\"\n", "lease"),
+            ("[[source]]\nname = \"a b\"\nkey = \"json:/id\"\n", "source name"),
+            ("[[source]]\nname = \"a\"\nkey = \"id\"\n", "must start with"),
+            ("[[source]]\nname = \"a\"\nkey = \"json:/id\"\nignore = [\"x\"]\n", "JSON pointer"),
+            ("[[source]]\nname = \"a\"\nkey = \"json:/id\"\n[[source]]\nname = \"a\"\nkey = \"json:/id\"\n", "twice"),
+            ("[retry]\nmax_attempts = 0\n", "max_attempts"),
+            ("[server]\nlisten_on = \"x\"\n", "listen_on"),
+        ];
+        for (extra, needle) in cases {
+            let err = Config::parse(&format!("{base}{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{extra:?}: {err}");
+        }
+    }
+}
