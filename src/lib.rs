@@ -1,5 +1,6 @@
 //! Leadgate: one lead in, exactly one CRM result out, however often the request is
 //! retried. See ARCHITECTURE.md for the map.
 
+pub mod crm;
 pub mod domain;
 pub mod store;
