@@ -518,3 +518,458 @@ impl Crm for Bitrix24 {
         (result, exchange)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crm::fake_bitrix24::{FakeBitrix24, Fault};
+
+    const SECRET: &str = "fake-secret";
+
+    async fn fake() -> FakeBitrix24 {
+        FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn adapter(fake: &FakeBitrix24, entity: Entity, timeout: Duration) -> Bitrix24 {
+        Bitrix24::new(&fake.webhook_url(), entity, timeout).unwrap()
+    }
+
+    fn lead(op: &str) -> Lead {
+        Lead {
+            operation_id: op.into(),
+            source: "tilda".into(),
+            title: Some("Form".into()),
+            name: Some("Ivan Petrov".into()),
+            phone: Some("+79990001122".into()),
+            email: Some("ivan@example.ru".into()),
+            comment: Some("call me".into()),
+        }
+    }
+
+    /// Nothing stored from a call may carry the secret or the lead's contact data.
+    fn assert_clean(text: &str) {
+        for needle in [SECRET, "/rest/", "Ivan", "+7999", "ivan@example.ru"] {
+            assert!(!text.contains(needle), "{needle:?} leaked into {text:?}");
+        }
+    }
+
+    fn assert_exchange_clean(ex: &Exchange) {
+        assert_clean(&ex.request.to_string());
+        assert_clean(&ex.response.to_string());
+    }
+
+    async fn create_err(fake: &FakeBitrix24, method: &str, fault: Fault) -> (CrmError, Exchange) {
+        fake.push_fault(method, fault, 1);
+        let crm = adapter(fake, Entity::Lead, Duration::from_secs(5));
+        let (res, ex) = crm.create(&lead("tilda:f-1")).await;
+        let err = res.unwrap_err();
+        assert_clean(&err.message);
+        assert_clean(&err.to_string());
+        assert_exchange_clean(&ex);
+        (err, ex)
+    }
+
+    #[tokio::test]
+    async fn create_then_find_one() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        assert_eq!(crm.connector(), "bitrix24");
+        assert!(crm.lookup_is_authoritative());
+        let (res, ex) = crm.create(&lead("tilda:tr-1")).await;
+        let id = res.unwrap();
+        assert_eq!(id, "1");
+        assert_eq!(ex.request["method"], "crm.lead.add");
+        assert_eq!(ex.request["origin_id"], "tilda:tr-1");
+        assert_eq!(ex.response["status"], 200);
+        assert_eq!(ex.response["id"], "1");
+        assert!(ex.response["duration_ms"].is_u64());
+        assert_exchange_clean(&ex);
+
+        let entities = fake.entities();
+        assert_eq!(entities.len(), 1);
+        let f = &entities[0].fields;
+        assert_eq!(entities[0].kind, "lead");
+        assert_eq!(f["TITLE"], "Form");
+        assert_eq!(f["NAME"], "Ivan Petrov");
+        assert_eq!(f["COMMENTS"], "call me");
+        assert_eq!(f["ORIGINATOR_ID"], "leadgate");
+        assert_eq!(f["ORIGIN_ID"], "tilda:tr-1");
+        assert_eq!(f["SOURCE_DESCRIPTION"], "tilda");
+        assert_eq!(
+            f["PHONE"],
+            json!([{"VALUE": "+79990001122", "VALUE_TYPE": "WORK"}])
+        );
+        assert_eq!(
+            f["EMAIL"],
+            json!([{"VALUE": "ivan@example.ru", "VALUE_TYPE": "WORK"}])
+        );
+
+        let (found, ex) = crm.find("tilda:tr-1").await;
+        assert_eq!(found.unwrap(), Lookup::One("1".into()));
+        assert_eq!(ex.request["method"], "crm.lead.list");
+        assert_eq!(ex.response["found"], 1);
+        assert_eq!(fake.calls("crm.lead.add"), 1);
+        assert_eq!(fake.calls("crm.lead.list"), 1);
+    }
+
+    #[tokio::test]
+    async fn find_none_and_other_keys_do_not_match() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        crm.create(&lead("tilda:a")).await.0.unwrap();
+        let (found, ex) = crm.find("tilda:b").await;
+        assert_eq!(found.unwrap(), Lookup::NotFound);
+        assert_eq!(ex.response["found"], 0);
+    }
+
+    #[tokio::test]
+    async fn find_reports_duplicates_as_many() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        // ORIGIN_ID is not unique in Bitrix24: two creates with one key both succeed.
+        crm.create(&lead("tilda:dup")).await.0.unwrap();
+        crm.create(&lead("tilda:other")).await.0.unwrap();
+        crm.create(&lead("tilda:dup")).await.0.unwrap();
+        let (found, _) = crm.find("tilda:dup").await;
+        assert_eq!(found.unwrap(), Lookup::Many(vec!["1".into(), "3".into()]));
+    }
+
+    #[tokio::test]
+    async fn deals_carry_contact_data_in_comments() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Deal, Duration::from_secs(5));
+        let id = crm.create(&lead("tilda:deal-1")).await.0.unwrap();
+        assert_eq!(fake.calls("crm.deal.add"), 1);
+        let entities = fake.entities();
+        assert_eq!(entities[0].kind, "deal");
+        let f = &entities[0].fields;
+        assert_eq!(f.get("PHONE"), None);
+        assert_eq!(f.get("NAME"), None);
+        assert_eq!(
+            f["COMMENTS"],
+            "Name: Ivan Petrov\nPhone: +79990001122\nEmail: ivan@example.ru\nComment: call me"
+        );
+        let (found, _) = crm.find("tilda:deal-1").await;
+        assert_eq!(found.unwrap(), Lookup::One(id));
+        assert_eq!(fake.calls("crm.deal.list"), 1);
+    }
+
+    #[tokio::test]
+    async fn webhook_url_is_normalised_and_never_shown() {
+        let fake = fake().await;
+        let url = fake.webhook_url();
+        let crm = Bitrix24::new(
+            url.trim_end_matches('/'),
+            Entity::Lead,
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(crm.create(&lead("tilda:n")).await.0.unwrap(), "1");
+        assert!(!format!("{crm:?}").contains(SECRET));
+        assert!(Bitrix24::new("not a url", Entity::Lead, Duration::from_secs(1)).is_err());
+        assert!(Bitrix24::new("ftp://x/rest/1/s/", Entity::Lead, Duration::from_secs(1)).is_err());
+    }
+
+    #[tokio::test]
+    async fn lost_answer_hang_is_uncertain_and_the_entity_exists() {
+        let fake = fake().await;
+        fake.push_fault("crm.lead.add", Fault::LostAnswerHang, 1);
+        let crm = adapter(&fake, Entity::Lead, Duration::from_millis(300));
+        let (res, ex) = crm.create(&lead("tilda:hang")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain, "{err}");
+        assert!(err.message.contains("timed out"), "{err}");
+        assert_clean(&err.message);
+        assert_eq!(ex.response["class"], "uncertain");
+        assert_eq!(fake.entities().len(), 1);
+        // Reconciliation by key recovers the id the answer lost.
+        let (found, _) = crm.find("tilda:hang").await;
+        assert_eq!(found.unwrap(), Lookup::One("1".into()));
+    }
+
+    #[tokio::test]
+    async fn lost_answer_drop_is_uncertain_and_the_entity_exists() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::LostAnswerDrop).await;
+        assert_eq!(err.class, ErrorClass::Uncertain, "{err}");
+        assert_eq!(fake.entities().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn server_error_after_create_is_uncertain_and_the_entity_exists() {
+        let fake = fake().await;
+        let (err, ex) = create_err(&fake, "crm.lead.add", Fault::ServerErrorAfterCreate).await;
+        assert_eq!(err.class, ErrorClass::Uncertain, "{err}");
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 500 INTERNAL_SERVER_ERROR: Internal server error"
+        );
+        assert_eq!(ex.response["status"], 500);
+        assert_eq!(fake.entities().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn server_error_is_uncertain() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::ServerError).await;
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert!(fake.entities().is_empty());
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_not_sent() {
+        // Bind then drop a listener: the port is (almost certainly) closed now.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}/rest/1/{SECRET}/");
+        let crm = Bitrix24::new(&url, Entity::Lead, Duration::from_secs(2)).unwrap();
+        let (res, ex) = crm.create(&lead("tilda:refused")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotSent, "{err}");
+        assert_clean(&err.message);
+        assert_exchange_clean(&ex);
+        let err = crm.find("tilda:refused").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotSent);
+        assert_clean(&err.message);
+    }
+
+    #[tokio::test]
+    async fn rate_limit_is_rate_limited_with_retry_after() {
+        let fake = fake().await;
+        let fault = Fault::RateLimit {
+            retry_after_secs: Some(7),
+        };
+        let (err, ex) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
+        assert_eq!(ex.response["status"], 503);
+        assert!(fake.entities().is_empty());
+
+        let fault = Fault::OperationTimeLimit {
+            retry_after_secs: Some(2),
+        };
+        let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(2)));
+
+        // Without a header the wait is unknown: the worker's backoff decides.
+        let fault = Fault::RateLimit {
+            retry_after_secs: None,
+        };
+        let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, None);
+    }
+
+    #[tokio::test]
+    async fn expired_token_is_auth() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::ExpiredToken).await;
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert!(err.message.contains("HTTP 401 expired_token"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn wrong_secret_is_auth_and_not_leaked() {
+        let fake = fake().await;
+        let url = fake.webhook_url().replace(SECRET, "wrong-secret-value");
+        let crm = Bitrix24::new(&url, Entity::Lead, Duration::from_secs(5)).unwrap();
+        let err = crm.create(&lead("tilda:w")).await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert!(err.message.contains("NO_AUTH_FOUND"), "{err}");
+        assert!(!err.message.contains("wrong-secret-value"));
+    }
+
+    #[tokio::test]
+    async fn validation_is_validation_with_a_clean_message() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::Validation).await;
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 400 : The required field 'Lead Name' is missing."
+        );
+        assert!(!err.message.contains("<br"));
+        assert_eq!(err.retry_after, None);
+    }
+
+    #[tokio::test]
+    async fn html_502_is_uncertain() {
+        let fake = fake().await;
+        let (err, ex) = create_err(&fake, "crm.lead.add", Fault::HtmlError).await;
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 502 : (not JSON) 502 Bad Gateway 502 Bad Gateway nginx"
+        );
+        assert_eq!(ex.response["status"], 502);
+    }
+
+    #[tokio::test]
+    async fn connector_level_errors_pause_the_connector() {
+        let fake = fake().await;
+        for (status, code) in [
+            (503, "OVERLOAD_LIMIT"),
+            (500, "PORTAL_DELETED"),
+            (403, "insufficient_scope"),
+            (403, "ACCESS_DENIED"),
+        ] {
+            let fault = Fault::Error {
+                status,
+                error: code.into(),
+                error_description: "x".into(),
+                after_execute: false,
+            };
+            let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+            assert_eq!(err.class, ErrorClass::Auth, "{code}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_method_is_validation() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        let mut summary = serde_json::Map::new();
+        let err = crm
+            .post("crm.nothing.add", &json!({}), "tilda:x", &[], &mut summary)
+            .await
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert!(
+            err.message.contains("HTTP 404 ERROR_METHOD_NOT_FOUND"),
+            "{err}"
+        );
+        assert_clean(&err.message);
+        assert_eq!(summary["status"], 404);
+    }
+
+    #[tokio::test]
+    async fn find_faults_are_classified_too() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_millis(300));
+        fake.push_fault("crm.lead.list", Fault::LostAnswerHang, 1);
+        let err = crm.find("tilda:x").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        fake.push_fault("crm.lead.list", Fault::ExpiredToken, 1);
+        let err = crm.find("tilda:x").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert_eq!(crm.find("tilda:x").await.0.unwrap(), Lookup::NotFound);
+    }
+
+    #[tokio::test]
+    async fn latency_below_the_timeout_succeeds() {
+        let fake = fake().await;
+        fake.push_fault("crm.lead.add", Fault::LatencyMs { ms: 50 }, 1);
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        assert_eq!(crm.create(&lead("tilda:slow")).await.0.unwrap(), "1");
+    }
+
+    #[tokio::test]
+    async fn contact_data_echoed_by_the_crm_is_scrubbed() {
+        let fake = fake().await;
+        let fault = Fault::Error {
+            status: 400,
+            error: "ERROR_CORE".into(),
+            error_description: "Invalid e-mail ivan@example.ru for Ivan Petrov".into(),
+            after_execute: false,
+        };
+        let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 400 ERROR_CORE: Invalid e-mail *** for ***"
+        );
+    }
+
+    #[test]
+    fn classification_table() {
+        use ErrorClass::*;
+        let s = |n| StatusCode::from_u16(n).unwrap();
+        let table = [
+            (503, Some("QUERY_LIMIT_EXCEEDED"), RateLimited),
+            (429, Some("OPERATION_TIME_LIMIT"), RateLimited),
+            (503, Some("OVERLOAD_LIMIT"), Auth),
+            (401, Some("expired_token"), Auth),
+            (401, Some("invalid_token"), Auth),
+            (401, Some("NO_AUTH_FOUND"), Auth),
+            (403, Some("insufficient_scope"), Auth),
+            (403, Some("INVALID_CREDENTIALS"), Auth),
+            (403, Some("ACCESS_DENIED"), Auth),
+            (403, Some("user_access_error"), Auth),
+            (400, Some(""), Validation),
+            (400, Some("ERROR_CORE"), Validation),
+            (400, None, Validation),
+            (404, Some("ERROR_METHOD_NOT_FOUND"), Validation),
+            (500, Some("INTERNAL_SERVER_ERROR"), Uncertain),
+            (500, Some("ERROR_UNEXPECTED_ANSWER"), Uncertain),
+            (500, Some("PORTAL_DELETED"), Auth),
+            (502, None, Uncertain),
+            (504, Some(""), Uncertain),
+            (503, None, Uncertain),
+            (429, None, RateLimited),
+            (401, None, Auth),
+            (408, None, NotSent),
+            (302, None, Auth),
+            (200, Some("SOMETHING_NEW"), Uncertain),
+            (200, None, Uncertain),
+        ];
+        for (status, code, class) in table {
+            assert_eq!(classify(s(status), code), class, "{status} {code:?}");
+        }
+    }
+
+    #[test]
+    fn interpret_handles_odd_bodies() {
+        let h = HeaderMap::new();
+        let ok = interpret(
+            "m",
+            StatusCode::OK,
+            &h,
+            br#"{"result": 5, "time": {}}"#,
+            &[],
+        );
+        assert_eq!(ok.unwrap(), json!(5));
+        let err = interpret("m", StatusCode::OK, &h, b"", &[]).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert_eq!(err.message, "bitrix24 m: HTTP 200 : (empty body)");
+        let err = interpret("m", StatusCode::OK, &h, br#"{"time":{}}"#, &[]).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        let err = interpret("m", StatusCode::BAD_REQUEST, &h, b"oops", &[]).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Validation);
+        let long = format!(
+            r#"{{"error":"","error_description":"{}"}}"#,
+            "x".repeat(1000)
+        );
+        let err = interpret("m", StatusCode::BAD_REQUEST, &h, long.as_bytes(), &[]).unwrap_err();
+        assert_eq!(err.message.chars().count(), crate::crm::MAX_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_dates_and_the_reset_time() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, "12".parse().unwrap());
+        assert_eq!(retry_after(&h, None), Some(Duration::from_secs(12)));
+        h.insert(RETRY_AFTER, "999999".parse().unwrap());
+        assert_eq!(retry_after(&h, None), Some(MAX_RETRY_AFTER));
+        let at = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        h.insert(RETRY_AFTER, at.parse().unwrap());
+        let d = retry_after(&h, None).unwrap();
+        assert!(
+            d > Duration::from_secs(25) && d <= Duration::from_secs(30),
+            "{d:?}"
+        );
+        let reset = chrono::Utc::now().timestamp() + 20;
+        let body = json!({"time": {"operating_reset_at": reset}});
+        let d = retry_after(&HeaderMap::new(), Some(&body)).unwrap();
+        assert!(
+            d > Duration::from_secs(15) && d <= Duration::from_secs(20),
+            "{d:?}"
+        );
+        assert_eq!(retry_after(&HeaderMap::new(), None), None);
+    }
+}
