@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod crm;
 pub mod domain;
 pub mod report;
 pub mod store;

@@ -1,0 +1,975 @@
+//! Bitrix24 over an incoming webhook (`https://{portal}/rest/{user}/{secret}/`).
+//!
+//! Bitrix24 has no idempotent create (`ORIGIN_ID` is not unique-enforced, and the
+//! REST 3.0 `Idempotency-Key` does not cover CRM methods), so the adapter stamps every
+//! entity with `ORIGINATOR_ID = "leadgate"` and `ORIGIN_ID = <operation_id>` and
+//! finds it again with an exact-match list filter. That list is authoritative: a
+//! create whose answer was lost is either in it or was never executed.
+
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, LOCATION, RETRY_AFTER};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::{
+    classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
+};
+use crate::domain::ErrorClass;
+
+/// The connector name: what gets paused when the credentials stop working.
+pub const CONNECTOR: &str = "bitrix24";
+/// The `ORIGINATOR_ID` of every entity Leadgate creates: the external-key namespace.
+pub const ORIGINATOR_ID: &str = "leadgate";
+/// Bitrix24 cuts requests off after 60 s; waiting longer is pointless.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+/// A portal whose domain changed answers 302; follow at most this many hops.
+const MAX_REDIRECTS: usize = 3;
+/// A `Retry-After` beyond this is treated as this: the worker's own stop condition
+/// should take over rather than parking a lead for days on one header.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Which CRM entity a lead becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Entity {
+    #[default]
+    Lead,
+    Deal,
+}
+
+impl Entity {
+    fn add_method(self) -> &'static str {
+        match self {
+            Entity::Lead => "crm.lead.add",
+            Entity::Deal => "crm.deal.add",
+        }
+    }
+
+    fn list_method(self) -> &'static str {
+        match self {
+            Entity::Lead => "crm.lead.list",
+            Entity::Deal => "crm.deal.list",
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Entity::Lead => "lead",
+            Entity::Deal => "deal",
+        }
+    }
+}
+
+/// A Bitrix24 connector.
+pub struct Bitrix24 {
+    /// Ends with `/`; holds the secret, so it is never logged or put in a message.
+    webhook_url: String,
+    /// The secret path segment, scrubbed from every stored text as a second line of
+    /// defence.
+    secret: String,
+    entity: Entity,
+    timeout: Duration,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for Bitrix24 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bitrix24")
+            .field("webhook_url", &"<secret>")
+            .field("entity", &self.entity)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Bitrix24 {
+    /// Builds a connector for the webhook `webhook_url` (with or without the trailing
+    /// `/`). `timeout` bounds each HTTP exchange; it is capped at Bitrix24's own 60 s.
+    pub fn new(webhook_url: &str, entity: Entity, timeout: Duration) -> Result<Self, ConfigError> {
+        let mut webhook_url = webhook_url.trim().to_owned();
+        if !webhook_url.ends_with('/') {
+            webhook_url.push('/');
+        }
+        let parsed = reqwest::Url::parse(&webhook_url)
+            .map_err(|e| ConfigError(format!("the Bitrix24 webhook URL is not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(ConfigError(
+                "the Bitrix24 webhook URL must be an http(s) URL with a host".into(),
+            ));
+        }
+        let secret = parsed
+            .path_segments()
+            .and_then(|mut segs| segs.rfind(|s| !s.is_empty()))
+            .unwrap_or_default()
+            .to_owned();
+        let timeout = timeout.min(MAX_TIMEOUT);
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            // A redirect of a POST would become a GET without the body; we repeat the
+            // POST ourselves (see `post`).
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ConfigError(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Bitrix24 {
+            webhook_url,
+            secret,
+            entity,
+            timeout,
+            client,
+        })
+    }
+
+    pub fn entity(&self) -> Entity {
+        self.entity
+    }
+
+    /// The `fields` of an add call. Deals have no PHONE/EMAIL (Bitrix24 wants a
+    /// contact created and linked first); until contacts are supported the contact
+    /// data goes into COMMENTS so the manager still sees it.
+    fn fields(&self, lead: &Lead) -> Value {
+        let mut fields = serde_json::Map::new();
+        fields.insert(
+            "TITLE".into(),
+            json!(lead
+                .title
+                .clone()
+                .unwrap_or_else(|| format!("Lead {}", lead.operation_id))),
+        );
+        fields.insert("ORIGINATOR_ID".into(), json!(ORIGINATOR_ID));
+        fields.insert("ORIGIN_ID".into(), json!(lead.operation_id));
+        fields.insert("SOURCE_DESCRIPTION".into(), json!(lead.source));
+        match self.entity {
+            Entity::Lead => {
+                if let Some(name) = &lead.name {
+                    fields.insert("NAME".into(), json!(name));
+                }
+                if let Some(phone) = &lead.phone {
+                    fields.insert(
+                        "PHONE".into(),
+                        json!([{"VALUE": phone, "VALUE_TYPE": "WORK"}]),
+                    );
+                }
+                if let Some(email) = &lead.email {
+                    fields.insert(
+                        "EMAIL".into(),
+                        json!([{"VALUE": email, "VALUE_TYPE": "WORK"}]),
+                    );
+                }
+                if let Some(comment) = &lead.comment {
+                    fields.insert("COMMENTS".into(), json!(comment));
+                }
+            }
+            Entity::Deal => {
+                let lines: Vec<String> = [
+                    ("Name", &lead.name),
+                    ("Phone", &lead.phone),
+                    ("Email", &lead.email),
+                    ("Comment", &lead.comment),
+                ]
+                .into_iter()
+                .filter_map(|(label, v)| v.as_ref().map(|v| format!("{label}: {v}")))
+                .collect();
+                if !lines.is_empty() {
+                    fields.insert("COMMENTS".into(), json!(lines.join("\n")));
+                }
+            }
+        }
+        Value::Object(fields)
+    }
+
+    /// POSTs `body` to `method` and returns the `result` of a success envelope.
+    ///
+    /// The response summary gets `status`, `duration_ms` and, on failure, `error`
+    /// (Bitrix24's code) and `class`.
+    async fn post(
+        &self,
+        method: &str,
+        body: &Value,
+        operation_id: &str,
+        redact: &[&str],
+        summary: &mut serde_json::Map<String, Value>,
+    ) -> Result<Value, CrmError> {
+        let mut redact = redact.to_vec();
+        redact.push(&self.webhook_url);
+        redact.push(&self.secret);
+        let started = Instant::now();
+        let mut url = format!("{}{method}.json", self.webhook_url);
+        let mut hops = 0;
+        let result = loop {
+            tracing::debug!(operation_id, method, hops, "bitrix24 call");
+            let resp = match self.client.post(&url).json(body).send().await {
+                Ok(resp) => resp,
+                Err(e) => break Err(classify_transport(CONNECTOR, method, e, &redact)),
+            };
+            let status = resp.status();
+            summary.insert("status".into(), json!(status.as_u16()));
+            if status.is_redirection() && hops < MAX_REDIRECTS {
+                // The portal moved to another domain: nothing was executed here, so
+                // repeating the same POST at the new address is safe.
+                if let Some(next) = redirect_target(&url, resp.headers()) {
+                    hops += 1;
+                    url = next;
+                    continue;
+                }
+            }
+            let headers = resp.headers().clone();
+            let bytes = match resp.bytes().await {
+                Ok(b) => b,
+                Err(e) => break Err(classify_transport(CONNECTOR, method, e, &redact)),
+            };
+            break interpret(method, status, &headers, &bytes, &redact);
+        };
+        summary.insert(
+            "duration_ms".into(),
+            json!(started.elapsed().as_millis() as u64),
+        );
+        if hops > 0 {
+            summary.insert("redirects".into(), json!(hops));
+        }
+        if let Err(e) = &result {
+            summary.insert("class".into(), json!(e.class));
+            summary.insert("message".into(), json!(e.message));
+            tracing::debug!(operation_id, method, class = %e.class, "bitrix24 call failed");
+        }
+        result
+    }
+}
+
+fn redirect_target(current: &str, headers: &HeaderMap) -> Option<String> {
+    let location = headers.get(LOCATION)?.to_str().ok()?;
+    let base = reqwest::Url::parse(current).ok()?;
+    Some(base.join(location).ok()?.to_string())
+}
+
+/// Bitrix24 error codes and what they mean for Leadgate, from `shared/crm/FACTS.md`.
+/// A known code decides the class whatever the HTTP status; unknown codes fall back to
+/// the status (see [`classify`]).
+const ERROR_CODES: &[(&str, ErrorClass)] = &[
+    // Rejected before execution.
+    ("QUERY_LIMIT_EXCEEDED", ErrorClass::RateLimited),
+    ("OPERATION_TIME_LIMIT", ErrorClass::RateLimited),
+    // "Terminal for the connector — needs a person (support)": retrying cannot help
+    // and every lead must stay queued, which is exactly what pausing the connector
+    // does, so it is classed as Auth.
+    ("OVERLOAD_LIMIT", ErrorClass::Auth),
+    ("PORTAL_DELETED", ErrorClass::Auth),
+    // Credentials: a webhook cannot refresh itself, so pause the connector.
+    ("expired_token", ErrorClass::Auth),
+    ("invalid_token", ErrorClass::Auth),
+    ("NO_AUTH_FOUND", ErrorClass::Auth),
+    ("insufficient_scope", ErrorClass::Auth),
+    ("INVALID_CREDENTIALS", ErrorClass::Auth),
+    ("ACCESS_DENIED", ErrorClass::Auth),
+    ("user_access_error", ErrorClass::Auth),
+    // A wrong method name is configuration: terminal, no retry.
+    ("ERROR_METHOD_NOT_FOUND", ErrorClass::Validation),
+    // The portal failed while executing: the entity may exist — reconcile first.
+    ("INTERNAL_SERVER_ERROR", ErrorClass::Uncertain),
+    ("ERROR_UNEXPECTED_ANSWER", ErrorClass::Uncertain),
+];
+
+/// The one classification of a Bitrix24 answer that is not a success.
+///
+/// `code` is Bitrix24's `error` ("" for most CRM validation errors, `None` when the
+/// body was not a JSON error). A known code wins; otherwise the status decides:
+/// 400/404/other 4xx → Validation (refused, terminal), 401/402/403 → Auth, 408 →
+/// NotSent (the server gave up before reading the request), 429 → RateLimited,
+/// 3xx (a redirect we could not follow) → Auth (the webhook URL needs a person),
+/// 5xx and anything else → Uncertain (the create may have been executed).
+pub fn classify(status: StatusCode, code: Option<&str>) -> ErrorClass {
+    if let Some(code) = code.filter(|c| !c.is_empty()) {
+        if let Some((_, class)) = ERROR_CODES
+            .iter()
+            .find(|(known, _)| known.eq_ignore_ascii_case(code))
+        {
+            return *class;
+        }
+    }
+    match status.as_u16() {
+        300..=399 => ErrorClass::Auth,
+        401..=403 => ErrorClass::Auth,
+        408 => ErrorClass::NotSent,
+        429 => ErrorClass::RateLimited,
+        400..=499 => ErrorClass::Validation,
+        _ => ErrorClass::Uncertain,
+    }
+}
+
+/// Turns a complete HTTP answer into the envelope's `result` or a classified error.
+fn interpret(
+    method: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    redact: &[&str],
+) -> Result<Value, CrmError> {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    let code = json
+        .as_ref()
+        .and_then(|j| j.get("error"))
+        .and_then(Value::as_str);
+    if status.is_success() && code.is_none_or(str::is_empty) {
+        if let Some(result) = json.as_ref().and_then(|j| j.get("result")) {
+            return Ok(result.clone());
+        }
+    }
+    // A 2xx without a `result` (or with an unknown code) falls through to Uncertain:
+    // we cannot know what was executed.
+    let class = classify(status, code);
+    let (code_part, desc) = match &json {
+        Some(j) if j.get("error").is_some() => (
+            code.unwrap_or_default().to_owned(),
+            j.get("error_description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+        Some(_) if status.is_success() => (
+            String::new(),
+            "unexpected answer without a result".to_owned(),
+        ),
+        Some(_) => (String::new(), "unexpected JSON answer".to_owned()),
+        None if body.iter().all(u8::is_ascii_whitespace) => {
+            (String::new(), "(empty body)".to_owned())
+        }
+        None => (
+            String::new(),
+            format!("(not JSON) {}", String::from_utf8_lossy(body)),
+        ),
+    };
+    // `code` may be empty: "HTTP 400 : text" keeps the place of the code visible.
+    let message = clean_message(
+        &format!(
+            "{CONNECTOR} {method}: HTTP {} {code_part}: {desc}",
+            status.as_u16()
+        ),
+        redact,
+    );
+    let retry_after = if matches!(status.as_u16(), 429 | 503) || class == ErrorClass::RateLimited {
+        retry_after(headers, json.as_ref())
+    } else {
+        None
+    };
+    Err(CrmError {
+        class,
+        message,
+        retry_after,
+    })
+}
+
+/// The wait the portal asked for: `Retry-After` (seconds or an HTTP date), else the
+/// envelope's `time.operating_reset_at` (when the method's time budget resets).
+fn retry_after(headers: &HeaderMap, json: Option<&Value>) -> Option<Duration> {
+    let from_header = headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let v = v.trim();
+            v.parse::<u64>().ok().map(Duration::from_secs).or_else(|| {
+                let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+                let secs = (at.timestamp() - chrono::Utc::now().timestamp()).max(0);
+                Some(Duration::from_secs(secs as u64))
+            })
+        });
+    let from_body = || {
+        let reset_at = json?.pointer("/time/operating_reset_at")?.as_f64()?;
+        let secs = reset_at - chrono::Utc::now().timestamp() as f64;
+        Some(Duration::from_secs_f64(secs.max(0.0)))
+    };
+    from_header
+        .or_else(from_body)
+        .map(|d| d.min(MAX_RETRY_AFTER))
+}
+
+/// The id in an add answer: Bitrix24 sends an integer, some proxies a string.
+fn id_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Number(n) if n.as_u64().is_some_and(|n| n > 0) => Some(n.to_string()),
+        Value::String(s)
+            if !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            Some(s.trim().to_owned())
+        }
+        _ => None,
+    }
+}
+
+#[async_trait::async_trait]
+impl Crm for Bitrix24 {
+    fn connector(&self) -> &str {
+        CONNECTOR
+    }
+
+    fn lookup_is_authoritative(&self) -> bool {
+        true
+    }
+
+    async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
+        let method = self.entity.add_method();
+        let fields = self.fields(lead);
+        let body = json!({"fields": fields, "params": {"REGISTER_SONET_EVENT": "N"}});
+        let field_names: Vec<&String> = fields
+            .as_object()
+            .map(|f| f.keys().collect())
+            .unwrap_or_default();
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": method,
+            "entity": self.entity.as_str(),
+            "originator_id": ORIGINATOR_ID,
+            "origin_id": lead.operation_id,
+            "fields": field_names,
+        });
+        let mut summary = serde_json::Map::new();
+        let result = self
+            .post(
+                method,
+                &body,
+                &lead.operation_id,
+                &lead.contact_values(),
+                &mut summary,
+            )
+            .await
+            .and_then(|result| {
+                id_of(&result).ok_or_else(|| {
+                    CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!("{CONNECTOR} {method}: the answer has no entity id"),
+                    )
+                })
+            });
+        match &result {
+            Ok(id) => {
+                summary.insert("id".into(), json!(id));
+            }
+            Err(e) if !summary.contains_key("class") => {
+                summary.insert("class".into(), json!(e.class));
+                summary.insert("message".into(), json!(e.message));
+            }
+            Err(_) => {}
+        }
+        let exchange = Exchange {
+            request,
+            response: Value::Object(summary),
+        };
+        (result, exchange)
+    }
+
+    async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {
+        let method = self.entity.list_method();
+        let body = json!({
+            "filter": {"=ORIGINATOR_ID": ORIGINATOR_ID, "=ORIGIN_ID": operation_id},
+            "select": ["ID"],
+            // -1: skip counting `total`, which is cheaper; one page of 50 is plenty to
+            // tell 0, 1 and "several".
+            "start": -1,
+        });
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": method,
+            "entity": self.entity.as_str(),
+            "originator_id": ORIGINATOR_ID,
+            "origin_id": operation_id,
+        });
+        let mut summary = serde_json::Map::new();
+        let result = self
+            .post(method, &body, operation_id, &[], &mut summary)
+            .await
+            .and_then(|result| {
+                let rows = result.as_array().ok_or_else(|| {
+                    CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!("{CONNECTOR} {method}: the answer is not a list"),
+                    )
+                })?;
+                let ids: Option<Vec<String>> = rows
+                    .iter()
+                    .map(|row| row.get("ID").and_then(id_of))
+                    .collect();
+                ids.map(Lookup::from_ids).ok_or_else(|| {
+                    CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!("{CONNECTOR} {method}: a row has no ID"),
+                    )
+                })
+            });
+        match &result {
+            Ok(lookup) => {
+                let ids = match lookup {
+                    Lookup::NotFound => vec![],
+                    Lookup::One(id) => vec![id.clone()],
+                    Lookup::Many(ids) => ids.clone(),
+                };
+                summary.insert("found".into(), json!(ids.len()));
+                summary.insert("ids".into(), json!(ids));
+            }
+            Err(e) if !summary.contains_key("class") => {
+                summary.insert("class".into(), json!(e.class));
+                summary.insert("message".into(), json!(e.message));
+            }
+            Err(_) => {}
+        }
+        let exchange = Exchange {
+            request,
+            response: Value::Object(summary),
+        };
+        (result, exchange)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crm::fake_bitrix24::{FakeBitrix24, Fault};
+
+    const SECRET: &str = "fake-secret";
+
+    async fn fake() -> FakeBitrix24 {
+        FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn adapter(fake: &FakeBitrix24, entity: Entity, timeout: Duration) -> Bitrix24 {
+        Bitrix24::new(&fake.webhook_url(), entity, timeout).unwrap()
+    }
+
+    fn lead(op: &str) -> Lead {
+        Lead {
+            operation_id: op.into(),
+            source: "tilda".into(),
+            title: Some("Form".into()),
+            name: Some("Ivan Petrov".into()),
+            phone: Some("+79990001122".into()),
+            email: Some("ivan@example.ru".into()),
+            comment: Some("call me".into()),
+        }
+    }
+
+    /// Nothing stored from a call may carry the secret or the lead's contact data.
+    fn assert_clean(text: &str) {
+        for needle in [SECRET, "/rest/", "Ivan", "+7999", "ivan@example.ru"] {
+            assert!(!text.contains(needle), "{needle:?} leaked into {text:?}");
+        }
+    }
+
+    fn assert_exchange_clean(ex: &Exchange) {
+        assert_clean(&ex.request.to_string());
+        assert_clean(&ex.response.to_string());
+    }
+
+    async fn create_err(fake: &FakeBitrix24, method: &str, fault: Fault) -> (CrmError, Exchange) {
+        fake.push_fault(method, fault, 1);
+        let crm = adapter(fake, Entity::Lead, Duration::from_secs(5));
+        let (res, ex) = crm.create(&lead("tilda:f-1")).await;
+        let err = res.unwrap_err();
+        assert_clean(&err.message);
+        assert_clean(&err.to_string());
+        assert_exchange_clean(&ex);
+        (err, ex)
+    }
+
+    #[tokio::test]
+    async fn create_then_find_one() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        assert_eq!(crm.connector(), "bitrix24");
+        assert!(crm.lookup_is_authoritative());
+        let (res, ex) = crm.create(&lead("tilda:tr-1")).await;
+        let id = res.unwrap();
+        assert_eq!(id, "1");
+        assert_eq!(ex.request["method"], "crm.lead.add");
+        assert_eq!(ex.request["origin_id"], "tilda:tr-1");
+        assert_eq!(ex.response["status"], 200);
+        assert_eq!(ex.response["id"], "1");
+        assert!(ex.response["duration_ms"].is_u64());
+        assert_exchange_clean(&ex);
+
+        let entities = fake.entities();
+        assert_eq!(entities.len(), 1);
+        let f = &entities[0].fields;
+        assert_eq!(entities[0].kind, "lead");
+        assert_eq!(f["TITLE"], "Form");
+        assert_eq!(f["NAME"], "Ivan Petrov");
+        assert_eq!(f["COMMENTS"], "call me");
+        assert_eq!(f["ORIGINATOR_ID"], "leadgate");
+        assert_eq!(f["ORIGIN_ID"], "tilda:tr-1");
+        assert_eq!(f["SOURCE_DESCRIPTION"], "tilda");
+        assert_eq!(
+            f["PHONE"],
+            json!([{"VALUE": "+79990001122", "VALUE_TYPE": "WORK"}])
+        );
+        assert_eq!(
+            f["EMAIL"],
+            json!([{"VALUE": "ivan@example.ru", "VALUE_TYPE": "WORK"}])
+        );
+
+        let (found, ex) = crm.find("tilda:tr-1").await;
+        assert_eq!(found.unwrap(), Lookup::One("1".into()));
+        assert_eq!(ex.request["method"], "crm.lead.list");
+        assert_eq!(ex.response["found"], 1);
+        assert_eq!(fake.calls("crm.lead.add"), 1);
+        assert_eq!(fake.calls("crm.lead.list"), 1);
+    }
+
+    #[tokio::test]
+    async fn find_none_and_other_keys_do_not_match() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        crm.create(&lead("tilda:a")).await.0.unwrap();
+        let (found, ex) = crm.find("tilda:b").await;
+        assert_eq!(found.unwrap(), Lookup::NotFound);
+        assert_eq!(ex.response["found"], 0);
+    }
+
+    #[tokio::test]
+    async fn find_reports_duplicates_as_many() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        // ORIGIN_ID is not unique in Bitrix24: two creates with one key both succeed.
+        crm.create(&lead("tilda:dup")).await.0.unwrap();
+        crm.create(&lead("tilda:other")).await.0.unwrap();
+        crm.create(&lead("tilda:dup")).await.0.unwrap();
+        let (found, _) = crm.find("tilda:dup").await;
+        assert_eq!(found.unwrap(), Lookup::Many(vec!["1".into(), "3".into()]));
+    }
+
+    #[tokio::test]
+    async fn deals_carry_contact_data_in_comments() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Deal, Duration::from_secs(5));
+        let id = crm.create(&lead("tilda:deal-1")).await.0.unwrap();
+        assert_eq!(fake.calls("crm.deal.add"), 1);
+        let entities = fake.entities();
+        assert_eq!(entities[0].kind, "deal");
+        let f = &entities[0].fields;
+        assert_eq!(f.get("PHONE"), None);
+        assert_eq!(f.get("NAME"), None);
+        assert_eq!(
+            f["COMMENTS"],
+            "Name: Ivan Petrov\nPhone: +79990001122\nEmail: ivan@example.ru\nComment: call me"
+        );
+        let (found, _) = crm.find("tilda:deal-1").await;
+        assert_eq!(found.unwrap(), Lookup::One(id));
+        assert_eq!(fake.calls("crm.deal.list"), 1);
+    }
+
+    #[tokio::test]
+    async fn webhook_url_is_normalised_and_never_shown() {
+        let fake = fake().await;
+        let url = fake.webhook_url();
+        let crm = Bitrix24::new(
+            url.trim_end_matches('/'),
+            Entity::Lead,
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(crm.create(&lead("tilda:n")).await.0.unwrap(), "1");
+        assert!(!format!("{crm:?}").contains(SECRET));
+        assert!(Bitrix24::new("not a url", Entity::Lead, Duration::from_secs(1)).is_err());
+        assert!(Bitrix24::new("ftp://x/rest/1/s/", Entity::Lead, Duration::from_secs(1)).is_err());
+    }
+
+    #[tokio::test]
+    async fn lost_answer_hang_is_uncertain_and_the_entity_exists() {
+        let fake = fake().await;
+        fake.push_fault("crm.lead.add", Fault::LostAnswerHang, 1);
+        let crm = adapter(&fake, Entity::Lead, Duration::from_millis(300));
+        let (res, ex) = crm.create(&lead("tilda:hang")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain, "{err}");
+        assert!(err.message.contains("timed out"), "{err}");
+        assert_clean(&err.message);
+        assert_eq!(ex.response["class"], "uncertain");
+        assert_eq!(fake.entities().len(), 1);
+        // Reconciliation by key recovers the id the answer lost.
+        let (found, _) = crm.find("tilda:hang").await;
+        assert_eq!(found.unwrap(), Lookup::One("1".into()));
+    }
+
+    #[tokio::test]
+    async fn lost_answer_drop_is_uncertain_and_the_entity_exists() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::LostAnswerDrop).await;
+        assert_eq!(err.class, ErrorClass::Uncertain, "{err}");
+        assert_eq!(fake.entities().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn server_error_after_create_is_uncertain_and_the_entity_exists() {
+        let fake = fake().await;
+        let (err, ex) = create_err(&fake, "crm.lead.add", Fault::ServerErrorAfterCreate).await;
+        assert_eq!(err.class, ErrorClass::Uncertain, "{err}");
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 500 INTERNAL_SERVER_ERROR: Internal server error"
+        );
+        assert_eq!(ex.response["status"], 500);
+        assert_eq!(fake.entities().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn server_error_is_uncertain() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::ServerError).await;
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert!(fake.entities().is_empty());
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_not_sent() {
+        // Bind then drop a listener: the port is (almost certainly) closed now.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}/rest/1/{SECRET}/");
+        let crm = Bitrix24::new(&url, Entity::Lead, Duration::from_secs(2)).unwrap();
+        let (res, ex) = crm.create(&lead("tilda:refused")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotSent, "{err}");
+        assert_clean(&err.message);
+        assert_exchange_clean(&ex);
+        let err = crm.find("tilda:refused").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotSent);
+        assert_clean(&err.message);
+    }
+
+    #[tokio::test]
+    async fn rate_limit_is_rate_limited_with_retry_after() {
+        let fake = fake().await;
+        let fault = Fault::RateLimit {
+            retry_after_secs: Some(7),
+        };
+        let (err, ex) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
+        assert_eq!(ex.response["status"], 503);
+        assert!(fake.entities().is_empty());
+
+        let fault = Fault::OperationTimeLimit {
+            retry_after_secs: Some(2),
+        };
+        let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(2)));
+
+        // Without a header the wait is unknown: the worker's backoff decides.
+        let fault = Fault::RateLimit {
+            retry_after_secs: None,
+        };
+        let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, None);
+    }
+
+    #[tokio::test]
+    async fn expired_token_is_auth() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::ExpiredToken).await;
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert!(err.message.contains("HTTP 401 expired_token"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn wrong_secret_is_auth_and_not_leaked() {
+        let fake = fake().await;
+        let url = fake.webhook_url().replace(SECRET, "wrong-secret-value");
+        let crm = Bitrix24::new(&url, Entity::Lead, Duration::from_secs(5)).unwrap();
+        let err = crm.create(&lead("tilda:w")).await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert!(err.message.contains("NO_AUTH_FOUND"), "{err}");
+        assert!(!err.message.contains("wrong-secret-value"));
+    }
+
+    #[tokio::test]
+    async fn validation_is_validation_with_a_clean_message() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, "crm.lead.add", Fault::Validation).await;
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 400 : The required field 'Lead Name' is missing."
+        );
+        assert!(!err.message.contains("<br"));
+        assert_eq!(err.retry_after, None);
+    }
+
+    #[tokio::test]
+    async fn html_502_is_uncertain() {
+        let fake = fake().await;
+        let (err, ex) = create_err(&fake, "crm.lead.add", Fault::HtmlError).await;
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 502 : (not JSON) 502 Bad Gateway 502 Bad Gateway nginx"
+        );
+        assert_eq!(ex.response["status"], 502);
+    }
+
+    #[tokio::test]
+    async fn connector_level_errors_pause_the_connector() {
+        let fake = fake().await;
+        for (status, code) in [
+            (503, "OVERLOAD_LIMIT"),
+            (500, "PORTAL_DELETED"),
+            (403, "insufficient_scope"),
+            (403, "ACCESS_DENIED"),
+        ] {
+            let fault = Fault::Error {
+                status,
+                error: code.into(),
+                error_description: "x".into(),
+                after_execute: false,
+            };
+            let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+            assert_eq!(err.class, ErrorClass::Auth, "{code}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_method_is_validation() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        let mut summary = serde_json::Map::new();
+        let err = crm
+            .post("crm.nothing.add", &json!({}), "tilda:x", &[], &mut summary)
+            .await
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert!(
+            err.message.contains("HTTP 404 ERROR_METHOD_NOT_FOUND"),
+            "{err}"
+        );
+        assert_clean(&err.message);
+        assert_eq!(summary["status"], 404);
+    }
+
+    #[tokio::test]
+    async fn find_faults_are_classified_too() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_millis(300));
+        fake.push_fault("crm.lead.list", Fault::LostAnswerHang, 1);
+        let err = crm.find("tilda:x").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        fake.push_fault("crm.lead.list", Fault::ExpiredToken, 1);
+        let err = crm.find("tilda:x").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert_eq!(crm.find("tilda:x").await.0.unwrap(), Lookup::NotFound);
+    }
+
+    #[tokio::test]
+    async fn latency_below_the_timeout_succeeds() {
+        let fake = fake().await;
+        fake.push_fault("crm.lead.add", Fault::LatencyMs { ms: 50 }, 1);
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        assert_eq!(crm.create(&lead("tilda:slow")).await.0.unwrap(), "1");
+    }
+
+    #[tokio::test]
+    async fn contact_data_echoed_by_the_crm_is_scrubbed() {
+        let fake = fake().await;
+        let fault = Fault::Error {
+            status: 400,
+            error: "ERROR_CORE".into(),
+            error_description: "Invalid e-mail ivan@example.ru for Ivan Petrov".into(),
+            after_execute: false,
+        };
+        let (err, _) = create_err(&fake, "crm.lead.add", fault).await;
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert_eq!(
+            err.message,
+            "bitrix24 crm.lead.add: HTTP 400 ERROR_CORE: Invalid e-mail *** for ***"
+        );
+    }
+
+    #[test]
+    fn classification_table() {
+        use ErrorClass::*;
+        let s = |n| StatusCode::from_u16(n).unwrap();
+        let table = [
+            (503, Some("QUERY_LIMIT_EXCEEDED"), RateLimited),
+            (429, Some("OPERATION_TIME_LIMIT"), RateLimited),
+            (503, Some("OVERLOAD_LIMIT"), Auth),
+            (401, Some("expired_token"), Auth),
+            (401, Some("invalid_token"), Auth),
+            (401, Some("NO_AUTH_FOUND"), Auth),
+            (403, Some("insufficient_scope"), Auth),
+            (403, Some("INVALID_CREDENTIALS"), Auth),
+            (403, Some("ACCESS_DENIED"), Auth),
+            (403, Some("user_access_error"), Auth),
+            (400, Some(""), Validation),
+            (400, Some("ERROR_CORE"), Validation),
+            (400, None, Validation),
+            (404, Some("ERROR_METHOD_NOT_FOUND"), Validation),
+            (500, Some("INTERNAL_SERVER_ERROR"), Uncertain),
+            (500, Some("ERROR_UNEXPECTED_ANSWER"), Uncertain),
+            (500, Some("PORTAL_DELETED"), Auth),
+            (502, None, Uncertain),
+            (504, Some(""), Uncertain),
+            (503, None, Uncertain),
+            (429, None, RateLimited),
+            (401, None, Auth),
+            (408, None, NotSent),
+            (302, None, Auth),
+            (200, Some("SOMETHING_NEW"), Uncertain),
+            (200, None, Uncertain),
+        ];
+        for (status, code, class) in table {
+            assert_eq!(classify(s(status), code), class, "{status} {code:?}");
+        }
+    }
+
+    #[test]
+    fn interpret_handles_odd_bodies() {
+        let h = HeaderMap::new();
+        let ok = interpret(
+            "m",
+            StatusCode::OK,
+            &h,
+            br#"{"result": 5, "time": {}}"#,
+            &[],
+        );
+        assert_eq!(ok.unwrap(), json!(5));
+        let err = interpret("m", StatusCode::OK, &h, b"", &[]).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert_eq!(err.message, "bitrix24 m: HTTP 200 : (empty body)");
+        let err = interpret("m", StatusCode::OK, &h, br#"{"time":{}}"#, &[]).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        let err = interpret("m", StatusCode::BAD_REQUEST, &h, b"oops", &[]).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Validation);
+        let long = format!(
+            r#"{{"error":"","error_description":"{}"}}"#,
+            "x".repeat(1000)
+        );
+        let err = interpret("m", StatusCode::BAD_REQUEST, &h, long.as_bytes(), &[]).unwrap_err();
+        assert_eq!(err.message.chars().count(), crate::crm::MAX_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_dates_and_the_reset_time() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, "12".parse().unwrap());
+        assert_eq!(retry_after(&h, None), Some(Duration::from_secs(12)));
+        h.insert(RETRY_AFTER, "999999".parse().unwrap());
+        assert_eq!(retry_after(&h, None), Some(MAX_RETRY_AFTER));
+        let at = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        h.insert(RETRY_AFTER, at.parse().unwrap());
+        let d = retry_after(&h, None).unwrap();
+        assert!(
+            d > Duration::from_secs(25) && d <= Duration::from_secs(30),
+            "{d:?}"
+        );
+        let reset = chrono::Utc::now().timestamp() + 20;
+        let body = json!({"time": {"operating_reset_at": reset}});
+        let d = retry_after(&HeaderMap::new(), Some(&body)).unwrap();
+        assert!(
+            d > Duration::from_secs(15) && d <= Duration::from_secs(20),
+            "{d:?}"
+        );
+        assert_eq!(retry_after(&HeaderMap::new(), None), None);
+    }
+}

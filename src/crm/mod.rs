@@ -1,0 +1,361 @@
+//! The CRM boundary: the only code that talks to CRMs.
+//!
+//! The worker hands a [`Lead`] to a [`Crm`] and gets back either the new entity's id
+//! or a [`CrmError`] whose [`ErrorClass`] decides what happens next (retry, reconcile,
+//! fail, pause the connector). Every call also returns an [`Exchange`]: a summary of
+//! what went over the wire, for the operation's timeline. Neither the error message
+//! nor the exchange may carry secrets (webhook URLs, tokens) or contact data, because
+//! both are stored and shown in the console long after the personal data is scrubbed.
+//!
+//! Adapters classify failures in exactly one function each, so that the mapping from
+//! "what the CRM said" to "what Leadgate does" can be read (and tested) as one table.
+
+use std::time::Duration;
+
+use crate::domain::{ErrorClass, OperationId};
+
+pub mod bitrix24;
+pub mod fake;
+pub mod fake_bitrix24;
+
+/// What the worker asks a CRM to create, mapped from the payload.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Lead {
+    /// The operation key; sent to the CRM as the entity's external key so a create
+    /// whose answer was lost can be found again.
+    pub operation_id: String,
+    pub source: String,
+    pub title: Option<String>,
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    pub comment: Option<String>,
+}
+
+/// Per-source mapping: field -> JSON pointer (RFC 6901, e.g. `/contact/phone`).
+///
+/// Missing entries use the default: a top-level key matched case-insensitively
+/// (`name`, `phone`, `email`, `comment`, `title`), so Tilda's `Name`/`Phone`/`Email`
+/// work without configuration.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct FieldMap {
+    pub title: Option<String>,
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    pub comment: Option<String>,
+}
+
+impl Lead {
+    /// Maps a journaled payload to a lead.
+    ///
+    /// Numbers and booleans are stringified (forms often send phones as numbers);
+    /// blank strings, `null`, arrays and objects count as absent, because a CRM field
+    /// filled with `[object]` or whitespace is worse than an empty one. When no title
+    /// is found the title is `Lead <operation_id>`, so the CRM record can always be
+    /// tied back to the operation by a person.
+    pub fn from_payload(
+        operation_id: &OperationId,
+        source: &str,
+        payload: &serde_json::Value,
+        map: &FieldMap,
+    ) -> Lead {
+        let field = |pointer: &Option<String>, default_key: &str| -> Option<String> {
+            let value = match pointer {
+                Some(p) => payload.pointer(p),
+                None => payload.as_object().and_then(|obj| {
+                    obj.iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(default_key))
+                        .map(|(_, v)| v)
+                }),
+            };
+            value.and_then(scalar_to_string)
+        };
+        let title =
+            field(&map.title, "title").or_else(|| Some(format!("Lead {}", operation_id.as_str())));
+        Lead {
+            operation_id: operation_id.as_str().to_owned(),
+            source: source.to_owned(),
+            title,
+            name: field(&map.name, "name"),
+            phone: field(&map.phone, "phone"),
+            email: field(&map.email, "email"),
+            comment: field(&map.comment, "comment"),
+        }
+    }
+
+    /// The contact values of this lead: an adapter scrubs them out of any text it
+    /// stores (a CRM may echo a rejected e-mail back in its error description).
+    pub(crate) fn contact_values(&self) -> Vec<&str> {
+        [&self.name, &self.phone, &self.email]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+fn scalar_to_string(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => {
+            let s = s.trim();
+            (!s.is_empty()).then(|| s.to_owned())
+        }
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A failed CRM call, classified.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct CrmError {
+    pub class: ErrorClass,
+    /// Safe to store: never the webhook secret/URL, never contact data.
+    pub message: String,
+    /// How long the CRM asked us to wait (`Retry-After`), if it said so.
+    pub retry_after: Option<Duration>,
+}
+
+impl CrmError {
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> CrmError {
+        CrmError {
+            class,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// What a search by external key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    NotFound,
+    One(String),
+    /// Several entities carry the key: duplicates already exist; a person decides.
+    Many(Vec<String>),
+}
+
+impl Lookup {
+    /// Builds the lookup from the ids found, in the CRM's order.
+    pub fn from_ids(mut ids: Vec<String>) -> Lookup {
+        match ids.len() {
+            0 => Lookup::NotFound,
+            1 => Lookup::One(ids.remove(0)),
+            _ => Lookup::Many(ids),
+        }
+    }
+}
+
+/// Summaries of one CRM call for the timeline: method, status, duration_ms, error
+/// code; no secrets, no contact data.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Exchange {
+    pub request: serde_json::Value,
+    pub response: serde_json::Value,
+}
+
+/// A CRM connector.
+#[async_trait::async_trait]
+pub trait Crm: Send + Sync + 'static {
+    /// The connector name (used to pause/resume), e.g. "bitrix24".
+    fn connector(&self) -> &str;
+    /// Whether "not found" from `find` proves no entity exists (Bitrix24: yes).
+    fn lookup_is_authoritative(&self) -> bool;
+    /// Creates one entity carrying the operation id as external key. Returns the new id.
+    async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange);
+    /// Finds entities by external key.
+    async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange);
+}
+
+/// A connector's configuration cannot work (bad URL, TLS setup failed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid CRM configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// The longest error message kept; CRM error pages can be long and the message is
+/// stored per attempt.
+pub const MAX_MESSAGE_CHARS: usize = 300;
+
+/// Makes a CRM-provided text safe and short enough to store: strips HTML tags (Bitrix24
+/// appends `<br />` to validation texts, proxies answer with whole HTML pages),
+/// collapses whitespace, replaces each of `redact` (secrets, contact values) with `***`
+/// and caps the length at [`MAX_MESSAGE_CHARS`].
+pub fn clean_message(text: &str, redact: &[&str]) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut in_tag = false;
+    for c in text.chars() {
+        match c {
+            '<' => {
+                in_tag = true;
+                plain.push(' ');
+            }
+            '>' if in_tag => in_tag = false,
+            _ if !in_tag => plain.push(c),
+            _ => {}
+        }
+    }
+    let plain = plain
+        .replace("&nbsp;", " ")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#039;", "'")
+        .replace("&amp;", "&");
+    let mut out = plain.split_whitespace().collect::<Vec<_>>().join(" ");
+    for secret in redact {
+        // Very short values would redact ordinary words; they are not identifying.
+        if secret.chars().count() >= 3 {
+            out = out.replace(secret, "***");
+        }
+    }
+    match out.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => {
+            out.truncate(cut);
+            out
+        }
+        None => out,
+    }
+}
+
+/// Classifies a transport failure of `reqwest` — the part of classification that is
+/// the same for every HTTP CRM.
+///
+/// A connect failure (refused, DNS) proves the request never left: `NotSent`. Anything
+/// after the connection was up — a timeout while waiting, a reset or a close before or
+/// in the middle of the answer — may have happened after the CRM executed the
+/// request: `Uncertain`. The message is built from the error kind and its sources with
+/// the URL removed (`reqwest` errors carry the full URL, which holds the webhook
+/// secret), and is then scrubbed of `redact` anyway.
+pub fn classify_transport(
+    connector: &str,
+    method: &str,
+    err: reqwest::Error,
+    redact: &[&str],
+) -> CrmError {
+    let (class, what) = if err.is_builder() {
+        // The request could not even be built: the configuration is broken and only a
+        // person can fix it, so pause the connector instead of retrying forever.
+        (ErrorClass::Auth, "invalid request configuration")
+    } else if err.is_connect() {
+        (ErrorClass::NotSent, "could not connect")
+    } else if err.is_timeout() {
+        (ErrorClass::Uncertain, "timed out waiting for the answer")
+    } else if err.is_body() || err.is_decode() {
+        (
+            ErrorClass::Uncertain,
+            "connection broke while reading the answer",
+        )
+    } else {
+        (ErrorClass::Uncertain, "connection broke before the answer")
+    };
+    let mut detail = String::new();
+    let err = err.without_url();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        detail.push_str(": ");
+        detail.push_str(&s.to_string());
+        source = s.source();
+    }
+    CrmError::new(
+        class,
+        clean_message(&format!("{connector} {method}: {what}{detail}"), redact),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn op() -> OperationId {
+        OperationId::new("tilda", "tr-1").unwrap()
+    }
+
+    #[test]
+    fn from_payload_matches_default_keys_case_insensitively() {
+        let payload = json!({"Name": "Ivan", "Phone": "+7 999 000-11-22", "EMAIL": "a@b.ru",
+                             "Comment": "  call me  ", "tranid": "tr-1"});
+        let lead = Lead::from_payload(&op(), "tilda", &payload, &FieldMap::default());
+        assert_eq!(
+            lead,
+            Lead {
+                operation_id: "tilda:tr-1".into(),
+                source: "tilda".into(),
+                title: Some("Lead tilda:tr-1".into()),
+                name: Some("Ivan".into()),
+                phone: Some("+7 999 000-11-22".into()),
+                email: Some("a@b.ru".into()),
+                comment: Some("call me".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn from_payload_follows_pointers_and_stringifies_numbers() {
+        let payload = json!({"form": {"title": "Order"}, "contact": {"tel": 79990001122u64, "fio": "Anna"},
+                             "name": "ignored because the map points elsewhere", "extra": {"agree": true}});
+        let map = FieldMap {
+            title: Some("/form/title".into()),
+            name: Some("/contact/fio".into()),
+            phone: Some("/contact/tel".into()),
+            email: Some("/contact/missing".into()),
+            comment: Some("/extra/agree".into()),
+        };
+        let lead = Lead::from_payload(&op(), "tilda", &payload, &map);
+        assert_eq!(lead.title.as_deref(), Some("Order"));
+        assert_eq!(lead.name.as_deref(), Some("Anna"));
+        assert_eq!(lead.phone.as_deref(), Some("79990001122"));
+        assert_eq!(lead.email, None);
+        assert_eq!(lead.comment.as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn from_payload_treats_blank_and_structured_values_as_absent() {
+        let payload = json!({"name": "   ", "phone": null, "email": ["a@b.ru"], "title": {"x": 1}});
+        let lead = Lead::from_payload(&op(), "web", &payload, &FieldMap::default());
+        assert_eq!(lead.name, None);
+        assert_eq!(lead.phone, None);
+        assert_eq!(lead.email, None);
+        assert_eq!(lead.title.as_deref(), Some("Lead tilda:tr-1"));
+        // A payload that is not an object maps to an empty lead with the default title.
+        let lead = Lead::from_payload(&op(), "web", &json!("text"), &FieldMap::default());
+        assert_eq!(lead.name, None);
+        assert_eq!(lead.title.as_deref(), Some("Lead tilda:tr-1"));
+    }
+
+    #[test]
+    fn clean_message_strips_tags_redacts_and_caps() {
+        assert_eq!(
+            clean_message("The required field 'Lead Name' is missing.<br />", &[]),
+            "The required field 'Lead Name' is missing."
+        );
+        assert_eq!(
+            clean_message(
+                "<html><body><h1>502 Bad Gateway</h1><hr>nginx</body></html>",
+                &[]
+            ),
+            "502 Bad Gateway nginx"
+        );
+        assert_eq!(
+            clean_message(
+                "bad e-mail a@b.ru at /rest/1/s3cr3t/",
+                &["a@b.ru", "s3cr3t", "x"]
+            ),
+            "bad e-mail *** at /rest/1/***/"
+        );
+        let long = "é".repeat(1000);
+        assert_eq!(clean_message(&long, &[]).chars().count(), MAX_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn lookup_from_ids() {
+        assert_eq!(Lookup::from_ids(vec![]), Lookup::NotFound);
+        assert_eq!(Lookup::from_ids(vec!["1".into()]), Lookup::One("1".into()));
+        assert_eq!(
+            Lookup::from_ids(vec!["1".into(), "2".into()]),
+            Lookup::Many(vec!["1".into(), "2".into()])
+        );
+    }
+}
