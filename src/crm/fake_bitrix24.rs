@@ -685,3 +685,275 @@ fn find_by_comm(shared: &Shared, params: &Value) -> Result<Success, Refusal> {
         Ok(Success::plain(json!({"LEAD": ids})))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn fake() -> FakeBitrix24 {
+        FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn call(url: &str, body: Value) -> (u16, Value) {
+        let resp = reqwest::Client::new()
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn add_lead(fake: &FakeBitrix24, origin: &str, phone: &str) -> u64 {
+        let url = format!("{}crm.lead.add.json", fake.webhook_url());
+        let fields = json!({"fields": {"TITLE": "t", "ORIGINATOR_ID": "leadgate", "ORIGIN_ID": origin,
+                                       "PHONE": [{"VALUE": phone, "VALUE_TYPE": "WORK"}]}});
+        let (status, body) = call(&url, fields).await;
+        assert_eq!(status, 200, "{body}");
+        body["result"].as_u64().unwrap()
+    }
+
+    #[tokio::test]
+    async fn success_envelope_has_result_and_time_and_json_suffix_is_optional() {
+        let fake = fake().await;
+        assert_eq!(
+            fake.webhook_url(),
+            format!("http://{}/rest/1/fake-secret/", fake.addr())
+        );
+        let (status, body) = call(
+            &format!("{}crm.lead.add", fake.webhook_url()),
+            json!({"fields": {"TITLE": "a"}}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(body["result"], 1);
+        for key in [
+            "start",
+            "finish",
+            "duration",
+            "processing",
+            "date_start",
+            "date_finish",
+            "operating_reset_at",
+            "operating",
+        ] {
+            assert!(
+                body["time"].get(key).is_some(),
+                "time.{key} missing: {body}"
+            );
+        }
+        let (_, body) = call(
+            &format!("{}crm.lead.add.json", fake.webhook_url()),
+            json!({"fields": {"TITLE": "b"}}),
+        )
+        .await;
+        assert_eq!(body["result"], 2);
+        assert_eq!(fake.calls("crm.lead.add"), 2);
+        assert_eq!(fake.entities()[1].fields["ID"], "2");
+    }
+
+    #[tokio::test]
+    async fn errors_follow_the_wire_format() {
+        let fake = fake().await;
+        let base = fake.webhook_url();
+        let (status, body) = call(&format!("{base}crm.nothing.get"), json!({})).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (404, Some("ERROR_METHOD_NOT_FOUND"))
+        );
+        let wrong = base.replace("fake-secret", "nope");
+        let (status, body) = call(&format!("{wrong}crm.lead.add"), json!({})).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (401, Some("NO_AUTH_FOUND"))
+        );
+        let (status, body) = call(&format!("{base}crm.lead.add"), json!({"fields": 1})).await;
+        assert_eq!((status, body["error"].as_str()), (400, Some("")));
+        assert!(fake.entities().is_empty());
+    }
+
+    #[tokio::test]
+    async fn list_filters_pages_and_counts() {
+        let fake = fake().await;
+        for i in 0..60 {
+            let origin = if i % 2 == 0 { "even" } else { "odd" };
+            add_lead(&fake, origin, "+7 999 000-00-00").await;
+        }
+        add_lead(&fake, "x-1", "1").await;
+        let url = format!("{}crm.lead.list", fake.webhook_url());
+
+        let (_, body) = call(&url, json!({"select": ["ID"]})).await;
+        assert_eq!(body["total"], 61);
+        assert_eq!(body["next"], 50);
+        assert_eq!(body["result"].as_array().unwrap().len(), 50);
+        assert_eq!(body["result"][0], json!({"ID": "1"}));
+
+        let (_, body) = call(&url, json!({"select": ["ID"], "start": 50})).await;
+        assert_eq!(body["result"].as_array().unwrap().len(), 11);
+        assert_eq!(body["total"], 61);
+        assert!(body.get("next").is_none());
+
+        let (_, body) = call(
+            &url,
+            json!({"filter": {"=ORIGIN_ID": "odd", "=ORIGINATOR_ID": "leadgate"},
+                                          "select": ["ID", "ORIGIN_ID"], "start": -1}),
+        )
+        .await;
+        assert!(body.get("total").is_none());
+        assert!(body.get("next").is_none());
+        let rows = body["result"].as_array().unwrap();
+        assert_eq!(rows.len(), 30);
+        assert!(rows.iter().all(|r| r["ORIGIN_ID"] == "odd"));
+
+        let (_, body) = call(&url, json!({"filter": {"=ORIGINATOR_ID": "someone-else"}})).await;
+        assert_eq!(body["result"], json!([]));
+        assert_eq!(body["total"], 0);
+        let (_, body) = call(
+            &url,
+            json!({"filter": {"!ORIGIN_ID": "even", "ORIGIN_ID": ["odd", "x-1"]}}),
+        )
+        .await;
+        assert_eq!(body["total"], 31);
+        // Deals are a separate list.
+        let (_, body) = call(&format!("{}crm.deal.list", fake.webhook_url()), json!({})).await;
+        assert_eq!(body["total"], 0);
+    }
+
+    #[tokio::test]
+    async fn findbycomm_answers_an_array_when_nothing_matches() {
+        let fake = fake().await;
+        let id = add_lead(&fake, "a", "+7 (999) 000-11-22").await;
+        let url = format!("{}crm.duplicate.findbycomm", fake.webhook_url());
+        let (_, body) = call(&url, json!({"type": "PHONE", "values": ["79990001122"]})).await;
+        assert_eq!(body["result"], json!({"LEAD": [id]}));
+        let (_, body) = call(&url, json!({"type": "PHONE", "values": ["111"]})).await;
+        assert_eq!(body["result"], json!([]));
+        let (_, body) = call(
+            &url,
+            json!({"type": "EMAIL", "values": ["a@b.ru"], "entity_type": "LEAD"}),
+        )
+        .await;
+        assert_eq!(body["result"], json!([]));
+        let (status, _) = call(&url, json!({"type": "FAX", "values": ["1"]})).await;
+        assert_eq!(status, 400);
+        let (status, _) = call(&url, json!({"type": "PHONE", "values": vec!["1"; 21]})).await;
+        assert_eq!(status, 400);
+    }
+
+    #[tokio::test]
+    async fn control_plane_queues_faults_shows_state_and_resets() {
+        let fake = fake().await;
+        let control = format!("http://{}/_fake", fake.addr());
+        let client = reqwest::Client::new();
+        let resp: Value = client
+            .post(format!("{control}/faults"))
+            .json(&json!([{"method": "crm.lead.add", "fault": "rate_limit", "retry_after_secs": 3, "times": 2},
+                          {"method": "crm.lead.list", "fault": "latency_ms", "ms": 1}]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(resp["queued"], 2);
+        let add = format!("{}crm.lead.add", fake.webhook_url());
+        for _ in 0..2 {
+            let resp = client
+                .post(&add)
+                .json(&json!({"fields": {}}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 503);
+            assert_eq!(resp.headers()["retry-after"], "3");
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["error"], "QUERY_LIMIT_EXCEEDED");
+        }
+        let (status, _) = call(&add, json!({"fields": {"TITLE": "ok"}})).await;
+        assert_eq!(status, 200);
+
+        let state: Value = client
+            .get(format!("{control}/state"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(state["calls"]["crm.lead.add"], 3);
+        assert_eq!(state["entities"].as_array().unwrap().len(), 1);
+        assert_eq!(state["pending_faults"][0]["fault"], "latency_ms");
+
+        client
+            .post(format!("{control}/reset"))
+            .send()
+            .await
+            .unwrap();
+        assert!(fake.entities().is_empty());
+        assert_eq!(fake.calls("crm.lead.add"), 0);
+        let (_, body) = call(&add, json!({"fields": {}})).await;
+        assert_eq!(body["result"], 1, "ids restart after a reset");
+    }
+
+    #[tokio::test]
+    async fn always_faults_apply_to_every_call() {
+        let config = FakeConfig {
+            always: vec![("crm.lead.add".into(), Fault::ServerError)],
+            ..FakeConfig::default()
+        };
+        let fake = FakeBitrix24::spawn_with("127.0.0.1:0".parse().unwrap(), config)
+            .await
+            .unwrap();
+        let add = format!("{}crm.lead.add", fake.webhook_url());
+        for _ in 0..3 {
+            let (status, body) = call(&add, json!({"fields": {}})).await;
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (500, Some("INTERNAL_SERVER_ERROR"))
+            );
+        }
+        assert!(fake.entities().is_empty());
+        let (status, _) = call(&format!("{}crm.lead.list", fake.webhook_url()), json!({})).await;
+        assert_eq!(status, 200);
+    }
+
+    #[tokio::test]
+    async fn lost_answer_drop_closes_without_an_answer_after_creating() {
+        let fake = fake().await;
+        fake.push_fault("crm.lead.add", Fault::LostAnswerDrop, 1);
+        let err = reqwest::Client::new()
+            .post(format!("{}crm.lead.add", fake.webhook_url()))
+            .json(&json!({"fields": {"TITLE": "t"}}))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(!err.is_connect() && !err.is_timeout(), "{err}");
+        assert_eq!(fake.entities().len(), 1);
+    }
+
+    #[test]
+    fn faults_parse_from_the_control_format() {
+        let rules: Vec<FaultRule<Fault>> = serde_json::from_value(json!([
+            {"method": "crm.lead.add", "fault": "lost_answer_hang"},
+            {"method": "*", "fault": "error", "status": 503, "error": "OVERLOAD_LIMIT", "times": 3},
+            {"method": "crm.lead.add", "fault": "html_error", "times": 1}
+        ]))
+        .unwrap();
+        assert_eq!(rules[0].fault, Fault::LostAnswerHang);
+        assert_eq!(rules[0].times, 1);
+        assert_eq!(
+            rules[1].fault,
+            Fault::Error {
+                status: 503,
+                error: "OVERLOAD_LIMIT".into(),
+                error_description: String::new(),
+                after_execute: false
+            }
+        );
+        assert_eq!(rules[1].times, 3);
+        assert_eq!(rules[2].fault, Fault::HtmlError);
+    }
+}
