@@ -36,12 +36,53 @@ impl ConfigArg {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the intake HTTP server, the worker and the reconciler.
+    Serve(ConfigArg),
+    /// Run only the worker and the reconciler (scale out: any number of `serve` and
+    /// `worker` processes may share one PostgreSQL database).
+    Worker(ConfigArg),
     /// Create or upgrade the operations database schema.
     Migrate(ConfigArg),
+    /// Pause or resume CRM connectors.
+    Connector {
+        #[command(subcommand)]
+        command: ConnectorCommand,
+    },
+    /// Run a fake CRM that speaks the real wire format, with fault injection (for tests
+    /// and the demo).
+    FakeCrm {
+        /// Which CRM to imitate.
+        #[arg(long, value_enum, default_value = "bitrix24")]
+        kind: FakeKind,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8091")]
+        listen: std::net::SocketAddr,
+    },
     /// Look at operations.
     Ops {
         #[command(subcommand)]
         command: OpsCommand,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum FakeKind {
+    Bitrix24,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConnectorCommand {
+    /// Resume a paused connector: its queued operations go to the CRM again.
+    Resume {
+        /// The connector (default: the configured CRM's).
+        name: Option<String>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// List connectors and whether they are paused.
+    List {
+        #[command(flatten)]
+        config: ConfigArg,
     },
 }
 
@@ -83,12 +124,73 @@ pub fn init_logging() {
     };
 }
 
+/// Who acts from this terminal, for the timeline.
+fn actor() -> String {
+    std::env::var("LEADGATE_OPERATOR")
+        .or_else(|_| std::env::var("USER"))
+        .map(|u| format!("cli:{u}"))
+        .unwrap_or_else(|_| "cli".into())
+}
+
 async fn open(config: &Config) -> anyhow::Result<std::sync::Arc<dyn Store>> {
     Ok(store::connect(config.database.url.expose()).await?)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Serve(c) => {
+            let config = c.load()?;
+            crate::app::start(&config, crate::app::Mode::Serve)
+                .await?
+                .until_signal()
+                .await;
+        }
+        Command::Worker(c) => {
+            let config = c.load()?;
+            crate::app::start(&config, crate::app::Mode::Worker)
+                .await?
+                .until_signal()
+                .await;
+        }
+        Command::FakeCrm { kind, listen } => match kind {
+            FakeKind::Bitrix24 => crate::crm::fake_bitrix24::serve(listen).await?,
+        },
+        Command::Connector {
+            command: ConnectorCommand::Resume { name, config },
+        } => {
+            let config = config.load()?;
+            let name = match name {
+                Some(n) => n,
+                None => crate::crm::connector_name(config.crm.as_ref().ok_or_else(|| {
+                    anyhow::anyhow!("name the connector: the configuration has no [crm]")
+                })?)
+                .to_owned(),
+            };
+            let store = open(&config).await?;
+            if store
+                .resume_connector(&name, &actor(), store::now())
+                .await?
+            {
+                println!("connector `{name}` resumed; its queued operations go to the CRM again");
+            } else {
+                println!("connector `{name}` was not paused");
+            }
+        }
+        Command::Connector {
+            command: ConnectorCommand::List { config },
+        } => {
+            let store = open(&config.load()?).await?;
+            for c in store.connectors().await? {
+                let state = if c.paused { "PAUSED" } else { "active" };
+                println!(
+                    "{:<16} {state:<7} since {} by {}{}",
+                    c.name,
+                    c.since.to_rfc3339(),
+                    c.changed_by,
+                    c.reason.map(|r| format!(": {r}")).unwrap_or_default()
+                );
+            }
+        }
         Command::Migrate(c) => {
             let config = c.load()?;
             let store = open(&config).await?;

@@ -57,6 +57,8 @@ pub struct WorkerConfig {
     /// How long a worker may hold an operation before the reconciler takes it over.
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
+    /// CRM attempts one process makes at once.
+    pub concurrency: usize,
 }
 
 impl Default for WorkerConfig {
@@ -64,6 +66,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             poll_interval: Duration::from_millis(200),
             lease: Duration::from_secs(30),
+            concurrency: 4,
         }
     }
 }
@@ -136,6 +139,10 @@ pub struct SourceConfig {
     pub ignore: Vec<String>,
     /// When set, deliveries must carry `X-Leadgate-Signature: sha256=<hex HMAC>`.
     pub secret: Option<Secret>,
+    /// Where the CRM fields are in this source's payload (JSON pointers); by default
+    /// top-level `name`, `phone`, `email`, `comment`, `title`, in any letter case.
+    #[serde(default)]
+    pub fields: crate::crm::FieldMap,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -143,15 +150,11 @@ pub struct SourceConfig {
 pub enum CrmConfig {
     Bitrix24 {
         webhook_url: Secret,
-        #[serde(default = "default_entity")]
-        entity: String,
+        #[serde(default)]
+        entity: crate::crm::bitrix24::Entity,
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
     },
-}
-
-fn default_entity() -> String {
-    "lead".into()
 }
 
 fn default_crm_timeout() -> Duration {

@@ -1,9 +1,13 @@
 //! Leadgate: one lead in, exactly one CRM result out, however often the request is
 //! retried. See ARCHITECTURE.md for the map.
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod crm;
 pub mod domain;
+pub mod intake;
+pub mod reconcile;
 pub mod report;
 pub mod store;
+pub mod worker;

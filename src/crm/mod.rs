@@ -169,6 +169,31 @@ pub trait Crm: Send + Sync + 'static {
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange);
 }
 
+/// Builds the adapter the configuration names.
+pub fn from_config(
+    config: &crate::config::CrmConfig,
+) -> Result<std::sync::Arc<dyn Crm>, ConfigError> {
+    use crate::config::CrmConfig;
+    Ok(match config {
+        CrmConfig::Bitrix24 {
+            webhook_url,
+            entity,
+            timeout,
+        } => std::sync::Arc::new(bitrix24::Bitrix24::new(
+            webhook_url.expose(),
+            *entity,
+            *timeout,
+        )?),
+    })
+}
+
+/// The connector name of a configured CRM (what `connector resume` defaults to).
+pub fn connector_name(config: &crate::config::CrmConfig) -> &'static str {
+    match config {
+        crate::config::CrmConfig::Bitrix24 { .. } => bitrix24::CONNECTOR,
+    }
+}
+
 /// A connector's configuration cannot work (bad URL, TLS setup failed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid CRM configuration: {0}")]

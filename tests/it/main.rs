@@ -1,6 +1,8 @@
 //! Leadgate's integration tests: one binary (link time) with a module per area.
-//! Storage tests run on every backend through `support::each_backend!`.
+//! Storage tests run on every backend through `each_backend!`.
 
 mod support;
 
+mod gateway;
+mod process;
 mod store;

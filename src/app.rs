@@ -1,0 +1,137 @@
+//! Assembles a running gateway from its configuration: the store, the CRM adapter, the
+//! intake server and the worker. `leadgate serve`/`worker` and the tests start it the
+//! same way.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::Config;
+use crate::crm::{self, Crm};
+use crate::intake::{self, sources};
+use crate::store::{self, Store};
+use crate::worker::{Worker, WorkerSettings};
+
+/// Which parts run in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Intake server, worker and reconciler (`leadgate serve`).
+    Serve,
+    /// Worker and reconciler only (`leadgate worker`), for scaling out.
+    Worker,
+}
+
+pub struct Running {
+    /// Where the intake listens (with `Mode::Serve`).
+    pub addr: Option<SocketAddr>,
+    pub store: Arc<dyn Store>,
+    shutdown: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    /// Stops accepting, lets attempts in flight finish, and returns when all is stopped.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Runs until SIGINT or SIGTERM, then stops gracefully.
+    pub async fn until_signal(self) {
+        shutdown_signal().await;
+        tracing::info!("shutting down: finishing attempts in flight");
+        self.stop().await;
+    }
+}
+
+pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
+    let store = store::connect(config.database.url.expose())
+        .await
+        .context("opening the operations database")?;
+    let crm_config = config
+        .crm
+        .as_ref()
+        .context("the configuration has no [crm] section: the worker needs a CRM to talk to")?;
+    let crm: Arc<dyn Crm> = crm::from_config(crm_config)?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+
+    let fields: HashMap<_, _> = config
+        .sources
+        .iter()
+        .map(|s| (s.name.clone(), s.fields.clone()))
+        .collect();
+    let worker = Worker {
+        store: Arc::clone(&store),
+        crm,
+        settings: Arc::new(WorkerSettings {
+            poll_interval: config.worker.poll_interval,
+            lease: config.worker.lease,
+            retry: config.retry.clone(),
+            concurrency: config.worker.concurrency,
+            fields,
+        }),
+        owner: format!("worker:{}:{}", hostname(), std::process::id()),
+    };
+    tasks.spawn(worker.run(shutdown_rx.clone()));
+
+    let mut addr = None;
+    if mode == Mode::Serve {
+        let state = intake::IntakeState {
+            store: Arc::clone(&store),
+            sources: Arc::new(sources::sources(&config.sources).map_err(anyhow::Error::msg)?),
+            max_body: usize::try_from(config.server.max_body.as_u64()).unwrap_or(usize::MAX),
+        };
+        let listener = tokio::net::TcpListener::bind(&config.server.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.server.listen))?;
+        let bound = listener.local_addr()?;
+        addr = Some(bound);
+        let mut rx = shutdown_rx.clone();
+        tasks.spawn(async move {
+            let server =
+                axum::serve(listener, intake::router(state)).with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                });
+            if let Err(e) = server.await {
+                tracing::error!(error = %e, "intake server failed");
+            }
+        });
+        tracing::info!(listen = %bound, database = store.backend(), "leadgate is serving");
+    } else {
+        tracing::info!(database = store.backend(), "leadgate worker is running");
+    }
+    Ok(Running {
+        addr,
+        store,
+        shutdown,
+        tasks,
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,330 @@
+//! HTTP intake: the only code that knows HTTP status codes. A delivery is journaled and
+//! its operation claimed before the sender gets its answer; the CRM is never called
+//! here (amoCRM waits 2 s, Tilda 5 s).
+
+pub mod sources;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::domain::{fingerprint, OperationId};
+use crate::store::{self, DeliveryOutcome, NewDelivery, RejectedDelivery, Store, StoreError};
+use sources::{BodyKind, Source, TRANSFORM_VERSION};
+
+#[derive(Clone)]
+pub struct IntakeState {
+    pub store: Arc<dyn Store>,
+    pub sources: Arc<HashMap<String, Source>>,
+    pub max_body: usize,
+}
+
+pub fn router(state: IntakeState) -> Router {
+    Router::new()
+        .route("/v1/intake/{source}", post(intake))
+        .route("/v1/operations/{id}", get(operation))
+        .route("/v1/operations/{id}/timeline", get(timeline))
+        .route("/healthz", get(healthz))
+        .with_state(state)
+}
+
+/// Every error answer: `{"error": "<code>", "message": "<human sentence>"}`.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("no source named `{0}` is configured")]
+    UnknownSource(String),
+    #[error("the X-Leadgate-Signature header is missing or does not match the body")]
+    BadSignature,
+    #[error("the body is larger than the {0} bytes this gateway accepts")]
+    TooLarge(usize),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("the operations database is not available; retry later")]
+    Unavailable(#[source] StoreError),
+}
+
+impl ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnknownSource(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::BadSignature => StatusCode::UNAUTHORIZED,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { code, .. } => code,
+            ApiError::UnknownSource(_) => "unknown_source",
+            ApiError::BadSignature => "bad_signature",
+            ApiError::TooLarge(_) => "payload_too_large",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::Unavailable(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Unavailable(e) = &self {
+            // The details stay in the log; the sender learns only to retry.
+            tracing::error!(error = %e, "operations database error");
+        }
+        let mut res = (
+            self.status_code(),
+            Json(json!({"error": self.code(), "message": self.to_string()})),
+        )
+            .into_response();
+        if matches!(self, ApiError::Unavailable(_)) {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        res
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Reads the body up to `max` bytes.
+async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(ApiError::TooLarge(max));
+    }
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        {
+            ApiError::TooLarge(max)
+        } else {
+            ApiError::bad(
+                "unreadable_body",
+                format!("the body could not be read: {e}"),
+            )
+        }
+    })
+}
+
+async fn intake(
+    State(state): State<IntakeState>,
+    Path(source_name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let received_at = store::now();
+    let content_type = content_type(&headers);
+    let body = match read_body(body, &headers, state.max_body).await {
+        Ok(b) => b,
+        Err(e) => {
+            // Nothing to keep of a body over the limit, but the refusal is journaled.
+            let reject = RejectedDelivery {
+                source: truncate(&source_name, 64),
+                operation_id: None,
+                content_type,
+                raw_body: Vec::new(),
+                reason: e.to_string(),
+                received_at,
+                transform_version: TRANSFORM_VERSION,
+            };
+            return journal_rejection(&state, reject, e).await;
+        }
+    };
+    match accept(&state, &source_name, &headers, &body, received_at).await {
+        Ok(res) => res,
+        Err(e @ ApiError::Unavailable(_)) => e.into_response(),
+        Err(e) => {
+            let reject = RejectedDelivery {
+                source: truncate(&source_name, 64),
+                operation_id: None,
+                content_type,
+                raw_body: body.to_vec(),
+                reason: e.to_string(),
+                received_at,
+                transform_version: TRANSFORM_VERSION,
+            };
+            journal_rejection(&state, reject, e).await
+        }
+    }
+}
+
+async fn journal_rejection(state: &IntakeState, reject: RejectedDelivery, e: ApiError) -> Response {
+    tracing::info!(source = %reject.source, error = e.code(), "delivery rejected");
+    match state.store.record_rejected(reject).await {
+        Ok(_) => e.into_response(),
+        Err(db) => ApiError::Unavailable(db).into_response(),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+async fn accept(
+    state: &IntakeState,
+    source_name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    received_at: chrono::DateTime<chrono::Utc>,
+) -> Result<Response, ApiError> {
+    let source = state
+        .sources
+        .get(source_name)
+        .ok_or_else(|| ApiError::UnknownSource(source_name.to_owned()))?;
+    let signature = headers
+        .get("x-leadgate-signature")
+        .and_then(|v| v.to_str().ok());
+    if !source.signature_ok(signature, body) {
+        return Err(ApiError::BadSignature);
+    }
+    let content_type = content_type(headers);
+    let kind = BodyKind::detect(content_type.as_deref(), body).ok_or_else(|| {
+        ApiError::bad(
+            "unsupported_media_type",
+            "send application/json or application/x-www-form-urlencoded",
+        )
+    })?;
+    let payload =
+        sources::parse_body(kind, body).map_err(|m| ApiError::bad("malformed_body", m))?;
+    if sources::is_connection_check(kind, &payload) {
+        return Ok((StatusCode::OK, Json(json!({"outcome": "connection_check"}))).into_response());
+    }
+    let key = source.key(&payload, headers).ok_or_else(|| {
+        ApiError::bad(
+            "missing_key",
+            format!(
+                "the delivery has no operation key: {} is missing or empty",
+                source.key.describe()
+            ),
+        )
+    })?;
+    let operation_id = OperationId::new(&source.name, &key)
+        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+    let payload_hash = fingerprint(&payload, &source.ignore)
+        .map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
+    let delivery = NewDelivery {
+        operation_id: operation_id.clone(),
+        source: source.name.clone(),
+        content_type,
+        raw_body: body.to_vec(),
+        payload,
+        payload_hash,
+        transform_version: TRANSFORM_VERSION,
+        contact: Default::default(),
+        event_time: None,
+        received_at,
+        review: None,
+    };
+    let record = state.store.record_delivery(delivery).await?;
+    tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
+    let status = record.outcome.status();
+    let res = match record.outcome {
+        DeliveryOutcome::New { .. } => (
+            StatusCode::ACCEPTED,
+            Json(json!({"operation_id": operation_id, "outcome": "new", "status": status})),
+        )
+            .into_response(),
+        DeliveryOutcome::Duplicate { crm_id, .. } => {
+            let mut body =
+                json!({"operation_id": operation_id, "outcome": "duplicate", "status": status});
+            if let Some(crm_id) = crm_id {
+                body["crm_id"] = Value::String(crm_id);
+            }
+            let mut res = (StatusCode::OK, Json(body)).into_response();
+            res.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            res
+        }
+        DeliveryOutcome::Conflict { .. } => (
+            StatusCode::ACCEPTED,
+            Json(json!({"operation_id": operation_id, "outcome": "conflict", "status": status})),
+        )
+            .into_response(),
+    };
+    Ok(res)
+}
+
+fn parse_id(id: &str) -> Result<OperationId, ApiError> {
+    id.parse()
+        .map_err(|e| ApiError::bad("invalid_key", format!("`{id}` is not an operation id: {e}")))
+}
+
+async fn operation(
+    State(state): State<IntakeState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let op = state
+        .store
+        .operation(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?;
+    let open_cases: Vec<Value> = state
+        .store
+        .cases_of(&id)
+        .await?
+        .into_iter()
+        .filter(|c| c.resolved_at.is_none())
+        .map(|c| json!({"id": c.id, "reason": c.reason}))
+        .collect();
+    Ok(Json(json!({
+        "operation_id": op.operation_id,
+        "source": op.source,
+        "status": op.status,
+        "crm_id": op.crm_id,
+        "attempts": op.attempts,
+        "last_error": op.last_error,
+        "review_reason": op.review_reason,
+        "open_cases": open_cases,
+        "updated_at": op.updated_at,
+    })))
+}
+
+async fn timeline(
+    State(state): State<IntakeState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    if state.store.operation(&id).await?.is_none() {
+        return Err(ApiError::NotFound(format!("no operation `{id}`")));
+    }
+    let events = state.store.timeline(&id).await?;
+    Ok(Json(json!({"operation_id": id, "events": events})))
+}
+
+async fn healthz(State(state): State<IntakeState>) -> Result<Json<Value>, ApiError> {
+    state.store.ping().await?;
+    Ok(Json(
+        json!({"status": "ok", "database": state.store.backend()}),
+    ))
+}

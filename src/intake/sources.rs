@@ -1,0 +1,306 @@
+//! Per-source rules: where the event key is, which fields are volatile, whether
+//! deliveries are signed. Also turns a raw body into the JSON payload that is
+//! fingerprinted and stored.
+
+use std::collections::HashMap;
+
+use hmac::{Hmac, Mac};
+use serde_json::{Map, Value};
+use sha2::Sha256;
+
+use crate::config::{Secret, SourceConfig};
+use crate::crm::FieldMap;
+
+/// Bumped whenever the way a body becomes a payload changes, so the journal tells which
+/// rules produced a stored payload.
+pub const TRANSFORM_VERSION: i32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySpec {
+    /// A JSON pointer into the payload (for form bodies: `/field`).
+    Json(String),
+    /// A request header, e.g. `Idempotency-Key`.
+    Header(String),
+    /// A form field, e.g. Tilda's `tranid`.
+    Form(String),
+}
+
+impl KeySpec {
+    pub fn parse(spec: &str) -> Option<KeySpec> {
+        let (kind, rest) = spec.split_once(':')?;
+        if rest.is_empty() {
+            return None;
+        }
+        match kind {
+            "json" if rest.starts_with('/') => Some(KeySpec::Json(rest.to_owned())),
+            "header" => Some(KeySpec::Header(rest.to_owned())),
+            "form" => Some(KeySpec::Form(rest.to_owned())),
+            _ => None,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            KeySpec::Json(p) => format!("the JSON field {p}"),
+            KeySpec::Header(h) => format!("the {h} header"),
+            KeySpec::Form(f) => format!("the form field `{f}`"),
+        }
+    }
+}
+
+/// A configured source, ready for intake.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub key: KeySpec,
+    pub ignore: Vec<String>,
+    pub secret: Option<Secret>,
+    pub fields: FieldMap,
+}
+
+impl Source {
+    pub fn from_config(c: &SourceConfig) -> Result<Source, String> {
+        let key = KeySpec::parse(&c.key)
+            .ok_or_else(|| format!("source `{}`: cannot read key `{}`", c.name, c.key))?;
+        Ok(Source {
+            name: c.name.clone(),
+            key,
+            ignore: c.ignore.clone(),
+            secret: c.secret.clone(),
+            fields: c.fields.clone(),
+        })
+    }
+
+    /// Checks `X-Leadgate-Signature: sha256=<hex HMAC-SHA256 of the raw body>` in
+    /// constant time. Sources without a secret accept every delivery.
+    pub fn signature_ok(&self, header: Option<&str>, body: &[u8]) -> bool {
+        let Some(secret) = &self.secret else {
+            return true;
+        };
+        let Some(sig) = header.and_then(|h| h.trim().strip_prefix("sha256=")) else {
+            return false;
+        };
+        let Ok(sig) = hex::decode(sig) else {
+            return false;
+        };
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
+            .expect("HMAC takes keys of any length");
+        mac.update(body);
+        mac.verify_slice(&sig).is_ok()
+    }
+
+    /// The event key of a delivery, if present and not blank.
+    pub fn key(&self, payload: &Value, headers: &axum::http::HeaderMap) -> Option<String> {
+        let value = match &self.key {
+            KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
+            KeySpec::Form(f) => scalar(payload.get(f)?)?,
+            KeySpec::Header(h) => headers.get(h.as_str())?.to_str().ok()?.to_owned(),
+        };
+        let value = value.trim().to_owned();
+        (!value.is_empty()).then_some(value)
+    }
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+pub fn sources(configs: &[SourceConfig]) -> Result<HashMap<String, Source>, String> {
+    configs
+        .iter()
+        .map(|c| Source::from_config(c).map(|s| (s.name.clone(), s)))
+        .collect()
+}
+
+/// How a body was encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    Json,
+    Form,
+}
+
+impl BodyKind {
+    /// From the content type; a missing one is sniffed (JSON starts with `{` or `[`).
+    pub fn detect(content_type: Option<&str>, body: &[u8]) -> Option<BodyKind> {
+        let mime = content_type.map(|c| {
+            c.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+        match mime.as_deref() {
+            Some("application/json") => Some(BodyKind::Json),
+            Some(m) if m.ends_with("+json") => Some(BodyKind::Json),
+            Some("application/x-www-form-urlencoded") => Some(BodyKind::Form),
+            Some("") | None => {
+                let first = body.iter().find(|b| !b.is_ascii_whitespace());
+                Some(if matches!(first, Some(b'{') | Some(b'[')) {
+                    BodyKind::Json
+                } else {
+                    BodyKind::Form
+                })
+            }
+            Some(_) => None,
+        }
+    }
+}
+
+/// Parses a body into the payload. Form fields become a JSON object of strings; a field
+/// repeated becomes an array of its values in order.
+pub fn parse_body(kind: BodyKind, body: &[u8]) -> Result<Value, String> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| format!("the body is not valid UTF-8 (at byte {})", e.valid_up_to()))?;
+    match kind {
+        BodyKind::Json => {
+            serde_json::from_str(text).map_err(|e| format!("the body is not valid JSON: {e}"))
+        }
+        BodyKind::Form => {
+            let pairs: Vec<(String, String)> = serde_urlencoded::from_str(text)
+                .map_err(|e| format!("the body is not a valid form: {e}"))?;
+            let mut map = Map::new();
+            for (k, v) in pairs {
+                match map.get_mut(&k) {
+                    None => {
+                        map.insert(k, Value::String(v));
+                    }
+                    Some(Value::Array(a)) => a.push(Value::String(v)),
+                    Some(prev) => {
+                        let first = prev.take();
+                        *prev = Value::Array(vec![first, Value::String(v)]);
+                    }
+                }
+            }
+            Ok(Value::Object(map))
+        }
+    }
+}
+
+/// Tilda checks a new webhook with a form holding `test=test` and expects a 200.
+pub fn is_connection_check(kind: BodyKind, payload: &Value) -> bool {
+    kind == BodyKind::Form
+        && payload.get("test").and_then(Value::as_str) == Some("test")
+        && payload.as_object().is_some_and(|m| m.len() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn source(key: &str, secret: Option<&str>) -> Source {
+        Source {
+            name: "s".into(),
+            key: KeySpec::parse(key).unwrap(),
+            ignore: vec![],
+            secret: secret.map(Secret::new),
+            fields: FieldMap::default(),
+        }
+    }
+
+    #[test]
+    fn key_specs() {
+        assert_eq!(
+            KeySpec::parse("json:/a/b"),
+            Some(KeySpec::Json("/a/b".into()))
+        );
+        assert_eq!(
+            KeySpec::parse("header:Idempotency-Key"),
+            Some(KeySpec::Header("Idempotency-Key".into()))
+        );
+        assert_eq!(
+            KeySpec::parse("form:tranid"),
+            Some(KeySpec::Form("tranid".into()))
+        );
+        assert_eq!(KeySpec::parse("json:a"), None);
+        assert_eq!(KeySpec::parse("form:"), None);
+        assert_eq!(KeySpec::parse("query:x"), None);
+    }
+
+    #[test]
+    fn keys_are_read_from_json_forms_and_headers() {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("idempotency-key", " abc ".parse().unwrap());
+        let p = json!({"submission_id": 42, "nested": {"id": "x"}, "blank": "  ", "tranid": "t1"});
+        assert_eq!(
+            source("json:/submission_id", None).key(&p, &headers),
+            Some("42".into())
+        );
+        assert_eq!(
+            source("json:/nested/id", None).key(&p, &headers),
+            Some("x".into())
+        );
+        assert_eq!(source("json:/blank", None).key(&p, &headers), None);
+        assert_eq!(source("json:/nested", None).key(&p, &headers), None);
+        assert_eq!(source("json:/missing", None).key(&p, &headers), None);
+        assert_eq!(
+            source("header:Idempotency-Key", None).key(&p, &headers),
+            Some("abc".into())
+        );
+        assert_eq!(
+            source("form:tranid", None).key(&p, &headers),
+            Some("t1".into())
+        );
+    }
+
+    #[test]
+    fn signatures_are_checked() {
+        let s = source("json:/id", Some("k"));
+        let body = br#"{"id":1}"#;
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"k").unwrap();
+        mac.update(body);
+        let good = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        assert!(s.signature_ok(Some(&good), body));
+        assert!(!s.signature_ok(Some(&good), b"{\"id\":2}"));
+        assert!(!s.signature_ok(None, body));
+        assert!(!s.signature_ok(Some("sha256=zz"), body));
+        assert!(!s.signature_ok(Some("md5=00"), body));
+        assert!(source("json:/id", None).signature_ok(None, body));
+    }
+
+    #[test]
+    fn bodies_are_parsed_by_kind() {
+        assert_eq!(
+            BodyKind::detect(Some("application/json; charset=utf-8"), b""),
+            Some(BodyKind::Json)
+        );
+        assert_eq!(
+            BodyKind::detect(Some("application/x-www-form-urlencoded"), b""),
+            Some(BodyKind::Form)
+        );
+        assert_eq!(BodyKind::detect(None, b"  {\"a\":1}"), Some(BodyKind::Json));
+        assert_eq!(BodyKind::detect(None, b"a=1"), Some(BodyKind::Form));
+        assert_eq!(BodyKind::detect(Some("text/xml"), b"<a/>"), None);
+        let form = parse_body(
+            BodyKind::Form,
+            b"Name=%D0%98%D0%B2%D0%B0%D0%BD&tranid=1&tag=a&tag=b",
+        )
+        .unwrap();
+        assert_eq!(
+            form,
+            json!({"Name": "Иван", "tranid": "1", "tag": ["a", "b"]})
+        );
+        assert!(parse_body(BodyKind::Json, b"{nope")
+            .unwrap_err()
+            .contains("not valid JSON"));
+        assert!(parse_body(BodyKind::Json, &[0xff, 0xfe])
+            .unwrap_err()
+            .contains("UTF-8"));
+        assert!(is_connection_check(
+            BodyKind::Form,
+            &json!({"test": "test"})
+        ));
+        assert!(!is_connection_check(
+            BodyKind::Form,
+            &json!({"test": "test", "tranid": "1"})
+        ));
+        assert!(!is_connection_check(
+            BodyKind::Json,
+            &json!({"test": "test"})
+        ));
+    }
+}

@@ -1,0 +1,615 @@
+//! The gateway end to end: real HTTP into `leadgate`'s intake, a real worker, and the
+//! fake Bitrix24 over real HTTP, on both backends. The pilot scenarios of SPEC.md.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leadgate::app::{self, Mode, Running};
+use leadgate::config::Config;
+use leadgate::crm::fake_bitrix24::{FakeBitrix24, Fault};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::each_backend;
+use crate::support::TestDb;
+
+pub const CREATE: &str = "crm.lead.add";
+
+pub fn config_toml(db_url: &str, webhook_url: &str) -> String {
+    format!(
+        r#"
+[database]
+url = "{db_url}"
+
+[server]
+listen = "127.0.0.1:0"
+max_body = "4KiB"
+
+[worker]
+poll_interval = "20ms"
+lease = "2s"
+concurrency = 4
+
+[retry]
+max_attempts = 3
+base_delay = "20ms"
+max_delay = "100ms"
+
+[[source]]
+name = "site"
+key = "json:/submission_id"
+ignore = ["/sent_at"]
+
+[[source]]
+name = "tilda"
+key = "form:tranid"
+
+[[source]]
+name = "signed"
+key = "header:Idempotency-Key"
+secret = "hmac-key"
+
+[crm]
+kind = "bitrix24"
+webhook_url = "{webhook_url}"
+timeout = "500ms"
+"#
+    )
+}
+
+pub struct Gateway {
+    pub fake: FakeBitrix24,
+    pub running: Option<Running>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub config: Config,
+}
+
+impl Gateway {
+    pub async fn start(db: &TestDb) -> Gateway {
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let config = Config::parse(&config_toml(&db.url, &fake.webhook_url())).unwrap();
+        let running = app::start(&config, Mode::Serve).await.unwrap();
+        let base = format!("http://{}", running.addr.unwrap());
+        Gateway {
+            fake,
+            running: Some(running),
+            base,
+            http: reqwest::Client::new(),
+            config,
+        }
+    }
+
+    pub fn store(&self) -> Arc<dyn leadgate::store::Store> {
+        Arc::clone(&self.running.as_ref().unwrap().store)
+    }
+
+    /// Stops this gateway process's parts and starts them again on the same database.
+    pub async fn restart(&mut self) {
+        self.running.take().unwrap().stop().await;
+        let running = app::start(&self.config, Mode::Serve).await.unwrap();
+        self.base = format!("http://{}", running.addr.unwrap());
+        self.running = Some(running);
+    }
+
+    pub async fn post_json(&self, source: &str, body: &Value) -> (StatusCode, Value, bool) {
+        let res = self
+            .http
+            .post(format!("{}/v1/intake/{source}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        answer(res).await
+    }
+
+    pub async fn operation(&self, id: &str) -> Value {
+        let url = format!("{}/v1/operations/{}", self.base, urlencode(id));
+        self.http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Polls the operation until `pred` holds (10 s at most).
+    pub async fn wait_for(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let op = self.operation(id).await;
+            if pred(&op) {
+                return op;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {op}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn wait_status(&self, id: &str, status: &str) -> Value {
+        self.wait_for(id, status, |op| op["status"] == status).await
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop().await;
+        }
+    }
+}
+
+pub async fn answer(res: reqwest::Response) -> (StatusCode, Value, bool) {
+    let status = res.status();
+    let replayed = res
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    (status, res.json().await.unwrap(), replayed)
+}
+
+pub fn urlencode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+fn lead(id: &str) -> Value {
+    json!({"submission_id": id, "name": "Ivan", "phone": "+7 999 123-45-67", "email": "ivan@example.com",
+           "sent_at": "2026-11-30T10:00:00Z"})
+}
+
+fn origin_ids(fake: &FakeBitrix24) -> Vec<String> {
+    fake.entities()
+        .iter()
+        .map(|e| {
+            e.fields["ORIGIN_ID"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+each_backend!(
+    pilot_1_a_webhook_delivered_twice_makes_one_crm_record,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let (status, body, replayed) = gw.post_json("site", &lead("s1")).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert_eq!(body["outcome"], "new");
+        assert_eq!(body["operation_id"], "site:s1");
+        assert!(!replayed);
+        let done = gw.wait_status("site:s1", "completed").await;
+        // The redelivery (with a new volatile sent_at) returns the first result.
+        let mut again = lead("s1");
+        again["sent_at"] = json!("2026-11-30T10:05:00Z");
+        let (status, body, replayed) = gw.post_json("site", &again).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["outcome"], "duplicate");
+        assert_eq!(body["crm_id"], done["crm_id"]);
+        assert!(replayed, "Idempotent-Replayed: true");
+        assert_eq!(gw.fake.calls(CREATE), 1);
+        assert_eq!(origin_ids(&gw.fake), ["site:s1"]);
+        let e = &gw.fake.entities()[0];
+        assert_eq!(e.fields["ORIGINATOR_ID"], "leadgate");
+        assert_eq!(e.fields["NAME"], "Ivan");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    pilot_2_the_crm_created_but_the_answer_was_lost,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        // The CRM creates the lead, then the answer never comes (timeout) or the connection
+        // drops: the outcome is unknown, so the worker reconciles instead of creating again.
+        for (key, fault) in [
+            ("hang", Fault::LostAnswerHang),
+            ("drop", Fault::LostAnswerDrop),
+        ] {
+            gw.fake.push_fault(CREATE, fault, 1);
+            gw.post_json("site", &lead(key)).await;
+            let id = format!("site:{key}");
+            let op = gw.wait_status(&id, "completed").await;
+            assert_eq!(op["attempts"], 1, "{op}");
+            let timeline = gw.store().timeline(&id.parse().unwrap()).await.unwrap();
+            let kinds: Vec<&str> = timeline.iter().map(|e| e.kind.as_str()).collect();
+            assert!(kinds.contains(&"reconciliation"), "{kinds:?}");
+            assert!(kinds.contains(&"recovered"), "{kinds:?}");
+            let answer = timeline.iter().find(|e| e.kind == "crm_response").unwrap();
+            assert_eq!(answer.error_class.as_deref(), Some("uncertain"));
+        }
+        assert_eq!(gw.fake.calls(CREATE), 2, "no create was repeated");
+        assert_eq!(origin_ids(&gw.fake).len(), 2);
+        // A 500 on create that did execute: recovered the same way.
+        gw.fake.push_fault(CREATE, Fault::ServerErrorAfterCreate, 1);
+        gw.post_json("site", &lead("after500")).await;
+        gw.wait_status("site:after500", "completed").await;
+        // A 500 that did not execute: the authoritative lookup finds nothing, so it is
+        // attempted again, and created once.
+        gw.fake.push_fault(CREATE, Fault::ServerError, 1);
+        gw.post_json("site", &lead("plain500")).await;
+        let op = gw.wait_status("site:plain500", "completed").await;
+        assert_eq!(op["attempts"], 2);
+        let mut ids = origin_ids(&gw.fake);
+        ids.sort();
+        assert_eq!(
+            ids,
+            ["site:after500", "site:drop", "site:hang", "site:plain500"]
+        );
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    pilot_3_two_workers_get_the_same_leads_at_once,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        // A second process's worker on the same database.
+        let other = app::start(&gw.config, Mode::Worker).await.unwrap();
+        gw.fake.push_fault(CREATE, Fault::LatencyMs { ms: 30 }, 40);
+        for i in 0..40 {
+            gw.post_json("site", &lead(&format!("w{i}"))).await;
+        }
+        for i in 0..40 {
+            gw.wait_status(&format!("site:w{i}"), "completed").await;
+        }
+        let mut ids = origin_ids(&gw.fake);
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 40);
+        assert_eq!(
+            gw.fake.calls(CREATE),
+            40,
+            "each operation claimed exactly once"
+        );
+        other.stop().await;
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    fifty_concurrent_deliveries_of_one_submission_make_one_create,
+    |db| async move {
+        let gw = Arc::new(Gateway::start(&db).await);
+        let sends: Vec<_> = (0..50)
+            .map(|_| {
+                let gw = Arc::clone(&gw);
+                tokio::spawn(async move { gw.post_json("site", &lead("burst")).await })
+            })
+            .collect();
+        let mut new = 0;
+        for s in sends {
+            let (status, body, _) = s.await.unwrap();
+            assert!(status.is_success(), "{body}");
+            new += usize::from(body["outcome"] == "new");
+        }
+        assert_eq!(new, 1);
+        gw.wait_status("site:burst", "completed").await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(gw.fake.calls(CREATE), 1);
+        Arc::into_inner(gw).unwrap().stop().await;
+    }
+);
+
+each_backend!(
+    pilot_4_a_workflow_restarted_after_the_create_gets_the_saved_crm_id,
+    |db| async move {
+        let mut gw = Gateway::start(&db).await;
+        gw.post_json("site", &lead("r1")).await;
+        let done = gw.wait_status("site:r1", "completed").await;
+        gw.restart().await;
+        let (status, body, replayed) = gw.post_json("site", &lead("r1")).await;
+        assert_eq!((status, replayed), (StatusCode::OK, true));
+        assert_eq!(body["crm_id"], done["crm_id"]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(gw.fake.calls(CREATE), 1, "create was not repeated");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    pilot_5_a_validation_error_is_not_retried_and_the_reason_is_kept,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        gw.fake.push_fault(CREATE, Fault::Validation, 1);
+        gw.post_json("site", &lead("v1")).await;
+        let op = gw.wait_status("site:v1", "failed_terminal").await;
+        let err = op["last_error"].as_str().unwrap();
+        assert!(err.contains("Lead Name"), "{err}");
+        assert!(!err.contains("<br"), "{err}");
+        assert!(!err.contains("fake-secret"), "{err}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(gw.fake.calls(CREATE), 1, "no automatic retry");
+        assert_eq!(gw.operation("site:v1").await["attempts"], 1);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    pilot_6_lost_token_rights_pause_without_a_loop_and_lose_nothing,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        gw.fake.push_fault(CREATE, Fault::ExpiredToken, 1000);
+        for i in 0..3 {
+            gw.post_json("site", &lead(&format!("a{i}"))).await;
+        }
+        let store = gw.store();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !store
+            .connector("bitrix24")
+            .await
+            .unwrap()
+            .is_some_and(|c| c.paused)
+        {
+            assert!(Instant::now() < deadline, "connector never paused");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Attempts claimed before the pause landed may still be in flight; let them end.
+        loop {
+            let m = store
+                .metrics(leadgate::store::now(), Duration::from_secs(60))
+                .await
+                .unwrap();
+            if m.operations_by_status.get("in_progress").is_none() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "attempts never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let calls = gw.fake.calls(CREATE);
+        // Bounded: at most one call per worker slot (concurrency = 4), then none.
+        assert!((1..=4).contains(&calls), "{calls} calls");
+        // New deliveries keep being accepted while paused.
+        let (status, _, _) = gw.post_json("site", &lead("a3")).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            gw.fake.calls(CREATE),
+            calls,
+            "no calls while paused, not even retries"
+        );
+        for i in 0..4 {
+            assert_eq!(
+                gw.operation(&format!("site:a{i}")).await["status"],
+                "received"
+            );
+        }
+        let op = store
+            .operation(&"site:a0".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.retry_grants, 0);
+        // The token is fixed; a person resumes the connector and nothing was lost.
+        gw.fake.reset();
+        assert!(store
+            .resume_connector("bitrix24", "anna", leadgate::store::now())
+            .await
+            .unwrap());
+        for i in 0..4 {
+            gw.wait_status(&format!("site:a{i}"), "completed").await;
+        }
+        assert_eq!(origin_ids(&gw.fake).len(), 4);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    pilot_7_changed_data_under_the_same_key_goes_to_review,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        gw.fake.push_fault(CREATE, Fault::LatencyMs { ms: 0 }, 0);
+        let store = gw.store();
+        // Pause the connector so the first delivery is still unfinished when the second comes.
+        store
+            .pause_connector("bitrix24", "test hold", "test", leadgate::store::now())
+            .await
+            .unwrap();
+        gw.post_json("site", &lead("c1")).await;
+        let mut changed = lead("c1");
+        changed["name"] = json!("Petr");
+        let (status, body, _) = gw.post_json("site", &changed).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert_eq!(body["outcome"], "conflict");
+        assert_eq!(body["status"], "needs_review");
+        store
+            .resume_connector("bitrix24", "test", leadgate::store::now())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let op = gw.operation("site:c1").await;
+        assert_eq!(op["status"], "needs_review");
+        assert_eq!(op["review_reason"], "payload_conflict");
+        assert_eq!(op["open_cases"][0]["reason"], "payload_conflict");
+        assert_eq!(gw.fake.calls(CREATE), 0, "nothing reached the CRM");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    bad_input_gets_its_status_code_and_the_gateway_stays_healthy,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let url = |source: &str| format!("{}/v1/intake/{source}", gw.base);
+        let send =
+            |req: reqwest::RequestBuilder| async move { answer(req.send().await.unwrap()).await };
+        let json_ct = "application/json";
+        let cases: Vec<(&str, reqwest::RequestBuilder, StatusCode, &str)> = vec![
+            (
+                "bad JSON",
+                gw.http
+                    .post(url("site"))
+                    .header("content-type", json_ct)
+                    .body("{nope"),
+                StatusCode::BAD_REQUEST,
+                "malformed_body",
+            ),
+            (
+                "invalid UTF-8",
+                gw.http
+                    .post(url("site"))
+                    .header("content-type", json_ct)
+                    .body(vec![b'{', 0xff, b'}']),
+                StatusCode::BAD_REQUEST,
+                "malformed_body",
+            ),
+            (
+                "missing key",
+                gw.http.post(url("site")).json(&json!({"name": "x"})),
+                StatusCode::BAD_REQUEST,
+                "missing_key",
+            ),
+            (
+                "control character in key",
+                gw.http
+                    .post(url("site"))
+                    .json(&json!({"submission_id": "a\u{1}b"})),
+                StatusCode::BAD_REQUEST,
+                "invalid_key",
+            ),
+            (
+                "unknown source",
+                gw.http.post(url("nope")).json(&lead("x")),
+                StatusCode::NOT_FOUND,
+                "unknown_source",
+            ),
+            (
+                "unsigned",
+                gw.http
+                    .post(url("signed"))
+                    .header("idempotency-key", "k1")
+                    .json(&lead("x")),
+                StatusCode::UNAUTHORIZED,
+                "bad_signature",
+            ),
+            (
+                "wrong signature",
+                gw.http
+                    .post(url("signed"))
+                    .header("idempotency-key", "k1")
+                    .header("x-leadgate-signature", "sha256=00")
+                    .json(&lead("x")),
+                StatusCode::UNAUTHORIZED,
+                "bad_signature",
+            ),
+            (
+                "too large",
+                gw.http
+                    .post(url("site"))
+                    .json(&json!({"submission_id": "big", "comment": "x".repeat(5000)})),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+            ),
+            (
+                "unsupported type",
+                gw.http
+                    .post(url("site"))
+                    .header("content-type", "text/xml")
+                    .body("<a/>"),
+                StatusCode::BAD_REQUEST,
+                "unsupported_media_type",
+            ),
+        ];
+        for (what, req, status, code) in cases {
+            let (got, body, _) = send(req).await;
+            assert_eq!(got, status, "{what}: {body}");
+            assert_eq!(body["error"], code, "{what}: {body}");
+            assert!(
+                body["message"].as_str().is_some_and(|m| m.len() > 10),
+                "{what}: {body}"
+            );
+        }
+        // Tilda's connection check: 200, no operation.
+        let (status, _, _) = send(gw.http.post(url("tilda")).form(&[("test", "test")])).await;
+        assert_eq!(status, StatusCode::OK);
+        // A correctly signed delivery goes through.
+        let body = serde_json::to_vec(&lead("sig")).unwrap();
+        let sig = {
+            use hmac::Mac;
+            let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"hmac-key").unwrap();
+            mac.update(&body);
+            hex::encode(mac.finalize().into_bytes())
+        };
+        let (status, b, _) = send(
+            gw.http
+                .post(url("signed"))
+                .header("idempotency-key", "k1")
+                .header("x-leadgate-signature", format!("sha256={sig}"))
+                .header("content-type", json_ct)
+                .body(body),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{b}");
+        assert_eq!(b["operation_id"], "signed:k1");
+        // A Tilda form delivery is keyed by tranid.
+        let (status, b, _) = send(gw.http.post(url("tilda")).form(&[
+            ("tranid", "777:1"),
+            ("Name", "Olga"),
+            ("Phone", "89991234567"),
+        ]))
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{b}");
+        assert_eq!(b["operation_id"], "tilda:777:1");
+        let done = gw.wait_status("tilda:777:1", "completed").await;
+        let created = gw
+            .fake
+            .entities()
+            .into_iter()
+            .find(|e| e.fields["ORIGIN_ID"] == "tilda:777:1")
+            .unwrap();
+        assert_eq!(
+            created.fields["NAME"], "Olga",
+            "Tilda's capitalised fields are mapped"
+        );
+        assert!(done["crm_id"].is_string());
+        // Rejections are journaled, and the gateway keeps serving.
+        let m = gw
+            .store()
+            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        let rejected: i64 = m
+            .deliveries
+            .iter()
+            .filter(|((_, o), _)| o == "rejected")
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(rejected, 9);
+        let res = gw
+            .http
+            .get(format!("{}/healthz", gw.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let res = gw
+            .http
+            .get(format!(
+                "{}/v1/operations/{}",
+                gw.base,
+                urlencode("site:none")
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+        let res = gw
+            .http
+            .get(format!(
+                "{}/v1/operations/{}/timeline",
+                gw.base,
+                urlencode("tilda:777:1")
+            ))
+            .send()
+            .await
+            .unwrap();
+        let t: Value = res.json().await.unwrap();
+        assert_eq!(t["events"][0]["kind"], "delivery");
+        gw.stop().await;
+    }
+);

@@ -1,0 +1,239 @@
+//! The `leadgate` binary as an operator runs it: separate processes, real signals.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leadgate::crm::fake_bitrix24::{FakeBitrix24, Fault};
+use serde_json::{json, Value};
+
+use crate::each_backend;
+use crate::gateway::{urlencode, CREATE};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn leadgate(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leadgate"));
+    cmd.args(args)
+        .env_remove("LEADGATE_DATABASE_URL")
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn write_config(dir: &Path, db_url: &str, webhook: &str, port: u16) -> String {
+    let path = dir.join("leadgate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[database]
+url = "{db_url}"
+[server]
+listen = "127.0.0.1:{port}"
+[worker]
+poll_interval = "50ms"
+lease = "1s"
+[[source]]
+name = "site"
+key = "json:/submission_id"
+[crm]
+kind = "bitrix24"
+webhook_url = "{webhook}"
+timeout = "60s"
+"#
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+async fn serve(config: &str, base: &str) -> Process {
+    let child = leadgate(&["serve", "--config", config])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn leadgate serve");
+    let process = Process(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(res) = reqwest::get(format!("{base}/healthz")).await {
+            if res.status().is_success() {
+                return process;
+            }
+        }
+        assert!(Instant::now() < deadline, "leadgate serve did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+each_backend!(
+    a_gateway_killed_after_the_crm_created_recovers_without_a_second_create,
+    |db| async move {
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // The CRM creates the lead and then never answers: the worker is waiting when killed.
+        fake.push_fault(CREATE, Fault::LostAnswerHang, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let config = write_config(dir.path(), &db.url, &fake.webhook_url(), port);
+        let mut first = serve(&config, &base).await;
+        let http = reqwest::Client::new();
+        let res = http
+            .post(format!("{base}/v1/intake/site"))
+            .json(&json!({"submission_id": "k9", "name": "Ivan"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 202);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fake.entities().is_empty() {
+            assert!(Instant::now() < deadline, "the CRM never got the create");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // SIGKILL: no chance to save anything.
+        first.0.kill().unwrap();
+        first.0.wait().unwrap();
+        let store = db.store().await;
+        let id = "site:k9".parse().unwrap();
+        let op = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(
+            op.status.as_str(),
+            "in_progress",
+            "the result was never saved"
+        );
+        assert_eq!(op.crm_id, None);
+
+        let _second = serve(&config, &base).await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let op: Value = loop {
+            let op: Value = http
+                .get(format!("{base}/v1/operations/{}", urlencode("site:k9")))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if op["status"] == "completed" {
+                break op;
+            }
+            assert!(Instant::now() < deadline, "not recovered: {op}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let created = fake.entities();
+        assert_eq!(created.len(), 1, "no second create");
+        assert_eq!(fake.calls(CREATE), 1);
+        assert_eq!(op["crm_id"], created[0].id.to_string());
+        let op = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(op.crm_link.as_deref(), Some("recovered"));
+
+        // What support sees in a terminal.
+        let out = leadgate(&["ops", "show", "site:k9", "--config", &config])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        for needle in [
+            "completed",
+            "recovered",
+            "attempt_started",
+            "lease_taken_over",
+            "reconciliation",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+        let out = leadgate(&["ops", "show", "site:nope", "--config", &config])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no operation"));
+    }
+);
+
+each_backend!(
+    the_connector_is_resumed_from_the_command_line,
+    |db| async move {
+        let store = db.store().await;
+        store
+            .pause_connector(
+                "bitrix24",
+                "expired_token",
+                "worker",
+                leadgate::store::now(),
+            )
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_config(
+            dir.path(),
+            &db.url,
+            "http://127.0.0.1:9/rest/1/x/",
+            free_port(),
+        );
+        let out = leadgate(&["connector", "list", "--config", &config])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            text.contains("PAUSED") && text.contains("expired_token"),
+            "{text}"
+        );
+        let out = leadgate(&["connector", "resume", "--config", &config])
+            .env("LEADGATE_OPERATOR", "anna")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("resumed"));
+        let c = store.connector("bitrix24").await.unwrap().unwrap();
+        assert!(!c.paused);
+        assert_eq!(c.changed_by, "cli:anna");
+        let out = leadgate(&["connector", "resume", "bitrix24", "--config", &config])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("was not paused"));
+    }
+);
+
+#[test]
+fn a_bad_config_is_a_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[database]\nurl = \"sqlite::memory:\"\n[worker]\nlease = \"soon\"\n",
+    )
+    .unwrap();
+    let out = leadgate(&["migrate", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml") && err.contains("lease"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let out = leadgate(&["migrate"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
+}
