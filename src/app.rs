@@ -85,6 +85,13 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             store: Arc::clone(&store),
             sources: Arc::new(sources::sources(&config.sources).map_err(anyhow::Error::msg)?),
             max_body: usize::try_from(config.server.max_body.as_u64()).unwrap_or(usize::MAX),
+            claim_api: Arc::new(intake::ClaimApi {
+                source: config.claim_api.source.clone(),
+                lease: config.claim_api.lease,
+                retry: config.retry.clone(),
+            }),
+            tombstone: config.retention.tombstone,
+            stale_after: config.review.stale_after,
         };
         let listener = tokio::net::TcpListener::bind(&config.server.listen)
             .await
@@ -101,6 +108,12 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 tracing::error!(error = %e, "intake server failed");
             }
         });
+        tasks.spawn(retention_loop(
+            Arc::clone(&store),
+            config.retention.full,
+            config.retention.purge_every,
+            shutdown_rx.clone(),
+        ));
         tracing::info!(listen = %bound, database = store.backend(), "leadgate is serving");
     } else {
         tracing::info!(database = store.backend(), "leadgate worker is running");
@@ -112,6 +125,34 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         tasks,
     })
 }
+
+/// Scrubs finished operations older than `full`, every `every`.
+async fn retention_loop(
+    store: Arc<dyn Store>,
+    full: std::time::Duration,
+    every: std::time::Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        let cutoff = store::before(store::now(), full);
+        match store::purge(store.as_ref(), cutoff, PURGE_BATCH).await {
+            Ok(r) if !r.is_empty() => tracing::info!(
+                operations = r.operations,
+                deliveries = r.deliveries,
+                "retention purge"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "retention purge failed"),
+        }
+    }
+}
+
+/// Operations scrubbed per transaction: small enough never to hold the writer for long.
+pub const PURGE_BATCH: i64 = 200;
 
 fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname")

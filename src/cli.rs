@@ -43,6 +43,17 @@ enum Command {
     Worker(ConfigArg),
     /// Create or upgrade the operations database schema.
     Migrate(ConfigArg),
+    /// The metrics of SPEC.md as a table (the same figures as `/metrics`).
+    Metrics(ConfigArg),
+    /// Scrub payloads and contact data of finished operations, keeping tombstones (key,
+    /// payload hash, status, crm_id) so late duplicates still get the first result.
+    Purge {
+        /// Finished operations last changed longer ago than this (default: retention.full).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: Option<std::time::Duration>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Pause or resume CRM connectors.
     Connector {
         #[command(subcommand)]
@@ -190,6 +201,27 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     c.reason.map(|r| format!(": {r}")).unwrap_or_default()
                 );
             }
+        }
+        Command::Metrics(c) => {
+            let config = c.load()?;
+            let store = open(&config).await?;
+            let m = store
+                .metrics(store::now(), config.review.stale_after)
+                .await?;
+            print!("{}", crate::metrics::table(&m));
+        }
+        Command::Purge { older_than, config } => {
+            let config = config.load()?;
+            let store = open(&config).await?;
+            let older_than = older_than.unwrap_or(config.retention.full);
+            let cutoff = store::before(store::now(), older_than);
+            let r = store::purge(store.as_ref(), cutoff, crate::app::PURGE_BATCH).await?;
+            println!(
+                "purged {} finished operations (tombstones kept) and {} journal entries older than {}",
+                r.operations,
+                r.deliveries,
+                humantime::format_duration(older_than)
+            );
         }
         Command::Migrate(c) => {
             let config = c.load()?;

@@ -23,6 +23,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,
+    #[serde(default)]
+    pub claim_api: ClaimApiConfig,
     pub crm: Option<CrmConfig>,
 }
 
@@ -116,6 +118,9 @@ pub struct RetentionConfig {
     /// Key, payload hash, status and crm_id are kept this long.
     #[serde(with = "humantime_serde")]
     pub tombstone: Duration,
+    /// How often `serve` runs the purge on its own.
+    #[serde(with = "humantime_serde")]
+    pub purge_every: Duration,
 }
 
 impl Default for RetentionConfig {
@@ -124,6 +129,28 @@ impl Default for RetentionConfig {
         RetentionConfig {
             full: Duration::from_secs(30 * DAY),
             tombstone: Duration::from_secs(400 * DAY),
+            purge_every: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// The claim API (`POST /v1/operations`) for integrations that call the CRM themselves.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClaimApiConfig {
+    /// Namespace of the keys claimed through it (`<source>:<Idempotency-Key>`), and the
+    /// connector paused when the integration reports an auth failure.
+    pub source: String,
+    /// How long a claimer may take to report the outcome.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+}
+
+impl Default for ClaimApiConfig {
+    fn default() -> Self {
+        ClaimApiConfig {
+            source: "api".into(),
+            lease: Duration::from_secs(60),
         }
     }
 }
@@ -139,6 +166,10 @@ pub struct SourceConfig {
     pub ignore: Vec<String>,
     /// When set, deliveries must carry `X-Leadgate-Signature: sha256=<hex HMAC>`.
     pub secret: Option<Secret>,
+    /// Where the source's own event time is (`json:/pointer` or `form:field`; RFC 3339
+    /// or Unix seconds). A delivery whose event is older than the tombstone horizon and
+    /// whose key is unknown goes to review instead of creating (a late duplicate).
+    pub event_time: Option<String>,
     /// Where the CRM fields are in this source's payload (JSON pointers); by default
     /// top-level `name`, `phone`, `email`, `comment`, `title`, in any letter case.
     #[serde(default)]
@@ -263,12 +294,26 @@ impl Config {
                     s.name, s.key
                 ));
             }
+            if let Some(e) = &s.event_time {
+                if !(e.starts_with("json:/") || e.starts_with("form:")) {
+                    return invalid(format!(
+                        "source `{}`: event_time `{e}` must be json:/pointer or form:field",
+                        s.name
+                    ));
+                }
+            }
             if let Some(p) = s.ignore.iter().find(|p| !p.starts_with('/')) {
                 return invalid(format!(
                     "source `{}`: ignore entry `{p}` is not a JSON pointer (it must start with /)",
                     s.name
                 ));
             }
+        }
+        if !crate::domain::is_valid_source_name(&self.claim_api.source) {
+            return invalid(format!(
+                "claim_api.source `{}`: use letters, digits, `-` and `_`",
+                self.claim_api.source
+            ));
         }
         if self.retry.max_attempts == 0 {
             return invalid("retry.max_attempts must be at least 1".into());

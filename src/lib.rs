@@ -7,6 +7,7 @@ pub mod config;
 pub mod crm;
 pub mod domain;
 pub mod intake;
+pub mod metrics;
 pub mod reconcile;
 pub mod report;
 pub mod store;

@@ -29,6 +29,11 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     while !*shutdown.borrow() {
+        match store.expire_external_leases(store::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(count = n, "claim-API leases ran out; sent to review"),
+            Err(e) => tracing::error!(error = %e, "expiring claim-API leases failed"),
+        }
         match reconcile_one_stale(store.as_ref(), crm.as_ref(), &settings, &owner).await {
             Ok(true) => continue,
             Ok(false) => {}

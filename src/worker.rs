@@ -188,12 +188,32 @@ pub fn retry_or_exhausted(
     retry_after: Option<Duration>,
     now: DateTime<Utc>,
 ) -> AttemptOutcome {
-    let attempts = claim.operation.attempts.max(0) as u32;
-    if claim.granted || attempts >= retry.max_attempts {
+    after_retryable_failure(
+        retry,
+        claim.operation.attempts,
+        claim.granted,
+        failure,
+        retry_after,
+        now,
+    )
+}
+
+/// [`retry_or_exhausted`] for callers that know the attempt count but hold no claim
+/// (the claim API).
+pub fn after_retryable_failure(
+    retry: &RetryConfig,
+    attempts: i32,
+    granted: bool,
+    failure: Failure,
+    retry_after: Option<Duration>,
+    now: DateTime<Utc>,
+) -> AttemptOutcome {
+    let attempts = attempts.max(0) as u32;
+    if granted || attempts >= retry.max_attempts {
         return AttemptOutcome::Review {
             reason: ReviewReason::RetriesExhausted,
             failure: Some(failure),
-            detail: json!({"attempts": attempts, "granted": claim.granted}),
+            detail: json!({"attempts": attempts, "granted": granted}),
         };
     }
     let delay = backoff(retry, attempts, retry_after);

@@ -2,6 +2,7 @@
 //! its operation claimed before the sender gets its answer; the CRM is never called
 //! here (amoCRM waits 2 s, Tilda 5 s).
 
+mod claims;
 pub mod sources;
 
 use std::collections::HashMap;
@@ -24,14 +25,31 @@ pub struct IntakeState {
     pub store: Arc<dyn Store>,
     pub sources: Arc<HashMap<String, Source>>,
     pub max_body: usize,
+    pub claim_api: Arc<ClaimApi>,
+    /// Keys are kept (as tombstones) this long: an unknown key whose event is older may
+    /// be a late duplicate of one already forgotten.
+    pub tombstone: std::time::Duration,
+    pub stale_after: std::time::Duration,
+}
+
+/// Settings of the claim API.
+#[derive(Debug, Clone)]
+pub struct ClaimApi {
+    pub source: String,
+    pub lease: std::time::Duration,
+    pub retry: crate::config::RetryConfig,
 }
 
 pub fn router(state: IntakeState) -> Router {
     Router::new()
         .route("/v1/intake/{source}", post(intake))
+        .route("/v1/operations", post(claims::claim))
         .route("/v1/operations/{id}", get(operation))
+        .route("/v1/operations/{id}/complete", post(claims::complete))
+        .route("/v1/operations/{id}/fail", post(claims::fail))
         .route("/v1/operations/{id}/timeline", get(timeline))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -74,7 +92,7 @@ impl ApiError {
         }
     }
 
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
         ApiError::BadRequest {
             code,
             message: message.into(),
@@ -232,6 +250,12 @@ async fn accept(
         .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
     let payload_hash = fingerprint(&payload, &source.ignore)
         .map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
+    let event_time = source.event_time(&payload);
+    let horizon = store::before(received_at, state.tombstone);
+    // Applies only if the key turns out to be new: a known key is answered as usual.
+    let review = event_time
+        .filter(|t| *t < horizon)
+        .map(|_| crate::domain::ReviewReason::LateDuplicate);
     let delivery = NewDelivery {
         operation_id: operation_id.clone(),
         source: source.name.clone(),
@@ -241,9 +265,9 @@ async fn accept(
         payload_hash,
         transform_version: TRANSFORM_VERSION,
         contact: Default::default(),
-        event_time: None,
+        event_time,
         received_at,
-        review: None,
+        review,
     };
     let record = state.store.record_delivery(delivery).await?;
     tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
@@ -274,7 +298,7 @@ async fn accept(
     Ok(res)
 }
 
-fn parse_id(id: &str) -> Result<OperationId, ApiError> {
+pub(crate) fn parse_id(id: &str) -> Result<OperationId, ApiError> {
     id.parse()
         .map_err(|e| ApiError::bad("invalid_key", format!("`{id}` is not an operation id: {e}")))
 }
@@ -327,4 +351,19 @@ async fn healthz(State(state): State<IntakeState>) -> Result<Json<Value>, ApiErr
     Ok(Json(
         json!({"status": "ok", "database": state.store.backend()}),
     ))
+}
+
+/// The metrics of SPEC.md in the Prometheus text format.
+async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError> {
+    let snapshot = state.store.metrics(store::now(), state.stale_after).await?;
+    let connectors = state.store.connectors().await?;
+    let body = crate::metrics::exposition(&snapshot, &connectors);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response())
 }

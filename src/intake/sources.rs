@@ -53,6 +53,7 @@ impl KeySpec {
 pub struct Source {
     pub name: String,
     pub key: KeySpec,
+    pub event_time: Option<KeySpec>,
     pub ignore: Vec<String>,
     pub secret: Option<Secret>,
     pub fields: FieldMap,
@@ -62,9 +63,17 @@ impl Source {
     pub fn from_config(c: &SourceConfig) -> Result<Source, String> {
         let key = KeySpec::parse(&c.key)
             .ok_or_else(|| format!("source `{}`: cannot read key `{}`", c.name, c.key))?;
+        let event_time =
+            match &c.event_time {
+                Some(spec) => Some(KeySpec::parse(spec).ok_or_else(|| {
+                    format!("source `{}`: cannot read event_time `{spec}`", c.name)
+                })?),
+                None => None,
+            };
         Ok(Source {
             name: c.name.clone(),
             key,
+            event_time,
             ignore: c.ignore.clone(),
             secret: c.secret.clone(),
             fields: c.fields.clone(),
@@ -98,6 +107,25 @@ impl Source {
         };
         let value = value.trim().to_owned();
         (!value.is_empty()).then_some(value)
+    }
+}
+
+impl Source {
+    /// The source's own event time, when configured and readable: RFC 3339 text or
+    /// Unix seconds (number or digits).
+    pub fn event_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        let raw = match self.event_time.as_ref()? {
+            KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
+            KeySpec::Form(f) => scalar(payload.get(f)?)?,
+            KeySpec::Header(_) => return None,
+        };
+        let raw = raw.trim();
+        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(raw) {
+            return Some(t.with_timezone(&chrono::Utc));
+        }
+        raw.parse::<i64>()
+            .ok()
+            .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
     }
 }
 
@@ -196,6 +224,7 @@ mod tests {
         Source {
             name: "s".into(),
             key: KeySpec::parse(key).unwrap(),
+            event_time: KeySpec::parse("json:/created_at"),
             ignore: vec![],
             secret: secret.map(Secret::new),
             fields: FieldMap::default(),
@@ -245,6 +274,19 @@ mod tests {
             source("form:tranid", None).key(&p, &headers),
             Some("t1".into())
         );
+    }
+
+    #[test]
+    fn event_times_are_read_as_rfc3339_or_unix_seconds() {
+        let s = source("json:/id", None);
+        let t = s
+            .event_time(&json!({"created_at": "2025-01-02T03:04:05+03:00"}))
+            .unwrap();
+        assert_eq!(t.to_rfc3339(), "2025-01-02T00:04:05+00:00");
+        let t = s.event_time(&json!({"created_at": 1700000000})).unwrap();
+        assert_eq!(t.timestamp(), 1_700_000_000);
+        assert_eq!(s.event_time(&json!({"created_at": "yesterday"})), None);
+        assert_eq!(s.event_time(&json!({})), None);
     }
 
     #[test]

@@ -360,6 +360,52 @@ pub struct MetricsSnapshot {
     pub paused_connectors: Vec<String>,
 }
 
+/// What one purge batch scrubbed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PurgeReport {
+    /// Finished operations reduced to tombstones.
+    pub operations: u64,
+    /// Journal entries whose body and payload were scrubbed.
+    pub deliveries: u64,
+}
+
+impl PurgeReport {
+    pub fn is_empty(&self) -> bool {
+        self.operations == 0 && self.deliveries == 0
+    }
+}
+
+/// A claim through the claim API: an external integration (an n8n workflow) will make
+/// the CRM call itself and report back with the lease token.
+#[derive(Debug, Clone)]
+pub struct ExternalClaim {
+    pub delivery: NewDelivery,
+    pub owner: String,
+    pub lease_for: std::time::Duration,
+    /// Paused while the integration reported an auth failure.
+    pub connector: String,
+}
+
+/// What a claim through the claim API found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExternalClaimOutcome {
+    /// The caller holds the lease and may call the CRM now.
+    Claimed { lease: Lease, attempts: i32 },
+    /// Done before: the saved result.
+    Completed { crm_id: Option<String> },
+    /// Refused for good before.
+    Failed { last_error: Option<String> },
+    /// Someone holds the lease, or the next attempt is not due yet.
+    InFlight { until: DateTime<Utc> },
+    /// The key was used with another payload (a review case was opened).
+    Conflict,
+    /// A person must decide first (this includes a lease that ran out with the outcome
+    /// unknown: it goes to review, never back to a fresh claim).
+    NeedsReview { reason: Option<ReviewReason> },
+    /// The integration's connector is paused after an auth failure.
+    ConnectorPaused,
+}
+
 /// The operations store. Both backends pass the same conformance suite (tests/it/store.rs).
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -463,6 +509,44 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
         stale_after: std::time::Duration,
     ) -> Result<MetricsSnapshot>;
+
+    /// One batch of retention: scrubs payloads and contact data of up to `batch`
+    /// finished operations last changed before `finished_before` (a tombstone stays:
+    /// key, payload hash, status, crm_id, dates), and the bodies of rejected deliveries
+    /// received before it. Open operations and operations with an open review case are
+    /// never touched. Small batches keep intake unblocked; call until empty.
+    async fn purge_batch(
+        &self,
+        finished_before: DateTime<Utc>,
+        batch: i64,
+        now: DateTime<Utc>,
+    ) -> Result<PurgeReport>;
+
+    /// The claim API: journals the request and claims the operation for an external
+    /// integration, or says why it cannot (see [`ExternalClaimOutcome`]).
+    async fn claim_external(&self, claim: ExternalClaim) -> Result<ExternalClaimOutcome>;
+
+    /// Sends externally claimed operations whose lease ran out to review: their outcome
+    /// is unknown and no CRM lookup is possible from here. Returns how many.
+    async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64>;
+}
+
+/// Runs purge batches until nothing is left, yielding between batches.
+pub async fn purge(
+    store: &dyn Store,
+    finished_before: DateTime<Utc>,
+    batch: i64,
+) -> Result<PurgeReport> {
+    let mut total = PurgeReport::default();
+    loop {
+        let r = store.purge_batch(finished_before, batch, now()).await?;
+        total.operations += r.operations;
+        total.deliveries += r.deliveries;
+        if r.operations < batch as u64 && r.deliveries < batch as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Opens the store named by `url` (`sqlite://…` or `postgres://…`) and brings its schema
@@ -485,6 +569,14 @@ pub fn now() -> DateTime<Utc> {
     Utc::now()
         .duration_trunc(chrono::TimeDelta::microseconds(1))
         .expect("microsecond truncation cannot overflow")
+}
+
+/// `now - d`, saturating.
+pub fn before(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// `now + d`, saturating instead of panicking on absurd durations.

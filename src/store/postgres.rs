@@ -42,11 +42,11 @@ sql_store! {
     backend: "postgres",
     lock_row: " for update",
     pick_due: "select operation_id from operations where status = 'received' \
-               and next_attempt_at <= $1 \
+               and executor = 'worker' and next_attempt_at <= $1 \
                and not exists (select 1 from connectors where name = $2 and state = 'paused') \
                order by next_attempt_at limit 1 for update skip locked",
     pick_stale: "select operation_id from operations where status = 'in_progress' \
-                 and lease_expires_at <= $1 order by lease_expires_at limit 1 \
+                 and executor = 'worker' and lease_expires_at <= $1 order by lease_expires_at limit 1 \
                  for update skip locked",
     mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
                            from review_cases where resolved_at is not null",

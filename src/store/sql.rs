@@ -285,12 +285,14 @@ macro_rules! sql_store {
             tx: &mut Tx,
             id: &str,
             d: &NewDelivery,
+            executor: &str,
             now: DateTime<Utc>,
         ) -> Result<bool> {
             let inserted = sqlx::query(
                 "insert into operations (operation_id, source, status, payload_hash, payload, \
-                 contact_phone, contact_email, event_time, next_attempt_at, created_at, updated_at) \
-                 values ($1, $2, 'received', $3, $4, $5, $6, $7, $8, $8, $8) \
+                 contact_phone, contact_email, event_time, executor, next_attempt_at, created_at, \
+                 updated_at) \
+                 values ($1, $2, 'received', $3, $4, $5, $6, $7, $9, $8, $8, $8) \
                  on conflict (operation_id) do nothing returning version",
             )
             .bind(id)
@@ -301,6 +303,7 @@ macro_rules! sql_store {
             .bind(&d.contact.email)
             .bind(d.event_time)
             .bind(now)
+            .bind(executor)
             .fetch_optional(&mut **tx)
             .await?;
             Ok(inserted.is_some())
@@ -329,6 +332,43 @@ macro_rules! sql_store {
             l.op.lease_owner = Some(owner.to_owned());
             l.op.lease_expires_at = Some(lease.expires_at);
             lease
+        }
+
+        /// Starts an attempt on a locked `received` operation: `in_progress`, attempts
+        /// counted, a person's grant consumed, a fresh lease — persisted in `tx`.
+        async fn claim_locked(
+            tx: &mut Tx,
+            l: &mut Locked,
+            owner: &str,
+            lease_for: std::time::Duration,
+            now: DateTime<Utc>,
+        ) -> Result<Claim> {
+            let granted = l.op.retry_grants > 0;
+            l.op.retry_grants = (l.op.retry_grants - 1).max(0);
+            l.op.attempts += 1;
+            l.op.next_attempt_at = None;
+            let lease = take_lease(l, owner, lease_for, now);
+            let event = NewEvent::new(
+                "claimed",
+                json!({"attempt": l.op.attempts, "lease_expires_at": lease.expires_at, "granted": granted}),
+            );
+            append(tx, l.op.operation_id.as_str(), owner, event, now).await?;
+            set_status(tx, l, Status::InProgress, owner, now).await?;
+            save(tx, l, now).await?;
+            Ok(Claim {
+                operation: l.op.clone(),
+                lease,
+                granted,
+            })
+        }
+
+        async fn connector_paused(tx: &mut Tx, name: &str) -> Result<bool> {
+            let state: Option<String> =
+                sqlx::query_scalar("select state from connectors where name = $1")
+                    .bind(name)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            Ok(state.as_deref() == Some("paused"))
         }
 
         /// Where a payload-conflict resolution leaves the original operation.
@@ -366,7 +406,7 @@ macro_rules! sql_store {
                 let now = d.received_at;
                 let outcome;
                 let delivery_id;
-                if insert_operation(&mut tx, &id, &d, now).await? {
+                if insert_operation(&mut tx, &id, &d, "worker", now).await? {
                     delivery_id = insert_delivery(&mut tx, &d, "new").await?;
                     let mut l = must_lock(&mut tx, &id).await?;
                     let event = NewEvent::new(
@@ -463,24 +503,9 @@ macro_rules! sql_store {
                     return Ok(None);
                 };
                 let mut l = must_lock(&mut tx, &id).await?;
-                let granted = l.op.retry_grants > 0;
-                l.op.retry_grants = (l.op.retry_grants - 1).max(0);
-                l.op.attempts += 1;
-                l.op.next_attempt_at = None;
-                let lease = take_lease(&mut l, owner, lease_for, now);
-                let event = NewEvent::new(
-                    "claimed",
-                    json!({"attempt": l.op.attempts, "lease_expires_at": lease.expires_at, "granted": granted}),
-                );
-                append(&mut tx, &id, owner, event, now).await?;
-                set_status(&mut tx, &mut l, Status::InProgress, owner, now).await?;
-                save(&mut tx, &mut l, now).await?;
+                let claim = claim_locked(&mut tx, &mut l, owner, lease_for, now).await?;
                 tx.commit().await?;
-                Ok(Some(Claim {
-                    operation: l.op,
-                    lease,
-                    granted,
-                }))
+                Ok(Some(claim))
             }
 
             async fn claim_stale(
@@ -1029,6 +1054,142 @@ macro_rules! sql_store {
                 .fetch_all(p)
                 .await?;
                 Ok(m)
+            }
+
+            async fn purge_batch(
+                &self,
+                finished_before: DateTime<Utc>,
+                batch: i64,
+                now: DateTime<Utc>,
+            ) -> Result<PurgeReport> {
+                let mut tx = self.begin_write().await?;
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "select o.operation_id from operations o \
+                     where o.status in ('completed', 'failed_terminal') and o.purged_at is null \
+                     and o.updated_at < $1 and not exists (select 1 from review_cases c \
+                       where c.operation_id = o.operation_id and c.resolved_at is null) \
+                     order by o.updated_at limit $2",
+                )
+                .bind(finished_before)
+                .bind(batch)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut report = PurgeReport::default();
+                for id in &ids {
+                    sqlx::query(
+                        "update operations set payload = null, contact_phone = null, \
+                         contact_email = null, purged_at = $1 where operation_id = $2",
+                    )
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                    report.deliveries += sqlx::query(
+                        "update deliveries set raw_body = null, payload = null \
+                         where operation_id = $1 and (raw_body is not null or payload is not null)",
+                    )
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    let event = NewEvent::new("purged", json!({"finished_before": finished_before}));
+                    append(&mut tx, id, "retention", event, now).await?;
+                }
+                report.operations = ids.len() as u64;
+                // Refused deliveries never became operations; their bodies may still hold
+                // personal data.
+                report.deliveries += sqlx::query(
+                    "update deliveries set raw_body = null, payload = null where id in \
+                     (select id from deliveries where outcome = 'rejected' and received_at < $1 \
+                      and (raw_body is not null or payload is not null) limit $2)",
+                )
+                .bind(finished_before)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.commit().await?;
+                Ok(report)
+            }
+
+            async fn claim_external(&self, c: ExternalClaim) -> Result<ExternalClaimOutcome> {
+                let mut tx = self.begin_write().await?;
+                let d = &c.delivery;
+                let id = d.operation_id.as_str().to_owned();
+                let now = d.received_at;
+                let paused = connector_paused(&mut tx, &c.connector).await?;
+                let created = insert_operation(&mut tx, &id, d, "external", now).await?;
+                let mut l = must_lock(&mut tx, &id).await?;
+                let outcome_name = if created {
+                    "new"
+                } else if l.op.payload_hash == d.payload_hash.as_str() {
+                    "duplicate"
+                } else {
+                    "conflict"
+                };
+                let delivery_id = insert_delivery(&mut tx, d, outcome_name).await?;
+                let mut event = NewEvent::new(
+                    "delivery",
+                    json!({"delivery_id": delivery_id, "outcome": outcome_name, "via": "claim_api"}),
+                );
+                if outcome_name == "conflict" {
+                    event.error_class = Some(ErrorClass::Conflict);
+                }
+                append(&mut tx, &id, &c.owner, event, now).await?;
+                let outcome = match (outcome_name, l.op.status) {
+                    ("conflict", _) => {
+                        let detail = json!({"delivery_id": delivery_id});
+                        open_case(&mut tx, &mut l, ReviewReason::PayloadConflict, Some(delivery_id), &c.owner, detail, now)
+                            .await?;
+                        save(&mut tx, &mut l, now).await?;
+                        ExternalClaimOutcome::Conflict
+                    }
+                    (_, Status::Completed) => ExternalClaimOutcome::Completed { crm_id: l.op.crm_id.clone() },
+                    (_, Status::FailedTerminal) => ExternalClaimOutcome::Failed { last_error: l.op.last_error.clone() },
+                    (_, Status::NeedsReview) => ExternalClaimOutcome::NeedsReview { reason: l.op.review_reason },
+                    (_, Status::InProgress) => match l.op.lease_expires_at {
+                        Some(until) if until > now => ExternalClaimOutcome::InFlight { until },
+                        _ => {
+                            let detail = json!({"lease_expired_at": l.op.lease_expires_at, "owner": l.op.lease_owner});
+                            open_case(&mut tx, &mut l, ReviewReason::UncertainOutcome, None, &c.owner, detail, now)
+                                .await?;
+                            save(&mut tx, &mut l, now).await?;
+                            ExternalClaimOutcome::NeedsReview { reason: Some(ReviewReason::UncertainOutcome) }
+                        }
+                    },
+                    (_, Status::Received) => match l.op.next_attempt_at {
+                        Some(at) if at > now => ExternalClaimOutcome::InFlight { until: at },
+                        _ if paused => ExternalClaimOutcome::ConnectorPaused,
+                        _ => {
+                            let claim = claim_locked(&mut tx, &mut l, &c.owner, c.lease_for, now).await?;
+                            ExternalClaimOutcome::Claimed { attempts: claim.operation.attempts, lease: claim.lease }
+                        }
+                    },
+                };
+                tx.commit().await?;
+                Ok(outcome)
+            }
+
+            async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
+                let mut tx = self.begin_write().await?;
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "select operation_id from operations where status = 'in_progress' \
+                     and executor = 'external' and lease_expires_at <= $1 limit 100",
+                )
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await?;
+                for id in &ids {
+                    let mut l = must_lock(&mut tx, id).await?;
+                    let detail = json!({"lease_expired_at": l.op.lease_expires_at, "owner": l.op.lease_owner});
+                    // The lease token stays: a late `complete` from the integration is
+                    // still recorded, for the person to confirm.
+                    open_case(&mut tx, &mut l, ReviewReason::UncertainOutcome, None, "reconciler", detail, now)
+                        .await?;
+                    save(&mut tx, &mut l, now).await?;
+                }
+                tx.commit().await?;
+                Ok(ids.len() as u64)
             }
         }
 

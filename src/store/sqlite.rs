@@ -50,11 +50,11 @@ sql_store! {
     // nothing else can change the row before commit: no row lock needed.
     lock_row: "",
     pick_due: "select operation_id from operations where status = 'received' \
-               and next_attempt_at <= $1 \
+               and executor = 'worker' and next_attempt_at <= $1 \
                and not exists (select 1 from connectors where name = $2 and state = 'paused') \
                order by next_attempt_at limit 1",
     pick_stale: "select operation_id from operations where status = 'in_progress' \
-                 and lease_expires_at <= $1 order by lease_expires_at limit 1",
+                 and executor = 'worker' and lease_expires_at <= $1 order by lease_expires_at limit 1",
     mean_resolve_seconds: "select avg((julianday(resolved_at) - julianday(opened_at)) * 86400.0) \
                            from review_cases where resolved_at is not null",
 }

@@ -39,6 +39,11 @@ max_delay = "100ms"
 name = "site"
 key = "json:/submission_id"
 ignore = ["/sent_at"]
+event_time = "json:/created_at"
+
+[claim_api]
+source = "n8n"
+lease = "1s"
 
 [[source]]
 name = "tilda"
@@ -92,6 +97,10 @@ impl Gateway {
         let running = app::start(&self.config, Mode::Serve).await.unwrap();
         self.base = format!("http://{}", running.addr.unwrap());
         self.running = Some(running);
+    }
+
+    pub async fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(format!("{}{path}", self.base))
     }
 
     pub async fn post_json(&self, source: &str, body: &Value) -> (StatusCode, Value, bool) {
@@ -157,12 +166,12 @@ pub fn urlencode(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-fn lead(id: &str) -> Value {
+pub fn lead(id: &str) -> Value {
     json!({"submission_id": id, "name": "Ivan", "phone": "+7 999 123-45-67", "email": "ivan@example.com",
            "sent_at": "2026-11-30T10:00:00Z"})
 }
 
-fn origin_ids(fake: &FakeBitrix24) -> Vec<String> {
+pub fn origin_ids(fake: &FakeBitrix24) -> Vec<String> {
     fake.entities()
         .iter()
         .map(|e| {
@@ -355,7 +364,7 @@ each_backend!(
                 .metrics(leadgate::store::now(), Duration::from_secs(60))
                 .await
                 .unwrap();
-            if m.operations_by_status.get("in_progress").is_none() {
+            if !m.operations_by_status.contains_key("in_progress") {
                 break;
             }
             assert!(Instant::now() < deadline, "attempts never ended");

@@ -3,6 +3,9 @@
 
 mod support;
 
+mod claim_api;
 mod gateway;
+mod metrics;
 mod process;
+mod retention;
 mod store;

@@ -1,0 +1,242 @@
+//! The claim API for integrations that call the CRM themselves (n8n), following
+//! draft-ietf-httpapi-idempotency-key-header. Every status code, both backends.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::each_backend;
+use crate::gateway::{answer, urlencode, Gateway, CREATE};
+
+async fn claim(
+    gw: &Gateway,
+    key: Option<&str>,
+    body: &Value,
+) -> (StatusCode, Value, bool, Option<String>) {
+    let mut req = gw.post("/v1/operations").await.json(body);
+    if let Some(k) = key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let res = req.send().await.unwrap();
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let (s, b, r) = answer(res).await;
+    (s, b, r, retry_after)
+}
+
+async fn report(gw: &Gateway, id: &str, verb: &str, body: Value) -> (StatusCode, Value) {
+    let res = gw
+        .post(&format!("/v1/operations/{}/{verb}", urlencode(id)))
+        .await
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let (s, b, _) = answer(res).await;
+    (s, b)
+}
+
+each_backend!(claim_complete_and_replay, |db| async move {
+    let gw = Gateway::start(&db).await;
+    let body = json!({"name": "Ivan", "phone": "+79991234567"});
+    let (s, b, _, _) = claim(&gw, None, &body).await;
+    assert_eq!(
+        (s, b["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("missing_key"))
+    );
+    let res = gw
+        .post("/v1/operations")
+        .await
+        .header("Idempotency-Key", "k")
+        .header("content-type", "application/json")
+        .body("{no")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+
+    let (s, first, _, _) = claim(&gw, Some("order-1"), &body).await;
+    assert_eq!(s, StatusCode::CREATED, "{first}");
+    assert_eq!(first["operation_id"], "n8n:order-1");
+    let token = first["lease_token"].as_str().unwrap().to_owned();
+    assert!(first["lease_expires_at"].is_string());
+    // While the first claimer is calling the CRM: 409 with Retry-After.
+    let (s, b, _, retry_after) = claim(&gw, Some("order-1"), &body).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    assert_eq!(b["error"], "in_flight");
+    assert!(retry_after.unwrap().parse::<u64>().unwrap() >= 1);
+    // The same key with another body: 422.
+    let (s, b, _, _) = claim(&gw, Some("order-1"), &json!({"name": "Petr"})).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    // Only the lease holder may report.
+    let (s, b) = report(
+        &gw,
+        "n8n:order-1",
+        "complete",
+        json!({"crm_id": "77", "lease_token": "forged"}),
+    )
+    .await;
+    assert_eq!(
+        (s, b["error"].as_str()),
+        (StatusCode::CONFLICT, Some("lease_lost"))
+    );
+    let (s, b) = report(
+        &gw,
+        "n8n:order-1",
+        "complete",
+        json!({"crm_id": "", "lease_token": token}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    let (s, b) = report(
+        &gw,
+        "n8n:nope",
+        "complete",
+        json!({"crm_id": "1", "lease_token": "t"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
+    let (s, b) = report(
+        &gw,
+        "n8n:order-1",
+        "complete",
+        json!({"crm_id": "77", "lease_token": token}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    // The payload conflict above holds the operation for a person, but the CRM result
+    // the lease holder reported is kept.
+    assert_eq!(b["crm_id"], "77");
+    // A repeat returns the saved result.
+    let (s, b, _, _) = claim(&gw, Some("order-2"), &body).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let t2 = b["lease_token"].as_str().unwrap().to_owned();
+    report(
+        &gw,
+        "n8n:order-2",
+        "complete",
+        json!({"crm_id": "78", "lease_token": t2}),
+    )
+    .await;
+    let (s, b, replayed, _) = claim(&gw, Some("order-2"), &body).await;
+    assert_eq!((s, replayed), (StatusCode::OK, true));
+    assert_eq!(b["crm_id"], "78");
+    assert_eq!(b["status"], "completed");
+    assert_eq!(
+        gw.fake.calls(CREATE),
+        0,
+        "the gateway's own worker never calls the CRM for claimed keys"
+    );
+    gw.stop().await;
+});
+
+each_backend!(failures_are_classified_as_for_the_worker, |db| async move {
+    let gw = Gateway::start(&db).await;
+    let body = json!({"name": "Ivan"});
+    // Rate limited: due again after a backoff; until then 409 with Retry-After.
+    let (_, b, _, _) = claim(&gw, Some("rl"), &body).await;
+    let t = b["lease_token"].as_str().unwrap().to_owned();
+    let (s, b) = report(
+        &gw,
+        "n8n:rl",
+        "fail",
+        json!({"class": "rate_limited", "error": "429", "lease_token": t, "retry_after": 1}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["status"], "received");
+    let (s, b, _, retry_after) = claim(&gw, Some("rl"), &body).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    assert!(retry_after.is_some());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (s, b, _, _) = claim(&gw, Some("rl"), &body).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b["attempt"], 2);
+    // The worker does not pick claimed work up, even when it is due.
+    assert_eq!(gw.fake.calls(CREATE), 0);
+
+    // Uncertain: never back to a fresh claim; a person decides.
+    let (_, b, _, _) = claim(&gw, Some("unc"), &body).await;
+    let t = b["lease_token"].as_str().unwrap().to_owned();
+    let (s, b) = report(
+        &gw,
+        "n8n:unc",
+        "fail",
+        json!({"class": "uncertain", "error": "timeout", "lease_token": t}),
+    )
+    .await;
+    assert_eq!(
+        (s, b["status"].as_str()),
+        (StatusCode::OK, Some("needs_review"))
+    );
+    let (s, b, _, _) = claim(&gw, Some("unc"), &body).await;
+    assert_eq!(
+        (s, b["error"].as_str()),
+        (StatusCode::CONFLICT, Some("needs_review"))
+    );
+
+    // Validation: terminal, and the repeat answers with the saved failure.
+    let (_, b, _, _) = claim(&gw, Some("val"), &body).await;
+    let t = b["lease_token"].as_str().unwrap().to_owned();
+    let (s, b) = report(&gw, "n8n:val", "fail", json!({"class": "validation", "error": "The required field 'Lead Name' is missing.<br />", "lease_token": t})).await;
+    assert_eq!(
+        (s, b["status"].as_str()),
+        (StatusCode::OK, Some("failed_terminal"))
+    );
+    let (s, b, replayed, _) = claim(&gw, Some("val"), &body).await;
+    assert_eq!((s, replayed), (StatusCode::OK, true));
+    assert_eq!(
+        b["last_error"],
+        "The required field 'Lead Name' is missing."
+    );
+
+    // An expired lease: the outcome is unknown, so it goes to review, not to a new claim.
+    let (_, b, _, _) = claim(&gw, Some("exp"), &body).await;
+    assert!(b["lease_token"].is_string());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (s, b, _, _) = claim(&gw, Some("exp"), &body).await;
+    assert_eq!(
+        (s, b["error"].as_str()),
+        (StatusCode::CONFLICT, Some("needs_review")),
+        "{b}"
+    );
+    assert_eq!(b["review_reason"], "uncertain_outcome");
+
+    // Auth: the integration's connector pauses; new claims wait with 503.
+    let (_, b, _, _) = claim(&gw, Some("auth"), &body).await;
+    let t = b["lease_token"].as_str().unwrap().to_owned();
+    let (s, b) = report(
+        &gw,
+        "n8n:auth",
+        "fail",
+        json!({"class": "auth", "error": "401", "lease_token": t}),
+    )
+    .await;
+    assert_eq!(
+        (s, b["status"].as_str()),
+        (StatusCode::OK, Some("received"))
+    );
+    let (s, b, _, retry_after) = claim(&gw, Some("auth"), &body).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+    assert!(retry_after.is_some());
+    let (s, _, _, _) = claim(&gw, Some("new-while-paused"), &body).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    gw.store()
+        .resume_connector("n8n", "anna", leadgate::store::now())
+        .await
+        .unwrap();
+    let (s, _, _, _) = claim(&gw, Some("auth"), &body).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let res = gw
+        .post("/v1/operations/n8n%3Aauth/fail")
+        .await
+        .json(&json!({"class": "bogus"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    gw.stop().await;
+});
