@@ -16,3 +16,7 @@ lint:
 unit:
 	scripts/ensure-postgres.sh
 	cargo test --locked
+
+## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
+demo:
+	scripts/demo.sh

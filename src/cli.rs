@@ -59,6 +59,18 @@ enum Command {
         #[command(subcommand)]
         command: ConnectorCommand,
     },
+    /// Play the eight pilot scenarios of SPEC.md against a running gateway and fake CRM
+    /// (what `make demo` runs) and print expected / observed / PASS-FAIL.
+    Demo {
+        /// The gateway's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:18080")]
+        gateway: String,
+        /// The fake CRM's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:18091")]
+        crm: String,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Run a fake CRM that speaks the real wire format, with fault injection (for tests
     /// and the demo).
     FakeCrm {
@@ -200,6 +212,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     c.changed_by,
                     c.reason.map(|r| format!(": {r}")).unwrap_or_default()
                 );
+            }
+        }
+        Command::Demo {
+            gateway,
+            crm,
+            config,
+        } => {
+            let config = config.load()?;
+            let store = open(&config).await?;
+            let (passed, total) = crate::demo::Demo::new(&gateway, &crm, store).play().await?;
+            if passed != total {
+                return Ok(ExitCode::FAILURE);
             }
         }
         Command::Metrics(c) => {

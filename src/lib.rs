@@ -5,6 +5,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod crm;
+pub mod demo;
 pub mod domain;
 pub mod intake;
 pub mod metrics;

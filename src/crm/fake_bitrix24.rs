@@ -235,7 +235,7 @@ pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
 fn router(state: AppState) -> Router {
     Router::new()
         .route("/rest/{user}/{secret}/{method}", any(rest))
-        .route("/_fake/faults", post(push_faults))
+        .route("/_fake/faults", post(push_faults).delete(clear_faults))
         .route("/_fake/state", get(state_json))
         .route("/_fake/reset", post(reset_handler))
         .with_state(state)
@@ -257,6 +257,12 @@ fn reset(shared: &Shared) {
     *lock(&shared.store) = Store::default();
     shared.calls.clear();
     shared.faults.clear();
+}
+
+/// Drops the queued faults, keeping the entities and call counts.
+async fn clear_faults(State(state): State<AppState>) -> Json<Value> {
+    state.shared.faults.clear();
+    Json(json!({"cleared": true}))
 }
 
 async fn push_faults(

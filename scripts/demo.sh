@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# `make demo`: builds Leadgate, starts a fake Bitrix24 (with faults injected per
+# scenario) and `leadgate serve` plus a second `leadgate worker` on an embedded SQLite
+# file, plays the eight pilot scenarios of SPEC.md as real HTTP traffic, prints the
+# results and the metrics, and leaves the database for the console. No display and no
+# PostgreSQL needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GATEWAY_PORT="${DEMO_GATEWAY_PORT:-18080}"
+CRM_PORT="${DEMO_CRM_PORT:-18091}"
+DIR="$PWD/demo-data"
+TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
+BIN="$TARGET/debug/leadgate"
+
+if ! command -v cargo >/dev/null; then
+  echo "cargo not found: install Rust (https://rustup.rs) first" >&2
+  exit 1
+fi
+if ! command -v cc >/dev/null; then
+  echo "== installing a C compiler (build-essential) ..."
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq build-essential pkg-config >/dev/null
+fi
+
+echo "== building leadgate (the first build takes a few minutes; cargo shows its progress) ..."
+cargo build --locked --bin leadgate
+
+mkdir -p "$DIR"
+rm -f "$DIR"/leadgate.db "$DIR"/leadgate.db-wal "$DIR"/leadgate.db-shm "$DIR"/*.log
+cat > "$DIR/leadgate.toml" <<TOML
+[database]
+url = "sqlite://$DIR/leadgate.db?mode=rwc"
+
+[server]
+listen = "127.0.0.1:$GATEWAY_PORT"
+
+[worker]
+poll_interval = "50ms"
+lease = "3s"
+
+[retry]
+max_attempts = 3
+base_delay = "100ms"
+max_delay = "1s"
+
+[[source]]
+name = "site"
+key = "json:/submission_id"
+ignore = ["/sent_at"]
+event_time = "json:/created_at"
+
+[[source]]
+name = "tilda"
+key = "form:tranid"
+
+[crm]
+kind = "bitrix24"
+webhook_url = "http://127.0.0.1:$CRM_PORT/rest/1/fake-secret/"
+timeout = "1s"
+TOML
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+wait_http() {
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "nothing answers on port $1; see $DIR/*.log" >&2
+  exit 1
+}
+
+echo "== starting the fake Bitrix24 on 127.0.0.1:$CRM_PORT"
+"$BIN" fake-crm --kind bitrix24 --listen "127.0.0.1:$CRM_PORT" >"$DIR/fake-crm.log" 2>&1 &
+pids+=($!)
+wait_http "$CRM_PORT"
+echo "== starting leadgate serve on 127.0.0.1:$GATEWAY_PORT and a second leadgate worker (SQLite: $DIR/leadgate.db)"
+"$BIN" serve --config "$DIR/leadgate.toml" >"$DIR/serve.log" 2>&1 &
+pids+=($!)
+wait_http "$GATEWAY_PORT"
+"$BIN" worker --config "$DIR/leadgate.toml" >"$DIR/worker.log" 2>&1 &
+pids+=($!)
+
+echo "== playing the eight pilot scenarios of SPEC.md"
+status=0
+"$BIN" demo --gateway "http://127.0.0.1:$GATEWAY_PORT" --crm "http://127.0.0.1:$CRM_PORT" \
+  --config "$DIR/leadgate.toml" || status=$?
+
+echo
+echo "== metrics (leadgate metrics --config $DIR/leadgate.toml)"
+"$BIN" metrics --config "$DIR/leadgate.toml"
+
+cat <<TXT
+
+The database is kept: $DIR/leadgate.db
+  look at one operation:  $BIN ops show site:<key> --config $DIR/leadgate.toml
+  open the console on it: make console DB=$DIR/leadgate.db
+TXT
+exit $status

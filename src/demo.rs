@@ -1,0 +1,420 @@
+//! `leadgate demo`: plays the eight pilot scenarios of SPEC.md as real HTTP traffic
+//! against a running gateway and a fake Bitrix24 (started by `make demo`), and prints
+//! what was expected, what was observed, and PASS or FAIL for each.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use crate::store::{self, Store};
+
+const CREATE: &str = "crm.lead.add";
+
+pub struct Demo {
+    gateway: String,
+    crm: String,
+    http: reqwest::Client,
+    store: std::sync::Arc<dyn Store>,
+    /// Distinguishes this run's keys from an earlier run's on the same database.
+    run: String,
+}
+
+struct Row {
+    scenario: &'static str,
+    expected: &'static str,
+    observed: String,
+    pass: bool,
+}
+
+impl Demo {
+    pub fn new(gateway: &str, crm: &str, store: std::sync::Arc<dyn Store>) -> Demo {
+        Demo {
+            gateway: gateway.trim_end_matches('/').to_owned(),
+            crm: crm.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("HTTP client"),
+            store,
+            run: store::now().format("%H%M%S").to_string(),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("demo-{}-{name}", self.run)
+    }
+
+    fn lead(&self, name: &str, person: &str) -> Value {
+        json!({"submission_id": self.key(name), "name": person, "phone": "+7 999 123-45-67",
+               "email": format!("{}@example.com", person.to_lowercase()),
+               "sent_at": store::now().to_rfc3339()})
+    }
+
+    async fn post(&self, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let res = self
+            .http
+            .post(format!("{}/v1/intake/site", self.gateway))
+            .json(body)
+            .send()
+            .await?;
+        Ok((res.status().as_u16(), res.json().await?))
+    }
+
+    async fn operation(&self, key: &str) -> anyhow::Result<Value> {
+        let id = format!("site:{key}");
+        let url = format!(
+            "{}/v1/operations/{}",
+            self.gateway,
+            percent_encoding::utf8_percent_encode(&id, percent_encoding::NON_ALPHANUMERIC)
+        );
+        Ok(self.http.get(url).send().await?.json().await?)
+    }
+
+    async fn wait_status(&self, key: &str, status: &str) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let op = self.operation(key).await?;
+            if op["status"] == status {
+                return Ok(op);
+            }
+            if Instant::now() > deadline {
+                bail!("{key} is `{}`, not `{status}`", op["status"]);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn fault(&self, fault: Value, times: u32) -> anyhow::Result<()> {
+        let mut rule = fault;
+        rule["method"] = json!(CREATE);
+        rule["times"] = json!(times);
+        self.http
+            .post(format!("{}/_fake/faults", self.crm))
+            .json(&json!([rule]))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+
+    /// Drops the fake CRM's queued faults (its records stay).
+    async fn clear_faults(&self) -> anyhow::Result<()> {
+        self.http
+            .delete(format!("{}/_fake/faults", self.crm))
+            .send()
+            .await?
+            .error_for_status()
+            .context("clearing the fake CRM's faults")?;
+        Ok(())
+    }
+
+    async fn crm_state(&self) -> anyhow::Result<Value> {
+        Ok(self
+            .http
+            .get(format!("{}/_fake/state", self.crm))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+
+    /// CRM records carrying this operation's external key.
+    async fn records(&self, key: &str) -> anyhow::Result<Vec<Value>> {
+        let id = format!("site:{key}");
+        let state = self.crm_state().await?;
+        Ok(state["entities"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|e| e["fields"]["ORIGIN_ID"] == id.as_str())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn create_calls(&self) -> anyhow::Result<u64> {
+        Ok(self.crm_state().await?["calls"][CREATE]
+            .as_u64()
+            .unwrap_or(0))
+    }
+
+    async fn timeline_kinds(&self, key: &str) -> anyhow::Result<Vec<String>> {
+        let id = format!("site:{key}").parse()?;
+        Ok(self
+            .store
+            .timeline(&id)
+            .await?
+            .into_iter()
+            .map(|e| e.kind)
+            .collect())
+    }
+
+    /// Plays every scenario; returns how many passed, of how many.
+    pub async fn play(&self) -> anyhow::Result<(usize, usize)> {
+        let mut rows = Vec::new();
+        macro_rules! scenario {
+            ($name:literal, $expected:literal, $body:expr) => {{
+                let started = Instant::now();
+                eprint!("  playing: {} ...", $name);
+                let result: anyhow::Result<(bool, String)> = $body.await;
+                eprintln!(" {:.1}s", started.elapsed().as_secs_f64());
+                let (pass, observed) = result.unwrap_or_else(|e| (false, format!("error: {e:#}")));
+                rows.push(Row {
+                    scenario: $name,
+                    expected: $expected,
+                    observed,
+                    pass,
+                });
+            }};
+        }
+        scenario!(
+            "1 one webhook delivered twice",
+            "one CRM record; the repeat gets the first result",
+            self.s1()
+        );
+        scenario!(
+            "2 CRM created, the answer timed out",
+            "no second create; the result is recovered",
+            self.s2()
+        );
+        scenario!(
+            "3 two workers get the same leads at once",
+            "exactly one claim per operation_id",
+            self.s3()
+        );
+        scenario!(
+            "4 workflow restarted after the create",
+            "the saved crm_id is used; no create",
+            self.s4()
+        );
+        scenario!(
+            "5 CRM answers with a validation error",
+            "no automatic retry; the reason is journaled",
+            self.s5()
+        );
+        scenario!(
+            "6 the token lost its rights",
+            "pause + notification, no loop, nothing lost",
+            self.s6()
+        );
+        scenario!(
+            "7 changed data under the same key",
+            "conflict blocked, sent to review",
+            self.s7()
+        );
+        scenario!(
+            "8 a duplicate after old keys were cleaned",
+            "the tombstone answers, or review",
+            self.s8()
+        );
+        print_table(&rows);
+        Ok((rows.iter().filter(|r| r.pass).count(), rows.len()))
+    }
+
+    async fn s1(&self) -> anyhow::Result<(bool, String)> {
+        let lead = self.lead("s1", "Ivan");
+        let (first, _) = self.post(&lead).await?;
+        let done = self.wait_status(&self.key("s1"), "completed").await?;
+        let (second, body) = self.post(&lead).await?;
+        let records = self.records(&self.key("s1")).await?.len();
+        let same = body["crm_id"] == done["crm_id"];
+        Ok((
+            first == 202 && second == 200 && same && records == 1,
+            format!(
+                "{first} then {second} {}, crm_id {} both times: {}, CRM records: {records}",
+                body["outcome"].as_str().unwrap_or("?"),
+                done["crm_id"],
+                if same { "yes" } else { "NO" }
+            ),
+        ))
+    }
+
+    async fn s2(&self) -> anyhow::Result<(bool, String)> {
+        self.fault(json!({"fault": "lost_answer_hang"}), 1).await?;
+        let key = self.key("s2");
+        self.post(&self.lead("s2", "Olga")).await?;
+        let op = self.wait_status(&key, "completed").await?;
+        let records = self.records(&key).await?.len();
+        let recovered = self
+            .timeline_kinds(&key)
+            .await?
+            .iter()
+            .any(|k| k == "recovered");
+        Ok((
+            records == 1 && recovered,
+            format!("timed out, reconciled by ORIGIN_ID: recovered={recovered}, attempts {}, CRM records: {records}", op["attempts"]),
+        ))
+    }
+
+    async fn s3(&self) -> anyhow::Result<(bool, String)> {
+        // Two worker processes share the database (make demo starts a second one), and
+        // every lead is also delivered twice at the same moment.
+        self.fault(json!({"fault": "latency_ms", "ms": 50}), 10)
+            .await?;
+        let keys: Vec<String> = (0..10).map(|i| format!("s3-{i}")).collect();
+        let sends = keys.iter().flat_map(|k| {
+            let lead = self.lead(k, "Anna");
+            [lead.clone(), lead]
+        });
+        let answers =
+            futures::future::join_all(sends.map(|l| async move { self.post(&l).await })).await;
+        let new = answers
+            .iter()
+            .filter(|a| matches!(a, Ok((_, b)) if b["outcome"] == "new"))
+            .count();
+        let mut owners = std::collections::BTreeSet::new();
+        let mut records = 0;
+        for k in &keys {
+            self.wait_status(&self.key(k), "completed").await?;
+            records += self.records(&self.key(k)).await?.len();
+            let id = format!("site:{}", self.key(k)).parse()?;
+            for e in self.store.timeline(&id).await? {
+                if e.kind == "claimed" {
+                    owners.insert(e.actor.split(':').take(3).collect::<Vec<_>>().join(":"));
+                }
+            }
+        }
+        Ok((
+            new == 10 && records == 10,
+            format!("20 deliveries of 10 leads: {new} new, {records} CRM records, claimed by {} worker process(es)", owners.len()),
+        ))
+    }
+
+    async fn s4(&self) -> anyhow::Result<(bool, String)> {
+        let key = self.key("s4");
+        let lead = self.lead("s4", "Petr");
+        self.post(&lead).await?;
+        let done = self.wait_status(&key, "completed").await?;
+        let calls = self.create_calls().await?;
+        let (status, body) = self.post(&lead).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let calls_after = self.create_calls().await?;
+        Ok((
+            status == 200 && body["crm_id"] == done["crm_id"] && calls_after == calls,
+            format!(
+                "re-run answered {status} with crm_id {}; CRM creates during the re-run: {}",
+                body["crm_id"],
+                calls_after - calls
+            ),
+        ))
+    }
+
+    async fn s5(&self) -> anyhow::Result<(bool, String)> {
+        self.fault(json!({"fault": "validation"}), 1).await?;
+        let key = self.key("s5");
+        let before = self.create_calls().await?;
+        self.post(&self.lead("s5", "Nina")).await?;
+        let op = self.wait_status(&key, "failed_terminal").await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let calls = self.create_calls().await? - before;
+        let reason = op["last_error"].as_str().unwrap_or("").to_owned();
+        Ok((
+            calls == 1 && reason.contains("Lead Name"),
+            format!("failed_terminal after {calls} call; journal says: {reason}"),
+        ))
+    }
+
+    async fn s6(&self) -> anyhow::Result<(bool, String)> {
+        self.fault(json!({"fault": "expired_token"}), 1000).await?;
+        let before = self.create_calls().await?;
+        let keys = [self.key("s6-a"), self.key("s6-b")];
+        self.post(&self.lead("s6-a", "Oleg")).await?;
+        self.post(&self.lead("s6-b", "Vera")).await?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self
+            .store
+            .connector("bitrix24")
+            .await?
+            .is_some_and(|c| c.paused)
+        {
+            if Instant::now() > deadline {
+                bail!("the connector never paused");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let calls = self.create_calls().await? - before;
+        let notified = self
+            .timeline_kinds(&keys[0])
+            .await?
+            .iter()
+            .chain(self.timeline_kinds(&keys[1]).await?.iter())
+            .any(|k| k == "notification");
+        // The token is fixed: a person resumes the connector.
+        self.clear_faults().await?;
+        self.store
+            .resume_connector("bitrix24", "demo", store::now())
+            .await?;
+        for k in &keys {
+            self.wait_status(k, "completed").await?;
+        }
+        Ok((
+            calls <= 4 && notified,
+            format!("paused after {calls} call(s) in 1 s, notification recorded: {notified}; resumed, 2 of 2 completed"),
+        ))
+    }
+
+    async fn s7(&self) -> anyhow::Result<(bool, String)> {
+        let key = self.key("s7");
+        let original = self.lead("s7", "Lena");
+        let mut changed = original.clone();
+        changed["name"] = json!("Lena Changed");
+        changed["phone"] = json!("+7 900 000-00-00");
+        self.post(&original).await?;
+        let (status, body) = self.post(&changed).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let op = self.operation(&key).await?;
+        let records = self.records(&key).await?;
+        let changed_reached_crm = records
+            .iter()
+            .any(|r| r["fields"]["NAME"] == "Lena Changed");
+        let case_open = op["open_cases"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["reason"] == "payload_conflict"));
+        Ok((
+            status == 202 && body["outcome"] == "conflict" && case_open && !changed_reached_crm && records.len() <= 1,
+            format!("answered {status} {}; review case open: {case_open}; changed data reached the CRM: {changed_reached_crm}", body["outcome"].as_str().unwrap_or("?")),
+        ))
+    }
+
+    async fn s8(&self) -> anyhow::Result<(bool, String)> {
+        let key = self.key("s8");
+        let lead = self.lead("s8", "Igor");
+        self.post(&lead).await?;
+        let done = self.wait_status(&key, "completed").await?;
+        // Retention runs (as `leadgate purge --older-than 0s` would).
+        let purged = store::purge(self.store.as_ref(), store::now(), 200).await?;
+        let (status, body) = self.post(&lead).await?;
+        let mut late = self.lead("s8-late", "Roman");
+        late["created_at"] = json!("2024-01-01T00:00:00Z");
+        let (_, late_body) = self.post(&late).await?;
+        let late_op = self.operation(&self.key("s8-late")).await?;
+        Ok((
+            status == 200 && body["crm_id"] == done["crm_id"] && late_op["review_reason"] == "late_duplicate",
+            format!("{} operations purged to tombstones; repeat answered {status} crm_id {}; an unknown key from 2024 went to {} ({})",
+                purged.operations, body["crm_id"], late_body["status"].as_str().unwrap_or("?"), late_op["review_reason"].as_str().unwrap_or("?")),
+        ))
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let w0 = rows.iter().map(|r| r.scenario.len()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r.expected.len()).max().unwrap_or(0);
+    println!();
+    println!(
+        "{:<w0$}  {:<w1$}  {:<6}  observed",
+        "scenario", "expected", "result"
+    );
+    println!("{}", "-".repeat(w0 + w1 + 100));
+    for r in rows {
+        let verdict = if r.pass { "PASS" } else { "FAIL" };
+        println!(
+            "{:<w0$}  {:<w1$}  {verdict:<6}  {}",
+            r.scenario, r.expected, r.observed
+        );
+    }
+    let passed = rows.iter().filter(|r| r.pass).count();
+    println!("\n{passed}/{} PASS", rows.len());
+}
