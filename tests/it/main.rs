@@ -3,6 +3,7 @@
 
 mod support;
 
+mod amocrm;
 mod gateway;
 mod process;
 mod store;
