@@ -171,6 +171,8 @@ pub enum CrmConfig {
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
     },
+    /// A home-grown CRM over HTTP, described by templates (see `crm::http`).
+    Http(Box<crate::crm::http::HttpConfig>),
 }
 
 fn default_amocrm_rate_limit() -> f64 {

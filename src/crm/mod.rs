@@ -19,6 +19,7 @@ pub mod bitrix24;
 pub mod fake;
 pub mod fake_amocrm;
 pub mod fake_bitrix24;
+pub mod http;
 pub mod rate;
 
 /// What the worker asks a CRM to create, mapped from the payload.
@@ -202,6 +203,7 @@ pub fn from_config(
             rate_limit: *rate_limit,
             timeout: *timeout,
         })?),
+        CrmConfig::Http(config) => std::sync::Arc::new(http::HttpCrm::new(config)?),
     })
 }
 
@@ -210,6 +212,7 @@ pub fn connector_name(config: &crate::config::CrmConfig) -> &'static str {
     match config {
         crate::config::CrmConfig::Bitrix24 { .. } => bitrix24::CONNECTOR,
         crate::config::CrmConfig::Amocrm { .. } => amocrm::CONNECTOR,
+        crate::config::CrmConfig::Http(_) => http::CONNECTOR,
     }
 }
 
