@@ -672,11 +672,13 @@ fn create_leads(shared: &Shared, leads: &[Value]) -> Result<Value, Box<Response>
     let base_url = lock(&shared.base_url).clone();
     let mut store = lock(&shared.store);
     // Duplicate control checks against EXISTING contacts only, not within the request.
-    let existing: BTreeMap<String, u64> = store
-        .contacts
-        .iter()
-        .flat_map(|(id, c)| comm_keys(c).into_iter().map(move |k| (k, *id)))
-        .collect();
+    // The oldest contact with a phone/e-mail wins.
+    let mut existing: BTreeMap<String, u64> = BTreeMap::new();
+    for (id, c) in &store.contacts {
+        for k in comm_keys(c) {
+            existing.entry(k).or_insert(*id);
+        }
+    }
     let now = chrono::Utc::now().timestamp();
     let mut answer = Vec::new();
     for (i, lead) in leads.iter().enumerate() {
@@ -924,5 +926,297 @@ async fn get_lead(
                 .body(Body::empty())
                 .expect("a 204 response"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn fake() -> FakeAmoCrm {
+        FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// (status, content type, body text)
+    async fn send(req: reqwest::RequestBuilder) -> (u16, String, String) {
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        (status, ct, resp.text().await.unwrap())
+    }
+
+    fn add(fake: &FakeAmoCrm, body: Value) -> reqwest::RequestBuilder {
+        reqwest::Client::new()
+            .post(format!("{}/api/v4/leads/complex", fake.base_url()))
+            .bearer_auth(fake.token())
+            .json(&body)
+    }
+
+    fn lead(key: &str, phone: &str) -> Value {
+        json!({"name": "Form", "request_id": key,
+               "custom_fields_values": [{"field_id": FIELD_ID, "values": [{"value": key}]}],
+               "_embedded": {"tags": [{"name": key}], "contacts": [{"first_name": "A",
+                 "custom_fields_values": [{"field_code": "PHONE", "values": [{"value": phone}]}]}]}})
+    }
+
+    #[tokio::test]
+    async fn complex_answers_hal_json_and_errors_are_problem_json() {
+        let fake = fake().await;
+        let (status, ct, body) =
+            send(add(&fake, json!([lead("k1", "+7 999 1"), lead("k2", "2")]))).await;
+        assert_eq!((status, ct.as_str()), (200, "application/hal+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            body,
+            json!([{"id": 1, "contact_id": 1, "company_id": null, "request_id": ["k1"], "merged": false},
+                   {"id": 2, "contact_id": 2, "company_id": null, "request_id": ["k2"], "merged": false}])
+        );
+        // No token, a wrong token: 401 problem+json.
+        let no_token = reqwest::Client::new()
+            .post(format!("{}/api/v4/leads/complex", fake.base_url()))
+            .json(&json!([lead("k3", "3")]));
+        let (status, ct, body) = send(no_token).await;
+        assert_eq!((status, ct.as_str()), (401, "application/problem+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["title"], "Unauthorized");
+        assert_eq!(body["type"], "https://httpstatus.es/401");
+        // An unknown custom field and two contacts: 400 validation-errors, nothing created.
+        let mut bad = lead("k4", "4");
+        bad["custom_fields_values"][0]["field_id"] = json!(1);
+        bad["_embedded"]["contacts"] = json!([{}, {}]);
+        let (status, ct, body) = send(add(&fake, json!([bad]))).await;
+        assert_eq!((status, ct.as_str()), (400, "application/problem+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["detail"], "Request validation failed");
+        let errors = &body["validation-errors"][0];
+        assert_eq!(errors["request_id"], "k4");
+        assert_eq!(errors["errors"][0]["code"], "NotSupportedChoice");
+        assert_eq!(
+            errors["errors"][0]["path"],
+            "custom_fields_values.0.field_id"
+        );
+        assert_eq!(errors["errors"][1]["path"], "_embedded.contacts");
+        let (status, _, _) = send(add(&fake, json!({"not": "an array"}))).await;
+        assert_eq!(status, 400);
+        let (status, _, _) = send(add(&fake, json!(vec![lead("x", "5"); 51]))).await;
+        assert_eq!(status, 400);
+        assert_eq!(fake.leads().len(), 2);
+        assert_eq!(fake.calls(CREATE), 5);
+    }
+
+    #[tokio::test]
+    async fn search_is_by_substring_with_pages_and_204_when_empty() {
+        let fake = fake().await;
+        let items: Vec<Value> = (1..=5)
+            .map(|i| lead(&format!("op-{i}"), &i.to_string()))
+            .collect();
+        send(add(&fake, json!(items))).await;
+        let client = reqwest::Client::new();
+        let get = |q: &str| {
+            client
+                .get(format!("{}/api/v4/leads?{q}", fake.base_url()))
+                .bearer_auth(fake.token())
+        };
+        let (status, ct, body) = send(get("query=op-&limit=2&page=2")).await;
+        assert_eq!((status, ct.as_str()), (200, "application/hal+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["_page"], 2);
+        let ids: Vec<u64> = body["_embedded"]["leads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, [3, 4]);
+        assert!(body["_links"]["next"]["href"]
+            .as_str()
+            .unwrap()
+            .contains("page=3"));
+        assert!(body["_links"]["prev"].is_object());
+        let (status, _, body) = send(get("query=OP-5")).await;
+        assert_eq!(status, 200, "case-insensitive");
+        assert!(body.contains("\"op-5\""));
+        let (status, ct, body) = send(get("query=nothing")).await;
+        assert_eq!((status, ct.as_str(), body.as_str()), (204, "", ""));
+        let (status, _, _) = send(get("limit=251")).await;
+        assert_eq!(status, 400);
+        // Search lag hides fresh leads from `query`, not from a plain list.
+        fake.set_search_lag(Duration::from_secs(60));
+        let (status, _, _) = send(get("query=op-1")).await;
+        assert_eq!(status, 204);
+        let (status, _, _) = send(get("limit=250")).await;
+        assert_eq!(status, 200);
+    }
+
+    #[tokio::test]
+    async fn get_by_id_and_a_missing_lead_as_204_or_404() {
+        let fake = fake().await;
+        send(add(&fake, json!([lead("k", "1")]))).await;
+        let client = reqwest::Client::new();
+        let get = |id: &str| {
+            client
+                .get(format!("{}/api/v4/leads/{id}", fake.base_url()))
+                .bearer_auth(fake.token())
+        };
+        let (status, _, body) = send(get("1")).await;
+        assert_eq!(status, 200);
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["id"], 1);
+        assert_eq!(body["_embedded"]["contacts"][0]["id"], 1);
+        assert!(body["_links"]["self"]["href"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/v4/leads/1"));
+        assert_eq!(send(get("99")).await.0, 204);
+        fake.set_missing_lead_status(404);
+        let (status, ct, _) = send(get("99")).await;
+        assert_eq!((status, ct.as_str()), (404, "application/problem+json"));
+        let (status, _, _) = send(client.get(format!("{}/api/v4/nothing", fake.base_url()))).await;
+        assert_eq!(status, 404);
+    }
+
+    #[tokio::test]
+    async fn duplicate_control_merges_into_existing_leads_only() {
+        let fake = fake().await;
+        fake.set_duplicate_control(true);
+        // Within one request: no merging, as in amoCRM.
+        let (_, _, body) = send(add(
+            &fake,
+            json!([lead("a", "+7 (999) 000"), lead("b", "7999000")]),
+        ))
+        .await;
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body[1]["merged"], false);
+        let (_, _, body) = send(add(&fake, json!([lead("c", "7-999-000")]))).await;
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body[0]["merged"], true);
+        assert_eq!(body[0]["id"], 1);
+        assert_eq!(body[0]["request_id"], json!(["c"]));
+        assert_eq!(fake.leads().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn faults_and_the_control_plane() {
+        let fake = fake().await;
+        let client = reqwest::Client::new();
+        let control = format!("{}/_fake", fake.base_url());
+        let resp: Value = client
+            .post(format!("{control}/faults"))
+            .json(
+                &json!([{"method": CREATE, "fault": "rate_limit", "retry_after_secs": 2},
+                          {"method": CREATE, "fault": "blocked"},
+                          {"method": SEARCH, "fault": "latency_ms", "ms": 1}]),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(resp["queued"], 3);
+        let resp = add(&fake, json!([lead("k", "1")])).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 429);
+        assert_eq!(resp.headers()["retry-after"], "2");
+        assert_eq!(resp.headers()["content-type"], "text/plain");
+        assert_eq!(resp.text().await.unwrap(), "Too Many Requests");
+        let (status, ct, body) = send(add(&fake, json!([lead("k", "1")]))).await;
+        assert_eq!((status, ct.as_str()), (403, "text/html"));
+        assert!(body.contains("<center>nginx</center>"));
+        let settings: Value = client
+            .post(format!("{control}/settings"))
+            .json(&json!({"search_lag_ms": 250, "duplicate_control": true}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            settings,
+            json!({"duplicate_control": true, "search_lag_ms": 250, "missing_lead_status": 204})
+        );
+        let state: Value = client
+            .get(format!("{control}/state"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(state["calls"][CREATE], 2);
+        assert_eq!(state["pending_faults"][0]["fault"], "latency_ms");
+        assert!(state["leads"].as_array().unwrap().is_empty());
+        client
+            .post(format!("{control}/reset"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(fake.calls(CREATE), 0);
+        let (status, _, _) = send(add(&fake, json!([lead("k", "1")]))).await;
+        assert_eq!(status, 200);
+        let state: Value = client
+            .get(format!("{control}/state"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            state["settings"]["search_lag_ms"], 0,
+            "reset restores the settings"
+        );
+    }
+
+    #[tokio::test]
+    async fn lost_answers_create_first() {
+        let fake = fake().await;
+        fake.push_fault(CREATE, Fault::LostAnswerDrop, 1);
+        let err = add(&fake, json!([lead("k", "1")]))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(!err.is_connect() && !err.is_timeout(), "{err}");
+        fake.push_fault(CREATE, Fault::LostAnswerHang, 1);
+        let err = add(&fake, json!([lead("k2", "2")]))
+            .timeout(Duration::from_millis(200))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        fake.push_fault(CREATE, Fault::ServerErrorAfterCreate, 1);
+        let (status, ct, _) = send(add(&fake, json!([lead("k3", "3")]))).await;
+        assert_eq!((status, ct.as_str()), (500, "application/problem+json"));
+        assert_eq!(fake.leads().len(), 3);
+    }
+
+    #[test]
+    fn faults_parse_from_the_control_format() {
+        let rules: Vec<FaultRule<Fault>> = serde_json::from_value(json!([
+            {"method": "leads.complex", "fault": "lost_answer_hang"},
+            {"method": "*", "fault": "error", "status": 503, "detail": "down", "times": 3},
+            {"method": "leads.list", "fault": "payment_required"},
+            {"method": "leads.complex", "fault": "no_rights"}
+        ]))
+        .unwrap();
+        assert_eq!(rules[0].fault, Fault::LostAnswerHang);
+        assert_eq!(
+            rules[1].fault,
+            Fault::Error {
+                status: 503,
+                detail: "down".into(),
+                after_execute: false
+            }
+        );
+        assert_eq!(rules[1].times, 3);
+        assert_eq!(rules[2].fault, Fault::PaymentRequired);
+        assert_eq!(rules[3].fault, Fault::NoRights);
     }
 }
