@@ -91,6 +91,7 @@ enum Command {
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum FakeKind {
     Bitrix24,
+    Amocrm,
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,6 +178,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::FakeCrm { kind, listen } => match kind {
             FakeKind::Bitrix24 => crate::crm::fake_bitrix24::serve(listen).await?,
+            FakeKind::Amocrm => crate::crm::fake_amocrm::serve(listen).await?,
         },
         Command::Connector {
             command: ConnectorCommand::Resume { name, config },

@@ -186,6 +186,28 @@ pub enum CrmConfig {
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
     },
+    /// amoCRM / Kommo API v4 with a long-lived token.
+    Amocrm {
+        /// `https://{subdomain}.amocrm.ru` or `https://{subdomain}.kommo.com`.
+        base_url: String,
+        /// The long-lived token (a JWT), sent as `Authorization: Bearer`.
+        token: Secret,
+        /// The custom text field of leads that holds the operation_id.
+        operation_field_id: u64,
+        #[serde(default)]
+        pipeline_id: Option<u64>,
+        /// Requests per second this process sends to the account (amoCRM: 7).
+        #[serde(default = "default_amocrm_rate_limit")]
+        rate_limit: f64,
+        #[serde(default = "default_crm_timeout", with = "humantime_serde")]
+        timeout: Duration,
+    },
+    /// A home-grown CRM over HTTP, described by templates (see `crm::http`).
+    Http(Box<crate::crm::http::HttpConfig>),
+}
+
+fn default_amocrm_rate_limit() -> f64 {
+    crate::crm::amocrm::DEFAULT_RATE_LIMIT
 }
 
 fn default_crm_timeout() -> Duration {

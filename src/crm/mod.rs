@@ -14,9 +14,13 @@ use std::time::Duration;
 
 use crate::domain::{ErrorClass, OperationId};
 
+pub mod amocrm;
 pub mod bitrix24;
 pub mod fake;
+pub mod fake_amocrm;
 pub mod fake_bitrix24;
+pub mod http;
+pub mod rate;
 
 /// What the worker asks a CRM to create, mapped from the payload.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -184,6 +188,22 @@ pub fn from_config(
             *entity,
             *timeout,
         )?),
+        CrmConfig::Amocrm {
+            base_url,
+            token,
+            operation_field_id,
+            pipeline_id,
+            rate_limit,
+            timeout,
+        } => std::sync::Arc::new(amocrm::AmoCrm::new(amocrm::Settings {
+            base_url: base_url.clone(),
+            token: token.expose().to_owned(),
+            operation_field_id: *operation_field_id,
+            pipeline_id: *pipeline_id,
+            rate_limit: *rate_limit,
+            timeout: *timeout,
+        })?),
+        CrmConfig::Http(config) => std::sync::Arc::new(http::HttpCrm::new(config)?),
     })
 }
 
@@ -191,6 +211,8 @@ pub fn from_config(
 pub fn connector_name(config: &crate::config::CrmConfig) -> &'static str {
     match config {
         crate::config::CrmConfig::Bitrix24 { .. } => bitrix24::CONNECTOR,
+        crate::config::CrmConfig::Amocrm { .. } => amocrm::CONNECTOR,
+        crate::config::CrmConfig::Http(_) => http::CONNECTOR,
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod amocrm;
 mod claim_api;
 mod gateway;
 mod metrics;

@@ -1,0 +1,1075 @@
+//! amoCRM / Kommo over API v4 with a long-lived token.
+//!
+//! amoCRM has no idempotent create either: `request_id` is only echoed back. So every
+//! lead carries the operation_id three times — in a configured custom text field, as a
+//! tag and as `request_id` — and a lost answer is reconciled by
+//! `GET /api/v4/leads?query=<operation_id>` with an exact match on the custom field
+//! in code (the search is a substring search over filled fields). That search may lag
+//! behind a create, so "not found" is NOT proof: [`Crm::lookup_is_authoritative`] is
+//! false and an unfound uncertain create goes to a person.
+//!
+//! The adapter paces itself (7 requests/s by default, shared by the whole process,
+//! see [`super::rate`]): an account that keeps hitting 429 gets blocked, and then every
+//! call answers 403 with an nginx page.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, ACCEPT};
+use reqwest::StatusCode;
+use serde_json::{json, Map, Value};
+
+use super::rate::{self, RateLimiter};
+use super::{
+    classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
+};
+use crate::domain::ErrorClass;
+
+/// The connector name: what gets paused when the account stops accepting calls.
+pub const CONNECTOR: &str = "amocrm";
+/// amoCRM's documented limit per integration.
+pub const DEFAULT_RATE_LIMIT: f64 = 7.0;
+/// At most this many leads per search page (amoCRM's maximum).
+pub const SEARCH_LIMIT: u32 = 250;
+/// How long all calls of the process wait after a 429 that named no `Retry-After`.
+const COOL_DOWN: Duration = Duration::from_secs(1);
+/// The longest a 429 holds every call of the process: the rest is the operation's own
+/// backoff (its `retry_after`), so one long header cannot freeze the worker's leases.
+const MAX_HOLD: Duration = Duration::from_secs(5);
+
+const CREATE: &str = "POST /api/v4/leads/complex";
+const SEARCH: &str = "GET /api/v4/leads";
+
+/// How to reach one amoCRM account.
+#[derive(Clone)]
+pub struct Settings {
+    /// `https://{subdomain}.amocrm.ru` (a trailing `/` or `/api/v4` is fine).
+    pub base_url: String,
+    pub token: String,
+    /// The custom text field that holds the operation_id.
+    pub operation_field_id: u64,
+    pub pipeline_id: Option<u64>,
+    /// Requests per second, for all calls of this process to this account.
+    pub rate_limit: f64,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("base_url", &self.base_url)
+            .field("token", &"***")
+            .field("operation_field_id", &self.operation_field_id)
+            .field("pipeline_id", &self.pipeline_id)
+            .field("rate_limit", &self.rate_limit)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// An amoCRM connector.
+pub struct AmoCrm {
+    /// Without a trailing `/`.
+    base: String,
+    token: String,
+    field_id: u64,
+    pipeline_id: Option<u64>,
+    limiter: Arc<RateLimiter>,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for AmoCrm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmoCrm")
+            .field("base", &self.base)
+            .field("token", &"***")
+            .field("field_id", &self.field_id)
+            .field("pipeline_id", &self.pipeline_id)
+            .finish()
+    }
+}
+
+impl AmoCrm {
+    pub fn new(settings: Settings) -> Result<AmoCrm, ConfigError> {
+        let mut base = settings.base_url.trim().trim_end_matches('/').to_owned();
+        if let Some(stripped) = base.strip_suffix("/api/v4") {
+            base = stripped.to_owned();
+        }
+        let parsed = reqwest::Url::parse(&base)
+            .map_err(|e| ConfigError(format!("the amoCRM base_url is not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(ConfigError(
+                "the amoCRM base_url must be an http(s) URL with a host".into(),
+            ));
+        }
+        let token = settings.token.trim().to_owned();
+        if token.is_empty() {
+            return Err(ConfigError("the amoCRM token is empty".into()));
+        }
+        if settings.operation_field_id == 0 {
+            return Err(ConfigError(
+                "amoCRM operation_field_id must be the id of a custom text field".into(),
+            ));
+        }
+        if !(settings.rate_limit.is_finite() && settings.rate_limit > 0.0) {
+            return Err(ConfigError(
+                "amoCRM rate_limit must be a positive number of requests per second".into(),
+            ));
+        }
+        let client = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout)
+            // A redirect would turn the POST into a GET; moved accounts need a person.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ConfigError(format!("cannot build the HTTP client: {e}")))?;
+        Ok(AmoCrm {
+            limiter: rate::shared(&base, settings.rate_limit),
+            base,
+            token,
+            field_id: settings.operation_field_id,
+            pipeline_id: settings.pipeline_id,
+            client,
+        })
+    }
+
+    /// The one lead of a `leads/complex` call, with its one embedded contact.
+    fn lead_body(&self, lead: &Lead) -> Value {
+        let op = &lead.operation_id;
+        let mut body = Map::new();
+        body.insert(
+            "name".into(),
+            json!(lead.title.clone().unwrap_or_else(|| format!("Lead {op}"))),
+        );
+        if let Some(p) = self.pipeline_id {
+            body.insert("pipeline_id".into(), json!(p));
+        }
+        body.insert("request_id".into(), json!(op));
+        body.insert(
+            "custom_fields_values".into(),
+            json!([{"field_id": self.field_id, "values": [{"value": op}]}]),
+        );
+        let mut embedded = Map::new();
+        embedded.insert("tags".into(), json!([{"name": op}]));
+        let mut contact = Map::new();
+        if let Some(name) = &lead.name {
+            contact.insert("first_name".into(), json!(name));
+        }
+        let mut comms = Vec::new();
+        if let Some(phone) = &lead.phone {
+            comms.push(
+                json!({"field_code": "PHONE", "values": [{"value": phone, "enum_code": "WORK"}]}),
+            );
+        }
+        if let Some(email) = &lead.email {
+            comms.push(
+                json!({"field_code": "EMAIL", "values": [{"value": email, "enum_code": "WORK"}]}),
+            );
+        }
+        if !comms.is_empty() {
+            contact.insert("custom_fields_values".into(), Value::Array(comms));
+        }
+        if !contact.is_empty() {
+            embedded.insert("contacts".into(), json!([contact]));
+        }
+        body.insert("_embedded".into(), Value::Object(embedded));
+        Value::Object(body)
+    }
+
+    /// Sends one request (after the shared limiter lets it go) and returns a 2xx answer,
+    /// or the classified failure. Fills `summary` with `status`, `duration_ms` and, on
+    /// failure, `class` and `message`.
+    async fn call(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+        redact: &[&str],
+        summary: &mut Map<String, Value>,
+    ) -> Result<(StatusCode, Bytes), CrmError> {
+        let mut redact = redact.to_vec();
+        redact.push(&self.token);
+        self.limiter.acquire().await;
+        let started = Instant::now();
+        let result = async {
+            let resp = request
+                .bearer_auth(&self.token)
+                .header(ACCEPT, "application/hal+json, application/json")
+                .send()
+                .await
+                .map_err(|e| classify_transport(CONNECTOR, what, e, &redact))?;
+            let status = resp.status();
+            summary.insert("status".into(), json!(status.as_u16()));
+            let headers = resp.headers().clone();
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| classify_transport(CONNECTOR, what, e, &redact))?;
+            if status.is_success() {
+                Ok((status, body))
+            } else {
+                Err(error_answer(what, status, &headers, &body, &redact))
+            }
+        }
+        .await;
+        summary.insert(
+            "duration_ms".into(),
+            json!(started.elapsed().as_millis() as u64),
+        );
+        if let Err(e) = &result {
+            if e.class == ErrorClass::RateLimited {
+                // Slow the whole process down, not just this operation: repeated 429s
+                // get the account blocked.
+                self.limiter
+                    .hold(e.retry_after.unwrap_or(COOL_DOWN).min(MAX_HOLD));
+            }
+            note_error(summary, e);
+            tracing::debug!(what, class = %e.class, "amocrm call failed");
+        }
+        result
+    }
+}
+
+fn note_error(summary: &mut Map<String, Value>, e: &CrmError) {
+    summary.insert("class".into(), json!(e.class));
+    summary.insert("message".into(), json!(e.message));
+}
+
+/// The one classification of an amoCRM answer that is not a success (FACTS.md):
+///
+/// | status | class |
+/// |---|---|
+/// | 400 (also code 244: no rights / subscription ended), 404, other 4xx | validation — terminal |
+/// | 401 | auth — pause the connector |
+/// | 402 subscription ended | auth — pause the connector |
+/// | 403 account blocked / IP not allowed (often an nginx HTML page) | auth — pause, stop all traffic |
+/// | 408 | not sent — the server gave up before reading the request |
+/// | 429 (body may not be JSON) | rate limited — `Retry-After`, slow down |
+/// | 3xx (a moved account we do not follow) | auth — the base URL needs a person |
+/// | 5xx, a 2xx we cannot read, anything else | uncertain — reconcile first |
+///
+/// Timeouts and dropped connections are classified by [`classify_transport`].
+pub fn classify(status: StatusCode) -> ErrorClass {
+    match status.as_u16() {
+        300..=399 => ErrorClass::Auth,
+        401..=403 => ErrorClass::Auth,
+        408 => ErrorClass::NotSent,
+        429 => ErrorClass::RateLimited,
+        400..=499 => ErrorClass::Validation,
+        _ => ErrorClass::Uncertain,
+    }
+}
+
+/// A classified error from a non-2xx answer: problem+json (`title`, `detail`,
+/// `validation-errors`), amoCRM's older `{"response":{"error","error_code"}}`, or a
+/// body that is not JSON at all (an nginx page, a plain-text 429).
+fn error_answer(
+    what: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    redact: &[&str],
+) -> CrmError {
+    let class = classify(status);
+    let desc = match serde_json::from_slice::<Value>(body) {
+        Ok(json) if json.is_object() => problem_text(&json),
+        Ok(_) => "unexpected JSON answer".to_owned(),
+        Err(_) if body.iter().all(u8::is_ascii_whitespace) => "(empty body)".to_owned(),
+        Err(_) => format!("(not JSON) {}", String::from_utf8_lossy(body)),
+    };
+    let message = clean_message(
+        &format!("{CONNECTOR} {what}: HTTP {} {desc}", status.as_u16()),
+        redact,
+    );
+    CrmError {
+        class,
+        message,
+        retry_after: (class == ErrorClass::RateLimited)
+            .then(|| rate::retry_after(headers))
+            .flatten(),
+    }
+}
+
+/// `title: detail; code path: detail; ...` from a problem+json body.
+fn problem_text(json: &Value) -> String {
+    let s = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => String::new(),
+    };
+    let mut parts = Vec::new();
+    let title = s(json.get("title"));
+    let detail = s(json.get("detail"));
+    match (title.is_empty(), detail.is_empty()) {
+        (false, false) => parts.push(format!("{title}: {detail}")),
+        (false, true) => parts.push(title),
+        (true, false) => parts.push(detail),
+        (true, true) => {}
+    }
+    if let Some(resp) = json.get("response") {
+        let code = s(resp.get("error_code"));
+        let error = s(resp.get("error"));
+        parts.push(format!("code {code}: {error}"));
+    }
+    for entity in json
+        .get("validation-errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for e in entity
+            .get("errors")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            parts.push(format!(
+                "{} {}: {}",
+                s(e.get("code")),
+                s(e.get("path")),
+                s(e.get("detail"))
+            ));
+        }
+    }
+    if parts.is_empty() {
+        "unexpected JSON answer".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// An entity id: amoCRM sends integers, a proxy may send digit strings.
+fn id_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Number(n) if n.as_u64().is_some_and(|n| n > 0) => Some(n.to_string()),
+        Value::String(s)
+            if !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            Some(s.trim().to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// The first lead of a `leads/complex` answer (`[{"id":..,"merged":..}]`).
+fn complex_result(body: &[u8]) -> Option<(String, Value)> {
+    let json: Value = serde_json::from_slice(body).ok()?;
+    let rows = match &json {
+        Value::Array(rows) => rows,
+        other => other.pointer("/_embedded/leads")?.as_array()?,
+    };
+    let first = rows.first()?;
+    let id = id_of(first.get("id")?)?;
+    let mut about = Map::new();
+    about.insert("id".into(), json!(id));
+    if let Some(c) = first.get("contact_id").and_then(id_of) {
+        about.insert("contact_id".into(), json!(c));
+    }
+    about.insert(
+        "merged".into(),
+        json!(first
+            .get("merged")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)),
+    );
+    Some((id, Value::Object(about)))
+}
+
+/// Whether `lead` holds exactly `operation_id` in the custom field `field_id`.
+fn holds_key(lead: &Value, field_id: u64, operation_id: &str) -> bool {
+    lead.get("custom_fields_values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|f| f.get("field_id").and_then(id_of) == Some(field_id.to_string()))
+        .flat_map(|f| {
+            f.get("values")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .any(|v| v.get("value").and_then(Value::as_str) == Some(operation_id))
+}
+
+#[async_trait::async_trait]
+impl Crm for AmoCrm {
+    fn connector(&self) -> &str {
+        CONNECTOR
+    }
+
+    /// The search index may lag behind a create: "not found" proves nothing.
+    fn lookup_is_authoritative(&self) -> bool {
+        false
+    }
+
+    async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
+        let body = self.lead_body(lead);
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": CREATE,
+            "request_id": lead.operation_id,
+            "operation_field_id": self.field_id,
+            "tag": lead.operation_id,
+            "pipeline_id": self.pipeline_id,
+            "contact": {
+                "name": lead.name.is_some(),
+                "phone": lead.phone.is_some(),
+                "email": lead.email.is_some(),
+            },
+        });
+        let mut summary = Map::new();
+        let req = self
+            .client
+            .post(format!("{}/api/v4/leads/complex", self.base))
+            .json(&json!([body]));
+        tracing::debug!(operation_id = %lead.operation_id, "amocrm create");
+        let result = self
+            .call(CREATE, req, &lead.contact_values(), &mut summary)
+            .await
+            .and_then(|(_, bytes)| {
+                complex_result(&bytes).ok_or_else(|| {
+                    let e = CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!("{CONNECTOR} {CREATE}: the answer has no lead id"),
+                    );
+                    note_error(&mut summary, &e);
+                    e
+                })
+            })
+            .map(|(id, about)| {
+                if let Value::Object(about) = about {
+                    summary.extend(about);
+                }
+                id
+            });
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
+    }
+
+    async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": SEARCH,
+            "query": operation_id,
+            "operation_field_id": self.field_id,
+        });
+        let mut summary = Map::new();
+        let result = match reqwest::Url::parse_with_params(
+            &format!("{}/api/v4/leads", self.base),
+            &[
+                ("query", operation_id),
+                ("limit", &SEARCH_LIMIT.to_string()),
+            ],
+        ) {
+            Err(e) => Err(CrmError::new(
+                ErrorClass::Auth,
+                format!("{CONNECTOR} {SEARCH}: invalid base URL: {e}"),
+            )),
+            Ok(url) => self
+                .call(SEARCH, self.client.get(url), &[], &mut summary)
+                .await
+                .and_then(|(status, bytes)| {
+                    // An empty result is 204 with no body at all.
+                    if status == StatusCode::NO_CONTENT || bytes.iter().all(u8::is_ascii_whitespace)
+                    {
+                        summary.insert("searched".into(), json!(0));
+                        return Ok(Lookup::NotFound);
+                    }
+                    let json: Value = serde_json::from_slice(&bytes).map_err(|_| {
+                        CrmError::new(
+                            ErrorClass::Uncertain,
+                            format!("{CONNECTOR} {SEARCH}: the answer is not JSON"),
+                        )
+                    })?;
+                    let rows = json
+                        .pointer("/_embedded/leads")
+                        .and_then(Value::as_array)
+                        .ok_or_else(|| {
+                            CrmError::new(
+                                ErrorClass::Uncertain,
+                                format!("{CONNECTOR} {SEARCH}: the answer has no leads list"),
+                            )
+                        })?;
+                    summary.insert("searched".into(), json!(rows.len()));
+                    // The search matches substrings of any filled field: keep only the
+                    // leads whose key field holds exactly this operation_id.
+                    let ids = rows
+                        .iter()
+                        .filter(|l| holds_key(l, self.field_id, operation_id))
+                        .filter_map(|l| l.get("id").and_then(id_of))
+                        .collect();
+                    Ok(Lookup::from_ids(ids))
+                }),
+        };
+        match &result {
+            Ok(lookup) => {
+                let ids = match lookup {
+                    Lookup::NotFound => vec![],
+                    Lookup::One(id) => vec![id.clone()],
+                    Lookup::Many(ids) => ids.clone(),
+                };
+                summary.insert("found".into(), json!(ids.len()));
+                summary.insert("ids".into(), json!(ids));
+            }
+            Err(e) if !summary.contains_key("class") => note_error(&mut summary, e),
+            Err(_) => {}
+        }
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crm::fake_amocrm::{self, FakeAmoCrm, Fault, FIELD_ID};
+
+    const TOKEN: &str = "fake-amo-token";
+
+    async fn fake() -> FakeAmoCrm {
+        FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn settings(fake: &FakeAmoCrm) -> Settings {
+        Settings {
+            base_url: fake.base_url(),
+            token: TOKEN.into(),
+            operation_field_id: FIELD_ID,
+            pipeline_id: None,
+            rate_limit: 1000.0,
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn adapter(fake: &FakeAmoCrm) -> AmoCrm {
+        AmoCrm::new(settings(fake)).unwrap()
+    }
+
+    fn lead(op: &str) -> Lead {
+        Lead {
+            operation_id: op.into(),
+            source: "tilda".into(),
+            title: Some("Form".into()),
+            name: Some("Ivan Petrov".into()),
+            phone: Some("+79990001122".into()),
+            email: Some("ivan@example.ru".into()),
+            comment: Some("call me".into()),
+        }
+    }
+
+    /// Nothing stored from a call may carry the token or the lead's contact data.
+    fn assert_clean(text: &str) {
+        for needle in [
+            TOKEN,
+            "Bearer",
+            "Ivan",
+            "+7999",
+            "79990001122",
+            "ivan@example.ru",
+        ] {
+            assert!(!text.contains(needle), "{needle:?} leaked into {text:?}");
+        }
+    }
+
+    fn assert_exchange_clean(ex: &Exchange) {
+        assert_clean(&ex.request.to_string());
+        assert_clean(&ex.response.to_string());
+    }
+
+    async fn create_err(fake: &FakeAmoCrm, fault: Fault) -> (CrmError, Exchange) {
+        fake.push_fault(fake_amocrm::CREATE, fault, 1);
+        let (res, ex) = adapter(fake).create(&lead("tilda:f-1")).await;
+        let err = res.unwrap_err();
+        assert_clean(&err.message);
+        assert_clean(&err.to_string());
+        assert_exchange_clean(&ex);
+        (err, ex)
+    }
+
+    #[tokio::test]
+    async fn create_sends_one_lead_with_key_field_tag_request_id_and_contact() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        assert_eq!(crm.connector(), "amocrm");
+        assert!(!crm.lookup_is_authoritative());
+        let (res, ex) = crm.create(&lead("tilda:tr-1")).await;
+        assert_eq!(res.unwrap(), "1");
+        assert_eq!(ex.request["method"], "POST /api/v4/leads/complex");
+        assert_eq!(ex.request["request_id"], "tilda:tr-1");
+        assert_eq!(ex.response["status"], 200);
+        assert_eq!(ex.response["id"], "1");
+        assert_eq!(ex.response["contact_id"], "1");
+        assert_eq!(ex.response["merged"], false);
+        assert_exchange_clean(&ex);
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 1);
+
+        let leads = fake.leads();
+        assert_eq!(leads.len(), 1);
+        let l = &leads[0];
+        assert_eq!(l["name"], "Form");
+        assert_eq!(l["pipeline_id"], fake_amocrm::DEFAULT_PIPELINE);
+        assert_eq!(l["custom_fields_values"][0]["field_id"], FIELD_ID);
+        assert_eq!(
+            l["custom_fields_values"][0]["values"][0]["value"],
+            "tilda:tr-1"
+        );
+        assert_eq!(l["_embedded"]["tags"][0]["name"], "tilda:tr-1");
+        let contact = &fake.contacts()[0];
+        assert_eq!(contact["first_name"], "Ivan Petrov");
+        assert_eq!(
+            contact["custom_fields_values"],
+            json!([
+                {"field_code": "PHONE", "values": [{"value": "+79990001122", "enum_code": "WORK"}]},
+                {"field_code": "EMAIL", "values": [{"value": "ivan@example.ru", "enum_code": "WORK"}]}
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn pipeline_is_sent_when_configured_and_a_lead_without_contact_data_has_no_contact() {
+        let fake = fake().await;
+        let crm = AmoCrm::new(Settings {
+            pipeline_id: Some(42),
+            ..settings(&fake)
+        })
+        .unwrap();
+        let bare = Lead {
+            operation_id: "web:1".into(),
+            source: "web".into(),
+            ..Lead::default()
+        };
+        crm.create(&bare).await.0.unwrap();
+        let l = &fake.leads()[0];
+        assert_eq!(l["pipeline_id"], 42);
+        assert_eq!(l["name"], "Lead web:1");
+        assert!(fake.contacts().is_empty());
+    }
+
+    #[tokio::test]
+    async fn find_matches_the_key_field_exactly() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        crm.create(&lead("site:s1")).await.0.unwrap();
+        crm.create(&lead("site:s10")).await.0.unwrap();
+        // The search is by substring: "site:s1" also hits "site:s10".
+        let (found, ex) = crm.find("site:s1").await;
+        assert_eq!(found.unwrap(), Lookup::One("1".into()));
+        assert_eq!(ex.response["searched"], 2);
+        assert_eq!(ex.response["found"], 1);
+        assert_eq!(ex.request["query"], "site:s1");
+        let (found, ex) = crm.find("site:s").await;
+        assert_eq!(found.unwrap(), Lookup::NotFound);
+        assert_eq!(ex.response["status"], 200);
+        assert_eq!(fake.calls(fake_amocrm::SEARCH), 2);
+    }
+
+    #[tokio::test]
+    async fn an_empty_search_is_204_without_a_body_and_means_not_found() {
+        let fake = fake().await;
+        let (found, ex) = adapter(&fake).find("site:none").await;
+        assert_eq!(found.unwrap(), Lookup::NotFound);
+        assert_eq!(ex.response["status"], 204);
+        assert_eq!(ex.response["found"], 0);
+    }
+
+    #[tokio::test]
+    async fn find_reports_duplicates_as_many() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        crm.create(&lead("site:dup")).await.0.unwrap();
+        crm.create(&lead("site:other")).await.0.unwrap();
+        crm.create(&lead("site:dup")).await.0.unwrap();
+        let (found, _) = crm.find("site:dup").await;
+        assert_eq!(found.unwrap(), Lookup::Many(vec!["1".into(), "3".into()]));
+    }
+
+    #[tokio::test]
+    async fn a_lagging_search_does_not_see_a_fresh_lead_yet() {
+        let fake = fake().await;
+        fake.set_search_lag(Duration::from_millis(300));
+        let crm = adapter(&fake);
+        crm.create(&lead("site:fresh")).await.0.unwrap();
+        assert_eq!(crm.find("site:fresh").await.0.unwrap(), Lookup::NotFound);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(
+            crm.find("site:fresh").await.0.unwrap(),
+            Lookup::One("1".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn duplicate_control_merges_and_the_exchange_says_so() {
+        let fake = fake().await;
+        fake.set_duplicate_control(true);
+        let crm = adapter(&fake);
+        crm.create(&lead("site:first")).await.0.unwrap();
+        let (res, ex) = crm.create(&lead("site:second")).await;
+        assert_eq!(res.unwrap(), "1", "merged into the existing lead");
+        assert_eq!(ex.response["merged"], true);
+        assert_eq!(fake.leads().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn validation_errors_are_validation_with_a_readable_message() {
+        let fake = fake().await;
+        let (err, ex) = create_err(&fake, Fault::Validation).await;
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert_eq!(
+            err.message,
+            "amocrm POST /api/v4/leads/complex: HTTP 400 Bad Request: Request validation failed; \
+             NotSupportedChoice custom_fields_values.0.field_id: The value you selected is not a valid choice."
+        );
+        assert_eq!(ex.response["status"], 400);
+        assert_eq!(ex.response["class"], "validation");
+        let (err, _) = create_err(&fake, Fault::NoRights).await;
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert!(err.message.contains("code 244"), "{err}");
+        assert!(fake.leads().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_wrong_operation_field_is_refused_as_validation() {
+        let fake = fake().await;
+        let crm = AmoCrm::new(Settings {
+            operation_field_id: 999,
+            ..settings(&fake)
+        })
+        .unwrap();
+        let err = crm.create(&lead("site:x")).await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert!(err.message.contains("NotSupportedChoice"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn auth_failures_pause_the_connector() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, Fault::Unauthorized).await;
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert!(err.message.contains("HTTP 401 Unauthorized"), "{err}");
+        let (err, _) = create_err(&fake, Fault::PaymentRequired).await;
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert!(err.message.contains("HTTP 402"), "{err}");
+        let (err, ex) = create_err(&fake, Fault::Blocked).await;
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert_eq!(
+            err.message,
+            "amocrm POST /api/v4/leads/complex: HTTP 403 (not JSON) 403 Forbidden 403 Forbidden nginx"
+        );
+        assert_eq!(ex.response["status"], 403);
+        assert!(fake.leads().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_wrong_token_is_auth_and_never_shown() {
+        let fake = fake().await;
+        let crm = AmoCrm::new(Settings {
+            token: "wrong-token-value".into(),
+            ..settings(&fake)
+        })
+        .unwrap();
+        let (res, ex) = crm.create(&lead("site:w")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+        for text in [
+            err.message.clone(),
+            ex.request.to_string(),
+            ex.response.to_string(),
+            format!("{crm:?}"),
+            format!("{:?}", settings(&fake)),
+        ] {
+            assert!(!text.contains("wrong-token-value"), "{text}");
+            assert!(!text.contains(TOKEN), "{text}");
+        }
+        let err = crm.find("site:w").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+    }
+
+    #[tokio::test]
+    async fn a_plain_text_429_is_rate_limited_with_retry_after() {
+        let fake = fake().await;
+        let fault = Fault::RateLimit {
+            retry_after_secs: Some(7),
+        };
+        let (err, ex) = create_err(&fake, fault).await;
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
+        assert_eq!(
+            err.message,
+            "amocrm POST /api/v4/leads/complex: HTTP 429 (not JSON) Too Many Requests"
+        );
+        assert_eq!(ex.response["status"], 429);
+        let fault = Fault::RateLimit {
+            retry_after_secs: None,
+        };
+        let (err, _) = create_err(&fake, fault).await;
+        assert_eq!(err.retry_after, None);
+        assert!(fake.leads().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_429_slows_down_every_call_of_the_process() {
+        let fake = fake().await;
+        fake.push_fault(
+            fake_amocrm::SEARCH,
+            Fault::RateLimit {
+                retry_after_secs: Some(1),
+            },
+            1,
+        );
+        let crm = adapter(&fake);
+        let other = adapter(&fake);
+        assert_eq!(
+            crm.find("x").await.0.unwrap_err().class,
+            ErrorClass::RateLimited
+        );
+        let started = Instant::now();
+        other.find("x").await.0.unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(900),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn server_errors_and_lost_answers_are_uncertain() {
+        let fake = fake().await;
+        let (err, _) = create_err(&fake, Fault::ServerError).await;
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert!(fake.leads().is_empty());
+        let (err, _) = create_err(&fake, Fault::ServerErrorAfterCreate).await;
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert_eq!(
+            err.message,
+            "amocrm POST /api/v4/leads/complex: HTTP 500 Internal Server Error: Internal server error"
+        );
+        assert_eq!(fake.leads().len(), 1);
+        let (err, _) = create_err(&fake, Fault::LostAnswerDrop).await;
+        assert_eq!(err.class, ErrorClass::Uncertain, "{err}");
+        assert_eq!(fake.leads().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_hung_answer_times_out_as_uncertain_and_the_search_recovers_it() {
+        let fake = fake().await;
+        fake.push_fault(fake_amocrm::CREATE, Fault::LostAnswerHang, 1);
+        let crm = AmoCrm::new(Settings {
+            timeout: Duration::from_millis(300),
+            ..settings(&fake)
+        })
+        .unwrap();
+        let (res, ex) = crm.create(&lead("site:hang")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert!(err.message.contains("timed out"), "{err}");
+        assert_eq!(ex.response["class"], "uncertain");
+        assert_exchange_clean(&ex);
+        assert_eq!(
+            crm.find("site:hang").await.0.unwrap(),
+            Lookup::One("1".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_not_sent() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let crm = AmoCrm::new(Settings {
+            base_url: format!("http://127.0.0.1:{port}"),
+            token: TOKEN.into(),
+            operation_field_id: FIELD_ID,
+            pipeline_id: None,
+            rate_limit: 1000.0,
+            timeout: Duration::from_secs(2),
+        })
+        .unwrap();
+        let (res, ex) = crm.create(&lead("site:refused")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotSent, "{err}");
+        assert_clean(&err.message);
+        assert_exchange_clean(&ex);
+        assert_eq!(
+            crm.find("site:refused").await.0.unwrap_err().class,
+            ErrorClass::NotSent
+        );
+    }
+
+    #[tokio::test]
+    async fn find_faults_are_classified_too() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        fake.push_fault(fake_amocrm::SEARCH, Fault::Blocked, 1);
+        assert_eq!(crm.find("x").await.0.unwrap_err().class, ErrorClass::Auth);
+        fake.push_fault(fake_amocrm::SEARCH, Fault::ServerError, 1);
+        let (res, ex) = crm.find("x").await;
+        assert_eq!(res.unwrap_err().class, ErrorClass::Uncertain);
+        assert_eq!(ex.response["class"], "uncertain");
+        assert_eq!(crm.find("x").await.0.unwrap(), Lookup::NotFound);
+    }
+
+    #[tokio::test]
+    async fn the_rate_limit_spaces_all_calls_of_the_process() {
+        let fake = fake().await;
+        let rate = 10.0;
+        let a = Arc::new(
+            AmoCrm::new(Settings {
+                rate_limit: rate,
+                ..settings(&fake)
+            })
+            .unwrap(),
+        );
+        // A second adapter for the same account (another worker in the process)
+        // shares the limit.
+        let b = Arc::new(
+            AmoCrm::new(Settings {
+                rate_limit: rate,
+                ..settings(&fake)
+            })
+            .unwrap(),
+        );
+        let n = 6;
+        let started = Instant::now();
+        let calls: Vec<_> = (0..n)
+            .map(|i| {
+                let crm = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(async move { crm.create(&lead(&format!("site:r{i}"))).await.0 })
+            })
+            .collect();
+        for c in calls {
+            c.await.unwrap().unwrap();
+        }
+        let elapsed = started.elapsed();
+        let floor = Duration::from_secs_f64((n - 1) as f64 / rate);
+        assert!(elapsed >= floor, "{n} calls took {elapsed:?} < {floor:?}");
+        assert_eq!(fake.calls(fake_amocrm::CREATE), n as u64);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let good = Settings {
+            base_url: "https://acme.amocrm.ru/api/v4/".into(),
+            token: "t".into(),
+            operation_field_id: 1,
+            pipeline_id: None,
+            rate_limit: 7.0,
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(
+            AmoCrm::new(good.clone()).unwrap().base,
+            "https://acme.amocrm.ru"
+        );
+        for bad in [
+            Settings {
+                base_url: "acme".into(),
+                ..good.clone()
+            },
+            Settings {
+                base_url: "ftp://acme".into(),
+                ..good.clone()
+            },
+            Settings {
+                token: " ".into(),
+                ..good.clone()
+            },
+            Settings {
+                operation_field_id: 0,
+                ..good.clone()
+            },
+            Settings {
+                rate_limit: 0.0,
+                ..good.clone()
+            },
+            Settings {
+                rate_limit: f64::NAN,
+                ..good.clone()
+            },
+        ] {
+            assert!(AmoCrm::new(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn classification_table() {
+        use ErrorClass::*;
+        let table = [
+            (400, Validation),
+            (401, Auth),
+            (402, Auth),
+            (403, Auth),
+            (404, Validation),
+            (408, NotSent),
+            (422, Validation),
+            (429, RateLimited),
+            (301, Auth),
+            (500, Uncertain),
+            (502, Uncertain),
+            (503, Uncertain),
+            (504, Uncertain),
+            (200, Uncertain),
+        ];
+        for (status, class) in table {
+            assert_eq!(
+                classify(StatusCode::from_u16(status).unwrap()),
+                class,
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn problem_text_reads_every_error_shape() {
+        assert_eq!(
+            problem_text(&json!({"title": "Unauthorized", "status": 401})),
+            "Unauthorized"
+        );
+        assert_eq!(
+            problem_text(&json!({"response": {"error": "Access denied", "error_code": "244"}})),
+            "code 244: Access denied"
+        );
+        assert_eq!(problem_text(&json!({})), "unexpected JSON answer");
+        let h = HeaderMap::new();
+        let e = error_answer("m", StatusCode::BAD_REQUEST, &h, b"[1]", &[]);
+        assert_eq!(e.message, "amocrm m: HTTP 400 unexpected JSON answer");
+        let e = error_answer("m", StatusCode::BAD_GATEWAY, &h, b"  ", &[]);
+        assert_eq!(
+            (e.class, e.message.as_str()),
+            (ErrorClass::Uncertain, "amocrm m: HTTP 502 (empty body)")
+        );
+    }
+
+    #[test]
+    fn complex_results_are_read_liberally() {
+        assert_eq!(
+            complex_result(
+                br#"[{"id":9774766,"contact_id":12117258,"request_id":["op"],"merged":false}]"#
+            )
+            .unwrap()
+            .0,
+            "9774766"
+        );
+        assert_eq!(
+            complex_result(br#"{"_embedded":{"leads":[{"id":"5"}]}}"#)
+                .unwrap()
+                .0,
+            "5"
+        );
+        assert!(complex_result(b"[]").is_none());
+        assert!(complex_result(br#"[{"id":0}]"#).is_none());
+        assert!(complex_result(b"nope").is_none());
+    }
+}

@@ -1,0 +1,1222 @@
+//! A fake amoCRM / Kommo account: a real HTTP server speaking API v4 as described in
+//! `shared/crm/FACTS.md`, with leads and contacts in memory and injectable faults.
+//!
+//! - `POST /api/v4/leads/complex` — an array of ≤ 50 leads, each with ≤ 1 embedded
+//!   contact (`PHONE`/`EMAIL` by `field_code`), custom fields by `field_id` (unknown ids
+//!   are a 400 `NotSupportedChoice`), tags, `request_id` → `200 [{"id", "contact_id",
+//!   "request_id": [..], "merged"}]`. With duplicate control switched on, a lead whose
+//!   contact phone (by digits) or e-mail (case-insensitively) matches an EXISTING
+//!   contact is not created: its answer is the existing lead with `"merged": true`.
+//! - `GET /api/v4/leads?query=&limit=&page=` — substring search over the lead name,
+//!   custom field values and tags; HAL answer with `_page`, `_links`, `_embedded.leads`;
+//!   an empty result is **204 with no body**. With `search_lag`, leads created in the
+//!   last N ms are not found yet (a lagging search index).
+//! - `GET /api/v4/leads/{id}` — the lead, or 204 (or 404, configurable) when missing.
+//! - Every call needs `Authorization: Bearer <token>`; otherwise 401 problem+json.
+//!   Successes are `application/hal+json`, errors `application/problem+json` — except
+//!   the faults that imitate a proxy: a plain-text 429 and an nginx HTML 403.
+//!
+//! Control plane (not part of amoCRM): `POST /_fake/faults` with
+//! `[{"method":"leads.complex","fault":"lost_answer_hang","times":1}]` (methods:
+//! `leads.complex`, `leads.list`, `leads.get`, `*`), `POST /_fake/settings` with
+//! `{"duplicate_control":true,"search_lag_ms":500,"missing_lead_status":404}`,
+//! `GET /_fake/state`, `POST /_fake/reset`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Map, Value};
+use tokio::sync::watch;
+
+use super::fake::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule};
+
+/// The fault-queue names of the three endpoints.
+pub const CREATE: &str = "leads.complex";
+pub const SEARCH: &str = "leads.list";
+pub const GET: &str = "leads.get";
+/// The custom text field a fresh fake account has (the operation_id field).
+pub const FIELD_ID: u64 = 555_001;
+/// Leads without a `pipeline_id` land here.
+pub const DEFAULT_PIPELINE: u64 = 7_000_001;
+/// At most this many leads per `leads/complex` call and per search page.
+pub const MAX_COMPLEX: usize = 50;
+pub const MAX_LIMIT: usize = 250;
+
+const HTML_403: &str = "<html>\r\n<head><title>403 Forbidden</title></head>\r\n<body>\r\n<center><h1>403 Forbidden</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+
+/// A failure the fake plays instead of (or after) executing a call.
+///
+/// On the wire the variant is the `fault` field and its data sits next to it:
+/// `{"fault":"rate_limit","retry_after_secs":2}`, `{"fault":"latency_ms","ms":500}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum Fault {
+    /// Executes the call, then never answers: the client times out.
+    LostAnswerHang,
+    /// Executes the call, then closes the connection without sending a byte.
+    LostAnswerDrop,
+    /// 429 with a plain-text body (not JSON), not executed; optional `Retry-After`.
+    RateLimit {
+        #[serde(default)]
+        retry_after_secs: Option<u64>,
+    },
+    /// 403 with an nginx HTML page (account blocked for rate abuse), not executed.
+    Blocked,
+    /// 402 problem+json (subscription ended), not executed.
+    PaymentRequired,
+    /// 401 problem+json, not executed.
+    Unauthorized,
+    /// 400 problem+json with `validation-errors`, not executed.
+    Validation,
+    /// 400 with amoCRM's code 244 (no rights / subscription ended), not executed.
+    NoRights,
+    /// 500 problem+json, not executed.
+    ServerError,
+    /// Executes the call, then answers 500 problem+json.
+    ServerErrorAfterCreate,
+    /// Waits `ms`, then behaves normally.
+    LatencyMs { ms: u64 },
+    /// Any problem+json answer; `after_execute` executes the call first.
+    Error {
+        status: u16,
+        #[serde(default)]
+        detail: String,
+        #[serde(default)]
+        after_execute: bool,
+    },
+}
+
+/// Switches that change how the account behaves, settable while it runs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Settings {
+    /// amoCRM's duplicate control for the integration: merge new leads into existing
+    /// ones with the same contact phone/e-mail.
+    pub duplicate_control: bool,
+    /// Leads created less than this many ms ago are not found by `?query=`.
+    pub search_lag_ms: u64,
+    /// What `GET /api/v4/leads/{id}` answers for a missing lead: 204 or 404.
+    pub missing_lead_status: u16,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            duplicate_control: false,
+            search_lag_ms: 0,
+            missing_lead_status: 204,
+        }
+    }
+}
+
+/// A partial update of [`Settings`] (`POST /_fake/settings`).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsUpdate {
+    duplicate_control: Option<bool>,
+    search_lag_ms: Option<u64>,
+    missing_lead_status: Option<u16>,
+}
+
+/// How the fake is set up.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    /// The only token accepted as `Authorization: Bearer`.
+    pub token: String,
+    /// The lead custom fields the account has; others are refused.
+    pub field_ids: Vec<u64>,
+    pub settings: Settings,
+    /// Faults applied to every call of a method (`*` = any); queued faults go first.
+    pub always: Vec<(String, Fault)>,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        FakeConfig {
+            token: "fake-amo-token".into(),
+            field_ids: vec![FIELD_ID],
+            settings: Settings::default(),
+            always: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct StoredLead {
+    lead: Map<String, Value>,
+    created: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    leads: BTreeMap<u64, StoredLead>,
+    contacts: BTreeMap<u64, Map<String, Value>>,
+    /// Which lead each contact was created with (duplicate control answers that lead).
+    lead_of_contact: BTreeMap<u64, u64>,
+    tags: BTreeMap<String, u64>,
+    last_lead: u64,
+    last_contact: u64,
+}
+
+struct Shared {
+    token: String,
+    field_ids: Vec<u64>,
+    settings: Mutex<Settings>,
+    initial: Settings,
+    store: Mutex<Store>,
+    faults: FaultQueue<Fault>,
+    calls: CallCounter,
+    base_url: Mutex<String>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// A running fake account; dropping it stops the server.
+pub struct FakeAmoCrm {
+    server: FakeServer,
+    shared: Arc<Shared>,
+}
+
+impl FakeAmoCrm {
+    pub async fn spawn(listen: SocketAddr) -> std::io::Result<FakeAmoCrm> {
+        Self::spawn_with(listen, FakeConfig::default()).await
+    }
+
+    pub async fn spawn_with(listen: SocketAddr, config: FakeConfig) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            token: config.token,
+            field_ids: config.field_ids,
+            settings: Mutex::new(config.settings.clone()),
+            initial: config.settings,
+            store: Mutex::new(Store::default()),
+            faults: FaultQueue::new(config.always),
+            calls: CallCounter::default(),
+            base_url: Mutex::new(String::new()),
+        });
+        let for_router = shared.clone();
+        let server = FakeServer::spawn(listen, move |shutdown| {
+            router(AppState {
+                shared: for_router,
+                shutdown,
+            })
+        })
+        .await?;
+        *lock(&shared.base_url) = format!("http://{}", server.addr());
+        Ok(FakeAmoCrm { server, shared })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// `http://127.0.0.1:PORT`: the adapter's `base_url`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// Applies `fault` to the next `times` calls of `method` (`leads.complex`,
+    /// `leads.list`, `leads.get`, `*`).
+    pub fn push_fault(&self, method: &str, fault: Fault, times: u32) {
+        self.shared.faults.push(FaultRule {
+            method: method.to_owned(),
+            fault,
+            times,
+        });
+    }
+
+    /// Every lead as `GET /api/v4/leads/{id}` shows it, by id.
+    pub fn leads(&self) -> Vec<Value> {
+        leads(&self.shared)
+    }
+
+    /// Every contact, by id.
+    pub fn contacts(&self) -> Vec<Value> {
+        lock(&self.shared.store)
+            .contacts
+            .values()
+            .map(|c| Value::Object(c.clone()))
+            .collect()
+    }
+
+    /// How many calls `method` got, faulted and unauthorized ones included.
+    pub fn calls(&self, method: &str) -> u64 {
+        self.shared.calls.get(method)
+    }
+
+    pub fn set_duplicate_control(&self, on: bool) {
+        lock(&self.shared.settings).duplicate_control = on;
+    }
+
+    pub fn set_search_lag(&self, lag: Duration) {
+        lock(&self.shared.settings).search_lag_ms = lag.as_millis() as u64;
+    }
+
+    pub fn set_missing_lead_status(&self, status: u16) {
+        lock(&self.shared.settings).missing_lead_status = status;
+    }
+
+    /// Forgets leads, contacts, counters and queued faults; settings go back to the
+    /// configured ones.
+    pub fn reset(&self) {
+        reset(&self.shared);
+    }
+}
+
+/// Runs a fake account on `listen` until ctrl-c, for
+/// `leadgate fake-crm --kind amocrm --listen ADDR`.
+pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
+    let fake = FakeAmoCrm::spawn(listen).await?;
+    tracing::info!(addr = %fake.addr(), "fake amoCRM listening");
+    // The fake's well-known token: printing it is the point.
+    println!("fake amoCRM base_url: {}", fake.base_url());
+    println!("token: {}", fake.token());
+    println!("operation_field_id: {FIELD_ID}");
+    tokio::signal::ctrl_c().await?;
+    drop(fake);
+    Ok(())
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/api/v4/leads/complex", post(complex))
+        .route("/api/v4/leads", get(search))
+        .route("/api/v4/leads/{id}", get(get_lead))
+        .route("/_fake/faults", post(push_faults))
+        .route("/_fake/settings", post(update_settings))
+        .route("/_fake/state", get(state_json))
+        .route("/_fake/reset", post(reset_handler))
+        .fallback(|| async { problem(404, "Not Found", "Unknown API method") })
+        .with_state(state)
+}
+
+fn leads(shared: &Shared) -> Vec<Value> {
+    lock(&shared.store)
+        .leads
+        .values()
+        .map(|l| Value::Object(l.lead.clone()))
+        .collect()
+}
+
+fn reset(shared: &Shared) {
+    *lock(&shared.store) = Store::default();
+    *lock(&shared.settings) = shared.initial.clone();
+    shared.calls.clear();
+    shared.faults.clear();
+}
+
+async fn push_faults(
+    State(state): State<AppState>,
+    Json(rules): Json<Vec<FaultRule<Fault>>>,
+) -> Json<Value> {
+    let queued = rules.len();
+    for rule in rules {
+        state.shared.faults.push(rule);
+    }
+    Json(json!({"queued": queued, "pending": state.shared.faults.pending()}))
+}
+
+async fn update_settings(
+    State(state): State<AppState>,
+    Json(update): Json<SettingsUpdate>,
+) -> Json<Value> {
+    let mut settings = lock(&state.shared.settings);
+    if let Some(v) = update.duplicate_control {
+        settings.duplicate_control = v;
+    }
+    if let Some(v) = update.search_lag_ms {
+        settings.search_lag_ms = v;
+    }
+    if let Some(v) = update.missing_lead_status {
+        settings.missing_lead_status = v;
+    }
+    Json(json!(*settings))
+}
+
+async fn state_json(State(state): State<AppState>) -> Json<Value> {
+    let shared = &state.shared;
+    let contacts: Vec<Value> = lock(&shared.store)
+        .contacts
+        .values()
+        .map(|c| Value::Object(c.clone()))
+        .collect();
+    Json(json!({
+        "leads": leads(shared),
+        "contacts": contacts,
+        "settings": *lock(&shared.settings),
+        "calls": shared.calls.snapshot(),
+        "pending_faults": shared.faults.pending(),
+    }))
+}
+
+async fn reset_handler(State(state): State<AppState>) -> Json<Value> {
+    reset(&state.shared);
+    Json(json!({"reset": true}))
+}
+
+/// An amoCRM success: `application/hal+json`.
+fn hal(status: StatusCode, body: Value) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/hal+json"),
+    );
+    resp
+}
+
+/// An amoCRM error: `application/problem+json`.
+fn problem_body(status: u16, body: Value) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (status, Json(body)).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    resp
+}
+
+fn problem(status: u16, title: &str, detail: &str) -> Response {
+    problem_body(
+        status,
+        json!({"title": title, "type": format!("https://httpstatus.es/{status}"),
+               "status": status, "detail": detail}),
+    )
+}
+
+fn title_of(status: u16) -> &'static str {
+    StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error")
+}
+
+/// A 400 `Request validation failed` with one validation error per entry.
+fn validation(errors: Vec<(String, &str, String, String)>) -> Response {
+    let mut by_request: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (request_id, code, path, detail) in errors {
+        by_request
+            .entry(request_id)
+            .or_default()
+            .push(json!({"code": code, "path": path, "detail": detail}));
+    }
+    let entries: Vec<Value> = by_request
+        .into_iter()
+        .map(|(request_id, errors)| json!({"request_id": request_id, "errors": errors}))
+        .collect();
+    problem_body(
+        400,
+        json!({"validation-errors": entries, "title": "Bad Request",
+               "type": "https://httpstatus.es/400", "status": 400,
+               "detail": "Request validation failed"}),
+    )
+}
+
+/// The answer a fault gives instead of executing, if it is that kind of fault.
+fn refusal(fault: &Fault) -> Option<Response> {
+    Some(match fault {
+        Fault::RateLimit { retry_after_secs } => {
+            let mut resp = (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::CONTENT_TYPE, "text/plain")],
+                "Too Many Requests",
+            )
+                .into_response();
+            if let Some(secs) = retry_after_secs {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+            }
+            resp
+        }
+        Fault::Blocked => (
+            StatusCode::FORBIDDEN,
+            [(header::CONTENT_TYPE, "text/html")],
+            HTML_403,
+        )
+            .into_response(),
+        Fault::PaymentRequired => problem(402, "Payment Required", "Account subscription ended"),
+        Fault::Unauthorized => problem(401, "Unauthorized", "Token has expired"),
+        Fault::Validation => validation(vec![(
+            "0".into(),
+            "NotSupportedChoice",
+            "custom_fields_values.0.field_id".into(),
+            "The value you selected is not a valid choice.".into(),
+        )]),
+        Fault::NoRights => problem_body(
+            400,
+            json!({"title": "Bad Request", "type": "https://httpstatus.es/400", "status": 400,
+                   "detail": "No rights", "response": {"error": "Access denied", "error_code": 244}}),
+        ),
+        Fault::ServerError => problem(500, "Internal Server Error", "Internal server error"),
+        Fault::Error {
+            status,
+            detail,
+            after_execute: false,
+        } => problem(*status, title_of(*status), detail),
+        _ => return None,
+    })
+}
+
+fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t == shared.token)
+}
+
+fn unauthorized() -> Response {
+    problem(401, "Unauthorized", "Authorization required")
+}
+
+/// Counts the call, checks the token and plays a refusing fault. `Ok(fault)` means go
+/// on (the fault may still act after executing).
+async fn preamble(
+    shared: &Shared,
+    method: &str,
+    headers: &HeaderMap,
+) -> Result<Option<Fault>, Response> {
+    shared.calls.hit(method);
+    if !authorized(shared, headers) {
+        return Err(unauthorized());
+    }
+    let fault = shared.faults.take(method);
+    if let Some(Fault::LatencyMs { ms }) = &fault {
+        tokio::time::sleep(Duration::from_millis(*ms)).await;
+    }
+    if let Some(refused) = fault.as_ref().and_then(refusal) {
+        return Err(refused);
+    }
+    Ok(fault)
+}
+
+/// Plays the part of a fault that comes after executing; `None` = answer normally.
+async fn after_execute(
+    fault: Option<Fault>,
+    state: &AppState,
+    kill: &ConnKill,
+) -> Option<Response> {
+    match fault {
+        Some(Fault::LostAnswerHang) => {
+            hang(state.shutdown.clone()).await;
+            None
+        }
+        Some(Fault::LostAnswerDrop) => {
+            kill.drop_connection();
+            None
+        }
+        Some(Fault::ServerErrorAfterCreate) => Some(problem(
+            500,
+            "Internal Server Error",
+            "Internal server error",
+        )),
+        Some(Fault::Error {
+            status,
+            detail,
+            after_execute: true,
+        }) => Some(problem(status, title_of(status), &detail)),
+        _ => None,
+    }
+}
+
+/// Phones compare by digits, e-mails case-insensitively.
+fn comm_keys(contact: &Map<String, Value>) -> Vec<String> {
+    let mut keys = Vec::new();
+    for field in contact
+        .get("custom_fields_values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let code = field
+            .get("field_code")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        for v in field
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let value = v.get("value").map(text_of).unwrap_or_default();
+            let key = match code {
+                "PHONE" => value.chars().filter(char::is_ascii_digit).collect(),
+                "EMAIL" => value.trim().to_lowercase(),
+                _ => continue,
+            };
+            if !key.is_empty() {
+                keys.push(format!("{code}:{key}"));
+            }
+        }
+    }
+    keys
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+async fn complex(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let shared = &state.shared;
+    let fault = match preamble(shared, CREATE, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let answer = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Array(leads)) => create_leads(shared, &leads),
+        _ => Err(Box::new(problem(
+            400,
+            "Bad Request",
+            "The body must be a JSON array of leads",
+        ))),
+    };
+    let answer = match answer {
+        Ok(a) => a,
+        Err(resp) => return *resp,
+    };
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    hal(StatusCode::OK, answer)
+}
+
+/// Validates every lead first (one invalid lead fails the request, nothing is
+/// created), then creates them.
+fn create_leads(shared: &Shared, leads: &[Value]) -> Result<Value, Box<Response>> {
+    if leads.is_empty() || leads.len() > MAX_COMPLEX {
+        return Err(Box::new(validation(vec![(
+            "0".into(),
+            "InvalidCount",
+            "".into(),
+            format!("From 1 to {MAX_COMPLEX} leads are allowed per request."),
+        )])));
+    }
+    let mut errors = Vec::new();
+    let request_id = |i: usize, lead: &Value| {
+        lead.get("request_id")
+            .map(text_of)
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| i.to_string())
+    };
+    for (i, lead) in leads.iter().enumerate() {
+        let rid = request_id(i, lead);
+        let Some(obj) = lead.as_object() else {
+            errors.push((
+                rid,
+                "InvalidType",
+                format!("{i}"),
+                "A lead must be an object.".into(),
+            ));
+            continue;
+        };
+        for (j, f) in obj
+            .get("custom_fields_values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let known = f
+                .get("field_id")
+                .and_then(Value::as_u64)
+                .is_some_and(|id| shared.field_ids.contains(&id));
+            if !known {
+                errors.push((
+                    rid.clone(),
+                    "NotSupportedChoice",
+                    format!("custom_fields_values.{j}.field_id"),
+                    "The value you selected is not a valid choice.".into(),
+                ));
+            }
+        }
+        let contacts = obj
+            .get("_embedded")
+            .and_then(|e| e.get("contacts"))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        if contacts > 1 {
+            errors.push((
+                rid.clone(),
+                "InvalidCount",
+                "_embedded.contacts".into(),
+                "At most one contact per lead.".into(),
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(Box::new(validation(errors)));
+    }
+    let duplicate_control = lock(&shared.settings).duplicate_control;
+    let base_url = lock(&shared.base_url).clone();
+    let mut store = lock(&shared.store);
+    // Duplicate control checks against EXISTING contacts only, not within the request.
+    // The oldest contact with a phone/e-mail wins.
+    let mut existing: BTreeMap<String, u64> = BTreeMap::new();
+    for (id, c) in &store.contacts {
+        for k in comm_keys(c) {
+            existing.entry(k).or_insert(*id);
+        }
+    }
+    let now = chrono::Utc::now().timestamp();
+    let mut answer = Vec::new();
+    for (i, lead) in leads.iter().enumerate() {
+        let rid = request_id(i, lead);
+        let obj = lead.as_object().cloned().unwrap_or_default();
+        let embedded = obj.get("_embedded").cloned().unwrap_or(json!({}));
+        let contact = embedded
+            .get("contacts")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+            .and_then(Value::as_object)
+            .cloned();
+        if duplicate_control {
+            let matched = contact
+                .as_ref()
+                .and_then(|c| comm_keys(c).iter().find_map(|k| existing.get(k).copied()));
+            if let Some(contact_id) = matched {
+                if let Some(&lead_id) = store.lead_of_contact.get(&contact_id) {
+                    answer.push(json!({"id": lead_id, "contact_id": contact_id,
+                                       "request_id": [rid], "merged": true}));
+                    continue;
+                }
+            }
+        }
+        store.last_lead += 1;
+        let id = store.last_lead;
+        let contact_id = contact.map(|mut c| {
+            store.last_contact += 1;
+            let cid = store.last_contact;
+            c.insert("id".into(), json!(cid));
+            store.contacts.insert(cid, c);
+            store.lead_of_contact.insert(cid, id);
+            cid
+        });
+        let mut tags = Vec::new();
+        for t in embedded
+            .get("tags")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = t.get("name").map(text_of).unwrap_or_default();
+            if name.is_empty() {
+                continue;
+            }
+            let next = store.tags.len() as u64 + 1;
+            let tag_id = *store.tags.entry(name.clone()).or_insert(next);
+            tags.push(json!({"id": tag_id, "name": name, "color": null}));
+        }
+        let cfv = obj
+            .get("custom_fields_values")
+            .and_then(Value::as_array)
+            .map(|fields| {
+                Value::Array(
+                    fields
+                        .iter()
+                        .map(|f| {
+                            json!({"field_id": f.get("field_id"), "field_name": "operation_id",
+                                   "field_code": null, "field_type": "text",
+                                   "values": f.get("values").cloned().unwrap_or(json!([]))})
+                        })
+                        .collect(),
+                )
+            })
+            .unwrap_or(Value::Null);
+        let stored = json!({
+            "id": id,
+            "name": obj.get("name").map(text_of).unwrap_or_else(|| format!("Сделка #{id}")),
+            "price": obj.get("price").cloned().unwrap_or(json!(0)),
+            "responsible_user_id": 0,
+            "group_id": 0,
+            "status_id": obj.get("status_id").cloned().unwrap_or(json!(1)),
+            "pipeline_id": obj.get("pipeline_id").cloned().unwrap_or(json!(DEFAULT_PIPELINE)),
+            "created_by": 0,
+            "updated_by": 0,
+            "created_at": now,
+            "updated_at": now,
+            "closed_at": null,
+            "is_deleted": false,
+            "custom_fields_values": cfv,
+            "account_id": 1,
+            "_links": {"self": {"href": format!("{base_url}/api/v4/leads/{id}")}},
+            "_embedded": {
+                "tags": tags,
+                "companies": [],
+                "contacts": contact_id.map(|c| vec![json!({"id": c, "is_main": true})]).unwrap_or_default(),
+            },
+        });
+        let Value::Object(stored) = stored else {
+            unreachable!("a lead is an object")
+        };
+        store.leads.insert(
+            id,
+            StoredLead {
+                lead: stored,
+                created: Instant::now(),
+            },
+        );
+        answer.push(
+            json!({"id": id, "contact_id": contact_id, "company_id": null,
+                           "request_id": [rid], "merged": false}),
+        );
+    }
+    Ok(Value::Array(answer))
+}
+
+/// Whether the lead's searchable text (name, custom field values, tags) contains
+/// `query`, case-insensitively.
+fn matches_query(lead: &Map<String, Value>, query: &str) -> bool {
+    let query = query.to_lowercase();
+    let mut texts = vec![lead.get("name").map(text_of).unwrap_or_default()];
+    for f in lead
+        .get("custom_fields_values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for v in f
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            texts.push(v.get("value").map(text_of).unwrap_or_default());
+        }
+    }
+    if let Some(tags) = lead
+        .get("_embedded")
+        .and_then(|e| e.get("tags"))
+        .and_then(Value::as_array)
+    {
+        for t in tags {
+            texts.push(t.get("name").map(text_of).unwrap_or_default());
+        }
+    }
+    texts.iter().any(|t| t.to_lowercase().contains(&query))
+}
+
+async fn search(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    Query(params): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &state.shared;
+    let fault = match preamble(shared, SEARCH, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let limit = match params.get("limit").map(|l| l.parse::<usize>()) {
+        None => 50,
+        Some(Ok(l)) if (1..=MAX_LIMIT).contains(&l) => l,
+        Some(_) => {
+            return validation(vec![(
+                "0".into(),
+                "InvalidLimit",
+                "limit".into(),
+                format!("limit must be from 1 to {MAX_LIMIT}"),
+            )])
+        }
+    };
+    let page = params
+        .get("page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .filter(|p| *p >= 1)
+        .unwrap_or(1);
+    let query = params
+        .get("query")
+        .map(|q| q.trim().to_owned())
+        .filter(|q| !q.is_empty());
+    let lag = Duration::from_millis(lock(&shared.settings).search_lag_ms);
+    let rows: Vec<Value> = lock(&shared.store)
+        .leads
+        .values()
+        .filter(|l| match &query {
+            // The search index lags behind creates; a plain list does not.
+            Some(q) => l.created.elapsed() >= lag && matches_query(&l.lead, q),
+            None => true,
+        })
+        .map(|l| Value::Object(l.lead.clone()))
+        .collect();
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    let total = rows.len();
+    let page_rows: Vec<Value> = rows
+        .into_iter()
+        .skip((page - 1) * limit)
+        .take(limit)
+        .collect();
+    if page_rows.is_empty() {
+        // amoCRM answers an empty result with 204 and no body at all.
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    let base_url = lock(&shared.base_url).clone();
+    let href = |p: usize| {
+        let mut url = reqwest::Url::parse(&format!("{base_url}/api/v4/leads")).expect("base URL");
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(query) = &query {
+                q.append_pair("query", query);
+            }
+            q.append_pair("limit", &limit.to_string());
+            q.append_pair("page", &p.to_string());
+        }
+        url.to_string()
+    };
+    let mut links = json!({"self": {"href": href(page)}});
+    if page * limit < total {
+        links["next"] = json!({"href": href(page + 1)});
+    }
+    if page > 1 {
+        links["prev"] = json!({"href": href(page - 1)});
+    }
+    hal(
+        StatusCode::OK,
+        json!({"_page": page, "_links": links, "_embedded": {"leads": page_rows}}),
+    )
+}
+
+async fn get_lead(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &state.shared;
+    let fault = match preamble(shared, GET, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let lead = id
+        .parse::<u64>()
+        .ok()
+        .and_then(|id| lock(&shared.store).leads.get(&id).map(|l| l.lead.clone()));
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    match lead {
+        Some(lead) => hal(StatusCode::OK, Value::Object(lead)),
+        None => match lock(&shared.settings).missing_lead_status {
+            404 => problem(404, "Not Found", "Lead not found"),
+            _ => Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(Body::empty())
+                .expect("a 204 response"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn fake() -> FakeAmoCrm {
+        FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// (status, content type, body text)
+    async fn send(req: reqwest::RequestBuilder) -> (u16, String, String) {
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        (status, ct, resp.text().await.unwrap())
+    }
+
+    fn add(fake: &FakeAmoCrm, body: Value) -> reqwest::RequestBuilder {
+        reqwest::Client::new()
+            .post(format!("{}/api/v4/leads/complex", fake.base_url()))
+            .bearer_auth(fake.token())
+            .json(&body)
+    }
+
+    fn lead(key: &str, phone: &str) -> Value {
+        json!({"name": "Form", "request_id": key,
+               "custom_fields_values": [{"field_id": FIELD_ID, "values": [{"value": key}]}],
+               "_embedded": {"tags": [{"name": key}], "contacts": [{"first_name": "A",
+                 "custom_fields_values": [{"field_code": "PHONE", "values": [{"value": phone}]}]}]}})
+    }
+
+    #[tokio::test]
+    async fn complex_answers_hal_json_and_errors_are_problem_json() {
+        let fake = fake().await;
+        let (status, ct, body) =
+            send(add(&fake, json!([lead("k1", "+7 999 1"), lead("k2", "2")]))).await;
+        assert_eq!((status, ct.as_str()), (200, "application/hal+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            body,
+            json!([{"id": 1, "contact_id": 1, "company_id": null, "request_id": ["k1"], "merged": false},
+                   {"id": 2, "contact_id": 2, "company_id": null, "request_id": ["k2"], "merged": false}])
+        );
+        // No token, a wrong token: 401 problem+json.
+        let no_token = reqwest::Client::new()
+            .post(format!("{}/api/v4/leads/complex", fake.base_url()))
+            .json(&json!([lead("k3", "3")]));
+        let (status, ct, body) = send(no_token).await;
+        assert_eq!((status, ct.as_str()), (401, "application/problem+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["title"], "Unauthorized");
+        assert_eq!(body["type"], "https://httpstatus.es/401");
+        // An unknown custom field and two contacts: 400 validation-errors, nothing created.
+        let mut bad = lead("k4", "4");
+        bad["custom_fields_values"][0]["field_id"] = json!(1);
+        bad["_embedded"]["contacts"] = json!([{}, {}]);
+        let (status, ct, body) = send(add(&fake, json!([bad]))).await;
+        assert_eq!((status, ct.as_str()), (400, "application/problem+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["detail"], "Request validation failed");
+        let errors = &body["validation-errors"][0];
+        assert_eq!(errors["request_id"], "k4");
+        assert_eq!(errors["errors"][0]["code"], "NotSupportedChoice");
+        assert_eq!(
+            errors["errors"][0]["path"],
+            "custom_fields_values.0.field_id"
+        );
+        assert_eq!(errors["errors"][1]["path"], "_embedded.contacts");
+        let (status, _, _) = send(add(&fake, json!({"not": "an array"}))).await;
+        assert_eq!(status, 400);
+        let (status, _, _) = send(add(&fake, json!(vec![lead("x", "5"); 51]))).await;
+        assert_eq!(status, 400);
+        assert_eq!(fake.leads().len(), 2);
+        assert_eq!(fake.calls(CREATE), 5);
+    }
+
+    #[tokio::test]
+    async fn search_is_by_substring_with_pages_and_204_when_empty() {
+        let fake = fake().await;
+        let items: Vec<Value> = (1..=5)
+            .map(|i| lead(&format!("op-{i}"), &i.to_string()))
+            .collect();
+        send(add(&fake, json!(items))).await;
+        let client = reqwest::Client::new();
+        let get = |q: &str| {
+            client
+                .get(format!("{}/api/v4/leads?{q}", fake.base_url()))
+                .bearer_auth(fake.token())
+        };
+        let (status, ct, body) = send(get("query=op-&limit=2&page=2")).await;
+        assert_eq!((status, ct.as_str()), (200, "application/hal+json"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["_page"], 2);
+        let ids: Vec<u64> = body["_embedded"]["leads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, [3, 4]);
+        assert!(body["_links"]["next"]["href"]
+            .as_str()
+            .unwrap()
+            .contains("page=3"));
+        assert!(body["_links"]["prev"].is_object());
+        let (status, _, body) = send(get("query=OP-5")).await;
+        assert_eq!(status, 200, "case-insensitive");
+        assert!(body.contains("\"op-5\""));
+        let (status, ct, body) = send(get("query=nothing")).await;
+        assert_eq!((status, ct.as_str(), body.as_str()), (204, "", ""));
+        let (status, _, _) = send(get("limit=251")).await;
+        assert_eq!(status, 400);
+        // Search lag hides fresh leads from `query`, not from a plain list.
+        fake.set_search_lag(Duration::from_secs(60));
+        let (status, _, _) = send(get("query=op-1")).await;
+        assert_eq!(status, 204);
+        let (status, _, _) = send(get("limit=250")).await;
+        assert_eq!(status, 200);
+    }
+
+    #[tokio::test]
+    async fn get_by_id_and_a_missing_lead_as_204_or_404() {
+        let fake = fake().await;
+        send(add(&fake, json!([lead("k", "1")]))).await;
+        let client = reqwest::Client::new();
+        let get = |id: &str| {
+            client
+                .get(format!("{}/api/v4/leads/{id}", fake.base_url()))
+                .bearer_auth(fake.token())
+        };
+        let (status, _, body) = send(get("1")).await;
+        assert_eq!(status, 200);
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["id"], 1);
+        assert_eq!(body["_embedded"]["contacts"][0]["id"], 1);
+        assert!(body["_links"]["self"]["href"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/v4/leads/1"));
+        assert_eq!(send(get("99")).await.0, 204);
+        fake.set_missing_lead_status(404);
+        let (status, ct, _) = send(get("99")).await;
+        assert_eq!((status, ct.as_str()), (404, "application/problem+json"));
+        let (status, _, _) = send(client.get(format!("{}/api/v4/nothing", fake.base_url()))).await;
+        assert_eq!(status, 404);
+    }
+
+    #[tokio::test]
+    async fn duplicate_control_merges_into_existing_leads_only() {
+        let fake = fake().await;
+        fake.set_duplicate_control(true);
+        // Within one request: no merging, as in amoCRM.
+        let (_, _, body) = send(add(
+            &fake,
+            json!([lead("a", "+7 (999) 000"), lead("b", "7999000")]),
+        ))
+        .await;
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body[1]["merged"], false);
+        let (_, _, body) = send(add(&fake, json!([lead("c", "7-999-000")]))).await;
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body[0]["merged"], true);
+        assert_eq!(body[0]["id"], 1);
+        assert_eq!(body[0]["request_id"], json!(["c"]));
+        assert_eq!(fake.leads().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn faults_and_the_control_plane() {
+        let fake = fake().await;
+        let client = reqwest::Client::new();
+        let control = format!("{}/_fake", fake.base_url());
+        let resp: Value = client
+            .post(format!("{control}/faults"))
+            .json(
+                &json!([{"method": CREATE, "fault": "rate_limit", "retry_after_secs": 2},
+                          {"method": CREATE, "fault": "blocked"},
+                          {"method": SEARCH, "fault": "latency_ms", "ms": 1}]),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(resp["queued"], 3);
+        let resp = add(&fake, json!([lead("k", "1")])).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 429);
+        assert_eq!(resp.headers()["retry-after"], "2");
+        assert_eq!(resp.headers()["content-type"], "text/plain");
+        assert_eq!(resp.text().await.unwrap(), "Too Many Requests");
+        let (status, ct, body) = send(add(&fake, json!([lead("k", "1")]))).await;
+        assert_eq!((status, ct.as_str()), (403, "text/html"));
+        assert!(body.contains("<center>nginx</center>"));
+        let settings: Value = client
+            .post(format!("{control}/settings"))
+            .json(&json!({"search_lag_ms": 250, "duplicate_control": true}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            settings,
+            json!({"duplicate_control": true, "search_lag_ms": 250, "missing_lead_status": 204})
+        );
+        let state: Value = client
+            .get(format!("{control}/state"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(state["calls"][CREATE], 2);
+        assert_eq!(state["pending_faults"][0]["fault"], "latency_ms");
+        assert!(state["leads"].as_array().unwrap().is_empty());
+        client
+            .post(format!("{control}/reset"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(fake.calls(CREATE), 0);
+        let (status, _, _) = send(add(&fake, json!([lead("k", "1")]))).await;
+        assert_eq!(status, 200);
+        let state: Value = client
+            .get(format!("{control}/state"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            state["settings"]["search_lag_ms"], 0,
+            "reset restores the settings"
+        );
+    }
+
+    #[tokio::test]
+    async fn lost_answers_create_first() {
+        let fake = fake().await;
+        fake.push_fault(CREATE, Fault::LostAnswerDrop, 1);
+        let err = add(&fake, json!([lead("k", "1")]))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(!err.is_connect() && !err.is_timeout(), "{err}");
+        fake.push_fault(CREATE, Fault::LostAnswerHang, 1);
+        let err = add(&fake, json!([lead("k2", "2")]))
+            .timeout(Duration::from_millis(200))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        fake.push_fault(CREATE, Fault::ServerErrorAfterCreate, 1);
+        let (status, ct, _) = send(add(&fake, json!([lead("k3", "3")]))).await;
+        assert_eq!((status, ct.as_str()), (500, "application/problem+json"));
+        assert_eq!(fake.leads().len(), 3);
+    }
+
+    #[test]
+    fn faults_parse_from_the_control_format() {
+        let rules: Vec<FaultRule<Fault>> = serde_json::from_value(json!([
+            {"method": "leads.complex", "fault": "lost_answer_hang"},
+            {"method": "*", "fault": "error", "status": 503, "detail": "down", "times": 3},
+            {"method": "leads.list", "fault": "payment_required"},
+            {"method": "leads.complex", "fault": "no_rights"}
+        ]))
+        .unwrap();
+        assert_eq!(rules[0].fault, Fault::LostAnswerHang);
+        assert_eq!(
+            rules[1].fault,
+            Fault::Error {
+                status: 503,
+                detail: "down".into(),
+                after_execute: false
+            }
+        );
+        assert_eq!(rules[1].times, 3);
+        assert_eq!(rules[2].fault, Fault::PaymentRequired);
+        assert_eq!(rules[3].fault, Fault::NoRights);
+    }
+}

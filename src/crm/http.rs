@@ -1,0 +1,1106 @@
+//! A home-grown CRM over HTTP, described by configuration instead of code.
+//!
+//! ```toml
+//! [crm]
+//! kind = "http"
+//! create_url = "https://crm.example/api/leads"
+//! method = "POST"                                   # default
+//! body = '''{"external_id": "{{operation_id}}", "name": "{{name}}",
+//!           "phone": "{{phone}}", "email": "{{email}}", "note": "{{comment}}"}'''
+//! id_pointer = "/data/id"                           # where the new id is in the answer
+//! lookup_url = "https://crm.example/api/leads?external_id={{operation_id}}"
+//! lookup_ids_pointer = "/items"                     # the array of matches ("" = the answer)
+//! lookup_id_pointer = "/id"                         # the id in each match (default /id)
+//! lookup_authoritative = true                       # "not found" proves nothing was created
+//! timeout = "10s"
+//! [crm.headers]
+//! Authorization = "env:MYCRM_AUTH"                  # read from the environment, never logged
+//! [crm.errors]
+//! 409 = "validation"
+//! ```
+//!
+//! The body template must be JSON once its placeholders are read as strings: a
+//! placeholder may stand alone (`"name": {{name}}`) or sit inside a string
+//! (`"name": "{{name}}"`, `"title": "Lead {{operation_id}}"`). Values are inserted as
+//! JSON strings, so quotes and newlines in a lead cannot break the body. A placeholder
+//! that is a whole value becomes `null` when the lead has no such field; inside a longer
+//! string it becomes empty. Placeholders: `operation_id`, `name`, `phone`, `email`,
+//! `comment`, `title`, `source`. In `lookup_url`, `{{operation_id}}` is URL-encoded.
+//!
+//! Default classification of a non-2xx answer (a `[crm.errors]` entry overrides it):
+//! 429 → rate_limited (honours `Retry-After`), 401/403 → auth, 400/422 and other 4xx →
+//! validation, 408 → not_sent, 3xx → auth (a redirect is not followed: the URL needs a
+//! person), 5xx and anything else → uncertain.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::rate::{self, RateLimiter};
+use super::{
+    classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
+};
+use crate::config::Secret;
+use crate::domain::ErrorClass;
+
+/// The connector name: what gets paused when the credentials stop working.
+pub const CONNECTOR: &str = "http";
+/// The placeholders a template may use.
+pub const PLACEHOLDERS: &[&str] = &[
+    "operation_id",
+    "name",
+    "phone",
+    "email",
+    "comment",
+    "title",
+    "source",
+];
+
+/// `[crm] kind = "http"`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    pub create_url: String,
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// Header values; `env:VAR` reads the value from the environment variable VAR.
+    #[serde(default)]
+    pub headers: BTreeMap<String, Secret>,
+    /// The JSON body template (see the module documentation).
+    pub body: String,
+    /// RFC 6901 pointer to the new entity's id in the create answer ("" = the answer).
+    pub id_pointer: String,
+    /// GET URL template for the lookup by `{{operation_id}}`; without it nothing can
+    /// be reconciled and every uncertain create goes to a person.
+    #[serde(default)]
+    pub lookup_url: Option<String>,
+    /// Pointer to the array of matches in the lookup answer ("" = the answer).
+    #[serde(default)]
+    pub lookup_ids_pointer: String,
+    /// Pointer to the id inside each match (default: the match itself when it is a
+    /// number or string, else `/id`).
+    #[serde(default)]
+    pub lookup_id_pointer: Option<String>,
+    /// Whether an empty lookup proves that nothing was created.
+    #[serde(default)]
+    pub lookup_authoritative: bool,
+    /// Status code → error class, overriding the defaults.
+    #[serde(default)]
+    pub errors: BTreeMap<String, ErrorClass>,
+    /// Requests per second for all calls of this process to this CRM (no limit if unset).
+    #[serde(default)]
+    pub rate_limit: Option<f64>,
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+fn default_method() -> String {
+    "POST".into()
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// A configured HTTP CRM.
+pub struct HttpCrm {
+    method: Method,
+    create_url: reqwest::Url,
+    headers: HeaderMap,
+    /// Header values that are secrets (from the environment or credential-like names):
+    /// scrubbed from every stored text.
+    secrets: Vec<String>,
+    body: Value,
+    id_pointer: String,
+    lookup_url: Option<String>,
+    lookup_ids_pointer: String,
+    lookup_id_pointer: Option<String>,
+    lookup_authoritative: bool,
+    errors: BTreeMap<u16, ErrorClass>,
+    limiter: Option<Arc<RateLimiter>>,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for HttpCrm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpCrm")
+            .field("method", &self.method)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("lookup_authoritative", &self.lookup_authoritative)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad(msg: impl Into<String>) -> ConfigError {
+    ConfigError(format!("[crm] kind = \"http\": {}", msg.into()))
+}
+
+fn check_pointer(what: &str, p: &str) -> Result<(), ConfigError> {
+    if p.is_empty() || p.starts_with('/') {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "{what} `{p}` is not a JSON pointer (it must be empty or start with /)"
+        )))
+    }
+}
+
+impl HttpCrm {
+    pub fn new(config: &HttpConfig) -> Result<HttpCrm, ConfigError> {
+        let method = Method::from_bytes(config.method.trim().to_uppercase().as_bytes())
+            .map_err(|_| bad(format!("method `{}` is not an HTTP method", config.method)))?;
+        let create_url = http_url("create_url", &config.create_url)?;
+        let mut headers = HeaderMap::new();
+        let mut secrets = Vec::new();
+        for (name, value) in &config.headers {
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| bad(format!("`{name}` is not a header name")))?;
+            let raw = value.expose();
+            let (text, secret) = match raw.strip_prefix("env:") {
+                Some(var) => (
+                    std::env::var(var).map_err(|_| {
+                        bad(format!(
+                            "header `{name}`: the environment variable `{var}` is not set"
+                        ))
+                    })?,
+                    true,
+                ),
+                None => {
+                    let lower = name.to_ascii_lowercase();
+                    let credential = ["auth", "token", "key", "secret", "cookie", "password"]
+                        .iter()
+                        .any(|w| lower.contains(w));
+                    (raw.to_owned(), credential)
+                }
+            };
+            let mut hv = HeaderValue::from_str(&text)
+                .map_err(|_| bad(format!("header `{name}`: the value is not a valid header")))?;
+            if secret {
+                hv.set_sensitive(true);
+                secrets.push(text.clone());
+                // `Bearer xyz` may come back as `xyz` alone.
+                if let Some((_, token)) = text.split_once(' ') {
+                    secrets.push(token.trim().to_owned());
+                }
+            }
+            headers.insert(header, hv);
+        }
+        let body = parse_template(&config.body)?;
+        check_pointer("id_pointer", &config.id_pointer)?;
+        check_pointer("lookup_ids_pointer", &config.lookup_ids_pointer)?;
+        if let Some(p) = &config.lookup_id_pointer {
+            check_pointer("lookup_id_pointer", p)?;
+        }
+        if let Some(url) = &config.lookup_url {
+            for name in placeholders(url) {
+                if name != "operation_id" {
+                    return Err(bad(format!(
+                        "lookup_url: only {{{{operation_id}}}} can be used, not {{{{{name}}}}}"
+                    )));
+                }
+            }
+            http_url("lookup_url", &lookup_target(url, "x"))?;
+        } else if config.lookup_authoritative {
+            return Err(bad("lookup_authoritative needs a lookup_url"));
+        }
+        let mut errors = BTreeMap::new();
+        for (code, class) in &config.errors {
+            let status = code
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|s| (100..=599).contains(s))
+                .ok_or_else(|| bad(format!("errors: `{code}` is not an HTTP status code")))?;
+            if *class == ErrorClass::Conflict {
+                return Err(bad(format!(
+                    "errors: {code} = \"conflict\": conflicts are found by Leadgate, not by a CRM answer"
+                )));
+            }
+            errors.insert(status, *class);
+        }
+        let limiter = match config.rate_limit {
+            None => None,
+            Some(r) if r.is_finite() && r > 0.0 => {
+                let account = format!(
+                    "{}://{}",
+                    create_url.scheme(),
+                    create_url.host_str().unwrap_or_default()
+                );
+                Some(rate::shared(&account, r))
+            }
+            Some(_) => return Err(bad("rate_limit must be a positive number per second")),
+        };
+        let client = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ConfigError(format!("cannot build the HTTP client: {e}")))?;
+        Ok(HttpCrm {
+            method,
+            create_url,
+            headers,
+            secrets,
+            body,
+            id_pointer: config.id_pointer.clone(),
+            lookup_url: config.lookup_url.clone(),
+            lookup_ids_pointer: config.lookup_ids_pointer.clone(),
+            lookup_id_pointer: config.lookup_id_pointer.clone(),
+            lookup_authoritative: config.lookup_authoritative,
+            errors,
+            limiter,
+            client,
+        })
+    }
+
+    /// Sends one request; returns a 2xx answer or the classified failure, and fills
+    /// `summary` with `status`, `duration_ms` and, on failure, `class` and `message`.
+    async fn call(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+        redact: &[&str],
+        summary: &mut Map<String, Value>,
+    ) -> Result<(StatusCode, bytes::Bytes), CrmError> {
+        let mut redact = redact.to_vec();
+        redact.extend(self.secrets.iter().map(String::as_str));
+        if let Some(l) = &self.limiter {
+            l.acquire().await;
+        }
+        let started = Instant::now();
+        let result = async {
+            let resp = request
+                .headers(self.headers.clone())
+                .send()
+                .await
+                .map_err(|e| classify_transport(CONNECTOR, what, e, &redact))?;
+            let status = resp.status();
+            summary.insert("status".into(), json!(status.as_u16()));
+            let headers = resp.headers().clone();
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| classify_transport(CONNECTOR, what, e, &redact))?;
+            if status.is_success() {
+                return Ok((status, body));
+            }
+            let class = classify(status, &self.errors);
+            let message = clean_message(
+                &format!(
+                    "{CONNECTOR} {what}: HTTP {} {}",
+                    status.as_u16(),
+                    describe(&body)
+                ),
+                &redact,
+            );
+            Err(CrmError {
+                class,
+                message,
+                retry_after: (class == ErrorClass::RateLimited)
+                    .then(|| rate::retry_after(&headers))
+                    .flatten(),
+            })
+        }
+        .await;
+        summary.insert(
+            "duration_ms".into(),
+            json!(started.elapsed().as_millis() as u64),
+        );
+        if let Err(e) = &result {
+            note_error(summary, e);
+        }
+        result
+    }
+}
+
+fn note_error(summary: &mut Map<String, Value>, e: &CrmError) {
+    summary.insert("class".into(), json!(e.class));
+    summary.insert("message".into(), json!(e.message));
+}
+
+fn http_url(what: &str, url: &str) -> Result<reqwest::Url, ConfigError> {
+    let parsed =
+        reqwest::Url::parse(url.trim()).map_err(|e| bad(format!("{what} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(bad(format!("{what} must be an http(s) URL with a host")));
+    }
+    Ok(parsed)
+}
+
+/// The one classification of a non-2xx answer: the configured table first, then the
+/// defaults (see the module documentation).
+pub fn classify(status: StatusCode, overrides: &BTreeMap<u16, ErrorClass>) -> ErrorClass {
+    if let Some(class) = overrides.get(&status.as_u16()) {
+        return *class;
+    }
+    match status.as_u16() {
+        429 => ErrorClass::RateLimited,
+        401 | 403 => ErrorClass::Auth,
+        408 => ErrorClass::NotSent,
+        300..=399 => ErrorClass::Auth,
+        400..=499 => ErrorClass::Validation,
+        _ => ErrorClass::Uncertain,
+    }
+}
+
+/// A short text for an error body: a JSON error's `message`/`error`/`detail`/`title`,
+/// else the body itself (cleaned and capped by the caller).
+fn describe(body: &[u8]) -> String {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return "(empty body)".into();
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(json) => ["message", "error", "detail", "title", "error_description"]
+            .iter()
+            .filter_map(|k| match json.get(*k) {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(v @ Value::Object(_)) => {
+                    v.get("message").and_then(Value::as_str).map(str::to_owned)
+                }
+                _ => None,
+            })
+            .next()
+            .unwrap_or_else(|| "unexpected JSON answer".into()),
+        Err(_) => format!("(not JSON) {}", String::from_utf8_lossy(body)),
+    }
+}
+
+/// `text` split into literal pieces and `{{placeholder}}` names (trimmed), in order.
+fn segments(text: &str) -> Vec<(bool, &str)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        if start > 0 {
+            out.push((false, &rest[..start]));
+        }
+        out.push((true, after[..end].trim()));
+        rest = &after[end + 2..];
+    }
+    if !rest.is_empty() {
+        out.push((false, rest));
+    }
+    out
+}
+
+/// The names of the `{{...}}` placeholders in `text`, in order.
+fn placeholders(text: &str) -> Vec<String> {
+    segments(text)
+        .into_iter()
+        .filter(|(is_placeholder, _)| *is_placeholder)
+        .map(|(_, name)| name.to_owned())
+        .collect()
+}
+
+/// Replaces every placeholder of `text` with `value(name)`.
+fn substitute(text: &str, value: impl Fn(&str) -> String) -> String {
+    segments(text)
+        .into_iter()
+        .map(|(is_placeholder, s)| {
+            if is_placeholder {
+                value(s)
+            } else {
+                s.to_owned()
+            }
+        })
+        .collect()
+}
+
+/// Parses a body template: placeholders standing alone outside JSON strings are quoted
+/// first, then the whole must be JSON and name only known placeholders.
+fn parse_template(template: &str) -> Result<Value, ConfigError> {
+    let mut quoted = String::with_capacity(template.len() + 16);
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut chars = template.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if in_string {
+            quoted.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+            continue;
+        }
+        if c == '"' {
+            in_string = true;
+            quoted.push(c);
+        } else if template[i..].starts_with("{{") {
+            let end = template[i..]
+                .find("}}")
+                .ok_or_else(|| bad("body: a `{{` is never closed"))?;
+            quoted.push('"');
+            quoted.push_str(&template[i..i + end + 2]);
+            quoted.push('"');
+            // Skip the rest of the placeholder.
+            while chars.peek().is_some_and(|(j, _)| *j < i + end + 2) {
+                chars.next();
+            }
+        } else {
+            quoted.push(c);
+        }
+    }
+    let body: Value = serde_json::from_str(&quoted)
+        .map_err(|e| bad(format!("body is not a JSON template: {e}")))?;
+    let mut unknown = Vec::new();
+    visit_strings(&body, &mut |s| {
+        for name in placeholders(s) {
+            if !PLACEHOLDERS.contains(&name.as_str()) {
+                unknown.push(name);
+            }
+        }
+    });
+    if let Some(name) = unknown.first() {
+        return Err(bad(format!(
+            "body: unknown placeholder {{{{{name}}}}} (known: {})",
+            PLACEHOLDERS.join(", ")
+        )));
+    }
+    Ok(body)
+}
+
+fn visit_strings(v: &Value, f: &mut impl FnMut(&str)) {
+    match v {
+        Value::String(s) => f(s),
+        Value::Array(items) => items.iter().for_each(|i| visit_strings(i, f)),
+        Value::Object(map) => map.values().for_each(|i| visit_strings(i, f)),
+        _ => {}
+    }
+}
+
+fn field<'a>(lead: &'a Lead, name: &str) -> Option<&'a str> {
+    match name {
+        "operation_id" => Some(&lead.operation_id),
+        "source" => Some(&lead.source),
+        "name" => lead.name.as_deref(),
+        "phone" => lead.phone.as_deref(),
+        "email" => lead.email.as_deref(),
+        "comment" => lead.comment.as_deref(),
+        "title" => lead.title.as_deref(),
+        _ => None,
+    }
+}
+
+/// Fills the template with the lead's values, as JSON strings.
+pub fn render(template: &Value, lead: &Lead) -> Value {
+    match template {
+        Value::String(s) => match segments(s.trim()).as_slice() {
+            // A placeholder that is the whole value: the field, or null when absent.
+            [(true, name)] => field(lead, name).map_or(Value::Null, |v| json!(v)),
+            _ => Value::String(substitute(s, |name| {
+                field(lead, name).unwrap_or_default().to_owned()
+            })),
+        },
+        Value::Array(items) => Value::Array(items.iter().map(|i| render(i, lead)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), render(v, lead)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The lookup URL for `operation_id`, URL-encoded.
+fn lookup_target(template: &str, operation_id: &str) -> String {
+    const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    let encoded = percent_encoding::utf8_percent_encode(operation_id, COMPONENT).to_string();
+    substitute(template, |_| encoded.clone())
+}
+
+/// An id: a non-empty string or an integer.
+fn id_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+        _ => None,
+    }
+}
+
+fn pointer<'a>(v: &'a Value, p: &str) -> Option<&'a Value> {
+    if p.is_empty() {
+        Some(v)
+    } else {
+        v.pointer(p)
+    }
+}
+
+#[async_trait::async_trait]
+impl Crm for HttpCrm {
+    fn connector(&self) -> &str {
+        CONNECTOR
+    }
+
+    fn lookup_is_authoritative(&self) -> bool {
+        self.lookup_url.is_some() && self.lookup_authoritative
+    }
+
+    async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
+        let what = format!("{} create", self.method);
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": self.method.as_str(),
+            "endpoint": "create",
+            "operation_id": lead.operation_id,
+        });
+        let mut summary = Map::new();
+        let body = render(&self.body, lead);
+        let req = self
+            .client
+            .request(self.method.clone(), self.create_url.clone())
+            .json(&body);
+        let result = self
+            .call(&what, req, &lead.contact_values(), &mut summary)
+            .await
+            .and_then(|(_, bytes)| {
+                serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .and_then(|json| pointer(&json, &self.id_pointer).and_then(id_of))
+                    .ok_or_else(|| {
+                        let e = CrmError::new(
+                            ErrorClass::Uncertain,
+                            format!(
+                                "{CONNECTOR} {what}: the answer has no id at `{}`",
+                                self.id_pointer
+                            ),
+                        );
+                        note_error(&mut summary, &e);
+                        e
+                    })
+            });
+        if let Ok(id) = &result {
+            summary.insert("id".into(), json!(id));
+        }
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
+    }
+
+    async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {
+        let what = "GET lookup";
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": "GET",
+            "endpoint": "lookup",
+            "operation_id": operation_id,
+        });
+        let mut summary = Map::new();
+        let Some(template) = &self.lookup_url else {
+            let e = CrmError::new(
+                ErrorClass::Uncertain,
+                format!("{CONNECTOR}: no lookup_url is configured; the outcome cannot be checked"),
+            );
+            note_error(&mut summary, &e);
+            return (
+                Err(e),
+                Exchange {
+                    request,
+                    response: Value::Object(summary),
+                },
+            );
+        };
+        let url = lookup_target(template, operation_id);
+        let result = match self
+            .call(what, self.client.get(url), &[], &mut summary)
+            .await
+        {
+            Ok((StatusCode::NO_CONTENT, _)) => Ok(Lookup::NotFound),
+            Ok((_, bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(Lookup::NotFound),
+            Ok((_, bytes)) => self.ids(&bytes).map(Lookup::from_ids).ok_or_else(|| {
+                let e = CrmError::new(
+                    ErrorClass::Uncertain,
+                    format!(
+                        "{CONNECTOR} {what}: no list of ids at `{}`",
+                        self.lookup_ids_pointer
+                    ),
+                );
+                note_error(&mut summary, &e);
+                e
+            }),
+            // A lookup by key that says "no such thing".
+            Err(e) if summary.get("status") == Some(&json!(404)) => {
+                summary.remove("class");
+                summary.remove("message");
+                drop(e);
+                Ok(Lookup::NotFound)
+            }
+            Err(e) => Err(e),
+        };
+        if let Ok(lookup) = &result {
+            let ids = match lookup {
+                Lookup::NotFound => vec![],
+                Lookup::One(id) => vec![id.clone()],
+                Lookup::Many(ids) => ids.clone(),
+            };
+            summary.insert("found".into(), json!(ids.len()));
+            summary.insert("ids".into(), json!(ids));
+        }
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
+    }
+}
+
+impl HttpCrm {
+    /// The ids of a lookup answer; `None` when it does not have the configured shape.
+    fn ids(&self, body: &[u8]) -> Option<Vec<String>> {
+        let json: Value = serde_json::from_slice(body).ok()?;
+        let items = pointer(&json, &self.lookup_ids_pointer)?.as_array()?;
+        items
+            .iter()
+            .map(|item| match &self.lookup_id_pointer {
+                Some(p) => pointer(item, p).and_then(id_of),
+                None if item.is_object() => item.get("id").and_then(id_of),
+                None => id_of(item),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use axum::extract::{Query, State};
+    use axum::http::HeaderMap as AxumHeaders;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::{get, post};
+    use axum::{Json, Router};
+
+    const KEY: &str = "k-secret-4711";
+
+    /// A templated home-grown CRM: `POST /api/leads` stores `{external_id, ...}` and
+    /// answers `{"data":{"id":N}}`; `GET /api/leads?external_id=` answers
+    /// `{"items":[{"id":N,...}]}`. Queued answers replace the next create's answer
+    /// (`execute` = store the lead first).
+    #[derive(Default)]
+    struct Fake {
+        leads: Mutex<Vec<Value>>,
+        queued: Mutex<VecDeque<(u16, String, bool)>>,
+    }
+
+    async fn create(
+        State(fake): State<Arc<Fake>>,
+        headers: AxumHeaders,
+        Json(body): Json<Value>,
+    ) -> Response {
+        if headers.get("x-api-key").and_then(|v| v.to_str().ok()) != Some(KEY) {
+            // Echo the wrong key back, as careless servers do.
+            let got = headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({"message": format!("bad key {got}")})),
+            )
+                .into_response();
+        }
+        let queued = fake.queued.lock().unwrap().pop_front();
+        let store = |fake: &Fake| {
+            let mut leads = fake.leads.lock().unwrap();
+            let id = leads.len() as u64 + 1;
+            let mut row = body.clone();
+            row["id"] = json!(id);
+            leads.push(row);
+            id
+        };
+        match queued {
+            Some((status, text, execute)) => {
+                if execute {
+                    store(&fake);
+                }
+                let mut resp = (StatusCode::from_u16(status).unwrap(), text).into_response();
+                if status == 429 {
+                    resp.headers_mut()
+                        .insert("retry-after", HeaderValue::from_static("3"));
+                }
+                resp
+            }
+            None => Json(json!({"data": {"id": store(&fake)}})).into_response(),
+        }
+    }
+
+    async fn lookup(
+        State(fake): State<Arc<Fake>>,
+        Query(q): Query<BTreeMap<String, String>>,
+    ) -> Response {
+        let wanted = q.get("external_id").cloned().unwrap_or_default();
+        let items: Vec<Value> = fake
+            .leads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l["external_id"] == wanted.as_str())
+            .cloned()
+            .collect();
+        if wanted == "gone" {
+            return StatusCode::NOT_FOUND.into_response();
+        }
+        Json(json!({"items": items})).into_response()
+    }
+
+    async fn spawn() -> (String, Arc<Fake>) {
+        let fake = Arc::new(Fake::default());
+        let app = Router::new()
+            .route("/api/leads", post(create))
+            .route("/api/leads", get(lookup))
+            .with_state(fake.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{addr}"), fake)
+    }
+
+    fn toml(base: &str, env_var: &str, extra: &str) -> String {
+        format!(
+            r#"
+[database]
+url = "sqlite::memory:"
+
+[crm]
+kind = "http"
+create_url = "{base}/api/leads"
+body = '''{{"external_id": {{{{operation_id}}}}, "name": "{{{{name}}}}", "phone": {{{{phone}}}},
+          "email": "{{{{email}}}}", "note": "{{{{title}}}} / {{{{comment}}}}", "src": "{{{{source}}}}",
+          "fixed": [1, true, "x"]}}'''
+id_pointer = "/data/id"
+lookup_url = "{base}/api/leads?external_id={{{{operation_id}}}}"
+lookup_ids_pointer = "/items"
+timeout = "2s"
+{extra}
+[crm.headers]
+X-Api-Key = "env:{env_var}"
+X-Client = "leadgate"
+
+[crm.errors]
+409 = "validation"
+"#
+        )
+    }
+
+    fn config(text: &str) -> HttpConfig {
+        match crate::config::Config::parse(text).unwrap().crm.unwrap() {
+            crate::config::CrmConfig::Http(c) => *c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A fresh environment variable holding the key (tests run in parallel).
+    fn key_var(test: &str) -> String {
+        let var = format!("LEADGATE_TEST_HTTP_KEY_{test}");
+        std::env::set_var(&var, KEY);
+        var
+    }
+
+    fn lead(op: &str) -> Lead {
+        Lead {
+            operation_id: op.into(),
+            source: "site".into(),
+            title: Some("Form".into()),
+            name: Some("Ivan \"Vanya\"\nPetrov".into()),
+            phone: Some("+79990001122".into()),
+            email: None,
+            comment: Some("call me".into()),
+        }
+    }
+
+    fn assert_clean(text: &str) {
+        for needle in [KEY, "Ivan", "79990001122"] {
+            assert!(!text.contains(needle), "{needle:?} leaked into {text:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn creates_from_the_template_and_finds_by_the_encoded_key() {
+        let (base, fake) = spawn().await;
+        let crm = HttpCrm::new(&config(&toml(&base, &key_var("a"), ""))).unwrap();
+        assert_eq!(crm.connector(), "http");
+        assert!(!crm.lookup_is_authoritative());
+        let op = "site:a b/c&d=é";
+        let (res, ex) = crm.create(&lead(op)).await;
+        assert_eq!(res.unwrap(), "1");
+        assert_eq!(ex.response["status"], 200);
+        assert_eq!(ex.response["id"], "1");
+        assert_clean(&ex.request.to_string());
+        assert_clean(&ex.response.to_string());
+        let stored = fake.leads.lock().unwrap()[0].clone();
+        assert_eq!(
+            stored,
+            json!({"external_id": op, "name": "Ivan \"Vanya\"\nPetrov", "phone": "+79990001122",
+                   "email": null, "note": "Form / call me", "src": "site", "fixed": [1, true, "x"], "id": 1})
+        );
+        let (found, ex) = crm.find(op).await;
+        assert_eq!(found.unwrap(), Lookup::One("1".into()));
+        assert_eq!(ex.response["found"], 1);
+        assert_eq!(crm.find("site:other").await.0.unwrap(), Lookup::NotFound);
+        // A 404 from a lookup by key means "no such entity".
+        let (found, ex) = crm.find("gone").await;
+        assert_eq!(found.unwrap(), Lookup::NotFound);
+        assert_eq!(ex.response["status"], 404);
+        crm.create(&lead(op)).await.0.unwrap();
+        assert_eq!(
+            crm.find(op).await.0.unwrap(),
+            Lookup::Many(vec!["1".into(), "2".into()])
+        );
+    }
+
+    #[tokio::test]
+    async fn statuses_map_to_classes_with_the_configured_table_first() {
+        let (base, fake) = spawn().await;
+        let crm = HttpCrm::new(&config(&toml(&base, &key_var("b"), ""))).unwrap();
+        let cases = [
+            (
+                409,
+                r#"{"message":"duplicate external_id"}"#,
+                false,
+                ErrorClass::Validation,
+            ),
+            (
+                422,
+                r#"{"error":"phone is invalid: +79990001122"}"#,
+                false,
+                ErrorClass::Validation,
+            ),
+            (400, "bad", false, ErrorClass::Validation),
+            (
+                403,
+                "<html><h1>Forbidden</h1></html>",
+                false,
+                ErrorClass::Auth,
+            ),
+            (429, "slow down", false, ErrorClass::RateLimited),
+            (500, "", true, ErrorClass::Uncertain),
+            (
+                503,
+                r#"{"detail":"maintenance"}"#,
+                false,
+                ErrorClass::Uncertain,
+            ),
+            (200, r#"{"data":{}}"#, true, ErrorClass::Uncertain),
+            (201, "created", true, ErrorClass::Uncertain),
+        ];
+        for (status, body, execute, class) in cases {
+            fake.queued
+                .lock()
+                .unwrap()
+                .push_back((status, body.into(), execute));
+            let (res, ex) = crm.create(&lead("site:e")).await;
+            let err = res.unwrap_err();
+            assert_eq!(err.class, class, "{status}: {err}");
+            assert_eq!(ex.response["class"], json!(class), "{status}");
+            assert_clean(&err.message);
+            assert_clean(&ex.response.to_string());
+            if status == 429 {
+                assert_eq!(err.retry_after, Some(Duration::from_secs(3)));
+            } else {
+                assert_eq!(err.retry_after, None);
+            }
+            if status == 409 {
+                assert_eq!(
+                    err.message,
+                    "http POST create: HTTP 409 duplicate external_id"
+                );
+            }
+            if status == 422 {
+                assert_eq!(
+                    err.message,
+                    "http POST create: HTTP 422 phone is invalid: ***"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wrong_key_is_auth_and_the_key_is_never_shown() {
+        let (base, _fake) = spawn().await;
+        let var = "LEADGATE_TEST_HTTP_KEY_wrong";
+        std::env::set_var(var, "wrong-key-value");
+        let crm = HttpCrm::new(&config(&toml(&base, var, ""))).unwrap();
+        let (res, ex) = crm.create(&lead("site:w")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert_eq!(err.message, "http POST create: HTTP 401 bad key ***");
+        for text in [
+            ex.request.to_string(),
+            ex.response.to_string(),
+            format!("{crm:?}"),
+        ] {
+            assert!(!text.contains("wrong-key-value"), "{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_authoritative_lookup_and_no_lookup_at_all() {
+        let (base, _fake) = spawn().await;
+        let crm = HttpCrm::new(&config(&toml(
+            &base,
+            &key_var("c"),
+            "lookup_authoritative = true",
+        )))
+        .unwrap();
+        assert!(crm.lookup_is_authoritative());
+        let mut c = config(&toml(&base, &key_var("c2"), ""));
+        c.lookup_url = None;
+        let crm = HttpCrm::new(&c).unwrap();
+        assert!(!crm.lookup_is_authoritative());
+        let (res, ex) = crm.find("site:x").await;
+        assert_eq!(res.unwrap_err().class, ErrorClass::Uncertain);
+        assert_eq!(ex.response["class"], "uncertain");
+    }
+
+    #[tokio::test]
+    async fn the_rate_limit_spaces_calls() {
+        let (base, _fake) = spawn().await;
+        let crm = HttpCrm::new(&config(&toml(&base, &key_var("r"), "rate_limit = 20.0"))).unwrap();
+        let started = Instant::now();
+        for i in 0..5 {
+            crm.create(&lead(&format!("site:r{i}"))).await.0.unwrap();
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn bad_configurations_get_clear_errors() {
+        let base = "http://127.0.0.1:9";
+        let var = key_var("bad");
+        let good = config(&toml(base, &var, ""));
+        assert!(HttpCrm::new(&good).is_ok());
+        type Change = Box<dyn Fn(&mut HttpConfig)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (Box::new(|c| c.method = "P O S T".into()), "method"),
+            (Box::new(|c| c.create_url = "ftp://x".into()), "create_url"),
+            (
+                Box::new(|c| c.body = "{\"a\": {{nope}}}".into()),
+                "unknown placeholder",
+            ),
+            (
+                Box::new(|c| c.body = "{\"a\": ".into()),
+                "not a JSON template",
+            ),
+            (
+                Box::new(|c| c.body = "{\"a\": {{name}".into()),
+                "never closed",
+            ),
+            (Box::new(|c| c.id_pointer = "data.id".into()), "id_pointer"),
+            (
+                Box::new(|c| c.lookup_url = Some("http://h/x?n={{name}}".into())),
+                "only {{operation_id}}",
+            ),
+            (
+                Box::new(|c| {
+                    c.lookup_url = None;
+                    c.lookup_authoritative = true
+                }),
+                "needs a lookup_url",
+            ),
+            (
+                Box::new(|c| {
+                    c.headers
+                        .insert("X-T".into(), Secret::new("env:LEADGATE_TEST_SURELY_UNSET"));
+                }),
+                "LEADGATE_TEST_SURELY_UNSET",
+            ),
+            (
+                Box::new(|c| {
+                    c.errors.insert("abc".into(), ErrorClass::Auth);
+                }),
+                "status code",
+            ),
+            (
+                Box::new(|c| {
+                    c.errors.insert("409".into(), ErrorClass::Conflict);
+                }),
+                "conflict",
+            ),
+            (Box::new(|c| c.rate_limit = Some(0.0)), "rate_limit"),
+        ];
+        for (change, needle) in cases {
+            let mut c = good.clone();
+            change(&mut c);
+            let err = HttpCrm::new(&c).unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+            assert!(!err.contains(KEY), "{err}");
+        }
+        // The header values never print, even in the configuration's Debug output.
+        assert!(!format!("{good:?}").contains(KEY));
+    }
+
+    #[test]
+    fn templates_render_whole_values_and_embedded_placeholders() {
+        let t = parse_template(
+            r#"{"id": {{operation_id}}, "e": {{email}}, "s": "[{{email}}]", "n": "{{ name }}", "k": ["{{title}}", 3]}"#,
+        )
+        .unwrap();
+        let out = render(&t, &lead("op-1"));
+        assert_eq!(
+            out,
+            json!({"id": "op-1", "e": null, "s": "[]", "n": "Ivan \"Vanya\"\nPetrov", "k": ["Form", 3]})
+        );
+        // Braces inside string literals of the template are left alone.
+        let t = parse_template(r#"{"raw": "a {b} \" {{source}}"}"#).unwrap();
+        assert_eq!(render(&t, &lead("x")), json!({"raw": "a {b} \" site"}));
+        assert_eq!(
+            lookup_target("http://h/l?k={{operation_id}}", "site:a b/é"),
+            "http://h/l?k=site%3Aa%20b%2F%C3%A9"
+        );
+    }
+
+    #[test]
+    fn default_classification_table() {
+        use ErrorClass::*;
+        let none = BTreeMap::new();
+        for (status, class) in [
+            (400, Validation),
+            (401, Auth),
+            (403, Auth),
+            (404, Validation),
+            (408, NotSent),
+            (409, Validation),
+            (422, Validation),
+            (429, RateLimited),
+            (302, Auth),
+            (500, Uncertain),
+            (502, Uncertain),
+            (504, Uncertain),
+        ] {
+            assert_eq!(
+                classify(StatusCode::from_u16(status).unwrap(), &none),
+                class,
+                "{status}"
+            );
+        }
+        let table = BTreeMap::from([(503, RateLimited), (401, Validation)]);
+        assert_eq!(
+            classify(StatusCode::SERVICE_UNAVAILABLE, &table),
+            RateLimited
+        );
+        assert_eq!(classify(StatusCode::UNAUTHORIZED, &table), Validation);
+    }
+}

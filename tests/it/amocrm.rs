@@ -1,0 +1,400 @@
+//! The pilot scenarios of SPEC.md against the fake amoCRM, end to end on both backends:
+//! real HTTP into the intake, a real worker, and the fake account over real HTTP.
+//!
+//! The difference to Bitrix24 is the lookup: amoCRM's search may lag behind a create,
+//! so "not found" is not proof and an uncertain create that the search does not show
+//! goes to a person (`needs_review` / `uncertain_outcome`) instead of being re-created.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leadgate::app::{self, Mode, Running};
+use leadgate::config::Config;
+use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::each_backend;
+use crate::gateway::{answer, urlencode};
+use crate::support::TestDb;
+
+fn config_toml(db_url: &str, fake: &FakeAmoCrm) -> String {
+    format!(
+        r#"
+[database]
+url = "{db_url}"
+
+[server]
+listen = "127.0.0.1:0"
+
+[worker]
+poll_interval = "20ms"
+lease = "2s"
+concurrency = 4
+
+[retry]
+max_attempts = 3
+base_delay = "20ms"
+max_delay = "100ms"
+
+[[source]]
+name = "site"
+key = "json:/submission_id"
+ignore = ["/sent_at"]
+
+[crm]
+kind = "amocrm"
+base_url = "{base}"
+token = "{token}"
+operation_field_id = {FIELD_ID}
+rate_limit = 200
+timeout = "500ms"
+"#,
+        base = fake.base_url(),
+        token = fake.token(),
+    )
+}
+
+struct Gateway {
+    fake: FakeAmoCrm,
+    running: Option<Running>,
+    base: String,
+    http: reqwest::Client,
+    config: Config,
+}
+
+impl Gateway {
+    async fn start(db: &TestDb) -> Gateway {
+        let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let config = Config::parse(&config_toml(&db.url, &fake)).unwrap();
+        let running = app::start(&config, Mode::Serve).await.unwrap();
+        let base = format!("http://{}", running.addr.unwrap());
+        Gateway {
+            fake,
+            running: Some(running),
+            base,
+            http: reqwest::Client::new(),
+            config,
+        }
+    }
+
+    fn store(&self) -> Arc<dyn leadgate::store::Store> {
+        Arc::clone(&self.running.as_ref().unwrap().store)
+    }
+
+    async fn restart(&mut self) {
+        self.running.take().unwrap().stop().await;
+        let running = app::start(&self.config, Mode::Serve).await.unwrap();
+        self.base = format!("http://{}", running.addr.unwrap());
+        self.running = Some(running);
+    }
+
+    async fn post_json(&self, source: &str, body: &Value) -> (StatusCode, Value, bool) {
+        let res = self
+            .http
+            .post(format!("{}/v1/intake/{source}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        answer(res).await
+    }
+
+    async fn operation(&self, id: &str) -> Value {
+        let url = format!("{}/v1/operations/{}", self.base, urlencode(id));
+        self.http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn wait_status(&self, id: &str, status: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let op = self.operation(id).await;
+            if op["status"] == status {
+                return op;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {status}: {op}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn timeline_kinds(&self, id: &str) -> Vec<String> {
+        self.store()
+            .timeline(&id.parse().unwrap())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+
+    async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop().await;
+        }
+    }
+}
+
+fn lead(id: &str) -> Value {
+    json!({"submission_id": id, "name": "Ivan", "phone": "+7 999 123-45-67", "email": "ivan@example.com",
+           "sent_at": "2026-11-30T10:00:00Z"})
+}
+
+/// The operation_id in each fake lead's key field, by lead id.
+fn keys(fake: &FakeAmoCrm) -> Vec<String> {
+    fake.leads()
+        .iter()
+        .map(|l| {
+            l["custom_fields_values"][0]["values"][0]["value"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+each_backend!(
+    amocrm_pilot_1_a_webhook_delivered_twice_makes_one_crm_record,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let (status, body, replayed) = gw.post_json("site", &lead("s1")).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert!(!replayed);
+        let done = gw.wait_status("site:s1", "completed").await;
+        let mut again = lead("s1");
+        again["sent_at"] = json!("2026-11-30T10:05:00Z");
+        let (status, body, replayed) = gw.post_json("site", &again).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["outcome"], "duplicate");
+        assert_eq!(body["crm_id"], done["crm_id"]);
+        assert!(replayed);
+        assert_eq!(gw.fake.calls(CREATE), 1);
+        assert_eq!(keys(&gw.fake), ["site:s1"]);
+        let l = &gw.fake.leads()[0];
+        assert_eq!(l["_embedded"]["tags"][0]["name"], "site:s1");
+        assert_eq!(gw.fake.contacts()[0]["first_name"], "Ivan");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_pilot_2_the_crm_created_but_the_answer_was_lost,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        // The search shows the lead: recovered by the exact key, not created again.
+        for (key, fault) in [
+            ("hang", Fault::LostAnswerHang),
+            ("drop", Fault::LostAnswerDrop),
+            ("after500", Fault::ServerErrorAfterCreate),
+        ] {
+            gw.fake.push_fault(CREATE, fault, 1);
+            gw.post_json("site", &lead(key)).await;
+            let id = format!("site:{key}");
+            let op = gw.wait_status(&id, "completed").await;
+            assert_eq!(op["attempts"], 1, "{op}");
+            let kinds = gw.timeline_kinds(&id).await;
+            assert!(kinds.iter().any(|k| k == "reconciliation"), "{kinds:?}");
+            assert!(kinds.iter().any(|k| k == "recovered"), "{kinds:?}");
+        }
+        assert_eq!(gw.fake.calls(CREATE), 3, "no create was repeated");
+
+        // The search lags: the lead exists but is not found yet. Not authoritative, so
+        // a person decides; nothing is created again.
+        gw.fake.set_search_lag(Duration::from_secs(60));
+        gw.fake.push_fault(CREATE, Fault::LostAnswerDrop, 1);
+        gw.post_json("site", &lead("lagged")).await;
+        let op = gw.wait_status("site:lagged", "needs_review").await;
+        assert_eq!(op["review_reason"], "uncertain_outcome", "{op}");
+        assert_eq!(op["attempts"], 1);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(gw.fake.calls(CREATE), 4);
+        assert_eq!(
+            keys(&gw.fake)
+                .iter()
+                .filter(|k| *k == "site:lagged")
+                .count(),
+            1
+        );
+        let timeline = gw
+            .store()
+            .timeline(&"site:lagged".parse().unwrap())
+            .await
+            .unwrap();
+        let verdict = timeline
+            .iter()
+            .find(|e| e.kind == "reconciliation")
+            .unwrap();
+        assert_eq!(verdict.detail["verdict"], "not_found_not_authoritative");
+        assert_eq!(verdict.detail["authoritative"], false);
+
+        // A 500 that did not execute looks the same from outside: review, not a blind retry.
+        gw.fake.set_search_lag(Duration::ZERO);
+        gw.fake.push_fault(CREATE, Fault::ServerError, 1);
+        gw.post_json("site", &lead("plain500")).await;
+        let op = gw.wait_status("site:plain500", "needs_review").await;
+        assert_eq!(op["review_reason"], "uncertain_outcome");
+        assert!(!keys(&gw.fake).contains(&"site:plain500".to_owned()));
+        assert!(gw.fake.calls(SEARCH) >= 5);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_pilot_3_two_workers_get_the_same_leads_at_once,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let other = app::start(&gw.config, Mode::Worker).await.unwrap();
+        gw.fake.push_fault(CREATE, Fault::LatencyMs { ms: 30 }, 30);
+        for i in 0..30 {
+            gw.post_json("site", &lead(&format!("w{i}"))).await;
+        }
+        for i in 0..30 {
+            gw.wait_status(&format!("site:w{i}"), "completed").await;
+        }
+        let mut ids = keys(&gw.fake);
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 30);
+        assert_eq!(
+            gw.fake.calls(CREATE),
+            30,
+            "each operation claimed exactly once"
+        );
+        other.stop().await;
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_pilot_4_a_workflow_restarted_after_the_create_gets_the_saved_crm_id,
+    |db| async move {
+        let mut gw = Gateway::start(&db).await;
+        gw.post_json("site", &lead("r1")).await;
+        let done = gw.wait_status("site:r1", "completed").await;
+        gw.restart().await;
+        let (status, body, replayed) = gw.post_json("site", &lead("r1")).await;
+        assert_eq!((status, replayed), (StatusCode::OK, true));
+        assert_eq!(body["crm_id"], done["crm_id"]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(gw.fake.calls(CREATE), 1, "create was not repeated");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_pilot_5_a_validation_error_is_not_retried_and_the_reason_is_kept,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        gw.fake.push_fault(CREATE, Fault::Validation, 1);
+        gw.post_json("site", &lead("v1")).await;
+        let op = gw.wait_status("site:v1", "failed_terminal").await;
+        let err = op["last_error"].as_str().unwrap();
+        assert!(err.contains("NotSupportedChoice"), "{err}");
+        assert!(err.contains("HTTP 400"), "{err}");
+        assert!(!err.contains(gw.fake.token()), "{err}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(gw.fake.calls(CREATE), 1, "no automatic retry");
+        assert_eq!(gw.operation("site:v1").await["attempts"], 1);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_pilot_6_a_blocked_account_pauses_without_a_loop_and_loses_nothing,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        // Repeated rate abuse: every call answers 403 with an nginx page.
+        gw.fake.push_fault("*", Fault::Blocked, 1000);
+        for i in 0..3 {
+            gw.post_json("site", &lead(&format!("a{i}"))).await;
+        }
+        let store = gw.store();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !store
+            .connector("amocrm")
+            .await
+            .unwrap()
+            .is_some_and(|c| c.paused)
+        {
+            assert!(Instant::now() < deadline, "connector never paused");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        loop {
+            let m = store
+                .metrics(leadgate::store::now(), Duration::from_secs(60))
+                .await
+                .unwrap();
+            if !m.operations_by_status.contains_key("in_progress") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "attempts never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let calls = gw.fake.calls(CREATE);
+        assert!((1..=4).contains(&calls), "{calls} calls");
+        let (status, _, _) = gw.post_json("site", &lead("a3")).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(gw.fake.calls(CREATE), calls, "no calls while paused");
+        for i in 0..4 {
+            assert_eq!(
+                gw.operation(&format!("site:a{i}")).await["status"],
+                "received"
+            );
+        }
+        let op = gw.operation("site:a0").await;
+        let err = op["last_error"].as_str().unwrap_or_default();
+        assert!(err.is_empty() || err.contains("403"), "{err}");
+        // The block is lifted; a person resumes the connector and nothing was lost.
+        gw.fake.reset();
+        assert!(store
+            .resume_connector("amocrm", "anna", leadgate::store::now())
+            .await
+            .unwrap());
+        for i in 0..4 {
+            gw.wait_status(&format!("site:a{i}"), "completed").await;
+        }
+        assert_eq!(keys(&gw.fake).len(), 4);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_pilot_7_changed_data_under_the_same_key_goes_to_review,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let store = gw.store();
+        store
+            .pause_connector("amocrm", "test hold", "test", leadgate::store::now())
+            .await
+            .unwrap();
+        gw.post_json("site", &lead("c1")).await;
+        let mut changed = lead("c1");
+        changed["name"] = json!("Petr");
+        let (status, body, _) = gw.post_json("site", &changed).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert_eq!(body["outcome"], "conflict");
+        assert_eq!(body["status"], "needs_review");
+        store
+            .resume_connector("amocrm", "test", leadgate::store::now())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let op = gw.operation("site:c1").await;
+        assert_eq!(op["status"], "needs_review");
+        assert_eq!(op["review_reason"], "payload_conflict");
+        assert_eq!(gw.fake.calls(CREATE), 0, "nothing reached the CRM");
+        gw.stop().await;
+    }
+);
