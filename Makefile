@@ -20,3 +20,8 @@ unit:
 ## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
 demo:
 	scripts/demo.sh
+
+## Intake throughput/latency vs. the raw commit rate, on SQLite and PostgreSQL (release build).
+bench:
+	scripts/ensure-postgres.sh
+	cargo bench --locked --bench intake

@@ -92,6 +92,14 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             }),
             tombstone: config.retention.tombstone,
             stale_after: config.review.stale_after,
+            matching: intake::MatchingSettings {
+                region: config
+                    .matching
+                    .default_region
+                    .parse()
+                    .map_err(anyhow::Error::msg)?,
+                window: config.matching.window,
+            },
         };
         let listener = tokio::net::TcpListener::bind(&config.server.listen)
             .await

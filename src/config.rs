@@ -25,6 +25,8 @@ pub struct Config {
     pub sources: Vec<SourceConfig>,
     #[serde(default)]
     pub claim_api: ClaimApiConfig,
+    #[serde(default)]
+    pub matching: MatchingConfig,
     pub crm: Option<CrmConfig>,
 }
 
@@ -134,6 +136,87 @@ impl Default for RetentionConfig {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// Tilda forms: form-urlencoded, keyed by `tranid`, the `test=test` check, `ok`.
+    Tilda,
+    /// amoCRM/Kommo webhooks: form-urlencoded flat keys, keyed by event and lead id.
+    AmocrmWebhook,
+    /// Bitrix24 outgoing events: keyed by event, entity id and time; the application
+    /// token is checked.
+    Bitrix24Event,
+    /// Any JSON sender: key by JSON pointer or `Idempotency-Key`, optional HMAC.
+    GenericJson,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reply {
+    #[default]
+    Json,
+    Ok,
+}
+
+impl SourceConfig {
+    /// Fills what the table leaves open from its preset.
+    fn apply_preset(&mut self) {
+        let Some(preset) = self.preset else { return };
+        let (key, ignore, reply): (&str, &[&str], Reply) = match preset {
+            Preset::Tilda => ("form:tranid", &[], Reply::Ok),
+            Preset::AmocrmWebhook => (
+                "form:leads[add][0][id]|leads[status][0][id]|leads[update][0][id]|leads[delete][0][id]",
+                &[],
+                Reply::Json,
+            ),
+            Preset::Bitrix24Event => (
+                "form:event+data[FIELDS][ID]+ts",
+                &[
+                    "/auth[access_token]",
+                    "/auth[expires]",
+                    "/auth[expires_in]",
+                    "/auth[domain]",
+                    "/auth[client_endpoint]",
+                    "/auth[server_endpoint]",
+                    "/auth[member_id]",
+                    "/auth[application_token]",
+                ],
+                Reply::Json,
+            ),
+            Preset::GenericJson => ("header:Idempotency-Key", &[], Reply::Json),
+        };
+        if self.key.is_empty() {
+            self.key = key.into();
+        }
+        if self.ignore.is_empty() {
+            self.ignore = ignore.iter().map(|s| s.to_string()).collect();
+        }
+        if self.reply.is_none() {
+            self.reply = Some(reply);
+        }
+    }
+}
+
+/// Cross-channel matching of contact keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MatchingConfig {
+    /// Region for phone numbers written without a country code.
+    pub default_region: String,
+    /// How far back a new operation's contact is matched against others.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for MatchingConfig {
+    fn default() -> Self {
+        MatchingConfig {
+            default_region: "RU".into(),
+            window: Duration::from_secs(14 * 24 * 3600),
+        }
+    }
+}
+
 /// The claim API (`POST /v1/operations`) for integrations that call the CRM themselves.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -159,11 +242,25 @@ impl Default for ClaimApiConfig {
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     pub name: String,
-    /// Where the event key is: `json:/pointer`, `header:Name` or `form:field`.
+    /// A starting point for a known sender (`tilda`, `amocrm-webhook`,
+    /// `bitrix24-event`, `generic-json`); what the table sets overrides it.
+    pub preset: Option<Preset>,
+    /// Where the event key is: `json:/pointer`, `header:Name` or `form:field`
+    /// (`form:a+b` joins several fields, `form:a|b` takes the first present).
+    #[serde(default)]
     pub key: String,
     /// JSON pointers left out of the fingerprint.
     #[serde(default)]
     pub ignore: Vec<String>,
+    /// What the sender gets back: `json` (the documented answers) or `ok` (a plain
+    /// `200 ok`, for senders such as Tilda that want exactly that).
+    pub reply: Option<Reply>,
+    /// Bitrix24 outgoing events: the `auth[application_token]` every event must carry.
+    pub application_token: Option<Secret>,
+    /// What a new operation does when its contact matches another's within
+    /// `[matching] window`: `create` (default), `link` or `review`.
+    #[serde(default)]
+    pub on_contact_match: crate::domain::MatchRule,
     /// When set, deliveries must carry `X-Leadgate-Signature: sha256=<hex HMAC>`.
     pub secret: Option<Secret>,
     /// Where the source's own event time is (`json:/pointer` or `form:field`; RFC 3339
@@ -286,10 +383,13 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+        let mut config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: "config".into(),
             source: Box::new(source),
         })?;
+        for s in &mut config.sources {
+            s.apply_preset();
+        }
         config.validate()?;
         Ok(config)
     }
@@ -306,6 +406,18 @@ impl Config {
             }
             if !seen.insert(&s.name) {
                 return invalid(format!("source `{}` is defined twice", s.name));
+            }
+            if s.key.is_empty() {
+                return invalid(format!(
+                    "source `{}` has no key: set key = \"json:/…\", \"header:…\" or \"form:…\", or a preset",
+                    s.name
+                ));
+            }
+            if s.preset == Some(Preset::Bitrix24Event) && s.application_token.is_none() {
+                return invalid(format!(
+                    "source `{}`: the bitrix24-event preset needs application_token (from the app's settings)",
+                    s.name
+                ));
             }
             if !["json:", "header:", "form:"]
                 .iter()
@@ -335,6 +447,17 @@ impl Config {
             return invalid(format!(
                 "claim_api.source `{}`: use letters, digits, `-` and `_`",
                 self.claim_api.source
+            ));
+        }
+        if self
+            .matching
+            .default_region
+            .parse::<crate::domain::contact::Region>()
+            .is_err()
+        {
+            return invalid(format!(
+                "matching.default_region `{}` is not an ISO 3166 region code (e.g. RU)",
+                self.matching.default_region
             ));
         }
         if self.retry.max_attempts == 0 {
@@ -415,6 +538,66 @@ timeout = "10s"
         let debug = format!("{c:?}");
         assert!(!debug.contains("s3cret"), "{debug}");
         assert!(!debug.contains("/rest/1/secret/"), "{debug}");
+    }
+
+    #[test]
+    fn presets_fill_what_the_table_leaves_open() {
+        let c = Config::parse(
+            r#"
+[database]
+url = "sqlite::memory:"
+[[source]]
+name = "tilda"
+preset = "tilda"
+[[source]]
+name = "amo"
+preset = "amocrm-webhook"
+[[source]]
+name = "b24"
+preset = "bitrix24-event"
+application_token = "tok"
+[[source]]
+name = "own"
+preset = "tilda"
+key = "form:formid+tranid"
+reply = "json"
+on_contact_match = "review"
+"#,
+        )
+        .unwrap();
+        let tilda = c.source("tilda").unwrap();
+        assert_eq!(
+            (tilda.key.as_str(), tilda.reply),
+            ("form:tranid", Some(Reply::Ok))
+        );
+        assert!(c
+            .source("amo")
+            .unwrap()
+            .key
+            .starts_with("form:leads[add][0][id]|"));
+        let b24 = c.source("b24").unwrap();
+        assert_eq!(b24.key, "form:event+data[FIELDS][ID]+ts");
+        assert!(b24.ignore.contains(&"/auth[application_token]".to_string()));
+        let own = c.source("own").unwrap();
+        assert_eq!(
+            (own.key.as_str(), own.reply),
+            ("form:formid+tranid", Some(Reply::Json))
+        );
+        assert_eq!(own.on_contact_match, crate::domain::MatchRule::Review);
+        let err = Config::parse(
+            "[database]\nurl = \"x\"\n[[source]]\nname = \"b\"\npreset = \"bitrix24-event\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("application_token"), "{err}");
+        let err = Config::parse("[database]\nurl = \"x\"\n[[source]]\nname = \"b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("has no key"), "{err}");
+        let err = Config::parse("[database]\nurl = \"x\"\n[matching]\ndefault_region = \"XX\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("region"), "{err}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! payload fingerprints. Nothing in here does I/O or knows about storage, HTTP or CRMs;
 //! everything above imports from here, never the other way round.
 
+pub mod contact;
 mod error_class;
 mod fingerprint;
 mod ids;
@@ -11,7 +12,7 @@ mod status;
 pub use error_class::{ErrorClass, RetryDecision};
 pub use fingerprint::{fingerprint, Fingerprint, FingerprintError};
 pub use ids::{is_valid_source_name, OperationId, OperationIdError};
-pub use review::{Resolution, ReviewReason};
+pub use review::{MatchRule, Resolution, ReviewReason};
 pub use status::{Status, TransitionError};
 
 /// A string did not name a known value of a domain enum.
@@ -88,6 +89,7 @@ mod tests {
         check(ReviewReason::ALL);
         check(ErrorClass::ALL);
         check(Resolution::ALL);
+        check(MatchRule::ALL);
         assert!("bogus".parse::<Status>().is_err());
         assert_eq!(
             serde_json::from_str::<ErrorClass>("\"rate_limited\"").unwrap(),

@@ -41,6 +41,8 @@ pub enum Resolution {
     AcceptedAsNew,
     /// A person rejected the operation for good.
     Rejected,
+    /// A cross-channel or late match is a new request after all: create it.
+    CreatedNew,
 }
 
 named_enum!(Resolution, "resolution", {
@@ -50,4 +52,25 @@ named_enum!(Resolution, "resolution", {
     KeptOriginal => "kept_original",
     AcceptedAsNew => "accepted_as_new",
     Rejected => "rejected",
+    CreatedNew => "created_new",
+});
+
+/// What a new operation does when its contact (phone or e-mail) matches another
+/// operation's within the matching window: the third kind of repeat (a form, then a
+/// call), which is a business decision, not idempotency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum MatchRule {
+    /// Create a new CRM entity; the match is only noted on the timeline.
+    #[default]
+    Create,
+    /// Complete with the earlier operation's crm_id; no CRM call.
+    Link,
+    /// A manager decides (`needs_review` / `cross_channel_match`).
+    Review,
+}
+
+named_enum!(MatchRule, "matching rule", {
+    Create => "create",
+    Link => "link",
+    Review => "review",
 });

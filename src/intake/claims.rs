@@ -71,6 +71,7 @@ pub(super) async fn claim(
         event_time: None,
         received_at: store::now(),
         review: None,
+        matching: None,
     };
     let outcome = state
         .store

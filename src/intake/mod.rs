@@ -16,8 +16,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::domain::{fingerprint, OperationId};
-use crate::store::{self, DeliveryOutcome, NewDelivery, RejectedDelivery, Store, StoreError};
+use crate::domain::{contact, fingerprint, OperationId};
+use crate::store::{
+    self, ContactKeys, DeliveryOutcome, Matching, NewDelivery, RejectedDelivery, Store, StoreError,
+};
 use sources::{BodyKind, Source, TRANSFORM_VERSION};
 
 #[derive(Clone)]
@@ -30,6 +32,13 @@ pub struct IntakeState {
     /// be a late duplicate of one already forgotten.
     pub tombstone: std::time::Duration,
     pub stale_after: std::time::Duration,
+    pub matching: MatchingSettings,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct MatchingSettings {
+    pub region: contact::Region,
+    pub window: std::time::Duration,
 }
 
 /// Settings of the claim API.
@@ -237,6 +246,9 @@ async fn accept(
     if sources::is_connection_check(kind, &payload) {
         return Ok((StatusCode::OK, Json(json!({"outcome": "connection_check"}))).into_response());
     }
+    if !source.application_token_ok(&payload) {
+        return Err(ApiError::BadSignature);
+    }
     let key = source.key(&payload, headers).ok_or_else(|| {
         ApiError::bad(
             "missing_key",
@@ -256,6 +268,20 @@ async fn accept(
     let review = event_time
         .filter(|t| *t < horizon)
         .map(|_| crate::domain::ReviewReason::LateDuplicate);
+    // Contact keys for cross-channel matching, from the same field mapping the CRM gets.
+    let lead =
+        crate::crm::Lead::from_payload(&operation_id, &source.name, &payload, &source.fields);
+    let contact = ContactKeys {
+        phone: lead
+            .phone
+            .as_deref()
+            .and_then(|p| contact::normalize_phone(p, state.matching.region)),
+        email: lead.email.as_deref().and_then(contact::normalize_email),
+    };
+    let matching = Some(Matching {
+        rule: source.on_contact_match,
+        since: store::before(received_at, state.matching.window),
+    });
     let delivery = NewDelivery {
         operation_id: operation_id.clone(),
         source: source.name.clone(),
@@ -264,12 +290,17 @@ async fn accept(
         payload,
         payload_hash,
         transform_version: TRANSFORM_VERSION,
-        contact: Default::default(),
+        contact,
         event_time,
         received_at,
         review,
+        matching,
     };
     let record = state.store.record_delivery(delivery).await?;
+    if source.reply == crate::config::Reply::Ok {
+        tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
+        return Ok((StatusCode::OK, "ok").into_response());
+    }
     tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
     let status = record.outcome.status();
     let res = match record.outcome {

@@ -8,8 +8,9 @@ use hmac::{Hmac, Mac};
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
-use crate::config::{Secret, SourceConfig};
+use crate::config::{Reply, Secret, SourceConfig};
 use crate::crm::FieldMap;
+use crate::domain::MatchRule;
 
 /// Bumped whenever the way a body becomes a payload changes, so the journal tells which
 /// rules produced a stored payload.
@@ -21,8 +22,9 @@ pub enum KeySpec {
     Json(String),
     /// A request header, e.g. `Idempotency-Key`.
     Header(String),
-    /// A form field, e.g. Tilda's `tranid`.
-    Form(String),
+    /// Form fields: alternatives (`a|b`, the first present wins) of composites (`a+b`,
+    /// values joined with `:`), e.g. Tilda's `tranid`.
+    Form(Vec<Vec<String>>),
 }
 
 impl KeySpec {
@@ -34,7 +36,14 @@ impl KeySpec {
         match kind {
             "json" if rest.starts_with('/') => Some(KeySpec::Json(rest.to_owned())),
             "header" => Some(KeySpec::Header(rest.to_owned())),
-            "form" => Some(KeySpec::Form(rest.to_owned())),
+            "form" => {
+                let alternatives: Vec<Vec<String>> = rest
+                    .split('|')
+                    .map(|alt| alt.split('+').map(str::to_owned).collect())
+                    .collect();
+                let blank = alternatives.iter().flatten().any(|f| f.is_empty());
+                (!blank).then_some(KeySpec::Form(alternatives))
+            }
             _ => None,
         }
     }
@@ -43,7 +52,10 @@ impl KeySpec {
         match self {
             KeySpec::Json(p) => format!("the JSON field {p}"),
             KeySpec::Header(h) => format!("the {h} header"),
-            KeySpec::Form(f) => format!("the form field `{f}`"),
+            KeySpec::Form(alts) => {
+                let alts: Vec<String> = alts.iter().map(|a| a.join("+")).collect();
+                format!("the form field `{}`", alts.join("` or `"))
+            }
         }
     }
 }
@@ -57,6 +69,9 @@ pub struct Source {
     pub ignore: Vec<String>,
     pub secret: Option<Secret>,
     pub fields: FieldMap,
+    pub reply: Reply,
+    pub application_token: Option<Secret>,
+    pub on_contact_match: MatchRule,
 }
 
 impl Source {
@@ -77,6 +92,9 @@ impl Source {
             ignore: c.ignore.clone(),
             secret: c.secret.clone(),
             fields: c.fields.clone(),
+            reply: c.reply.unwrap_or_default(),
+            application_token: c.application_token.clone(),
+            on_contact_match: c.on_contact_match,
         })
     }
 
@@ -102,11 +120,25 @@ impl Source {
     pub fn key(&self, payload: &Value, headers: &axum::http::HeaderMap) -> Option<String> {
         let value = match &self.key {
             KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
-            KeySpec::Form(f) => scalar(payload.get(f)?)?,
+            KeySpec::Form(alternatives) => form_key(payload, alternatives)?,
             KeySpec::Header(h) => headers.get(h.as_str())?.to_str().ok()?.to_owned(),
         };
         let value = value.trim().to_owned();
         (!value.is_empty()).then_some(value)
+    }
+
+    /// Bitrix24 events carry the application's token; without a configured token every
+    /// delivery passes.
+    pub fn application_token_ok(&self, payload: &Value) -> bool {
+        let Some(expected) = &self.application_token else {
+            return true;
+        };
+        let got = payload
+            .get("auth[application_token]")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        use subtle::ConstantTimeEq;
+        got.as_bytes().ct_eq(expected.expose().as_bytes()).into()
     }
 }
 
@@ -116,7 +148,7 @@ impl Source {
     pub fn event_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
         let raw = match self.event_time.as_ref()? {
             KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
-            KeySpec::Form(f) => scalar(payload.get(f)?)?,
+            KeySpec::Form(alternatives) => form_key(payload, alternatives)?,
             KeySpec::Header(_) => return None,
         };
         let raw = raw.trim();
@@ -127,6 +159,24 @@ impl Source {
             .ok()
             .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
     }
+}
+
+/// The first alternative whose fields are all present, values joined with `:`; with
+/// several alternatives the field that matched is named first, so different events
+/// about one entity (`leads[add]`, `leads[status]`) stay different keys.
+fn form_key(payload: &Value, alternatives: &[Vec<String>]) -> Option<String> {
+    alternatives.iter().find_map(|fields| {
+        let values: Option<Vec<String>> = fields
+            .iter()
+            .map(|f| scalar(payload.get(f)?).filter(|v| !v.trim().is_empty()))
+            .collect();
+        let joined = values?.join(":");
+        Some(if alternatives.len() > 1 {
+            format!("{}:{joined}", fields.join("+"))
+        } else {
+            joined
+        })
+    })
 }
 
 fn scalar(v: &Value) -> Option<String> {
@@ -228,6 +278,9 @@ mod tests {
             ignore: vec![],
             secret: secret.map(Secret::new),
             fields: FieldMap::default(),
+            reply: Reply::Json,
+            application_token: None,
+            on_contact_match: MatchRule::Create,
         }
     }
 
@@ -243,8 +296,16 @@ mod tests {
         );
         assert_eq!(
             KeySpec::parse("form:tranid"),
-            Some(KeySpec::Form("tranid".into()))
+            Some(KeySpec::Form(vec![vec!["tranid".into()]]))
         );
+        assert_eq!(
+            KeySpec::parse("form:a+b|c"),
+            Some(KeySpec::Form(vec![
+                vec!["a".into(), "b".into()],
+                vec!["c".into()]
+            ]))
+        );
+        assert_eq!(KeySpec::parse("form:a||b"), None);
         assert_eq!(KeySpec::parse("json:a"), None);
         assert_eq!(KeySpec::parse("form:"), None);
         assert_eq!(KeySpec::parse("query:x"), None);
@@ -287,6 +348,34 @@ mod tests {
         assert_eq!(t.timestamp(), 1_700_000_000);
         assert_eq!(s.event_time(&json!({"created_at": "yesterday"})), None);
         assert_eq!(s.event_time(&json!({})), None);
+    }
+
+    #[test]
+    fn composite_and_alternative_form_keys() {
+        let h = axum::http::HeaderMap::new();
+        let b24 = json!({"event": "ONCRMLEADADD", "data[FIELDS][ID]": "42", "ts": "1700000000"});
+        assert_eq!(
+            source("form:event+data[FIELDS][ID]+ts", None).key(&b24, &h),
+            Some("ONCRMLEADADD:42:1700000000".into())
+        );
+        let amo = json!({"leads[status][0][id]": "9774766", "account[id]": "1"});
+        let s = source("form:leads[add][0][id]|leads[status][0][id]", None);
+        assert_eq!(s.key(&amo, &h), Some("leads[status][0][id]:9774766".into()));
+        assert_eq!(s.key(&json!({"account[id]": "1"}), &h), None);
+        assert_eq!(
+            source("form:a+b", None).key(&json!({"a": "1", "b": " "}), &h),
+            None
+        );
+    }
+
+    #[test]
+    fn application_tokens_are_checked() {
+        let mut s = source("form:x", None);
+        assert!(s.application_token_ok(&json!({})));
+        s.application_token = Some(Secret::new("tok"));
+        assert!(s.application_token_ok(&json!({"auth[application_token]": "tok"})));
+        assert!(!s.application_token_ok(&json!({"auth[application_token]": "bad"})));
+        assert!(!s.application_token_ok(&json!({})));
     }
 
     #[test]

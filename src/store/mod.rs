@@ -13,7 +13,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::domain::{
-    ErrorClass, Fingerprint, OperationId, Resolution, ReviewReason, Status, TransitionError,
+    ErrorClass, Fingerprint, MatchRule, OperationId, Resolution, ReviewReason, Status,
+    TransitionError,
 };
 
 pub mod postgres;
@@ -71,8 +72,17 @@ pub struct NewDelivery {
     pub event_time: Option<DateTime<Utc>>,
     pub received_at: DateTime<Utc>,
     /// When set, a *new* operation starts in `needs_review` with a case for this reason
-    /// (a late delivery, a cross-channel match) instead of going to the worker.
+    /// (a late delivery) instead of going to the worker.
     pub review: Option<ReviewReason>,
+    /// Cross-channel matching for a *new* operation with contact keys: what to do when
+    /// another operation created since `since` shares the phone or e-mail.
+    pub matching: Option<Matching>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Matching {
+    pub rule: MatchRule,
+    pub since: DateTime<Utc>,
 }
 
 /// A delivery refused before it could become an operation. Kept all the same: nothing
@@ -290,6 +300,8 @@ pub enum HumanAction {
     AcceptAsNew,
     /// The lead is dropped for good.
     Reject,
+    /// A cross-channel or late match is a new request after all: send it to the CRM.
+    CreateNew,
 }
 
 impl HumanAction {
@@ -301,6 +313,7 @@ impl HumanAction {
             HumanAction::KeepOriginal => Resolution::KeptOriginal,
             HumanAction::AcceptAsNew => Resolution::AcceptedAsNew,
             HumanAction::Reject => Resolution::Rejected,
+            HumanAction::CreateNew => Resolution::CreatedNew,
         }
     }
 }

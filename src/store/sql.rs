@@ -39,7 +39,7 @@ macro_rules! sql_store {
         use serde_json::{json, Value};
         use sqlx::Row;
 
-        use $crate::domain::{ErrorClass, OperationId, ReviewReason, Status};
+        use $crate::domain::{ErrorClass, MatchRule, OperationId, ReviewReason, Status};
         use $crate::store::sql::{CASE_COLUMNS, OP_COLUMNS};
         use $crate::store::*;
 
@@ -362,6 +362,61 @@ macro_rules! sql_store {
             })
         }
 
+        /// Applies the source's matching rule to a new operation whose contact matches
+        /// earlier operations; true when the operation changed.
+        async fn match_contacts(
+            tx: &mut Tx,
+            l: &mut Locked,
+            m: Matching,
+            now: DateTime<Utc>,
+        ) -> Result<bool> {
+            let contact = l.op.contact.clone();
+            if contact.phone.is_none() && contact.email.is_none() {
+                return Ok(false);
+            }
+            let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
+                "select operation_id, crm_id, status from operations \
+                 where operation_id <> $1 and created_at >= $2 \
+                 and (contact_phone = $3 or contact_email = $4) \
+                 order by created_at desc limit 10",
+            )
+            .bind(l.op.operation_id.as_str())
+            .bind(m.since)
+            .bind(&contact.phone)
+            .bind(&contact.email)
+            .fetch_all(&mut **tx)
+            .await?;
+            if rows.is_empty() {
+                return Ok(false);
+            }
+            let matches: Vec<Value> = rows
+                .iter()
+                .map(|(id, crm, status)| json!({"operation_id": id, "crm_id": crm, "status": status}))
+                .collect();
+            let id = l.op.operation_id.as_str().to_owned();
+            let event = NewEvent::new("contact_match", json!({"rule": m.rule, "matches": matches}));
+            append(tx, &id, "gateway", event, now).await?;
+            let linked = rows.iter().find_map(|(_, crm, _)| crm.clone());
+            match (m.rule, linked) {
+                (MatchRule::Create, _) => return Ok(false),
+                (MatchRule::Link, Some(crm_id)) => {
+                    let event = NewEvent::new("linked", json!({"crm_id": crm_id, "by_rule": "link"}));
+                    append(tx, &id, "gateway", event, now).await?;
+                    l.op.crm_id = Some(crm_id);
+                    l.op.crm_link = Some("linked".into());
+                    set_status(tx, l, Status::Completed, "gateway", now).await?;
+                }
+                // Nothing to link to yet (the earlier lead is still on its way): a
+                // person decides rather than a guess.
+                (MatchRule::Link, None) | (MatchRule::Review, _) => {
+                    let detail = json!({"matches": matches});
+                    open_case(tx, l, ReviewReason::CrossChannelMatch, None, "gateway", detail, now)
+                        .await?;
+                }
+            }
+            Ok(true)
+        }
+
         async fn connector_paused(tx: &mut Tx, name: &str) -> Result<bool> {
             let state: Option<String> =
                 sqlx::query_scalar("select state from connectors where name = $1")
@@ -418,6 +473,10 @@ macro_rules! sql_store {
                         open_case(&mut tx, &mut l, reason, Some(delivery_id), "gateway", json!({}), now)
                             .await?;
                         save(&mut tx, &mut l, now).await?;
+                    } else if let Some(m) = d.matching {
+                        if match_contacts(&mut tx, &mut l, m, now).await? {
+                            save(&mut tx, &mut l, now).await?;
+                        }
                     }
                     outcome = DeliveryOutcome::New { status: l.op.status };
                 } else {
@@ -770,6 +829,18 @@ macro_rules! sql_store {
                             );
                         }
                         unblocked_status(&l)
+                    }
+                    HumanAction::CreateNew => {
+                        if !matches!(reason, ReviewReason::CrossChannelMatch | ReviewReason::LateDuplicate) {
+                            return invalid(format!(
+                                "create new applies to cross-channel matches and late duplicates, not `{reason}`"
+                            ));
+                        }
+                        if l.op.status != Status::NeedsReview || l.op.attempts > 0 {
+                            return invalid("this operation was already attempted; use confirm, link or authorize retry".into());
+                        }
+                        l.op.next_attempt_at = Some(now);
+                        Some(Status::Received)
                     }
                     HumanAction::Reject => {
                         if l.op.status != Status::NeedsReview {

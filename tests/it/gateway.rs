@@ -50,6 +50,34 @@ name = "tilda"
 key = "form:tranid"
 
 [[source]]
+name = "calls"
+key = "json:/call_id"
+on_contact_match = "link"
+
+[[source]]
+name = "chat"
+key = "json:/message_id"
+on_contact_match = "review"
+
+[[source]]
+name = "tilda-preset"
+preset = "tilda"
+
+[[source]]
+name = "amo"
+preset = "amocrm-webhook"
+
+[[source]]
+name = "b24"
+preset = "bitrix24-event"
+application_token = "app-token-1"
+
+[[source]]
+name = "json"
+preset = "generic-json"
+secret = "json-secret"
+
+[[source]]
 name = "signed"
 key = "header:Idempotency-Key"
 secret = "hmac-key"

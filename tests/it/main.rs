@@ -9,4 +9,5 @@ mod gateway;
 mod metrics;
 mod process;
 mod retention;
+mod sources;
 mod store;

@@ -27,6 +27,7 @@ pub fn delivery(key: &str, payload: Value) -> NewDelivery {
         event_time: None,
         received_at: now(),
         review: None,
+        matching: None,
     }
 }
 

@@ -1,0 +1,295 @@
+//! `make bench`: intake throughput and latency on SQLite and PostgreSQL, next to the raw
+//! commit rate of the same database (one single-row insert per transaction: the physical
+//! limit of a durable claim). Real HTTP on loopback, bounded concurrency, fixed duration.
+//!
+//! PostgreSQL: `LEADGATE_BENCH_DATABASE_URL` or `LEADGATE_TEST_DATABASE_URL` names the
+//! server; a database is created for the run and dropped after.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leadgate::config::RetryConfig;
+use leadgate::intake::{self, sources, ClaimApi, IntakeState};
+use leadgate::store::{self, Store};
+use sqlx::Connection;
+use tokio::sync::Semaphore;
+
+const OFFERED_RATE: u64 = 1000;
+const FIXED_SECS: u64 = 5;
+const SATURATION_SECS: u64 = 5;
+const CONCURRENCY: usize = 32;
+const RAW_SECS: u64 = 3;
+
+struct Figures {
+    throughput: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: usize,
+}
+
+fn figures(mut lat: Vec<Duration>, elapsed: Duration, errors: usize) -> Figures {
+    lat.sort();
+    let pct = |p: f64| {
+        if lat.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+        lat[i].as_secs_f64() * 1000.0
+    };
+    Figures {
+        throughput: lat.len() as f64 / elapsed.as_secs_f64(),
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        errors,
+    }
+}
+
+fn body(key: &str) -> String {
+    format!(
+        r#"{{"submission_id":"{key}","name":"Ivan","phone":"+79991234567","email":"ivan@example.com","comment":"bench"}}"#
+    )
+}
+
+async fn send(client: &reqwest::Client, url: &str, key: &str) -> bool {
+    match client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body(key))
+        .send()
+        .await
+    {
+        Ok(r) => r.status().is_success(),
+        Err(_) => false,
+    }
+}
+
+/// Open loop: request i is due at start + i/rate; latency counts from when it was due,
+/// so a slow server cannot hide its queueing (no coordinated omission).
+async fn fixed_rate(client: &reqwest::Client, url: &str, prefix: &str) -> Figures {
+    let total = OFFERED_RATE * FIXED_SECS;
+    let limit = Arc::new(Semaphore::new(512));
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let due = start + Duration::from_micros(i * 1_000_000 / OFFERED_RATE);
+        tokio::time::sleep_until(due.into()).await;
+        let permit = Arc::clone(&limit).acquire_owned().await.unwrap();
+        let (client, url, key) = (client.clone(), url.to_owned(), format!("{prefix}-{i}"));
+        tasks.push(tokio::spawn(async move {
+            let ok = send(&client, &url, &key).await;
+            drop(permit);
+            (ok, due.elapsed())
+        }));
+    }
+    let mut lat = Vec::with_capacity(tasks.len());
+    let mut errors = 0;
+    for t in tasks {
+        let (ok, d) = t.await.unwrap();
+        if ok {
+            lat.push(d)
+        } else {
+            errors += 1
+        }
+    }
+    figures(lat, start.elapsed(), errors)
+}
+
+/// Closed loop: CONCURRENCY clients send back to back for `secs`. `keys` picks the key of
+/// request n of client c.
+async fn saturate(
+    client: &reqwest::Client,
+    url: &str,
+    secs: u64,
+    keys: impl Fn(usize, usize) -> String + Send + Sync + 'static,
+) -> Figures {
+    let keys = Arc::new(keys);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..CONCURRENCY)
+        .map(|c| {
+            let (client, url, keys) = (client.clone(), url.to_owned(), Arc::clone(&keys));
+            tokio::spawn(async move {
+                let (mut lat, mut errors, mut n) = (Vec::new(), 0, 0);
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    if send(&client, &url, &keys(c, n)).await {
+                        lat.push(t.elapsed())
+                    } else {
+                        errors += 1
+                    }
+                    n += 1;
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let (mut lat, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        lat.extend(l);
+        errors += e;
+    }
+    figures(lat, start.elapsed(), errors)
+}
+
+/// Single-row inserts, one per transaction, from CONCURRENCY tasks, on the store's pool.
+async fn raw_commit_rate(url: &str) -> f64 {
+    macro_rules! run {
+        ($pool:expr, $create:literal) => {{
+            let pool = $pool.clone();
+            sqlx::query($create).execute(&pool).await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(RAW_SECS);
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..CONCURRENCY)
+                .map(|_| {
+                    let pool = pool.clone();
+                    tokio::spawn(async move {
+                        let mut n = 0u64;
+                        while Instant::now() < deadline {
+                            sqlx::query("insert into bench_raw (v) values ('x')")
+                                .execute(&pool)
+                                .await
+                                .unwrap();
+                            n += 1;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let mut total = 0;
+            for t in tasks {
+                total += t.await.unwrap();
+            }
+            total as f64 / start.elapsed().as_secs_f64()
+        }};
+    }
+    if url.starts_with("sqlite:") {
+        let s = store::sqlite::SqliteStore::connect(url).await.unwrap();
+        run!(
+            s.pool(),
+            "create table bench_raw (id integer primary key autoincrement, v text)"
+        )
+    } else {
+        let s = store::postgres::PgStore::connect(url).await.unwrap();
+        run!(
+            s.pool(),
+            "create table bench_raw (id bigserial primary key, v text)"
+        )
+    }
+}
+
+async fn bench(label: &str, url: &str) {
+    let store: Arc<dyn Store> = store::connect(url).await.expect("open the store");
+    let source = leadgate::config::Config::parse(
+        "[database]\nurl = \"sqlite::memory:\"\n[[source]]\nname = \"site\"\nkey = \"json:/submission_id\"\n",
+    )
+    .unwrap()
+    .sources;
+    let state = IntakeState {
+        store: Arc::clone(&store),
+        sources: Arc::new(sources::sources(&source).unwrap()),
+        max_body: 256 * 1024,
+        claim_api: Arc::new(ClaimApi {
+            source: "api".into(),
+            lease: Duration::from_secs(60),
+            retry: RetryConfig::default(),
+        }),
+        tombstone: Duration::from_secs(400 * 86400),
+        stale_after: Duration::from_secs(120),
+        matching: intake::MatchingSettings {
+            region: Default::default(),
+            window: Duration::from_secs(14 * 86400),
+        },
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url_intake = format!("http://{}/v1/intake/site", listener.local_addr().unwrap());
+    let server =
+        tokio::spawn(async move { axum::serve(listener, intake::router(state)).await.unwrap() });
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .build()
+        .unwrap();
+
+    let fixed = fixed_rate(&client, &url_intake, "fixed").await;
+    let sat = saturate(&client, &url_intake, SATURATION_SECS, |c, n| {
+        format!("sat-{c}-{n}")
+    })
+    .await;
+    let dup = saturate(&client, &url_intake, 3, |c, n| {
+        format!("fixed-{}", (c * 7919 + n) % 1000)
+    })
+    .await;
+    server.abort();
+    let raw = raw_commit_rate(url).await;
+
+    println!("\n{label}");
+    println!(
+        "  {:<44} {:>10} {:>9} {:>9} {:>7}",
+        "", "req/s", "p50 ms", "p99 ms", "errors"
+    );
+    let row = |name: &str, f: &Figures| {
+        println!(
+            "  {name:<44} {:>10.0} {:>9.2} {:>9.2} {:>7}",
+            f.throughput, f.p50_ms, f.p99_ms, f.errors
+        );
+    };
+    row(
+        &format!("new leads at {OFFERED_RATE} req/s offered ({FIXED_SECS} s)"),
+        &fixed,
+    );
+    row(
+        &format!("new leads at saturation ({CONCURRENCY} clients)"),
+        &sat,
+    );
+    row(&format!("duplicate replays ({CONCURRENCY} clients)"), &dup);
+    println!(
+        "  {:<44} {:>10.0}",
+        "raw commit rate (1 insert / transaction)", raw
+    );
+    println!(
+        "  {:<44} {:>10.2}",
+        "intake / raw commit rate",
+        sat.throughput / raw
+    );
+}
+
+fn pg_database(server: &str, name: &str) -> String {
+    let (base, query) = server
+        .split_once('?')
+        .map_or((server, String::new()), |(b, q)| (b, format!("?{q}")));
+    let root = base.rsplit_once('/').map_or(base, |(r, _)| r);
+    format!("{root}/{name}{query}")
+}
+
+#[tokio::main]
+async fn main() {
+    println!("Leadgate intake benchmark: loopback HTTP, load generator in the same process");
+    println!(
+        "({} cores; client and server share them)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("bench.db").display()
+    );
+    bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
+
+    let server = std::env::var("LEADGATE_BENCH_DATABASE_URL")
+        .or_else(|_| std::env::var("LEADGATE_TEST_DATABASE_URL"))
+        .expect("set LEADGATE_BENCH_DATABASE_URL (or LEADGATE_TEST_DATABASE_URL) to a PostgreSQL server");
+    let name = format!("lg_bench_{}", std::process::id());
+    let mut admin = sqlx::PgConnection::connect(&server)
+        .await
+        .expect("PostgreSQL");
+    sqlx::query(&format!("create database {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    bench("PostgreSQL", &pg_database(&server, &name)).await;
+    let mut admin = sqlx::PgConnection::connect(&server).await.unwrap();
+    sqlx::query(&format!("drop database {name} with (force)"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+}
