@@ -54,7 +54,7 @@ pub async fn reconcile_one_stale(
     owner: &str,
 ) -> Result<bool, StoreError> {
     let Some(claim) = store
-        .claim_stale(owner, settings.lease, store::now())
+        .claim_stale(crm.connector(), owner, settings.lease, store::now())
         .await?
     else {
         return Ok(false);

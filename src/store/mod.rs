@@ -449,9 +449,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<Claim>>;
 
     /// Takes over one `in_progress` operation whose lease ran out (its worker died or
-    /// hung), with a fresh lease, for the reconciler. Attempts are not counted.
+    /// hung), with a fresh lease, for the reconciler. Attempts are not counted. Nothing
+    /// is taken while `connector` is paused: a lookup with broken credentials would only
+    /// send the lead to review.
     async fn claim_stale(
         &self,
+        connector: &str,
         owner: &str,
         lease_for: std::time::Duration,
         now: DateTime<Utc>,

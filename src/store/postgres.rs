@@ -41,13 +41,9 @@ sql_store! {
     row: sqlx::postgres::PgRow,
     backend: "postgres",
     lock_row: " for update",
-    pick_due: "select operation_id from operations where status = 'received' \
-               and executor = 'worker' and next_attempt_at <= $1 \
-               and not exists (select 1 from connectors where name = $2 and state = 'paused') \
-               order by next_attempt_at limit 1 for update skip locked",
-    pick_stale: "select operation_id from operations where status = 'in_progress' \
-                 and executor = 'worker' and lease_expires_at <= $1 order by lease_expires_at limit 1 \
-                 for update skip locked",
+    // appended to the pick of due or stale work, so that concurrent workers skip the
+    // rows another one is taking instead of waiting for it
+    skip_locked: " for update skip locked",
     mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
                            from review_cases where resolved_at is not null",
 }

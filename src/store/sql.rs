@@ -14,6 +14,21 @@ pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash,
     lease_expires_at, next_attempt_at, retry_grants, contact_phone, contact_email, event_time, \
     version, created_at, updated_at, purged_at";
 
+/// The worker's next due operation: binds $1 = now, $2 = its connector. Nothing is due
+/// while the connector is paused; externally executed operations are never the
+/// worker's.
+pub(super) const PICK_DUE: &str = "select operation_id from operations where status = 'received' \
+    and executor = 'worker' and next_attempt_at <= $1 \
+    and not exists (select 1 from connectors where name = $2 and state = 'paused') \
+    order by next_attempt_at limit 1";
+
+/// An operation whose lease ran out, for the reconciler: binds $1 = now, $2 = connector.
+pub(super) const PICK_STALE: &str =
+    "select operation_id from operations where status = 'in_progress' \
+    and executor = 'worker' and lease_expires_at <= $1 \
+    and not exists (select 1 from connectors where name = $2 and state = 'paused') \
+    order by lease_expires_at limit 1";
+
 pub(super) const CASE_COLUMNS: &str = "c.id, c.operation_id, o.source, c.reason, o.status, \
     c.opened_at, c.resolved_at, c.resolution, c.resolved_by, c.comment, c.delivery_id, c.detail, \
     o.version";
@@ -26,10 +41,8 @@ macro_rules! sql_store {
         backend: $backend:literal,
         // appended to a `select` of one operation to lock its row until commit
         lock_row: $lock_row:literal,
-        // picks the next due operation: binds $1 = now, $2 = connector name
-        pick_due: $pick_due:literal,
-        // picks an operation whose lease ran out: binds $1 = now
-        pick_stale: $pick_stale:literal,
+        // appended to PICK_DUE / PICK_STALE
+        skip_locked: $skip_locked:literal,
         // mean seconds from opened_at to resolved_at over resolved review cases
         mean_resolve_seconds: $mean_resolve:literal $(,)?
     ) => {
@@ -40,7 +53,7 @@ macro_rules! sql_store {
         use sqlx::Row;
 
         use $crate::domain::{ErrorClass, MatchRule, OperationId, ReviewReason, Status};
-        use $crate::store::sql::{CASE_COLUMNS, OP_COLUMNS};
+        use $crate::store::sql::{CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_STALE};
         use $crate::store::*;
 
         type Tx = sqlx::Transaction<'static, $db>;
@@ -553,7 +566,8 @@ macro_rules! sql_store {
                 now: DateTime<Utc>,
             ) -> Result<Option<Claim>> {
                 let mut tx = self.begin_write().await?;
-                let picked: Option<String> = sqlx::query_scalar($pick_due)
+                let sql = format!("{PICK_DUE}{}", $skip_locked);
+                let picked: Option<String> = sqlx::query_scalar(&sql)
                     .bind(now)
                     .bind(connector)
                     .fetch_optional(&mut *tx)
@@ -569,13 +583,16 @@ macro_rules! sql_store {
 
             async fn claim_stale(
                 &self,
+                connector: &str,
                 owner: &str,
                 lease_for: std::time::Duration,
                 now: DateTime<Utc>,
             ) -> Result<Option<Claim>> {
                 let mut tx = self.begin_write().await?;
-                let picked: Option<String> = sqlx::query_scalar($pick_stale)
+                let sql = format!("{PICK_STALE}{}", $skip_locked);
+                let picked: Option<String> = sqlx::query_scalar(&sql)
                     .bind(now)
+                    .bind(connector)
                     .fetch_optional(&mut *tx)
                     .await?;
                 let Some(id) = picked else {

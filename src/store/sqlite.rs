@@ -49,12 +49,9 @@ sql_store! {
     // The transaction holds SQLite's one writer lock from its first statement, so
     // nothing else can change the row before commit: no row lock needed.
     lock_row: "",
-    pick_due: "select operation_id from operations where status = 'received' \
-               and executor = 'worker' and next_attempt_at <= $1 \
-               and not exists (select 1 from connectors where name = $2 and state = 'paused') \
-               order by next_attempt_at limit 1",
-    pick_stale: "select operation_id from operations where status = 'in_progress' \
-                 and executor = 'worker' and lease_expires_at <= $1 order by lease_expires_at limit 1",
+    // appended to the pick of due or stale work, so that concurrent workers skip the
+    // rows another one is taking instead of waiting for it
+    skip_locked: "",
     mean_resolve_seconds: "select avg((julianday(resolved_at) - julianday(opened_at)) * 86400.0) \
                            from review_cases where resolved_at is not null",
 }

@@ -707,7 +707,7 @@ each_backend!(
             .unwrap();
         assert!(
             store
-                .claim_stale("rec", LEASE, start)
+                .claim_stale(CRM, "rec", LEASE, start)
                 .await
                 .unwrap()
                 .is_none(),
@@ -716,7 +716,7 @@ each_backend!(
         let later = start + chrono::TimeDelta::seconds(6);
         assert_eq!(store.stale_in_progress(later, 10).await.unwrap().len(), 1);
         let taken = store
-            .claim_stale("rec", LEASE, later)
+            .claim_stale(CRM, "rec", LEASE, later)
             .await
             .unwrap()
             .unwrap();
