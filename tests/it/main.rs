@@ -7,6 +7,7 @@ mod amocrm;
 mod claim_api;
 mod gateway;
 mod metrics;
+mod n8n;
 mod process;
 mod retention;
 mod sources;
