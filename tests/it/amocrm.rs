@@ -5,17 +5,15 @@
 //! so "not found" is not proof and an uncertain create that the search does not show
 //! goes to a person (`needs_review` / `uncertain_outcome`) instead of being re-created.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leadgate::app::{self, Mode, Running};
+use leadgate::app::{self, Mode};
 use leadgate::config::Config;
 use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::each_backend;
-use crate::gateway::{answer, urlencode};
 use crate::support::TestDb;
 
 fn config_toml(db_url: &str, fake: &FakeAmoCrm) -> String {
@@ -41,6 +39,7 @@ max_delay = "100ms"
 name = "site"
 key = "json:/submission_id"
 ignore = ["/sent_at"]
+event_time = "json:/created_at"
 
 [crm]
 kind = "amocrm"
@@ -55,95 +54,14 @@ timeout = "500ms"
     )
 }
 
-struct Gateway {
-    fake: FakeAmoCrm,
-    running: Option<Running>,
-    base: String,
-    http: reqwest::Client,
-    config: Config,
-}
+type Gateway = crate::gateway::Gateway<FakeAmoCrm>;
 
-impl Gateway {
-    async fn start(db: &TestDb) -> Gateway {
-        let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let config = Config::parse(&config_toml(&db.url, &fake)).unwrap();
-        let running = app::start(&config, Mode::Serve).await.unwrap();
-        let base = format!("http://{}", running.addr.unwrap());
-        Gateway {
-            fake,
-            running: Some(running),
-            base,
-            http: reqwest::Client::new(),
-            config,
-        }
-    }
-
-    fn store(&self) -> Arc<dyn leadgate::store::Store> {
-        Arc::clone(&self.running.as_ref().unwrap().store)
-    }
-
-    async fn restart(&mut self) {
-        self.running.take().unwrap().stop().await;
-        let running = app::start(&self.config, Mode::Serve).await.unwrap();
-        self.base = format!("http://{}", running.addr.unwrap());
-        self.running = Some(running);
-    }
-
-    async fn post_json(&self, source: &str, body: &Value) -> (StatusCode, Value, bool) {
-        let res = self
-            .http
-            .post(format!("{}/v1/intake/{source}", self.base))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        answer(res).await
-    }
-
-    async fn operation(&self, id: &str) -> Value {
-        let url = format!("{}/v1/operations/{}", self.base, urlencode(id));
-        self.http
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    async fn wait_status(&self, id: &str, status: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let op = self.operation(id).await;
-            if op["status"] == status {
-                return op;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {status}: {op}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn timeline_kinds(&self, id: &str) -> Vec<String> {
-        self.store()
-            .timeline(&id.parse().unwrap())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.kind)
-            .collect()
-    }
-
-    async fn stop(mut self) {
-        if let Some(r) = self.running.take() {
-            r.stop().await;
-        }
-    }
+async fn start(db: &TestDb) -> Gateway {
+    let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = Config::parse(&config_toml(&db.url, &fake)).unwrap();
+    Gateway::start_with(fake, config).await
 }
 
 fn lead(id: &str) -> Value {
@@ -167,7 +85,7 @@ fn keys(fake: &FakeAmoCrm) -> Vec<String> {
 each_backend!(
     amocrm_pilot_1_a_webhook_delivered_twice_makes_one_crm_record,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start(&db).await;
         let (status, body, replayed) = gw.post_json("site", &lead("s1")).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
         assert!(!replayed);
@@ -191,7 +109,7 @@ each_backend!(
 each_backend!(
     amocrm_pilot_2_the_crm_created_but_the_answer_was_lost,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start(&db).await;
         // The search shows the lead: recovered by the exact key, not created again.
         for (key, fault) in [
             ("hang", Fault::LostAnswerHang),
@@ -253,7 +171,7 @@ each_backend!(
 each_backend!(
     amocrm_pilot_3_two_workers_get_the_same_leads_at_once,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start(&db).await;
         let other = app::start(&gw.config, Mode::Worker).await.unwrap();
         gw.fake.push_fault(CREATE, Fault::LatencyMs { ms: 30 }, 30);
         for i in 0..30 {
@@ -279,7 +197,7 @@ each_backend!(
 each_backend!(
     amocrm_pilot_4_a_workflow_restarted_after_the_create_gets_the_saved_crm_id,
     |db| async move {
-        let mut gw = Gateway::start(&db).await;
+        let mut gw = start(&db).await;
         gw.post_json("site", &lead("r1")).await;
         let done = gw.wait_status("site:r1", "completed").await;
         gw.restart().await;
@@ -295,7 +213,7 @@ each_backend!(
 each_backend!(
     amocrm_pilot_5_a_validation_error_is_not_retried_and_the_reason_is_kept,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start(&db).await;
         gw.fake.push_fault(CREATE, Fault::Validation, 1);
         gw.post_json("site", &lead("v1")).await;
         let op = gw.wait_status("site:v1", "failed_terminal").await;
@@ -313,7 +231,7 @@ each_backend!(
 each_backend!(
     amocrm_pilot_6_a_blocked_account_pauses_without_a_loop_and_loses_nothing,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start(&db).await;
         // Repeated rate abuse: every call answers 403 with an nginx page.
         gw.fake.push_fault("*", Fault::Blocked, 1000);
         for i in 0..3 {
@@ -373,7 +291,7 @@ each_backend!(
 each_backend!(
     amocrm_pilot_7_changed_data_under_the_same_key_goes_to_review,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start(&db).await;
         let store = gw.store();
         store
             .pause_connector("amocrm", "test hold", "test", leadgate::store::now())
@@ -395,6 +313,40 @@ each_backend!(
         assert_eq!(op["status"], "needs_review");
         assert_eq!(op["review_reason"], "payload_conflict");
         assert_eq!(gw.fake.calls(CREATE), 0, "nothing reached the CRM");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_pilot_8_a_repeat_after_purge_returns_the_first_crm_id,
+    |db| async move {
+        let gw = start(&db).await;
+        gw.post_json("site", &lead("old")).await;
+        let done = gw.wait_status("site:old", "completed").await;
+        let store = gw.store();
+        let cutoff = leadgate::store::now() + chrono::TimeDelta::seconds(1);
+        let purged = leadgate::store::purge(store.as_ref(), cutoff, 50)
+            .await
+            .unwrap();
+        assert_eq!(purged.operations, 1);
+        let (status, body, replayed) = gw.post_json("site", &lead("old")).await;
+        assert_eq!((status, replayed), (StatusCode::OK, true));
+        assert_eq!(body["crm_id"], done["crm_id"]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            gw.fake.calls(CREATE),
+            1,
+            "the tombstone answered; amoCRM heard nothing"
+        );
+        // An unknown key from beyond the tombstone horizon goes to a person.
+        let mut late = lead("ancient");
+        late["created_at"] = json!("2024-01-01T00:00:00Z");
+        let (_, body, _) = gw.post_json("site", &late).await;
+        assert_eq!(body["status"], "needs_review");
+        assert_eq!(
+            gw.operation("site:ancient").await["review_reason"],
+            "late_duplicate"
+        );
         gw.stop().await;
     }
 );

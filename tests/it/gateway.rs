@@ -90,8 +90,9 @@ timeout = "500ms"
     )
 }
 
-pub struct Gateway {
-    pub fake: FakeBitrix24,
+/// A gateway started in-process on a test database, with the fake CRM it talks to.
+pub struct Gateway<F = FakeBitrix24> {
+    pub fake: F,
     pub running: Option<Running>,
     pub base: String,
     pub http: reqwest::Client,
@@ -104,6 +105,12 @@ impl Gateway {
             .await
             .unwrap();
         let config = Config::parse(&config_toml(&db.url, &fake.webhook_url())).unwrap();
+        Gateway::start_with(fake, config).await
+    }
+}
+
+impl<F> Gateway<F> {
+    pub async fn start_with(fake: F, config: Config) -> Gateway<F> {
         let running = app::start(&config, Mode::Serve).await.unwrap();
         let base = format!("http://{}", running.addr.unwrap());
         Gateway {
@@ -172,6 +179,11 @@ impl Gateway {
 
     pub async fn wait_status(&self, id: &str, status: &str) -> Value {
         self.wait_for(id, status, |op| op["status"] == status).await
+    }
+
+    pub async fn timeline_kinds(&self, id: &str) -> Vec<String> {
+        let timeline = self.store().timeline(&id.parse().unwrap()).await.unwrap();
+        timeline.into_iter().map(|e| e.kind).collect()
     }
 
     pub async fn stop(mut self) {

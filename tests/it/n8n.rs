@@ -18,12 +18,19 @@ fn workflow() -> Value {
 }
 
 fn node<'a>(wf: &'a Value, name: &str) -> &'a Value {
-    wf["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap_or_else(|| panic!("no node {name}"))
+    wf["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("no node {name}"))
 }
 
 /// The node that output `index` of `from` leads to, if any.
 fn next(wf: &Value, from: &str, index: usize) -> Option<String> {
-    wf["connections"][from]["main"][index][0]["node"].as_str().map(str::to_owned)
+    wf["connections"][from]["main"][index][0]["node"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// What the expressions of one run can see.
@@ -47,11 +54,14 @@ impl Ctx<'_> {
             "$env.BITRIX24_WEBHOOK_URL" => self.gw.fake.webhook_url(),
             "$json.body.submission_id" => j["body"]["submission_id"].as_str().unwrap().to_owned(),
             "JSON.stringify($json.body)" => js(&j["body"]),
-            "JSON.stringify('Lead ' + $json.body.operation_id)" => {
-                js(&json!(format!("Lead {}", j["body"]["operation_id"].as_str().unwrap())))
-            }
+            "JSON.stringify('Lead ' + $json.body.operation_id)" => js(&json!(format!(
+                "Lead {}",
+                j["body"]["operation_id"].as_str().unwrap()
+            ))),
             "JSON.stringify($('Webhook').item.json.body.name)" => js(&self.webhook["body"]["name"]),
-            "JSON.stringify($('Webhook').item.json.body.phone)" => js(&self.webhook["body"]["phone"]),
+            "JSON.stringify($('Webhook').item.json.body.phone)" => {
+                js(&self.webhook["body"]["phone"])
+            }
             "JSON.stringify($json.body.operation_id)" => js(&j["body"]["operation_id"]),
             "encodeURIComponent($('Claim in Leadgate').item.json.body.operation_id)" => {
                 crate::gateway::urlencode(self.claim["body"]["operation_id"].as_str().unwrap())
@@ -60,7 +70,9 @@ impl Ctx<'_> {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             })),
-            "JSON.stringify($('Claim in Leadgate').item.json.body.lease_token)" => js(&self.claim["body"]["lease_token"]),
+            "JSON.stringify($('Claim in Leadgate').item.json.body.lease_token)" => {
+                js(&self.claim["body"]["lease_token"])
+            }
             "JSON.stringify($json.error.message)" => js(&j["error"]["message"]),
             e if e.starts_with("JSON.stringify(({ 400: 'validation'") => {
                 // The workflow's classification of a failed CRM call, as n8n computes it.
@@ -102,16 +114,26 @@ async fn http_node(ctx: &Ctx<'_>, node: &Value) -> (Value, usize) {
     let url = ctx.render(p["url"].as_str().unwrap());
     let method: reqwest::Method = p["method"].as_str().unwrap().parse().unwrap();
     // The CRM node allows 10 s; the test allows it 500 ms so a lost answer is quick.
-    let timeout = p["options"]["timeout"].as_u64().map_or(Duration::from_secs(10), |ms| Duration::from_millis(ms.min(500)));
-    let mut req = reqwest::Client::new().request(method, &url).timeout(timeout);
+    let timeout = p["options"]["timeout"]
+        .as_u64()
+        .map_or(Duration::from_secs(10), |ms| {
+            Duration::from_millis(ms.min(500))
+        });
+    let mut req = reqwest::Client::new()
+        .request(method, &url)
+        .timeout(timeout);
     if p["sendHeaders"] == true {
         for h in p["headerParameters"]["parameters"].as_array().unwrap() {
-            req = req.header(h["name"].as_str().unwrap(), ctx.render(h["value"].as_str().unwrap()));
+            req = req.header(
+                h["name"].as_str().unwrap(),
+                ctx.render(h["value"].as_str().unwrap()),
+            );
         }
     }
     if p["sendBody"] == true {
         let body = ctx.render(p["jsonBody"].as_str().unwrap());
-        serde_json::from_str::<Value>(&body).unwrap_or_else(|e| panic!("{} renders invalid JSON ({e}): {body}", node["name"]));
+        serde_json::from_str::<Value>(&body)
+            .unwrap_or_else(|e| panic!("{} renders invalid JSON ({e}): {body}", node["name"]));
         req = req.header("content-type", "application/json").body(body);
     }
     let full = p["options"]["response"]["response"]["fullResponse"] == true;
@@ -121,15 +143,40 @@ async fn http_node(ctx: &Ctx<'_>, node: &Value) -> (Value, usize) {
             let status = res.status().as_u16();
             let body: Value = res.json().await.unwrap_or(Value::Null);
             if status >= 400 && !never_error {
-                assert_eq!(node["onError"], "continueErrorOutput", "{} would stop the workflow", node["name"]);
-                return (json!({"error": {"httpCode": status, "message": format!("HTTP {status}")}}), 1);
+                assert_eq!(
+                    node["onError"], "continueErrorOutput",
+                    "{} would stop the workflow",
+                    node["name"]
+                );
+                return (
+                    json!({"error": {"httpCode": status, "message": format!("HTTP {status}")}}),
+                    1,
+                );
             }
-            (if full { json!({"statusCode": status, "body": body}) } else { body }, 0)
+            (
+                if full {
+                    json!({"statusCode": status, "body": body})
+                } else {
+                    body
+                },
+                0,
+            )
         }
         Err(e) => {
-            assert_eq!(node["onError"], "continueErrorOutput", "{} would stop the workflow", node["name"]);
-            let code = if e.is_connect() { "ECONNREFUSED" } else { "ECONNABORTED" };
-            (json!({"error": {"code": code, "message": "timeout of the CRM call"}}), 1)
+            assert_eq!(
+                node["onError"], "continueErrorOutput",
+                "{} would stop the workflow",
+                node["name"]
+            );
+            let code = if e.is_connect() {
+                "ECONNREFUSED"
+            } else {
+                "ECONNABORTED"
+            };
+            (
+                json!({"error": {"code": code, "message": "timeout of the CRM call"}}),
+                1,
+            )
         }
     }
 }
@@ -139,13 +186,20 @@ async fn http_node(ctx: &Ctx<'_>, node: &Value) -> (Value, usize) {
 async fn execute(gw: &Gateway, body: Value) -> (Value, String, Value) {
     let wf = workflow();
     let webhook = json!({"body": body});
-    let mut ctx = Ctx { gw, webhook: webhook.clone(), claim: Value::Null, json: webhook };
+    let mut ctx = Ctx {
+        gw,
+        webhook: webhook.clone(),
+        claim: Value::Null,
+        json: webhook,
+    };
     let claim_node = next(&wf, "Webhook", 0).unwrap();
     let (claim, _) = http_node(&ctx, node(&wf, &claim_node)).await;
     ctx.claim = claim.clone();
     // The Switch node: the first rule whose status matches picks the output.
     let switch = next(&wf, &claim_node, 0).unwrap();
-    let rules = node(&wf, &switch)["parameters"]["rules"]["values"].as_array().unwrap();
+    let rules = node(&wf, &switch)["parameters"]["rules"]["values"]
+        .as_array()
+        .unwrap();
     let output = rules
         .iter()
         .position(|r| r["conditions"]["conditions"][0]["rightValue"] == claim["statusCode"])
@@ -161,49 +215,61 @@ async fn execute(gw: &Gateway, body: Value) -> (Value, String, Value) {
     (claim, report, reported)
 }
 
-each_backend!(the_n8n_example_creates_once_and_replays_the_saved_result, |db| async move {
-    let gw = Gateway::start(&db).await;
-    let wf = workflow();
-    // Retry On Fail must stay off on the CRM node: Leadgate owns that retry.
-    assert_eq!(node(&wf, "Create lead in Bitrix24")["retryOnFail"], false);
-    let lead = json!({"submission_id": "n8n-1", "name": "Ivan", "phone": "+79991234567"});
-    let (claim, last, done) = execute(&gw, lead.clone()).await;
-    assert_eq!(claim["statusCode"], 201, "{claim}");
-    assert_eq!(last, "Complete in Leadgate");
-    assert_eq!(done["status"], "completed", "{done}");
-    let created = gw.fake.entities();
-    assert_eq!(created.len(), 1);
-    assert_eq!(created[0].fields["ORIGIN_ID"], "n8n:n8n-1");
-    assert_eq!(done["crm_id"], created[0].id.to_string());
-    // The workflow re-runs (a redelivery, a manual re-run): the saved result, no create.
-    let (claim, last, _) = execute(&gw, lead).await;
-    assert_eq!(claim["statusCode"], 200);
-    assert_eq!(claim["body"]["crm_id"], done["crm_id"]);
-    assert_eq!(last, "Claimed?", "the run stops at the switch");
-    assert_eq!(gw.fake.calls(CREATE), 1);
-    gw.stop().await;
-});
+each_backend!(
+    the_n8n_example_creates_once_and_replays_the_saved_result,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let wf = workflow();
+        // Retry On Fail must stay off on the CRM node: Leadgate owns that retry.
+        assert_eq!(node(&wf, "Create lead in Bitrix24")["retryOnFail"], false);
+        let lead = json!({"submission_id": "n8n-1", "name": "Ivan", "phone": "+79991234567"});
+        let (claim, last, done) = execute(&gw, lead.clone()).await;
+        assert_eq!(claim["statusCode"], 201, "{claim}");
+        assert_eq!(last, "Complete in Leadgate");
+        assert_eq!(done["status"], "completed", "{done}");
+        let created = gw.fake.entities();
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].fields["ORIGIN_ID"], "n8n:n8n-1");
+        assert_eq!(done["crm_id"], created[0].id.to_string());
+        // The workflow re-runs (a redelivery, a manual re-run): the saved result, no create.
+        let (claim, last, _) = execute(&gw, lead).await;
+        assert_eq!(claim["statusCode"], 200);
+        assert_eq!(claim["body"]["crm_id"], done["crm_id"]);
+        assert_eq!(last, "Claimed?", "the run stops at the switch");
+        assert_eq!(gw.fake.calls(CREATE), 1);
+        gw.stop().await;
+    }
+);
 
-each_backend!(the_n8n_example_never_repeats_an_uncertain_create, |db| async move {
-    let gw = Gateway::start(&db).await;
-    // The CRM creates the lead, the answer never comes: the case n8n's own Retry On Fail
-    // turns into a duplicate.
-    gw.fake.push_fault(CREATE, Fault::LostAnswerHang, 1);
-    let lead = json!({"submission_id": "n8n-2", "name": "Olga", "phone": "+79990001122"});
-    let (_, last, reported) = execute(&gw, lead.clone()).await;
-    assert_eq!(last, "Report failure to Leadgate");
-    assert_eq!(reported["status"], "needs_review", "{reported}");
-    let (claim, last, _) = execute(&gw, lead).await;
-    assert_eq!(claim["statusCode"], 409, "{claim}");
-    assert_eq!(claim["body"]["error"], "needs_review");
-    assert_eq!(last, "Claimed?");
-    assert_eq!(gw.fake.entities().len(), 1, "one lead in the CRM, not two");
-    // A validation error: terminal, and the re-run gets the saved failure.
-    gw.fake.push_fault(CREATE, Fault::Validation, 1);
-    let bad = json!({"submission_id": "n8n-3", "name": "", "phone": ""});
-    let (_, _, reported) = execute(&gw, bad.clone()).await;
-    assert_eq!(reported["status"], "failed_terminal", "{reported}");
-    let (claim, _, _) = execute(&gw, bad).await;
-    assert_eq!((claim["statusCode"].as_u64(), claim["body"]["status"].as_str()), (Some(200), Some("failed_terminal")));
-    gw.stop().await;
-});
+each_backend!(
+    the_n8n_example_never_repeats_an_uncertain_create,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        // The CRM creates the lead, the answer never comes: the case n8n's own Retry On Fail
+        // turns into a duplicate.
+        gw.fake.push_fault(CREATE, Fault::LostAnswerHang, 1);
+        let lead = json!({"submission_id": "n8n-2", "name": "Olga", "phone": "+79990001122"});
+        let (_, last, reported) = execute(&gw, lead.clone()).await;
+        assert_eq!(last, "Report failure to Leadgate");
+        assert_eq!(reported["status"], "needs_review", "{reported}");
+        let (claim, last, _) = execute(&gw, lead).await;
+        assert_eq!(claim["statusCode"], 409, "{claim}");
+        assert_eq!(claim["body"]["error"], "needs_review");
+        assert_eq!(last, "Claimed?");
+        assert_eq!(gw.fake.entities().len(), 1, "one lead in the CRM, not two");
+        // A validation error: terminal, and the re-run gets the saved failure.
+        gw.fake.push_fault(CREATE, Fault::Validation, 1);
+        let bad = json!({"submission_id": "n8n-3", "name": "", "phone": ""});
+        let (_, _, reported) = execute(&gw, bad.clone()).await;
+        assert_eq!(reported["status"], "failed_terminal", "{reported}");
+        let (claim, _, _) = execute(&gw, bad).await;
+        assert_eq!(
+            (
+                claim["statusCode"].as_u64(),
+                claim["body"]["status"].as_str()
+            ),
+            (Some(200), Some("failed_terminal"))
+        );
+        gw.stop().await;
+    }
+);
