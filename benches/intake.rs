@@ -132,7 +132,8 @@ async fn saturate(
     figures(lat, start.elapsed(), errors)
 }
 
-/// Single-row inserts, one per transaction, from CONCURRENCY tasks, on the store's pool.
+/// Single-row inserts, one per transaction, from CONCURRENCY tasks, through the same
+/// connections the store writes with (SQLite: its one writer connection).
 async fn raw_commit_rate(url: &str) -> f64 {
     macro_rules! run {
         ($pool:expr, $create:literal) => {{

@@ -1037,3 +1037,14 @@ async fn an_unknown_database_scheme_is_a_clear_error() {
     assert!(err.to_string().contains("unknown scheme"), "{err}");
     assert!(err.to_string().contains("mysql"));
 }
+
+#[tokio::test]
+async fn an_in_memory_sqlite_store_reads_what_it_writes() {
+    let store = connect("sqlite::memory:").await.unwrap();
+    store
+        .record_delivery(delivery("mem", json!({"a": 1})))
+        .await
+        .unwrap();
+    let op = store.operation(&op("mem")).await.unwrap();
+    assert_eq!(op.map(|o| o.status), Some(Status::Received));
+}
