@@ -5,7 +5,7 @@
 //! so "not found" is not proof and an uncertain create that the search does not show
 //! goes to a person (`needs_review` / `uncertain_outcome`) instead of being re-created.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leadgate::app::{self, Mode};
 use leadgate::config::Config;
@@ -237,28 +237,8 @@ each_backend!(
         for i in 0..3 {
             gw.post_json("site", &lead(&format!("a{i}"))).await;
         }
+        gw.wait_paused_and_idle("amocrm").await;
         let store = gw.store();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !store
-            .connector("amocrm")
-            .await
-            .unwrap()
-            .is_some_and(|c| c.paused)
-        {
-            assert!(Instant::now() < deadline, "connector never paused");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        loop {
-            let m = store
-                .metrics(leadgate::store::now(), Duration::from_secs(60))
-                .await
-                .unwrap();
-            if !m.operations_by_status.contains_key("in_progress") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "attempts never ended");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
         let calls = gw.fake.calls(CREATE);
         assert!((1..=4).contains(&calls), "{calls} calls");
         let (status, _, _) = gw.post_json("site", &lead("a3")).await;

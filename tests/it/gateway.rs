@@ -181,6 +181,36 @@ impl<F> Gateway<F> {
         self.wait_for(id, status, |op| op["status"] == status).await
     }
 
+    /// Waits until `connector` is paused, then until no attempt is in flight any more
+    /// (attempts claimed before the pause landed may still be talking to the CRM).
+    pub async fn wait_paused_and_idle(&self, connector: &str) {
+        let store = self.store();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !store
+            .connector(connector)
+            .await
+            .unwrap()
+            .is_some_and(|c| c.paused)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "connector {connector} never paused"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        loop {
+            let m = store
+                .metrics(leadgate::store::now(), Duration::from_secs(60))
+                .await
+                .unwrap();
+            if !m.operations_by_status.contains_key("in_progress") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "attempts never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn timeline_kinds(&self, id: &str) -> Vec<String> {
         let timeline = self.store().timeline(&id.parse().unwrap()).await.unwrap();
         timeline.into_iter().map(|e| e.kind).collect()
@@ -387,29 +417,8 @@ each_backend!(
         for i in 0..3 {
             gw.post_json("site", &lead(&format!("a{i}"))).await;
         }
+        gw.wait_paused_and_idle("bitrix24").await;
         let store = gw.store();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !store
-            .connector("bitrix24")
-            .await
-            .unwrap()
-            .is_some_and(|c| c.paused)
-        {
-            assert!(Instant::now() < deadline, "connector never paused");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // Attempts claimed before the pause landed may still be in flight; let them end.
-        loop {
-            let m = store
-                .metrics(leadgate::store::now(), Duration::from_secs(60))
-                .await
-                .unwrap();
-            if !m.operations_by_status.contains_key("in_progress") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "attempts never ended");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
         let calls = gw.fake.calls(CREATE);
         // Bounded: at most one call per worker slot (concurrency = 4), then none.
         assert!((1..=4).contains(&calls), "{calls} calls");
