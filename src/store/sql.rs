@@ -379,13 +379,13 @@ macro_rules! sql_store {
         /// earlier operations; true when the operation changed.
         async fn match_contacts(
             tx: &mut Tx,
-            l: &mut Locked,
+            id: &str,
+            contact: &ContactKeys,
             m: Matching,
             now: DateTime<Utc>,
-        ) -> Result<bool> {
-            let contact = l.op.contact.clone();
+        ) -> Result<Option<Locked>> {
             if contact.phone.is_none() && contact.email.is_none() {
-                return Ok(false);
+                return Ok(None);
             }
             let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
                 "select operation_id, crm_id, status from operations \
@@ -393,41 +393,44 @@ macro_rules! sql_store {
                  and (contact_phone = $3 or contact_email = $4) \
                  order by created_at desc limit 10",
             )
-            .bind(l.op.operation_id.as_str())
+            .bind(id)
             .bind(m.since)
             .bind(&contact.phone)
             .bind(&contact.email)
             .fetch_all(&mut **tx)
             .await?;
             if rows.is_empty() {
-                return Ok(false);
+                return Ok(None);
             }
             let matches: Vec<Value> = rows
                 .iter()
                 .map(|(id, crm, status)| json!({"operation_id": id, "crm_id": crm, "status": status}))
                 .collect();
-            let id = l.op.operation_id.as_str().to_owned();
             let event = NewEvent::new("contact_match", json!({"rule": m.rule, "matches": matches}));
-            append(tx, &id, "gateway", event, now).await?;
+            append(tx, id, "gateway", event, now).await?;
+            if m.rule == MatchRule::Create {
+                return Ok(None);
+            }
+            let mut locked = must_lock(tx, id).await?;
+            let l = &mut locked;
             let linked = rows.iter().find_map(|(_, crm, _)| crm.clone());
             match (m.rule, linked) {
-                (MatchRule::Create, _) => return Ok(false),
                 (MatchRule::Link, Some(crm_id)) => {
                     let event = NewEvent::new("linked", json!({"crm_id": crm_id, "by_rule": "link"}));
-                    append(tx, &id, "gateway", event, now).await?;
+                    append(tx, id, "gateway", event, now).await?;
                     l.op.crm_id = Some(crm_id);
                     l.op.crm_link = Some("linked".into());
                     set_status(tx, l, Status::Completed, "gateway", now).await?;
                 }
                 // Nothing to link to yet (the earlier lead is still on its way): a
                 // person decides rather than a guess.
-                (MatchRule::Link, None) | (MatchRule::Review, _) => {
+                _ => {
                     let detail = json!({"matches": matches});
                     open_case(tx, l, ReviewReason::CrossChannelMatch, None, "gateway", detail, now)
                         .await?;
                 }
             }
-            Ok(true)
+            Ok(Some(locked))
         }
 
         async fn connector_paused(tx: &mut Tx, name: &str) -> Result<bool> {
@@ -476,22 +479,27 @@ macro_rules! sql_store {
                 let delivery_id;
                 if insert_operation(&mut tx, &id, &d, "worker", now).await? {
                     delivery_id = insert_delivery(&mut tx, &d, "new").await?;
-                    let mut l = must_lock(&mut tx, &id).await?;
                     let event = NewEvent::new(
                         "delivery",
                         json!({"delivery_id": delivery_id, "outcome": "new", "payload_hash": d.payload_hash}),
                     );
                     append(&mut tx, &id, "gateway", event, now).await?;
+                    // The common path (a plain new lead) stops here, without reading the
+                    // row back: four statements per delivery.
+                    let mut status = Status::Received;
                     if let Some(reason) = d.review {
+                        let mut l = must_lock(&mut tx, &id).await?;
                         open_case(&mut tx, &mut l, reason, Some(delivery_id), "gateway", json!({}), now)
                             .await?;
                         save(&mut tx, &mut l, now).await?;
+                        status = l.op.status;
                     } else if let Some(m) = d.matching {
-                        if match_contacts(&mut tx, &mut l, m, now).await? {
+                        if let Some(mut l) = match_contacts(&mut tx, &id, &d.contact, m, now).await? {
                             save(&mut tx, &mut l, now).await?;
+                            status = l.op.status;
                         }
                     }
-                    outcome = DeliveryOutcome::New { status: l.op.status };
+                    outcome = DeliveryOutcome::New { status };
                 } else {
                     let mut l = must_lock(&mut tx, &id).await?;
                     if l.op.payload_hash == d.payload_hash.as_str() {
