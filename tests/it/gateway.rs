@@ -671,3 +671,64 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+each_backend!(
+    retryable_failures_until_the_attempts_run_out_go_to_review,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        gw.fake.push_fault(
+            CREATE,
+            Fault::RateLimit {
+                retry_after_secs: None,
+            },
+            100,
+        );
+        gw.post_json("site", &lead("tired")).await;
+        let op = gw.wait_status("site:tired", "needs_review").await;
+        assert_eq!(op["review_reason"], "retries_exhausted");
+        assert_eq!(op["attempts"], 3, "max_attempts = 3");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(gw.fake.calls(CREATE), 3, "and then no more calls");
+        let kinds = gw.timeline_kinds("site:tired").await;
+        assert_eq!(kinds.iter().filter(|k| *k == "retry_scheduled").count(), 2);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    reconciliation_finding_several_or_failing_goes_to_review,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        // Someone already created a lead carrying this key (a duplicate in the CRM); then the
+        // gateway's own create answers 500 after executing: the lookup finds two.
+        let res = gw
+        .http
+        .post(format!("{}crm.lead.add.json", gw.fake.webhook_url()))
+        .json(&json!({"fields": {"TITLE": "manual", "ORIGINATOR_ID": "leadgate", "ORIGIN_ID": "site:amb"}}))
+        .send()
+        .await
+        .unwrap();
+        assert!(res.status().is_success());
+        gw.fake.push_fault(CREATE, Fault::ServerErrorAfterCreate, 1);
+        gw.post_json("site", &lead("amb")).await;
+        let op = gw.wait_status("site:amb", "needs_review").await;
+        assert_eq!(op["review_reason"], "ambiguous_match");
+        let cases = gw
+            .store()
+            .cases_of(&"site:amb".parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(cases[0].detail["crm_ids"].as_array().unwrap().len(), 2);
+        // The create fails uncertainly and the lookup itself fails: a person decides.
+        gw.fake.push_fault(CREATE, Fault::ServerError, 1);
+        gw.fake.push_fault("crm.lead.list", Fault::ServerError, 1);
+        gw.post_json("site", &lead("blind")).await;
+        let op = gw.wait_status("site:blind", "needs_review").await;
+        assert_eq!(op["review_reason"], "uncertain_outcome");
+        let kinds = gw.timeline_kinds("site:blind").await;
+        assert!(kinds.contains(&"reconciliation".to_string()), "{kinds:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(gw.fake.calls(CREATE), 3, "nothing was re-created");
+        gw.stop().await;
+    }
+);

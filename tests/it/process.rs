@@ -171,6 +171,91 @@ each_backend!(
 );
 
 each_backend!(
+    logs_are_json_lines_with_the_operation_id_and_no_secrets_or_contacts,
+    |db| async move {
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // The file says one port; LEADGATE_LISTEN says where it really listens.
+        let config = write_config(dir.path(), &db.url, &fake.webhook_url(), 9);
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let log = dir.path().join("serve.log");
+        let child = leadgate(&["serve", "--config", &config])
+            .env("LEADGATE_LOG_FORMAT", "json")
+            .env("RUST_LOG", "info")
+            .env("LEADGATE_LISTEN", format!("127.0.0.1:{port}"))
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut process = Process(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while reqwest::get(format!("{base}/healthz")).await.is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "not listening on LEADGATE_LISTEN: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let http = reqwest::Client::new();
+        http.post(format!("{base}/v1/intake/site"))
+        .json(&json!({"submission_id": "log1", "name": "Secretive", "phone": "+79995550101", "email": "hidden@example.com"}))
+        .send()
+        .await
+        .unwrap();
+        // A validation failure puts the CRM's message through the log path too.
+        fake.push_fault(CREATE, Fault::Validation, 1);
+        http.post(format!("{base}/v1/intake/site"))
+            .json(&json!({"submission_id": "log2", "name": "Secretive", "phone": "+79995550101"}))
+            .send()
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fake.calls(CREATE) < 2 {
+            assert!(Instant::now() < deadline, "the worker never called the CRM");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = process.0.kill();
+        let _ = process.0.wait();
+        let text = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))
+            })
+            .collect();
+        assert!(
+            lines.iter().any(|l| l.to_string().contains("site:log1")),
+            "no line carries the operation_id:\n{text}"
+        );
+        for secret in [
+            "fake-secret",
+            "79995550101",
+            "hidden@example.com",
+            "Secretive",
+        ] {
+            assert!(
+                !text.contains(secret),
+                "`{secret}` reached the log:\n{text}"
+            );
+        }
+        // Support's view of the same figures.
+        let out = leadgate(&["metrics", "--config", &config])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            table.contains("unique operations") && table.contains("2"),
+            "{table}"
+        );
+        assert!(table.contains("operations failed_terminal"), "{table}");
+    }
+);
+
+each_backend!(
     the_connector_is_resumed_from_the_command_line,
     |db| async move {
         let store = db.store().await;
@@ -236,4 +321,18 @@ fn a_bad_config_is_a_clear_error_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
     let out = leadgate(&["migrate"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
+    // LEADGATE_DATABASE_URL alone is enough for commands that only need the database.
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("env.db").display());
+    let out = leadgate(&["migrate"])
+        .env("LEADGATE_DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("sqlite operations database is up to date")
+    );
 }

@@ -107,9 +107,13 @@ where
     F: FnOnce(TestDb) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let Some(db) = TestDb::new(backend).await else {
+    let Some(mut db) = TestDb::new(backend).await else {
         return;
     };
+    // The SQLite file's directory lives here, not in the value the test gets: a test
+    // that only reads `db.url` would otherwise drop it (closures capture only the fields
+    // they use) before the test even starts.
+    let _dir = db._dir.take();
     let cleanup = TestDb {
         url: db.url.clone(),
         backend,
