@@ -10,6 +10,7 @@ use std::time::Duration;
 use leadgate::app::{self, Mode};
 use leadgate::config::Config;
 use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH};
+use leadgate::store::CrmToken;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -328,5 +329,97 @@ each_backend!(
             "late_duplicate"
         );
         gw.stop().await;
+    }
+);
+
+// ---------------------------------------------------------------------------------
+// The shared OAuth token row (`Store::crm_token` / `save_crm_token`): conformance on
+// both backends. amoCRM rotates refresh tokens, so processes coordinate through it.
+
+fn token(access: Option<&str>, refresh: &str, version: i64) -> CrmToken {
+    CrmToken {
+        access_token: access.map(str::to_owned),
+        refresh_token: refresh.to_owned(),
+        expires_at: access.map(|_| leadgate::store::now() + chrono::TimeDelta::seconds(3600)),
+        version,
+    }
+}
+
+each_backend!(crm_tokens_seed_once_then_compare_and_set, |db| async move {
+    let store = db.store().await;
+    assert_eq!(store.crm_token("amocrm").await.unwrap(), None);
+    // Seeding inserts only if absent: a second seed (another process) changes nothing.
+    let seed = token(None, "r0", 0);
+    assert!(store.save_crm_token("amocrm", &seed, None).await.unwrap());
+    assert!(!store
+        .save_crm_token("amocrm", &token(None, "other", 0), None)
+        .await
+        .unwrap());
+    assert_eq!(store.crm_token("amocrm").await.unwrap(), Some(seed));
+    // A refresh replaces the row only under the version it saw.
+    let first = token(Some("a1"), "r1", 1);
+    assert!(store
+        .save_crm_token("amocrm", &first, Some(0))
+        .await
+        .unwrap());
+    assert_eq!(
+        store.crm_token("amocrm").await.unwrap(),
+        Some(first.clone())
+    );
+    assert!(!store
+        .save_crm_token("amocrm", &token(Some("late"), "late", 1), Some(0))
+        .await
+        .unwrap());
+    assert_eq!(store.crm_token("amocrm").await.unwrap(), Some(first));
+    // A CAS on a connector without a row saves nothing; connectors are separate rows.
+    assert!(!store
+        .save_crm_token("other", &token(Some("x"), "y", 1), Some(0))
+        .await
+        .unwrap());
+    assert_eq!(store.crm_token("other").await.unwrap(), None);
+    let debug = format!("{:?}", store.crm_token("amocrm").await.unwrap());
+    assert!(!debug.contains("a1") && !debug.contains("r1"), "{debug}");
+});
+
+each_backend!(
+    crm_tokens_two_concurrent_refreshes_exactly_one_wins,
+    |db| async move {
+        let store = db.store().await;
+        assert!(store
+            .save_crm_token("amocrm", &token(Some("a0"), "r0", 3), None)
+            .await
+            .unwrap());
+        for round in 0..5 {
+            let version = 3 + round;
+            let mut saves = Vec::new();
+            for who in ["a", "b"] {
+                let store = store.clone();
+                let mine = token(
+                    Some(&format!("{who}{round}")),
+                    &format!("r-{who}{round}"),
+                    version + 1,
+                );
+                saves.push(tokio::spawn(async move {
+                    let won = store
+                        .save_crm_token("amocrm", &mine, Some(version))
+                        .await
+                        .unwrap();
+                    (won, mine)
+                }));
+            }
+            let mut winners = Vec::new();
+            for s in saves {
+                let (won, mine) = s.await.unwrap();
+                if won {
+                    winners.push(mine);
+                }
+            }
+            assert_eq!(winners.len(), 1, "round {round}: exactly one refresh wins");
+            // The loser re-reads and finds the winner's tokens.
+            assert_eq!(
+                store.crm_token("amocrm").await.unwrap().as_ref(),
+                Some(&winners[0])
+            );
+        }
     }
 );
