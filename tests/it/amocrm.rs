@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leadgate::app::{self, Mode};
 use leadgate::config::Config;
-use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH};
+use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH, TOKEN};
 use leadgate::store::CrmToken;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -328,6 +328,58 @@ each_backend!(
             gw.operation("site:ancient").await["review_reason"],
             "late_duplicate"
         );
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_oauth_a_lead_completes_across_an_access_token_expiry,
+    |db| async move {
+        // Keep the whole TestDb (its temp dir) alive, not just the captured url.
+        let db = db;
+        let config = leadgate::crm::fake_amocrm::FakeConfig {
+            access_ttl_secs: 1,
+            ..Default::default()
+        };
+        let fake = FakeAmoCrm::spawn_with("127.0.0.1:0".parse().unwrap(), config)
+            .await
+            .unwrap();
+        let (client_id, client_secret, redirect_uri) = fake.oauth_client();
+        let long_lived = format!("token = \"{}\"\n", fake.token());
+        let oauth = format!(
+            "client_id = \"{client_id}\"\nclient_secret = \"{client_secret}\"\n\
+             redirect_uri = \"{redirect_uri}\"\nrefresh_token = \"{}\"\n",
+            fake.initial_refresh_token()
+        );
+        let toml = config_toml(&db.url, &fake).replace(&long_lived, &oauth);
+        assert!(toml.contains("client_secret"), "{toml}");
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        gw.post_json("site", &lead("t1")).await;
+        gw.wait_status("site:t1", "completed").await;
+        assert_eq!(gw.fake.calls(TOKEN), 1);
+        // The access token expires; the next lead refreshes it and completes.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        gw.post_json("site", &lead("t2")).await;
+        let op = gw.wait_status("site:t2", "completed").await;
+        assert_eq!(op["attempts"], 1, "{op}");
+        assert!(gw.fake.calls(TOKEN) >= 2);
+        let row = gw.store().crm_token("amocrm").await.unwrap().unwrap();
+        assert_eq!(row.refresh_token, gw.fake.current_refresh_token());
+        assert!(gw
+            .store()
+            .connector("amocrm")
+            .await
+            .unwrap()
+            .is_none_or(|c| !c.paused));
+        // Nothing on the timeline carries a token or the client secret.
+        for id in ["site:t1", "site:t2"] {
+            let timeline = gw.store().timeline(&id.parse().unwrap()).await.unwrap();
+            let text = serde_json::to_string(&timeline).unwrap();
+            for needle in ["fake-access-", "fake-refresh-", &client_secret] {
+                assert!(!text.contains(needle), "{needle} in {text}");
+            }
+        }
+        assert_eq!(keys(&gw.fake), ["site:t1", "site:t2"]);
         gw.stop().await;
     }
 );
