@@ -56,7 +56,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         .crm
         .as_ref()
         .context("the configuration has no [crm] section: the worker needs a CRM to talk to")?;
-    let crm: Arc<dyn Crm> = crm::from_config(crm_config)?;
+    let crm: Arc<dyn Crm> = crm::from_config(crm_config, Arc::clone(&store))?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 

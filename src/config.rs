@@ -283,12 +283,25 @@ pub enum CrmConfig {
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
     },
-    /// amoCRM / Kommo API v4 with a long-lived token.
+    /// amoCRM / Kommo API v4, with a long-lived token or with OAuth (refreshed tokens
+    /// kept in the operations database, shared by every process).
     Amocrm {
         /// `https://{subdomain}.amocrm.ru` or `https://{subdomain}.kommo.com`.
         base_url: String,
-        /// The long-lived token (a JWT), sent as `Authorization: Bearer`.
-        token: Secret,
+        /// The long-lived token (a JWT), sent as `Authorization: Bearer`. Either this or
+        /// the four OAuth keys below.
+        #[serde(default)]
+        token: Option<Secret>,
+        /// OAuth: the integration's id and secret, its redirect URI, and the refresh
+        /// token it was connected with (used only while the database has no tokens yet).
+        #[serde(default)]
+        client_id: Option<String>,
+        #[serde(default)]
+        client_secret: Option<Secret>,
+        #[serde(default)]
+        redirect_uri: Option<String>,
+        #[serde(default)]
+        refresh_token: Option<Secret>,
         /// The custom text field of leads that holds the operation_id.
         operation_field_id: u64,
         #[serde(default)]
@@ -460,6 +473,39 @@ impl Config {
                 self.matching.default_region
             ));
         }
+        if let Some(CrmConfig::Amocrm {
+            token,
+            client_id,
+            client_secret,
+            redirect_uri,
+            refresh_token,
+            ..
+        }) = &self.crm
+        {
+            let oauth = [
+                client_id.is_some(),
+                client_secret.is_some(),
+                redirect_uri.is_some(),
+                refresh_token.is_some(),
+            ];
+            match (token.is_some(), oauth) {
+                (true, [false, false, false, false]) | (false, [true, true, true, true]) => {}
+                (true, _) => {
+                    return invalid(
+                        "crm (amocrm): set either token or client_id, client_secret, \
+                         redirect_uri and refresh_token, not both"
+                            .into(),
+                    )
+                }
+                (false, _) => {
+                    return invalid(
+                        "crm (amocrm): set token (long-lived), or all of client_id, \
+                         client_secret, redirect_uri and refresh_token (OAuth)"
+                            .into(),
+                    )
+                }
+            }
+        }
         if self.retry.max_attempts == 0 {
             return invalid("retry.max_attempts must be at least 1".into());
         }
@@ -607,6 +653,45 @@ on_contact_match = "review"
         assert_eq!(c.retry.max_attempts, 5);
         assert_eq!(c.review.stale_after, Duration::from_secs(120));
         assert!(c.crm.is_none());
+    }
+
+    #[test]
+    fn amocrm_takes_a_long_lived_token_or_oauth() {
+        let base = "[database]\nurl = \"sqlite::memory:\"\n[crm]\nkind = \"amocrm\"\n\
+                    base_url = \"https://acme.amocrm.ru\"\noperation_field_id = 1\n";
+        let oauth = "client_id = \"id\"\nclient_secret = \"cs3cret\"\n\
+                     redirect_uri = \"https://x/cb\"\nrefresh_token = \"rt0ken\"\n";
+        let c = Config::parse(&format!("{base}token = \"t0ken\"\n")).unwrap();
+        assert!(matches!(
+            &c.crm,
+            Some(CrmConfig::Amocrm {
+                token: Some(_),
+                client_id: None,
+                ..
+            })
+        ));
+        let c = Config::parse(&format!("{base}{oauth}")).unwrap();
+        let Some(CrmConfig::Amocrm {
+            token, client_id, ..
+        }) = &c.crm
+        else {
+            panic!("crm")
+        };
+        assert!(token.is_none());
+        assert_eq!(client_id.as_deref(), Some("id"));
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("cs3cret") && !debug.contains("rt0ken"),
+            "{debug}"
+        );
+        for bad in [
+            base.to_owned(),
+            format!("{base}token = \"t\"\n{oauth}"),
+            format!("{base}client_id = \"id\"\nrefresh_token = \"r\"\n"),
+        ] {
+            let err = Config::parse(&bad).unwrap_err().to_string();
+            assert!(err.contains("client_secret"), "{bad}: {err}");
+        }
     }
 
     #[test]

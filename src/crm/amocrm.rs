@@ -1,4 +1,4 @@
-//! amoCRM / Kommo over API v4 with a long-lived token.
+//! amoCRM / Kommo over API v4, with a long-lived token or with OAuth.
 //!
 //! amoCRM has no idempotent create either: `request_id` is only echoed back. So every
 //! lead carries the operation_id three times — in a configured custom text field, as a
@@ -11,11 +11,26 @@
 //! The adapter paces itself (7 requests/s by default, shared by the whole process,
 //! see [`super::rate`]): an account that keeps hitting 429 gets blocked, and then every
 //! call answers 403 with an nginx page.
+//!
+//! OAuth: amoCRM ROTATES refresh tokens (every refresh answers a new one and the old
+//! one stops working), and several processes on several machines share one account.
+//! So the current pair lives in the operations database ([`Store::crm_token`]), one
+//! row per connector, and the access token is kept in memory. The configured
+//! refresh token only seeds that row on the first run. A refresh happens when the
+//! access token has (nearly) expired, or once per call on a 401; it is written back
+//! with a compare-and-set on the row's version, and whoever loses the race (or finds
+//! the row already newer than what it holds) uses the winner's tokens instead of
+//! refreshing again. In one process refreshes are serialised per account. A refresh
+//! refused with 400/401 is `auth`: the connector pauses and a person reconnects the
+//! integration (a new `refresh_token` in the configuration is tried when the stored one
+//! is refused). Tokens never reach a message, an exchange or a log line.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use chrono::{DateTime, TimeDelta, Utc};
 use reqwest::header::{HeaderMap, ACCEPT};
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
@@ -25,6 +40,7 @@ use super::{
     classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
 };
 use crate::domain::ErrorClass;
+use crate::store::{self, CrmToken, Store};
 
 /// The connector name: what gets paused when the account stops accepting calls.
 pub const CONNECTOR: &str = "amocrm";
@@ -40,13 +56,45 @@ const MAX_HOLD: Duration = Duration::from_secs(5);
 
 const CREATE: &str = "POST /api/v4/leads/complex";
 const SEARCH: &str = "GET /api/v4/leads";
+const REFRESH: &str = "POST /oauth2/access_token";
+/// An access token is refreshed this long before it expires at most (less for
+/// short-lived tokens: a tenth of the time it had left when it was obtained).
+const MAX_REFRESH_MARGIN: Duration = Duration::from_secs(60);
+/// After our refresh was refused, how often and how long apart the shared row is read
+/// again: another process may have refreshed with the same token a moment earlier and
+/// not have saved its answer yet.
+const REFUSED_RECHECKS: u32 = 3;
+const REFUSED_RECHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// How the adapter authenticates.
+#[derive(Clone)]
+pub enum Auth {
+    /// A long-lived token (a JWT), sent as it is.
+    Token(String),
+    /// OAuth with rotating refresh tokens kept in the operations database.
+    OAuth(OAuth),
+}
+
+/// An amoCRM OAuth integration.
+#[derive(Clone)]
+pub struct OAuth {
+    pub client_id: String,
+    pub client_secret: String,
+    pub redirect_uri: String,
+    /// The configured refresh token: seeds the shared row on the first run, and is tried
+    /// once when the stored one is refused (a person put a fresh one in the
+    /// configuration after reconnecting the integration).
+    pub refresh_token: String,
+    /// Where the current tokens live, shared by every process.
+    pub store: Arc<dyn Store>,
+}
 
 /// How to reach one amoCRM account.
 #[derive(Clone)]
 pub struct Settings {
     /// `https://{subdomain}.amocrm.ru` (a trailing `/` or `/api/v4` is fine).
     pub base_url: String,
-    pub token: String,
+    pub auth: Auth,
     /// The custom text field that holds the operation_id.
     pub operation_field_id: u64,
     pub pipeline_id: Option<u64>,
@@ -57,9 +105,13 @@ pub struct Settings {
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let auth = match &self.auth {
+            Auth::Token(_) => "token ***".to_owned(),
+            Auth::OAuth(o) => format!("oauth client_id={} ***", o.client_id),
+        };
         f.debug_struct("Settings")
             .field("base_url", &self.base_url)
-            .field("token", &"***")
+            .field("auth", &auth)
             .field("operation_field_id", &self.operation_field_id)
             .field("pipeline_id", &self.pipeline_id)
             .field("rate_limit", &self.rate_limit)
@@ -68,11 +120,42 @@ impl std::fmt::Debug for Settings {
     }
 }
 
+/// The access token in use, as far as this adapter knows.
+#[derive(Clone)]
+struct Current {
+    access: String,
+    /// The shared row's version this token came with.
+    version: i64,
+    /// From then on the token is refreshed before use.
+    refresh_at: DateTime<Utc>,
+}
+
+struct OAuthState {
+    config: OAuth,
+    current: Mutex<Option<Current>>,
+    /// A refreshed pair the database did not take (it was down): saved again before
+    /// the next call, with the version it was refreshed from.
+    unsaved: Mutex<Option<(CrmToken, i64)>>,
+    /// One refresh at a time per account in this process.
+    refreshing: Arc<tokio::sync::Mutex<()>>,
+}
+
+enum Credentials {
+    Token(String),
+    OAuth(Box<OAuthState>),
+}
+
+/// A refresh that failed: `refused` when amoCRM said no to the refresh token.
+struct GrantError {
+    refused: bool,
+    error: CrmError,
+}
+
 /// An amoCRM connector.
 pub struct AmoCrm {
     /// Without a trailing `/`.
     base: String,
-    token: String,
+    credentials: Credentials,
     field_id: u64,
     pipeline_id: Option<u64>,
     limiter: Arc<RateLimiter>,
@@ -83,7 +166,7 @@ impl std::fmt::Debug for AmoCrm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmoCrm")
             .field("base", &self.base)
-            .field("token", &"***")
+            .field("credentials", &"***")
             .field("field_id", &self.field_id)
             .field("pipeline_id", &self.pipeline_id)
             .finish()
@@ -103,10 +186,41 @@ impl AmoCrm {
                 "the amoCRM base_url must be an http(s) URL with a host".into(),
             ));
         }
-        let token = settings.token.trim().to_owned();
-        if token.is_empty() {
-            return Err(ConfigError("the amoCRM token is empty".into()));
-        }
+        let credentials = match settings.auth {
+            Auth::Token(token) => {
+                let token = token.trim().to_owned();
+                if token.is_empty() {
+                    return Err(ConfigError("the amoCRM token is empty".into()));
+                }
+                Credentials::Token(token)
+            }
+            Auth::OAuth(mut o) => {
+                o.client_id = o.client_id.trim().to_owned();
+                o.client_secret = o.client_secret.trim().to_owned();
+                o.redirect_uri = o.redirect_uri.trim().to_owned();
+                o.refresh_token = o.refresh_token.trim().to_owned();
+                if [
+                    &o.client_id,
+                    &o.client_secret,
+                    &o.redirect_uri,
+                    &o.refresh_token,
+                ]
+                .iter()
+                .any(|v| v.is_empty())
+                {
+                    return Err(ConfigError(
+                        "amoCRM OAuth needs client_id, client_secret, redirect_uri and refresh_token"
+                            .into(),
+                    ));
+                }
+                Credentials::OAuth(Box::new(OAuthState {
+                    refreshing: refresh_lock(&format!("{base}\n{}", o.client_id)),
+                    config: o,
+                    current: Mutex::new(None),
+                    unsaved: Mutex::new(None),
+                }))
+            }
+        };
         if settings.operation_field_id == 0 {
             return Err(ConfigError(
                 "amoCRM operation_field_id must be the id of a custom text field".into(),
@@ -127,7 +241,7 @@ impl AmoCrm {
         Ok(AmoCrm {
             limiter: rate::shared(&base, settings.rate_limit),
             base,
-            token,
+            credentials,
             field_id: settings.operation_field_id,
             pipeline_id: settings.pipeline_id,
             client,
@@ -179,7 +293,8 @@ impl AmoCrm {
 
     /// Sends one request (after the shared limiter lets it go) and returns a 2xx answer,
     /// or the classified failure. Fills `summary` with `status`, `duration_ms` and, on
-    /// failure, `class` and `message`.
+    /// failure, `class` and `message`. With OAuth, a 401 refreshes the access token and
+    /// sends the request once more (a 401 is refused before anything is executed).
     async fn call(
         &self,
         what: &str,
@@ -187,18 +302,56 @@ impl AmoCrm {
         redact: &[&str],
         summary: &mut Map<String, Value>,
     ) -> Result<(StatusCode, Bytes), CrmError> {
+        let (mut bearer, mut version) = match self.bearer(None, summary).await {
+            Ok(b) => b,
+            Err(e) => {
+                note_error(summary, &e);
+                return Err(e);
+            }
+        };
+        let mut again = request.try_clone();
+        let mut request = request;
+        loop {
+            let (status, result) = self.send(what, request, &bearer, redact, summary).await;
+            let (seen, retry) = match (status, version, again.take()) {
+                (Some(StatusCode::UNAUTHORIZED), Some(seen), Some(retry)) => (seen, retry),
+                _ => return result,
+            };
+            // The access token stopped working before its time: refresh once, retry once.
+            (bearer, version) = match self.bearer(Some(seen), summary).await {
+                Ok(b) => b,
+                Err(e) => {
+                    note_error(summary, &e);
+                    return Err(e);
+                }
+            };
+            request = retry;
+        }
+    }
+
+    /// One request with `bearer`: `(status if any answer came, result)`.
+    async fn send(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+        bearer: &str,
+        redact: &[&str],
+        summary: &mut Map<String, Value>,
+    ) -> (Option<StatusCode>, Result<(StatusCode, Bytes), CrmError>) {
         let mut redact = redact.to_vec();
-        redact.push(&self.token);
+        redact.push(bearer);
         self.limiter.acquire().await;
         let started = Instant::now();
+        let mut answered = None;
         let result = async {
             let resp = request
-                .bearer_auth(&self.token)
+                .bearer_auth(bearer)
                 .header(ACCEPT, "application/hal+json, application/json")
                 .send()
                 .await
                 .map_err(|e| classify_transport(CONNECTOR, what, e, &redact))?;
             let status = resp.status();
+            answered = Some(status);
             summary.insert("status".into(), json!(status.as_u16()));
             let headers = resp.headers().clone();
             let body = resp
@@ -217,17 +370,307 @@ impl AmoCrm {
             json!(started.elapsed().as_millis() as u64),
         );
         if let Err(e) = &result {
-            if e.class == ErrorClass::RateLimited {
-                // Slow the whole process down, not just this operation: repeated 429s
-                // get the account blocked.
-                self.limiter
-                    .hold(e.retry_after.unwrap_or(COOL_DOWN).min(MAX_HOLD));
-            }
+            self.slow_down(e);
             note_error(summary, e);
             tracing::debug!(what, class = %e.class, "amocrm call failed");
         }
+        (answered, result)
+    }
+
+    fn slow_down(&self, e: &CrmError) {
+        if e.class == ErrorClass::RateLimited {
+            // Slow the whole process down, not just this operation: repeated 429s
+            // get the account blocked.
+            self.limiter
+                .hold(e.retry_after.unwrap_or(COOL_DOWN).min(MAX_HOLD));
+        }
+    }
+
+    /// The token to send and, with OAuth, the shared row version it came with. `stale`
+    /// is the version whose access token was just refused with a 401.
+    async fn bearer(
+        &self,
+        stale: Option<i64>,
+        summary: &mut Map<String, Value>,
+    ) -> Result<(String, Option<i64>), CrmError> {
+        let st = match &self.credentials {
+            Credentials::Token(t) => return Ok((t.clone(), None)),
+            Credentials::OAuth(st) => st,
+        };
+        self.save_unsaved(st).await;
+        let current = st.current.lock().expect("token state").clone();
+        let current = match (current, stale) {
+            (Some(c), None) if store::now() < c.refresh_at => c,
+            (c, stale) => {
+                let seen = stale.or(c.map(|c| c.version));
+                self.refresh(st, seen, summary).await?
+            }
+        };
+        Ok((current.access, Some(current.version)))
+    }
+
+    /// Gets a working access token, refreshing only if nobody else (in this process or
+    /// another) already did since `seen`.
+    async fn refresh(
+        &self,
+        st: &OAuthState,
+        seen: Option<i64>,
+        summary: &mut Map<String, Value>,
+    ) -> Result<Current, CrmError> {
+        let _one_at_a_time = st.refreshing.lock().await;
+        let newer = |version: i64| seen.is_none_or(|s| version > s);
+        if let Some(c) = st.current.lock().expect("token state").clone() {
+            if newer(c.version) && store::now() < c.refresh_at {
+                return Ok(c);
+            }
+        }
+        let row = self.load(st).await?;
+        if newer(row.version) {
+            if let Some(c) = adopt(st, &row) {
+                return Ok(c);
+            }
+        }
+        let refused = match self.grant(st, &row.refresh_token, summary).await {
+            Ok(fresh) => return self.save(st, fresh, row.version).await,
+            Err(GrantError {
+                refused: true,
+                error,
+            }) => error,
+            Err(GrantError { error, .. }) => return Err(error),
+        };
+        // Another process may have used the same refresh token a moment earlier.
+        let mut latest = row.version;
+        for _ in 0..REFUSED_RECHECKS {
+            tokio::time::sleep(REFUSED_RECHECK_EVERY).await;
+            let again = self.load(st).await?;
+            latest = again.version;
+            if again.version > row.version {
+                if let Some(c) = adopt(st, &again) {
+                    return Ok(c);
+                }
+            }
+        }
+        // A person may have reconnected the integration and configured a fresh token.
+        let configured = st.config.refresh_token.clone();
+        if configured != row.refresh_token {
+            if let Ok(fresh) = self.grant(st, &configured, summary).await {
+                return self.save(st, fresh, latest).await;
+            }
+        }
+        tracing::warn!(
+            "amocrm: the refresh token was refused; the integration needs a new refresh_token"
+        );
+        Err(refused)
+    }
+
+    /// The shared row, seeded from the configured refresh token on the first run.
+    async fn load(&self, st: &OAuthState) -> Result<CrmToken, CrmError> {
+        let store = &st.config.store;
+        let unavailable = |e: store::StoreError| {
+            CrmError::new(ErrorClass::NotSent, format!("{CONNECTOR} token store: {e}"))
+        };
+        if let Some(row) = store.crm_token(CONNECTOR).await.map_err(unavailable)? {
+            return Ok(row);
+        }
+        let seed = CrmToken {
+            access_token: None,
+            refresh_token: st.config.refresh_token.clone(),
+            expires_at: None,
+            version: 0,
+        };
+        // Insert-if-absent: another process may seed (or refresh) at the same time.
+        store
+            .save_crm_token(CONNECTOR, &seed, None)
+            .await
+            .map_err(unavailable)?;
+        store
+            .crm_token(CONNECTOR)
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(|| {
+                CrmError::new(
+                    ErrorClass::NotSent,
+                    format!("{CONNECTOR} token store: no token row"),
+                )
+            })
+    }
+
+    /// Writes a fresh pair under the version it was refreshed from; if someone else
+    /// wrote first, theirs is the shared truth.
+    async fn save(&self, st: &OAuthState, fresh: CrmToken, from: i64) -> Result<Current, CrmError> {
+        let store = &st.config.store;
+        let fresh = CrmToken {
+            version: from + 1,
+            ..fresh
+        };
+        match store.save_crm_token(CONNECTOR, &fresh, Some(from)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                if let Ok(Some(theirs)) = store.crm_token(CONNECTOR).await {
+                    if let Some(c) = adopt(st, &theirs) {
+                        return Ok(c);
+                    }
+                }
+            }
+            Err(e) => {
+                // The old refresh token is dead now: never drop the new pair.
+                tracing::error!(error = %e, "amocrm: cannot save the refreshed tokens; keeping them and saving again before the next call");
+                *st.unsaved.lock().expect("token state") = Some((fresh.clone(), from));
+            }
+        }
+        adopt(st, &fresh).ok_or_else(|| {
+            CrmError::new(
+                ErrorClass::NotSent,
+                format!("{CONNECTOR} {REFRESH}: no access token"),
+            )
+        })
+    }
+
+    async fn save_unsaved(&self, st: &OAuthState) {
+        let pending = st.unsaved.lock().expect("token state").clone();
+        if let Some((token, from)) = pending {
+            // `false`: someone refreshed since; their row wins and ours is dropped.
+            if st
+                .config
+                .store
+                .save_crm_token(CONNECTOR, &token, Some(from))
+                .await
+                .is_ok()
+            {
+                *st.unsaved.lock().expect("token state") = None;
+            }
+        }
+    }
+
+    /// `POST /oauth2/access_token` with `refresh_token`: the new pair, not yet saved.
+    async fn grant(
+        &self,
+        st: &OAuthState,
+        refresh_token: &str,
+        summary: &mut Map<String, Value>,
+    ) -> Result<CrmToken, GrantError> {
+        let o = &st.config;
+        let redact = [o.client_secret.as_str(), refresh_token];
+        let other = |error: CrmError| GrantError {
+            refused: false,
+            error,
+        };
+        self.limiter.acquire().await;
+        let started = Instant::now();
+        let mut note = Map::new();
+        let result = async {
+            let resp = self
+                .client
+                .post(format!("{}/oauth2/access_token", self.base))
+                .header(ACCEPT, "application/json")
+                .json(&json!({
+                    "client_id": o.client_id,
+                    "client_secret": o.client_secret,
+                    "grant_type": "refresh_token",
+                    "refresh_token": refresh_token,
+                    "redirect_uri": o.redirect_uri,
+                }))
+                .send()
+                .await
+                .map_err(|e| other(not_sent(classify_transport(CONNECTOR, REFRESH, e, &redact))))?;
+            let status = resp.status();
+            note.insert("status".into(), json!(status.as_u16()));
+            let headers = resp.headers().clone();
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| other(not_sent(classify_transport(CONNECTOR, REFRESH, e, &redact))))?;
+            if !status.is_success() {
+                let mut error = error_answer(REFRESH, status, &headers, &body, &redact);
+                let refused = matches!(status.as_u16(), 400 | 401);
+                error.class = match status.as_u16() {
+                    429 => ErrorClass::RateLimited,
+                    408 | 500..=599 => ErrorClass::NotSent,
+                    // Refused credentials, a blocked account, a wrong base URL: a person.
+                    _ => ErrorClass::Auth,
+                };
+                return Err(GrantError { refused, error });
+            }
+            let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let text = |k: &str| {
+                json.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned)
+            };
+            let expires_in = json.get("expires_in").and_then(Value::as_u64);
+            match (text("access_token"), text("refresh_token"), expires_in) {
+                (Some(access), Some(refresh), Some(secs)) => Ok(CrmToken {
+                    access_token: Some(access),
+                    refresh_token: refresh,
+                    expires_at: Some(store::after(store::now(), Duration::from_secs(secs))),
+                    version: 0,
+                }),
+                _ => Err(other(CrmError::new(
+                    ErrorClass::NotSent,
+                    format!("{CONNECTOR} {REFRESH}: HTTP {} without access_token, refresh_token and expires_in", status.as_u16()),
+                ))),
+            }
+        }
+        .await;
+        note.insert(
+            "duration_ms".into(),
+            json!(started.elapsed().as_millis() as u64),
+        );
+        match &result {
+            Ok(_) => {
+                tracing::info!("amocrm: access token refreshed");
+            }
+            Err(e) => {
+                self.slow_down(&e.error);
+                note.insert("class".into(), json!(e.error.class));
+                tracing::debug!(class = %e.error.class, "amocrm token refresh failed");
+            }
+        }
+        summary.insert("token_refresh".into(), Value::Object(note));
         result
     }
+}
+
+/// The process-wide refresh lock of one account (`base URL + client_id`).
+fn refresh_lock(key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .expect("refresh locks")
+        .entry(key.to_owned())
+        .or_default()
+        .clone()
+}
+
+/// Makes `row` the token in use if its access token still works.
+fn adopt(st: &OAuthState, row: &CrmToken) -> Option<Current> {
+    let now = store::now();
+    let (Some(access), Some(expires_at)) = (&row.access_token, row.expires_at) else {
+        return None;
+    };
+    if expires_at <= now {
+        return None;
+    }
+    let margin = ((expires_at - now) / 10)
+        .min(TimeDelta::from_std(MAX_REFRESH_MARGIN).expect("a small duration"));
+    let current = Current {
+        access: access.clone(),
+        version: row.version,
+        refresh_at: expires_at - margin,
+    };
+    *st.current.lock().expect("token state") = Some(current.clone());
+    Some(current)
+}
+
+/// A refresh that did not go through never sent the lead either.
+fn not_sent(mut e: CrmError) -> CrmError {
+    if e.class == ErrorClass::Uncertain {
+        e.class = ErrorClass::NotSent;
+    }
+    e
 }
 
 fn note_error(summary: &mut Map<String, Value>, e: &CrmError) {
@@ -545,7 +988,7 @@ mod tests {
     fn settings(fake: &FakeAmoCrm) -> Settings {
         Settings {
             base_url: fake.base_url(),
-            token: TOKEN.into(),
+            auth: Auth::Token(TOKEN.into()),
             operation_field_id: FIELD_ID,
             pipeline_id: None,
             rate_limit: 1000.0,
@@ -775,7 +1218,7 @@ mod tests {
     async fn a_wrong_token_is_auth_and_never_shown() {
         let fake = fake().await;
         let crm = AmoCrm::new(Settings {
-            token: "wrong-token-value".into(),
+            auth: Auth::Token("wrong-token-value".into()),
             ..settings(&fake)
         })
         .unwrap();
@@ -891,7 +1334,7 @@ mod tests {
             .port();
         let crm = AmoCrm::new(Settings {
             base_url: format!("http://127.0.0.1:{port}"),
-            token: TOKEN.into(),
+            auth: Auth::Token(TOKEN.into()),
             operation_field_id: FIELD_ID,
             pipeline_id: None,
             rate_limit: 1000.0,
@@ -959,11 +1402,239 @@ mod tests {
         assert_eq!(fake.calls(fake_amocrm::CREATE), n as u64);
     }
 
+    // ---- OAuth -------------------------------------------------------------------
+
+    async fn memory_store() -> Arc<dyn Store> {
+        store::connect("sqlite::memory:").await.unwrap()
+    }
+
+    fn oauth_settings(fake: &FakeAmoCrm, store: &Arc<dyn Store>) -> Settings {
+        let (client_id, client_secret, redirect_uri) = fake.oauth_client();
+        Settings {
+            auth: Auth::OAuth(OAuth {
+                client_id,
+                client_secret,
+                redirect_uri,
+                refresh_token: fake.initial_refresh_token(),
+                store: store.clone(),
+            }),
+            ..settings(fake)
+        }
+    }
+
+    fn oauth_adapter(fake: &FakeAmoCrm, store: &Arc<dyn Store>) -> AmoCrm {
+        AmoCrm::new(oauth_settings(fake, store)).unwrap()
+    }
+
+    /// Nothing stored from a call carries any token or the client secret.
+    fn assert_no_tokens(texts: &[String]) {
+        for text in texts {
+            for needle in [
+                "fake-access-",
+                "fake-refresh-",
+                "fake-client-secret",
+                "Bearer",
+            ] {
+                assert!(!text.contains(needle), "{needle:?} leaked into {text:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn oauth_first_run_refreshes_with_the_configured_token_and_shares_the_rotation() {
+        let fake = fake().await;
+        let store = memory_store().await;
+        let crm = oauth_adapter(&fake, &store);
+        let (res, ex) = crm.create(&lead("site:o1")).await;
+        assert_eq!(res.unwrap(), "1");
+        assert_eq!(ex.response["token_refresh"]["status"], 200);
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 1);
+        let row = store.crm_token(CONNECTOR).await.unwrap().unwrap();
+        assert_eq!(row.version, 1);
+        assert_eq!(row.refresh_token, fake.current_refresh_token());
+        assert_ne!(row.refresh_token, fake.initial_refresh_token());
+        assert!(row.expires_at.unwrap() > store::now());
+        // The access token is kept: no refresh for the next calls.
+        let (res, ex) = crm.create(&lead("site:o2")).await;
+        res.unwrap();
+        assert!(ex.response.get("token_refresh").is_none());
+        crm.find("site:o1").await.0.unwrap();
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 1);
+        assert_no_tokens(&[
+            ex.request.to_string(),
+            ex.response.to_string(),
+            format!("{crm:?}"),
+            format!("{:?}", oauth_settings(&fake, &store)),
+            format!("{row:?}"),
+        ]);
+        // A restarted process starts from the shared row, not the dead configured token.
+        let restarted = oauth_adapter(&fake, &store);
+        restarted.create(&lead("site:o3")).await.0.unwrap();
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 1);
+    }
+
+    #[tokio::test]
+    async fn oauth_refreshes_an_expired_access_token_before_the_call() {
+        let fake = fake().await;
+        fake.set_access_ttl(Duration::from_secs(1));
+        let store = memory_store().await;
+        let crm = oauth_adapter(&fake, &store);
+        crm.create(&lead("site:e1")).await.0.unwrap();
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let (res, ex) = crm.create(&lead("site:e2")).await;
+        res.unwrap();
+        assert_eq!(ex.response["token_refresh"]["status"], 200);
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 2);
+        assert_eq!(
+            fake.calls(fake_amocrm::CREATE),
+            2,
+            "no call with an expired token"
+        );
+        assert_eq!(
+            store.crm_token(CONNECTOR).await.unwrap().unwrap().version,
+            2
+        );
+    }
+
+    #[tokio::test]
+    async fn oauth_refreshes_once_on_a_401_and_retries_once() {
+        let fake = fake().await;
+        let store = memory_store().await;
+        let crm = oauth_adapter(&fake, &store);
+        crm.create(&lead("site:u1")).await.0.unwrap();
+        // The token dies before its time (revoked, clock skew): 401, refresh, retry.
+        fake.expire_access_tokens();
+        let (res, ex) = crm.create(&lead("site:u2")).await;
+        assert_eq!(res.unwrap(), "2");
+        assert_eq!(ex.response["status"], 200);
+        assert_eq!(ex.response["token_refresh"]["status"], 200);
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 3);
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 2);
+        fake.expire_access_tokens();
+        assert_eq!(
+            crm.find("site:u2").await.0.unwrap(),
+            Lookup::One("2".into())
+        );
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 3);
+        // A 401 that survives the refresh is auth, after exactly one refresh.
+        fake.push_fault(fake_amocrm::CREATE, Fault::Unauthorized, 2);
+        let (res, ex) = crm.create(&lead("site:u3")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth);
+        assert!(err.message.contains("HTTP 401"), "{err}");
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 4);
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 5);
+        assert_no_tokens(&[err.message, ex.request.to_string(), ex.response.to_string()]);
+        assert_eq!(fake.leads().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn oauth_a_rotated_away_refresh_token_is_auth_until_a_person_reconnects() {
+        let fake = fake().await;
+        let store = memory_store().await;
+        let crm = oauth_adapter(&fake, &store);
+        crm.create(&lead("site:r1")).await.0.unwrap();
+        // The integration was reconnected elsewhere: the stored refresh token is dead.
+        fake.reissue_refresh_token("fake-refresh-by-person");
+        fake.expire_access_tokens();
+        let (res, ex) = crm.create(&lead("site:r2")).await;
+        let err = res.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth, "{err}");
+        assert!(
+            err.message.contains("POST /oauth2/access_token: HTTP 400"),
+            "{err}"
+        );
+        assert_eq!(ex.response["class"], "auth");
+        assert_eq!(ex.response["token_refresh"]["status"], 400);
+        assert_no_tokens(&[
+            err.message.clone(),
+            ex.request.to_string(),
+            ex.response.to_string(),
+        ]);
+        assert_eq!(fake.leads().len(), 1, "nothing was created");
+        // Refused twice: the stored token, then the (long dead) configured one.
+        assert_eq!(fake.calls(fake_amocrm::TOKEN), 3);
+        // The person puts the new refresh token into the configuration and resumes.
+        let fixed = AmoCrm::new(Settings {
+            auth: match oauth_settings(&fake, &store).auth {
+                Auth::OAuth(o) => Auth::OAuth(OAuth {
+                    refresh_token: "fake-refresh-by-person".into(),
+                    ..o
+                }),
+                other => other,
+            },
+            ..settings(&fake)
+        })
+        .unwrap();
+        fixed.create(&lead("site:r2")).await.0.unwrap();
+        let row = store.crm_token(CONNECTOR).await.unwrap().unwrap();
+        assert_eq!(row.refresh_token, fake.current_refresh_token());
+        // The old adapter picks the repaired row up instead of failing again.
+        crm.create(&lead("site:r3")).await.0.unwrap();
+        assert_eq!(fake.leads().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn oauth_two_adapters_sharing_a_store_refresh_once_and_both_keep_working() {
+        let fake = fake().await;
+        fake.set_access_ttl(Duration::from_secs(1));
+        let store = memory_store().await;
+        let a = Arc::new(oauth_adapter(&fake, &store));
+        let b = Arc::new(oauth_adapter(&fake, &store));
+        for round in 0..2 {
+            let calls: Vec<_> = (0..6)
+                .map(|i| {
+                    let crm = if i % 2 == 0 { a.clone() } else { b.clone() };
+                    tokio::spawn(
+                        async move { crm.create(&lead(&format!("site:{round}-{i}"))).await.0 },
+                    )
+                })
+                .collect();
+            for c in calls {
+                c.await.unwrap().unwrap();
+            }
+            assert_eq!(
+                fake.calls(fake_amocrm::TOKEN),
+                round + 1,
+                "one refresh per expiry for both"
+            );
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        assert_eq!(fake.leads().len(), 12);
+        let row = store.crm_token(CONNECTOR).await.unwrap().unwrap();
+        assert_eq!(
+            (row.version, row.refresh_token),
+            (2, fake.current_refresh_token())
+        );
+    }
+
+    #[tokio::test]
+    async fn oauth_a_refresh_that_fails_on_the_way_never_sent_the_lead() {
+        let fake = fake().await;
+        let store = memory_store().await;
+        let crm = oauth_adapter(&fake, &store);
+        fake.push_fault(fake_amocrm::TOKEN, Fault::ServerError, 1);
+        let err = crm.create(&lead("site:n1")).await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotSent, "{err}");
+        fake.push_fault(
+            fake_amocrm::TOKEN,
+            Fault::RateLimit {
+                retry_after_secs: None,
+            },
+            1,
+        );
+        let err = crm.create(&lead("site:n1")).await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::RateLimited, "{err}");
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 0);
+        crm.create(&lead("site:n1")).await.0.unwrap();
+        assert_eq!(fake.leads().len(), 1);
+    }
+
     #[test]
     fn bad_settings_are_refused() {
         let good = Settings {
             base_url: "https://acme.amocrm.ru/api/v4/".into(),
-            token: "t".into(),
+            auth: Auth::Token("t".into()),
             operation_field_id: 1,
             pipeline_id: None,
             rate_limit: 7.0,
@@ -983,7 +1654,7 @@ mod tests {
                 ..good.clone()
             },
             Settings {
-                token: " ".into(),
+                auth: Auth::Token(" ".into()),
                 ..good.clone()
             },
             Settings {

@@ -12,7 +12,13 @@
 //!   an empty result is **204 with no body**. With `search_lag`, leads created in the
 //!   last N ms are not found yet (a lagging search index).
 //! - `GET /api/v4/leads/{id}` — the lead, or 204 (or 404, configurable) when missing.
-//! - Every call needs `Authorization: Bearer <token>`; otherwise 401 problem+json.
+//! - `POST /oauth2/access_token` `{client_id, client_secret, grant_type: "refresh_token",
+//!   refresh_token, redirect_uri}` → `{token_type, expires_in, server_time, access_token,
+//!   refresh_token}`. Refresh tokens ROTATE: only the latest one works, an earlier one is
+//!   refused with 400 (as is a wrong grant or redirect_uri); wrong client credentials are
+//!   401. Access tokens live `access_ttl_secs` (short in tests). Counted as `oauth.token`.
+//! - Every API call needs `Authorization: Bearer <token>`, the long-lived token or an
+//!   unexpired access token; otherwise 401 problem+json.
 //!   Successes are `application/hal+json`, errors `application/problem+json` — except
 //!   the faults that imitate a proxy: a plain-text 429 and an nginx HTML 403.
 //!
@@ -42,6 +48,8 @@ use super::fake::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, Fau
 pub const CREATE: &str = "leads.complex";
 pub const SEARCH: &str = "leads.list";
 pub const GET: &str = "leads.get";
+/// The fault-queue / call-counter name of `POST /oauth2/access_token`.
+pub const TOKEN: &str = "oauth.token";
 /// The custom text field a fresh fake account has (the operation_id field).
 pub const FIELD_ID: u64 = 555_001;
 /// Leads without a `pipeline_id` land here.
@@ -135,6 +143,14 @@ pub struct FakeConfig {
     pub settings: Settings,
     /// Faults applied to every call of a method (`*` = any); queued faults go first.
     pub always: Vec<(String, Fault)>,
+    /// The OAuth integration: client credentials, redirect URI, and the refresh token
+    /// the account issued when it was connected (the first one that works).
+    pub client_id: String,
+    pub client_secret: String,
+    pub redirect_uri: String,
+    pub refresh_token: String,
+    /// How long an access token from `/oauth2/access_token` works (amoCRM: a day).
+    pub access_ttl_secs: u64,
 }
 
 impl Default for FakeConfig {
@@ -144,6 +160,11 @@ impl Default for FakeConfig {
             field_ids: vec![FIELD_ID],
             settings: Settings::default(),
             always: Vec::new(),
+            client_id: "fake-client-id".into(),
+            client_secret: "fake-client-secret".into(),
+            redirect_uri: "https://leadgate.example/oauth".into(),
+            refresh_token: "fake-refresh-0".into(),
+            access_ttl_secs: 86_400,
         }
     }
 }
@@ -165,8 +186,24 @@ struct Store {
     last_contact: u64,
 }
 
+/// The OAuth side of the account: which refresh token works now, which access tokens
+/// were issued and until when.
+#[derive(Debug)]
+struct OAuth {
+    client_id: String,
+    client_secret: String,
+    redirect_uri: String,
+    initial_refresh: String,
+    /// The only refresh token that works (rotated by every refresh).
+    refresh_token: String,
+    access: BTreeMap<String, Instant>,
+    access_ttl: Duration,
+    issued: u64,
+}
+
 struct Shared {
     token: String,
+    oauth: Mutex<OAuth>,
     field_ids: Vec<u64>,
     settings: Mutex<Settings>,
     initial: Settings,
@@ -196,6 +233,16 @@ impl FakeAmoCrm {
     pub async fn spawn_with(listen: SocketAddr, config: FakeConfig) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             token: config.token,
+            oauth: Mutex::new(OAuth {
+                client_id: config.client_id,
+                client_secret: config.client_secret,
+                redirect_uri: config.redirect_uri,
+                initial_refresh: config.refresh_token.clone(),
+                refresh_token: config.refresh_token,
+                access: BTreeMap::new(),
+                access_ttl: Duration::from_secs(config.access_ttl_secs),
+                issued: 0,
+            }),
             field_ids: config.field_ids,
             settings: Mutex::new(config.settings.clone()),
             initial: config.settings,
@@ -227,6 +274,46 @@ impl FakeAmoCrm {
 
     pub fn token(&self) -> &str {
         &self.shared.token
+    }
+
+    /// `(client_id, client_secret, redirect_uri)` of the OAuth integration.
+    pub fn oauth_client(&self) -> (String, String, String) {
+        let o = lock(&self.shared.oauth);
+        (
+            o.client_id.clone(),
+            o.client_secret.clone(),
+            o.redirect_uri.clone(),
+        )
+    }
+
+    /// The refresh token the account issued when it was connected (what goes into the
+    /// configuration as `refresh_token`). It stops working after the first refresh.
+    pub fn initial_refresh_token(&self) -> String {
+        lock(&self.shared.oauth).initial_refresh.clone()
+    }
+
+    /// The one refresh token that works now.
+    pub fn current_refresh_token(&self) -> String {
+        lock(&self.shared.oauth).refresh_token.clone()
+    }
+
+    /// How long access tokens issued from now on work.
+    pub fn set_access_ttl(&self, ttl: Duration) {
+        lock(&self.shared.oauth).access_ttl = ttl;
+    }
+
+    /// Makes every access token issued so far expire now (the API answers 401).
+    pub fn expire_access_tokens(&self) {
+        let now = Instant::now();
+        for until in lock(&self.shared.oauth).access.values_mut() {
+            *until = now;
+        }
+    }
+
+    /// Revokes the integration's current refresh token and issues `fresh` instead (a
+    /// person reconnected the integration).
+    pub fn reissue_refresh_token(&self, fresh: &str) {
+        lock(&self.shared.oauth).refresh_token = fresh.to_owned();
     }
 
     /// Applies `fault` to the next `times` calls of `method` (`leads.complex`,
@@ -285,6 +372,11 @@ pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
     // The fake's well-known token: printing it is the point.
     println!("fake amoCRM base_url: {}", fake.base_url());
     println!("token: {}", fake.token());
+    let (client_id, client_secret, redirect_uri) = fake.oauth_client();
+    println!("client_id: {client_id}");
+    println!("client_secret: {client_secret}");
+    println!("redirect_uri: {redirect_uri}");
+    println!("refresh_token: {}", fake.initial_refresh_token());
     println!("operation_field_id: {FIELD_ID}");
     tokio::signal::ctrl_c().await?;
     drop(fake);
@@ -296,6 +388,7 @@ fn router(state: AppState) -> Router {
         .route("/api/v4/leads/complex", post(complex))
         .route("/api/v4/leads", get(search))
         .route("/api/v4/leads/{id}", get(get_lead))
+        .route("/oauth2/access_token", post(access_token))
         .route("/_fake/faults", post(push_faults))
         .route("/_fake/settings", post(update_settings))
         .route("/_fake/state", get(state_json))
@@ -471,11 +564,98 @@ fn refusal(fault: &Fault) -> Option<Response> {
 }
 
 fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
-    headers
+    let Some(t) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == shared.token)
+    else {
+        return false;
+    };
+    t == shared.token
+        || lock(&shared.oauth)
+            .access
+            .get(t)
+            .is_some_and(|until| Instant::now() < *until)
+}
+
+/// An OAuth error as amoCRM sends it: problem+json with a `hint`.
+fn oauth_error(status: u16, hint: &str) -> Response {
+    problem_body(
+        status,
+        json!({"hint": hint, "title": title_of(status), "type": format!("https://httpstatus.es/{status}"),
+               "status": status, "detail": "The request is invalid"}),
+    )
+}
+
+/// `POST /oauth2/access_token` with `grant_type: refresh_token` (JSON or a form).
+async fn access_token(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let shared = &state.shared;
+    shared.calls.hit(TOKEN);
+    let fault = shared.faults.take(TOKEN);
+    if let Some(Fault::LatencyMs { ms }) = &fault {
+        tokio::time::sleep(Duration::from_millis(*ms)).await;
+    }
+    if let Some(refused) = fault.as_ref().and_then(refusal) {
+        return refused;
+    }
+    let is_form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/x-www-form-urlencoded"));
+    let params: BTreeMap<String, String> = if is_form {
+        serde_urlencoded::from_bytes(&body).unwrap_or_default()
+    } else {
+        serde_json::from_slice::<Map<String, Value>>(&body)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, text_of(&v)))
+            .collect()
+    };
+    let param = |k: &str| params.get(k).map(String::as_str).unwrap_or_default();
+    let issued = {
+        let mut o = lock(&shared.oauth);
+        if param("client_id") != o.client_id || param("client_secret") != o.client_secret {
+            Err(oauth_error(401, "Client authentication failed"))
+        } else if param("grant_type") != "refresh_token" {
+            Err(oauth_error(400, "Unsupported grant type"))
+        } else if param("redirect_uri") != o.redirect_uri {
+            Err(oauth_error(400, "Redirect URI mismatch"))
+        } else if param("refresh_token").is_empty() || param("refresh_token") != o.refresh_token {
+            Err(oauth_error(400, "Token has been revoked"))
+        } else {
+            o.issued += 1;
+            let n = o.issued;
+            let access = format!("fake-access-{n}");
+            let ttl = o.access_ttl;
+            o.access.insert(access.clone(), Instant::now() + ttl);
+            o.refresh_token = format!("fake-refresh-{n}");
+            Ok((access, o.refresh_token.clone(), ttl))
+        }
+    };
+    let (access, refresh, ttl) = match issued {
+        Ok(t) => t,
+        Err(resp) => return resp,
+    };
+    let server_time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let mut resp = Json(json!({"token_type": "Bearer", "expires_in": ttl.as_secs(),
+        "server_time": server_time, "access_token": access, "refresh_token": refresh}))
+    .into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    resp
 }
 
 fn unauthorized() -> Response {
@@ -1195,6 +1375,48 @@ mod tests {
         let (status, ct, _) = send(add(&fake, json!([lead("k3", "3")]))).await;
         assert_eq!((status, ct.as_str()), (500, "application/problem+json"));
         assert_eq!(fake.leads().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn refresh_tokens_rotate_and_access_tokens_expire() {
+        let fake = fake().await;
+        fake.set_access_ttl(Duration::from_secs(1));
+        let (client_id, client_secret, redirect_uri) = fake.oauth_client();
+        let client = reqwest::Client::new();
+        let refresh = |token: String| {
+            client
+                .post(format!("{}/oauth2/access_token", fake.base_url()))
+                .json(&json!({"client_id": client_id, "client_secret": client_secret,
+                    "grant_type": "refresh_token", "refresh_token": token, "redirect_uri": redirect_uri}))
+        };
+        let (status, _, body) = send(refresh(fake.initial_refresh_token())).await;
+        assert_eq!(status, 200, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["token_type"], "Bearer");
+        assert_eq!(body["expires_in"], 1);
+        let access = body["access_token"].as_str().unwrap().to_owned();
+        assert_eq!(body["refresh_token"], fake.current_refresh_token());
+        // The first refresh token is dead now.
+        let (status, ct, body) = send(refresh(fake.initial_refresh_token())).await;
+        assert_eq!((status, ct.as_str()), (400, "application/problem+json"));
+        assert!(body.contains("revoked"), "{body}");
+        let list = || {
+            client
+                .get(format!("{}/api/v4/leads", fake.base_url()))
+                .bearer_auth(&access)
+        };
+        assert_eq!(send(list()).await.0, 204);
+        fake.expire_access_tokens();
+        assert_eq!(send(list()).await.0, 401);
+        // Wrong client credentials: 401.
+        let wrong = client
+            .post(format!("{}/oauth2/access_token", fake.base_url()))
+            .json(
+                &json!({"client_id": "x", "client_secret": "y", "grant_type": "refresh_token",
+                "refresh_token": fake.current_refresh_token(), "redirect_uri": "z"}),
+            );
+        assert_eq!(send(wrong).await.0, 401);
+        assert_eq!(fake.calls(TOKEN), 3);
     }
 
     #[test]

@@ -174,8 +174,12 @@ pub trait Crm: Send + Sync + 'static {
 }
 
 /// Builds the adapter the configuration names.
+///
+/// `store` is the operations store: amoCRM with OAuth keeps its rotating tokens there,
+/// shared by every process.
 pub fn from_config(
     config: &crate::config::CrmConfig,
+    store: std::sync::Arc<dyn crate::store::Store>,
 ) -> Result<std::sync::Arc<dyn Crm>, ConfigError> {
     use crate::config::CrmConfig;
     Ok(match config {
@@ -191,13 +195,37 @@ pub fn from_config(
         CrmConfig::Amocrm {
             base_url,
             token,
+            client_id,
+            client_secret,
+            redirect_uri,
+            refresh_token,
             operation_field_id,
             pipeline_id,
             rate_limit,
             timeout,
         } => std::sync::Arc::new(amocrm::AmoCrm::new(amocrm::Settings {
             base_url: base_url.clone(),
-            token: token.expose().to_owned(),
+            auth: match (token, client_id, client_secret, redirect_uri, refresh_token) {
+                (Some(token), None, None, None, None) => {
+                    amocrm::Auth::Token(token.expose().to_owned())
+                }
+                (None, Some(id), Some(secret), Some(redirect), Some(refresh)) => {
+                    amocrm::Auth::OAuth(amocrm::OAuth {
+                        client_id: id.clone(),
+                        client_secret: secret.expose().to_owned(),
+                        redirect_uri: redirect.clone(),
+                        refresh_token: refresh.expose().to_owned(),
+                        store,
+                    })
+                }
+                _ => {
+                    return Err(ConfigError(
+                        "amoCRM needs either token, or client_id, client_secret, redirect_uri \
+                         and refresh_token"
+                            .into(),
+                    ))
+                }
+            },
             operation_field_id: *operation_field_id,
             pipeline_id: *pipeline_id,
             rate_limit: *rate_limit,

@@ -545,6 +545,46 @@ pub trait Store: Send + Sync + 'static {
     /// Sends externally claimed operations whose lease ran out to review: their outcome
     /// is unknown and no CRM lookup is possible from here. Returns how many.
     async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64>;
+
+    /// The current OAuth tokens of `connector`, shared by every process of the
+    /// installation (amoCRM rotates refresh tokens: a copy per process would be dead
+    /// after the first refresh anywhere else).
+    async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>>;
+
+    /// Saves `token` (with its `version`, which the caller sets) for `connector`.
+    /// `expected_version: None` inserts only if the connector has no row yet (seeding);
+    /// `Some(v)` replaces the row only if its version is still `v` (compare-and-set).
+    /// `false` means someone else saved first: re-read and use their tokens.
+    async fn save_crm_token(
+        &self,
+        connector: &str,
+        token: &CrmToken,
+        expected_version: Option<i64>,
+    ) -> Result<bool>;
+}
+
+/// A CRM connector's OAuth tokens as stored (see [`Store::crm_token`]). `Debug` never
+/// shows the tokens.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CrmToken {
+    /// `None` until the first refresh (a row seeded from the configured refresh token).
+    pub access_token: Option<String>,
+    pub refresh_token: String,
+    /// When the access token stops working.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Bumped by every save; what a compare-and-set compares.
+    pub version: i64,
+}
+
+impl std::fmt::Debug for CrmToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrmToken")
+            .field("access_token", &self.access_token.as_ref().map(|_| "***"))
+            .field("refresh_token", &"***")
+            .field("expires_at", &self.expires_at)
+            .field("version", &self.version)
+            .finish()
+    }
 }
 
 /// Runs purge batches until nothing is left, yielding between batches.

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use leadgate::app::{self, Mode};
 use leadgate::config::Config;
-use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH};
+use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH, TOKEN};
+use leadgate::store::CrmToken;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -328,5 +329,149 @@ each_backend!(
             "late_duplicate"
         );
         gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_oauth_a_lead_completes_across_an_access_token_expiry,
+    |db| async move {
+        // Keep the whole TestDb (its temp dir) alive, not just the captured url.
+        let db = db;
+        let config = leadgate::crm::fake_amocrm::FakeConfig {
+            access_ttl_secs: 1,
+            ..Default::default()
+        };
+        let fake = FakeAmoCrm::spawn_with("127.0.0.1:0".parse().unwrap(), config)
+            .await
+            .unwrap();
+        let (client_id, client_secret, redirect_uri) = fake.oauth_client();
+        let long_lived = format!("token = \"{}\"\n", fake.token());
+        let oauth = format!(
+            "client_id = \"{client_id}\"\nclient_secret = \"{client_secret}\"\n\
+             redirect_uri = \"{redirect_uri}\"\nrefresh_token = \"{}\"\n",
+            fake.initial_refresh_token()
+        );
+        let toml = config_toml(&db.url, &fake).replace(&long_lived, &oauth);
+        assert!(toml.contains("client_secret"), "{toml}");
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        gw.post_json("site", &lead("t1")).await;
+        gw.wait_status("site:t1", "completed").await;
+        assert_eq!(gw.fake.calls(TOKEN), 1);
+        // The access token expires; the next lead refreshes it and completes.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        gw.post_json("site", &lead("t2")).await;
+        let op = gw.wait_status("site:t2", "completed").await;
+        assert_eq!(op["attempts"], 1, "{op}");
+        assert!(gw.fake.calls(TOKEN) >= 2);
+        let row = gw.store().crm_token("amocrm").await.unwrap().unwrap();
+        assert_eq!(row.refresh_token, gw.fake.current_refresh_token());
+        assert!(gw
+            .store()
+            .connector("amocrm")
+            .await
+            .unwrap()
+            .is_none_or(|c| !c.paused));
+        // Nothing on the timeline carries a token or the client secret.
+        for id in ["site:t1", "site:t2"] {
+            let timeline = gw.store().timeline(&id.parse().unwrap()).await.unwrap();
+            let text = serde_json::to_string(&timeline).unwrap();
+            for needle in ["fake-access-", "fake-refresh-", &client_secret] {
+                assert!(!text.contains(needle), "{needle} in {text}");
+            }
+        }
+        assert_eq!(keys(&gw.fake), ["site:t1", "site:t2"]);
+        gw.stop().await;
+    }
+);
+
+// ---------------------------------------------------------------------------------
+// The shared OAuth token row (`Store::crm_token` / `save_crm_token`): conformance on
+// both backends. amoCRM rotates refresh tokens, so processes coordinate through it.
+
+fn token(access: Option<&str>, refresh: &str, version: i64) -> CrmToken {
+    CrmToken {
+        access_token: access.map(str::to_owned),
+        refresh_token: refresh.to_owned(),
+        expires_at: access.map(|_| leadgate::store::now() + chrono::TimeDelta::seconds(3600)),
+        version,
+    }
+}
+
+each_backend!(crm_tokens_seed_once_then_compare_and_set, |db| async move {
+    let store = db.store().await;
+    assert_eq!(store.crm_token("amocrm").await.unwrap(), None);
+    // Seeding inserts only if absent: a second seed (another process) changes nothing.
+    let seed = token(None, "r0", 0);
+    assert!(store.save_crm_token("amocrm", &seed, None).await.unwrap());
+    assert!(!store
+        .save_crm_token("amocrm", &token(None, "other", 0), None)
+        .await
+        .unwrap());
+    assert_eq!(store.crm_token("amocrm").await.unwrap(), Some(seed));
+    // A refresh replaces the row only under the version it saw.
+    let first = token(Some("a1"), "r1", 1);
+    assert!(store
+        .save_crm_token("amocrm", &first, Some(0))
+        .await
+        .unwrap());
+    assert_eq!(
+        store.crm_token("amocrm").await.unwrap(),
+        Some(first.clone())
+    );
+    assert!(!store
+        .save_crm_token("amocrm", &token(Some("late"), "late", 1), Some(0))
+        .await
+        .unwrap());
+    assert_eq!(store.crm_token("amocrm").await.unwrap(), Some(first));
+    // A CAS on a connector without a row saves nothing; connectors are separate rows.
+    assert!(!store
+        .save_crm_token("other", &token(Some("x"), "y", 1), Some(0))
+        .await
+        .unwrap());
+    assert_eq!(store.crm_token("other").await.unwrap(), None);
+    let debug = format!("{:?}", store.crm_token("amocrm").await.unwrap());
+    assert!(!debug.contains("a1") && !debug.contains("r1"), "{debug}");
+});
+
+each_backend!(
+    crm_tokens_two_concurrent_refreshes_exactly_one_wins,
+    |db| async move {
+        let store = db.store().await;
+        assert!(store
+            .save_crm_token("amocrm", &token(Some("a0"), "r0", 3), None)
+            .await
+            .unwrap());
+        for round in 0..5 {
+            let version = 3 + round;
+            let mut saves = Vec::new();
+            for who in ["a", "b"] {
+                let store = store.clone();
+                let mine = token(
+                    Some(&format!("{who}{round}")),
+                    &format!("r-{who}{round}"),
+                    version + 1,
+                );
+                saves.push(tokio::spawn(async move {
+                    let won = store
+                        .save_crm_token("amocrm", &mine, Some(version))
+                        .await
+                        .unwrap();
+                    (won, mine)
+                }));
+            }
+            let mut winners = Vec::new();
+            for s in saves {
+                let (won, mine) = s.await.unwrap();
+                if won {
+                    winners.push(mine);
+                }
+            }
+            assert_eq!(winners.len(), 1, "round {round}: exactly one refresh wins");
+            // The loser re-reads and finds the winner's tokens.
+            assert_eq!(
+                store.crm_token("amocrm").await.unwrap().as_ref(),
+                Some(&winners[0])
+            );
+        }
     }
 );
