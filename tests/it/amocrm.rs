@@ -335,8 +335,6 @@ each_backend!(
 each_backend!(
     amocrm_oauth_a_lead_completes_across_an_access_token_expiry,
     |db| async move {
-        // Keep the whole TestDb (its temp dir) alive, not just the captured url.
-        let db = db;
         let config = leadgate::crm::fake_amocrm::FakeConfig {
             access_ttl_secs: 1,
             ..Default::default()
