@@ -17,6 +17,13 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
+        let store = Self::open(url).await?;
+        super::migrate(&store.pool, sqlx::migrate!("migrations/sqlite")).await?;
+        Ok(store)
+    }
+
+    /// Connects without touching the schema (the console checks the version instead).
+    pub async fn open(url: &str) -> Result<Self, super::StoreError> {
         let options = SqliteConnectOptions::from_str(url)?
             .journal_mode(SqliteJournalMode::Wal)
             // With WAL, NORMAL loses no committed transaction on a process crash, only on
@@ -28,7 +35,6 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options)
             .await?;
-        super::migrate(&pool, sqlx::migrate!("migrations/sqlite")).await?;
         Ok(SqliteStore { pool })
     }
 

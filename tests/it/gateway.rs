@@ -355,7 +355,7 @@ each_backend!(
                 .metrics(leadgate::store::now(), Duration::from_secs(60))
                 .await
                 .unwrap();
-            if m.operations_by_status.get("in_progress").is_none() {
+            if !m.operations_by_status.contains_key("in_progress") {
                 break;
             }
             assert!(Instant::now() < deadline, "attempts never ended");
