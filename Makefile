@@ -16,3 +16,4 @@ lint:
 unit:
 	scripts/ensure-postgres.sh
 	cargo test --locked
+include console.mk

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod console;
 mod console_store;
 mod gateway;
 mod process;
