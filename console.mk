@@ -34,5 +34,6 @@ test-console: ui/node_modules
 
 ## The real-window end-to-end test. Needs the Debian packages and tauri-driver
 ## (scripts/ci-console.sh installs what is missing).
-e2e: console
+e2e: console-deps
+	npm --prefix ui run build
 	scripts/e2e.sh

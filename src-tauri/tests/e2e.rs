@@ -14,7 +14,7 @@ use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
-use leadgate::console_api::{Action, ActionRequest, Console, ConsoleError};
+use leadgate::console_api::{Action, ActionRequest, Console};
 use leadgate::domain::{OperationId, Status};
 use leadgate::store::{self, Store};
 
@@ -56,6 +56,9 @@ fn start_driver(settings: &Path) -> Driver {
 }
 
 async fn connect_client() -> Client {
+    // Two TLS backends are linked in the workspace; WebDriver runs over plain HTTP, but
+    // rustls insists on a chosen provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut caps = serde_json::Map::new();
     caps.insert(
         "tauri:options".into(),
@@ -85,11 +88,22 @@ fn css(s: &str) -> Locator<'_> {
 }
 
 async fn el(c: &Client, selector: &str) -> Element {
-    c.wait()
+    match c
+        .wait()
         .at_most(Duration::from_secs(15))
         .for_element(css(selector))
         .await
-        .unwrap_or_else(|e| panic!("no `{selector}` on screen: {e}"))
+    {
+        Ok(e) => e,
+        Err(e) => {
+            let page = c.source().await.unwrap_or_default();
+            let text = page.chars().take(3000).collect::<String>();
+            if let Ok(png) = c.screenshot().await {
+                let _ = std::fs::write(std::env::temp_dir().join("leadgate-e2e-failure.png"), png);
+            }
+            panic!("no `{selector}` on screen: {e}\npage: {text}")
+        }
+    }
 }
 
 /// Waits until the element's text satisfies `pred`.
@@ -101,15 +115,15 @@ async fn text_until(c: &Client, selector: &str, what: &str, pred: impl Fn(&str) 
                 if pred(&t) {
                     return t;
                 }
-                if Instant::now() > deadline {
-                    panic!("`{selector}` shows {t:?}, expected {what}");
-                }
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "`{selector}` never showed {what}"
-        );
+        if Instant::now() > deadline {
+            if let Ok(png) = c.screenshot().await {
+                let _ = std::fs::write(std::env::temp_dir().join("leadgate-e2e-failure.png"), png);
+            }
+            let page = c.source().await.unwrap_or_default();
+            panic!("`{selector}` never showed {what}\npage: {page}");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -137,6 +151,8 @@ async fn tab(c: &Client, name: &str) {
 async fn shot(c: &Client, name: &str) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/screenshots");
     std::fs::create_dir_all(&dir).unwrap();
+    // WebKit hands out the last painted frame: let the latest change reach the screen.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     let png = c.screenshot().await.expect("screenshot");
     std::fs::write(dir.join(name), png).unwrap();
 }
@@ -162,9 +178,16 @@ async fn the_console_resolves_every_kind_of_case_in_a_real_window() {
 
     let _driver = start_driver(&settings);
     let c = connect_client().await;
-    let result = run(&c, &*db, &s, &url).await;
+    // Run the steps as a task so a failed step still closes the session (and the app).
+    let steps = tokio::spawn({
+        let c = c.clone();
+        async move { run(&c, &*db, &s, &url).await }
+    })
+    .await;
     let _ = c.close().await;
-    result;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
     eprintln!("e2e finished in {:.1?}", started.elapsed());
 }
 
@@ -307,10 +330,16 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
     )
     .await
     .unwrap();
-    // Reload the case in the window (Esc, Enter) so it shows the new open case.
+    // The window shows the new case; then Ivan, in another console, grants first.
     tab(c, "needs_review").await;
     open_row(c, s.exhausted.as_str()).await;
     let case = db.cases_of(&s.exhausted).await.unwrap().pop().unwrap();
+    let shown = format!("#{} ", case.id);
+    text_until(c, "[data-testid=case-id]", &shown, |t| {
+        t.starts_with(&shown)
+    })
+    .await;
+    el(c, "[data-testid=authorize]").await;
     console
         .act(
             "Ivan",
@@ -389,6 +418,4 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     shot(c, "dashboard.png").await;
-
-    let _: Result<(), ConsoleError> = Ok(());
 }

@@ -1,3 +1,4 @@
+import "./lib/locale-guard";
 import { mount } from "svelte";
 import App from "./App.svelte";
 import "./app.css";
