@@ -31,6 +31,7 @@ test-console: ui/node_modules
 	npm --prefix ui run check
 	npm --prefix ui test
 	cargo test --locked --test it console::bindings_are_fresh
+	cargo clippy --locked --workspace --all-targets --features leadgate-console/e2e -- -D warnings
 
 ## The real-window end-to-end test. Needs the Debian packages and tauri-driver
 ## (scripts/ci-console.sh installs what is missing).

@@ -43,7 +43,7 @@ pub struct SeriesPoint {
     pub end: DateTime<Utc>,
     /// Deliveries accepted (not rejected).
     pub deliveries: i64,
-    /// Operations created (unique operation ids first seen).
+    /// Operations created (deliveries that claimed a new key).
     pub new_operations: i64,
     /// CRM entities created or found again by key.
     pub crm_entities: i64,

@@ -984,16 +984,21 @@ macro_rules! sql_store {
                             .push_bind(*hi)
                             .push(")");
                     }
+                    // `cross join` keeps the few buckets as the outer loop on SQLite (one
+                    // index range per bucket instead of a scan of the table per bucket);
+                    // PostgreSQL plans it as the inner join it is.
                     q.push(format!(
-                        ") select b.i{select}, count(*) from b join {table} x on x.{at} >= b.lo \
-                         and x.{at} < b.hi {filter} group by b.i{select}"
+                        ") select b.i{select}, count(*) from b cross join {table} x \
+                         where x.{at} >= b.lo and x.{at} < b.hi {filter} group by b.i{select}"
                     ));
                     q
                 };
                 type Field = fn(&mut SeriesPoint) -> &mut i64;
                 let figures: [(&str, &str, &str, Field); 6] = [
                     ("deliveries", "received_at", "and x.outcome <> 'rejected'", |p| &mut p.deliveries),
-                    ("operations", "created_at", "", |p| &mut p.new_operations),
+                    // A delivery that created its operation (indexed by time, unlike
+                    // operations.created_at).
+                    ("deliveries", "received_at", "and x.outcome = 'new'", |p| &mut p.new_operations),
                     ("deliveries", "received_at", "and x.outcome = 'duplicate'", |p| {
                         &mut p.duplicates_absorbed
                     }),
