@@ -398,11 +398,14 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
 
     // Resume the paused connector.
     tab(c, "connectors").await;
-    el(c, "[data-testid=queue-row][data-operation=bitrix24]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    el(
+        c,
+        "[data-testid=connector-row][data-operation=bitrix24] [data-testid=resume]",
+    )
+    .await
+    .click()
+    .await
+    .unwrap();
     el(c, "[data-testid=flash]").await;
     assert!(!db.connector("bitrix24").await.unwrap().unwrap().paused);
 

@@ -364,3 +364,62 @@ each_backend!(
         assert!(again.console().await.is_ok());
     }
 );
+
+each_backend!(
+    accept_as_new_makes_an_operation_of_its_own,
+    |db| async move {
+        let store = db.store().await;
+        let d = |name: &str| crate::store::delivery("x", serde_json::json!({"name": name}));
+        store.record_delivery(d("Ann")).await.unwrap();
+        store.record_delivery(d("Anna")).await.unwrap();
+        let console = Console::open(&db.url).await.unwrap();
+        let id = OperationId::new("site", "x").unwrap();
+        let case = open_case_of(&console, &id).await;
+        let detail = console
+            .case_detail(id.as_str(), Some(case.id), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            detail.conflict.unwrap().incoming.payload.unwrap()["name"],
+            "Anna"
+        );
+        let done = console
+            .act(
+                "Olga",
+                ActionRequest {
+                    case_id: case.id,
+                    expected_version: case.version,
+                    comment: None,
+                    action: Action::AcceptAsNew,
+                },
+            )
+            .await
+            .unwrap();
+        let new_id = done.new_operation.expect("a new operation");
+        let new_op = console
+            .case_detail(&new_id, None, None)
+            .await
+            .unwrap()
+            .operation;
+        assert_eq!(new_op.payload.unwrap()["name"], "Anna");
+        assert_eq!(new_op.status, "received");
+    }
+);
+
+each_backend!(a_stale_version_is_refused, |db| async move {
+    let (console, s) = seeded(&db).await;
+    let case = open_case_of(&console, &s.uncertain).await;
+    let err = console
+        .act(
+            "Olga",
+            ActionRequest {
+                case_id: case.id,
+                expected_version: case.version - 1,
+                comment: None,
+                action: Action::Confirm { crm_id: "1".into() },
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ConsoleError::Changed { .. }), "{err:?}");
+});
