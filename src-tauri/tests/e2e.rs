@@ -421,4 +421,23 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     shot(c, "dashboard.png").await;
+
+    // Russian, remembered in the settings.
+    el(c, "select[data-testid=language]")
+        .await
+        .select_by_value("ru")
+        .await
+        .unwrap();
+    el(c, "[data-testid=nav-queue]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(c, "[data-testid=tab-needs_review]", "Russian tabs", |t| {
+        t.starts_with("На разборе")
+    })
+    .await;
+    tab(c, "failed_terminal").await;
+    open_row(c, s.failed.as_str()).await;
+    shot(c, "queue-ru.png").await;
 }
