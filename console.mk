@@ -21,7 +21,7 @@ console-deps: ui/node_modules node_modules
 ## Builds the UI, then the console binary that embeds it.
 console: console-deps
 	npm --prefix ui run build
-	cargo build --locked -p leadgate-console
+	cargo build --locked --workspace
 
 console-run: console
 	$(CONSOLE_BIN) $(if $(LEADGATE_DATABASE_URL),--database-url $(LEADGATE_DATABASE_URL))

@@ -58,3 +58,24 @@ pub fn run() {
         .run(tauri::generate_context!())
         .expect("error while running the Leadgate console");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::database_url_from;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_database_url_comes_from_the_command_line_first() {
+        assert_eq!(
+            database_url_from(args(&["--database-url", "sqlite://a.db"])).as_deref(),
+            Some("sqlite://a.db")
+        );
+        assert_eq!(
+            database_url_from(args(&["-x", "--database-url=postgres://h/db"])).as_deref(),
+            Some("postgres://h/db")
+        );
+    }
+}
