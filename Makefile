@@ -25,3 +25,5 @@ demo:
 bench:
 	scripts/ensure-postgres.sh
 	cargo bench --locked --bench intake
+
+include console.mk

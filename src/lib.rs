@@ -4,6 +4,8 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod console_api;
+pub mod console_seed;
 pub mod crm;
 pub mod demo;
 pub mod domain;

@@ -17,9 +17,12 @@ use crate::domain::{
     TransitionError,
 };
 
+mod console;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
+
+pub use console::*;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -501,6 +504,28 @@ pub trait Store: Send + Sync + 'static {
     async fn review_cases(&self, filter: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>>;
     /// Open cases per reason.
     async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>>;
+    /// Operations in one status, least recently changed first, keyset-paged (the
+    /// console's `failed_terminal` tab).
+    async fn operations_with_status(
+        &self,
+        status: Status,
+        page: OperationPage,
+    ) -> Result<Vec<Operation>>;
+    /// Counts of the console's operation tabs; stale = lease ran out before the time given.
+    async fn queue_counts(&self, lease_expired_before: DateTime<Utc>) -> Result<QueueCounts>;
+    /// Other operations sharing the normalized phone or e-mail of `id`, newest first.
+    async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>>;
+    /// One journaled delivery (e.g. the conflicting side of a payload conflict).
+    async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>>;
+    /// Dashboard figures per bucket over `[from, to)`.
+    async fn series(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        buckets: u32,
+    ) -> Result<Vec<SeriesPoint>>;
+    /// The newest migration applied to this database (`None`: no schema yet). Reads only.
+    async fn schema_version(&self) -> Result<Option<i64>>;
     /// `in_progress` operations whose lease ran out before `lease_expired_before`.
     async fn stale_in_progress(
         &self,
@@ -616,6 +641,29 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
         let scheme = url.split(':').next().unwrap_or(url);
         Err(StoreError::UnknownScheme(scheme.to_owned()))
     }
+}
+
+/// Opens the store named by `url` without creating or upgrading its schema: for the
+/// console, which reports a schema mismatch instead of migrating a shared database.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::open(url).await?))
+    } else {
+        let scheme = url.split(':').next().unwrap_or(url);
+        Err(StoreError::UnknownScheme(scheme.to_owned()))
+    }
+}
+
+/// The schema version this build's migrations bring a database to (both backends share
+/// version numbers).
+pub fn known_schema_version() -> i64 {
+    sqlx::migrate!("migrations/sqlite")
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The current time at the precision both backends keep (microseconds), so a value

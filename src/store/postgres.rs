@@ -16,13 +16,19 @@ pub struct PgStore {
 
 impl PgStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
+        let store = Self::open(url).await?;
+        super::migrate(&store.pool, sqlx::migrate!("migrations/postgres")).await?;
+        Ok(store)
+    }
+
+    /// Connects without touching the schema (the console checks the version instead).
+    pub async fn open(url: &str) -> Result<Self, super::StoreError> {
         let options = PgConnectOptions::from_str(url)?.application_name("leadgate");
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        super::migrate(&pool, sqlx::migrate!("migrations/postgres")).await?;
         Ok(PgStore { pool })
     }
 

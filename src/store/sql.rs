@@ -996,6 +996,181 @@ macro_rules! sql_store {
                     .collect()
             }
 
+            async fn operations_with_status(
+                &self,
+                status: Status,
+                page: OperationPage,
+            ) -> Result<Vec<Operation>> {
+                // Keyset on (updated_at, operation_id), served by the operations_status index.
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                    "select {OP_COLUMNS} from operations where status = "
+                ));
+                q.push_bind(status.as_str());
+                if let Some((at, id)) = page.after {
+                    q.push(" and (updated_at > ")
+                        .push_bind(at)
+                        .push(" or (updated_at = ")
+                        .push_bind(at)
+                        .push(" and operation_id > ")
+                        .push_bind(id)
+                        .push("))");
+                }
+                q.push(" order by updated_at, operation_id limit ")
+                    .push_bind(page.limit.clamp(1, 1000));
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn queue_counts(&self, lease_expired_before: DateTime<Utc>) -> Result<QueueCounts> {
+                let failed_terminal: i64 = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'failed_terminal'",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                let stale_in_progress: i64 = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'in_progress' \
+                     and lease_expires_at < $1",
+                )
+                .bind(lease_expired_before)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(QueueCounts { failed_terminal, stale_in_progress })
+            }
+
+            async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
+                // Two index lookups (operations_phone, operations_email) joined by union.
+                let sql = format!(
+                    "select {OP_COLUMNS} from operations where operation_id in ( \
+                       select o.operation_id from operations o join operations me \
+                         on me.operation_id = $1 and o.contact_phone = me.contact_phone \
+                       union \
+                       select o.operation_id from operations o join operations me \
+                         on me.operation_id = $1 and o.contact_email = me.contact_email) \
+                     and operation_id <> $1 order by created_at desc, operation_id limit $2"
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(id.as_str())
+                    .bind(limit.clamp(1, 200))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>> {
+                let row = sqlx::query(
+                    "select id, source, operation_id, received_at, outcome, payload, payload_hash \
+                     from deliveries where id = $1",
+                )
+                .bind(delivery_id)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(|r| {
+                    Ok(DeliveryView {
+                        id: r.try_get("id")?,
+                        source: r.try_get("source")?,
+                        operation_id: r.try_get("operation_id")?,
+                        received_at: r.try_get("received_at")?,
+                        outcome: r.try_get("outcome")?,
+                        payload: json_text(r.try_get("payload")?)?,
+                        payload_hash: r.try_get("payload_hash")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn series(
+                &self,
+                from: DateTime<Utc>,
+                to: DateTime<Utc>,
+                n: u32,
+            ) -> Result<Vec<SeriesPoint>> {
+                let edges = buckets(from, to, n);
+                let mut points: Vec<SeriesPoint> = edges
+                    .iter()
+                    .map(|(start, end)| SeriesPoint { start: *start, end: *end, ..Default::default() })
+                    .collect();
+                // One grouped query per figure: the buckets are a bound `values` list joined
+                // to the table on its time column (shared SQL; no dialect date functions).
+                let counted = |select: &str, table: &str, at: &str, filter: &str| {
+                    let mut q = sqlx::QueryBuilder::<$db>::new("with b (i, lo, hi) as (values ");
+                    for (i, (lo, hi)) in edges.iter().enumerate() {
+                        if i > 0 {
+                            q.push(", ");
+                        }
+                        q.push("(")
+                            .push_bind(i as i64)
+                            .push(", ")
+                            .push_bind(*lo)
+                            .push(", ")
+                            .push_bind(*hi)
+                            .push(")");
+                    }
+                    // `cross join` keeps the few buckets as the outer loop on SQLite (one
+                    // index range per bucket instead of a scan of the table per bucket);
+                    // PostgreSQL plans it as the inner join it is.
+                    q.push(format!(
+                        ") select b.i{select}, count(*) from b cross join {table} x \
+                         where x.{at} >= b.lo and x.{at} < b.hi {filter} group by b.i{select}"
+                    ));
+                    q
+                };
+                type Field = fn(&mut SeriesPoint) -> &mut i64;
+                let figures: [(&str, &str, &str, Field); 6] = [
+                    ("deliveries", "received_at", "and x.outcome <> 'rejected'", |p| &mut p.deliveries),
+                    // A delivery that created its operation (indexed by time, unlike
+                    // operations.created_at).
+                    ("deliveries", "received_at", "and x.outcome = 'new'", |p| &mut p.new_operations),
+                    ("deliveries", "received_at", "and x.outcome = 'duplicate'", |p| {
+                        &mut p.duplicates_absorbed
+                    }),
+                    ("timeline", "at", "and x.kind in ('crm_created', 'recovered')", |p| {
+                        &mut p.crm_entities
+                    }),
+                    ("review_cases", "opened_at", "", |p| &mut p.cases_opened),
+                    ("review_cases", "resolved_at", "", |p| &mut p.cases_resolved),
+                ];
+                for (table, at, filter, field) in figures {
+                    let rows: Vec<(i64, i64)> = counted("", table, at, filter)
+                        .build_query_as()
+                        .fetch_all(&self.pool)
+                        .await?;
+                    for (i, count) in rows {
+                        if let Some(p) = points.get_mut(i as usize) {
+                            *field(p) = count;
+                        }
+                    }
+                }
+                let rows: Vec<(i64, String, i64)> = counted(
+                    ", x.error_class",
+                    "timeline",
+                    "at",
+                    "and x.kind = 'retry_scheduled' and x.error_class is not null",
+                )
+                .build_query_as()
+                .fetch_all(&self.pool)
+                .await?;
+                for (i, class, count) in rows {
+                    if let Some(p) = points.get_mut(i as usize) {
+                        p.retries_by_class.insert(class, count);
+                    }
+                }
+                Ok(points)
+            }
+
+            async fn schema_version(&self) -> Result<Option<i64>> {
+                // sqlx's own bookkeeping table; absent on a database never migrated.
+                match sqlx::query_scalar::<_, Option<i64>>(
+                    "select max(version) from _sqlx_migrations where success",
+                )
+                .fetch_one(&self.pool)
+                .await
+                {
+                    Ok(v) => Ok(v),
+                    Err(sqlx::Error::Database(_)) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+
             async fn stale_in_progress(
                 &self,
                 lease_expired_before: DateTime<Utc>,

@@ -23,6 +23,13 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
+        let store = Self::open(url).await?;
+        super::migrate(&store.writer, sqlx::migrate!("migrations/sqlite")).await?;
+        Ok(store)
+    }
+
+    /// Connects without touching the schema (the console checks the version instead).
+    pub async fn open(url: &str) -> Result<Self, super::StoreError> {
         let options = SqliteConnectOptions::from_str(url)?
             .journal_mode(SqliteJournalMode::Wal)
             // With WAL, NORMAL loses no committed transaction on a process crash, only on
@@ -35,7 +42,6 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(60))
             .connect_with(options.clone())
             .await?;
-        super::migrate(&writer, sqlx::migrate!("migrations/sqlite")).await?;
         // An in-memory database exists once per connection: read where it is written.
         let pool = if url.contains(":memory:") || url.contains("mode=memory") {
             writer.clone()

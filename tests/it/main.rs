@@ -5,6 +5,8 @@ mod support;
 
 mod amocrm;
 mod claim_api;
+mod console;
+mod console_store;
 mod gateway;
 mod metrics;
 mod n8n;

@@ -1,0 +1,101 @@
+//! The console's commands: one line each, delegating to `leadgate::console_api`. No SQL
+//! and no decisions here; the types (and their TypeScript twins) live in the library.
+
+use leadgate::console_api::{
+    ActionOutcome, ActionRequest, ApiResult, CaseDetail, Connection, ConnectorView, ConsoleState,
+    Dashboard, QueuePage, QueueQuery, QueueRow, Range, Settings, Tab, TabCounts,
+};
+use tauri::State;
+
+type S<'a> = State<'a, ConsoleState>;
+
+#[tauri::command]
+pub async fn settings(state: S<'_>) -> ApiResult<Settings> {
+    Ok(state.settings().await)
+}
+
+#[tauri::command]
+pub async fn save_settings(state: S<'_>, settings: Settings) -> ApiResult<Settings> {
+    state.save_settings(settings).await
+}
+
+#[tauri::command]
+pub async fn connect(state: S<'_>, url: Option<String>) -> ApiResult<Connection> {
+    state.connect(url).await
+}
+
+#[tauri::command]
+pub async fn counts(state: S<'_>) -> ApiResult<TabCounts> {
+    state.console().await?.counts().await
+}
+
+#[tauri::command]
+pub async fn queue(state: S<'_>, tab: Tab, query: QueueQuery) -> ApiResult<QueuePage> {
+    state.console().await?.queue(tab, query).await
+}
+
+#[tauri::command]
+pub async fn case_detail(
+    state: S<'_>,
+    operation_id: String,
+    case_id: Option<i64>,
+) -> ApiResult<CaseDetail> {
+    let template = state.settings().await.crm_url_template;
+    state
+        .console()
+        .await?
+        .case_detail(&operation_id, case_id, template.as_deref())
+        .await
+}
+
+#[tauri::command]
+pub async fn act(state: S<'_>, request: ActionRequest) -> ApiResult<ActionOutcome> {
+    state
+        .console()
+        .await?
+        .act(&state.operator().await?, request)
+        .await
+}
+
+#[tauri::command]
+pub async fn open_case(
+    state: S<'_>,
+    operation_id: String,
+    comment: Option<String>,
+) -> ApiResult<i64> {
+    state
+        .console()
+        .await?
+        .open_case(&state.operator().await?, &operation_id, comment)
+        .await
+}
+
+#[tauri::command]
+pub async fn resume_connector(state: S<'_>, name: String) -> ApiResult<bool> {
+    state
+        .console()
+        .await?
+        .resume_connector(&state.operator().await?, &name)
+        .await
+}
+
+#[tauri::command]
+pub async fn connectors(state: S<'_>) -> ApiResult<Vec<ConnectorView>> {
+    state.console().await?.connectors().await
+}
+
+#[tauri::command]
+pub async fn cases_after(state: S<'_>, after: Option<i64>) -> ApiResult<Vec<QueueRow>> {
+    state.console().await?.cases_after(after).await
+}
+
+#[tauri::command]
+pub async fn dashboard(state: S<'_>, range: Range) -> ApiResult<Dashboard> {
+    state.console().await?.dashboard(range).await
+}
+
+#[tauri::command]
+pub fn notify(app: tauri::AppHandle, title: String, body: String) -> ApiResult<()> {
+    crate::notify(&app, &title, &body);
+    Ok(())
+}

@@ -1,0 +1,81 @@
+//! Leadgate's operator console: a Tauri shell over `leadgate::console_api`.
+
+mod commands;
+
+use leadgate::console_api::ConsoleState;
+use tauri::Manager;
+use tauri_plugin_notification::NotificationExt;
+
+/// A desktop notification. Without a notification daemon (CI) the plugin returns at once.
+pub fn notify(app: &tauri::AppHandle, title: &str, body: &str) {
+    if let Err(e) = app.notification().builder().title(title).body(body).show() {
+        eprintln!("notification not shown: {e}");
+    }
+}
+
+/// `--database-url URL` or `--database-url=URL`, else `LEADGATE_DATABASE_URL`.
+pub fn database_url_from(args: impl IntoIterator<Item = String>) -> Option<String> {
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        if a == "--database-url" {
+            return args.next();
+        }
+        if let Some(v) = a.strip_prefix("--database-url=") {
+            return Some(v.to_owned());
+        }
+    }
+    std::env::var("LEADGATE_DATABASE_URL").ok()
+}
+
+pub fn run() {
+    let url = database_url_from(std::env::args().skip(1));
+    tauri::Builder::default()
+        .plugin(tauri_plugin_notification::init())
+        .setup(move |app| {
+            // LEADGATE_CONSOLE_SETTINGS lets tests use a settings file of their own.
+            let settings = match std::env::var_os("LEADGATE_CONSOLE_SETTINGS") {
+                Some(p) => p.into(),
+                None => app.path().app_config_dir()?.join("settings.json"),
+            };
+            app.manage(ConsoleState::new(settings, url.clone()));
+            Ok(())
+        })
+        .invoke_handler(tauri::generate_handler![
+            commands::settings,
+            commands::save_settings,
+            commands::connect,
+            commands::counts,
+            commands::queue,
+            commands::case_detail,
+            commands::act,
+            commands::open_case,
+            commands::resume_connector,
+            commands::connectors,
+            commands::cases_after,
+            commands::dashboard,
+            commands::notify,
+        ])
+        .run(tauri::generate_context!())
+        .expect("error while running the Leadgate console");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::database_url_from;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_database_url_comes_from_the_command_line_first() {
+        assert_eq!(
+            database_url_from(args(&["--database-url", "sqlite://a.db"])).as_deref(),
+            Some("sqlite://a.db")
+        );
+        assert_eq!(
+            database_url_from(args(&["-x", "--database-url=postgres://h/db"])).as_deref(),
+            Some("postgres://h/db")
+        );
+    }
+}

@@ -1,0 +1,443 @@
+//! The console in a real window, driven through WebDriver (tauri-driver + WebKitWebDriver):
+//! first-run connection and operator screens, the queue, each case, and confirm / link /
+//! authorize-one-retry / keep-original / resume-connector, each checked on screen and in
+//! the database. Saves the README's screenshots to docs/screenshots/.
+//!
+//! Run by `make e2e` (which builds the UI first and provides a display with Xvfb):
+//! `cargo test -p leadgate-console --features e2e --test e2e`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::elements::Element;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+use leadgate::console_api::{Action, ActionRequest, Console};
+use leadgate::domain::{OperationId, Status};
+use leadgate::store::{self, Store};
+
+const DRIVER_PORT: u16 = 4444;
+const OPERATOR: &str = "E2E Operator";
+
+/// tauri-driver, stopped with SIGTERM (SIGKILL would leave WebKitWebDriver running).
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+    }
+}
+
+fn start_driver(settings: &Path) -> Driver {
+    let child =
+        Command::new(std::env::var("TAURI_DRIVER").unwrap_or_else(|_| "tauri-driver".into()))
+            .args(["--port", &DRIVER_PORT.to_string(), "--native-port", "4445"])
+            .env("LEADGATE_CONSOLE_SETTINGS", settings)
+            .env_remove("LEADGATE_DATABASE_URL")
+            .env("DBUS_SESSION_BUS_ADDRESS", "disabled:")
+            .env("NO_AT_BRIDGE", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("tauri-driver on PATH (cargo install tauri-driver --locked)");
+    Driver(child)
+}
+
+async fn connect_client() -> Client {
+    // Two TLS backends are linked in the workspace; WebDriver runs over plain HTTP, but
+    // rustls insists on a chosen provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "tauri:options".into(),
+        json!({"application": env!("CARGO_BIN_EXE_leadgate-console")}),
+    );
+    caps.insert("browserName".into(), json!("wry"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match ClientBuilder::rustls()
+            .expect("tls")
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{DRIVER_PORT}"))
+            .await
+        {
+            Ok(c) => return c,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("waiting for tauri-driver: {e}");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => panic!("no WebDriver session: {e}"),
+        }
+    }
+}
+
+fn css(s: &str) -> Locator<'_> {
+    Locator::Css(s)
+}
+
+async fn el(c: &Client, selector: &str) -> Element {
+    match c
+        .wait()
+        .at_most(Duration::from_secs(15))
+        .for_element(css(selector))
+        .await
+    {
+        Ok(e) => e,
+        Err(e) => {
+            let page = c.source().await.unwrap_or_default();
+            let text = page.chars().take(3000).collect::<String>();
+            if let Ok(png) = c.screenshot().await {
+                let _ = std::fs::write(std::env::temp_dir().join("leadgate-e2e-failure.png"), png);
+            }
+            panic!("no `{selector}` on screen: {e}\npage: {text}")
+        }
+    }
+}
+
+/// Waits until the element's text satisfies `pred`.
+async fn text_until(c: &Client, selector: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(e) = c.find(css(selector)).await {
+            if let Ok(t) = e.text().await {
+                if pred(&t) {
+                    return t;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            if let Ok(png) = c.screenshot().await {
+                let _ = std::fs::write(std::env::temp_dir().join("leadgate-e2e-failure.png"), png);
+            }
+            let page = c.source().await.unwrap_or_default();
+            panic!("`{selector}` never showed {what}\npage: {page}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn open_row(c: &Client, operation: &str) {
+    el(
+        c,
+        &format!("[data-testid=queue-row][data-operation='{operation}']"),
+    )
+    .await
+    .click()
+    .await
+    .unwrap();
+    text_until(c, "[data-testid=case-key]", operation, |t| t == operation).await;
+}
+
+async fn tab(c: &Client, name: &str) {
+    el(c, &format!("[data-testid=tab-{name}]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+}
+
+async fn shot(c: &Client, name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    // WebKit hands out the last painted frame: let the latest change reach the screen.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let png = c.screenshot().await.expect("screenshot");
+    std::fs::write(dir.join(name), png).unwrap();
+}
+
+async fn op(store: &dyn Store, id: &OperationId) -> leadgate::store::Operation {
+    store.operation(id).await.unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_resolves_every_kind_of_case_in_a_real_window() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let db = store::connect(&url).await.unwrap();
+    let s = leadgate::console_seed::seed(&*db).await.unwrap();
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "crm_url_template": "https://example.bitrix24.ru/crm/lead/details/{id}/"})
+            .to_string(),
+    )
+    .unwrap();
+
+    let _driver = start_driver(&settings);
+    let c = connect_client().await;
+    // Run the steps as a task so a failed step still closes the session (and the app).
+    let steps = tokio::spawn({
+        let c = c.clone();
+        async move { run(&c, &*db, &s, &url).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+    eprintln!("e2e finished in {:.1?}", started.elapsed());
+}
+
+async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url: &str) {
+    // First run: the connection screen, then the operator's name, asked once.
+    el(c, "[data-testid=connect-screen]").await;
+    el(c, "[data-testid=db-url]")
+        .await
+        .send_keys("sqlite:///nonexistent/dir/x.db")
+        .await
+        .unwrap();
+    el(c, "[data-testid=connect-screen] button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    el(c, "[data-testid=connect-error]").await;
+    let input = el(c, "[data-testid=db-url]").await;
+    input.clear().await.unwrap();
+    input.send_keys(url).await.unwrap();
+    el(c, "[data-testid=connect-screen] button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    el(c, "[data-testid=operator-name]")
+        .await
+        .send_keys(OPERATOR)
+        .await
+        .unwrap();
+    el(c, "[data-testid=operator-screen] button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(c, "[data-testid=operator]", OPERATOR, |t| t == OPERATOR).await;
+
+    // The queue with live counts per tab.
+    text_until(c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
+    text_until(c, "[data-testid=count-payload_conflict]", "1", |t| t == "1").await;
+    text_until(c, "[data-testid=count-stale]", "1", |t| t == "1").await;
+    text_until(c, "[data-testid=count-failed_terminal]", "1", |t| t == "1").await;
+    text_until(c, "[data-testid=count-connectors]", "1", |t| t == "1").await;
+
+    // Keyboard: j moves, Enter opens, Esc closes.
+    let body = el(c, "body").await;
+    body.send_keys("j").await.unwrap();
+    body.send_keys("\u{E007}").await.unwrap(); // Enter
+    text_until(c, "[data-testid=case-key]", "the second row", |t| {
+        t == s.cross_channel.as_str()
+    })
+    .await;
+    body.send_keys("\u{E00C}").await.unwrap(); // Escape
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        c.find(css("[data-testid=case-view]")).await.is_err(),
+        "Esc closes the case"
+    );
+
+    // Confirm CRM result.
+    open_row(c, s.uncertain.as_str()).await;
+    el(c, "[data-testid=timeline] [data-kind=crm_response]").await;
+    shot(c, "queue.png").await;
+    el(c, "[data-testid=crm-id-input]")
+        .await
+        .send_keys("5555")
+        .await
+        .unwrap();
+    el(c, "[data-testid=comment]")
+        .await
+        .send_keys("found in Bitrix24 by phone")
+        .await
+        .unwrap();
+    el(c, "[data-testid=confirm]").await.click().await.unwrap();
+    text_until(c, "[data-testid=op-status]", "completed", |t| {
+        t == "completed"
+    })
+    .await;
+    el(c, "[data-testid=timeline] [data-kind=human_action]").await;
+    shot(c, "case-timeline.png").await;
+    let o = op(db, &s.uncertain).await;
+    assert_eq!(
+        (o.status, o.crm_id.as_deref()),
+        (Status::Completed, Some("5555"))
+    );
+    let human = db.timeline(&s.uncertain).await.unwrap();
+    let human = human.iter().find(|e| e.kind == "human_action").unwrap();
+    assert_eq!(human.actor, OPERATOR);
+    assert_eq!(human.detail["comment"], "found in Bitrix24 by phone");
+    text_until(c, "[data-testid=count-needs_review]", "2", |t| t == "2").await;
+
+    // Link to an existing crm_id, picked from the candidates sharing the phone.
+    open_row(c, s.cross_channel.as_str()).await;
+    el(c, "[data-testid=pick-candidate]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    el(c, "[data-testid=link]").await.click().await.unwrap();
+    text_until(c, "[data-testid=op-status]", "completed", |t| {
+        t == "completed"
+    })
+    .await;
+    let o = op(db, &s.cross_channel).await;
+    assert_eq!(o.crm_id.as_deref(), Some(s.linked_crm_id.as_str()));
+    assert_eq!(o.crm_link.as_deref(), Some("linked"));
+
+    // Authorize one retry: granted once through the dialog...
+    open_row(c, s.exhausted.as_str()).await;
+    el(c, "[data-testid=authorize]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    el(c, "[data-testid=authorize-confirm]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(c, "[data-testid=op-status]", "received", |t| {
+        t == "received"
+    })
+    .await;
+    let o = op(db, &s.exhausted).await;
+    assert_eq!((o.status, o.retry_grants), (Status::Received, 1));
+    el(c, "[data-testid=resolved-by]").await;
+    assert!(
+        c.find(css("[data-testid=authorize]")).await.is_err(),
+        "no second grant offered"
+    );
+
+    // ...and a second operator who acted first wins: the window refuses, one grant stays.
+    let console = Console::open(url).await.unwrap();
+    db.open_review(
+        &s.exhausted,
+        leadgate::domain::ReviewReason::UncertainOutcome,
+        "worker:1",
+        json!({}),
+        store::now(),
+    )
+    .await
+    .unwrap();
+    // The window shows the new case; then Ivan, in another console, grants first.
+    tab(c, "needs_review").await;
+    open_row(c, s.exhausted.as_str()).await;
+    let case = db.cases_of(&s.exhausted).await.unwrap().pop().unwrap();
+    let shown = format!("#{} ", case.id);
+    text_until(c, "[data-testid=case-id]", &shown, |t| {
+        t.starts_with(&shown)
+    })
+    .await;
+    el(c, "[data-testid=authorize]").await;
+    console
+        .act(
+            "Ivan",
+            ActionRequest {
+                case_id: case.id,
+                expected_version: case.version,
+                comment: None,
+                action: Action::AuthorizeRetry,
+            },
+        )
+        .await
+        .unwrap();
+    el(c, "[data-testid=authorize]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    el(c, "[data-testid=authorize-confirm]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(
+        c,
+        "[data-testid=action-error]",
+        "already resolved by Ivan",
+        |t| t.contains("already resolved by Ivan"),
+    )
+    .await;
+    let o = op(db, &s.exhausted).await;
+    assert_eq!(o.retry_grants, 1, "two authorizations, one grant");
+    let grants = db
+        .timeline(&s.exhausted)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "human_action" && e.detail["action"] == "retry_authorized")
+        .count();
+    assert_eq!(grants, 2, "one per case; the refused click added none");
+
+    // Keep original on a payload conflict, after looking at the diff.
+    tab(c, "payload_conflict").await;
+    open_row(c, s.conflict.as_str()).await;
+    el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
+    shot(c, "conflict-diff.png").await;
+    el(c, "[data-testid=keep-original]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    el(c, "[data-testid=resolved-by]").await;
+    let case = db.cases_of(&s.conflict).await.unwrap().pop().unwrap();
+    assert_eq!(case.resolution.as_deref(), Some("kept_original"));
+    assert_eq!(case.resolved_by.as_deref(), Some(OPERATOR));
+    assert_ne!(op(db, &s.conflict).await.status, Status::NeedsReview);
+
+    // Resume the paused connector.
+    tab(c, "connectors").await;
+    el(
+        c,
+        "[data-testid=connector-row][data-operation=bitrix24] [data-testid=resume]",
+    )
+    .await
+    .click()
+    .await
+    .unwrap();
+    el(c, "[data-testid=flash]").await;
+    assert!(!db.connector("bitrix24").await.unwrap().unwrap().paused);
+
+    // The dashboard.
+    el(c, "[data-testid=nav-dashboard]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(c, "[data-testid=m-unique]", "a count", |t| {
+        t.chars().any(|c| c.is_ascii_digit())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    shot(c, "dashboard.png").await;
+
+    // Russian, remembered in the settings.
+    el(c, "select[data-testid=language]")
+        .await
+        .select_by_value("ru")
+        .await
+        .unwrap();
+    el(c, "[data-testid=nav-queue]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(c, "[data-testid=tab-needs_review]", "Russian tabs", |t| {
+        t.starts_with("На разборе")
+    })
+    .await;
+    tab(c, "failed_terminal").await;
+    open_row(c, s.failed.as_str()).await;
+    shot(c, "queue-ru.png").await;
+}

@@ -1,0 +1,1020 @@
+//! What the operator console asks of Leadgate: the queue, a case with everything on one
+//! screen, the human actions and the dashboard. The desktop app (`src-tauri`) is a thin
+//! shell over this module; every action goes through the same `Store::resolve` /
+//! `Store::resume_connector` the CLI uses, so it means the same wherever it is taken.
+//!
+//! The types here are the console's wire format: the TypeScript twins in
+//! `ui/src/lib/bindings.ts` are generated from them (ts-rs) and checked for freshness by
+//! `cargo test` (tests/it/console.rs).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use ts_rs::TS;
+
+use crate::domain::{OperationId, ReviewReason, Status};
+use crate::store::{
+    self, CaseFilter, HumanAction, Operation, OperationPage, Page, Resolve, ReviewCase, Store,
+    StoreError, TimelineEvent,
+};
+
+/// Everything a command can answer instead of a result; the UI switches on `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ConsoleError {
+    #[error("not connected to an operations database")]
+    NotConnected,
+    #[error("the database cannot be reached: {message}")]
+    Unreachable { message: String },
+    #[error("the database has no Leadgate schema yet; run `leadgate migrate` first")]
+    SchemaMissing,
+    #[error("the database schema (version {found}) is older than this console ({known}); run `leadgate migrate`")]
+    SchemaTooOld {
+        #[ts(type = "number")]
+        found: i64,
+        #[ts(type = "number")]
+        known: i64,
+    },
+    #[error("the database schema (version {found}) is newer than this console ({known}); upgrade the console")]
+    SchemaTooNew {
+        #[ts(type = "number")]
+        found: i64,
+        #[ts(type = "number")]
+        known: i64,
+    },
+    #[error("case #{case_id} was already resolved by {by}")]
+    AlreadyResolved {
+        #[ts(type = "number")]
+        case_id: i64,
+        by: String,
+    },
+    #[error("the operation changed since you loaded it; reload and decide again")]
+    Changed {
+        #[ts(type = "number")]
+        expected: i64,
+        #[ts(type = "number")]
+        current: i64,
+    },
+    #[error("{message}")]
+    Invalid { message: String },
+    #[error("{message}")]
+    NotFound { message: String },
+    #[error("{message}")]
+    Failed { message: String },
+}
+
+impl From<StoreError> for ConsoleError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::CaseAlreadyResolved(case_id, by) => {
+                ConsoleError::AlreadyResolved { case_id, by }
+            }
+            StoreError::StaleVersion { expected, current } => {
+                ConsoleError::Changed { expected, current }
+            }
+            StoreError::InvalidAction(message) => ConsoleError::Invalid { message },
+            StoreError::Transition(t) => ConsoleError::Invalid {
+                message: t.to_string(),
+            },
+            e @ (StoreError::UnknownCase(_) | StoreError::UnknownOperation(_)) => {
+                ConsoleError::NotFound {
+                    message: e.to_string(),
+                }
+            }
+            StoreError::SchemaTooNew { found, known } => {
+                ConsoleError::SchemaTooNew { found, known }
+            }
+            e @ StoreError::UnknownScheme(_) => ConsoleError::Invalid {
+                message: e.to_string(),
+            },
+            StoreError::Database(e) if is_unreachable(&e) => ConsoleError::Unreachable {
+                message: e.to_string(),
+            },
+            e => ConsoleError::Failed {
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+fn is_unreachable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_)
+    ) || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "14" || c == "3D000" || c == "28P01" || c == "28000"))
+}
+
+pub type ApiResult<T> = Result<T, ConsoleError>;
+
+/// What the console remembers per user (in the OS's config folder).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct Settings {
+    pub database_url: Option<String>,
+    pub operator: Option<String>,
+    /// `ru` or `en`; none: follow the system locale.
+    pub language: Option<String>,
+    /// How to open a CRM entity: `{id}` is replaced by the `crm_id`.
+    pub crm_url_template: Option<String>,
+}
+
+impl Settings {
+    pub fn load(path: &Path) -> Settings {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn save(&self, path: &Path) -> ApiResult<()> {
+        let fail = |e: std::io::Error| ConsoleError::Failed {
+            message: format!("cannot save settings to {}: {e}", path.display()),
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+        }
+        let text = serde_json::to_string_pretty(self).expect("settings serialise");
+        std::fs::write(path, text).map_err(fail)
+    }
+}
+
+/// What the console shows about the connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct Connection {
+    pub backend: String,
+    /// The URL without a password.
+    pub display_url: String,
+    #[ts(type = "number")]
+    pub schema_version: i64,
+}
+
+/// The console's connection and preferences; the desktop shell holds one.
+pub struct ConsoleState {
+    settings_path: PathBuf,
+    /// A URL given on the command line or in the environment wins over settings.
+    override_url: Option<String>,
+    inner: tokio::sync::RwLock<(Settings, Option<Arc<Console>>)>,
+}
+
+impl ConsoleState {
+    pub fn new(settings_path: PathBuf, override_url: Option<String>) -> ConsoleState {
+        let settings = Settings::load(&settings_path);
+        ConsoleState {
+            settings_path,
+            override_url: override_url.filter(|u| !u.trim().is_empty()),
+            inner: tokio::sync::RwLock::new((settings, None)),
+        }
+    }
+
+    pub async fn settings(&self) -> Settings {
+        let mut s = self.inner.read().await.0.clone();
+        if let Some(url) = &self.override_url {
+            s.database_url = Some(url.clone());
+        }
+        s
+    }
+
+    pub async fn save_settings(&self, settings: Settings) -> ApiResult<Settings> {
+        let mut inner = self.inner.write().await;
+        let mut s = settings;
+        s.operator = s
+            .operator
+            .map(|o| o.trim().to_owned())
+            .filter(|o| !o.is_empty());
+        s.save(&self.settings_path)?;
+        inner.0 = s;
+        drop(inner);
+        Ok(self.settings().await)
+    }
+
+    /// Connects to `url` (or the remembered/overriding URL) and remembers it on success.
+    pub async fn connect(&self, url: Option<String>) -> ApiResult<Connection> {
+        let url = match url.filter(|u| !u.trim().is_empty()) {
+            Some(u) => u.trim().to_owned(),
+            None => self
+                .settings()
+                .await
+                .database_url
+                .ok_or(ConsoleError::NotConnected)?,
+        };
+        let console = Console::open(&url).await?;
+        let connection = console.connection.clone();
+        let mut inner = self.inner.write().await;
+        inner.1 = Some(Arc::new(console));
+        if self.override_url.as_deref() != Some(url.as_str())
+            && inner.0.database_url.as_deref() != Some(&url)
+        {
+            inner.0.database_url = Some(url);
+            inner.0.save(&self.settings_path)?;
+        }
+        Ok(connection)
+    }
+
+    pub async fn console(&self) -> ApiResult<Arc<Console>> {
+        self.inner
+            .read()
+            .await
+            .1
+            .clone()
+            .ok_or(ConsoleError::NotConnected)
+    }
+
+    /// The operator's name, required for every action.
+    pub async fn operator(&self) -> ApiResult<String> {
+        self.inner
+            .read()
+            .await
+            .0
+            .operator
+            .clone()
+            .ok_or(ConsoleError::Invalid {
+                message: "set the operator's name first".into(),
+            })
+    }
+}
+
+/// The queue tabs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum Tab {
+    /// Open review cases other than payload conflicts (filter by reason).
+    NeedsReview,
+    PayloadConflict,
+    Stale,
+    FailedTerminal,
+    Connectors,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct QueueQuery {
+    pub reason: Option<String>,
+    pub source: Option<String>,
+    /// Only items older than this many minutes.
+    #[ts(type = "number | null")]
+    pub older_than_minutes: Option<i64>,
+    /// The `next` cursor of the previous page.
+    pub cursor: Option<String>,
+    #[ts(type = "number | null")]
+    pub limit: Option<i64>,
+}
+
+/// One line of the queue: a review case, a stale or failed operation, or a connector.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct QueueRow {
+    #[ts(type = "number | null")]
+    pub case_id: Option<i64>,
+    pub operation_id: Option<String>,
+    pub source: String,
+    pub status: String,
+    pub reason: Option<String>,
+    /// When it started waiting (case opened, lease expired, failure, connector paused).
+    pub since: String,
+    pub attempts: i32,
+    pub crm_id: Option<String>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct QueuePage {
+    pub rows: Vec<QueueRow>,
+    pub next: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct TabCounts {
+    #[ts(type = "number")]
+    pub needs_review: i64,
+    #[ts(type = "Record<string, number>")]
+    pub by_reason: BTreeMap<String, i64>,
+    #[ts(type = "number")]
+    pub payload_conflict: i64,
+    #[ts(type = "number")]
+    pub stale: i64,
+    #[ts(type = "number")]
+    pub failed_terminal: i64,
+    #[ts(type = "number")]
+    pub paused_connectors: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct OperationView {
+    pub operation_id: String,
+    pub source: String,
+    pub status: String,
+    pub payload_hash: String,
+    pub payload: Option<Value>,
+    pub crm_id: Option<String>,
+    pub crm_link: Option<String>,
+    /// Opens the entity in the CRM (from the settings' template).
+    pub crm_url: Option<String>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub last_error_class: Option<String>,
+    pub review_reason: Option<String>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<String>,
+    pub retry_grants: i32,
+    pub contact_phone: Option<String>,
+    pub contact_email: Option<String>,
+    #[ts(type = "number")]
+    pub version: i64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct CaseView {
+    #[ts(type = "number")]
+    pub id: i64,
+    pub operation_id: String,
+    pub reason: String,
+    pub opened_at: String,
+    pub resolved_at: Option<String>,
+    pub resolution: Option<String>,
+    pub resolved_by: Option<String>,
+    pub comment: Option<String>,
+    pub detail: Value,
+    #[ts(type = "number")]
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct EventView {
+    #[ts(type = "number")]
+    pub id: i64,
+    /// RFC 3339 with microseconds, UTC.
+    pub at: String,
+    pub kind: String,
+    pub actor: String,
+    pub error_class: Option<String>,
+    pub detail: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct DeliveryPayload {
+    #[ts(type = "number")]
+    pub delivery_id: i64,
+    pub received_at: String,
+    pub payload: Option<Value>,
+    pub payload_hash: Option<String>,
+}
+
+/// The two sides of a payload conflict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct Conflict {
+    pub original: Option<Value>,
+    pub original_hash: String,
+    pub incoming: DeliveryPayload,
+}
+
+/// Everything about one operation on one screen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct CaseDetail {
+    pub operation: OperationView,
+    /// The case the operator opened (or the newest open one).
+    pub case: Option<CaseView>,
+    pub cases: Vec<CaseView>,
+    pub timeline: Vec<EventView>,
+    pub conflict: Option<Conflict>,
+    pub candidates: Vec<OperationView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Action {
+    Confirm { crm_id: String },
+    Link { crm_id: String },
+    AuthorizeRetry,
+    KeepOriginal,
+    AcceptAsNew,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ActionRequest {
+    #[ts(type = "number")]
+    pub case_id: i64,
+    /// The operation version the operator saw.
+    #[ts(type = "number")]
+    pub expected_version: i64,
+    pub comment: Option<String>,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ActionOutcome {
+    pub operation: OperationView,
+    pub new_operation: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ConnectorView {
+    pub name: String,
+    pub paused: bool,
+    pub reason: Option<String>,
+    pub since: String,
+    pub changed_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct SeriesPointView {
+    pub start: String,
+    #[ts(type = "number")]
+    pub deliveries: i64,
+    #[ts(type = "number")]
+    pub new_operations: i64,
+    #[ts(type = "number")]
+    pub crm_entities: i64,
+    #[ts(type = "number")]
+    pub duplicates_absorbed: i64,
+    #[ts(type = "number")]
+    pub cases_opened: i64,
+    #[ts(type = "number")]
+    pub cases_resolved: i64,
+    #[ts(type = "Record<string, number>")]
+    pub retries_by_class: BTreeMap<String, i64>,
+}
+
+/// SPEC.md "Metrics" now, and over the chosen range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct Dashboard {
+    #[ts(type = "number")]
+    pub unique_operations: i64,
+    #[ts(type = "number")]
+    pub crm_entities_created: i64,
+    #[ts(type = "Record<string, number>")]
+    pub duplicates_absorbed: BTreeMap<String, i64>,
+    #[ts(type = "Record<string, number>")]
+    pub retries_by_class: BTreeMap<String, i64>,
+    #[ts(type = "Record<string, number>")]
+    pub operations_by_status: BTreeMap<String, i64>,
+    #[ts(type = "number")]
+    pub stale_in_progress: i64,
+    #[ts(type = "number")]
+    pub unprocessed: i64,
+    #[ts(type = "number")]
+    pub lost: i64,
+    #[ts(type = "Record<string, number>")]
+    pub open_cases_by_reason: BTreeMap<String, i64>,
+    #[ts(type = "number")]
+    pub resolved_cases: i64,
+    pub mean_seconds_to_resolve: Option<f64>,
+    #[ts(type = "number")]
+    pub unreconstructable: i64,
+    pub paused_connectors: Vec<String>,
+    pub series: Vec<SeriesPointView>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum Range {
+    Hour,
+    Day,
+    Week,
+    Month,
+}
+
+impl Range {
+    fn span_and_buckets(self) -> (chrono::TimeDelta, u32) {
+        match self {
+            Range::Hour => (chrono::TimeDelta::hours(1), 60),
+            Range::Day => (chrono::TimeDelta::days(1), 48),
+            Range::Week => (chrono::TimeDelta::days(7), 56),
+            Range::Month => (chrono::TimeDelta::days(30), 60),
+        }
+    }
+}
+
+/// A connected console.
+pub struct Console {
+    store: Arc<dyn Store>,
+    pub connection: Connection,
+    /// `in_progress` past its lease by this long counts as stale.
+    pub stale_after: Duration,
+}
+
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn cursor_err() -> ConsoleError {
+    ConsoleError::Invalid {
+        message: "bad page cursor".into(),
+    }
+}
+
+impl Console {
+    /// Opens the database without migrating it and checks its schema version.
+    pub async fn open(url: &str) -> ApiResult<Console> {
+        let store = store::open(url).await?;
+        store.ping().await?;
+        let known = store::known_schema_version();
+        let found = store
+            .schema_version()
+            .await?
+            .ok_or(ConsoleError::SchemaMissing)?;
+        if found < known {
+            return Err(ConsoleError::SchemaTooOld { found, known });
+        }
+        if found > known {
+            return Err(ConsoleError::SchemaTooNew { found, known });
+        }
+        Ok(Console {
+            connection: Connection {
+                backend: store.backend().to_owned(),
+                display_url: without_password(url),
+                schema_version: found,
+            },
+            store,
+            stale_after: Duration::from_secs(0),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn stale_before(&self) -> DateTime<Utc> {
+        store::now() - chrono::TimeDelta::from_std(self.stale_after).unwrap_or_default()
+    }
+
+    pub async fn counts(&self) -> ApiResult<TabCounts> {
+        let by_reason = self.store.case_counts().await?;
+        let queue = self.store.queue_counts(self.stale_before()).await?;
+        let connectors = self.store.connectors().await?;
+        let mut c = TabCounts {
+            stale: queue.stale_in_progress,
+            failed_terminal: queue.failed_terminal,
+            paused_connectors: connectors.iter().filter(|c| c.paused).count() as i64,
+            ..Default::default()
+        };
+        for (reason, n) in by_reason {
+            if reason == ReviewReason::PayloadConflict {
+                c.payload_conflict = n;
+            } else {
+                c.needs_review += n;
+            }
+            c.by_reason.insert(reason.as_str().to_owned(), n);
+        }
+        Ok(c)
+    }
+
+    pub async fn queue(&self, tab: Tab, q: QueueQuery) -> ApiResult<QueuePage> {
+        let limit = q.limit.unwrap_or(50).clamp(1, 500);
+        let older = q
+            .older_than_minutes
+            .filter(|m| *m > 0)
+            .map(|m| store::now() - chrono::TimeDelta::minutes(m));
+        let source = q.source.filter(|s| !s.is_empty());
+        match tab {
+            Tab::NeedsReview | Tab::PayloadConflict => {
+                let reason = match tab {
+                    Tab::PayloadConflict => Some(ReviewReason::PayloadConflict),
+                    _ => q
+                        .reason
+                        .filter(|r| !r.is_empty())
+                        .map(|r| r.parse::<ReviewReason>())
+                        .transpose()
+                        .map_err(|e| ConsoleError::Invalid {
+                            message: e.to_string(),
+                        })?,
+                };
+                let after_id = q
+                    .cursor
+                    .map(|c| c.parse::<i64>().map_err(|_| cursor_err()))
+                    .transpose()?;
+                // "Needs review" lists every reason but conflicts; filter those out page by
+                // page (conflicts have a tab of their own).
+                let filter = CaseFilter {
+                    reason,
+                    source,
+                    opened_before: older,
+                    resolved: false,
+                };
+                let cases = self
+                    .store
+                    .review_cases(&filter, Page { after_id, limit })
+                    .await?;
+                let next = (cases.len() as i64 == limit)
+                    .then(|| cases.last().map(|c| c.id.to_string()))
+                    .flatten();
+                let rows = cases
+                    .into_iter()
+                    .filter(|c| {
+                        tab == Tab::PayloadConflict || c.reason != ReviewReason::PayloadConflict
+                    })
+                    .map(|c| QueueRow {
+                        case_id: Some(c.id),
+                        operation_id: Some(c.operation_id.clone()),
+                        source: c.source,
+                        status: c.status.to_string(),
+                        reason: Some(c.reason.to_string()),
+                        since: ts(c.opened_at),
+                        attempts: 0,
+                        crm_id: None,
+                        note: c
+                            .detail
+                            .get("message")
+                            .and_then(|m| m.as_str())
+                            .map(str::to_owned),
+                    })
+                    .collect();
+                Ok(QueuePage { rows, next })
+            }
+            Tab::FailedTerminal => {
+                let after = q
+                    .cursor
+                    .map(|c| {
+                        let (at, id) = c.split_once('|').ok_or_else(cursor_err)?;
+                        let at = DateTime::parse_from_rfc3339(at).map_err(|_| cursor_err())?;
+                        Ok::<_, ConsoleError>((at.with_timezone(&Utc), id.to_owned()))
+                    })
+                    .transpose()?;
+                let ops = self
+                    .store
+                    .operations_with_status(Status::FailedTerminal, OperationPage { after, limit })
+                    .await?;
+                let next = (ops.len() as i64 == limit)
+                    .then(|| {
+                        ops.last()
+                            .map(|o| format!("{}|{}", ts(o.updated_at), o.operation_id))
+                    })
+                    .flatten();
+                let rows = ops
+                    .into_iter()
+                    .filter(|o| source.as_ref().is_none_or(|s| &o.source == s))
+                    .filter(|o| older.is_none_or(|t| o.updated_at < t))
+                    .map(|o| op_row(o, |o| o.updated_at))
+                    .collect();
+                Ok(QueuePage { rows, next })
+            }
+            Tab::Stale => {
+                let ops = self
+                    .store
+                    .stale_in_progress(self.stale_before(), limit)
+                    .await?;
+                let rows = ops
+                    .into_iter()
+                    .filter(|o| source.as_ref().is_none_or(|s| &o.source == s))
+                    .map(|o| op_row(o, |o| o.lease_expires_at.unwrap_or(o.updated_at)))
+                    .collect();
+                Ok(QueuePage { rows, next: None })
+            }
+            Tab::Connectors => {
+                let rows = self
+                    .store
+                    .connectors()
+                    .await?
+                    .into_iter()
+                    .map(|c| QueueRow {
+                        case_id: None,
+                        operation_id: None,
+                        source: c.name,
+                        status: if c.paused {
+                            "paused".into()
+                        } else {
+                            "active".into()
+                        },
+                        reason: None,
+                        since: ts(c.since),
+                        attempts: 0,
+                        crm_id: None,
+                        note: c.reason,
+                    })
+                    .collect();
+                Ok(QueuePage { rows, next: None })
+            }
+        }
+    }
+
+    /// Open cases opened after case `after` (all open ones when `None`), oldest first: the
+    /// notifier's view of "new review cases".
+    pub async fn cases_after(&self, after: Option<i64>) -> ApiResult<Vec<QueueRow>> {
+        let mut rows = vec![];
+        let mut after_id = after;
+        loop {
+            let page = self
+                .store
+                .review_cases(
+                    &CaseFilter::default(),
+                    Page {
+                        after_id,
+                        limit: 1000,
+                    },
+                )
+                .await?;
+            let done = page.len() < 1000;
+            after_id = page.last().map(|c| c.id).or(after_id);
+            rows.extend(page.into_iter().map(|c| QueueRow {
+                case_id: Some(c.id),
+                operation_id: Some(c.operation_id),
+                source: c.source,
+                status: c.status.to_string(),
+                reason: Some(c.reason.to_string()),
+                since: ts(c.opened_at),
+                attempts: 0,
+                crm_id: None,
+                note: None,
+            }));
+            if done {
+                return Ok(rows);
+            }
+        }
+    }
+
+    /// One operation with its cases, full timeline, conflict sides and link candidates.
+    pub async fn case_detail(
+        &self,
+        operation_id: &str,
+        case_id: Option<i64>,
+        crm_url_template: Option<&str>,
+    ) -> ApiResult<CaseDetail> {
+        let id =
+            OperationId::try_from(operation_id.to_owned()).map_err(|e| ConsoleError::Invalid {
+                message: e.to_string(),
+            })?;
+        let op = self
+            .store
+            .operation(&id)
+            .await?
+            .ok_or_else(|| ConsoleError::NotFound {
+                message: format!("no operation `{operation_id}`"),
+            })?;
+        let cases = self.store.cases_of(&id).await?;
+        let timeline = self.store.timeline(&id).await?;
+        let case = match case_id {
+            Some(cid) => cases.iter().find(|c| c.id == cid).cloned(),
+            None => cases
+                .iter()
+                .rev()
+                .find(|c| c.resolved_at.is_none())
+                .cloned(),
+        };
+        let conflict = match case.as_ref() {
+            Some(c) if c.reason == ReviewReason::PayloadConflict => match c.delivery_id {
+                Some(d) => self.store.delivery(d).await?.map(|d| Conflict {
+                    original: op.payload.clone(),
+                    original_hash: op.payload_hash.clone(),
+                    incoming: DeliveryPayload {
+                        delivery_id: d.id,
+                        received_at: ts(d.received_at),
+                        payload: d.payload,
+                        payload_hash: d.payload_hash,
+                    },
+                }),
+                None => None,
+            },
+            _ => None,
+        };
+        let candidates = self.store.link_candidates(&id, 20).await?;
+        Ok(CaseDetail {
+            operation: op_view(op, crm_url_template),
+            case: case.map(case_view),
+            cases: cases.into_iter().map(case_view).collect(),
+            timeline: timeline.into_iter().map(event_view).collect(),
+            conflict,
+            candidates: candidates
+                .into_iter()
+                .map(|o| op_view(o, crm_url_template))
+                .collect(),
+        })
+    }
+
+    /// A person's decision, through `Store::resolve` (guarded by the version they saw).
+    pub async fn act(&self, operator: &str, req: ActionRequest) -> ApiResult<ActionOutcome> {
+        let action = match req.action {
+            Action::Confirm { crm_id } => HumanAction::ConfirmCrmResult { crm_id },
+            Action::Link { crm_id } => HumanAction::LinkExisting { crm_id },
+            Action::AuthorizeRetry => HumanAction::AuthorizeRetry,
+            Action::KeepOriginal => HumanAction::KeepOriginal,
+            Action::AcceptAsNew => HumanAction::AcceptAsNew,
+        };
+        let resolved = self
+            .store
+            .resolve(Resolve {
+                case_id: req.case_id,
+                expected_version: req.expected_version,
+                actor: operator.to_owned(),
+                comment: req
+                    .comment
+                    .map(|c| c.trim().to_owned())
+                    .filter(|c| !c.is_empty()),
+                action,
+                now: store::now(),
+            })
+            .await?;
+        Ok(ActionOutcome {
+            operation: op_view(resolved.operation, None),
+            new_operation: resolved.new_operation.map(|o| o.to_string()),
+        })
+    }
+
+    /// Sends a stale or failed operation to review so it can be acted on.
+    pub async fn open_case(
+        &self,
+        operator: &str,
+        operation_id: &str,
+        comment: Option<String>,
+    ) -> ApiResult<i64> {
+        let id =
+            OperationId::try_from(operation_id.to_owned()).map_err(|e| ConsoleError::Invalid {
+                message: e.to_string(),
+            })?;
+        let detail = serde_json::json!({"opened_from": "console", "comment": comment});
+        Ok(self
+            .store
+            .open_review(
+                &id,
+                ReviewReason::UncertainOutcome,
+                operator,
+                detail,
+                store::now(),
+            )
+            .await?)
+    }
+
+    pub async fn resume_connector(&self, operator: &str, name: &str) -> ApiResult<bool> {
+        Ok(self
+            .store
+            .resume_connector(name, operator, store::now())
+            .await?)
+    }
+
+    pub async fn connectors(&self) -> ApiResult<Vec<ConnectorView>> {
+        Ok(self
+            .store
+            .connectors()
+            .await?
+            .into_iter()
+            .map(|c| ConnectorView {
+                name: c.name,
+                paused: c.paused,
+                reason: c.reason,
+                since: ts(c.since),
+                changed_by: c.changed_by,
+            })
+            .collect())
+    }
+
+    pub async fn dashboard(&self, range: Range) -> ApiResult<Dashboard> {
+        let now = store::now();
+        let m = self
+            .store
+            .metrics(now, self.stale_after.max(Duration::from_secs(120)))
+            .await?;
+        let (span, buckets) = range.span_and_buckets();
+        let series = self.store.series(now - span, now, buckets).await?;
+        Ok(Dashboard {
+            unique_operations: m.unique_operations,
+            crm_entities_created: m.crm_entities_created,
+            duplicates_absorbed: m.duplicates_absorbed,
+            retries_by_class: m.retries_by_class,
+            operations_by_status: m.operations_by_status,
+            stale_in_progress: m.stale_in_progress,
+            unprocessed: m.unprocessed,
+            lost: m.lost,
+            open_cases_by_reason: m.open_cases_by_reason,
+            resolved_cases: m.resolved_cases,
+            mean_seconds_to_resolve: m.mean_seconds_to_resolve,
+            unreconstructable: m.unreconstructable,
+            paused_connectors: m.paused_connectors,
+            series: series
+                .into_iter()
+                .map(|p| SeriesPointView {
+                    start: ts(p.start),
+                    deliveries: p.deliveries,
+                    new_operations: p.new_operations,
+                    crm_entities: p.crm_entities,
+                    duplicates_absorbed: p.duplicates_absorbed,
+                    cases_opened: p.cases_opened,
+                    cases_resolved: p.cases_resolved,
+                    retries_by_class: p.retries_by_class,
+                })
+                .collect(),
+        })
+    }
+}
+
+fn op_row(o: Operation, since: impl Fn(&Operation) -> DateTime<Utc>) -> QueueRow {
+    QueueRow {
+        case_id: None,
+        since: ts(since(&o)),
+        operation_id: Some(o.operation_id.to_string()),
+        source: o.source,
+        status: o.status.to_string(),
+        reason: o.last_error_class.map(|c| c.to_string()),
+        attempts: o.attempts,
+        crm_id: o.crm_id,
+        note: o.last_error,
+    }
+}
+
+pub fn op_view(o: Operation, crm_url_template: Option<&str>) -> OperationView {
+    let crm_url = match (&o.crm_id, crm_url_template) {
+        (Some(id), Some(t)) if !t.is_empty() => Some(t.replace("{id}", id)),
+        _ => None,
+    };
+    OperationView {
+        operation_id: o.operation_id.to_string(),
+        source: o.source,
+        status: o.status.to_string(),
+        payload_hash: o.payload_hash,
+        payload: o.payload,
+        crm_id: o.crm_id,
+        crm_link: o.crm_link,
+        crm_url,
+        attempts: o.attempts,
+        last_error: o.last_error,
+        last_error_class: o.last_error_class.map(|c| c.to_string()),
+        review_reason: o.review_reason.map(|r| r.to_string()),
+        lease_owner: o.lease_owner,
+        lease_expires_at: o.lease_expires_at.map(ts),
+        retry_grants: o.retry_grants,
+        contact_phone: o.contact.phone,
+        contact_email: o.contact.email,
+        version: o.version,
+        created_at: ts(o.created_at),
+        updated_at: ts(o.updated_at),
+    }
+}
+
+fn case_view(c: ReviewCase) -> CaseView {
+    CaseView {
+        id: c.id,
+        operation_id: c.operation_id,
+        reason: c.reason.to_string(),
+        opened_at: ts(c.opened_at),
+        resolved_at: c.resolved_at.map(ts),
+        resolution: c.resolution,
+        resolved_by: c.resolved_by,
+        comment: c.comment,
+        detail: c.detail,
+        version: c.version,
+    }
+}
+
+fn event_view(e: TimelineEvent) -> EventView {
+    EventView {
+        id: e.id,
+        at: ts(e.at),
+        kind: e.kind,
+        actor: e.actor,
+        error_class: e.error_class,
+        detail: e.detail,
+    }
+}
+
+/// The TypeScript declarations of every type above, as `ui/src/lib/bindings.ts` holds them.
+pub fn typescript_bindings() -> String {
+    let cfg = ts_rs::Config::default();
+    let decls = [
+        ConsoleError::decl(&cfg),
+        Settings::decl(&cfg),
+        Connection::decl(&cfg),
+        Tab::decl(&cfg),
+        QueueQuery::decl(&cfg),
+        QueueRow::decl(&cfg),
+        QueuePage::decl(&cfg),
+        TabCounts::decl(&cfg),
+        OperationView::decl(&cfg),
+        CaseView::decl(&cfg),
+        EventView::decl(&cfg),
+        DeliveryPayload::decl(&cfg),
+        Conflict::decl(&cfg),
+        CaseDetail::decl(&cfg),
+        Action::decl(&cfg),
+        ActionRequest::decl(&cfg),
+        ActionOutcome::decl(&cfg),
+        ConnectorView::decl(&cfg),
+        SeriesPointView::decl(&cfg),
+        Dashboard::decl(&cfg),
+        Range::decl(&cfg),
+    ];
+    let mut out = String::from(
+        "// Generated from src/console_api.rs by ts-rs: do not edit.\n\
+         // Regenerate: UPDATE_BINDINGS=1 cargo test --test it console::bindings_are_fresh\n\n\
+         export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;\n",
+    );
+    for d in decls {
+        out.push_str("\nexport ");
+        out.push_str(&d);
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,425 @@
+//! The console's commands (`leadgate::console_api`, which every Tauri command delegates
+//! to in one line) against both backends, and the freshness of the generated TypeScript.
+
+use leadgate::console_api::*;
+use leadgate::domain::OperationId;
+use leadgate::store;
+
+use crate::each_backend;
+
+const BINDINGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ui/src/lib/bindings.ts");
+
+#[test]
+fn bindings_are_fresh() {
+    let generated = typescript_bindings();
+    if std::env::var("UPDATE_BINDINGS").as_deref() == Ok("1") {
+        std::fs::write(BINDINGS, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(BINDINGS).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "ui/src/lib/bindings.ts is stale: run `UPDATE_BINDINGS=1 cargo test --test it console::bindings_are_fresh`"
+    );
+}
+
+async fn seeded(db: &crate::support::TestDb) -> (Console, leadgate::console_seed::Seeded) {
+    let store = db.store().await;
+    let seeded = leadgate::console_seed::seed(&*store).await.unwrap();
+    (Console::open(&db.url).await.unwrap(), seeded)
+}
+
+async fn open_case_of(console: &Console, id: &OperationId) -> CaseView {
+    console
+        .case_detail(id.as_str(), None, None)
+        .await
+        .unwrap()
+        .case
+        .expect("an open case")
+}
+
+each_backend!(
+    console_refuses_a_database_without_the_schema,
+    |db| async move {
+        let err = Console::open(&db.url).await.err().unwrap();
+        assert_eq!(err, ConsoleError::SchemaMissing);
+        drop(db.store().await);
+        let console = Console::open(&db.url).await.unwrap();
+        assert_eq!(
+            console.connection.schema_version,
+            store::known_schema_version()
+        );
+    }
+);
+
+#[tokio::test]
+async fn an_unreachable_database_is_a_clear_error() {
+    let err = Console::open("postgres://nobody@127.0.0.1:1/none")
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, ConsoleError::Unreachable { .. }), "{err:?}");
+    let err = Console::open("mysql://x").await.err().unwrap();
+    assert!(matches!(err, ConsoleError::Invalid { .. }), "{err:?}");
+}
+
+each_backend!(queue_tabs_and_counts, |db| async move {
+    let (console, s) = seeded(&db).await;
+    let counts = console.counts().await.unwrap();
+    assert_eq!(counts.payload_conflict, 1);
+    assert_eq!(counts.needs_review, 3, "{counts:?}");
+    assert_eq!(counts.failed_terminal, 1);
+    assert_eq!(counts.stale, 1);
+    assert_eq!(counts.paused_connectors, 1);
+    let ids = |p: QueuePage| {
+        p.rows
+            .into_iter()
+            .map(|r| r.operation_id.unwrap_or(r.source))
+            .collect::<Vec<_>>()
+    };
+    let review = console
+        .queue(Tab::NeedsReview, QueueQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(review),
+        [
+            s.uncertain.to_string(),
+            s.cross_channel.to_string(),
+            s.exhausted.to_string()
+        ]
+    );
+    // Keyset paging: one row per page.
+    let first = console
+        .queue(
+            Tab::NeedsReview,
+            QueueQuery {
+                limit: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let second = console
+        .queue(
+            Tab::NeedsReview,
+            QueueQuery {
+                limit: Some(1),
+                cursor: first.next.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(second), [s.cross_channel.to_string()]);
+    let by_reason = console
+        .queue(
+            Tab::NeedsReview,
+            QueueQuery {
+                reason: Some("retries_exhausted".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(by_reason), [s.exhausted.to_string()]);
+    let by_source = console
+        .queue(
+            Tab::NeedsReview,
+            QueueQuery {
+                source: Some("calls".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(by_source), [s.cross_channel.to_string()]);
+    let conflicts = console
+        .queue(Tab::PayloadConflict, QueueQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(ids(conflicts), [s.conflict.to_string()]);
+    let failed = console
+        .queue(Tab::FailedTerminal, QueueQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(ids(failed), [s.failed.to_string()]);
+    let stale = console
+        .queue(Tab::Stale, QueueQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(ids(stale), [s.stale.to_string()]);
+    let connectors = console
+        .queue(Tab::Connectors, QueueQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(connectors.rows[0].status, "paused");
+    assert_eq!(console.cases_after(None).await.unwrap().len(), 4);
+});
+
+each_backend!(
+    case_detail_has_timeline_diff_and_candidates,
+    |db| async move {
+        let (console, s) = seeded(&db).await;
+        let d = console
+            .case_detail(
+                s.conflict.as_str(),
+                None,
+                Some("https://crm.example/lead/{id}/"),
+            )
+            .await
+            .unwrap();
+        let conflict = d.conflict.expect("both sides of the conflict");
+        assert_eq!(conflict.original.as_ref().unwrap()["name"], "Gleb");
+        assert_eq!(
+            conflict.incoming.payload.as_ref().unwrap()["name"],
+            "Gleb Petrov"
+        );
+        let kinds: Vec<_> = d.timeline.iter().map(|e| e.kind.as_str()).collect();
+        for k in [
+            "delivery",
+            "claimed",
+            "crm_request",
+            "crm_response",
+            "review_opened",
+        ] {
+            assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+        }
+        let cross = console
+            .case_detail(
+                s.cross_channel.as_str(),
+                None,
+                Some("https://crm.example/lead/{id}/"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(cross.candidates.len(), 1);
+        assert_eq!(cross.candidates[0].crm_id.as_deref(), Some("7001"));
+        assert_eq!(
+            cross.candidates[0].crm_url.as_deref(),
+            Some("https://crm.example/lead/7001/")
+        );
+        assert!(console.case_detail("site:none", None, None).await.is_err());
+    }
+);
+
+each_backend!(actions_resolve_through_the_store, |db| async move {
+    let (console, s) = seeded(&db).await;
+    // Confirm.
+    let case = open_case_of(&console, &s.uncertain).await;
+    let req = |case: &CaseView, action: Action| ActionRequest {
+        case_id: case.id,
+        expected_version: case.version,
+        comment: Some("checked in Bitrix24".into()),
+        action,
+    };
+    let done = console
+        .act(
+            "Olga",
+            req(
+                &case,
+                Action::Confirm {
+                    crm_id: "5555".into(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.operation.status, "completed");
+    assert_eq!(done.operation.crm_id.as_deref(), Some("5555"));
+    let again = console
+        .act(
+            "Ivan",
+            req(
+                &case,
+                Action::Confirm {
+                    crm_id: "6666".into(),
+                },
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again,
+        ConsoleError::AlreadyResolved {
+            case_id: case.id,
+            by: "Olga".into()
+        }
+    );
+    let timeline = console
+        .case_detail(s.uncertain.as_str(), None, None)
+        .await
+        .unwrap()
+        .timeline;
+    let human = timeline.iter().find(|e| e.kind == "human_action").unwrap();
+    assert_eq!(human.actor, "Olga");
+    assert_eq!(human.detail["comment"], "checked in Bitrix24");
+
+    // Link to the candidate's entity.
+    let case = open_case_of(&console, &s.cross_channel).await;
+    let linked = console
+        .act(
+            "Olga",
+            req(
+                &case,
+                Action::Link {
+                    crm_id: s.linked_crm_id.clone(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(linked.operation.crm_link.as_deref(), Some("linked"));
+
+    // Authorize one retry, twice: one grant.
+    let case = open_case_of(&console, &s.exhausted).await;
+    let (a, b) = tokio::join!(
+        console.act("Olga", req(&case, Action::AuthorizeRetry)),
+        console.act("Ivan", req(&case, Action::AuthorizeRetry)),
+    );
+    assert_eq!([a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count(), 1);
+    let op = console
+        .store()
+        .operation(&s.exhausted)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(op.retry_grants, 1);
+    assert_eq!(op.status.as_str(), "received");
+
+    // Keep the original payload.
+    let case = open_case_of(&console, &s.conflict).await;
+    let kept = console
+        .act("Olga", req(&case, Action::KeepOriginal))
+        .await
+        .unwrap();
+    assert_eq!(kept.operation.status, "received");
+    assert_eq!(kept.new_operation, None);
+
+    // A stale operation can be sent to review, then acted on.
+    let case_id = console
+        .open_case("Olga", s.stale.as_str(), None)
+        .await
+        .unwrap();
+    assert!(case_id > 0);
+
+    // Resume the paused connector.
+    assert!(console
+        .resume_connector("Olga", leadgate::console_seed::CONNECTOR)
+        .await
+        .unwrap());
+    assert!(!console
+        .resume_connector("Olga", leadgate::console_seed::CONNECTOR)
+        .await
+        .unwrap());
+    assert_eq!(console.counts().await.unwrap().paused_connectors, 0);
+});
+
+each_backend!(dashboard_has_cards_and_series, |db| async move {
+    let (console, _) = seeded(&db).await;
+    let d = console.dashboard(Range::Day).await.unwrap();
+    assert!(d.unique_operations >= 40, "{}", d.unique_operations);
+    assert!(d.crm_entities_created <= d.unique_operations);
+    assert_eq!(d.series.len(), 48);
+    let deliveries: i64 = d.series.iter().map(|p| p.deliveries).sum();
+    assert!(deliveries >= 40);
+    let retries: i64 = d
+        .series
+        .iter()
+        .flat_map(|p| p.retries_by_class.values())
+        .sum();
+    assert!(retries >= 1);
+    assert_eq!(d.paused_connectors, [leadgate::console_seed::CONNECTOR]);
+});
+
+each_backend!(
+    settings_remember_the_connection_and_operator,
+    |db| async move {
+        drop(db.store().await);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        let state = ConsoleState::new(path.clone(), None);
+        assert_eq!(
+            state.connect(None).await.unwrap_err(),
+            ConsoleError::NotConnected
+        );
+        assert!(matches!(
+            state.operator().await,
+            Err(ConsoleError::Invalid { .. })
+        ));
+        state.connect(Some(db.url.clone())).await.unwrap();
+        state
+            .save_settings(Settings {
+                operator: Some("  Olga ".into()),
+                ..state.settings().await
+            })
+            .await
+            .unwrap();
+        let again = ConsoleState::new(path, None);
+        assert_eq!(
+            again.settings().await.database_url.as_deref(),
+            Some(db.url.as_str())
+        );
+        assert_eq!(again.operator().await.unwrap(), "Olga");
+        again.connect(None).await.unwrap();
+        assert!(again.console().await.is_ok());
+    }
+);
+
+each_backend!(
+    accept_as_new_makes_an_operation_of_its_own,
+    |db| async move {
+        let store = db.store().await;
+        let d = |name: &str| crate::store::delivery("x", serde_json::json!({"name": name}));
+        store.record_delivery(d("Ann")).await.unwrap();
+        store.record_delivery(d("Anna")).await.unwrap();
+        let console = Console::open(&db.url).await.unwrap();
+        let id = OperationId::new("site", "x").unwrap();
+        let case = open_case_of(&console, &id).await;
+        let detail = console
+            .case_detail(id.as_str(), Some(case.id), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            detail.conflict.unwrap().incoming.payload.unwrap()["name"],
+            "Anna"
+        );
+        let done = console
+            .act(
+                "Olga",
+                ActionRequest {
+                    case_id: case.id,
+                    expected_version: case.version,
+                    comment: None,
+                    action: Action::AcceptAsNew,
+                },
+            )
+            .await
+            .unwrap();
+        let new_id = done.new_operation.expect("a new operation");
+        let new_op = console
+            .case_detail(&new_id, None, None)
+            .await
+            .unwrap()
+            .operation;
+        assert_eq!(new_op.payload.unwrap()["name"], "Anna");
+        assert_eq!(new_op.status, "received");
+    }
+);
+
+each_backend!(a_stale_version_is_refused, |db| async move {
+    let (console, s) = seeded(&db).await;
+    let case = open_case_of(&console, &s.uncertain).await;
+    let err = console
+        .act(
+            "Olga",
+            ActionRequest {
+                case_id: case.id,
+                expected_version: case.version - 1,
+                comment: None,
+                action: Action::Confirm { crm_id: "1".into() },
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ConsoleError::Changed { .. }), "{err:?}");
+});

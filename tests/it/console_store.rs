@@ -1,0 +1,193 @@
+//! Store queries the operator console needs beyond the review queue, on both backends.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use leadgate::domain::{ErrorClass, OperationId, ReviewReason, Status};
+use leadgate::store::*;
+
+use crate::each_backend;
+use crate::store::delivery;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn op(key: &str) -> OperationId {
+    OperationId::new("site", key).unwrap()
+}
+
+async fn fail_terminally(store: &dyn Store, key: &str) {
+    store
+        .record_delivery(delivery(key, json!({"k": key})))
+        .await
+        .unwrap();
+    let c = store
+        .claim_due("bitrix24", "w", LEASE, now())
+        .await
+        .unwrap()
+        .unwrap();
+    let failure = Failure {
+        class: ErrorClass::Validation,
+        message: "TITLE is required".into(),
+    };
+    store
+        .finish_attempt(
+            &c.lease,
+            AttemptOutcome::Terminal { failure },
+            vec![],
+            now(),
+        )
+        .await
+        .unwrap();
+}
+
+each_backend!(failed_operations_page_by_keyset, |db| async move {
+    let store = db.store().await;
+    for key in ["a", "b", "c", "d", "e"] {
+        fail_terminally(&*store, key).await;
+    }
+    store
+        .record_delivery(delivery("open", json!({})))
+        .await
+        .unwrap();
+    let mut seen = vec![];
+    let mut page = OperationPage {
+        after: None,
+        limit: 2,
+    };
+    loop {
+        let ops = store
+            .operations_with_status(Status::FailedTerminal, page.clone())
+            .await
+            .unwrap();
+        if ops.is_empty() {
+            break;
+        }
+        assert!(ops.len() <= 2);
+        let last = ops.last().unwrap();
+        page.after = Some((last.updated_at, last.operation_id.to_string()));
+        seen.extend(ops.into_iter().map(|o| o.operation_id.to_string()));
+    }
+    assert_eq!(seen, ["site:a", "site:b", "site:c", "site:d", "site:e"]);
+    let counts = store.queue_counts(now()).await.unwrap();
+    assert_eq!(counts.failed_terminal, 5);
+    assert_eq!(counts.stale_in_progress, 0);
+});
+
+each_backend!(stale_leases_are_counted, |db| async move {
+    let store = db.store().await;
+    store
+        .record_delivery(delivery("s", json!({})))
+        .await
+        .unwrap();
+    let c = store
+        .claim_due("bitrix24", "w", LEASE, now())
+        .await
+        .unwrap()
+        .unwrap();
+    let before = store.queue_counts(now()).await.unwrap();
+    assert_eq!(before.stale_in_progress, 0);
+    let later = after(c.lease.expires_at, Duration::from_secs(1));
+    assert_eq!(
+        store.queue_counts(later).await.unwrap().stale_in_progress,
+        1
+    );
+});
+
+each_backend!(link_candidates_share_phone_or_email, |db| async move {
+    let store = db.store().await;
+    let with = |key: &str, phone: Option<&str>, email: Option<&str>| {
+        let mut d = delivery(key, json!({"k": key}));
+        d.contact = ContactKeys {
+            phone: phone.map(Into::into),
+            email: email.map(Into::into),
+        };
+        d
+    };
+    for d in [
+        with("me", Some("+79990001122"), Some("ann@example.com")),
+        with("same-phone", Some("+79990001122"), None),
+        with("same-mail", None, Some("ann@example.com")),
+        with("both", Some("+79990001122"), Some("ann@example.com")),
+        with("other", Some("+70000000000"), Some("bob@example.com")),
+        with("none", None, None),
+    ] {
+        store.record_delivery(d).await.unwrap();
+    }
+    let mut ids: Vec<String> = store
+        .link_candidates(&op("me"), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.operation_id.to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["site:both", "site:same-mail", "site:same-phone"]);
+    // No contact keys: nobody matches (null never equals null).
+    assert!(store
+        .link_candidates(&op("none"), 10)
+        .await
+        .unwrap()
+        .is_empty());
+});
+
+each_backend!(the_conflicting_delivery_is_readable, |db| async move {
+    let store = db.store().await;
+    store
+        .record_delivery(delivery("x", json!({"name": "Ann"})))
+        .await
+        .unwrap();
+    let rec = store
+        .record_delivery(delivery("x", json!({"name": "Anna"})))
+        .await
+        .unwrap();
+    let DeliveryOutcome::Conflict { case_id, .. } = rec.outcome else {
+        panic!("expected a conflict: {:?}", rec.outcome);
+    };
+    let case = store.case(case_id).await.unwrap().unwrap();
+    assert_eq!(case.reason, ReviewReason::PayloadConflict);
+    let d = store
+        .delivery(case.delivery_id.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.payload, Some(json!({"name": "Anna"})));
+    assert_eq!(d.outcome, "conflict");
+    assert_eq!(d.operation_id.as_deref(), Some("site:x"));
+    assert!(store.delivery(987654).await.unwrap().is_none());
+});
+
+each_backend!(series_count_per_bucket, |db| async move {
+    let store = db.store().await;
+    let t0 = now();
+    let hour = Duration::from_secs(3600);
+    let at = |h: u64| after(t0, hour * h as u32);
+    for (key, h) in [("a", 0), ("b", 0), ("c", 2)] {
+        let mut d = delivery(key, json!({"k": key}));
+        d.received_at = at(h);
+        store.record_delivery(d).await.unwrap();
+    }
+    let mut dup = delivery("a", json!({"k": "a"}));
+    dup.received_at = at(2);
+    store.record_delivery(dup).await.unwrap();
+    let points = store.series(t0, at(3), 3).await.unwrap();
+    assert_eq!(points.len(), 3);
+    let col = |f: fn(&SeriesPoint) -> i64| points.iter().map(f).collect::<Vec<_>>();
+    assert_eq!(col(|p| p.deliveries), [2, 0, 2]);
+    assert_eq!(col(|p| p.new_operations), [2, 0, 1]);
+    assert_eq!(col(|p| p.duplicates_absorbed), [0, 0, 1]);
+    assert_eq!(points[0].start, t0);
+    assert_eq!(points[2].end, at(3));
+});
+
+each_backend!(schema_version_is_read_without_migrating, |db| async move {
+    let fresh = open(&db.url).await.unwrap();
+    assert_eq!(fresh.schema_version().await.unwrap(), None);
+    drop(fresh);
+    drop(db.store().await);
+    let migrated = open(&db.url).await.unwrap();
+    assert_eq!(
+        migrated.schema_version().await.unwrap(),
+        Some(known_schema_version())
+    );
+});

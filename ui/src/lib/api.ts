@@ -1,0 +1,49 @@
+// The one module that calls `invoke`: every command, typed with the generated bindings.
+import { invoke } from "@tauri-apps/api/core";
+import type {
+  ActionOutcome,
+  ActionRequest,
+  CaseDetail,
+  Connection,
+  ConnectorView,
+  ConsoleError,
+  Dashboard,
+  QueuePage,
+  QueueQuery,
+  QueueRow,
+  Range,
+  Settings,
+  Tab,
+  TabCounts,
+} from "./bindings";
+
+async function call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
+  try {
+    return await invoke<T>(cmd, args);
+  } catch (e) {
+    throw asConsoleError(e);
+  }
+}
+
+/** Commands reject with a `ConsoleError`; anything else (a bridge failure) is wrapped. */
+export function asConsoleError(e: unknown): ConsoleError {
+  if (e && typeof e === "object" && "kind" in e) return e as ConsoleError;
+  return { kind: "failed", message: String(e) };
+}
+
+export const api = {
+  settings: () => call<Settings>("settings"),
+  saveSettings: (settings: Settings) => call<Settings>("save_settings", { settings }),
+  connect: (url: string | null) => call<Connection>("connect", { url }),
+  counts: () => call<TabCounts>("counts"),
+  queue: (tab: Tab, query: QueueQuery) => call<QueuePage>("queue", { tab, query }),
+  caseDetail: (operationId: string, caseId: number | null) =>
+    call<CaseDetail>("case_detail", { operationId, caseId }),
+  act: (request: ActionRequest) => call<ActionOutcome>("act", { request }),
+  openCase: (operationId: string, comment: string | null) => call<number>("open_case", { operationId, comment }),
+  resumeConnector: (name: string) => call<boolean>("resume_connector", { name }),
+  connectors: () => call<ConnectorView[]>("connectors"),
+  casesAfter: (after: number | null) => call<QueueRow[]>("cases_after", { after }),
+  dashboard: (range: Range) => call<Dashboard>("dashboard", { range }),
+  notify: (title: string, body: string) => call<null>("notify", { title, body }),
+};

@@ -1,0 +1,86 @@
+// Generated from src/console_api.rs by ts-rs: do not edit.
+// Regenerate: UPDATE_BINDINGS=1 cargo test --test it console::bindings_are_fresh
+
+export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;
+
+export type ConsoleError = { "kind": "not_connected" } | { "kind": "unreachable", message: string, } | { "kind": "schema_missing" } | { "kind": "schema_too_old", found: number, known: number, } | { "kind": "schema_too_new", found: number, known: number, } | { "kind": "already_resolved", case_id: number, by: string, } | { "kind": "changed", expected: number, current: number, } | { "kind": "invalid", message: string, } | { "kind": "not_found", message: string, } | { "kind": "failed", message: string, };
+
+export type Settings = { database_url: string | null, operator: string | null, 
+/**
+ * `ru` or `en`; none: follow the system locale.
+ */
+language: string | null, 
+/**
+ * How to open a CRM entity: `{id}` is replaced by the `crm_id`.
+ */
+crm_url_template: string | null, };
+
+export type Connection = { backend: string, 
+/**
+ * The URL without a password.
+ */
+display_url: string, schema_version: number, };
+
+export type Tab = "needs_review" | "payload_conflict" | "stale" | "failed_terminal" | "connectors";
+
+export type QueueQuery = { reason: string | null, source: string | null, 
+/**
+ * Only items older than this many minutes.
+ */
+older_than_minutes: number | null, 
+/**
+ * The `next` cursor of the previous page.
+ */
+cursor: string | null, limit: number | null, };
+
+export type QueueRow = { case_id: number | null, operation_id: string | null, source: string, status: string, reason: string | null, 
+/**
+ * When it started waiting (case opened, lease expired, failure, connector paused).
+ */
+since: string, attempts: number, crm_id: string | null, note: string | null, };
+
+export type QueuePage = { rows: Array<QueueRow>, next: string | null, };
+
+export type TabCounts = { needs_review: number, by_reason: Record<string, number>, payload_conflict: number, stale: number, failed_terminal: number, paused_connectors: number, };
+
+export type OperationView = { operation_id: string, source: string, status: string, payload_hash: string, payload: JsonValue | null, crm_id: string | null, crm_link: string | null, 
+/**
+ * Opens the entity in the CRM (from the settings' template).
+ */
+crm_url: string | null, attempts: number, last_error: string | null, last_error_class: string | null, review_reason: string | null, lease_owner: string | null, lease_expires_at: string | null, retry_grants: number, contact_phone: string | null, contact_email: string | null, version: number, created_at: string, updated_at: string, };
+
+export type CaseView = { id: number, operation_id: string, reason: string, opened_at: string, resolved_at: string | null, resolution: string | null, resolved_by: string | null, comment: string | null, detail: JsonValue, version: number, };
+
+export type EventView = { id: number, 
+/**
+ * RFC 3339 with microseconds, UTC.
+ */
+at: string, kind: string, actor: string, error_class: string | null, detail: JsonValue, };
+
+export type DeliveryPayload = { delivery_id: number, received_at: string, payload: JsonValue | null, payload_hash: string | null, };
+
+export type Conflict = { original: JsonValue | null, original_hash: string, incoming: DeliveryPayload, };
+
+export type CaseDetail = { operation: OperationView, 
+/**
+ * The case the operator opened (or the newest open one).
+ */
+case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, conflict: Conflict | null, candidates: Array<OperationView>, };
+
+export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "accept_as_new" };
+
+export type ActionRequest = { case_id: number, 
+/**
+ * The operation version the operator saw.
+ */
+expected_version: number, comment: string | null, action: Action, };
+
+export type ActionOutcome = { operation: OperationView, new_operation: string | null, };
+
+export type ConnectorView = { name: string, paused: boolean, reason: string | null, since: string, changed_by: string, };
+
+export type SeriesPointView = { start: string, deliveries: number, new_operations: number, crm_entities: number, duplicates_absorbed: number, cases_opened: number, cases_resolved: number, retries_by_class: Record<string, number>, };
+
+export type Dashboard = { unique_operations: number, crm_entities_created: number, duplicates_absorbed: Record<string, number>, retries_by_class: Record<string, number>, operations_by_status: Record<string, number>, stale_in_progress: number, unprocessed: number, lost: number, open_cases_by_reason: Record<string, number>, resolved_cases: number, mean_seconds_to_resolve: number | null, unreconstructable: number, paused_connectors: Array<string>, series: Array<SeriesPointView>, };
+
+export type Range = "hour" | "day" | "week" | "month";

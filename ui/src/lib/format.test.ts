@@ -1,0 +1,32 @@
+import { describe, expect, it } from "vitest";
+import { age, count, duration, exactTime } from "./format";
+
+describe("format", () => {
+  it("shows exact times with microseconds", () => {
+    expect(exactTime("2026-11-30T23:18:24.123456Z")).toBe("2026-11-30 23:18:24.123456");
+    expect(exactTime("2026-11-30T23:18:24Z")).toBe("2026-11-30 23:18:24.000000");
+    expect(exactTime("2026-11-30T23:18:24.5+00:00")).toBe("2026-11-30 23:18:24.500000");
+    expect(exactTime("garbage")).toBe("garbage");
+  });
+
+  it("formats durations compactly", () => {
+    expect(duration(850)).toBe("850 ms");
+    expect(duration(12_000)).toBe("12 s");
+    expect(duration(303_000)).toBe("5 m 03 s");
+    expect(duration(2 * 3600_000 + 7 * 60_000)).toBe("2 h 07 m");
+    expect(duration(3 * 86400_000 + 4 * 3600_000)).toBe("3 d 4 h");
+    expect(duration(-5000)).toBe("−5 s");
+    expect(duration(NaN)).toBe("—");
+  });
+
+  it("computes ages against a given now", () => {
+    const now = Date.parse("2026-11-30T12:00:00Z");
+    expect(age("2026-11-30T11:55:00Z", now)).toBe("5 m 00 s");
+  });
+
+  it("groups thousands", () => {
+    expect(count(1234567)).toBe("1\u2009234\u2009567");
+    expect(count(12)).toBe("12");
+    expect(count(null)).toBe("—");
+  });
+});

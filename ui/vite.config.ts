@@ -1,0 +1,10 @@
+import { defineConfig } from "vitest/config";
+import { svelte } from "@sveltejs/vite-plugin-svelte";
+
+export default defineConfig({
+  plugins: [svelte()],
+  clearScreen: false,
+  server: { port: 5173, strictPort: true },
+  build: { target: "safari15", outDir: "dist", emptyOutDir: true },
+  test: { include: ["src/**/*.test.ts"], environment: "node" },
+});
