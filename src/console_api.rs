@@ -111,6 +111,9 @@ fn is_unreachable(e: &sqlx::Error) -> bool {
 
 pub type ApiResult<T> = Result<T, ConsoleError>;
 
+/// The PostgreSQL channel the database notifies on (migration 0004).
+pub const CHANGES_CHANNEL: &str = "leadgate_console";
+
 /// What the console remembers per user (in the OS's config folder).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 pub struct Settings {
@@ -150,6 +153,9 @@ pub struct Connection {
     pub display_url: String,
     #[ts(type = "number")]
     pub schema_version: i64,
+    /// The database pushes changes (PostgreSQL LISTEN/NOTIFY, `leadgate://refresh`
+    /// events); otherwise the console polls (SQLite).
+    pub live: bool,
 }
 
 /// The console's connection and preferences; the desktop shell holds one.
@@ -158,6 +164,9 @@ pub struct ConsoleState {
     /// A URL given on the command line or in the environment wins over settings.
     override_url: Option<String>,
     inner: tokio::sync::RwLock<(Settings, Option<Arc<Console>>)>,
+    /// What changed in the database (a table name), pushed by PostgreSQL.
+    changes: tokio::sync::broadcast::Sender<String>,
+    listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl ConsoleState {
@@ -167,7 +176,49 @@ impl ConsoleState {
             settings_path,
             override_url: override_url.filter(|u| !u.trim().is_empty()),
             inner: tokio::sync::RwLock::new((settings, None)),
+            changes: tokio::sync::broadcast::channel(64).0,
+            listener: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Live updates: a table name each time a review case or a connector changes, on a
+    /// PostgreSQL database (LISTEN/NOTIFY, migration 0004). On SQLite nothing comes: the
+    /// console polls (`Connection::live` says which).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// (Re)starts listening for the connected database's notifications.
+    async fn listen(&self, url: &str, live: bool) -> ApiResult<()> {
+        let previous = self.listener.lock().expect("listener lock").take();
+        if let Some(old) = previous {
+            old.abort();
+        }
+        if !live {
+            return Ok(());
+        }
+        let mut listener = sqlx::postgres::PgListener::connect(url)
+            .await
+            .map_err(|e| ConsoleError::from(StoreError::Database(e)))?;
+        listener
+            .listen(CHANGES_CHANNEL)
+            .await
+            .map_err(|e| ConsoleError::from(StoreError::Database(e)))?;
+        let changes = self.changes.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(n) => {
+                        let _ = changes.send(n.payload().to_owned());
+                    }
+                    // The listener reconnects on the next `recv`; a pause keeps a dead
+                    // server from spinning this loop.
+                    Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                }
+            }
+        });
+        *self.listener.lock().expect("listener lock") = Some(task);
+        Ok(())
     }
 
     pub async fn settings(&self) -> Settings {
@@ -203,6 +254,7 @@ impl ConsoleState {
         };
         let console = Console::open(&url).await?;
         let connection = console.connection.clone();
+        self.listen(&url, connection.live).await?;
         let mut inner = self.inner.write().await;
         inner.1 = Some(Arc::new(console));
         if self.override_url.as_deref() != Some(url.as_str())
@@ -256,6 +308,9 @@ pub struct QueueQuery {
     /// Only items older than this many minutes.
     #[ts(type = "number | null")]
     pub older_than_minutes: Option<i64>,
+    /// Newest first instead of oldest first (the default: who waited longest).
+    #[serde(default)]
+    pub newest_first: bool,
     /// The `next` cursor of the previous page.
     pub cursor: Option<String>,
     #[ts(type = "number | null")]
@@ -386,11 +441,19 @@ pub struct CaseDetail {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Action {
-    Confirm { crm_id: String },
-    Link { crm_id: String },
+    Confirm {
+        crm_id: String,
+    },
+    Link {
+        crm_id: String,
+    },
     AuthorizeRetry,
     KeepOriginal,
     AcceptAsNew,
+    /// A cross-channel or late match is a new request after all: send it to the CRM.
+    CreateNew,
+    /// The lead is dropped for good (`failed_terminal`), with the reason in the comment.
+    Reject,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -540,6 +603,7 @@ impl Console {
                 backend: store.backend().to_owned(),
                 display_url: without_password(url),
                 schema_version: found,
+                live: store.backend() == "postgres",
             },
             store,
             stale_after: Duration::from_secs(0),
@@ -582,6 +646,7 @@ impl Console {
             .filter(|m| *m > 0)
             .map(|m| store::now() - chrono::TimeDelta::minutes(m));
         let source = q.source.filter(|s| !s.is_empty());
+        let newest_first = q.newest_first;
         match tab {
             Tab::NeedsReview | Tab::PayloadConflict => {
                 let reason = match tab {
@@ -599,13 +664,16 @@ impl Console {
                     .cursor
                     .map(|c| c.parse::<i64>().map_err(|_| cursor_err()))
                     .transpose()?;
-                // "Needs review" lists every reason but conflicts; filter those out page by
-                // page (conflicts have a tab of their own).
+                // "Needs review" lists every reason but conflicts (they have a tab of
+                // their own); the store leaves them out, so every page is full.
                 let filter = CaseFilter {
                     reason,
+                    except_reason: (tab == Tab::NeedsReview)
+                        .then_some(ReviewReason::PayloadConflict),
                     source,
                     opened_before: older,
                     resolved: false,
+                    newest_first,
                 };
                 let cases = self
                     .store
@@ -616,9 +684,6 @@ impl Console {
                     .flatten();
                 let rows = cases
                     .into_iter()
-                    .filter(|c| {
-                        tab == Tab::PayloadConflict || c.reason != ReviewReason::PayloadConflict
-                    })
                     .map(|c| QueueRow {
                         case_id: Some(c.id),
                         operation_id: Some(c.operation_id.clone()),
@@ -637,7 +702,7 @@ impl Console {
                     .collect();
                 Ok(QueuePage { rows, next })
             }
-            Tab::FailedTerminal => {
+            Tab::FailedTerminal | Tab::Stale => {
                 let after = q
                     .cursor
                     .map(|c| {
@@ -646,35 +711,36 @@ impl Console {
                         Ok::<_, ConsoleError>((at.with_timezone(&Utc), id.to_owned()))
                     })
                     .transpose()?;
-                let ops = self
-                    .store
-                    .operations_with_status(Status::FailedTerminal, OperationPage { after, limit })
-                    .await?;
+                let page = OperationPage {
+                    after,
+                    limit,
+                    newest_first,
+                    source,
+                    before: older,
+                };
+                // Failed operations wait since their last change, stale ones since their
+                // lease ran out; the cursor is that time and the key.
+                let (ops, since): (_, fn(&Operation) -> DateTime<Utc>) = if tab == Tab::Stale {
+                    let ops = self
+                        .store
+                        .stale_in_progress(self.stale_before(), page)
+                        .await?;
+                    (ops, |o| o.lease_expires_at.unwrap_or(o.updated_at))
+                } else {
+                    let ops = self
+                        .store
+                        .operations_with_status(Status::FailedTerminal, page)
+                        .await?;
+                    (ops, |o| o.updated_at)
+                };
                 let next = (ops.len() as i64 == limit)
                     .then(|| {
                         ops.last()
-                            .map(|o| format!("{}|{}", ts(o.updated_at), o.operation_id))
+                            .map(|o| format!("{}|{}", ts(since(o)), o.operation_id))
                     })
                     .flatten();
-                let rows = ops
-                    .into_iter()
-                    .filter(|o| source.as_ref().is_none_or(|s| &o.source == s))
-                    .filter(|o| older.is_none_or(|t| o.updated_at < t))
-                    .map(|o| op_row(o, |o| o.updated_at))
-                    .collect();
+                let rows = ops.into_iter().map(|o| op_row(o, since)).collect();
                 Ok(QueuePage { rows, next })
-            }
-            Tab::Stale => {
-                let ops = self
-                    .store
-                    .stale_in_progress(self.stale_before(), limit)
-                    .await?;
-                let rows = ops
-                    .into_iter()
-                    .filter(|o| source.as_ref().is_none_or(|s| &o.source == s))
-                    .map(|o| op_row(o, |o| o.lease_expires_at.unwrap_or(o.updated_at)))
-                    .collect();
-                Ok(QueuePage { rows, next: None })
             }
             Tab::Connectors => {
                 let rows = self
@@ -798,12 +864,23 @@ impl Console {
 
     /// A person's decision, through `Store::resolve` (guarded by the version they saw).
     pub async fn act(&self, operator: &str, req: ActionRequest) -> ApiResult<ActionOutcome> {
+        let comment = req
+            .comment
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty());
+        if req.action == Action::Reject && comment.is_none() {
+            return Err(ConsoleError::Invalid {
+                message: "say in the comment why the lead is rejected".into(),
+            });
+        }
         let action = match req.action {
             Action::Confirm { crm_id } => HumanAction::ConfirmCrmResult { crm_id },
             Action::Link { crm_id } => HumanAction::LinkExisting { crm_id },
             Action::AuthorizeRetry => HumanAction::AuthorizeRetry,
             Action::KeepOriginal => HumanAction::KeepOriginal,
             Action::AcceptAsNew => HumanAction::AcceptAsNew,
+            Action::CreateNew => HumanAction::CreateNew,
+            Action::Reject => HumanAction::Reject,
         };
         let resolved = self
             .store
@@ -811,10 +888,7 @@ impl Console {
                 case_id: req.case_id,
                 expected_version: req.expected_version,
                 actor: operator.to_owned(),
-                comment: req
-                    .comment
-                    .map(|c| c.trim().to_owned())
-                    .filter(|c| !c.is_empty()),
+                comment,
                 action,
                 now: store::now(),
             })
@@ -847,6 +921,31 @@ impl Console {
                 store::now(),
             )
             .await?)
+    }
+
+    /// Puts "this operator was notified" on the timeline of each operation a desktop
+    /// notification was about (`what`: `review_opened`, ...).
+    pub async fn record_notification(
+        &self,
+        operator: &str,
+        what: &str,
+        operation_ids: &[String],
+    ) -> ApiResult<()> {
+        for id in operation_ids {
+            let id = OperationId::try_from(id.clone()).map_err(|e| ConsoleError::Invalid {
+                message: e.to_string(),
+            })?;
+            let detail = serde_json::json!({"what": what, "channel": "desktop", "to": operator});
+            self.store
+                .note(
+                    &id,
+                    "console",
+                    store::NewEvent::new("notification", detail),
+                    store::now(),
+                )
+                .await?;
+        }
+        Ok(())
     }
 
     pub async fn resume_connector(&self, operator: &str, name: &str) -> ApiResult<bool> {

@@ -94,8 +94,21 @@ pub async fn dashboard(state: S<'_>, range: Range) -> ApiResult<Dashboard> {
     state.console().await?.dashboard(range).await
 }
 
+/// Shows a desktop notification and records it on the timeline of the operations it is
+/// about (`what`: `review_opened`, `connector_paused`).
 #[tauri::command]
-pub fn notify(app: tauri::AppHandle, title: String, body: String) -> ApiResult<()> {
+pub async fn notify(
+    app: tauri::AppHandle,
+    state: S<'_>,
+    title: String,
+    body: String,
+    what: String,
+    operation_ids: Vec<String>,
+) -> ApiResult<()> {
     crate::notify(&app, &title, &body);
-    Ok(())
+    state
+        .console()
+        .await?
+        .record_notification(&state.operator().await?, &what, &operation_ids)
+        .await
 }

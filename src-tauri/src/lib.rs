@@ -3,7 +3,7 @@
 mod commands;
 
 use leadgate::console_api::ConsoleState;
-use tauri::Manager;
+use tauri::{Emitter, Manager};
 use tauri_plugin_notification::NotificationExt;
 
 /// A desktop notification. Without a notification daemon (CI) the plugin returns at once.
@@ -37,7 +37,24 @@ pub fn run() {
                 Some(p) => p.into(),
                 None => app.path().app_config_dir()?.join("settings.json"),
             };
-            app.manage(ConsoleState::new(settings, url.clone()));
+            let state = ConsoleState::new(settings, url.clone());
+            // Live updates: whatever the database pushes becomes a `leadgate://refresh`
+            // event; the UI reloads its counts and queue (and polls on SQLite).
+            let mut changes = state.subscribe();
+            let handle = app.handle().clone();
+            tauri::async_runtime::spawn(async move {
+                use tokio::sync::broadcast::error::RecvError;
+                loop {
+                    match changes.recv().await {
+                        Ok(table) => {
+                            let _ = handle.emit("leadgate://refresh", table);
+                        }
+                        Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => break,
+                    }
+                }
+            });
+            app.manage(state);
             Ok(())
         })
         .invoke_handler(tauri::generate_handler![

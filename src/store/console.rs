@@ -8,12 +8,17 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-/// Keyset paging over operations ordered by `(updated_at, operation_id)`: pass the last
-/// pair seen to get the next page. Stays fast at any depth (no offset).
+/// Keyset paging over operations ordered by a time column and `operation_id` (oldest
+/// first, or newest first): pass the last pair seen to get the next page. Stays fast at
+/// any depth (no offset); the filters are part of the query, so every page is full.
 #[derive(Debug, Clone, Default)]
 pub struct OperationPage {
     pub after: Option<(DateTime<Utc>, String)>,
     pub limit: i64,
+    pub newest_first: bool,
+    pub source: Option<String>,
+    /// Only operations whose time column is before this (older than an age).
+    pub before: Option<DateTime<Utc>>,
 }
 
 /// Counts of the queue tabs that are not review cases.

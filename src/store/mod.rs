@@ -270,6 +270,11 @@ pub struct CaseFilter {
     pub opened_before: Option<DateTime<Utc>>,
     /// Open cases (the default) or resolved ones.
     pub resolved: bool,
+    /// Leaves one reason out (the console's "needs review" tab skips payload conflicts,
+    /// which have a tab of their own).
+    pub except_reason: Option<ReviewReason>,
+    /// Newest first instead of oldest first (`Page::after_id` then pages downwards).
+    pub newest_first: bool,
 }
 
 /// Keyset paging: cases come oldest first; pass the last id seen to get the next page.
@@ -504,8 +509,8 @@ pub trait Store: Send + Sync + 'static {
     async fn review_cases(&self, filter: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>>;
     /// Open cases per reason.
     async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>>;
-    /// Operations in one status, least recently changed first, keyset-paged (the
-    /// console's `failed_terminal` tab).
+    /// Operations in one status by `updated_at`, keyset-paged (the console's
+    /// `failed_terminal` tab).
     async fn operations_with_status(
         &self,
         status: Status,
@@ -526,12 +531,21 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<SeriesPoint>>;
     /// The newest migration applied to this database (`None`: no schema yet). Reads only.
     async fn schema_version(&self) -> Result<Option<i64>>;
-    /// `in_progress` operations whose lease ran out before `lease_expired_before`.
+    /// `in_progress` operations whose lease ran out before `lease_expired_before`, keyset-
+    /// paged on `(lease_expires_at, operation_id)`.
     async fn stale_in_progress(
         &self,
         lease_expired_before: DateTime<Utc>,
-        limit: i64,
+        page: OperationPage,
     ) -> Result<Vec<Operation>>;
+    /// Records an event that changes no state (a notification someone was shown).
+    async fn note(
+        &self,
+        id: &OperationId,
+        actor: &str,
+        event: NewEvent,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
 
     async fn connector(&self, name: &str) -> Result<Option<Connector>>;
     async fn connectors(&self) -> Result<Vec<Connector>>;

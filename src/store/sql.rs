@@ -147,6 +147,39 @@ macro_rules! sql_store {
             .transpose()
         }
 
+        /// One keyset page of operations in `status` ordered by `(at, operation_id)`, the
+        /// filters in the query so a page is always full.
+        fn op_page_query(
+            status: Status,
+            at: &'static str,
+            below: Option<DateTime<Utc>>,
+            page: &OperationPage,
+        ) -> sqlx::QueryBuilder<'static, $db> {
+            let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                "select {OP_COLUMNS} from operations where status = "
+            ));
+            q.push_bind(status.as_str());
+            for bound in [below, page.before].into_iter().flatten() {
+                q.push(format!(" and {at} < ")).push_bind(bound);
+            }
+            if let Some(source) = &page.source {
+                q.push(" and source = ").push_bind(source.clone());
+            }
+            let (cmp, dir) = if page.newest_first { ("<", "desc") } else { (">", "asc") };
+            if let Some((t, id)) = &page.after {
+                q.push(format!(" and ({at} {cmp} "))
+                    .push_bind(*t)
+                    .push(format!(" or ({at} = "))
+                    .push_bind(*t)
+                    .push(format!(" and operation_id {cmp} "))
+                    .push_bind(id.clone())
+                    .push("))");
+            }
+            q.push(format!(" order by {at} {dir}, operation_id {dir} limit "))
+                .push_bind(page.limit.clamp(1, 1000));
+            q
+        }
+
         /// Writes back every mutable column of a locked operation and bumps its version.
         async fn save(tx: &mut Tx, l: &mut Locked, now: DateTime<Utc>) -> Result<()> {
             let op = &mut l.op;
@@ -971,6 +1004,9 @@ macro_rules! sql_store {
                 if let Some(reason) = f.reason {
                     q.push(" and c.reason = ").push_bind(reason.as_str());
                 }
+                if let Some(reason) = f.except_reason {
+                    q.push(" and c.reason <> ").push_bind(reason.as_str());
+                }
                 if let Some(source) = &f.source {
                     q.push(" and o.source = ").push_bind(source.clone());
                 }
@@ -978,9 +1014,11 @@ macro_rules! sql_store {
                     q.push(" and c.opened_at < ").push_bind(before);
                 }
                 if let Some(after_id) = page.after_id {
-                    q.push(" and c.id > ").push_bind(after_id);
+                    q.push(if f.newest_first { " and c.id < " } else { " and c.id > " })
+                        .push_bind(after_id);
                 }
-                q.push(" order by c.id limit ").push_bind(page.limit.clamp(1, 1000));
+                q.push(if f.newest_first { " order by c.id desc limit " } else { " order by c.id limit " })
+                    .push_bind(page.limit.clamp(1, 1000));
                 let rows = q.build().fetch_all(&self.pool).await?;
                 rows.iter().map(case_from_row).collect()
             }
@@ -1001,22 +1039,8 @@ macro_rules! sql_store {
                 status: Status,
                 page: OperationPage,
             ) -> Result<Vec<Operation>> {
-                // Keyset on (updated_at, operation_id), served by the operations_status index.
-                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
-                    "select {OP_COLUMNS} from operations where status = "
-                ));
-                q.push_bind(status.as_str());
-                if let Some((at, id)) = page.after {
-                    q.push(" and (updated_at > ")
-                        .push_bind(at)
-                        .push(" or (updated_at = ")
-                        .push_bind(at)
-                        .push(" and operation_id > ")
-                        .push_bind(id)
-                        .push("))");
-                }
-                q.push(" order by updated_at, operation_id limit ")
-                    .push_bind(page.limit.clamp(1, 1000));
+                // Served by the operations_status index (status, updated_at).
+                let mut q = op_page_query(status, "updated_at", None, &page);
                 let rows = q.build().fetch_all(&self.pool).await?;
                 rows.iter().map(op_from_row).collect()
             }
@@ -1174,18 +1198,31 @@ macro_rules! sql_store {
             async fn stale_in_progress(
                 &self,
                 lease_expired_before: DateTime<Utc>,
-                limit: i64,
+                page: OperationPage,
             ) -> Result<Vec<Operation>> {
-                let sql = format!(
-                    "select {OP_COLUMNS} from operations where status = 'in_progress' \
-                     and lease_expires_at < $1 order by lease_expires_at limit $2"
+                // Served by the operations_leases index (lease_expires_at, in_progress only).
+                let mut q = op_page_query(
+                    Status::InProgress,
+                    "lease_expires_at",
+                    Some(lease_expired_before),
+                    &page,
                 );
-                let rows = sqlx::query(&sql)
-                    .bind(lease_expired_before)
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?;
+                let rows = q.build().fetch_all(&self.pool).await?;
                 rows.iter().map(op_from_row).collect()
+            }
+
+            async fn note(
+                &self,
+                id: &OperationId,
+                actor: &str,
+                event: NewEvent,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.begin_write().await?;
+                must_lock(&mut tx, id.as_str()).await?;
+                append(&mut tx, id.as_str(), actor, event, now).await?;
+                tx.commit().await?;
+                Ok(())
             }
 
             async fn connector(&self, name: &str) -> Result<Option<Connector>> {
@@ -1252,36 +1289,35 @@ macro_rules! sql_store {
                 let p = &self.pool;
                 let pairs = |rows: Vec<(String, i64)>| rows.into_iter().collect::<BTreeMap<_, _>>();
                 let mut m = MetricsSnapshot::default();
-                m.operations_by_status = pairs(
-                    sqlx::query_as("select status, count(*) from operations group by status")
-                        .fetch_all(p)
-                        .await?,
-                );
-                m.unique_operations = m.operations_by_status.values().sum();
-                m.crm_entities_created = sqlx::query_scalar(
-                    "select count(*) from operations where crm_link in ('created', 'recovered')",
-                )
-                .fetch_one(p)
-                .await?;
-                let deliveries: Vec<(String, String, i64)> = sqlx::query_as(
-                    "select source, outcome, count(*) from deliveries group by source, outcome",
+                // The counted figures come from `metric_counters`, kept by triggers in the
+                // writing transactions (migration 0004): a few rows, whatever the volume.
+                let counters: Vec<(String, String, String, i64)> = sqlx::query_as(
+                    "select metric, label, label2, cast(sum(value) as bigint) from metric_counters \
+                     group by metric, label, label2",
                 )
                 .fetch_all(p)
                 .await?;
-                for (source, outcome, n) in deliveries {
-                    if outcome == "duplicate" {
-                        m.duplicates_absorbed.insert(source.clone(), n);
+                for (metric, label, label2, n) in counters {
+                    match metric.as_str() {
+                        "operations" if n != 0 => {
+                            m.operations_by_status.insert(label, n);
+                        }
+                        "deliveries" if n != 0 => {
+                            if label2 == "duplicate" {
+                                m.duplicates_absorbed.insert(label.clone(), n);
+                            }
+                            m.deliveries.insert((label, label2), n);
+                        }
+                        "retries" if n != 0 => {
+                            m.retries_by_class.insert(label, n);
+                        }
+                        "crm_entities" => m.crm_entities_created = n,
+                        "lost" => m.lost = n,
+                        "unreconstructable" => m.unreconstructable = n,
+                        _ => {}
                     }
-                    m.deliveries.insert((source, outcome), n);
                 }
-                m.retries_by_class = pairs(
-                    sqlx::query_as(
-                        "select error_class, count(*) from timeline where kind = 'retry_scheduled' \
-                         and error_class is not null group by error_class",
-                    )
-                    .fetch_all(p)
-                    .await?,
-                );
+                m.unique_operations = m.operations_by_status.values().sum();
                 let stale_since = now - chrono::TimeDelta::from_std(stale_after).unwrap_or(chrono::TimeDelta::MAX);
                 m.stale_in_progress = sqlx::query_scalar(
                     "select count(*) from operations where status = 'in_progress' and updated_at < $1",
@@ -1293,12 +1329,6 @@ macro_rules! sql_store {
                     .iter()
                     .filter_map(|s| m.operations_by_status.get(*s))
                     .sum();
-                m.lost = sqlx::query_scalar(
-                    "select count(*) from deliveries d where d.outcome <> 'rejected' and not exists \
-                     (select 1 from operations o where o.operation_id = d.operation_id)",
-                )
-                .fetch_one(p)
-                .await?;
                 m.open_cases_by_reason = pairs(
                     sqlx::query_as(
                         "select reason, count(*) from review_cases where resolved_at is null group by reason",
@@ -1312,13 +1342,6 @@ macro_rules! sql_store {
                 .fetch_one(p)
                 .await?;
                 m.mean_seconds_to_resolve = sqlx::query_scalar($mean_resolve).fetch_one(p).await?;
-                m.unreconstructable = sqlx::query_scalar(
-                    "select count(*) from operations o where o.status = 'completed' and not exists \
-                     (select 1 from timeline t where t.operation_id = o.operation_id \
-                      and t.kind in ('crm_created', 'recovered', 'human_action'))",
-                )
-                .fetch_one(p)
-                .await?;
                 m.paused_connectors = sqlx::query_scalar(
                     "select name from connectors where state = 'paused' order by name",
                 )

@@ -423,3 +423,191 @@ each_backend!(a_stale_version_is_refused, |db| async move {
         .unwrap_err();
     assert!(matches!(err, ConsoleError::Changed { .. }), "{err:?}");
 });
+
+each_backend!(
+    create_new_and_reject_resolve_review_cases,
+    |db| async move {
+        let (console, s) = seeded(&db).await;
+        // The manager decides a cross-channel match is a new lead after all.
+        let case = open_case_of(&console, &s.cross_channel).await;
+        let created = console
+            .act(
+                "Marina",
+                ActionRequest {
+                    case_id: case.id,
+                    expected_version: case.version,
+                    comment: Some("different person, same office phone".into()),
+                    action: Action::CreateNew,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(created.operation.status, "received", "back to the worker");
+        assert_eq!(created.operation.crm_id, None);
+        let timeline = console
+            .case_detail(s.cross_channel.as_str(), None, None)
+            .await
+            .unwrap()
+            .timeline;
+        let human = timeline.iter().find(|e| e.kind == "human_action").unwrap();
+        assert_eq!(
+            (human.actor.as_str(), &human.detail["action"]),
+            ("Marina", &serde_json::json!("created_new"))
+        );
+        // Create new is refused where it makes no sense (the create was attempted).
+        let uncertain = open_case_of(&console, &s.uncertain).await;
+        let refused = console
+            .act(
+                "Marina",
+                ActionRequest {
+                    case_id: uncertain.id,
+                    expected_version: uncertain.version,
+                    comment: None,
+                    action: Action::CreateNew,
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, ConsoleError::Invalid { .. }),
+            "{refused:?}"
+        );
+        // Reject needs a reason.
+        let reject = |comment: Option<&str>| ActionRequest {
+            case_id: uncertain.id,
+            expected_version: uncertain.version,
+            comment: comment.map(str::to_owned),
+            action: Action::Reject,
+        };
+        let no_reason = console.act("Marina", reject(Some("  "))).await.unwrap_err();
+        assert!(
+            matches!(&no_reason, ConsoleError::Invalid { message } if message.contains("comment")),
+            "{no_reason:?}"
+        );
+        let rejected = console
+            .act("Marina", reject(Some("test lead from the agency")))
+            .await
+            .unwrap();
+        assert_eq!(rejected.operation.status, "failed_terminal");
+    }
+);
+
+each_backend!(
+    the_queue_sorts_newest_first_with_full_pages,
+    |db| async move {
+        let (console, s) = seeded(&db).await;
+        let mut seen = vec![];
+        let mut cursor = None;
+        loop {
+            let page = console
+                .queue(
+                    Tab::NeedsReview,
+                    QueueQuery {
+                        newest_first: true,
+                        limit: Some(1),
+                        cursor: cursor.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            // Payload conflicts are left out by the query, not by the page: no short pages.
+            assert!(page.rows.len() == 1 || page.next.is_none(), "{page:?}");
+            seen.extend(page.rows.into_iter().filter_map(|r| r.operation_id));
+            if page.next.is_none() {
+                break;
+            }
+            cursor = page.next;
+        }
+        assert_eq!(
+            seen,
+            [
+                s.exhausted.to_string(),
+                s.cross_channel.to_string(),
+                s.uncertain.to_string()
+            ]
+        );
+    }
+);
+
+each_backend!(
+    desktop_notifications_are_recorded_on_the_timeline,
+    |db| async move {
+        let (console, s) = seeded(&db).await;
+        console
+            .record_notification("Olga", "review_opened", &[s.uncertain.to_string()])
+            .await
+            .unwrap();
+        let timeline = console
+            .case_detail(s.uncertain.as_str(), None, None)
+            .await
+            .unwrap()
+            .timeline;
+        let note = timeline.last().unwrap();
+        assert_eq!(
+            (note.kind.as_str(), note.actor.as_str()),
+            ("notification", "console")
+        );
+        assert_eq!(note.detail["what"], "review_opened");
+        assert_eq!(note.detail["to"], "Olga");
+        let unknown = console
+            .record_notification("Olga", "review_opened", &["site:nope".into()])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(unknown, ConsoleError::NotFound { .. }),
+            "{unknown:?}"
+        );
+    }
+);
+
+each_backend!(
+    postgres_pushes_changes_and_sqlite_is_polled,
+    |db| async move {
+        let store = db.store().await;
+        let dir = tempfile::tempdir().unwrap();
+        let state = ConsoleState::new(dir.path().join("settings.json"), Some(db.url.clone()));
+        let mut changes = state.subscribe();
+        let connection = state.connect(None).await.unwrap();
+        let is_pg = db.backend == crate::support::Backend::Postgres;
+        assert_eq!(connection.live, is_pg);
+        // A review case opened by the gateway (another connection, as in production).
+        store
+            .record_delivery(crate::store::delivery("c", serde_json::json!({"v": 1})))
+            .await
+            .unwrap();
+        store
+            .record_delivery(crate::store::delivery("c", serde_json::json!({"v": 2})))
+            .await
+            .unwrap();
+        let wait = std::time::Duration::from_millis(if is_pg { 5000 } else { 300 });
+        let pushed = tokio::time::timeout(wait, changes.recv()).await;
+        if is_pg {
+            assert_eq!(pushed.expect("a notification").unwrap(), "review_cases");
+        } else {
+            assert!(pushed.is_err(), "SQLite pushes nothing: the console polls");
+            assert_eq!(
+                state
+                    .console()
+                    .await
+                    .unwrap()
+                    .counts()
+                    .await
+                    .unwrap()
+                    .payload_conflict,
+                1
+            );
+        }
+        store
+            .pause_connector("bitrix24", "token revoked", "worker", store::now())
+            .await
+            .unwrap();
+        if is_pg {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(5), changes.recv())
+                .await
+                .expect("a notification")
+                .unwrap();
+            assert_eq!(next, "connectors");
+        }
+    }
+);

@@ -52,8 +52,8 @@ each_backend!(failed_operations_page_by_keyset, |db| async move {
         .unwrap();
     let mut seen = vec![];
     let mut page = OperationPage {
-        after: None,
         limit: 2,
+        ..Default::default()
     };
     loop {
         let ops = store
@@ -69,6 +69,39 @@ each_backend!(failed_operations_page_by_keyset, |db| async move {
         seen.extend(ops.into_iter().map(|o| o.operation_id.to_string()));
     }
     assert_eq!(seen, ["site:a", "site:b", "site:c", "site:d", "site:e"]);
+    // Newest first, by the same keyset.
+    let mut page = OperationPage {
+        limit: 3,
+        newest_first: true,
+        ..Default::default()
+    };
+    let first = store
+        .operations_with_status(Status::FailedTerminal, page.clone())
+        .await
+        .unwrap();
+    let last = first.last().unwrap();
+    page.after = Some((last.updated_at, last.operation_id.to_string()));
+    let rest = store
+        .operations_with_status(Status::FailedTerminal, page)
+        .await
+        .unwrap();
+    let newest: Vec<_> = first
+        .iter()
+        .chain(&rest)
+        .map(|o| o.operation_id.to_string())
+        .collect();
+    assert_eq!(newest, ["site:e", "site:d", "site:c", "site:b", "site:a"]);
+    // The source filter is in the query: a page is full or the last one.
+    let other = OperationPage {
+        limit: 2,
+        source: Some("tilda".into()),
+        ..Default::default()
+    };
+    assert!(store
+        .operations_with_status(Status::FailedTerminal, other)
+        .await
+        .unwrap()
+        .is_empty());
     let counts = store.queue_counts(now()).await.unwrap();
     assert_eq!(counts.failed_terminal, 5);
     assert_eq!(counts.stale_in_progress, 0);
@@ -92,6 +125,53 @@ each_backend!(stale_leases_are_counted, |db| async move {
         store.queue_counts(later).await.unwrap().stale_in_progress,
         1
     );
+});
+
+each_backend!(stale_operations_page_by_keyset, |db| async move {
+    let store = db.store().await;
+    let mut leases = vec![];
+    for key in ["s1", "s2", "s3", "s4", "s5"] {
+        store
+            .record_delivery(delivery(key, json!({"k": key})))
+            .await
+            .unwrap();
+        let c = store
+            .claim_due("bitrix24", "w", LEASE, now())
+            .await
+            .unwrap()
+            .unwrap();
+        leases.push(c.lease.expires_at);
+    }
+    let later = after(*leases.last().unwrap(), Duration::from_secs(1));
+    let mut page = OperationPage {
+        limit: 2,
+        ..Default::default()
+    };
+    let mut seen = vec![];
+    loop {
+        let ops = store.stale_in_progress(later, page.clone()).await.unwrap();
+        if ops.is_empty() {
+            break;
+        }
+        assert!(ops.len() <= 2);
+        let last = ops.last().unwrap();
+        page.after = Some((
+            last.lease_expires_at.unwrap(),
+            last.operation_id.to_string(),
+        ));
+        seen.extend(ops.into_iter().map(|o| o.operation_id.to_string()));
+    }
+    assert_eq!(
+        seen,
+        ["site:s1", "site:s2", "site:s3", "site:s4", "site:s5"]
+    );
+    // Only leases that ran out before the time given.
+    let mid = after(leases[1], Duration::from_micros(1));
+    let early = OperationPage {
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(store.stale_in_progress(mid, early).await.unwrap().len(), 2);
 });
 
 each_backend!(link_candidates_share_phone_or_email, |db| async move {

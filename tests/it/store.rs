@@ -714,7 +714,11 @@ each_backend!(
             "lease still held"
         );
         let later = start + chrono::TimeDelta::seconds(6);
-        assert_eq!(store.stale_in_progress(later, 10).await.unwrap().len(), 1);
+        let page = OperationPage {
+            limit: 10,
+            ..Default::default()
+        };
+        assert_eq!(store.stale_in_progress(later, page).await.unwrap().len(), 1);
         let taken = store
             .claim_stale(CRM, "rec", LEASE, later)
             .await
@@ -1048,3 +1052,94 @@ async fn an_in_memory_sqlite_store_reads_what_it_writes() {
     let op = store.operation(&op("mem")).await.unwrap();
     assert_eq!(op.map(|o| o.status), Some(Status::Received));
 }
+
+each_backend!(
+    metric_counters_add_up_under_concurrent_writers,
+    |db| async move {
+        // 10 keys, 8 deliveries each, all at once: the counters are kept by triggers in
+        // each writing transaction (sharded on PostgreSQL) and must sum to the truth.
+        let store = db.store().await;
+        let tasks: Vec<_> = (0..80)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let key = format!("k{}", i % 10);
+                    store
+                        .record_delivery(delivery(&key, json!({"key": key})))
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // Four workers at once complete four operations.
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let c = claim(store.as_ref(), &format!("w{w}")).await.unwrap();
+                    store
+                        .finish_attempt(
+                            &c.lease,
+                            AttemptOutcome::Created {
+                                crm_id: format!("{w}"),
+                            },
+                            vec![],
+                            now(),
+                        )
+                        .await
+                        .unwrap();
+                })
+            })
+            .collect();
+        for w in workers {
+            w.await.unwrap();
+        }
+        let m = store.metrics(now(), LEASE).await.unwrap();
+        assert_eq!(m.unique_operations, 10);
+        assert_eq!(m.deliveries[&("site".into(), "new".into())], 10);
+        assert_eq!(m.duplicates_absorbed["site"], 70);
+        assert_eq!(m.operations_by_status["completed"], 4);
+        assert_eq!(m.operations_by_status["received"], 6);
+        assert_eq!(m.unprocessed, 6);
+        assert_eq!(m.crm_entities_created, 4);
+        assert_eq!((m.lost, m.unreconstructable), (0, 0));
+    }
+);
+
+each_backend!(
+    lost_and_unreconstructable_are_counted_by_the_database,
+    |db| async move {
+        // Writes that bypass the store (a script, a bad migration) are counted too: an
+        // accepted delivery without an operation, a completion without evidence.
+        let store = db.store().await;
+        store
+            .record_delivery(delivery("fine", json!({})))
+            .await
+            .unwrap();
+        assert_eq!(
+            raw_execute(
+                &db,
+                "insert into deliveries (source, operation_id, received_at, payload_hash, outcome, transform_version) \
+                 values ('site', 'site:ghost', '2026-01-01T00:00:00Z', 'h', 'new', 1)",
+            )
+            .await,
+            "ok"
+        );
+        assert_eq!(
+            raw_execute(
+                &db,
+                "update operations set status = 'completed', crm_id = '9' where operation_id = 'site:fine'",
+            )
+            .await,
+            "ok"
+        );
+        let m = store.metrics(now(), LEASE).await.unwrap();
+        assert_eq!(m.lost, 1);
+        assert_eq!(m.unreconstructable, 1);
+        assert_eq!(m.operations_by_status["completed"], 1);
+        assert_eq!(m.operations_by_status.get("received"), None);
+    }
+);

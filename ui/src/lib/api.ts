@@ -45,5 +45,7 @@ export const api = {
   connectors: () => call<ConnectorView[]>("connectors"),
   casesAfter: (after: number | null) => call<QueueRow[]>("cases_after", { after }),
   dashboard: (range: Range) => call<Dashboard>("dashboard", { range }),
-  notify: (title: string, body: string) => call<null>("notify", { title, body }),
+  /** A desktop notification, recorded on the timeline of the operations it is about. */
+  notify: (title: string, body: string, what: string, operationIds: string[]) =>
+    call<null>("notify", { title, body, what, operationIds }),
 };

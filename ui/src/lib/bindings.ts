@@ -19,7 +19,12 @@ export type Connection = { backend: string,
 /**
  * The URL without a password.
  */
-display_url: string, schema_version: number, };
+display_url: string, schema_version: number, 
+/**
+ * The database pushes changes (PostgreSQL LISTEN/NOTIFY, `leadgate://refresh`
+ * events); otherwise the console polls (SQLite).
+ */
+live: boolean, };
 
 export type Tab = "needs_review" | "payload_conflict" | "stale" | "failed_terminal" | "connectors";
 
@@ -28,6 +33,10 @@ export type QueueQuery = { reason: string | null, source: string | null,
  * Only items older than this many minutes.
  */
 older_than_minutes: number | null, 
+/**
+ * Newest first instead of oldest first (the default: who waited longest).
+ */
+newest_first: boolean, 
 /**
  * The `next` cursor of the previous page.
  */
@@ -67,7 +76,7 @@ export type CaseDetail = { operation: OperationView,
  */
 case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, conflict: Conflict | null, candidates: Array<OperationView>, };
 
-export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "accept_as_new" };
+export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
 
 export type ActionRequest = { case_id: number, 
 /**
