@@ -6,24 +6,30 @@ export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
 .PHONY: test check lint unit demo bench
 
-## Every check: formatting, lints with warnings denied, and all tests on SQLite and PostgreSQL.
-test: lint unit
+## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
+## PostgreSQL, the UI's type check and unit tests, and the console in a real window.
+test: lint unit test-console e2e
 
+## The workspace includes the console, so these need WebKitGTK: installed when missing.
 lint:
+	scripts/install-console-deps.sh
 	cargo fmt --all -- --check
-	cargo clippy --all-targets --locked -- -D warnings
+	cargo clippy --workspace --all-targets --locked --features leadgate-console/e2e -- -D warnings
 
 unit:
+	scripts/install-console-deps.sh
 	scripts/ensure-postgres.sh
-	cargo test --locked
+	cargo test --workspace --locked
 
 ## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
 demo:
 	scripts/demo.sh
 
-## Intake throughput/latency vs. the raw commit rate, on SQLite and PostgreSQL (release build).
+## Intake throughput/latency vs. the raw commit rate, and the console's calls over a
+## million operations, on SQLite and PostgreSQL (release build). Figures: BENCHMARKS.md.
 bench:
 	scripts/ensure-postgres.sh
 	cargo bench --locked --bench intake
+	cargo bench --locked --bench console
 
 include console.mk

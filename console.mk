@@ -9,6 +9,7 @@
 CONSOLE_BIN = $${CARGO_TARGET_DIR:-target}/debug/leadgate-console
 
 ui/node_modules: ui/package-lock.json
+	@command -v npm >/dev/null || { echo "Node.js 20+ and npm are required (apt-get install nodejs npm)" >&2; exit 1; }
 	npm --prefix ui ci --no-audit --no-fund
 	@touch $@
 
@@ -20,21 +21,22 @@ console-deps: ui/node_modules node_modules
 
 ## Builds the UI, then the console binary that embeds it.
 console: console-deps
+	scripts/install-console-deps.sh
 	npm --prefix ui run build
 	cargo build --locked --workspace
 
 console-run: console
 	$(CONSOLE_BIN) $(if $(LEADGATE_DATABASE_URL),--database-url $(LEADGATE_DATABASE_URL))
 
-## UI type check, UI unit tests, and the generated TypeScript types' freshness.
+## UI type check and UI unit tests (the generated TypeScript types' freshness is a Rust
+## test: tests/it/console.rs, bindings_are_fresh).
 test-console: ui/node_modules
 	npm --prefix ui run check
 	npm --prefix ui test
-	cargo test --locked --test it console::bindings_are_fresh
-	cargo clippy --locked --workspace --all-targets --features leadgate-console/e2e -- -D warnings
 
-## The real-window end-to-end test. Needs the Debian packages and tauri-driver
-## (scripts/ci-console.sh installs what is missing).
-e2e: console-deps
+## The real-window end-to-end test under Xvfb, through tauri-driver and WebKitWebDriver
+## (scripts/install-console-deps.sh installs what is missing).
+e2e: ui/node_modules
+	scripts/install-console-deps.sh
 	npm --prefix ui run build
 	scripts/e2e.sh

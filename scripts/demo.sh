@@ -97,6 +97,6 @@ cat <<TXT
 
 The database is kept: $DIR/leadgate.db
   look at one operation:  $BIN ops show site:<key> --config $DIR/leadgate.toml
-  open the console on it: make console DB=$DIR/leadgate.db
+  open the console on it: make console-run LEADGATE_DATABASE_URL=sqlite://$DIR/leadgate.db
 TXT
 exit $status

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# What building and testing the console needs on a Debian machine, installed only when
+# missing: WebKitGTK and friends for Tauri, Xvfb and WebKitWebDriver for the real-window
+# test, tauri-driver from crates.io, and the npm packages of ui/ and of the E2E runner.
+# `make test`, `make e2e` and `make console` call it; it is quick when all is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential pkg-config curl wget file libssl-dev libwebkit2gtk-4.1-dev libxdo-dev
+  libayatana-appindicator3-dev librsvg2-dev xvfb xauth webkit2gtk-driver)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "== installing Debian packages for the console: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+command -v node >/dev/null || { echo "Node.js 20+ is required (apt-get install nodejs npm)" >&2; exit 1; }
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v tauri-driver >/dev/null; then
+  echo "== installing tauri-driver (crates.io) ..."
+  cargo install tauri-driver --locked --quiet
+fi
