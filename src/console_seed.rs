@@ -34,7 +34,8 @@ pub struct Seeded {
     pub stale: OperationId,
 }
 
-fn lead(source: &str, key: &str, payload: Value, at: DateTime<Utc>) -> NewDelivery {
+/// A JSON lead of `source` under `key`, as the gateway would record it.
+pub fn lead(source: &str, key: &str, payload: Value, at: DateTime<Utc>) -> NewDelivery {
     NewDelivery {
         operation_id: OperationId::new(source, key).expect("valid key"),
         source: source.into(),

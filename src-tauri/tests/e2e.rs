@@ -15,7 +15,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
 use leadgate::console_api::{Action, ActionRequest, Console};
-use leadgate::domain::{OperationId, Status};
+use leadgate::domain::{OperationId, ReviewReason, Status};
 use leadgate::store::{self, Store};
 
 const DRIVER_PORT: u16 = 4444;
@@ -379,6 +379,62 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
         .filter(|e| e.kind == "human_action" && e.detail["action"] == "retry_authorized")
         .count();
     assert_eq!(grants, 2, "one per case; the refused click added none");
+
+    // A late duplicate arrives while the window is open; the manager decides it is a new
+    // request after all: Create new sends it to the worker.
+    let mut late = leadgate::console_seed::lead(
+        "tilda",
+        "late-1",
+        json!({"name": "Vera", "phone": "+79991112233"}),
+        store::now(),
+    );
+    late.review = Some(ReviewReason::LateDuplicate);
+    db.record_delivery(late).await.unwrap();
+    let late = OperationId::new("tilda", "late-1").unwrap();
+    tab(c, "needs_review").await;
+    open_row(c, late.as_str()).await;
+    el(c, "[data-testid=create-new]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    text_until(c, "[data-testid=op-status]", "received", |t| {
+        t == "received"
+    })
+    .await;
+    let case = db.cases_of(&late).await.unwrap().pop().unwrap();
+    assert_eq!(case.resolution.as_deref(), Some("created_new"));
+    assert_eq!(op(db, &late).await.status, Status::Received);
+
+    // Reject: a stale operation is sent to review, then dropped with a reason (the button
+    // waits for the comment).
+    tab(c, "stale").await;
+    open_row(c, s.stale.as_str()).await;
+    el(c, "[data-testid=send-to-review]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let reject = el(c, "[data-testid=reject]").await;
+    assert!(
+        !reject.is_enabled().await.unwrap(),
+        "no reject without a reason"
+    );
+    el(c, "[data-testid=comment]")
+        .await
+        .send_keys("test submission from the agency")
+        .await
+        .unwrap();
+    el(c, "[data-testid=reject]").await.click().await.unwrap();
+    text_until(c, "[data-testid=op-status]", "failed_terminal", |t| {
+        t == "failed_terminal"
+    })
+    .await;
+    let case = db.cases_of(&s.stale).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (case.resolution.as_deref(), case.comment.as_deref()),
+        (Some("rejected"), Some("test submission from the agency"))
+    );
 
     // Keep original on a payload conflict, after looking at the diff.
     tab(c, "payload_conflict").await;

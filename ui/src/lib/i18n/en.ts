@@ -133,6 +133,7 @@ export const en = {
     newCase: "New review case",
     paused: "CRM connector paused",
   },
+  polling: "polling every 3 s",
   live: "live",
 };
 

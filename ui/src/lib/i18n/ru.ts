@@ -135,5 +135,6 @@ export const ru: Strings = {
     newCase: "Новый кейс разбора",
     paused: "Коннектор CRM приостановлен",
   },
+  polling: "опрос каждые 3 с",
   live: "онлайн",
 };
