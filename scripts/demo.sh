@@ -99,4 +99,13 @@ The database is kept: $DIR/leadgate.db
   look at one operation:  $BIN ops show site:<key> --config $DIR/leadgate.toml
   open the console on it: make console-run LEADGATE_DATABASE_URL=sqlite://$DIR/leadgate.db
 TXT
+# With a display, the console opens on the demo database (it builds first: minutes when
+# cold); LEADGATE_DEMO_NO_CONSOLE=1 skips it.
+if [ "$status" -eq 0 ] && [ -z "${LEADGATE_DEMO_NO_CONSOLE:-}" ] \
+  && { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then
+  echo
+  echo "== a display is available: building and opening the console (close its window to finish)"
+  make --no-print-directory console-run LEADGATE_DATABASE_URL="sqlite://$DIR/leadgate.db" || \
+    echo "the console did not open; the demo itself passed"
+fi
 exit $status

@@ -134,7 +134,8 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     })
 }
 
-/// Scrubs finished operations older than `full`, every `every`.
+/// Scrubs finished operations older than `full`, every `every`, and compacts the
+/// dashboard's past time slots.
 async fn retention_loop(
     store: Arc<dyn Store>,
     full: std::time::Duration,
@@ -155,6 +156,11 @@ async fn retention_loop(
             ),
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "retention purge failed"),
+        }
+        // Past dashboard slots no longer change: one row per figure instead of a shard each.
+        let settled = store::before(store::now(), std::time::Duration::from_secs(600));
+        if let Err(e) = store.compact_metrics(settled).await {
+            tracing::error!(error = %e, "compacting metrics failed");
         }
     }
 }

@@ -543,7 +543,7 @@ pub enum Range {
 impl Range {
     fn span_and_buckets(self) -> (chrono::TimeDelta, u32) {
         match self {
-            Range::Hour => (chrono::TimeDelta::hours(1), 60),
+            Range::Hour => (chrono::TimeDelta::hours(1), 12),
             Range::Day => (chrono::TimeDelta::days(1), 48),
             Range::Week => (chrono::TimeDelta::days(7), 56),
             Range::Month => (chrono::TimeDelta::days(30), 60),

@@ -20,9 +20,35 @@ create function metric_add(m text, l text, l2 text, delta bigint) returns void l
     on conflict (metric, label, label2, shard) do update set value = metric_counters.value + excluded.value;
 $$;
 
+-- The dashboard's figures over time, per 5-minute slot (unix seconds / 300): a month is
+-- 8,640 slots, read in one index range whatever the traffic was. Sharded like the
+-- counters; `Store::compact_metrics` folds the shards of past slots into one row.
+create table metric_series (
+    slot    bigint not null,
+    metric  text not null,
+    label   text not null default '',
+    shard   integer not null default 0,
+    value   bigint not null,
+    primary key (slot, metric, label, shard)
+);
+
+create function series_add(at timestamptz, m text, l text) returns void language sql as $$
+    insert into metric_series (slot, metric, label, shard, value)
+    values (floor(extract(epoch from at) / 300)::bigint, m, l, pg_backend_pid() % 16, 1)
+    on conflict (slot, metric, label, shard) do update set value = metric_series.value + 1;
+$$;
+
 create function deliveries_counted() returns trigger language plpgsql as $$
 begin
     perform metric_add('deliveries', new.source, new.outcome, 1);
+    if new.outcome <> 'rejected' then
+        perform series_add(new.received_at, 'deliveries', '');
+    end if;
+    if new.outcome = 'new' then
+        perform series_add(new.received_at, 'new_operations', '');
+    elsif new.outcome = 'duplicate' then
+        perform series_add(new.received_at, 'duplicates', '');
+    end if;
     -- A lost lead: an accepted delivery without an operation (never, by construction:
     -- the operation is written first, in the same transaction; this checks it).
     if new.outcome <> 'rejected' and not exists (select 1 from operations where operation_id = new.operation_id) then
@@ -68,15 +94,34 @@ create trigger operations_counted_update after update of status, crm_link on ope
     for each row when (old.status is distinct from new.status or old.crm_link is distinct from new.crm_link)
     execute function operations_counted();
 
-create function timeline_retries_counted() returns trigger language plpgsql as $$
+create function timeline_counted() returns trigger language plpgsql as $$
 begin
-    perform metric_add('retries', new.error_class, '', 1);
+    if new.kind = 'retry_scheduled' then
+        perform metric_add('retries', new.error_class, '', 1);
+        perform series_add(new.at, 'retries', new.error_class);
+    else
+        perform series_add(new.at, 'crm_entities', '');
+    end if;
     return null;
 end
 $$;
-create trigger timeline_retries_counted after insert on timeline
-    for each row when (new.kind = 'retry_scheduled' and new.error_class is not null)
-    execute function timeline_retries_counted();
+create trigger timeline_counted after insert on timeline
+    for each row when ((new.kind = 'retry_scheduled' and new.error_class is not null)
+                       or new.kind in ('crm_created', 'recovered'))
+    execute function timeline_counted();
+
+create function review_cases_counted() returns trigger language plpgsql as $$
+begin
+    if tg_op = 'INSERT' then
+        perform series_add(new.opened_at, 'cases_opened', '');
+    elsif old.resolved_at is null and new.resolved_at is not null then
+        perform series_add(new.resolved_at, 'cases_resolved', '');
+    end if;
+    return null;
+end
+$$;
+create trigger review_cases_counted after insert or update of resolved_at on review_cases
+    for each row execute function review_cases_counted();
 
 -- The console listens instead of polling: a review case opened or resolved, a connector
 -- paused or resumed. Only these rare writes notify (NOTIFY serialises commits).
@@ -108,3 +153,29 @@ insert into metric_counters (metric, value)
 insert into metric_counters (metric, label, value)
     select 'retries', error_class, count(*) from timeline
     where kind = 'retry_scheduled' and error_class is not null group by error_class;
+
+-- Contact matching and link candidates read the newest few operations per phone or e-mail:
+-- (contact, created_at) keeps that bounded when thousands of leads share one number.
+drop index operations_phone;
+drop index operations_email;
+create index operations_phone on operations (contact_phone, created_at) where contact_phone is not null;
+create index operations_email on operations (contact_email, created_at) where contact_email is not null;
+
+insert into metric_series (slot, metric, value)
+    select floor(extract(epoch from received_at) / 300)::bigint, 'deliveries', count(*) from deliveries
+    where outcome <> 'rejected' group by 1;
+insert into metric_series (slot, metric, value)
+    select floor(extract(epoch from received_at) / 300)::bigint,
+           case outcome when 'new' then 'new_operations' else 'duplicates' end, count(*)
+    from deliveries where outcome in ('new', 'duplicate') group by 1, 2;
+insert into metric_series (slot, metric, label, value)
+    select floor(extract(epoch from at) / 300)::bigint, 'retries', error_class, count(*) from timeline
+    where kind = 'retry_scheduled' and error_class is not null group by 1, 3;
+insert into metric_series (slot, metric, value)
+    select floor(extract(epoch from at) / 300)::bigint, 'crm_entities', count(*) from timeline
+    where kind in ('crm_created', 'recovered') group by 1;
+insert into metric_series (slot, metric, value)
+    select floor(extract(epoch from opened_at) / 300)::bigint, 'cases_opened', count(*) from review_cases group by 1;
+insert into metric_series (slot, metric, value)
+    select floor(extract(epoch from resolved_at) / 300)::bigint, 'cases_resolved', count(*) from review_cases
+    where resolved_at is not null group by 1;

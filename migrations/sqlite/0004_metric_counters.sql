@@ -13,10 +13,29 @@ create table metric_counters (
     primary key (metric, label, label2, shard)
 ) without rowid;
 
+-- The dashboard's figures over time, per 5-minute slot (unix seconds / 300): a month is
+-- 8,640 slots, read in one index range whatever the traffic was.
+create table metric_series (
+    slot    integer not null,
+    metric  text not null,
+    label   text not null default '',
+    shard   integer not null default 0,
+    value   integer not null,
+    primary key (slot, metric, label, shard)
+) without rowid;
+
 -- Deliveries by source and outcome (duplicates absorbed are the `duplicate` ones).
 create trigger deliveries_counted after insert on deliveries begin
     insert into metric_counters (metric, label, label2, value) values ('deliveries', new.source, new.outcome, 1)
         on conflict (metric, label, label2, shard) do update set value = value + 1;
+    insert into metric_series (slot, metric, value)
+        select unixepoch(new.received_at) / 300, 'deliveries', 1 where new.outcome <> 'rejected'
+        on conflict (slot, metric, label, shard) do update set value = value + 1;
+    insert into metric_series (slot, metric, value)
+        select unixepoch(new.received_at) / 300,
+               case new.outcome when 'new' then 'new_operations' else 'duplicates' end, 1
+        where new.outcome in ('new', 'duplicate')
+        on conflict (slot, metric, label, shard) do update set value = value + 1;
 end;
 
 -- A lost lead: an accepted delivery without an operation (never, by construction: the
@@ -70,6 +89,27 @@ when new.kind = 'retry_scheduled' and new.error_class is not null
 begin
     insert into metric_counters (metric, label, value) values ('retries', new.error_class, 1)
         on conflict (metric, label, label2, shard) do update set value = value + 1;
+    insert into metric_series (slot, metric, label, value) values (unixepoch(new.at) / 300, 'retries', new.error_class, 1)
+        on conflict (slot, metric, label, shard) do update set value = value + 1;
+end;
+
+create trigger timeline_crm_series after insert on timeline
+when new.kind in ('crm_created', 'recovered')
+begin
+    insert into metric_series (slot, metric, value) values (unixepoch(new.at) / 300, 'crm_entities', 1)
+        on conflict (slot, metric, label, shard) do update set value = value + 1;
+end;
+
+create trigger review_cases_opened_series after insert on review_cases begin
+    insert into metric_series (slot, metric, value) values (unixepoch(new.opened_at) / 300, 'cases_opened', 1)
+        on conflict (slot, metric, label, shard) do update set value = value + 1;
+end;
+
+create trigger review_cases_resolved_series after update of resolved_at on review_cases
+when old.resolved_at is null and new.resolved_at is not null
+begin
+    insert into metric_series (slot, metric, value) values (unixepoch(new.resolved_at) / 300, 'cases_resolved', 1)
+        on conflict (slot, metric, label, shard) do update set value = value + 1;
 end;
 
 -- What a database migrated from an earlier version already holds.
@@ -89,3 +129,28 @@ insert into metric_counters (metric, value)
 insert into metric_counters (metric, label, value)
     select 'retries', error_class, count(*) from timeline
     where kind = 'retry_scheduled' and error_class is not null group by error_class;
+
+-- Contact matching and link candidates read the newest few operations per phone or e-mail:
+-- (contact, created_at) keeps that bounded when thousands of leads share one number.
+drop index operations_phone;
+drop index operations_email;
+create index operations_phone on operations (contact_phone, created_at) where contact_phone is not null;
+create index operations_email on operations (contact_email, created_at) where contact_email is not null;
+
+insert into metric_series (slot, metric, value)
+    select unixepoch(received_at) / 300, 'deliveries', count(*) from deliveries
+    where outcome <> 'rejected' group by 1;
+insert into metric_series (slot, metric, value)
+    select unixepoch(received_at) / 300, case outcome when 'new' then 'new_operations' else 'duplicates' end, count(*)
+    from deliveries where outcome in ('new', 'duplicate') group by 1, 2;
+insert into metric_series (slot, metric, label, value)
+    select unixepoch(at) / 300, 'retries', error_class, count(*) from timeline
+    where kind = 'retry_scheduled' and error_class is not null group by 1, 3;
+insert into metric_series (slot, metric, value)
+    select unixepoch(at) / 300, 'crm_entities', count(*) from timeline
+    where kind in ('crm_created', 'recovered') group by 1;
+insert into metric_series (slot, metric, value)
+    select unixepoch(opened_at) / 300, 'cases_opened', count(*) from review_cases group by 1;
+insert into metric_series (slot, metric, value)
+    select unixepoch(resolved_at) / 300, 'cases_resolved', count(*) from review_cases
+    where resolved_at is not null group by 1;

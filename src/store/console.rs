@@ -59,24 +59,27 @@ pub struct SeriesPoint {
     pub retries_by_class: BTreeMap<String, i64>,
 }
 
-/// Splits `[from, to)` into `buckets` equal buckets (at least one, at most 500).
-pub fn buckets(
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    buckets: u32,
-) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+/// The dashboard's time resolution: figures over time are kept per 5-minute slot
+/// (`metric_series`, migration 0004).
+pub const SLOT_SECONDS: i64 = 300;
+
+/// Whole slots `[lo, hi)` (unix seconds / `SLOT_SECONDS`) for `buckets` equal buckets
+/// covering `[from, to)`: `to` is rounded up and `from` down to a slot, and a bucket is a
+/// whole number of slots (at least one), so every slot falls in exactly one bucket.
+pub fn slot_buckets(from: DateTime<Utc>, to: DateTime<Utc>, buckets: u32) -> Vec<(i64, i64)> {
     let n = buckets.clamp(1, 500) as i64;
-    let span = (to - from).num_microseconds().unwrap_or(i64::MAX).max(n);
-    let step = span / n;
+    let first = from.timestamp().div_euclid(SLOT_SECONDS);
+    let end = (to.timestamp() + SLOT_SECONDS - 1)
+        .div_euclid(SLOT_SECONDS)
+        .max(first + 1);
+    let step = ((end - first) + n - 1) / n;
+    let start = end - step * n;
     (0..n)
-        .map(|i| {
-            let lo = from + chrono::TimeDelta::microseconds(step * i);
-            let hi = if i == n - 1 {
-                to.max(lo)
-            } else {
-                lo + chrono::TimeDelta::microseconds(step)
-            };
-            (lo, hi)
-        })
+        .map(|i| (start + step * i, start + step * (i + 1)))
         .collect()
+}
+
+/// The start of a slot as a time.
+pub fn slot_time(slot: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(slot * SLOT_SECONDS, 0).unwrap_or_default()
 }

@@ -522,13 +522,18 @@ pub trait Store: Send + Sync + 'static {
     async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>>;
     /// One journaled delivery (e.g. the conflicting side of a payload conflict).
     async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>>;
-    /// Dashboard figures per bucket over `[from, to)`.
+    /// Dashboard figures per bucket over `[from, to)`, at 5-minute resolution (see
+    /// `slot_buckets`: the range is widened to whole slots).
     async fn series(
         &self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         buckets: u32,
     ) -> Result<Vec<SeriesPoint>>;
+    /// Folds the per-connection shards of the dashboard's past time slots (before
+    /// `before`) into one row each, so a month of figures stays a few thousand rows.
+    /// Returns the rows written. A no-op on SQLite.
+    async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64>;
     /// The newest migration applied to this database (`None`: no schema yet). Reads only.
     async fn schema_version(&self) -> Result<Option<i64>>;
     /// `in_progress` operations whose lease ran out before `lease_expired_before`, keyset-

@@ -421,10 +421,17 @@ macro_rules! sql_store {
                 return Ok(None);
             }
             let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
-                "select operation_id, crm_id, status from operations \
-                 where operation_id <> $1 and created_at >= $2 \
-                 and (contact_phone = $3 or contact_email = $4) \
-                 order by created_at desc limit 10",
+                // Newest first from each index (contact, created_at), so a phone shared by
+                // thousands of leads (a switchboard) costs ten index entries, not thousands.
+                "select operation_id, crm_id, status from ( \
+                   select * from (select operation_id, crm_id, status, created_at from operations \
+                     where contact_phone = $3 and created_at >= $2 and operation_id <> $1 \
+                     order by created_at desc limit 10) p \
+                   union \
+                   select * from (select operation_id, crm_id, status, created_at from operations \
+                     where contact_email = $4 and created_at >= $2 and operation_id <> $1 \
+                     order by created_at desc limit 10) e \
+                 ) m order by created_at desc limit 10",
             )
             .bind(id)
             .bind(m.since)
@@ -1062,15 +1069,18 @@ macro_rules! sql_store {
             }
 
             async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
-                // Two index lookups (operations_phone, operations_email) joined by union.
+                // The newest `limit` from each index (operations_phone, operations_email: contact,
+                // created_at), joined by union: bounded however many leads share a phone.
                 let sql = format!(
                     "select {OP_COLUMNS} from operations where operation_id in ( \
-                       select o.operation_id from operations o join operations me \
-                         on me.operation_id = $1 and o.contact_phone = me.contact_phone \
+                       select operation_id from (select o.operation_id from operations o \
+                         join operations me on me.operation_id = $1 and o.contact_phone = me.contact_phone \
+                         where o.operation_id <> $1 order by o.created_at desc limit $2) p \
                        union \
-                       select o.operation_id from operations o join operations me \
-                         on me.operation_id = $1 and o.contact_email = me.contact_email) \
-                     and operation_id <> $1 order by created_at desc, operation_id limit $2"
+                       select operation_id from (select o.operation_id from operations o \
+                         join operations me on me.operation_id = $1 and o.contact_email = me.contact_email \
+                         where o.operation_id <> $1 order by o.created_at desc limit $2) e) \
+                     order by created_at desc, operation_id limit $2"
                 );
                 let rows = sqlx::query(&sql)
                     .bind(id.as_str())
@@ -1108,77 +1118,62 @@ macro_rules! sql_store {
                 to: DateTime<Utc>,
                 n: u32,
             ) -> Result<Vec<SeriesPoint>> {
-                let edges = buckets(from, to, n);
+                // Per-slot figures kept by triggers (metric_series): one index range.
+                let edges = slot_buckets(from, to, n);
+                let (first, end) = (edges[0].0, edges[edges.len() - 1].1);
+                let step = edges[0].1 - edges[0].0;
                 let mut points: Vec<SeriesPoint> = edges
                     .iter()
-                    .map(|(start, end)| SeriesPoint { start: *start, end: *end, ..Default::default() })
+                    .map(|(lo, hi)| SeriesPoint {
+                        start: slot_time(*lo),
+                        end: slot_time(*hi),
+                        ..Default::default()
+                    })
                     .collect();
-                // One grouped query per figure: the buckets are a bound `values` list joined
-                // to the table on its time column (shared SQL; no dialect date functions).
-                let counted = |select: &str, table: &str, at: &str, filter: &str| {
-                    let mut q = sqlx::QueryBuilder::<$db>::new("with b (i, lo, hi) as (values ");
-                    for (i, (lo, hi)) in edges.iter().enumerate() {
-                        if i > 0 {
-                            q.push(", ");
-                        }
-                        q.push("(")
-                            .push_bind(i as i64)
-                            .push(", ")
-                            .push_bind(*lo)
-                            .push(", ")
-                            .push_bind(*hi)
-                            .push(")");
-                    }
-                    // `cross join` keeps the few buckets as the outer loop on SQLite (one
-                    // index range per bucket instead of a scan of the table per bucket);
-                    // PostgreSQL plans it as the inner join it is.
-                    q.push(format!(
-                        ") select b.i{select}, count(*) from b cross join {table} x \
-                         where x.{at} >= b.lo and x.{at} < b.hi {filter} group by b.i{select}"
-                    ));
-                    q
-                };
-                type Field = fn(&mut SeriesPoint) -> &mut i64;
-                let figures: [(&str, &str, &str, Field); 6] = [
-                    ("deliveries", "received_at", "and x.outcome <> 'rejected'", |p| &mut p.deliveries),
-                    // A delivery that created its operation (indexed by time, unlike
-                    // operations.created_at).
-                    ("deliveries", "received_at", "and x.outcome = 'new'", |p| &mut p.new_operations),
-                    ("deliveries", "received_at", "and x.outcome = 'duplicate'", |p| {
-                        &mut p.duplicates_absorbed
-                    }),
-                    ("timeline", "at", "and x.kind in ('crm_created', 'recovered')", |p| {
-                        &mut p.crm_entities
-                    }),
-                    ("review_cases", "opened_at", "", |p| &mut p.cases_opened),
-                    ("review_cases", "resolved_at", "", |p| &mut p.cases_resolved),
-                ];
-                for (table, at, filter, field) in figures {
-                    let rows: Vec<(i64, i64)> = counted("", table, at, filter)
-                        .build_query_as()
-                        .fetch_all(&self.pool)
-                        .await?;
-                    for (i, count) in rows {
-                        if let Some(p) = points.get_mut(i as usize) {
-                            *field(p) = count;
-                        }
-                    }
-                }
-                let rows: Vec<(i64, String, i64)> = counted(
-                    ", x.error_class",
-                    "timeline",
-                    "at",
-                    "and x.kind = 'retry_scheduled' and x.error_class is not null",
+                let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+                    "select slot, metric, label, cast(sum(value) as bigint) from metric_series \
+                     where slot >= $1 and slot < $2 group by slot, metric, label",
                 )
-                .build_query_as()
+                .bind(first)
+                .bind(end)
                 .fetch_all(&self.pool)
                 .await?;
-                for (i, class, count) in rows {
-                    if let Some(p) = points.get_mut(i as usize) {
-                        p.retries_by_class.insert(class, count);
+                for (slot, metric, label, count) in rows {
+                    let Some(p) = points.get_mut(((slot - first) / step) as usize) else {
+                        continue;
+                    };
+                    match metric.as_str() {
+                        "deliveries" => p.deliveries += count,
+                        "new_operations" => p.new_operations += count,
+                        "duplicates" => p.duplicates_absorbed += count,
+                        "crm_entities" => p.crm_entities += count,
+                        "cases_opened" => p.cases_opened += count,
+                        "cases_resolved" => p.cases_resolved += count,
+                        "retries" => *p.retries_by_class.entry(label).or_default() += count,
+                        _ => {}
                     }
                 }
                 Ok(points)
+            }
+
+            async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64> {
+                if $backend != "postgres" {
+                    return Ok(0); // one writer, one shard: nothing to fold
+                }
+                // Folds the shards of slots before `before` into shard 0, one transaction.
+                let slot = before.timestamp().div_euclid(SLOT_SECONDS);
+                let done = sqlx::query(
+                    "with moved as (delete from metric_series where slot < $1 and shard <> 0 \
+                       returning slot, metric, label, value) \
+                     insert into metric_series (slot, metric, label, shard, value) \
+                     select slot, metric, label, 0, sum(value) from moved group by slot, metric, label \
+                     on conflict (slot, metric, label, shard) \
+                     do update set value = metric_series.value + excluded.value",
+                )
+                .bind(slot)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected())
             }
 
             async fn schema_version(&self) -> Result<Option<i64>> {

@@ -239,7 +239,8 @@ each_backend!(the_conflicting_delivery_is_readable, |db| async move {
 
 each_backend!(series_count_per_bucket, |db| async move {
     let store = db.store().await;
-    let t0 = now();
+    // A 5-minute boundary: the series' resolution.
+    let t0 = chrono::DateTime::from_timestamp(now().timestamp() / 300 * 300, 0).unwrap();
     let hour = Duration::from_secs(3600);
     let at = |h: u64| after(t0, hour * h as u32);
     for (key, h) in [("a", 0), ("b", 0), ("c", 2)] {
@@ -248,7 +249,7 @@ each_backend!(series_count_per_bucket, |db| async move {
         store.record_delivery(d).await.unwrap();
     }
     let mut dup = delivery("a", json!({"k": "a"}));
-    dup.received_at = at(2);
+    dup.received_at = after(at(2), Duration::from_secs(299));
     store.record_delivery(dup).await.unwrap();
     let points = store.series(t0, at(3), 3).await.unwrap();
     assert_eq!(points.len(), 3);
@@ -258,7 +259,48 @@ each_backend!(series_count_per_bucket, |db| async move {
     assert_eq!(col(|p| p.duplicates_absorbed), [0, 0, 1]);
     assert_eq!(points[0].start, t0);
     assert_eq!(points[2].end, at(3));
+    // An unaligned range widens to whole slots; every slot lands in one bucket.
+    let wide = store
+        .series(after(t0, Duration::from_secs(7)), at(3), 3)
+        .await
+        .unwrap();
+    assert_eq!(wide.iter().map(|p| p.deliveries).sum::<i64>(), 4);
+    // Compacting past slots changes no figure.
+    store.compact_metrics(at(4)).await.unwrap();
+    assert_eq!(store.series(t0, at(3), 3).await.unwrap(), points);
 });
+
+each_backend!(
+    series_fold_shards_written_by_many_connections,
+    |db| async move {
+        // Concurrent writers land on several shards (PostgreSQL); the series sums them, and
+        // compaction leaves one row per slot and figure without changing a sum.
+        let store = db.store().await;
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let store = std::sync::Arc::clone(&store);
+                tokio::spawn(async move {
+                    let key = format!("p{i}");
+                    store
+                        .record_delivery(delivery(&key, json!({"k": key})))
+                        .await
+                        .unwrap();
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let from = before(now(), Duration::from_secs(3600));
+        let to = after(now(), Duration::from_secs(600));
+        let total = |p: &[SeriesPoint]| p.iter().map(|p| p.new_operations).sum::<i64>();
+        let points = store.series(from, to, 12).await.unwrap();
+        assert_eq!(total(&points), 40);
+        store.compact_metrics(to).await.unwrap();
+        let compacted = store.series(from, to, 12).await.unwrap();
+        assert_eq!(compacted, points);
+    }
+);
 
 each_backend!(schema_version_is_read_without_migrating, |db| async move {
     let fresh = open(&db.url).await.unwrap();
