@@ -136,6 +136,13 @@ create trigger review_cases_notify after insert or update on review_cases
 create trigger connectors_notify after insert or update on connectors
     for each row execute function console_notify();
 
+-- Contact matching and link candidates read the newest few operations per phone or e-mail:
+-- (contact, created_at) keeps that bounded when thousands of leads share one number.
+drop index operations_phone;
+drop index operations_email;
+create index operations_phone on operations (contact_phone, created_at) where contact_phone is not null;
+create index operations_email on operations (contact_email, created_at) where contact_email is not null;
+
 -- What a database migrated from an earlier version already holds.
 insert into metric_counters (metric, label, label2, value)
     select 'deliveries', source, outcome, count(*) from deliveries group by source, outcome;
@@ -153,13 +160,6 @@ insert into metric_counters (metric, value)
 insert into metric_counters (metric, label, value)
     select 'retries', error_class, count(*) from timeline
     where kind = 'retry_scheduled' and error_class is not null group by error_class;
-
--- Contact matching and link candidates read the newest few operations per phone or e-mail:
--- (contact, created_at) keeps that bounded when thousands of leads share one number.
-drop index operations_phone;
-drop index operations_email;
-create index operations_phone on operations (contact_phone, created_at) where contact_phone is not null;
-create index operations_email on operations (contact_email, created_at) where contact_email is not null;
 
 insert into metric_series (slot, metric, value)
     select floor(extract(epoch from received_at) / 300)::bigint, 'deliveries', count(*) from deliveries
