@@ -103,6 +103,10 @@ async fn run(url: &str, n: u64) {
             .split_once(BACKFILL)
             .expect("the migration's backfill section")
             .1;
+        sqlx::query("truncate metric_counters, metric_series")
+            .execute(&mut c)
+            .await
+            .unwrap();
         sqlx::raw_sql(backfill).execute(&mut c).await.unwrap();
         sqlx::query("vacuum analyze").execute(&mut c).await.unwrap();
     } else {
