@@ -312,6 +312,13 @@ each_backend!(actions_resolve_through_the_store, |db| async move {
         .await
         .unwrap());
     assert_eq!(console.counts().await.unwrap().paused_connectors, 0);
+    let connectors = console.connectors().await.unwrap();
+    let c = connectors
+        .iter()
+        .find(|c| c.name == leadgate::console_seed::CONNECTOR)
+        .unwrap();
+    assert!(!c.paused);
+    assert_eq!(c.changed_by, "Olga");
 });
 
 each_backend!(dashboard_has_cards_and_series, |db| async move {
