@@ -911,6 +911,11 @@ macro_rules! sql_store {
                         if l.op.status != Status::NeedsReview {
                             return invalid(format!("only an operation in review can be rejected, not `{}`", l.op.status));
                         }
+                        // The failed list shows why, as it does for a CRM's refusal.
+                        l.op.last_error = Some(match &req.comment {
+                            Some(c) => format!("rejected by {actor}: {c}"),
+                            None => format!("rejected by {actor}"),
+                        });
                         Some(Status::FailedTerminal)
                     }
                 };

@@ -496,6 +496,23 @@ each_backend!(
             .await
             .unwrap();
         assert_eq!(rejected.operation.status, "failed_terminal");
+        assert_eq!(
+            rejected.operation.last_error.as_deref(),
+            Some("rejected by Marina: test lead from the agency")
+        );
+        let failed = console
+            .queue(Tab::FailedTerminal, QueueQuery::default())
+            .await
+            .unwrap();
+        let row = failed
+            .rows
+            .iter()
+            .find(|r| r.operation_id.as_deref() == Some(s.uncertain.as_str()))
+            .expect("the rejected lead is in the failed tab");
+        assert_eq!(
+            row.note.as_deref(),
+            Some("rejected by Marina: test lead from the agency")
+        );
     }
 );
 
