@@ -1,8 +1,9 @@
 # The operator console (src-tauri/, ui/). Included from the Makefile.
 #   make console       build the UI and the console (debug), ready to run
 #   make console-run   run it (LEADGATE_DATABASE_URL or the first-run screen)
-#   make test-console  UI type check + Vitest + ts-rs freshness (part of `make test`)
+#   make test-console  UI type check + Vitest (part of `make test`)
 #   make e2e           the console in a real window (Xvfb + WebDriver), screenshots to docs/screenshots
+#                      (part of `make test`)
 
 .PHONY: console console-run console-deps test-console e2e
 
