@@ -53,3 +53,14 @@ sql_store! {
     mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
                            from review_cases where resolved_at is not null",
 }
+
+impl PgStore {
+    /// One transaction per delivery: concurrent intakes commit together (PostgreSQL's
+    /// group commit) and lock only their own rows.
+    async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
+        let mut tx = self.begin_write().await?;
+        let record = record_in(&mut tx, &d).await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+}

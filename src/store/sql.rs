@@ -180,6 +180,81 @@ macro_rules! sql_store {
             q
         }
 
+        /// Journals one delivery and claims its key, inside the caller's write transaction
+        /// (the backend decides how transactions are grouped: see `record_delivery`).
+        async fn record_in(tx: &mut Tx, d: &NewDelivery) -> Result<DeliveryRecord> {
+            let id = d.operation_id.as_str().to_owned();
+            let now = d.received_at;
+            let outcome;
+            let delivery_id;
+            if insert_operation(tx, &id, &d, "worker", now).await? {
+                delivery_id = insert_delivery(tx, &d, "new").await?;
+                let event = NewEvent::new(
+                    "delivery",
+                    json!({"delivery_id": delivery_id, "outcome": "new", "payload_hash": d.payload_hash}),
+                );
+                append(tx, &id, "gateway", event, now).await?;
+                // The common path (a plain new lead) stops here, without reading the
+                // row back: four statements per delivery.
+                let mut status = Status::Received;
+                if let Some(reason) = d.review {
+                    let mut l = must_lock(tx, &id).await?;
+                    open_case(tx, &mut l, reason, Some(delivery_id), "gateway", json!({}), now)
+                        .await?;
+                    save(tx, &mut l, now).await?;
+                    status = l.op.status;
+                } else if let Some(m) = d.matching {
+                    if let Some(mut l) = match_contacts(tx, &id, &d.contact, m, now).await? {
+                        save(tx, &mut l, now).await?;
+                        status = l.op.status;
+                    }
+                }
+                outcome = DeliveryOutcome::New { status };
+            } else {
+                let mut l = must_lock(tx, &id).await?;
+                if l.op.payload_hash == d.payload_hash.as_str() {
+                    delivery_id = insert_delivery(tx, &d, "duplicate").await?;
+                    let event = NewEvent::new(
+                        "delivery",
+                        json!({"delivery_id": delivery_id, "outcome": "duplicate"}),
+                    );
+                    append(tx, &id, "gateway", event, now).await?;
+                    outcome = DeliveryOutcome::Duplicate {
+                        status: l.op.status,
+                        crm_id: l.op.crm_id.clone(),
+                    };
+                } else {
+                    delivery_id = insert_delivery(tx, &d, "conflict").await?;
+                    let event = NewEvent {
+                        kind: "delivery",
+                        error_class: Some(ErrorClass::Conflict),
+                        detail: json!({"delivery_id": delivery_id, "outcome": "conflict",
+                            "payload_hash": d.payload_hash, "original_hash": l.op.payload_hash}),
+                    };
+                    append(tx, &id, "gateway", event, now).await?;
+                    let case_id = open_case(
+                        tx,
+                        &mut l,
+                        ReviewReason::PayloadConflict,
+                        Some(delivery_id),
+                        "gateway",
+                        json!({"delivery_id": delivery_id}),
+                        now,
+                    )
+                    .await?;
+                    save(tx, &mut l, now).await?;
+                    outcome = DeliveryOutcome::Conflict {
+                        status: l.op.status,
+                        case_id,
+                    };
+                }
+            }
+            Ok(DeliveryRecord {
+                delivery_id,
+                outcome,
+            })
+        }
+
         /// Writes back every mutable column of a locked operation and bumps its version.
         async fn save(tx: &mut Tx, l: &mut Locked, now: DateTime<Utc>) -> Result<()> {
             let op = &mut l.op;
@@ -512,78 +587,7 @@ macro_rules! sql_store {
             }
 
             async fn record_delivery(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-                let mut tx = self.begin_write().await?;
-                let id = d.operation_id.as_str().to_owned();
-                let now = d.received_at;
-                let outcome;
-                let delivery_id;
-                if insert_operation(&mut tx, &id, &d, "worker", now).await? {
-                    delivery_id = insert_delivery(&mut tx, &d, "new").await?;
-                    let event = NewEvent::new(
-                        "delivery",
-                        json!({"delivery_id": delivery_id, "outcome": "new", "payload_hash": d.payload_hash}),
-                    );
-                    append(&mut tx, &id, "gateway", event, now).await?;
-                    // The common path (a plain new lead) stops here, without reading the
-                    // row back: four statements per delivery.
-                    let mut status = Status::Received;
-                    if let Some(reason) = d.review {
-                        let mut l = must_lock(&mut tx, &id).await?;
-                        open_case(&mut tx, &mut l, reason, Some(delivery_id), "gateway", json!({}), now)
-                            .await?;
-                        save(&mut tx, &mut l, now).await?;
-                        status = l.op.status;
-                    } else if let Some(m) = d.matching {
-                        if let Some(mut l) = match_contacts(&mut tx, &id, &d.contact, m, now).await? {
-                            save(&mut tx, &mut l, now).await?;
-                            status = l.op.status;
-                        }
-                    }
-                    outcome = DeliveryOutcome::New { status };
-                } else {
-                    let mut l = must_lock(&mut tx, &id).await?;
-                    if l.op.payload_hash == d.payload_hash.as_str() {
-                        delivery_id = insert_delivery(&mut tx, &d, "duplicate").await?;
-                        let event = NewEvent::new(
-                            "delivery",
-                            json!({"delivery_id": delivery_id, "outcome": "duplicate"}),
-                        );
-                        append(&mut tx, &id, "gateway", event, now).await?;
-                        outcome = DeliveryOutcome::Duplicate {
-                            status: l.op.status,
-                            crm_id: l.op.crm_id.clone(),
-                        };
-                    } else {
-                        delivery_id = insert_delivery(&mut tx, &d, "conflict").await?;
-                        let event = NewEvent {
-                            kind: "delivery",
-                            error_class: Some(ErrorClass::Conflict),
-                            detail: json!({"delivery_id": delivery_id, "outcome": "conflict",
-                                "payload_hash": d.payload_hash, "original_hash": l.op.payload_hash}),
-                        };
-                        append(&mut tx, &id, "gateway", event, now).await?;
-                        let case_id = open_case(
-                            &mut tx,
-                            &mut l,
-                            ReviewReason::PayloadConflict,
-                            Some(delivery_id),
-                            "gateway",
-                            json!({"delivery_id": delivery_id}),
-                            now,
-                        )
-                        .await?;
-                        save(&mut tx, &mut l, now).await?;
-                        outcome = DeliveryOutcome::Conflict {
-                            status: l.op.status,
-                            case_id,
-                        };
-                    }
-                }
-                tx.commit().await?;
-                Ok(DeliveryRecord {
-                    delivery_id,
-                    outcome,
-                })
+                self.record_delivery_now(d).await
             }
 
             async fn record_rejected(&self, d: RejectedDelivery) -> Result<i64> {

@@ -5,6 +5,12 @@
 //! Every write transaction starts with `BEGIN IMMEDIATE`, taking the writer lock up front,
 //! so a transaction never fails on upgrading a read to a write; another process on the
 //! same file (a second `leadgate worker`) waits on the busy timeout.
+//!
+//! Intake is grouped: deliveries that arrive while the writer is busy are journaled and
+//! claimed together in one transaction by one task (`intake_writer`), and each caller is
+//! answered only after that transaction committed, so an answer still means "durable".
+//! Every statement is a hand-off to sqlx's connection thread; sharing `BEGIN` and
+//! `COMMIT` (and the fsync) among a group is what lets intake keep up with the disk.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -19,7 +25,17 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The one writer connection of this process.
     writer: SqlitePool,
+    /// Deliveries waiting for the intake writer, each with where its answer goes.
+    intake: tokio::sync::mpsc::Sender<IntakeJob>,
 }
+
+type IntakeJob = (
+    NewDelivery,
+    tokio::sync::oneshot::Sender<Result<DeliveryRecord>>,
+);
+
+/// At most this many deliveries share one transaction.
+const INTAKE_GROUP: usize = 64;
 
 impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
@@ -51,7 +67,13 @@ impl SqliteStore {
                 .connect_with(options)
                 .await?
         };
-        Ok(SqliteStore { pool, writer })
+        let (intake, jobs) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(intake_writer(writer.clone(), jobs));
+        Ok(SqliteStore {
+            pool,
+            writer,
+            intake,
+        })
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -81,4 +103,54 @@ sql_store! {
     skip_locked: "",
     mean_resolve_seconds: "select avg((julianday(resolved_at) - julianday(opened_at)) * 86400.0) \
                            from review_cases where resolved_at is not null",
+}
+
+impl SqliteStore {
+    async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let closed = || StoreError::Database(sqlx::Error::PoolClosed);
+        self.intake.send((d, reply)).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+/// Takes what is waiting (up to `INTAKE_GROUP`) and records it in one transaction; when
+/// any of it fails, the group is rolled back and each delivery is recorded on its own, so
+/// one bad delivery fails alone.
+async fn intake_writer(writer: SqlitePool, mut jobs: tokio::sync::mpsc::Receiver<IntakeJob>) {
+    while let Some(first) = jobs.recv().await {
+        let mut group = vec![first];
+        while group.len() < INTAKE_GROUP {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        if group.len() > 1 {
+            let together = async {
+                let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+                let mut records = Vec::with_capacity(group.len());
+                for (d, _) in &group {
+                    records.push(record_in(&mut tx, d).await?);
+                }
+                tx.commit().await?;
+                Ok::<_, StoreError>(records)
+            };
+            if let Ok(records) = together.await {
+                for ((_, reply), record) in group.into_iter().zip(records) {
+                    let _ = reply.send(Ok(record));
+                }
+                continue;
+            }
+        }
+        for (d, reply) in group {
+            let alone = async {
+                let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+                let record = record_in(&mut tx, &d).await?;
+                tx.commit().await?;
+                Ok(record)
+            };
+            let _ = reply.send(alone.await);
+        }
+    }
 }

@@ -1143,3 +1143,74 @@ each_backend!(
         assert_eq!(m.operations_by_status.get("received"), None);
     }
 );
+
+each_backend!(
+    a_delivery_that_fails_fails_alone_among_concurrent_ones,
+    |db| async move {
+        // SQLite records concurrent deliveries together in one transaction; one that the
+        // database refuses must not take the others down with it (nor on PostgreSQL).
+        let store = db.store().await;
+        let refused = match db.backend {
+            crate::support::Backend::Sqlite => raw_execute(
+                &db,
+                "create trigger refuse_bad before insert on deliveries when new.source = 'bad' \
+                     begin select raise(abort, 'refused by the test'); end",
+            )
+            .await,
+            crate::support::Backend::Postgres => {
+                let f = raw_execute(
+                    &db,
+                    "create function refuse_bad() returns trigger language plpgsql as $$ \
+                     begin if new.source = 'bad' then raise exception 'refused by the test'; end if; \
+                     return new; end $$",
+                )
+                .await;
+                assert_eq!(f, "ok");
+                raw_execute(
+                    &db,
+                    "create trigger refuse_bad before insert on deliveries \
+                     for each row execute function refuse_bad()",
+                )
+                .await
+            }
+        };
+        assert_eq!(refused, "ok");
+        let tasks: Vec<_> = (0..41)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let mut d = delivery(&format!("g{i}"), json!({"i": i}));
+                    if i == 20 {
+                        d.source = "bad".into();
+                        d.operation_id = OperationId::new("bad", "g20").unwrap();
+                    }
+                    (i, store.record_delivery(d).await)
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (i, result) = t.await.unwrap();
+            match result {
+                Ok(r) => {
+                    assert_ne!(i, 20);
+                    assert!(matches!(r.outcome, DeliveryOutcome::New { .. }), "{r:?}");
+                }
+                Err(e) => {
+                    assert_eq!(i, 20, "only the refused delivery fails: {e}");
+                    assert!(e.to_string().contains("refused by the test"), "{e}");
+                }
+            }
+        }
+        let m = store.metrics(now(), LEASE).await.unwrap();
+        assert_eq!(
+            m.unique_operations, 40,
+            "the refused one left nothing behind"
+        );
+        assert_eq!(m.deliveries[&("site".into(), "new".into())], 40);
+        assert!(store
+            .operation(&OperationId::new("bad", "g20").unwrap())
+            .await
+            .unwrap()
+            .is_none());
+    }
+);
