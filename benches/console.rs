@@ -15,6 +15,8 @@ use leadgate::console_api::{Console, QueueQuery, Range, Tab};
 use leadgate::store;
 use sqlx::Connection;
 
+mod support;
+
 fn seed_sql(pg: bool, n: u64) -> Vec<String> {
     let (rows, ts) = if pg {
         (
@@ -185,14 +187,6 @@ async fn run(url: &str, n: u64) {
     );
 }
 
-fn pg_database(server: &str, name: &str) -> String {
-    let (base, query) = server
-        .split_once('?')
-        .map_or((server, String::new()), |(b, q)| (b, format!("?{q}")));
-    let root = base.rsplit_once('/').map_or(base, |(r, _)| r);
-    format!("{root}/{name}{query}")
-}
-
 #[tokio::main]
 async fn main() {
     // `cargo bench` passes `--bench`; a number is N.
@@ -208,21 +202,5 @@ async fn main() {
     );
     run(&sqlite, n).await;
 
-    let server = std::env::var("LEADGATE_BENCH_DATABASE_URL")
-        .or_else(|_| std::env::var("LEADGATE_TEST_DATABASE_URL"))
-        .expect("set LEADGATE_BENCH_DATABASE_URL (or LEADGATE_TEST_DATABASE_URL) to a PostgreSQL server");
-    let name = format!("lg_console_bench_{}", std::process::id());
-    let mut admin = sqlx::PgConnection::connect(&server)
-        .await
-        .expect("PostgreSQL");
-    sqlx::query(&format!("create database {name}"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    run(&pg_database(&server, &name), n).await;
-    let mut admin = sqlx::PgConnection::connect(&server).await.unwrap();
-    sqlx::query(&format!("drop database {name} with (force)"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    support::on_scratch_postgres("lg_console_bench", |url| async move { run(&url, n).await }).await;
 }

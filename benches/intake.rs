@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use leadgate::config::RetryConfig;
 use leadgate::intake::{self, sources, ClaimApi, IntakeState};
 use leadgate::store::{self, Store};
-use sqlx::Connection;
 use tokio::sync::Semaphore;
+
+mod support;
 
 const OFFERED_RATE: u64 = 1000;
 const FIXED_SECS: u64 = 5;
@@ -260,14 +261,6 @@ async fn bench(label: &str, url: &str) {
     );
 }
 
-fn pg_database(server: &str, name: &str) -> String {
-    let (base, query) = server
-        .split_once('?')
-        .map_or((server, String::new()), |(b, q)| (b, format!("?{q}")));
-    let root = base.rsplit_once('/').map_or(base, |(r, _)| r);
-    format!("{root}/{name}{query}")
-}
-
 #[tokio::main]
 async fn main() {
     println!("Leadgate intake benchmark: loopback HTTP, load generator in the same process");
@@ -282,21 +275,9 @@ async fn main() {
     );
     bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
 
-    let server = std::env::var("LEADGATE_BENCH_DATABASE_URL")
-        .or_else(|_| std::env::var("LEADGATE_TEST_DATABASE_URL"))
-        .expect("set LEADGATE_BENCH_DATABASE_URL (or LEADGATE_TEST_DATABASE_URL) to a PostgreSQL server");
-    let name = format!("lg_bench_{}", std::process::id());
-    let mut admin = sqlx::PgConnection::connect(&server)
-        .await
-        .expect("PostgreSQL");
-    sqlx::query(&format!("create database {name}"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    bench("PostgreSQL", &pg_database(&server, &name)).await;
-    let mut admin = sqlx::PgConnection::connect(&server).await.unwrap();
-    sqlx::query(&format!("drop database {name} with (force)"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    support::on_scratch_postgres(
+        "lg_bench",
+        |url| async move { bench("PostgreSQL", &url).await },
+    )
+    .await;
 }

@@ -41,6 +41,21 @@ impl PgStore {
     }
 }
 
+/// The URL of database `name` on the server of `server_url` (credentials and query kept):
+/// how the test suite and the benchmarks reach the scratch databases they create.
+pub fn with_database(server_url: &str, name: &str) -> String {
+    let (base, query) = match server_url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (server_url, String::new()),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let root = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    format!("{root}/{name}{query}")
+}
+
 sql_store! {
     store: PgStore,
     db: Postgres,
@@ -62,5 +77,23 @@ impl PgStore {
         let record = record_in(&mut tx, &d).await?;
         tx.commit().await?;
         Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn database_is_replaced_in_server_urls() {
+        assert_eq!(
+            with_database("postgres://postgres@127.0.0.1:5432/test", "x"),
+            "postgres://postgres@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h/db?sslmode=disable", "x"),
+            "postgres://u:p@h/x?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://h:1", "x"), "postgres://h:1/x");
     }
 }

@@ -60,7 +60,7 @@ impl TestDb {
                     .execute(&mut admin)
                     .await
                     .unwrap();
-                let url = with_database(&server, &name);
+                let url = leadgate::store::postgres::with_database(&server, &name);
                 Some(TestDb {
                     url,
                     backend,
@@ -84,20 +84,6 @@ impl TestDb {
                 .unwrap();
         }
     }
-}
-
-/// `postgres://u@h:p/db?x` with the database replaced.
-fn with_database(server: &str, name: &str) -> String {
-    let (base, query) = match server.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (server, String::new()),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let root = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    format!("{root}/{name}{query}")
 }
 
 /// Runs `test` against a fresh database of `backend` and drops the database after, even
@@ -148,17 +134,4 @@ macro_rules! each_backend {
             }
         }
     };
-}
-
-#[test]
-fn database_is_replaced_in_server_urls() {
-    assert_eq!(
-        with_database("postgres://postgres@127.0.0.1:5432/test", "x"),
-        "postgres://postgres@127.0.0.1:5432/x"
-    );
-    assert_eq!(
-        with_database("postgres://u:p@h/db?sslmode=disable", "x"),
-        "postgres://u:p@h/x?sslmode=disable"
-    );
-    assert_eq!(with_database("postgres://h:1", "x"), "postgres://h:1/x");
 }
