@@ -102,6 +102,12 @@ impl From<StoreError> for ConsoleError {
     }
 }
 
+impl From<sqlx::Error> for ConsoleError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::from(e).into()
+    }
+}
+
 fn is_unreachable(e: &sqlx::Error) -> bool {
     matches!(
         e,
@@ -197,13 +203,8 @@ impl ConsoleState {
         if !live {
             return Ok(());
         }
-        let mut listener = sqlx::postgres::PgListener::connect(url)
-            .await
-            .map_err(|e| ConsoleError::from(StoreError::Database(e)))?;
-        listener
-            .listen(CHANGES_CHANNEL)
-            .await
-            .map_err(|e| ConsoleError::from(StoreError::Database(e)))?;
+        let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+        listener.listen(CHANGES_CHANNEL).await?;
         let changes = self.changes.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -576,6 +577,13 @@ fn without_password(url: &str) -> String {
     }
 }
 
+/// An operation id as the UI sends it; a malformed one is the operator's input to fix.
+fn parse_operation_id(id: &str) -> ApiResult<OperationId> {
+    OperationId::try_from(id.to_owned()).map_err(|e| ConsoleError::Invalid {
+        message: e.to_string(),
+    })
+}
+
 fn cursor_err() -> ConsoleError {
     ConsoleError::Invalid {
         message: "bad page cursor".into(),
@@ -811,10 +819,7 @@ impl Console {
         case_id: Option<i64>,
         crm_url_template: Option<&str>,
     ) -> ApiResult<CaseDetail> {
-        let id =
-            OperationId::try_from(operation_id.to_owned()).map_err(|e| ConsoleError::Invalid {
-                message: e.to_string(),
-            })?;
+        let id = parse_operation_id(operation_id)?;
         let op = self
             .store
             .operation(&id)
@@ -906,10 +911,7 @@ impl Console {
         operation_id: &str,
         comment: Option<String>,
     ) -> ApiResult<i64> {
-        let id =
-            OperationId::try_from(operation_id.to_owned()).map_err(|e| ConsoleError::Invalid {
-                message: e.to_string(),
-            })?;
+        let id = parse_operation_id(operation_id)?;
         let detail = serde_json::json!({"opened_from": "console", "comment": comment});
         Ok(self
             .store
@@ -932,9 +934,7 @@ impl Console {
         operation_ids: &[String],
     ) -> ApiResult<()> {
         for id in operation_ids {
-            let id = OperationId::try_from(id.clone()).map_err(|e| ConsoleError::Invalid {
-                message: e.to_string(),
-            })?;
+            let id = parse_operation_id(id)?;
             let detail = serde_json::json!({"what": what, "channel": "desktop", "to": operator});
             self.store
                 .note(
