@@ -73,10 +73,8 @@ impl PgStore {
     /// One transaction per delivery: concurrent intakes commit together (PostgreSQL's
     /// group commit) and lock only their own rows.
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        let mut tx = self.begin_write().await?;
-        let record = record_in(&mut tx, &d).await?;
-        tx.commit().await?;
-        Ok(record)
+        let mut records = record_all(self.begin_write().await?, [&d]).await?;
+        Ok(records.remove(0))
     }
 }
 

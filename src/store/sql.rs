@@ -255,6 +255,20 @@ macro_rules! sql_store {
             })
         }
 
+        /// Records `deliveries` in order in the write transaction `tx` and commits it: all of
+        /// them or, on the first error, none.
+        async fn record_all<'a>(
+            mut tx: Tx,
+            deliveries: impl IntoIterator<Item = &'a NewDelivery>,
+        ) -> Result<Vec<DeliveryRecord>> {
+            let mut records = vec![];
+            for d in deliveries {
+                records.push(record_in(&mut tx, d).await?);
+            }
+            tx.commit().await?;
+            Ok(records)
+        }
+
         /// Writes back every mutable column of a locked operation and bumps its version.
         async fn save(tx: &mut Tx, l: &mut Locked, now: DateTime<Utc>) -> Result<()> {
             let op = &mut l.op;

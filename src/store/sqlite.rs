@@ -34,6 +34,9 @@ type IntakeJob = (
     tokio::sync::oneshot::Sender<Result<DeliveryRecord>>,
 );
 
+/// How every write transaction starts: with SQLite's writer lock.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
 /// At most this many deliveries share one transaction.
 const INTAKE_GROUP: usize = 64;
 
@@ -86,7 +89,7 @@ impl SqliteStore {
     }
 
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Sqlite>> {
-        self.writer.begin_with("BEGIN IMMEDIATE").await
+        self.writer.begin_with(BEGIN_WRITE).await
     }
 }
 
@@ -126,16 +129,10 @@ async fn intake_writer(writer: SqlitePool, mut jobs: tokio::sync::mpsc::Receiver
                 Err(_) => break,
             }
         }
+        let begin = || writer.begin_with(BEGIN_WRITE);
         if group.len() > 1 {
-            let together = async {
-                let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-                let mut records = Vec::with_capacity(group.len());
-                for (d, _) in &group {
-                    records.push(record_in(&mut tx, d).await?);
-                }
-                tx.commit().await?;
-                Ok::<_, StoreError>(records)
-            };
+            let deliveries: Vec<&NewDelivery> = group.iter().map(|(d, _)| d).collect();
+            let together = async { record_all(begin().await?, deliveries).await };
             if let Ok(records) = together.await {
                 for ((_, reply), record) in group.into_iter().zip(records) {
                     let _ = reply.send(Ok(record));
@@ -145,10 +142,9 @@ async fn intake_writer(writer: SqlitePool, mut jobs: tokio::sync::mpsc::Receiver
         }
         for (d, reply) in group {
             let alone = async {
-                let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-                let record = record_in(&mut tx, &d).await?;
-                tx.commit().await?;
-                Ok(record)
+                record_all(begin().await?, [&d])
+                    .await
+                    .map(|mut r| r.remove(0))
             };
             let _ = reply.send(alone.await);
         }
