@@ -692,20 +692,16 @@ impl Console {
                     .flatten();
                 let rows = cases
                     .into_iter()
-                    .map(|c| QueueRow {
-                        case_id: Some(c.id),
-                        operation_id: Some(c.operation_id.clone()),
-                        source: c.source,
-                        status: c.status.to_string(),
-                        reason: Some(c.reason.to_string()),
-                        since: ts(c.opened_at),
-                        attempts: 0,
-                        crm_id: None,
-                        note: c
+                    .map(|c| {
+                        let note = c
                             .detail
                             .get("message")
                             .and_then(|m| m.as_str())
-                            .map(str::to_owned),
+                            .map(str::to_owned);
+                        QueueRow {
+                            note,
+                            ..case_row(c)
+                        }
                     })
                     .collect();
                 Ok(QueuePage { rows, next })
@@ -795,17 +791,7 @@ impl Console {
                 .await?;
             let done = page.len() < 1000;
             after_id = page.last().map(|c| c.id).or(after_id);
-            rows.extend(page.into_iter().map(|c| QueueRow {
-                case_id: Some(c.id),
-                operation_id: Some(c.operation_id),
-                source: c.source,
-                status: c.status.to_string(),
-                reason: Some(c.reason.to_string()),
-                since: ts(c.opened_at),
-                attempts: 0,
-                crm_id: None,
-                note: None,
-            }));
+            rows.extend(page.into_iter().map(case_row));
             if done {
                 return Ok(rows);
             }
@@ -1007,6 +993,21 @@ impl Console {
                 })
                 .collect(),
         })
+    }
+}
+
+/// A review case as a queue line (waiting since it was opened).
+fn case_row(c: ReviewCase) -> QueueRow {
+    QueueRow {
+        case_id: Some(c.id),
+        operation_id: Some(c.operation_id),
+        source: c.source,
+        status: c.status.to_string(),
+        reason: Some(c.reason.to_string()),
+        since: ts(c.opened_at),
+        attempts: 0,
+        crm_id: None,
+        note: None,
     }
 }
 
