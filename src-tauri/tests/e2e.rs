@@ -87,6 +87,11 @@ fn css(s: &str) -> Locator<'_> {
     Locator::Css(s)
 }
 
+/// Clicks the element once it is there.
+async fn click(c: &Client, selector: &str) {
+    el(c, selector).await.click().await.unwrap();
+}
+
 async fn el(c: &Client, selector: &str) -> Element {
     match c
         .wait()
@@ -129,23 +134,16 @@ async fn text_until(c: &Client, selector: &str, what: &str, pred: impl Fn(&str) 
 }
 
 async fn open_row(c: &Client, operation: &str) {
-    el(
+    click(
         c,
         &format!("[data-testid=queue-row][data-operation='{operation}']"),
     )
-    .await
-    .click()
-    .await
-    .unwrap();
+    .await;
     text_until(c, "[data-testid=case-key]", operation, |t| t == operation).await;
 }
 
 async fn tab(c: &Client, name: &str) {
-    el(c, &format!("[data-testid=tab-{name}]"))
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, &format!("[data-testid=tab-{name}]")).await;
 }
 
 async fn shot(c: &Client, name: &str) {
@@ -199,30 +197,18 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
         .send_keys("sqlite:///nonexistent/dir/x.db")
         .await
         .unwrap();
-    el(c, "[data-testid=connect-screen] button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=connect-screen] button[type=submit]").await;
     el(c, "[data-testid=connect-error]").await;
     let input = el(c, "[data-testid=db-url]").await;
     input.clear().await.unwrap();
     input.send_keys(url).await.unwrap();
-    el(c, "[data-testid=connect-screen] button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=connect-screen] button[type=submit]").await;
     el(c, "[data-testid=operator-name]")
         .await
         .send_keys(OPERATOR)
         .await
         .unwrap();
-    el(c, "[data-testid=operator-screen] button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=operator-screen] button[type=submit]").await;
     text_until(c, "[data-testid=operator]", OPERATOR, |t| t == OPERATOR).await;
 
     // The queue with live counts per tab.
@@ -261,7 +247,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
         .send_keys("found in Bitrix24 by phone")
         .await
         .unwrap();
-    el(c, "[data-testid=confirm]").await.click().await.unwrap();
+    click(c, "[data-testid=confirm]").await;
     text_until(c, "[data-testid=op-status]", "completed", |t| {
         t == "completed"
     })
@@ -281,12 +267,8 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
 
     // Link to an existing crm_id, picked from the candidates sharing the phone.
     open_row(c, s.cross_channel.as_str()).await;
-    el(c, "[data-testid=pick-candidate]")
-        .await
-        .click()
-        .await
-        .unwrap();
-    el(c, "[data-testid=link]").await.click().await.unwrap();
+    click(c, "[data-testid=pick-candidate]").await;
+    click(c, "[data-testid=link]").await;
     text_until(c, "[data-testid=op-status]", "completed", |t| {
         t == "completed"
     })
@@ -297,16 +279,8 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
 
     // Authorize one retry: granted once through the dialog...
     open_row(c, s.exhausted.as_str()).await;
-    el(c, "[data-testid=authorize]")
-        .await
-        .click()
-        .await
-        .unwrap();
-    el(c, "[data-testid=authorize-confirm]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=authorize]").await;
+    click(c, "[data-testid=authorize-confirm]").await;
     text_until(c, "[data-testid=op-status]", "received", |t| {
         t == "received"
     })
@@ -352,16 +326,8 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
         )
         .await
         .unwrap();
-    el(c, "[data-testid=authorize]")
-        .await
-        .click()
-        .await
-        .unwrap();
-    el(c, "[data-testid=authorize-confirm]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=authorize]").await;
+    click(c, "[data-testid=authorize-confirm]").await;
     text_until(
         c,
         "[data-testid=action-error]",
@@ -393,11 +359,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
     let late = OperationId::new("tilda", "late-1").unwrap();
     tab(c, "needs_review").await;
     open_row(c, late.as_str()).await;
-    el(c, "[data-testid=create-new]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=create-new]").await;
     text_until(c, "[data-testid=op-status]", "received", |t| {
         t == "received"
     })
@@ -410,11 +372,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
     // waits for the comment).
     tab(c, "stale").await;
     open_row(c, s.stale.as_str()).await;
-    el(c, "[data-testid=send-to-review]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=send-to-review]").await;
     let reject = el(c, "[data-testid=reject]").await;
     assert!(
         !reject.is_enabled().await.unwrap(),
@@ -425,7 +383,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
         .send_keys("test submission from the agency")
         .await
         .unwrap();
-    el(c, "[data-testid=reject]").await.click().await.unwrap();
+    click(c, "[data-testid=reject]").await;
     text_until(c, "[data-testid=op-status]", "failed_terminal", |t| {
         t == "failed_terminal"
     })
@@ -441,11 +399,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
     open_row(c, s.conflict.as_str()).await;
     el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
     shot(c, "conflict-diff.png").await;
-    el(c, "[data-testid=keep-original]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=keep-original]").await;
     el(c, "[data-testid=resolved-by]").await;
     let case = db.cases_of(&s.conflict).await.unwrap().pop().unwrap();
     assert_eq!(case.resolution.as_deref(), Some("kept_original"));
@@ -454,23 +408,16 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
 
     // Resume the paused connector.
     tab(c, "connectors").await;
-    el(
+    click(
         c,
         "[data-testid=connector-row][data-operation=bitrix24] [data-testid=resume]",
     )
-    .await
-    .click()
-    .await
-    .unwrap();
+    .await;
     el(c, "[data-testid=flash]").await;
     assert!(!db.connector("bitrix24").await.unwrap().unwrap().paused);
 
     // The dashboard.
-    el(c, "[data-testid=nav-dashboard]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=nav-dashboard]").await;
     text_until(c, "[data-testid=m-unique]", "a count", |t| {
         t.chars().any(|c| c.is_ascii_digit())
     })
@@ -484,11 +431,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
         .select_by_value("ru")
         .await
         .unwrap();
-    el(c, "[data-testid=nav-queue]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(c, "[data-testid=nav-queue]").await;
     text_until(c, "[data-testid=tab-needs_review]", "Russian tabs", |t| {
         t.starts_with("На разборе")
     })
