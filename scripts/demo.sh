@@ -58,6 +58,9 @@ key = "form:tranid"
 kind = "bitrix24"
 webhook_url = "http://127.0.0.1:$CRM_PORT/rest/1/fake-secret/"
 timeout = "1s"
+# The fake finishes a create before it answers; a real portal may still land one up to
+# 60 s after the client gave up, hence Bitrix24's default of 75 s.
+settle = "2s"
 TOML
 
 pids=()

@@ -70,7 +70,9 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         crm,
         settings: Arc::new(WorkerSettings {
             poll_interval: config.worker.poll_interval,
-            lease: config.worker.lease,
+            lease: config.lease(),
+            call_timeout: crm_config.timeout(),
+            settle: crm_config.settle(),
             retry: config.retry.clone(),
             concurrency: config.worker.concurrency,
             fields,
@@ -147,7 +149,7 @@ async fn retention_loop(
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        let cutoff = store::before(store::now(), full);
+        let cutoff = store::before(store.now(), full);
         match store::purge(store.as_ref(), cutoff, PURGE_BATCH).await {
             Ok(r) if !r.is_empty() => tracing::info!(
                 operations = r.operations,
@@ -158,7 +160,7 @@ async fn retention_loop(
             Err(e) => tracing::error!(error = %e, "retention purge failed"),
         }
         // Past dashboard slots no longer change: one row per figure instead of a shard each.
-        let settled = store::before(store::now(), std::time::Duration::from_secs(600));
+        let settled = store::before(store.now(), std::time::Duration::from_secs(600));
         if let Err(e) = store.compact_metrics(settled).await {
             tracing::error!(error = %e, "compacting metrics failed");
         }

@@ -59,8 +59,10 @@ pub struct WorkerConfig {
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
     /// How long a worker may hold an operation before the reconciler takes it over.
-    #[serde(with = "humantime_serde")]
-    pub lease: Duration,
+    /// It must cover one whole CRM call (`[crm] timeout`) plus `LEASE_MARGIN`; unset, it
+    /// is 30 s or that, whichever is longer (see [`Config::lease`]).
+    #[serde(default, with = "humantime_serde")]
+    pub lease: Option<Duration>,
     /// CRM attempts one process makes at once.
     pub concurrency: usize,
 }
@@ -69,7 +71,7 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
             poll_interval: Duration::from_millis(200),
-            lease: Duration::from_secs(30),
+            lease: None,
             concurrency: 4,
         }
     }
@@ -282,6 +284,10 @@ pub enum CrmConfig {
         entity: crate::crm::bitrix24::Entity,
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
+        /// How long after an unknown outcome a create may still land (default 75 s:
+        /// Bitrix24 cuts requests off after 60 s, plus time for its lists to show it).
+        #[serde(default, with = "humantime_serde")]
+        settle: Option<Duration>,
     },
     /// amoCRM / Kommo API v4, with a long-lived token or with OAuth (refreshed tokens
     /// kept in the operations database, shared by every process).
@@ -311,6 +317,10 @@ pub enum CrmConfig {
         rate_limit: f64,
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
+        /// How long after an unknown outcome a create may still land or its search
+        /// catch up (default 120 s; amoCRM documents neither).
+        #[serde(default, with = "humantime_serde")]
+        settle: Option<Duration>,
     },
     /// A home-grown CRM over HTTP, described by templates (see `crm::http`).
     Http(Box<crate::crm::http::HttpConfig>),
@@ -322,6 +332,39 @@ fn default_amocrm_rate_limit() -> f64 {
 
 fn default_crm_timeout() -> Duration {
     Duration::from_secs(10)
+}
+
+/// A lease when `[worker] lease` is not set and the CRM call fits in it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// What a lease must cover beyond the CRM call itself: arming it before the call and
+/// recording the answer after. `[worker] lease` must be at least `[crm] timeout` plus this.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(1);
+
+impl CrmConfig {
+    /// The longest one create (or lookup) may take, everything included; the worker
+    /// cuts the call there.
+    pub fn timeout(&self) -> Duration {
+        match self {
+            CrmConfig::Bitrix24 { timeout, .. } => {
+                (*timeout).min(crate::crm::bitrix24::MAX_TIMEOUT)
+            }
+            CrmConfig::Amocrm { timeout, .. } => *timeout,
+            CrmConfig::Http(h) => h.timeout,
+        }
+    }
+
+    /// How long after an unknown outcome the CRM may still land the create: a lookup
+    /// that finds nothing before then proves nothing. Defaults per CRM: Bitrix24 75 s
+    /// (it cuts requests off after 60 s), amoCRM and HTTP CRMs 120 s (undocumented).
+    pub fn settle(&self) -> Duration {
+        let (configured, default) = match self {
+            CrmConfig::Bitrix24 { settle, .. } => (*settle, Duration::from_secs(75)),
+            CrmConfig::Amocrm { settle, .. } => (*settle, Duration::from_secs(120)),
+            CrmConfig::Http(h) => (h.settle, Duration::from_secs(120)),
+        };
+        configured.unwrap_or(default)
+    }
 }
 
 /// A value that must never reach a log: `Debug` prints `***`.
@@ -509,7 +552,30 @@ impl Config {
         if self.retry.max_attempts == 0 {
             return invalid("retry.max_attempts must be at least 1".into());
         }
+        if let (Some(lease), Some(crm)) = (self.worker.lease, &self.crm) {
+            let needed = crm.timeout() + LEASE_MARGIN;
+            if lease < needed {
+                return invalid(format!(
+                    "worker.lease ({}) must cover a whole CRM call: crm.timeout ({}) + {} = {}; \
+                     raise the lease or lower the timeout (a lease that ends while the CRM may \
+                     still be creating lets a second worker create again)",
+                    humantime::format_duration(lease),
+                    humantime::format_duration(crm.timeout()),
+                    humantime::format_duration(LEASE_MARGIN),
+                    humantime::format_duration(needed),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The lease a worker's claim holds: `[worker] lease`, or 30 s stretched to cover
+    /// one whole CRM call and the margin.
+    pub fn lease(&self) -> Duration {
+        self.worker.lease.unwrap_or_else(|| {
+            let call = self.crm.as_ref().map_or(Duration::ZERO, CrmConfig::timeout);
+            DEFAULT_LEASE.max(call + LEASE_MARGIN)
+        })
     }
 
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {

@@ -77,7 +77,14 @@ async fn attempt(
         "attempt_started",
         json!({"connector": CONNECTOR, "attempt": claim.operation.attempts}),
     );
-    store.append_events(&claim.lease, vec![started], at).await?;
+    store
+        .start_attempt(
+            &claim.lease,
+            std::time::Duration::from_secs(30),
+            vec![started],
+            at,
+        )
+        .await?;
     let (outcome, events) = outcome(id.to_string());
     let done = at + TimeDelta::milliseconds(420);
     store

@@ -4,21 +4,26 @@
 //! It runs for every uncertain attempt (inline, by the worker that holds the lease) and
 //! for every `in_progress` operation whose lease ran out (its worker died or hung: this
 //! loop takes the lease over). Exactly one entity → recovered; several → a person
-//! (ambiguous); none and the CRM's lookup is authoritative → due again; none but not
-//! authoritative, or the lookup failed → a person (uncertain outcome).
+//! (ambiguous). Nothing found, or the lookup failed, proves nothing *yet*: the CRM may
+//! still be executing the create (Bitrix24 finishes requests up to 60 s after the client
+//! gave up) or its search may lag. The operation is then due again only after the
+//! connector's settle window, and the worker's first step is another lookup
+//! (`verify_first`); only a "not found" after the window lets a create go out, and only
+//! when the CRM's lookup is authoritative.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::config::RetryConfig;
-use crate::crm::{Crm, Lookup};
-use crate::domain::{ErrorClass, ReviewReason};
+use crate::config::LEASE_MARGIN;
+use crate::crm::{Crm, CrmError, Lookup};
+use crate::domain::ReviewReason;
 use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
-use crate::worker::{exchange_events, retry_or_exhausted, WorkerSettings};
+use crate::worker::{cut_off, exchange_events, finish_attempt, WorkerSettings};
 
 /// Takes over expired leases until `shutdown`.
 pub async fn run(
@@ -29,7 +34,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     while !*shutdown.borrow() {
-        match store.expire_external_leases(store::now()).await {
+        match store.expire_external_leases(store.now()).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(count = n, "claim-API leases ran out; sent to review"),
             Err(e) => tracing::error!(error = %e, "expiring claim-API leases failed"),
@@ -53,8 +58,9 @@ pub async fn reconcile_one_stale(
     settings: &WorkerSettings,
     owner: &str,
 ) -> Result<bool, StoreError> {
+    let lease_for = settings.lease.max(settings.call_timeout + LEASE_MARGIN);
     let Some(claim) = store
-        .claim_stale(crm.connector(), owner, settings.lease, store::now())
+        .claim_stale(crm.connector(), owner, lease_for, store.now())
         .await?
     else {
         return Ok(false);
@@ -62,10 +68,18 @@ pub async fn reconcile_one_stale(
     let span = tracing::info_span!("reconcile", operation_id = %claim.operation.operation_id);
     async {
         tracing::warn!("lease expired; asking the CRM by external key");
-        let (outcome, events) = lookup(crm, &settings.retry, &claim, None, store::now()).await;
-        match store
-            .finish_attempt(&claim.lease, outcome, events, store::now())
-            .await
+        let (found, events) = look_up(crm, &claim, settings.call_timeout).await;
+        // The holder's call was cut before its lease ran out, but the CRM may still be
+        // executing it: a "not found" counts only after the settle window from now.
+        let outcome = after_uncertain(found, None, store::after(store.now(), settings.settle));
+        match finish_attempt(
+            store,
+            &claim.lease,
+            outcome,
+            events,
+            lease_for + settings.settle,
+        )
+        .await
         {
             Ok(_) | Err(StoreError::LeaseLost(_)) => Ok(true),
             Err(e) => Err(e),
@@ -75,65 +89,61 @@ pub async fn reconcile_one_stale(
     .await
 }
 
-/// Looks the operation up in the CRM by its external key and decides what the unknown
-/// outcome was. `failure` is the uncertain attempt's error, when there was one.
-pub async fn lookup(
+/// Looks the operation up in the CRM by its external key, within `budget`; the events
+/// are the request, the answer and the verdict, for the timeline.
+pub async fn look_up(
     crm: &dyn Crm,
-    retry: &RetryConfig,
     claim: &Claim,
-    failure: Option<Failure>,
-    now: DateTime<Utc>,
-) -> (AttemptOutcome, Vec<NewEvent>) {
+    budget: Duration,
+) -> (Result<Lookup, CrmError>, Vec<NewEvent>) {
     let id = claim.operation.operation_id.as_str();
-    let (result, exchange) = crm.find(id).await;
+    let (result, exchange) = match tokio::time::timeout(budget, crm.find(id)).await {
+        Ok(answer) => answer,
+        Err(_) => cut_off("lookup", budget),
+    };
     let mut events = exchange_events(
         "reconcile_request",
         "reconcile_response",
         &exchange,
         result.as_ref().err(),
     );
-    let (verdict, outcome) = match result {
-        Ok(Lookup::One(crm_id)) => ("found_one", AttemptOutcome::Recovered { crm_id }),
-        Ok(Lookup::Many(ids)) => (
-            "found_several",
-            AttemptOutcome::Review {
-                reason: ReviewReason::AmbiguousMatch,
-                failure,
-                detail: json!({"crm_ids": ids}),
-            },
-        ),
-        Ok(Lookup::NotFound) if crm.lookup_is_authoritative() => {
-            let failure = failure.unwrap_or_else(|| Failure {
-                class: ErrorClass::Uncertain,
-                message: "the attempt's outcome was unknown; the CRM has no entity with this key"
-                    .into(),
-            });
-            (
-                "not_found",
-                retry_or_exhausted(retry, claim, failure, None, now),
-            )
-        }
-        Ok(Lookup::NotFound) => (
-            "not_found_not_authoritative",
-            AttemptOutcome::Review {
-                reason: ReviewReason::UncertainOutcome,
-                failure,
-                detail: json!({"lookup": "not found, but this CRM's search may lag: not proof that nothing was created"}),
-            },
-        ),
-        Err(e) => (
-            "lookup_failed",
-            AttemptOutcome::Review {
-                reason: ReviewReason::UncertainOutcome,
-                failure,
-                detail: json!({"lookup": "failed", "class": e.class, "error": e.message}),
-            },
-        ),
+    let verdict = match &result {
+        Ok(Lookup::One(_)) => "found_one",
+        Ok(Lookup::Many(_)) => "found_several",
+        Ok(Lookup::NotFound) => "not_found",
+        Err(_) => "lookup_failed",
     };
-    tracing::info!(verdict, "reconciled");
+    tracing::info!(verdict, "looked up by key");
     events.push(NewEvent::new(
         "reconciliation",
-        json!({"verdict": verdict, "authoritative": crm.lookup_is_authoritative()}),
+        json!({"verdict": verdict, "authoritative": crm.lookup_is_authoritative(),
+               "verify_pass": claim.operation.verify_first}),
     ));
-    (outcome, events)
+    (result, events)
+}
+
+/// Several entities carry the key: duplicates exist already; a person decides.
+pub fn several(ids: Vec<String>, failure: Option<Failure>) -> AttemptOutcome {
+    AttemptOutcome::Review {
+        reason: ReviewReason::AmbiguousMatch,
+        failure,
+        detail: json!({"crm_ids": ids}),
+    }
+}
+
+/// What a lookup right after an unknown outcome decides: found → settled at once;
+/// nothing (or no answer) → look again at `settle_until`, before anything is created.
+pub fn after_uncertain(
+    found: Result<Lookup, CrmError>,
+    failure: Option<Failure>,
+    settle_until: DateTime<Utc>,
+) -> AttemptOutcome {
+    match found {
+        Ok(Lookup::One(crm_id)) => AttemptOutcome::Recovered { crm_id },
+        Ok(Lookup::Many(ids)) => several(ids, failure),
+        Ok(Lookup::NotFound) | Err(_) => AttemptOutcome::Verify {
+            failure,
+            at: settle_until,
+        },
+    }
 }

@@ -7,23 +7,34 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::config::RetryConfig;
-use crate::crm::{Crm, CrmError, Exchange, FieldMap, Lead};
-use crate::domain::{RetryDecision, ReviewReason};
+use crate::config::{RetryConfig, LEASE_MARGIN};
+use crate::crm::{Crm, CrmError, Exchange, FieldMap, Lead, Lookup};
+use crate::domain::{ErrorClass, RetryDecision, ReviewReason};
 use crate::reconcile;
-use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
+use crate::store::{
+    self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Operation, Store, StoreError,
+};
 
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     pub poll_interval: Duration,
+    /// How long a claim holds the operation before the reconciler may take it over.
+    /// A create's lease is extended to `call_timeout + LEASE_MARGIN` if it is shorter.
     pub lease: Duration,
+    /// The longest one CRM call may take, redirects, token refresh and re-send
+    /// included: the worker cuts it there (the outcome is then uncertain), so the call
+    /// never outlives its lease.
+    pub call_timeout: Duration,
+    /// How long after an uncertain outcome the CRM may still land the create: a lookup
+    /// that finds nothing counts only after this window.
+    pub settle: Duration,
     pub retry: RetryConfig,
     /// Attempts processed at once by this process.
     pub concurrency: usize,
@@ -86,7 +97,7 @@ impl Worker {
                 self.crm.connector(),
                 &self.owner,
                 self.settings.lease,
-                store::now(),
+                self.store.now(),
             )
             .await?;
         let Some(claim) = claim else {
@@ -115,23 +126,57 @@ impl Worker {
             .unwrap_or_default();
         let payload = op.payload.clone().unwrap_or_default();
         let lead = Lead::from_payload(&op.operation_id, &op.source, &payload, &fields);
+        let mut before = vec![];
+        if op.verify_first {
+            // An earlier attempt's outcome is unknown and its settle window is over:
+            // ask the CRM once more before anything is created.
+            let (found, events) =
+                reconcile::look_up(self.crm.as_ref(), claim, self.settings.call_timeout).await;
+            let decided = self.after_verify(claim, found);
+            before = events;
+            if let Some(outcome) = decided {
+                return self.finish(&claim.lease, outcome, before).await;
+            }
+        }
         // Recorded before the call: if this process dies mid-call, the timeline still
-        // shows that a create may have reached the CRM.
-        let started = NewEvent::new(
+        // shows that a create may have reached the CRM. The lease is extended to cover
+        // the whole call; a holder whose lease ran out does not call at all.
+        before.push(NewEvent::new(
             "attempt_started",
             json!({"connector": self.crm.connector(), "attempt": op.attempts, "granted": claim.granted}),
-        );
-        self.store
-            .append_events(&claim.lease, vec![started], store::now())
-            .await?;
-        let (result, exchange) = self.crm.create(&lead).await;
+        ));
+        let armed_at = Instant::now();
+        let lease = match self
+            .store
+            .start_attempt(
+                &claim.lease,
+                self.lease_for_call(),
+                before,
+                self.store.now(),
+            )
+            .await
+        {
+            Ok(lease) => lease,
+            Err(StoreError::LeaseLost(_)) => {
+                tracing::warn!("the lease ran out before the call: not calling the CRM");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let budget = self.settings.call_timeout;
+        let (result, exchange) =
+            match tokio::time::timeout_at((armed_at + budget).into(), self.crm.create(&lead)).await
+            {
+                Ok(answer) => answer,
+                Err(_) => cut_off("create", budget),
+            };
         let mut events = exchange_events(
             "crm_request",
             "crm_response",
             &exchange,
             result.as_ref().err(),
         );
-        let now = store::now();
+        let now = self.store.now();
         let outcome = match result {
             Ok(crm_id) => {
                 tracing::info!(crm_id = %crm_id, "created in the CRM");
@@ -148,16 +193,20 @@ impl Worker {
                         retry_or_exhausted(&self.settings.retry, claim, failure, e.retry_after, now)
                     }
                     RetryDecision::Reconcile => {
-                        let (outcome, more) = reconcile::lookup(
+                        // Found at once: recovered at once. Found nothing: the CRM may
+                        // still be executing it, so ask again after the settle window.
+                        let (found, more) = reconcile::look_up(
                             self.crm.as_ref(),
-                            &self.settings.retry,
                             claim,
-                            Some(failure),
-                            now,
+                            self.settings.call_timeout,
                         )
                         .await;
                         events.extend(more);
-                        outcome
+                        reconcile::after_uncertain(
+                            found,
+                            Some(failure),
+                            store::after(now, self.settings.settle),
+                        )
                     }
                     RetryDecision::FailTerminal => AttemptOutcome::Terminal { failure },
                     RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
@@ -172,11 +221,134 @@ impl Worker {
                 }
             }
         };
-        self.store
-            .finish_attempt(&claim.lease, outcome, events, store::now())
+        self.finish(&lease, outcome, events).await
+    }
+
+    /// The verify pass's decision; `None`: nothing under the key and a create may go out.
+    fn after_verify(
+        &self,
+        claim: &Claim,
+        found: Result<Lookup, CrmError>,
+    ) -> Option<AttemptOutcome> {
+        let op = &claim.operation;
+        let retry = &self.settings.retry;
+        let failure = op.last_error_class.map(|class| Failure {
+            class,
+            message: op.last_error.clone().unwrap_or_default(),
+        });
+        match found {
+            Ok(Lookup::One(crm_id)) => Some(AttemptOutcome::Recovered { crm_id }),
+            Ok(Lookup::Many(ids)) => Some(reconcile::several(ids, failure)),
+            Ok(Lookup::NotFound) if !self.crm.lookup_is_authoritative() && !claim.granted => {
+                Some(AttemptOutcome::Review {
+                    reason: ReviewReason::UncertainOutcome,
+                    failure,
+                    detail: json!({"lookup": "not found after the settle window, but this CRM's search may lag: not proof that nothing was created"}),
+                })
+            }
+            // This claim counted one more attempt: the create it is about to make.
+            Ok(Lookup::NotFound)
+                if !claim.granted && op.attempts.max(0) as u32 > retry.max_attempts =>
+            {
+                Some(AttemptOutcome::Review {
+                    reason: ReviewReason::RetriesExhausted,
+                    failure,
+                    detail: json!({"attempts": op.attempts - 1, "lookup": "not found"}),
+                })
+            }
+            Ok(Lookup::NotFound) => None,
+            Err(e) => {
+                let lookup_failure = Failure {
+                    class: e.class,
+                    message: e.message.clone(),
+                };
+                Some(match e.class.decision() {
+                    RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
+                        connector: self.crm.connector().to_owned(),
+                        failure: lookup_failure,
+                    },
+                    RetryDecision::RetryWithBackoff | RetryDecision::Reconcile
+                        if !claim.granted && (op.attempts.max(0) as u32) < retry.max_attempts =>
+                    {
+                        let delay = backoff(retry, op.attempts.max(0) as u32, e.retry_after);
+                        AttemptOutcome::Verify {
+                            failure: Some(lookup_failure),
+                            at: store::after(self.store.now(), delay),
+                        }
+                    }
+                    _ => AttemptOutcome::Review {
+                        reason: ReviewReason::UncertainOutcome,
+                        failure: Some(lookup_failure),
+                        detail: json!({"lookup": "failed", "class": e.class, "error": e.message}),
+                    },
+                })
+            }
+        }
+    }
+
+    /// What a create's lease is armed for: the whole call plus the margin.
+    fn lease_for_call(&self) -> Duration {
+        self.settings
+            .lease
+            .max(self.settings.call_timeout + LEASE_MARGIN)
+    }
+
+    async fn finish(
+        &self,
+        lease: &Lease,
+        outcome: AttemptOutcome,
+        events: Vec<NewEvent>,
+    ) -> Result<(), StoreError> {
+        let keep_trying = self.lease_for_call() + self.settings.settle;
+        finish_attempt(self.store.as_ref(), lease, outcome, events, keep_trying)
             .await
             .map(|_| ())
     }
+}
+
+/// Records an attempt's outcome, trying again with backoff for up to `keep_trying` when
+/// the database fails transiently (a deadlock, a serialization failure, a connection
+/// reset, a restart): a CRM answer that came back must not become a lookup or a review
+/// because of a database hiccup. Repeating is safe: the store recognises a report it
+/// has already recorded by its lease token.
+pub async fn finish_attempt(
+    store: &dyn Store,
+    lease: &Lease,
+    outcome: AttemptOutcome,
+    events: Vec<NewEvent>,
+    keep_trying: Duration,
+) -> Result<Operation, StoreError> {
+    let give_up = Instant::now() + keep_trying;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match store
+            .finish_attempt(lease, outcome.clone(), events.clone(), store.now())
+            .await
+        {
+            Err(e) if e.is_transient() && Instant::now() + delay < give_up => {
+                tracing::warn!(error = %e, "recording the outcome failed; trying again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The answer of a call the worker cut at its budget: the request may have reached the
+/// CRM, so the outcome is unknown.
+pub fn cut_off<T>(what: &str, budget: Duration) -> (Result<T, CrmError>, Exchange) {
+    let message = format!(
+        "no answer within {} ms (the call's whole budget): the CRM may still execute it",
+        budget.as_millis()
+    );
+    (
+        Err(CrmError::new(ErrorClass::Uncertain, message.clone())),
+        Exchange {
+            request: json!({"call": what}),
+            response: json!({"cut_after_ms": budget.as_millis() as u64}),
+        },
+    )
 }
 
 /// A retryable failure: due again after a backoff, unless the attempts are used up (or

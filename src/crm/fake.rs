@@ -38,20 +38,37 @@ fn one() -> u32 {
     1
 }
 
-/// Faults waiting to be applied, plus faults that apply to every matching call.
+/// Faults waiting to be applied, plus faults that apply to every matching call, plus
+/// faults that strike a call at random (a chaos run).
 #[derive(Debug)]
 pub struct FaultQueue<F> {
     queued: Mutex<Vec<FaultRule<F>>>,
     always: Vec<(String, F)>,
+    random: Vec<RandomFault<F>>,
+}
+
+/// A fault that strikes each call of `method` (`*` = any) with `probability`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomFault<F> {
+    pub method: String,
+    pub probability: f64,
+    pub fault: F,
 }
 
 impl<F: Clone> FaultQueue<F> {
     /// `always` faults apply to every call of their method unless a queued fault
     /// applies first.
     pub fn new(always: Vec<(String, F)>) -> Self {
+        Self::with_random(always, Vec::new())
+    }
+
+    /// As [`FaultQueue::new`], and each call not taken by a queued or `always` fault
+    /// draws the `random` ones in order.
+    pub fn with_random(always: Vec<(String, F)>, random: Vec<RandomFault<F>>) -> Self {
         FaultQueue {
             queued: Mutex::new(Vec::new()),
             always,
+            random,
         }
     }
 
@@ -76,10 +93,23 @@ impl<F: Clone> FaultQueue<F> {
             }
             return Some(fault);
         }
-        self.always
+        drop(queued);
+        if let Some((_, f)) = self.always.iter().find(|(m, _)| m == "*" || m == method) {
+            return Some(f.clone());
+        }
+        let draw: f64 = rand::random();
+        let mut edge = 0.0;
+        for r in self
+            .random
             .iter()
-            .find(|(m, _)| m == "*" || m == method)
-            .map(|(_, f)| f.clone())
+            .filter(|r| r.method == "*" || r.method == method)
+        {
+            edge += r.probability;
+            if draw < edge {
+                return Some(r.fault.clone());
+            }
+        }
+        None
     }
 
     pub fn pending(&self) -> Vec<FaultRule<F>> {

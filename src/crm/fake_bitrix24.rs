@@ -33,7 +33,9 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
-use super::fake::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule};
+use super::fake::{
+    hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule, RandomFault,
+};
 
 /// Rows per page of a list call, as in Bitrix24.
 pub const PAGE_SIZE: usize = 50;
@@ -77,8 +79,12 @@ pub enum Fault {
     ExpiredToken,
     /// 400 with an empty `error` and a `<br />`-terminated description, not executed.
     Validation,
-    /// Waits `ms`, then behaves normally.
+    /// Waits `ms`, then behaves normally (a client that gives up first cancels it).
     LatencyMs { ms: u64 },
+    /// A slow portal that finishes what it started: the call is executed `ms` after it
+    /// arrived *whoever is still waiting* (Bitrix24 cuts requests off only after 60 s),
+    /// then answered if the client is still there.
+    ExecuteLate { ms: u64 },
     /// 502 with an nginx HTML page, not executed.
     HtmlError,
     /// Any Bitrix24 error (e.g. 503 `OVERLOAD_LIMIT`, 403 `insufficient_scope`, 500
@@ -103,6 +109,11 @@ pub struct FakeConfig {
     /// Faults applied to every call of a method (`*` = any), e.g. a portal that is
     /// always slow; queued faults take precedence.
     pub always: Vec<(String, Fault)>,
+    /// Faults that strike calls at random (after queued and `always` ones).
+    pub random: Vec<RandomFault<Fault>>,
+    /// A list or duplicate search sees an entity only this long after it landed (a
+    /// search that lags behind writes).
+    pub search_lag: Duration,
 }
 
 impl Default for FakeConfig {
@@ -111,6 +122,8 @@ impl Default for FakeConfig {
             user: "1".into(),
             secret: "fake-secret".into(),
             always: Vec::new(),
+            random: Vec::new(),
+            search_lag: Duration::ZERO,
         }
     }
 }
@@ -129,6 +142,8 @@ pub struct FakeEntity {
 struct Store {
     /// Keyed by (kind, id); ids count per kind from 1, as on a fresh portal.
     entities: BTreeMap<(String, u64), Map<String, Value>>,
+    /// When each entity landed, for `search_lag`.
+    landed: BTreeMap<(String, u64), std::time::Instant>,
     last_id: BTreeMap<String, u64>,
 }
 
@@ -138,6 +153,7 @@ struct Shared {
     store: Mutex<Store>,
     faults: FaultQueue<Fault>,
     calls: CallCounter,
+    search_lag: Mutex<Duration>,
 }
 
 #[derive(Clone)]
@@ -167,8 +183,9 @@ impl FakeBitrix24 {
             user: config.user,
             secret: config.secret,
             store: Mutex::new(Store::default()),
-            faults: FaultQueue::new(config.always),
+            faults: FaultQueue::with_random(config.always, config.random),
             calls: CallCounter::default(),
+            search_lag: Mutex::new(config.search_lag),
         });
         let for_router = shared.clone();
         let server = FakeServer::spawn(listen, move |shutdown| {
@@ -212,6 +229,11 @@ impl FakeBitrix24 {
     /// How many calls `method` (without `.json`) got, faulted ones included.
     pub fn calls(&self, method: &str) -> u64 {
         self.shared.calls.get(method)
+    }
+
+    /// From now on lists see an entity only `lag` after it landed.
+    pub fn set_search_lag(&self, lag: Duration) {
+        *lock(&self.shared.search_lag) = lag;
     }
 
     /// Forgets entities, counters and queued faults.
@@ -371,7 +393,23 @@ async fn rest(
         return refused;
     }
 
-    let answer = execute(shared, &method, &params);
+    let answer = match fault {
+        Some(Fault::ExecuteLate { ms }) => {
+            // The work goes on in a task of its own: a client that hangs up (dropping
+            // this handler) does not stop it.
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let (shared, method, params) = (state.shared.clone(), method.clone(), params.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let _ = done.send(execute(&shared, &method, &params));
+            });
+            match answer.await {
+                Ok(answer) => answer,
+                Err(_) => return error(500, "INTERNAL_SERVER_ERROR", "Internal server error"),
+            }
+        }
+        _ => execute(shared, &method, &params),
+    };
     if answer.is_ok() {
         match fault {
             Some(Fault::LostAnswerHang) => {
@@ -523,6 +561,9 @@ fn add(shared: &Shared, kind: &str, params: &Value) -> Result<Success, Refusal> 
     let mut fields = fields.clone();
     fields.insert("ID".into(), json!(id.to_string()));
     store.entities.insert((kind.to_owned(), id), fields);
+    store
+        .landed
+        .insert((kind.to_owned(), id), std::time::Instant::now());
     Ok(Success::plain(json!(id)))
 }
 
@@ -576,8 +617,8 @@ fn list(shared: &Shared, kind: &str, params: &Value) -> Result<Success, Refusal>
     };
     let store = lock(&shared.store);
     let mut rows = Vec::new();
-    for ((k, _), fields) in store.entities.iter() {
-        if k != kind {
+    for ((k, id), fields) in store.entities.iter() {
+        if k != kind || !visible(&store, *lock(&shared.search_lag), k, *id) {
             continue;
         }
         let mut keep = true;
@@ -615,6 +656,15 @@ fn list(shared: &Shared, kind: &str, params: &Value) -> Result<Success, Refusal>
         total: counted.then_some(total),
         next,
     })
+}
+
+/// Whether searches see the entity yet (see `FakeConfig::search_lag`).
+fn visible(store: &Store, lag: Duration, kind: &str, id: u64) -> bool {
+    lag.is_zero()
+        || store
+            .landed
+            .get(&(kind.to_owned(), id))
+            .is_none_or(|at| at.elapsed() >= lag)
 }
 
 /// Phones compare by digits (Bitrix24 normalises them), e-mails case-insensitively.

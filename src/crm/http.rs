@@ -96,6 +96,10 @@ pub struct HttpConfig {
     pub rate_limit: Option<f64>,
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
+    /// How long after an unknown outcome a create may still land on this CRM (default
+    /// 120 s): set it to at least the server's own request time limit.
+    #[serde(default, with = "humantime_serde")]
+    pub settle: Option<Duration>,
 }
 
 fn default_method() -> String {

@@ -187,6 +187,7 @@ pub fn from_config(
             webhook_url,
             entity,
             timeout,
+            ..
         } => std::sync::Arc::new(bitrix24::Bitrix24::new(
             webhook_url.expose(),
             *entity,
@@ -203,6 +204,7 @@ pub fn from_config(
             pipeline_id,
             rate_limit,
             timeout,
+            ..
         } => std::sync::Arc::new(amocrm::AmoCrm::new(amocrm::Settings {
             base_url: base_url.clone(),
             auth: match (token, client_id, client_secret, redirect_uri, refresh_token) {

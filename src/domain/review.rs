@@ -43,6 +43,9 @@ pub enum Resolution {
     Rejected,
     /// A cross-channel or late match is a new request after all: create it.
     CreatedNew,
+    /// Closed by the store, not a person: the operation got its result another way
+    /// (a late CRM answer, or another case's resolution), so the question is moot.
+    Superseded,
 }
 
 named_enum!(Resolution, "resolution", {
@@ -53,6 +56,7 @@ named_enum!(Resolution, "resolution", {
     AcceptedAsNew => "accepted_as_new",
     Rejected => "rejected",
     CreatedNew => "created_new",
+    Superseded => "superseded",
 });
 
 /// What a new operation does when its contact (phone or e-mail) matches another

@@ -175,7 +175,7 @@ async fn finish(
 ) -> Result<Response, ApiError> {
     match state
         .store
-        .finish_attempt(&lease(id, token), outcome, vec![], store::now())
+        .finish_attempt(&lease(id, token), outcome, vec![], state.store.now())
         .await
     {
         Ok(op) => Ok((
@@ -224,7 +224,7 @@ pub(super) async fn fail(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let f: Fail = json_body(&body)?;
-    let now = store::now();
+    let now = state.store.now();
     // The same message hygiene as CRM errors: no HTML, bounded length.
     let failure = Failure {
         class: f.class,

@@ -169,7 +169,7 @@ async fn intake(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let received_at = store::now();
+    let received_at = state.store.now();
     let content_type = content_type(&headers);
     let body = match read_body(body, &headers, state.max_body).await {
         Ok(b) => b,
@@ -386,7 +386,10 @@ async fn healthz(State(state): State<IntakeState>) -> Result<Json<Value>, ApiErr
 
 /// The metrics of SPEC.md in the Prometheus text format.
 async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError> {
-    let snapshot = state.store.metrics(store::now(), state.stale_after).await?;
+    let snapshot = state
+        .store
+        .metrics(state.store.now(), state.stale_after)
+        .await?;
     let connectors = state.store.connectors().await?;
     let body = crate::metrics::exposition(&snapshot, &connectors);
     Ok((

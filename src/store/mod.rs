@@ -54,6 +54,30 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
+impl StoreError {
+    /// A failure that says nothing about the data and may well pass if the same
+    /// transaction is tried again: the connection broke or could not be had, the
+    /// server restarted, or the database aborted the transaction to resolve a deadlock
+    /// or a serialization conflict (PostgreSQL `40001`, `40P01`, `57P0x`, class `08`;
+    /// SQLite busy/locked).
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Database(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                matches!(
+                    code.as_ref(),
+                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "5" | "6" | "517" | "261"
+                ) || code.starts_with("08")
+            }),
+            _ => false,
+        }
+    }
+}
+
 /// Contact data normalized at intake, kept for cross-channel matching only.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ContactKeys {
@@ -157,6 +181,10 @@ pub struct Operation {
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub retry_grants: i32,
+    /// The last attempt's outcome is unknown and nothing was found under the key yet:
+    /// when it is due (after the connector's settle window) the worker looks the key up
+    /// again before it may create.
+    pub verify_first: bool,
     pub contact: ContactKeys,
     pub event_time: Option<DateTime<Utc>>,
     pub version: i64,
@@ -200,6 +228,13 @@ pub enum AttemptOutcome {
     Recovered { crm_id: String },
     /// Nothing was executed: due again at `at`.
     Retry {
+        failure: Option<Failure>,
+        at: DateTime<Utc>,
+    },
+    /// The outcome is unknown and a lookup found nothing (yet): the CRM may still be
+    /// executing the create. Due again at `at` (the end of the settle window), and then
+    /// the key is looked up once more before anything is created.
+    Verify {
         failure: Option<Failure>,
         at: DateTime<Utc>,
     },
@@ -433,6 +468,12 @@ pub trait Store: Send + Sync + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 
+    /// The clock leases, due times and takeovers are judged by. PostgreSQL: the
+    /// database server's clock (read periodically, carried forward by this process's
+    /// monotonic clock), so machines whose clocks disagree agree on when a lease ends.
+    /// SQLite: this machine's clock, which every process on the file shares.
+    fn now(&self) -> DateTime<Utc>;
+
     /// Answers when the database does.
     async fn ping(&self) -> Result<()>;
 
@@ -468,18 +509,25 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<Option<Claim>>;
 
-    /// Records events of an attempt in flight (request sent, answer received) without
-    /// changing state. Refused if the lease is no longer held.
-    async fn append_events(
+    /// Called right before a create goes out: appends `events` (`attempt_started`),
+    /// checks that the lease is still held *and has not run out*, and extends it to
+    /// `now + lease_for`, so it covers the whole call. Returns the lease with its new
+    /// expiry; `LeaseLost` means the call must not be made.
+    async fn start_attempt(
         &self,
         lease: &Lease,
+        lease_for: std::time::Duration,
         events: Vec<NewEvent>,
         now: DateTime<Utc>,
-    ) -> Result<()>;
+    ) -> Result<Lease>;
 
     /// Applies the outcome of an attempt, guarded by the lease: only the lease holder may
     /// report. `events` (the CRM request and answer) are appended first, in the same
-    /// transaction.
+    /// transaction. Idempotent by lease token: repeating a report whose commit went
+    /// through changes nothing. A report after the lease was lost changes state only
+    /// when it brings a CRM id (a late answer is never thrown away): the operation is
+    /// completed with it if it has none, or a review case lists both ids; it returns
+    /// `LeaseLost` all the same.
     async fn finish_attempt(
         &self,
         lease: &Lease,
@@ -639,7 +687,9 @@ pub async fn purge(
 ) -> Result<PurgeReport> {
     let mut total = PurgeReport::default();
     loop {
-        let r = store.purge_batch(finished_before, batch, now()).await?;
+        let r = store
+            .purge_batch(finished_before, batch, store.now())
+            .await?;
         total.operations += r.operations;
         total.deliveries += r.deliveries;
         if r.operations < batch as u64 && r.deliveries < batch as u64 {
@@ -688,10 +738,13 @@ pub fn known_schema_version() -> i64 {
 /// The current time at the precision both backends keep (microseconds), so a value
 /// read back equals the value written.
 pub fn now() -> DateTime<Utc> {
+    truncate_micros(Utc::now())
+}
+
+fn truncate_micros(t: DateTime<Utc>) -> DateTime<Utc> {
     use chrono::DurationRound;
-    Utc::now()
-        .duration_trunc(chrono::TimeDelta::microseconds(1))
-        .expect("microsecond truncation cannot overflow")
+    t.duration_trunc(chrono::TimeDelta::microseconds(1))
+        .unwrap_or(t)
 }
 
 /// `now - d`, saturating.

@@ -3,8 +3,11 @@
 //! `for update skip locked`, so two never take the same row and none waits on another.
 
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime as ChronoDateTime, Utc as ChronoUtc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
@@ -12,6 +15,51 @@ use super::sql::sql_store;
 
 pub struct PgStore {
     pool: PgPool,
+    clock: Arc<DbClock>,
+}
+
+/// How often the server's clock is read again.
+const CLOCK_RESYNC: Duration = Duration::from_secs(10);
+
+/// The database server's clock as this process sees it: the server's time read at one
+/// instant, carried forward by this process's monotonic clock (which a wrong or stepped
+/// wall clock does not disturb), read again every `CLOCK_RESYNC`. Leases, due times
+/// and takeovers are judged by it, so gateways whose own clocks disagree by minutes
+/// still agree on when a lease ends (to within a round trip).
+struct DbClock {
+    anchor: RwLock<(ChronoDateTime<ChronoUtc>, Instant)>,
+    syncing: AtomicBool,
+}
+
+impl DbClock {
+    async fn read(pool: &PgPool) -> sqlx::Result<(ChronoDateTime<ChronoUtc>, Instant)> {
+        let asked = Instant::now();
+        let server: ChronoDateTime<ChronoUtc> = sqlx::query_scalar("select clock_timestamp()")
+            .fetch_one(pool)
+            .await?;
+        // The server read its clock somewhere in the round trip: take the middle.
+        Ok((server, asked + asked.elapsed() / 2))
+    }
+
+    fn now(self: &Arc<Self>, pool: &PgPool) -> ChronoDateTime<ChronoUtc> {
+        let (server, at) = *self.anchor.read().expect("clock anchor");
+        if at.elapsed() > CLOCK_RESYNC && !self.syncing.swap(true, Ordering::AcqRel) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let (clock, pool) = (self.clone(), pool.clone());
+                rt.spawn(async move {
+                    match Self::read(&pool).await {
+                        Ok(anchor) => *clock.anchor.write().expect("clock anchor") = anchor,
+                        Err(e) => tracing::debug!(error = %e, "reading the database clock failed"),
+                    }
+                    clock.syncing.store(false, Ordering::Release);
+                });
+            } else {
+                self.syncing.store(false, Ordering::Release);
+            }
+        }
+        let elapsed = chrono::TimeDelta::from_std(at.elapsed()).unwrap_or_default();
+        super::truncate_micros(server + elapsed)
+    }
 }
 
 impl PgStore {
@@ -29,7 +77,11 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        Ok(PgStore { pool })
+        let clock = Arc::new(DbClock {
+            anchor: RwLock::new(DbClock::read(&pool).await?),
+            syncing: AtomicBool::new(false),
+        });
+        Ok(PgStore { pool, clock })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -38,6 +90,10 @@ impl PgStore {
 
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
         self.pool.begin().await
+    }
+
+    fn clock_now(&self) -> ChronoDateTime<ChronoUtc> {
+        self.clock.now(&self.pool)
     }
 }
 

@@ -11,8 +11,8 @@
 /// Columns of `operations`, in the order `op_from_row` reads them by name.
 pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash, payload, crm_id, \
     crm_link, attempts, last_error, last_error_class, review_reason, lease_owner, lease_token, \
-    lease_expires_at, next_attempt_at, retry_grants, contact_phone, contact_email, event_time, \
-    version, created_at, updated_at, purged_at";
+    lease_expires_at, next_attempt_at, retry_grants, verify_first, finished_token, contact_phone, \
+    contact_email, event_time, version, created_at, updated_at, purged_at";
 
 /// The worker's next due operation: binds $1 = now, $2 = its connector. Nothing is due
 /// while the connector is paused; externally executed operations are never the
@@ -91,6 +91,7 @@ macro_rules! sql_store {
                 lease_expires_at: r.try_get("lease_expires_at")?,
                 next_attempt_at: r.try_get("next_attempt_at")?,
                 retry_grants: r.try_get("retry_grants")?,
+                verify_first: r.try_get("verify_first")?,
                 contact: ContactKeys {
                     phone: r.try_get("contact_phone")?,
                     email: r.try_get("contact_email")?,
@@ -126,6 +127,8 @@ macro_rules! sql_store {
         struct Locked {
             op: Operation,
             lease_token: Option<String>,
+            /// The token of the last attempt whose outcome was recorded.
+            finished_token: Option<String>,
             /// `version` as read, to write back under.
             read_version: i64,
         }
@@ -141,6 +144,7 @@ macro_rules! sql_store {
                 Ok(Locked {
                     read_version: op.version,
                     lease_token: r.try_get("lease_token")?,
+                    finished_token: r.try_get("finished_token")?,
                     op,
                 })
             })
@@ -278,7 +282,8 @@ macro_rules! sql_store {
                 "update operations set status = $1, crm_id = $2, crm_link = $3, attempts = $4, \
                  last_error = $5, last_error_class = $6, review_reason = $7, lease_owner = $8, \
                  lease_token = $9, lease_expires_at = $10, next_attempt_at = $11, \
-                 retry_grants = $12, version = $13, updated_at = $14 \
+                 retry_grants = $12, version = $13, updated_at = $14, verify_first = $17, \
+                 finished_token = $18 \
                  where operation_id = $15 and version = $16",
             )
             .bind(op.status.as_str())
@@ -297,6 +302,8 @@ macro_rules! sql_store {
             .bind(now)
             .bind(op.operation_id.as_str())
             .bind(l.read_version)
+            .bind(op.verify_first)
+            .bind(&l.finished_token)
             .execute(&mut **tx)
             .await?;
             if done.rows_affected() != 1 {
@@ -469,6 +476,35 @@ macro_rules! sql_store {
             lease
         }
 
+        fn token_hash(token: &str) -> String {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(token.as_bytes()))
+        }
+
+        /// Remembers that `lease` was granted (its token's hash), for late reports.
+        async fn record_grant(tx: &mut Tx, lease: &Lease, now: DateTime<Utc>) -> Result<()> {
+            sqlx::query(
+                "insert into lease_grants (operation_id, token_sha256, granted_at) values ($1, $2, $3)",
+            )
+            .bind(lease.operation_id.as_str())
+            .bind(token_hash(&lease.token))
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        async fn was_granted(tx: &mut Tx, id: &OperationId, token: &str) -> Result<bool> {
+            let n: i64 = sqlx::query_scalar(
+                "select count(*) from lease_grants where operation_id = $1 and token_sha256 = $2",
+            )
+            .bind(id.as_str())
+            .bind(token_hash(token))
+            .fetch_one(&mut **tx)
+            .await?;
+            Ok(n > 0)
+        }
+
         /// Starts an attempt on a locked `received` operation: `in_progress`, attempts
         /// counted, a person's grant consumed, a fresh lease — persisted in `tx`.
         async fn claim_locked(
@@ -483,6 +519,7 @@ macro_rules! sql_store {
             l.op.attempts += 1;
             l.op.next_attempt_at = None;
             let lease = take_lease(l, owner, lease_for, now);
+            record_grant(tx, &lease, now).await?;
             let event = NewEvent::new(
                 "claimed",
                 json!({"attempt": l.op.attempts, "lease_expires_at": lease.expires_at, "granted": granted}),
@@ -595,6 +632,10 @@ macro_rules! sql_store {
                 $backend
             }
 
+            fn now(&self) -> DateTime<Utc> {
+                self.clock_now()
+            }
+
             async fn ping(&self) -> Result<()> {
                 sqlx::query("select 1").execute(&self.pool).await?;
                 Ok(())
@@ -667,6 +708,7 @@ macro_rules! sql_store {
                 let mut l = must_lock(&mut tx, &id).await?;
                 let previous = json!({"previous_owner": l.op.lease_owner, "expired_at": l.op.lease_expires_at});
                 let lease = take_lease(&mut l, owner, lease_for, now);
+                record_grant(&mut tx, &lease, now).await?;
                 let event = NewEvent::new("lease_taken_over", previous);
                 append(&mut tx, &id, owner, event, now).await?;
                 save(&mut tx, &mut l, now).await?;
@@ -678,23 +720,35 @@ macro_rules! sql_store {
                 }))
             }
 
-            async fn append_events(
+            async fn start_attempt(
                 &self,
                 lease: &Lease,
+                lease_for: std::time::Duration,
                 events: Vec<NewEvent>,
                 now: DateTime<Utc>,
-            ) -> Result<()> {
+            ) -> Result<Lease> {
                 let mut tx = self.begin_write().await?;
                 let id = lease.operation_id.as_str();
-                let l = must_lock(&mut tx, id).await?;
-                if l.lease_token.as_deref() != Some(lease.token.as_str()) {
+                let mut l = must_lock(&mut tx, id).await?;
+                // A holder whose lease ran out never starts the call, even if nobody has
+                // taken the operation over yet: the reconciler may be about to.
+                if l.lease_token.as_deref() != Some(lease.token.as_str())
+                    || l.op.status != Status::InProgress
+                    || l.op.lease_expires_at.is_none_or(|t| t <= now)
+                {
                     return Err(StoreError::LeaseLost(id.to_owned()));
                 }
                 for e in events {
                     append(&mut tx, id, &lease.owner, e, now).await?;
                 }
+                let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
+                l.op.lease_expires_at = Some(expires_at);
+                save(&mut tx, &mut l, now).await?;
                 tx.commit().await?;
-                Ok(())
+                Ok(Lease {
+                    expires_at,
+                    ..lease.clone()
+                })
             }
 
             async fn finish_attempt(
@@ -708,15 +762,22 @@ macro_rules! sql_store {
                 let id = lease.operation_id.as_str().to_owned();
                 let actor = lease.owner.as_str();
                 let mut l = must_lock(&mut tx, &id).await?;
+                if l.finished_token.as_deref() == Some(lease.token.as_str()) {
+                    // Recorded before: the answer to that commit was lost and the worker
+                    // reported again. Nothing to write.
+                    return Ok(l.op);
+                }
                 for e in events {
                     append(&mut tx, &id, actor, e, now).await?;
                 }
                 if l.lease_token.as_deref() != Some(lease.token.as_str()) {
                     // Someone else owns the operation now (the reconciler took over an
-                    // expired lease, or a person resolved it). The late outcome is kept on
-                    // the timeline for the person, and changes nothing.
-                    let event = NewEvent::new("late_outcome", json!({"outcome": format!("{outcome:?}")}));
-                    append(&mut tx, &id, actor, event, now).await?;
+                    // expired lease, or a person resolved it). Only a token that once held
+                    // it may still report; any other writes nothing.
+                    if !was_granted(&mut tx, &lease.operation_id, &lease.token).await? {
+                        return Err(StoreError::LeaseLost(id));
+                    }
+                    late_outcome(&mut tx, &mut l, actor, outcome, now).await?;
                     tx.commit().await?;
                     return Err(StoreError::LeaseLost(id));
                 }
@@ -724,6 +785,11 @@ macro_rules! sql_store {
                 // in flight: the outcome is recorded, the status stays for the person.
                 let blocked = l.op.status != Status::InProgress;
                 clear_lease(&mut l);
+                l.finished_token = Some(lease.token.clone());
+                // Set again below by `Verify`; kept through a pause (the lookup still owes).
+                if !matches!(outcome, AttemptOutcome::PauseConnector { .. }) {
+                    l.op.verify_first = false;
+                }
                 let failure_event = |kind: &'static str, f: &Failure, extra: Value| {
                     let mut detail = json!({"class": f.class, "error": f.message});
                     if let (Value::Object(d), Value::Object(e)) = (&mut detail, extra) {
@@ -760,6 +826,20 @@ macro_rules! sql_store {
                         };
                         append(&mut tx, &id, actor, event, now).await?;
                         l.op.next_attempt_at = Some(at);
+                        Some(Status::Received)
+                    }
+                    AttemptOutcome::Verify { failure, at } => {
+                        let detail = json!({"at": at});
+                        let event = match &failure {
+                            Some(f) => {
+                                record_failure(&mut l, f);
+                                failure_event("verify_scheduled", f, detail)
+                            }
+                            None => NewEvent::new("verify_scheduled", detail),
+                        };
+                        append(&mut tx, &id, actor, event, now).await?;
+                        l.op.next_attempt_at = Some(at);
+                        l.op.verify_first = true;
                         Some(Status::Received)
                     }
                     AttemptOutcome::Terminal { failure } => {
@@ -812,6 +892,11 @@ macro_rules! sql_store {
             ) -> Result<i64> {
                 let mut tx = self.begin_write().await?;
                 let mut l = must_lock(&mut tx, operation_id.as_str()).await?;
+                if l.op.lease_expires_at.is_some_and(|t| t > now) {
+                    return Err(StoreError::InvalidAction(
+                        "an attempt is in flight (its lease is live); wait for its outcome".into(),
+                    ));
+                }
                 let id = open_case(&mut tx, &mut l, reason, None, actor, detail, now).await?;
                 save(&mut tx, &mut l, now).await?;
                 tx.commit().await?;
@@ -864,17 +949,24 @@ macro_rules! sql_store {
                         if crm_id.is_empty() {
                             return invalid("a CRM id is required".into());
                         }
-                        if l.op.status == Status::Completed {
+                        // Two entities under one key (a late answer, or a lookup that found
+                        // several): the person says which one stands, even on a completed
+                        // operation.
+                        if l.op.status == Status::Completed && reason != ReviewReason::AmbiguousMatch {
                             return invalid(format!(
                                 "the operation is already completed with CRM id {}",
                                 l.op.crm_id.as_deref().unwrap_or("?")
                             ));
                         }
+                        // On a completed operation the entities stay counted as Leadgate
+                        // made them: only which id stands changes.
+                        if l.op.status != Status::Completed {
+                            l.op.crm_link = Some(
+                                if matches!(req.action, HumanAction::LinkExisting { .. }) { "linked" } else { "confirmed" }
+                                    .into(),
+                            );
+                        }
                         l.op.crm_id = Some(crm_id.to_owned());
-                        l.op.crm_link = Some(
-                            if matches!(req.action, HumanAction::LinkExisting { .. }) { "linked" } else { "confirmed" }
-                                .into(),
-                        );
                         crm_id_set = Some(crm_id.to_owned());
                         clear_lease(&mut l);
                         Some(Status::Completed)
@@ -892,8 +984,23 @@ macro_rules! sql_store {
                         if reason == ReviewReason::PayloadConflict {
                             return invalid("a payload conflict is resolved by keeping the original or accepting the new data".into());
                         }
+                        // Never a second create on top of a known result.
+                        if let Some(crm_id) = &l.op.crm_id {
+                            return invalid(format!(
+                                "the operation already has CRM id {crm_id}; a retry would create a second entity"
+                            ));
+                        }
+                        if reason == ReviewReason::AmbiguousMatch {
+                            return invalid("the CRM already holds several entities under this key; confirm the one that stands instead of creating another".into());
+                        }
+                        if l.op.payload.is_none() || l.op.purged_at.is_some() {
+                            return invalid("the lead's data was removed by retention; a retry would create an empty lead".into());
+                        }
                         l.op.retry_grants = 1;
                         l.op.next_attempt_at = Some(now);
+                        // An earlier attempt may have landed meanwhile: the granted attempt
+                        // looks the key up before it creates.
+                        l.op.verify_first = l.op.attempts > 0;
                         clear_lease(&mut l);
                         Some(Status::Received)
                     }
@@ -1578,6 +1685,96 @@ macro_rules! sql_store {
             .bind(actor)
             .execute(&mut **tx)
             .await?;
+            Ok(())
+        }
+
+        /// An attempt's outcome reported after its lease was lost (the reconciler took
+        /// over, a person decided, another attempt ran). A CRM id is never thrown away:
+        /// an operation without one is completed with it (whoever holds it now loses the
+        /// lease, open non-conflict cases are superseded); one that has another id gets a
+        /// review case listing both, and the second entity is counted. Anything else is
+        /// kept on the timeline and changes nothing.
+        async fn late_outcome(
+            tx: &mut Tx,
+            l: &mut Locked,
+            actor: &str,
+            outcome: AttemptOutcome,
+            now: DateTime<Utc>,
+        ) -> Result<()> {
+            let id = l.op.operation_id.as_str().to_owned();
+            let (crm_id, kind, link) = match outcome {
+                AttemptOutcome::Created { crm_id } => (crm_id, "crm_created", "created"),
+                AttemptOutcome::Recovered { crm_id } => (crm_id, "recovered", "recovered"),
+                other => {
+                    let event = NewEvent::new("late_outcome", json!({"outcome": format!("{other:?}")}));
+                    return append(tx, &id, actor, event, now).await;
+                }
+            };
+            match l.op.crm_id.clone() {
+                Some(known) if known == crm_id => {
+                    let event = NewEvent::new("late_outcome", json!({"crm_id": crm_id, "same_as_known": true}));
+                    append(tx, &id, actor, event, now).await?;
+                }
+                None => {
+                    let event = NewEvent::new(kind, json!({"crm_id": crm_id, "late": true}));
+                    append(tx, &id, actor, event, now).await?;
+                    l.op.crm_id = Some(crm_id);
+                    l.op.crm_link = Some(link.into());
+                    l.op.verify_first = false;
+                    l.op.next_attempt_at = None;
+                    clear_lease(l);
+                    supersede_open_cases(tx, l, actor, "a late CRM answer brought the result", now).await?;
+                    if l.op.status != Status::Completed && !has_open_conflict(tx, &id).await? {
+                        set_status(tx, l, Status::Completed, actor, now).await?;
+                    }
+                }
+                Some(known) => {
+                    let event = NewEvent::new("extra_crm_entity", json!({"crm_id": crm_id, "known_crm_id": known}));
+                    append(tx, &id, actor, event, now).await?;
+                    let detail = json!({"crm_ids": [known, crm_id], "cause": "late_answer"});
+                    open_case(tx, l, ReviewReason::AmbiguousMatch, None, actor, detail, now).await?;
+                }
+            }
+            save(tx, l, now).await
+        }
+
+        async fn has_open_conflict(tx: &mut Tx, operation_id: &str) -> Result<bool> {
+            let n: i64 = sqlx::query_scalar(
+                "select count(*) from review_cases where operation_id = $1 \
+                 and resolved_at is null and reason = 'payload_conflict'",
+            )
+            .bind(operation_id)
+            .fetch_one(&mut **tx)
+            .await?;
+            Ok(n > 0)
+        }
+
+        /// Closes the open review cases of an operation whose result became known without
+        /// them (payload conflicts stay: they are about another delivery's data), each
+        /// with resolution `superseded` and a timeline event saying why.
+        async fn supersede_open_cases(
+            tx: &mut Tx,
+            l: &mut Locked,
+            actor: &str,
+            why: &str,
+            now: DateTime<Utc>,
+        ) -> Result<()> {
+            let id = l.op.operation_id.as_str().to_owned();
+            let closed: Vec<i64> = sqlx::query_scalar(
+                "update review_cases set resolved_at = $1, resolution = 'superseded', \
+                 resolved_by = $2, comment = $3 where operation_id = $4 and resolved_at is null \
+                 and reason <> 'payload_conflict' returning id",
+            )
+            .bind(now)
+            .bind(actor)
+            .bind(why)
+            .bind(&id)
+            .fetch_all(&mut **tx)
+            .await?;
+            for case_id in closed {
+                let event = NewEvent::new("review_superseded", json!({"case_id": case_id, "why": why}));
+                append(tx, &id, actor, event, now).await?;
+            }
             Ok(())
         }
 

@@ -91,6 +91,11 @@ impl SqliteStore {
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Sqlite>> {
         self.writer.begin_with(BEGIN_WRITE).await
     }
+
+    /// Every process on one SQLite file runs on one machine and shares its clock.
+    fn clock_now(&self) -> chrono::DateTime<chrono::Utc> {
+        super::now()
+    }
 }
 
 sql_store! {

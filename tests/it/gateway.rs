@@ -86,6 +86,7 @@ secret = "hmac-key"
 kind = "bitrix24"
 webhook_url = "{webhook_url}"
 timeout = "500ms"
+settle = "300ms"
 "#
     )
 }
@@ -719,15 +720,23 @@ each_backend!(
             .await
             .unwrap();
         assert_eq!(cases[0].detail["crm_ids"].as_array().unwrap().len(), 2);
-        // The create fails uncertainly and the lookup itself fails: a person decides.
+        // The create fails uncertainly and every lookup fails too: looked up again after
+        // the settle window, then with backoff, until the attempts are used up; then a
+        // person decides. Nothing is created again without an answer.
         gw.fake.push_fault(CREATE, Fault::ServerError, 1);
-        gw.fake.push_fault("crm.lead.list", Fault::ServerError, 1);
+        gw.fake.push_fault("crm.lead.list", Fault::ServerError, 10);
         gw.post_json("site", &lead("blind")).await;
         let op = gw.wait_status("site:blind", "needs_review").await;
         assert_eq!(op["review_reason"], "uncertain_outcome");
+        assert_eq!(op["attempts"], 3, "{op}");
         let kinds = gw.timeline_kinds("site:blind").await;
-        assert!(kinds.contains(&"reconciliation".to_string()), "{kinds:?}");
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "verify_scheduled").count(),
+            2,
+            "{kinds:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
+        // The test's own manual create, "amb" and "blind": one each.
         assert_eq!(gw.fake.calls(CREATE), 3, "nothing was re-created");
         gw.stop().await;
     }

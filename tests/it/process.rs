@@ -47,14 +47,14 @@ url = "{db_url}"
 listen = "127.0.0.1:{port}"
 [worker]
 poll_interval = "50ms"
-lease = "1s"
+lease = "4s"
 [[source]]
 name = "site"
 key = "json:/submission_id"
 [crm]
 kind = "bitrix24"
 webhook_url = "{webhook}"
-timeout = "60s"
+timeout = "3s"
 "#
         ),
     )

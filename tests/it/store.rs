@@ -438,7 +438,7 @@ each_backend!(
         let c = claim(store.as_ref(), "w1").await.unwrap();
         let request = NewEvent::new("crm_request", json!({"method": "crm.lead.add"}));
         store
-            .append_events(&c.lease, vec![request.clone()], now())
+            .start_attempt(&c.lease, LEASE, vec![request.clone()], now())
             .await
             .unwrap();
         let answer = NewEvent::new("crm_response", json!({"status": 503}));
@@ -692,7 +692,7 @@ each_backend!(
 );
 
 each_backend!(
-    an_expired_lease_is_taken_over_and_the_late_outcome_refused,
+    an_expired_lease_is_taken_over_and_a_late_answer_completes_the_operation,
     |db| async move {
         let store = db.store().await;
         store
@@ -726,6 +726,9 @@ each_backend!(
             .unwrap();
         assert_eq!(taken.operation.attempts, 1, "a takeover is not an attempt");
         assert_ne!(taken.lease.token, c.lease.token);
+        let before = store.operation(&op("l")).await.unwrap().unwrap();
+        // The first holder's create answers after the takeover: the lease is lost, but
+        // the CRM id is not thrown away.
         let err = store
             .finish_attempt(
                 &c.lease,
@@ -736,7 +739,21 @@ each_backend!(
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::LeaseLost(_)), "{err}");
-        let o = store
+        let o = store.operation(&op("l")).await.unwrap().unwrap();
+        assert_eq!(
+            (o.status, o.crm_id.as_deref(), o.crm_link.as_deref()),
+            (Status::Completed, Some("1"), Some("created"))
+        );
+        assert!(
+            o.version > before.version,
+            "a person looking at it must reload"
+        );
+        assert_eq!(
+            o.lease_owner, None,
+            "the takeover's lease is void: the result is known"
+        );
+        // The reconciler's lookup finds the same entity: nothing more happens.
+        let err = store
             .finish_attempt(
                 &taken.lease,
                 AttemptOutcome::Recovered { crm_id: "1".into() },
@@ -744,14 +761,14 @@ each_backend!(
                 later,
             )
             .await
-            .unwrap();
-        assert_eq!(
-            (o.status, o.crm_link.as_deref()),
-            (Status::Completed, Some("recovered"))
-        );
+            .unwrap_err();
+        assert!(matches!(err, StoreError::LeaseLost(_)), "{err}");
         let t = store.timeline(&op("l")).await.unwrap();
         assert!(kinds(&t).contains(&"lease_taken_over"));
         assert!(kinds(&t).contains(&"late_outcome"));
+        assert_eq!(kinds(&t).iter().filter(|k| **k == "crm_created").count(), 1);
+        let m = store.metrics(later, LEASE).await.unwrap();
+        assert_eq!(m.crm_entities_created, 1, "one entity, counted once");
     }
 );
 
