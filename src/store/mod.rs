@@ -765,26 +765,47 @@ pub fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
 
 /// Runs the backend's migrations, refusing a database that a newer Leadgate already
 /// migrated past what this build knows (it would misread the data).
+///
+/// Several processes may start at once on a new database: on PostgreSQL the whole check
+/// and run happens under sqlx's advisory lock (taken *before* the bookkeeping table is
+/// created, which races otherwise); SQLite has no such lock, but each migration is one
+/// transaction, so a process that lost the race rolls back and tries again, finding the
+/// winner's work applied.
 async fn migrate<'a, A>(pool: A, migrator: sqlx::migrate::Migrator) -> Result<()>
 where
     A: sqlx::Acquire<'a>,
     <A::Connection as std::ops::Deref>::Target: sqlx::migrate::Migrate,
 {
+    use sqlx::migrate::Migrate;
     let mut conn = pool.acquire().await?;
     let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-    let applied = {
-        use sqlx::migrate::Migrate;
-        conn.ensure_migrations_table().await?;
-        conn.list_applied_migrations().await?
+    conn.lock().await?;
+    let mut tries = 0;
+    let result = loop {
+        let once = async {
+            conn.ensure_migrations_table().await?;
+            let applied = conn.list_applied_migrations().await?;
+            if let Some(found) = applied
+                .iter()
+                .map(|m| m.version)
+                .max()
+                .filter(|v| *v > known)
+            {
+                return Err(StoreError::SchemaTooNew { found, known });
+            }
+            migrator.run_direct(&mut *conn).await?;
+            Ok(())
+        }
+        .await;
+        match once {
+            Err(StoreError::Migrate(e)) if tries < 10 => {
+                tries += 1;
+                tracing::debug!(error = %e, "migration raced another process; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+            }
+            other => break other,
+        }
     };
-    if let Some(found) = applied
-        .iter()
-        .map(|m| m.version)
-        .max()
-        .filter(|v| *v > known)
-    {
-        return Err(StoreError::SchemaTooNew { found, known });
-    }
-    migrator.run_direct(&mut *conn).await?;
-    Ok(())
+    conn.unlock().await?;
+    result
 }

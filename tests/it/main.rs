@@ -5,6 +5,7 @@ mod support;
 
 mod amocrm;
 mod claim_api;
+mod clock;
 mod console;
 mod console_store;
 mod gateway;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::each_backend;
 use crate::gateway::{urlencode, CREATE};
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -26,7 +26,7 @@ pub fn leadgate(args: &[&str]) -> Command {
     cmd
 }
 
-struct Process(Child);
+pub struct Process(pub Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -62,7 +62,7 @@ timeout = "3s"
     path.display().to_string()
 }
 
-async fn serve(config: &str, base: &str) -> Process {
+pub async fn serve(config: &str, base: &str) -> Process {
     let child = leadgate(&["serve", "--config", config])
         .stdout(Stdio::null())
         .spawn()

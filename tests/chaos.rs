@@ -1,0 +1,493 @@
+//! The chaos run, bounded so `make test` runs it (`make chaos` runs a long one).
+//!
+//! Two `leadgate serve` processes share one database — a SQLite file, then a PostgreSQL
+//! cluster of the test's own (so it can be restarted without disturbing other tests) —
+//! and one fake Bitrix24 that misbehaves at random the way a portal under load does: it
+//! hangs after creating, refuses with 503, answers 500 after creating, refuses with 500,
+//! and executes creates 2.5 s late, after the client's 1 s timeout gave up on them; its
+//! lists lag behind writes. Every couple of seconds a random gateway is killed with
+//! SIGKILL and started again; PostgreSQL is restarted (immediate shutdown) mid-run. Leads
+//! are delivered like a webhook sender does: again on any failure, and sometimes twice.
+//!
+//! Then: no operation has more than one CRM entity, every lead ends completed, and the
+//! gateway's `/metrics` count exactly the entities the CRM holds.
+//!
+//! Sizes come from the environment, for the long run: `LEADGATE_CHAOS_LEADS` (default
+//! 240 per backend) and `LEADGATE_CHAOS_SECONDS` (default 25 s of traffic per backend).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leadgate::crm::fake::RandomFault;
+use leadgate::crm::fake_bitrix24::{FakeBitrix24, FakeConfig, Fault};
+use rand::Rng;
+use serde_json::json;
+
+const CREATE: &str = "crm.lead.add";
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `leadgate serve` that can be killed and started again on the same port.
+struct Gateway {
+    config: String,
+    port: u16,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Gateway {
+    fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_leadgate"))
+            .args(["serve", "--config", &self.config])
+            .env_remove("LEADGATE_DATABASE_URL")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn leadgate serve");
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    async fn wait_up(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !reqwest::get(format!("{}/healthz", self.base()))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "gateway did not come up: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A PostgreSQL cluster of the test's own, on its own port, run by the `postgres` user
+/// when the test runs as root (the server refuses to run as root).
+struct PgCluster {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl PgCluster {
+    fn pg_bin() -> PathBuf {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL server binaries under /usr/lib/postgresql (Debian's postgresql)")
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|p| p.join("pg_ctl").exists())
+            .collect();
+        versions.sort();
+        versions.pop().expect("pg_ctl")
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let as_root = nix_uid() == 0;
+        let mut cmd = if as_root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let out = cmd.args(args).output().expect("run a PostgreSQL tool");
+        assert!(
+            out.status.success(),
+            "{tool} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn start() -> PgCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        if nix_uid() == 0 {
+            chmod(dir.path(), 0o755);
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let cluster = PgCluster {
+            data,
+            bin: Self::pg_bin(),
+            port: free_port(),
+            _dir: dir,
+        };
+        let d = cluster.data.display().to_string();
+        cluster.run(
+            "initdb",
+            &["-D", &d, "-A", "trust", "-U", "postgres", "--no-sync"],
+        );
+        cluster.pg_ctl_start();
+        cluster
+    }
+
+    fn pg_ctl_start(&self) {
+        let d = self.data.display().to_string();
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=100",
+            self.port, d
+        );
+        let log = format!("{d}/server.log");
+        self.run(
+            "pg_ctl",
+            &["-D", &d, "-o", &opts, "-l", &log, "-w", "start"],
+        );
+    }
+
+    /// Kills the server the way a crash does (no checkpoint) and starts it again.
+    fn crash_restart(&self) {
+        let d = self.data.display().to_string();
+        self.run("pg_ctl", &["-D", &d, "-m", "immediate", "-w", "stop"]);
+        self.pg_ctl_start();
+    }
+
+    fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let d = self.data.display().to_string();
+        let exe = self.bin.join("pg_ctl");
+        let mut cmd = if nix_uid() == 0 {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let _ = cmd.args(["-D", &d, "-m", "immediate", "stop"]).output();
+    }
+}
+
+fn nix_uid() -> u32 {
+    // `id -u` rather than a libc binding for one number.
+    let out = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn config(dir: &Path, name: &str, db_url: &str, webhook: &str, port: u16) -> String {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[database]
+url = "{db_url}"
+[server]
+listen = "127.0.0.1:{port}"
+[worker]
+poll_interval = "50ms"
+lease = "3s"
+concurrency = 4
+[retry]
+max_attempts = 30
+base_delay = "100ms"
+max_delay = "1s"
+[[source]]
+name = "site"
+key = "json:/submission_id"
+[crm]
+kind = "bitrix24"
+webhook_url = "{webhook}"
+timeout = "1s"
+# The fake lands a late create at most 2.5 s after it arrived and its lists lag 300 ms.
+settle = "4s"
+"#
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+fn chaotic_portal() -> FakeConfig {
+    let random = |probability, fault| RandomFault {
+        method: CREATE.into(),
+        probability,
+        fault,
+    };
+    FakeConfig {
+        random: vec![
+            random(0.04, Fault::LostAnswerHang),
+            random(
+                0.05,
+                Fault::RateLimit {
+                    retry_after_secs: None,
+                },
+            ),
+            random(0.04, Fault::ServerErrorAfterCreate),
+            random(0.03, Fault::ServerError),
+            random(0.06, Fault::ExecuteLate { ms: 2500 }),
+            RandomFault {
+                method: "crm.lead.list".into(),
+                probability: 0.05,
+                fault: Fault::RateLimit {
+                    retry_after_secs: None,
+                },
+            },
+        ],
+        search_lag: Duration::from_millis(300),
+        ..FakeConfig::default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Figures {
+    leads: usize,
+    deliveries: u64,
+    refused_or_failed: u64,
+    kills: u64,
+    db_restarts: u64,
+    entities: usize,
+    metrics_entities: i64,
+    create_calls: u64,
+    recovered: usize,
+    verify_passes: usize,
+    review_cases: usize,
+    seconds: f64,
+}
+
+/// Delivers one lead until a gateway accepts it, like a webhook sender with retries.
+async fn deliver(http: &reqwest::Client, bases: &[String], key: &str, figures: &mut Figures) {
+    let body = json!({"submission_id": key, "name": "Ivan", "phone": "+7 999 000-00-00"});
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let base = &bases[rand::rng().random_range(0..bases.len())];
+        figures.deliveries += 1;
+        let res = http
+            .post(format!("{base}/v1/intake/site"))
+            .timeout(Duration::from_secs(5))
+            .json(&body)
+            .send()
+            .await;
+        match res {
+            Ok(r) if r.status().is_success() => return,
+            _ => figures.refused_or_failed += 1,
+        }
+        assert!(Instant::now() < deadline, "{key} was never accepted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn chaos(db_url: &str, pg: Option<&PgCluster>) -> Figures {
+    let started = Instant::now();
+    let leads = env_or("LEADGATE_CHAOS_LEADS", 240) as usize;
+    let traffic = Duration::from_secs(env_or("LEADGATE_CHAOS_SECONDS", 25));
+    let fake = FakeBitrix24::spawn_with("127.0.0.1:0".parse().unwrap(), chaotic_portal())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gateways: Vec<Gateway> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let port = free_port();
+            Gateway {
+                config: config(dir.path(), name, db_url, &fake.webhook_url(), port),
+                port,
+                log: dir.path().join(format!("{name}.log")),
+                child: None,
+            }
+        })
+        .collect();
+    for g in &mut gateways {
+        g.spawn();
+    }
+    for g in &gateways {
+        g.wait_up().await;
+    }
+    let bases: Vec<String> = gateways.iter().map(Gateway::base).collect();
+    let mut figures = Figures {
+        leads,
+        ..Figures::default()
+    };
+    let http = reqwest::Client::new();
+    let pace = traffic / leads as u32;
+    let mut next_kill = Instant::now() + Duration::from_secs(2);
+    let restart_db_at = leads / 2;
+    for i in 0..leads {
+        let key = format!("chaos-{i}");
+        deliver(&http, &bases, &key, &mut figures).await;
+        if rand::rng().random_bool(0.1) {
+            // A redelivery of the same event.
+            deliver(&http, &bases, &key, &mut figures).await;
+        }
+        if Instant::now() >= next_kill {
+            let victim = rand::rng().random_range(0..gateways.len());
+            gateways[victim].kill();
+            figures.kills += 1;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            gateways[victim].spawn();
+            next_kill =
+                Instant::now() + Duration::from_millis(rand::rng().random_range(1500..3500));
+        }
+        if i == restart_db_at {
+            if let Some(pg) = pg {
+                pg.crash_restart();
+                figures.db_restarts += 1;
+            }
+        }
+        tokio::time::sleep(pace).await;
+    }
+    // Let both gateways drain what is left.
+    for g in &mut gateways {
+        if g.child.is_none() {
+            g.spawn();
+        }
+    }
+    for g in &gateways {
+        g.wait_up().await;
+    }
+    let store = leadgate::store::connect(db_url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = store
+            .metrics(store.now(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        let done = m
+            .operations_by_status
+            .get("completed")
+            .copied()
+            .unwrap_or(0);
+        if done as usize == leads {
+            break;
+        }
+        if Instant::now() > deadline {
+            panic!("not every lead completed: {:?}", m.operations_by_status);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // One entity per operation, the metrics equal the CRM's own count.
+    let mut per_key: BTreeMap<String, usize> = BTreeMap::new();
+    for e in fake.entities() {
+        let key = e.fields["ORIGIN_ID"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        *per_key.entry(key).or_default() += 1;
+    }
+    let duplicated: Vec<_> = per_key.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        duplicated.is_empty(),
+        "operations with more than one CRM entity: {duplicated:?}"
+    );
+    figures.entities = per_key.values().sum();
+    figures.create_calls = fake.calls(CREATE);
+    let text = reqwest::get(format!("{}/metrics", bases[0]))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    figures.metrics_entities = text
+        .lines()
+        .find_map(|l| l.strip_prefix("leadgate_crm_entities_created_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("crm_entities_created in /metrics");
+    for i in 0..leads {
+        let id = format!("site:chaos-{i}").parse().unwrap();
+        let op = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(op.status.as_str(), "completed", "{id}");
+        assert!(op.crm_id.is_some());
+        let t = store.timeline(&id).await.unwrap();
+        figures.recovered += t.iter().filter(|e| e.kind == "recovered").count();
+        figures.verify_passes += t.iter().filter(|e| e.kind == "verify_scheduled").count();
+        figures.review_cases += store.cases_of(&id).await.unwrap().len();
+    }
+    figures.seconds = started.elapsed().as_secs_f64();
+    println!("chaos figures ({}): {figures:#?}", store.backend());
+    assert_eq!(
+        figures.entities, figures.leads,
+        "every lead reached the CRM exactly once"
+    );
+    assert_eq!(
+        figures.metrics_entities, figures.entities as i64,
+        "/metrics must count what the CRM holds"
+    );
+    figures
+}
+
+/// The two runs share the machine's two cores: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_two_gateways_kill_9_and_a_chaotic_crm_make_one_entity_per_lead() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("chaos.db").display()
+    );
+    chaos(&url, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_two_gateways_kill_9_a_server_crash_and_a_chaotic_crm_make_one_entity_per_lead() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let pg = PgCluster::start();
+    let admin = pg.url("postgres");
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+        .await
+        .unwrap();
+    sqlx::query("create database chaos")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
+    chaos(&pg.url("chaos"), Some(&pg)).await;
+}
