@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit demo bench
+.PHONY: test check lint unit demo bench chaos
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL, the UI's type check and unit tests, and the console in a real window.
@@ -18,12 +18,21 @@ lint:
 
 unit:
 	scripts/install-console-deps.sh
+	scripts/install-test-deps.sh
 	scripts/ensure-postgres.sh
 	cargo test --workspace --locked
 
 ## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
 demo:
 	scripts/demo.sh
+
+## The chaos run of `make test` at full size (tests/chaos.rs): 3,000 leads over five
+## minutes per backend, release build. It prints its figures.
+chaos:
+	scripts/install-test-deps.sh
+	scripts/ensure-postgres.sh
+	LEADGATE_CHAOS_LEADS=3000 LEADGATE_CHAOS_SECONDS=300 \
+	  cargo test --locked --release --test chaos -- --nocapture --test-threads=1
 
 ## Intake throughput/latency vs. the raw commit rate, and the console's calls over a
 ## million operations, on SQLite and PostgreSQL (release build). Figures: BENCHMARKS.md.

@@ -92,6 +92,9 @@ pub enum Fault {
     ServerErrorAfterCreate,
     /// Waits `ms`, then behaves normally.
     LatencyMs { ms: u64 },
+    /// A slow account that finishes what it started: the create is executed `ms` after
+    /// it arrived whoever is still waiting, then answered if the client is still there.
+    ExecuteLate { ms: u64 },
     /// Any problem+json answer; `after_execute` executes the call first.
     Error {
         status: u16,
@@ -764,13 +767,27 @@ async fn complex(
         Ok(f) => f,
         Err(resp) => return resp,
     };
-    let answer = match serde_json::from_slice::<Value>(&body) {
-        Ok(Value::Array(leads)) => create_leads(shared, &leads),
-        _ => Err(Box::new(problem(
-            400,
-            "Bad Request",
-            "The body must be a JSON array of leads",
-        ))),
+    let leads = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Array(leads)) => leads,
+        _ => {
+            return problem(400, "Bad Request", "The body must be a JSON array of leads");
+        }
+    };
+    let answer = match fault {
+        Some(Fault::ExecuteLate { ms }) => {
+            // In a task of its own: a client that hangs up does not stop the work.
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let shared = state.shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let _ = done.send(create_leads(&shared, &leads));
+            });
+            match answer.await {
+                Ok(answer) => answer,
+                Err(_) => return problem(500, "Internal Server Error", "Internal server error"),
+            }
+        }
+        _ => create_leads(shared, &leads),
     };
     let answer = match answer {
         Ok(a) => a,

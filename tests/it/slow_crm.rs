@@ -925,3 +925,45 @@ each_backend!(
         );
     }
 );
+
+/// The same hiccup from the real server: PostgreSQL aborts the transaction that records
+/// the answer with a serialization failure (`40001`), once, forced by a trigger. SQLite
+/// has one writer and no such abort; the wrapper test above covers both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_serialization_failure_on_the_outcome_commit_is_retried() {
+    crate::support::run(crate::support::Backend::Postgres, |db| async move {
+        let gw = Gateway::start(&db).await;
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "create sequence fail_once;
+             create function fail_once() returns trigger language plpgsql as $$
+             begin
+                 if new.status = 'completed' and nextval('fail_once') = 1 then
+                     raise exception 'forced by the test' using errcode = '40001';
+                 end if;
+                 return new;
+             end $$;
+             create trigger fail_once before update on operations
+                 for each row execute function fail_once();",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        gw.post_json("site", &lead("serial")).await;
+        let o = completed(&gw, "site:serial", Duration::from_secs(10)).await;
+        assert_eq!(o["attempts"], 1);
+        let fired: i64 = sqlx::query_scalar("select last_value from fail_once")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert!(fired >= 2, "the failure was forced and the commit tried again");
+        let op = gw.store().operation(&op("serial")).await.unwrap().unwrap();
+        assert_eq!(op.crm_link.as_deref(), Some("created"));
+        assert_eq!(gw.fake.calls(CREATE), 1);
+        assert_eq!(gw.fake.calls(LIST), 0, "the answer was kept, no lookup needed");
+        gw.stop().await;
+    })
+    .await;
+}
