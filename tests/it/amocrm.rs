@@ -494,7 +494,8 @@ each_backend!(
             .unwrap();
         let text = config_toml(&db.url, &fake).replace("settle = \"300ms\"", "settle = \"3s\"");
         let gw = Gateway::start_with(fake, Config::parse(&text).unwrap()).await;
-        gw.fake.push_fault(CREATE, Fault::ExecuteLate { ms: 1500 }, 1);
+        gw.fake
+            .push_fault(CREATE, Fault::ExecuteLate { ms: 1500 }, 1);
         gw.post_json("site", &lead("late")).await;
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
         let op = loop {

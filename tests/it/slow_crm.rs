@@ -958,11 +958,18 @@ async fn a_serialization_failure_on_the_outcome_commit_is_retried() {
             .fetch_one(&mut conn)
             .await
             .unwrap();
-        assert!(fired >= 2, "the failure was forced and the commit tried again");
+        assert!(
+            fired >= 2,
+            "the failure was forced and the commit tried again"
+        );
         let op = gw.store().operation(&op("serial")).await.unwrap().unwrap();
         assert_eq!(op.crm_link.as_deref(), Some("created"));
         assert_eq!(gw.fake.calls(CREATE), 1);
-        assert_eq!(gw.fake.calls(LIST), 0, "the answer was kept, no lookup needed");
+        assert_eq!(
+            gw.fake.calls(LIST),
+            0,
+            "the answer was kept, no lookup needed"
+        );
         gw.stop().await;
     })
     .await;
