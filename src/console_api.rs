@@ -623,7 +623,7 @@ impl Console {
     }
 
     fn stale_before(&self) -> DateTime<Utc> {
-        store::now() - chrono::TimeDelta::from_std(self.stale_after).unwrap_or_default()
+        self.store.now() - chrono::TimeDelta::from_std(self.stale_after).unwrap_or_default()
     }
 
     pub async fn counts(&self) -> ApiResult<TabCounts> {
@@ -652,7 +652,7 @@ impl Console {
         let older = q
             .older_than_minutes
             .filter(|m| *m > 0)
-            .map(|m| store::now() - chrono::TimeDelta::minutes(m));
+            .map(|m| self.store.now() - chrono::TimeDelta::minutes(m));
         let source = q.source.filter(|s| !s.is_empty());
         let newest_first = q.newest_first;
         match tab {
@@ -881,7 +881,7 @@ impl Console {
                 actor: operator.to_owned(),
                 comment,
                 action,
-                now: store::now(),
+                now: self.store.now(),
             })
             .await?;
         Ok(ActionOutcome {
@@ -906,7 +906,7 @@ impl Console {
                 ReviewReason::UncertainOutcome,
                 operator,
                 detail,
-                store::now(),
+                self.store.now(),
             )
             .await?)
     }
@@ -927,7 +927,7 @@ impl Console {
                     &id,
                     "console",
                     store::NewEvent::new("notification", detail),
-                    store::now(),
+                    self.store.now(),
                 )
                 .await?;
         }
@@ -937,7 +937,7 @@ impl Console {
     pub async fn resume_connector(&self, operator: &str, name: &str) -> ApiResult<bool> {
         Ok(self
             .store
-            .resume_connector(name, operator, store::now())
+            .resume_connector(name, operator, self.store.now())
             .await?)
     }
 
@@ -958,7 +958,7 @@ impl Console {
     }
 
     pub async fn dashboard(&self, range: Range) -> ApiResult<Dashboard> {
-        let now = store::now();
+        let now = self.store.now();
         let m = self
             .store
             .metrics(now, self.stale_after.max(Duration::from_secs(120)))

@@ -81,6 +81,7 @@ async fn attempt(
         .start_attempt(
             &claim.lease,
             std::time::Duration::from_secs(30),
+            std::time::Duration::from_secs(75),
             vec![started],
             at,
         )

@@ -145,12 +145,15 @@ impl Worker {
             "attempt_started",
             json!({"connector": self.crm.connector(), "attempt": op.attempts, "granted": claim.granted}),
         ));
+        // The connector's pacing wait comes first: it is not part of the call's budget.
+        self.crm.pace().await;
         let armed_at = Instant::now();
         let lease = match self
             .store
             .start_attempt(
                 &claim.lease,
                 self.lease_for_call(),
+                self.settings.settle,
                 before,
                 self.store.now(),
             )
@@ -164,12 +167,15 @@ impl Worker {
             Err(e) => return Err(e),
         };
         let budget = self.settings.call_timeout;
-        let (result, exchange) =
-            match tokio::time::timeout_at((armed_at + budget).into(), self.crm.create(&lead)).await
-            {
-                Ok(answer) => answer,
-                Err(_) => cut_off("create", budget),
-            };
+        let (result, exchange) = match tokio::time::timeout_at(
+            (armed_at + budget).into(),
+            crate::crm::rate::prepaid(self.crm.create(&lead)),
+        )
+        .await
+        {
+            Ok(answer) => answer,
+            Err(_) => cut_off("create", budget),
+        };
         let mut events = exchange_events(
             "crm_request",
             "crm_response",

@@ -8,6 +8,9 @@ alter table operations add column verify_first boolean not null default false;
 -- The lease token of the last attempt whose outcome was recorded: a report repeated with
 -- it (the first commit's answer was lost) is recognised and changes nothing.
 alter table operations add column finished_token text;
+-- Until when a create sent under the last lease may still land: its expiry plus the
+-- connector's settle window. A retry a person grants is not due before then.
+alter table operations add column quiet_after timestamptz;
 
 -- A second entity under one operation's key (the original holder's create answered
 -- after another attempt had created one too): counted, so the CRM never holds more

@@ -140,9 +140,10 @@ struct OAuthState {
     refreshing: Arc<tokio::sync::Mutex<()>>,
 }
 
+#[derive(Clone)]
 enum Credentials {
     Token(String),
-    OAuth(Box<OAuthState>),
+    OAuth(Arc<OAuthState>),
 }
 
 /// A refresh that failed: `refused` when amoCRM said no to the refresh token.
@@ -152,6 +153,7 @@ struct GrantError {
 }
 
 /// An amoCRM connector.
+#[derive(Clone)]
 pub struct AmoCrm {
     /// Without a trailing `/`.
     base: String,
@@ -213,7 +215,7 @@ impl AmoCrm {
                             .into(),
                     ));
                 }
-                Credentials::OAuth(Box::new(OAuthState {
+                Credentials::OAuth(Arc::new(OAuthState {
                     refreshing: refresh_lock(&format!("{base}\n{}", o.client_id)),
                     config: o,
                     current: Mutex::new(None),
@@ -340,7 +342,7 @@ impl AmoCrm {
     ) -> (Option<StatusCode>, Result<(StatusCode, Bytes), CrmError>) {
         let mut redact = redact.to_vec();
         redact.push(bearer);
-        self.limiter.acquire().await;
+        self.limiter.acquire_unless_prepaid().await;
         let started = Instant::now();
         let mut answered = None;
         let result = async {
@@ -403,7 +405,25 @@ impl AmoCrm {
             (Some(c), None) if store::now() < c.refresh_at => c,
             (c, stale) => {
                 let seen = stale.or(c.map(|c| c.version));
-                self.refresh(st, seen, summary).await?
+                // In a task of its own: amoCRM rotates the pair as it answers, so a refresh
+                // must run to its end and be saved even when the worker cuts the call that
+                // needed it (its budget ran out); cancelled halfway, the new pair would be
+                // lost and the old one is dead.
+                let (this, st) = (self.clone(), Arc::clone(st));
+                let refreshed = tokio::spawn(async move {
+                    let mut summary = Map::new();
+                    let r = this.refresh(&st, seen, &mut summary).await;
+                    (r, summary)
+                })
+                .await;
+                let (r, more) = refreshed.map_err(|e| {
+                    CrmError::new(
+                        ErrorClass::NotSent,
+                        format!("{CONNECTOR} token refresh failed: {e}"),
+                    )
+                })?;
+                summary.extend(more);
+                r?
             }
         };
         Ok((current.access, Some(current.version)))
@@ -843,6 +863,10 @@ impl Crm for AmoCrm {
     /// The search index may lag behind a create: "not found" proves nothing.
     fn lookup_is_authoritative(&self) -> bool {
         false
+    }
+
+    async fn pace(&self) {
+        self.limiter.acquire().await;
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {

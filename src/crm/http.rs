@@ -273,7 +273,7 @@ impl HttpCrm {
         let mut redact = redact.to_vec();
         redact.extend(self.secrets.iter().map(String::as_str));
         if let Some(l) = &self.limiter {
-            l.acquire().await;
+            l.acquire_unless_prepaid().await;
         }
         let started = Instant::now();
         let result = async {
@@ -549,6 +549,12 @@ impl Crm for HttpCrm {
 
     fn lookup_is_authoritative(&self) -> bool {
         self.lookup_url.is_some() && self.lookup_authoritative
+    }
+
+    async fn pace(&self) {
+        if let Some(l) = &self.limiter {
+            l.acquire().await;
+        }
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {

@@ -167,6 +167,10 @@ pub trait Crm: Send + Sync + 'static {
     fn connector(&self) -> &str;
     /// Whether "not found" from `find` proves no entity exists (Bitrix24: yes).
     fn lookup_is_authoritative(&self) -> bool;
+    /// Waits until the connector's rate limit lets one request go (amoCRM's 7 per
+    /// second). The worker calls it before it arms a lease and then runs `create` inside
+    /// [`rate::prepaid`], so the pacing wait never eats into the call's budget.
+    async fn pace(&self) {}
     /// Creates one entity carrying the operation id as external key. Returns the new id.
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange);
     /// Finds entities by external key.

@@ -59,6 +59,28 @@ impl RateLimiter {
     }
 }
 
+tokio::task_local! {
+    /// Set by [`prepaid`]: the next request this task sends already waited its turn.
+    static PREPAID: std::cell::Cell<bool>;
+}
+
+/// Runs `call` with its first request's turn already taken (the worker waits for the
+/// connector's pace *before* it arms the lease, so that waiting is not part of the
+/// call's budget).
+pub async fn prepaid<F: std::future::Future>(call: F) -> F::Output {
+    PREPAID.scope(std::cell::Cell::new(true), call).await
+}
+
+impl RateLimiter {
+    /// Waits for a turn, unless the caller runs inside [`prepaid`] and has not used its
+    /// prepaid turn yet.
+    pub async fn acquire_unless_prepaid(&self) {
+        if !PREPAID.try_with(|p| p.replace(false)).unwrap_or(false) {
+            self.acquire().await;
+        }
+    }
+}
+
 /// The limiter shared by every adapter of this process that talks to `account` at
 /// `per_second`.
 pub fn shared(account: &str, per_second: f64) -> Arc<RateLimiter> {

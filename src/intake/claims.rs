@@ -69,7 +69,7 @@ pub(super) async fn claim(
         transform_version: TRANSFORM_VERSION,
         contact: Default::default(),
         event_time: None,
-        received_at: store::now(),
+        received_at: state.store.now(),
         review: None,
         matching: None,
     };

@@ -513,10 +513,13 @@ pub trait Store: Send + Sync + 'static {
     /// checks that the lease is still held *and has not run out*, and extends it to
     /// `now + lease_for`, so it covers the whole call. Returns the lease with its new
     /// expiry; `LeaseLost` means the call must not be made.
+    /// It also remembers until when that call's create may still land (the new expiry
+    /// plus `settle`): a retry a person grants is not due before then.
     async fn start_attempt(
         &self,
         lease: &Lease,
         lease_for: std::time::Duration,
+        settle: std::time::Duration,
         events: Vec<NewEvent>,
         now: DateTime<Utc>,
     ) -> Result<Lease>;

@@ -32,13 +32,32 @@ struct DbClock {
 }
 
 impl DbClock {
-    async fn read(pool: &PgPool) -> sqlx::Result<(ChronoDateTime<ChronoUtc>, Instant)> {
+    /// A reading slower than this says little about when the server read its clock:
+    /// kept only when there is none yet.
+    const MAX_ROUND_TRIP: Duration = Duration::from_millis(500);
+
+    async fn read(pool: &PgPool) -> sqlx::Result<(ChronoDateTime<ChronoUtc>, Instant, Duration)> {
+        // The connection first: waiting for one (or for a reconnect) is not part of the
+        // round trip the server's reading sits in.
+        let mut conn = pool.acquire().await?;
         let asked = Instant::now();
         let server: ChronoDateTime<ChronoUtc> = sqlx::query_scalar("select clock_timestamp()")
-            .fetch_one(pool)
+            .fetch_one(&mut *conn)
             .await?;
+        let round_trip = asked.elapsed();
         // The server read its clock somewhere in the round trip: take the middle.
-        Ok((server, asked + asked.elapsed() / 2))
+        Ok((server, asked + round_trip / 2, round_trip))
+    }
+
+    async fn resync(&self, pool: &PgPool) {
+        match tokio::time::timeout(Duration::from_secs(5), Self::read(pool)).await {
+            Ok(Ok((server, at, rtt))) if rtt <= Self::MAX_ROUND_TRIP => {
+                *self.anchor.write().expect("clock anchor") = (server, at);
+            }
+            Ok(Ok(_)) => tracing::debug!("database clock reading too slow; kept the last one"),
+            Ok(Err(e)) => tracing::debug!(error = %e, "reading the database clock failed"),
+            Err(_) => tracing::debug!("reading the database clock timed out"),
+        }
     }
 
     fn now(self: &Arc<Self>, pool: &PgPool) -> ChronoDateTime<ChronoUtc> {
@@ -47,10 +66,7 @@ impl DbClock {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let (clock, pool) = (self.clone(), pool.clone());
                 rt.spawn(async move {
-                    match Self::read(&pool).await {
-                        Ok(anchor) => *clock.anchor.write().expect("clock anchor") = anchor,
-                        Err(e) => tracing::debug!(error = %e, "reading the database clock failed"),
-                    }
+                    clock.resync(&pool).await;
                     clock.syncing.store(false, Ordering::Release);
                 });
             } else {
@@ -77,8 +93,9 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
+        let (server, at, _) = DbClock::read(&pool).await?;
         let clock = Arc::new(DbClock {
-            anchor: RwLock::new(DbClock::read(&pool).await?),
+            anchor: RwLock::new((server, at)),
             syncing: AtomicBool::new(false),
         });
         Ok(PgStore { pool, clock })

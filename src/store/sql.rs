@@ -11,7 +11,7 @@
 /// Columns of `operations`, in the order `op_from_row` reads them by name.
 pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash, payload, crm_id, \
     crm_link, attempts, last_error, last_error_class, review_reason, lease_owner, lease_token, \
-    lease_expires_at, next_attempt_at, retry_grants, verify_first, finished_token, contact_phone, \
+    lease_expires_at, next_attempt_at, retry_grants, verify_first, finished_token, quiet_after, contact_phone, \
     contact_email, event_time, version, created_at, updated_at, purged_at";
 
 /// The worker's next due operation: binds $1 = now, $2 = its connector. Nothing is due
@@ -129,6 +129,8 @@ macro_rules! sql_store {
             lease_token: Option<String>,
             /// The token of the last attempt whose outcome was recorded.
             finished_token: Option<String>,
+            /// Until when a create sent under the last lease may still land.
+            quiet_after: Option<DateTime<Utc>>,
             /// `version` as read, to write back under.
             read_version: i64,
         }
@@ -145,6 +147,7 @@ macro_rules! sql_store {
                     read_version: op.version,
                     lease_token: r.try_get("lease_token")?,
                     finished_token: r.try_get("finished_token")?,
+                    quiet_after: r.try_get("quiet_after")?,
                     op,
                 })
             })
@@ -283,7 +286,7 @@ macro_rules! sql_store {
                  last_error = $5, last_error_class = $6, review_reason = $7, lease_owner = $8, \
                  lease_token = $9, lease_expires_at = $10, next_attempt_at = $11, \
                  retry_grants = $12, version = $13, updated_at = $14, verify_first = $17, \
-                 finished_token = $18 \
+                 finished_token = $18, quiet_after = $19 \
                  where operation_id = $15 and version = $16",
             )
             .bind(op.status.as_str())
@@ -304,6 +307,7 @@ macro_rules! sql_store {
             .bind(l.read_version)
             .bind(op.verify_first)
             .bind(&l.finished_token)
+            .bind(l.quiet_after)
             .execute(&mut **tx)
             .await?;
             if done.rows_affected() != 1 {
@@ -724,6 +728,7 @@ macro_rules! sql_store {
                 &self,
                 lease: &Lease,
                 lease_for: std::time::Duration,
+                settle: std::time::Duration,
                 events: Vec<NewEvent>,
                 now: DateTime<Utc>,
             ) -> Result<Lease> {
@@ -743,6 +748,7 @@ macro_rules! sql_store {
                 }
                 let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
                 l.op.lease_expires_at = Some(expires_at);
+                l.quiet_after = Some(after(expires_at, settle));
                 save(&mut tx, &mut l, now).await?;
                 tx.commit().await?;
                 Ok(Lease {
@@ -763,8 +769,24 @@ macro_rules! sql_store {
                 let actor = lease.owner.as_str();
                 let mut l = must_lock(&mut tx, &id).await?;
                 if l.finished_token.as_deref() == Some(lease.token.as_str()) {
-                    // Recorded before: the answer to that commit was lost and the worker
-                    // reported again. Nothing to write.
+                    let brings_id = match &outcome {
+                        AttemptOutcome::Created { crm_id } | AttemptOutcome::Recovered { crm_id } => {
+                            l.op.crm_id.as_deref() != Some(crm_id.as_str())
+                        }
+                        _ => false,
+                    };
+                    if !brings_id {
+                        // Recorded before: the answer to that commit was lost and the worker
+                        // reported again. Nothing to write.
+                        return Ok(l.op);
+                    }
+                    // A second report under a finished token that brings a CRM id (an
+                    // integration reported `fail`, then learnt the id): never dropped.
+                    for e in events {
+                        append(&mut tx, &id, actor, e, now).await?;
+                    }
+                    late_outcome(&mut tx, &mut l, actor, outcome, now).await?;
+                    tx.commit().await?;
                     return Ok(l.op);
                 }
                 for e in events {
@@ -789,6 +811,19 @@ macro_rules! sql_store {
                 // Set again below by `Verify`; kept through a pause (the lookup still owes).
                 if !matches!(outcome, AttemptOutcome::PauseConnector { .. }) {
                     l.op.verify_first = false;
+                }
+                // The call is over. Unless its outcome is unknown, nothing of it can land
+                // later, and a person's grant need not wait.
+                let unknown = match &outcome {
+                    AttemptOutcome::Verify { .. } => true,
+                    AttemptOutcome::Review { reason, failure, .. } => {
+                        matches!(reason, ReviewReason::UncertainOutcome | ReviewReason::AmbiguousMatch)
+                            || failure.as_ref().is_some_and(|f| f.class == ErrorClass::Uncertain)
+                    }
+                    _ => false,
+                };
+                if !unknown {
+                    l.quiet_after = None;
                 }
                 let failure_event = |kind: &'static str, f: &Failure, extra: Value| {
                     let mut detail = json!({"class": f.class, "error": f.message});
@@ -960,7 +995,8 @@ macro_rules! sql_store {
                         }
                         // On a completed operation the entities stay counted as Leadgate
                         // made them: only which id stands changes.
-                        if l.op.status != Status::Completed {
+                        let counted = matches!(l.op.crm_link.as_deref(), Some("created" | "recovered"));
+                        if l.op.status != Status::Completed && !counted {
                             l.op.crm_link = Some(
                                 if matches!(req.action, HumanAction::LinkExisting { .. }) { "linked" } else { "confirmed" }
                                     .into(),
@@ -997,7 +1033,9 @@ macro_rules! sql_store {
                             return invalid("the lead's data was removed by retention; a retry would create an empty lead".into());
                         }
                         l.op.retry_grants = 1;
-                        l.op.next_attempt_at = Some(now);
+                        // A create sent under an earlier lease may still land: the granted
+                        // attempt is not due before its settle window is over.
+                        l.op.next_attempt_at = Some(l.quiet_after.map_or(now, |q| q.max(now)));
                         // An earlier attempt may have landed meanwhile: the granted attempt
                         // looks the key up before it creates.
                         l.op.verify_first = l.op.attempts > 0;
@@ -1580,6 +1618,9 @@ macro_rules! sql_store {
                         Some(at) if at > now => ExternalClaimOutcome::InFlight { until: at },
                         _ if paused => ExternalClaimOutcome::ConnectorPaused,
                         _ => {
+                            // The integration's call may land until its lease ends, and (with
+                            // no settle window known for it) as long again.
+                            l.quiet_after = Some(after(after(now, c.lease_for), c.lease_for));
                             let claim = claim_locked(&mut tx, &mut l, &c.owner, c.lease_for, now).await?;
                             ExternalClaimOutcome::Claimed { attempts: claim.operation.attempts, lease: claim.lease }
                         }

@@ -505,7 +505,13 @@ each_backend!(
         // In time: extended to cover the call.
         let t1 = t0 + chrono::TimeDelta::seconds(1);
         let armed = store
-            .start_attempt(&c.lease, Duration::from_secs(11), started(), t1)
+            .start_attempt(
+                &c.lease,
+                Duration::from_secs(11),
+                Duration::from_secs(75),
+                started(),
+                t1,
+            )
             .await
             .unwrap();
         assert_eq!(armed.expires_at, t1 + chrono::TimeDelta::seconds(11));
@@ -514,7 +520,13 @@ each_backend!(
         // Once the lease ran out the holder may not call, even though nobody took over.
         let late = armed.expires_at + chrono::TimeDelta::milliseconds(1);
         let err = store
-            .start_attempt(&c.lease, Duration::from_secs(11), started(), late)
+            .start_attempt(
+                &c.lease,
+                Duration::from_secs(11),
+                Duration::from_secs(75),
+                started(),
+                late,
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::LeaseLost(_)), "{err}");
@@ -732,11 +744,12 @@ impl Store for Hiccup {
         &self,
         lease: &Lease,
         lease_for: std::time::Duration,
+        settle: std::time::Duration,
         events: Vec<NewEvent>,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Lease> {
         self.inner
-            .start_attempt(lease, lease_for, events, now)
+            .start_attempt(lease, lease_for, settle, events, now)
             .await
     }
     async fn open_review(
@@ -974,3 +987,128 @@ async fn a_serialization_failure_on_the_outcome_commit_is_retried() {
     })
     .await;
 }
+
+each_backend!(
+    a_granted_retry_waits_for_the_settle_window_of_the_last_call,
+    |db| async move {
+        // A worker started a create, then its process died and nobody took the operation
+        // over (its connector was paused). A person opens a case and grants one retry:
+        // the call may still land until the lease's end plus the settle window, so the
+        // granted attempt is not due before then, and it looks the key up first.
+        let store = db.store().await;
+        store
+            .record_delivery(delivery("grant", json!({"name": "x"})))
+            .await
+            .unwrap();
+        let t0 = now();
+        let c = store
+            .claim_due("bitrix24", "w", Duration::from_secs(5), t0)
+            .await
+            .unwrap()
+            .unwrap();
+        let armed = store
+            .start_attempt(
+                &c.lease,
+                Duration::from_secs(5),
+                Duration::from_secs(60),
+                vec![],
+                t0,
+            )
+            .await
+            .unwrap();
+        let quiet = armed.expires_at + chrono::TimeDelta::seconds(60);
+        let t1 = t0 + chrono::TimeDelta::seconds(10);
+        let case_id = store
+            .open_review(
+                &op("grant"),
+                ReviewReason::UncertainOutcome,
+                "anna",
+                json!({}),
+                t1,
+            )
+            .await
+            .unwrap();
+        let case = store.case(case_id).await.unwrap().unwrap();
+        let r = store
+            .resolve(Resolve {
+                case_id,
+                expected_version: case.version,
+                actor: "anna".into(),
+                comment: None,
+                action: HumanAction::AuthorizeRetry,
+                now: t1,
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.operation.next_attempt_at, Some(quiet));
+        assert!(r.operation.verify_first);
+        let early = quiet - chrono::TimeDelta::seconds(1);
+        assert!(store
+            .claim_due("bitrix24", "w", LEASE, early)
+            .await
+            .unwrap()
+            .is_none());
+        let c = store
+            .claim_due("bitrix24", "w", LEASE, quiet)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(c.granted && c.operation.verify_first);
+    }
+);
+
+each_backend!(
+    an_id_reported_after_a_failure_under_the_same_token_is_kept,
+    |db| async move {
+        // An integration reports `fail` (uncertain), then learns the id and reports it
+        // with the same token: the id is not dropped.
+        let store = db.store().await;
+        store
+            .record_delivery(delivery("then", json!({})))
+            .await
+            .unwrap();
+        let c = store
+            .claim_due("bitrix24", "n8n", LEASE, now())
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .finish_attempt(
+                &c.lease,
+                AttemptOutcome::Review {
+                    reason: ReviewReason::UncertainOutcome,
+                    failure: None,
+                    detail: json!({}),
+                },
+                vec![],
+                now(),
+            )
+            .await
+            .unwrap();
+        let o = store
+            .finish_attempt(
+                &c.lease,
+                AttemptOutcome::Created {
+                    crm_id: "42".into(),
+                },
+                vec![],
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (o.status, o.crm_id.as_deref()),
+            (Status::Completed, Some("42"))
+        );
+        let cases = store.cases_of(&op("then")).await.unwrap();
+        assert_eq!(cases[0].resolution.as_deref(), Some("superseded"));
+        assert_eq!(
+            store
+                .metrics(now(), LEASE)
+                .await
+                .unwrap()
+                .crm_entities_created,
+            1
+        );
+    }
+);

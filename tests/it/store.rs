@@ -438,7 +438,13 @@ each_backend!(
         let c = claim(store.as_ref(), "w1").await.unwrap();
         let request = NewEvent::new("crm_request", json!({"method": "crm.lead.add"}));
         store
-            .start_attempt(&c.lease, LEASE, vec![request.clone()], now())
+            .start_attempt(
+                &c.lease,
+                LEASE,
+                Duration::ZERO,
+                vec![request.clone()],
+                now(),
+            )
             .await
             .unwrap();
         let answer = NewEvent::new("crm_response", json!({"status": 503}));
