@@ -1495,6 +1495,24 @@ macro_rules! sql_store {
                 .await?;
                 let mut report = PurgeReport::default();
                 for id in &ids {
+                    // Checked again under the row lock: the pick above did not lock, and a
+                    // conflicting delivery may have opened a case since. Whoever opens a
+                    // case locks the row first, so none can open until this commits.
+                    lock_operation(&mut tx, id).await?;
+                    let still: i64 = sqlx::query_scalar(
+                        "select count(*) from operations o where o.operation_id = $1 \
+                         and o.status in ('completed', 'failed_terminal') and o.purged_at is null \
+                         and o.updated_at < $2 and not exists (select 1 from review_cases c \
+                           where c.operation_id = o.operation_id and c.resolved_at is null)",
+                    )
+                    .bind(id)
+                    .bind(finished_before)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    if still == 0 {
+                        continue;
+                    }
+                    report.operations += 1;
                     sqlx::query(
                         "update operations set payload = null, contact_phone = null, \
                          contact_email = null, purged_at = $1 where operation_id = $2",
@@ -1514,7 +1532,6 @@ macro_rules! sql_store {
                     let event = NewEvent::new("purged", json!({"finished_before": finished_before}));
                     append(&mut tx, id, "retention", event, now).await?;
                 }
-                report.operations = ids.len() as u64;
                 // Refused deliveries never became operations; their bodies may still hold
                 // personal data.
                 report.deliveries += sqlx::query(
@@ -1593,22 +1610,34 @@ macro_rules! sql_store {
                 let mut tx = self.begin_write().await?;
                 let ids: Vec<String> = sqlx::query_scalar(
                     "select operation_id from operations where status = 'in_progress' \
-                     and executor = 'external' and lease_expires_at <= $1 limit 100",
+                     and executor = 'external' and lease_expires_at <= $1 \
+                     order by lease_expires_at limit 100",
                 )
                 .bind(now)
                 .fetch_all(&mut *tx)
                 .await?;
+                let mut expired = 0;
                 for id in &ids {
-                    let mut l = must_lock(&mut tx, id).await?;
+                    let Some(mut l) = lock_operation(&mut tx, id).await? else {
+                        continue;
+                    };
+                    // Checked again under the lock: a late `complete` or another process's
+                    // expiry may have come between the pick and the lock.
+                    if l.op.status != Status::InProgress
+                        || !l.op.lease_expires_at.is_some_and(|t| t <= now)
+                    {
+                        continue;
+                    }
                     let detail = json!({"lease_expired_at": l.op.lease_expires_at, "owner": l.op.lease_owner});
                     // The lease token stays: a late `complete` from the integration is
                     // still recorded, for the person to confirm.
                     open_case(&mut tx, &mut l, ReviewReason::UncertainOutcome, None, "reconciler", detail, now)
                         .await?;
                     save(&mut tx, &mut l, now).await?;
+                    expired += 1;
                 }
                 tx.commit().await?;
-                Ok(ids.len() as u64)
+                Ok(expired)
             }
 
             async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {

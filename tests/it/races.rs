@@ -1,0 +1,393 @@
+//! Interleavings of concurrent store calls that the rest of the suite never forces
+//! (issue 11), and the rules that keep review cases and retention whole.
+//!
+//! A race that needs two writers at once is forced on PostgreSQL: a *gate* (an advisory
+//! lock held by the test's own connection) stops one transaction at a chosen statement
+//! through a trigger created in the test's database, the other call runs, then the gate
+//! opens. SQLite has one writer: every store call is one `BEGIN IMMEDIATE` transaction
+//! holding the database's write lock from its first statement, so nothing can commit in
+//! between; those races are impossible there and the forced tests run on PostgreSQL
+//! only. Rules that hold without a race run on both backends.
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::{Connection, PgConnection};
+
+use leadgate::domain::{ErrorClass, MatchRule, OperationId, ReviewReason, Status};
+use leadgate::store::{self, *};
+
+use crate::each_backend;
+use crate::store::delivery;
+use crate::support::{run, Backend, TestDb};
+
+const LEASE: Duration = Duration::from_secs(30);
+const CRM: &str = "bitrix24";
+
+fn op(key: &str) -> OperationId {
+    OperationId::new("site", key).unwrap()
+}
+
+fn ext(key: &str) -> OperationId {
+    OperationId::new("n8n", key).unwrap()
+}
+
+fn n8n_delivery(key: &str, payload: Value) -> NewDelivery {
+    let mut d = delivery(key, payload);
+    d.operation_id = ext(key);
+    d.source = "n8n".into();
+    d
+}
+
+async fn claim_ext(
+    store: &dyn Store,
+    key: &str,
+    payload: Value,
+    lease_for: Duration,
+) -> ExternalClaimOutcome {
+    store
+        .claim_external(ExternalClaim {
+            delivery: n8n_delivery(key, payload),
+            owner: "claim_api".into(),
+            lease_for,
+            connector: "n8n".into(),
+        })
+        .await
+        .unwrap()
+}
+
+async fn claimed_ext(store: &dyn Store, key: &str, lease_for: Duration) -> Lease {
+    match claim_ext(store, key, json!({"k": key}), lease_for).await {
+        ExternalClaimOutcome::Claimed { lease, .. } => lease,
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
+/// A report through the claim API's eyes: only the token is known.
+fn reported(id: &OperationId, token: &str) -> Lease {
+    Lease {
+        operation_id: id.clone(),
+        token: token.into(),
+        owner: "claim_api".into(),
+        expires_at: now(),
+    }
+}
+
+async fn complete(store: &dyn Store, key: &str) {
+    store
+        .record_delivery(delivery(key, json!({"k": key})))
+        .await
+        .unwrap();
+    let c = store
+        .claim_due(CRM, "w", LEASE, now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.operation.operation_id, op(key));
+    store
+        .finish_attempt(
+            &c.lease,
+            AttemptOutcome::Created {
+                crm_id: format!("crm-{key}"),
+            },
+            vec![],
+            now(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn decide(store: &dyn Store, case_id: i64, action: HumanAction) -> Result<Resolved> {
+    let case = store.case(case_id).await.unwrap().unwrap();
+    store
+        .resolve(Resolve {
+            case_id,
+            expected_version: case.version,
+            actor: "anna".into(),
+            comment: None,
+            action,
+            now: now(),
+        })
+        .await
+}
+
+fn open_cases(cases: &[ReviewCase]) -> Vec<&ReviewCase> {
+    cases.iter().filter(|c| c.resolved_at.is_none()).collect()
+}
+
+fn kinds(timeline: &[TimelineEvent]) -> Vec<&str> {
+    timeline.iter().map(|e| e.kind.as_str()).collect()
+}
+
+fn a_day_ahead() -> chrono::DateTime<chrono::Utc> {
+    now() + chrono::TimeDelta::days(1)
+}
+
+/// Runs `sql` on a connection of the test's own and returns the one integer it selects.
+async fn raw_count(db: &TestDb, sql: &str) -> i64 {
+    match db.backend {
+        Backend::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+        }
+        Backend::Postgres => {
+            let mut c = PgConnection::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+        }
+    }
+}
+
+async fn postgres_only<F, Fut>(test: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    run(Backend::Postgres, test).await
+}
+
+/// A connection that watches the test database's lock waits.
+struct Monitor(PgConnection);
+
+impl Monitor {
+    async fn new(db: &TestDb) -> Monitor {
+        Monitor(PgConnection::connect(&db.url).await.unwrap())
+    }
+
+    async fn exec(&mut self, sql: &str) {
+        sqlx::query(sql).execute(&mut self.0).await.unwrap();
+    }
+
+    /// Backends of this database waiting for a lock (a row, a transaction, an advisory
+    /// lock).
+    async fn lock_waiters(&mut self) -> i64 {
+        sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = current_database() \
+             and wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut self.0)
+        .await
+        .unwrap()
+    }
+
+    /// Waits until `task` is finished or one more backend than `before` waits for a
+    /// lock: after the fix a call may not block at all where the old code would have.
+    async fn blocked_or_done<T>(&mut self, task: &tokio::task::JoinHandle<T>, before: i64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !task.is_finished() && self.lock_waiters().await <= before {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "neither blocked nor done"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// An advisory lock held by the test: a trigger `execute function lg_test_gate('<key>')`
+/// waits at it until the gate opens.
+struct Gate {
+    monitor: Monitor,
+    key: i64,
+}
+
+impl Gate {
+    async fn close(db: &TestDb, key: i64) -> Gate {
+        let mut monitor = Monitor::new(db).await;
+        monitor
+            .exec(
+                "create or replace function lg_test_gate() returns trigger language plpgsql as $$ \
+                 begin perform pg_advisory_xact_lock_shared(tg_argv[0]::bigint); return new; end $$",
+            )
+            .await;
+        sqlx::query("select pg_advisory_lock($1)")
+            .bind(key)
+            .execute(&mut monitor.0)
+            .await
+            .unwrap();
+        Gate { monitor, key }
+    }
+
+    async fn exec(&mut self, sql: &str) {
+        self.monitor.exec(sql).await
+    }
+
+    /// Waits until a transaction stands at the gate.
+    async fn reached(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "select count(*) from pg_locks where locktype = 'advisory' and not granted \
+                 and objid::bigint = $1 and database = (select oid from pg_database \
+                 where datname = current_database())",
+            )
+            .bind(self.key)
+            .fetch_one(&mut self.monitor.0)
+            .await
+            .unwrap();
+            if n > 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nobody reached the gate"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn open(mut self) {
+        sqlx::query("select pg_advisory_unlock($1)")
+            .bind(self.key)
+            .execute(&mut self.monitor.0)
+            .await
+            .unwrap();
+    }
+}
+
+// ---- 1. Retention against a conflict that arrives during the batch ----------------
+
+/// PostgreSQL only: on SQLite the purge batch is one `BEGIN IMMEDIATE` transaction, so no
+/// delivery can commit between its pick and its scrub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purge_leaves_an_operation_whose_case_opened_during_the_batch() {
+    postgres_only(|db| async move {
+        let store = db.store().await;
+        complete(&*store, "a").await;
+        complete(&*store, "b").await;
+        // The batch picks a and b; it stops while scrubbing a.
+        let mut gate = Gate::close(&db, 11).await;
+        gate.exec(
+            "create trigger gate before update of purged_at on operations for each row \
+             when (old.operation_id = 'site:a') execute function lg_test_gate('11')",
+        )
+        .await;
+        let purge = tokio::spawn({
+            let store = store.clone();
+            async move { store::purge(store.as_ref(), a_day_ahead(), 10).await }
+        });
+        gate.reached().await;
+        // Meanwhile a conflicting delivery for b opens a payload-conflict case.
+        let before = gate.monitor.lock_waiters().await;
+        let changed = json!({"k": "b", "phone": "+79990000000"});
+        let conflict = tokio::spawn({
+            let store = store.clone();
+            let d = delivery("b", changed.clone());
+            async move { store.record_delivery(d).await }
+        });
+        gate.monitor.blocked_or_done(&conflict, before).await;
+        gate.open().await;
+        purge.await.unwrap().unwrap();
+        let record = conflict.await.unwrap().unwrap();
+        let DeliveryOutcome::Conflict { case_id, .. } = record.outcome else {
+            panic!("{:?}", record.outcome)
+        };
+        let kept = store.delivery(record.delivery_id).await.unwrap().unwrap();
+        assert_eq!(
+            kept.payload,
+            Some(changed.clone()),
+            "the purge scrubbed the delivery of an open payload-conflict case"
+        );
+        let accepted = decide(&*store, case_id, HumanAction::AcceptAsNew)
+            .await
+            .expect("accept as new still has the new data");
+        let new_op = store
+            .operation(&accepted.new_operation.unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(new_op.payload, Some(changed));
+    })
+    .await
+}
+
+// ---- 2. Expiring claim-API leases ---------------------------------------------------
+
+/// PostgreSQL only (SQLite: the expiry batch is one writer transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expiry_does_not_open_a_case_on_an_operation_completed_meanwhile() {
+    postgres_only(|db| async move {
+        let store = db.store().await;
+        let _a = claimed_ext(&*store, "a", Duration::from_millis(1)).await;
+        let b = claimed_ext(&*store, "b", Duration::from_millis(1)).await;
+        // Both leases ran out; the expiry stops while opening a's case.
+        let mut gate = Gate::close(&db, 21).await;
+        gate.exec(
+            "create trigger gate before insert on review_cases for each row \
+             when (new.operation_id = 'n8n:a') execute function lg_test_gate('21')",
+        )
+        .await;
+        let expiry = tokio::spawn({
+            let store = store.clone();
+            async move {
+                let later = now() + chrono::TimeDelta::seconds(1);
+                store.expire_external_leases(later).await
+            }
+        });
+        gate.reached().await;
+        // The late `complete` for b lands in between (its token still holds).
+        let done = store
+            .finish_attempt(
+                &b,
+                AttemptOutcome::Created {
+                    crm_id: "77".into(),
+                },
+                vec![],
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(done.status, Status::Completed);
+        gate.open().await;
+        expiry.await.unwrap().unwrap();
+        let b_op = store.operation(&ext("b")).await.unwrap().unwrap();
+        assert_eq!(b_op.status, Status::Completed);
+        let cases = store.cases_of(&ext("b")).await.unwrap();
+        assert!(
+            open_cases(&cases).is_empty(),
+            "a completed operation got an open case: {cases:?}"
+        );
+        assert_eq!(store.cases_of(&ext("a")).await.unwrap().len(), 1);
+    })
+    .await
+}
+
+/// PostgreSQL only: two processes' expiry loops (SQLite serialises them whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_expiry_loops_open_one_case() {
+    postgres_only(|db| async move {
+        let first = db.store().await;
+        let second = db.store().await; // another process: a pool of its own
+        claimed_ext(&*first, "a", Duration::from_millis(1)).await;
+        let mut gate = Gate::close(&db, 22).await;
+        gate.exec(
+            "create trigger gate before insert on review_cases for each row \
+             when (new.operation_id = 'n8n:a') execute function lg_test_gate('22')",
+        )
+        .await;
+        let later = now() + chrono::TimeDelta::seconds(1);
+        let one = tokio::spawn({
+            let store = first.clone();
+            async move { store.expire_external_leases(later).await }
+        });
+        gate.reached().await;
+        let before = gate.monitor.lock_waiters().await;
+        let two = tokio::spawn({
+            let store = second.clone();
+            async move { store.expire_external_leases(later).await }
+        });
+        gate.monitor.blocked_or_done(&two, before).await;
+        gate.open().await;
+        let n = one.await.unwrap().unwrap() + two.await.unwrap().unwrap();
+        assert_eq!(n, 1, "one lease ran out, one expiry");
+        let cases = first.cases_of(&ext("a")).await.unwrap();
+        assert_eq!(cases.len(), 1, "{cases:?}");
+        let timeline = first.timeline(&ext("a")).await.unwrap();
+        let opened = kinds(&timeline)
+            .iter()
+            .filter(|k| k.starts_with("review_"))
+            .count();
+        assert_eq!(opened, 1, "{:?}", kinds(&timeline));
+    })
+    .await
+}
