@@ -52,7 +52,7 @@ macro_rules! sql_store {
         use serde_json::{json, Value};
         use sqlx::Row;
 
-        use $crate::domain::{ErrorClass, MatchRule, OperationId, ReviewReason, Status};
+        use $crate::domain::{ErrorClass, MatchRule, OperationId, Resolution, ReviewReason, Status};
         use $crate::store::sql::{CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_STALE};
         use $crate::store::*;
 
@@ -364,6 +364,10 @@ macro_rules! sql_store {
             l.op.lease_expires_at = None;
         }
 
+        /// Opens a review case on a locked operation. At most one case that is not a
+        /// payload conflict is open per operation: while one is, a new reason to review
+        /// is added to that case's timeline (`review_noted`) and its id returned. Payload
+        /// conflicts always get a case of their own (each concerns another delivery).
         async fn open_case(
             tx: &mut Tx,
             l: &mut Locked,
@@ -373,6 +377,27 @@ macro_rules! sql_store {
             detail: Value,
             now: DateTime<Utc>,
         ) -> Result<i64> {
+            if reason != ReviewReason::PayloadConflict {
+                let open: Option<i64> = sqlx::query_scalar(
+                    "select id from review_cases where operation_id = $1 and resolved_at is null \
+                     and reason <> 'payload_conflict' order by id limit 1",
+                )
+                .bind(l.op.operation_id.as_str())
+                .fetch_optional(&mut **tx)
+                .await?;
+                if let Some(id) = open {
+                    let event = NewEvent::new(
+                        "review_noted",
+                        json!({"case_id": id, "reason": reason, "detail": detail}),
+                    );
+                    append(tx, l.op.operation_id.as_str(), actor, event, now).await?;
+                    if !l.op.status.is_final() && l.op.status != Status::NeedsReview {
+                        set_status(tx, l, Status::NeedsReview, actor, now).await?;
+                        l.op.review_reason = Some(reason);
+                    }
+                    return Ok(id);
+                }
+            }
             let id: i64 = sqlx::query_scalar(
                 "insert into review_cases (operation_id, reason, opened_at, delivery_id, detail) \
                  values ($1, $2, $3, $4, $5) returning id",
@@ -875,6 +900,10 @@ macro_rules! sql_store {
                 if let Some(to) = target {
                     if !blocked {
                         set_status(&mut tx, &mut l, to, actor, now).await?;
+                        if to.is_final() {
+                            let why = "the attempt's outcome settled the operation";
+                            supersede_open_cases(&mut tx, &l, actor, None, why, now).await?;
+                        }
                     }
                 }
                 save(&mut tx, &mut l, now).await?;
@@ -1074,6 +1103,10 @@ macro_rules! sql_store {
                     if (others_open == 0 || to == Status::Completed) && l.op.status != to {
                         set_status(&mut tx, &mut l, to, actor, now).await?;
                     }
+                }
+                if l.op.status.is_final() {
+                    let why = format!("case #{} settled the operation", req.case_id);
+                    supersede_open_cases(&mut tx, &l, actor, Some(req.case_id), &why, now).await?;
                 }
                 save(&mut tx, &mut l, now).await?;
                 tx.commit().await?;
@@ -1752,7 +1785,7 @@ macro_rules! sql_store {
                     l.op.verify_first = false;
                     l.op.next_attempt_at = None;
                     clear_lease(l);
-                    supersede_open_cases(tx, l, actor, "a late CRM answer brought the result", now).await?;
+                    supersede_open_cases(tx, l, actor, None, "a late CRM answer brought the result", now).await?;
                     if l.op.status != Status::Completed && !has_open_conflict(tx, &id).await? {
                         set_status(tx, l, Status::Completed, actor, now).await?;
                     }
@@ -1779,29 +1812,38 @@ macro_rules! sql_store {
         }
 
         /// Closes the open review cases of an operation whose result became known without
-        /// them (payload conflicts stay: they are about another delivery's data), each
-        /// with resolution `superseded` and a timeline event saying why.
+        /// them, or that another case's resolution settled (payload conflicts stay: they
+        /// are about another delivery's data, and a person decides them). Each is resolved
+        /// as `superseded` by `actor`, with `why` as its comment and a `review_superseded`
+        /// event naming the case that settled the operation (`by_case`, if one did). Every
+        /// store path that settles an operation (completed or failed) calls it: with at
+        /// most one open non-conflict case per operation, none is ever stranded open.
         async fn supersede_open_cases(
             tx: &mut Tx,
-            l: &mut Locked,
+            l: &Locked,
             actor: &str,
+            by_case: Option<i64>,
             why: &str,
             now: DateTime<Utc>,
         ) -> Result<()> {
             let id = l.op.operation_id.as_str().to_owned();
             let closed: Vec<i64> = sqlx::query_scalar(
-                "update review_cases set resolved_at = $1, resolution = 'superseded', \
-                 resolved_by = $2, comment = $3 where operation_id = $4 and resolved_at is null \
+                "update review_cases set resolved_at = $1, resolution = $2, \
+                 resolved_by = $3, comment = $4 where operation_id = $5 and resolved_at is null \
                  and reason <> 'payload_conflict' returning id",
             )
             .bind(now)
+            .bind(Resolution::Superseded.as_str())
             .bind(actor)
             .bind(why)
             .bind(&id)
             .fetch_all(&mut **tx)
             .await?;
             for case_id in closed {
-                let event = NewEvent::new("review_superseded", json!({"case_id": case_id, "why": why}));
+                let event = NewEvent::new(
+                    "review_superseded",
+                    json!({"case_id": case_id, "by_case": by_case, "why": why, "status": l.op.status}),
+                );
                 append(tx, &id, actor, event, now).await?;
             }
             Ok(())

@@ -391,3 +391,96 @@ async fn two_expiry_loops_open_one_case() {
     })
     .await
 }
+
+// ---- 3. At most one open non-conflict case per operation ----------------------------
+
+each_backend!(
+    an_uncertain_report_after_the_lease_expired_joins_the_open_case,
+    |db| async move {
+        let store = db.store().await;
+        let lease = claimed_ext(&*store, "x", Duration::from_millis(1)).await;
+        let later = now() + chrono::TimeDelta::seconds(1);
+        assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
+        // n8n reports `fail` / uncertain under the token it still holds.
+        let o = store
+            .finish_attempt(
+                &lease,
+                AttemptOutcome::Review {
+                    reason: ReviewReason::UncertainOutcome,
+                    failure: Some(Failure {
+                        class: ErrorClass::Uncertain,
+                        message: "timeout".into(),
+                    }),
+                    detail: json!({"reported_by": "claim_api"}),
+                },
+                vec![],
+                later,
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.status, Status::NeedsReview);
+        let cases = store.cases_of(&ext("x")).await.unwrap();
+        assert_eq!(cases.len(), 1, "a second open case: {cases:?}");
+        let timeline = store.timeline(&ext("x")).await.unwrap();
+        assert!(
+            kinds(&timeline).contains(&"review_noted"),
+            "{:?}",
+            kinds(&timeline)
+        );
+        let done = decide(
+            &*store,
+            cases[0].id,
+            HumanAction::ConfirmCrmResult {
+                crm_id: "501".into(),
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(done.operation.status, Status::Completed);
+        assert!(open_cases(&store.cases_of(&ext("x")).await.unwrap()).is_empty());
+    }
+);
+
+each_backend!(
+    settling_an_operation_supersedes_its_other_open_case,
+    |db| async move {
+        let store = db.store().await;
+        claimed_ext(&*store, "y", Duration::from_millis(1)).await;
+        let later = now() + chrono::TimeDelta::seconds(1);
+        assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
+        // A changed payload under the same key: a payload conflict besides.
+        let conflict = claim_ext(&*store, "y", json!({"k": "changed"}), LEASE).await;
+        assert_eq!(conflict, ExternalClaimOutcome::Conflict);
+        let cases = store.cases_of(&ext("y")).await.unwrap();
+        let [uncertain, conflict] = &cases[..] else {
+            panic!("{cases:?}")
+        };
+        assert_eq!(uncertain.reason, ReviewReason::UncertainOutcome);
+        assert_eq!(conflict.reason, ReviewReason::PayloadConflict);
+        // The person found the lead in the CRM and says so on the conflict case.
+        let done = decide(
+            &*store,
+            conflict.id,
+            HumanAction::ConfirmCrmResult {
+                crm_id: "601".into(),
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(done.operation.status, Status::Completed);
+        let after = store.case(uncertain.id).await.unwrap().unwrap();
+        assert_eq!(
+            (after.resolution.as_deref(), after.resolved_by.as_deref()),
+            (Some("superseded"), Some("anna")),
+            "the uncertain case is stranded open: {after:?}"
+        );
+        let timeline = store.timeline(&ext("y")).await.unwrap();
+        let superseded = timeline
+            .iter()
+            .find(|e| e.kind == "review_superseded")
+            .expect("the timeline says which case superseded it");
+        assert_eq!(superseded.detail["case_id"], uncertain.id);
+        assert_eq!(superseded.detail["by_case"], conflict.id);
+        assert!(open_cases(&store.cases_of(&ext("y")).await.unwrap()).is_empty());
+    }
+);
