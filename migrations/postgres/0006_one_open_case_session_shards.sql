@@ -1,6 +1,25 @@
 -- Issue 11. SQLite's twin has the same version number.
 
--- At most one open review case per operation that is not a payload conflict (the
+-- 1. Metric shards are sessions. With `pg_backend_pid() % 16` two sessions could share a
+-- shard, and a conflict on a `received` operation (series row, then counter row) and a
+-- new intake (counter row, then series row) locked the same two rows in opposite orders:
+-- PostgreSQL aborted one of them as a deadlock. Keyed by the backend pid itself, no two
+-- live sessions ever write the same counter or series row, so writers never wait on one
+-- another's metric rows. `Store::compact_metrics` folds the shards of past slots, and the
+-- counter shards of sessions that ended, into shard 0 (which no session writes).
+create or replace function metric_add(m text, l text, l2 text, delta bigint) returns void language sql as $$
+    insert into metric_counters (metric, label, label2, shard, value)
+    values (m, l, l2, pg_backend_pid(), delta)
+    on conflict (metric, label, label2, shard) do update set value = metric_counters.value + excluded.value;
+$$;
+
+create or replace function series_add(at timestamptz, m text, l text) returns void language sql as $$
+    insert into metric_series (slot, metric, label, shard, value)
+    values (floor(extract(epoch from at) / 300)::bigint, m, l, pg_backend_pid(), 1)
+    on conflict (slot, metric, label, shard) do update set value = metric_series.value + 1;
+$$;
+
+-- 2. At most one open review case per operation that is not a payload conflict (the
 -- store adds a new reason to the open case instead of opening another, and supersedes
 -- the open cases of an operation it settles). Earlier versions could leave several: the
 -- ones nothing can decide any more are closed as `superseded`, with a timeline event —

@@ -127,10 +127,14 @@ sql_store! {
 
 impl PgStore {
     /// One transaction per delivery: concurrent intakes commit together (PostgreSQL's
-    /// group commit) and lock only their own rows.
+    /// group commit) and lock only their own rows. A transaction PostgreSQL aborts as a
+    /// deadlock victim or for serialization is run again before the sender hears of it.
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        let mut records = record_all(self.begin_write().await?, [&d]).await?;
-        Ok(records.remove(0))
+        super::retrying(|| async {
+            let mut records = record_all(self.begin_write().await?, [&d]).await?;
+            Ok(records.remove(0))
+        })
+        .await
     }
 }
 

@@ -1336,7 +1336,21 @@ macro_rules! sql_store {
                 .bind(slot)
                 .execute(&self.pool)
                 .await?;
-                Ok(done.rows_affected())
+                // The counters' shards are sessions (backend pids, migration 0006): those of
+                // sessions that ended are folded into shard 0, which no session writes.
+                let folded = sqlx::query(
+                    "with moved as (delete from metric_counters where shard <> 0 \
+                       and shard not in (select pid from pg_stat_activity where pid is not null) \
+                       returning metric, label, label2, value) \
+                     insert into metric_counters (metric, label, label2, shard, value) \
+                     select metric, label, label2, 0, sum(value) from moved \
+                     group by metric, label, label2 \
+                     on conflict (metric, label, label2, shard) \
+                     do update set value = metric_counters.value + excluded.value",
+                )
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() + folded.rows_affected())
             }
 
             async fn schema_version(&self) -> Result<Option<i64>> {
@@ -1582,61 +1596,7 @@ macro_rules! sql_store {
             }
 
             async fn claim_external(&self, c: ExternalClaim) -> Result<ExternalClaimOutcome> {
-                let mut tx = self.begin_write().await?;
-                let d = &c.delivery;
-                let id = d.operation_id.as_str().to_owned();
-                let now = d.received_at;
-                let paused = connector_paused(&mut tx, &c.connector).await?;
-                let created = insert_operation(&mut tx, &id, d, "external", now).await?;
-                let mut l = must_lock(&mut tx, &id).await?;
-                let outcome_name = if created {
-                    "new"
-                } else if l.op.payload_hash == d.payload_hash.as_str() {
-                    "duplicate"
-                } else {
-                    "conflict"
-                };
-                let delivery_id = insert_delivery(&mut tx, d, outcome_name).await?;
-                let mut event = NewEvent::new(
-                    "delivery",
-                    json!({"delivery_id": delivery_id, "outcome": outcome_name, "via": "claim_api"}),
-                );
-                if outcome_name == "conflict" {
-                    event.error_class = Some(ErrorClass::Conflict);
-                }
-                append(&mut tx, &id, &c.owner, event, now).await?;
-                let outcome = match (outcome_name, l.op.status) {
-                    ("conflict", _) => {
-                        let detail = json!({"delivery_id": delivery_id});
-                        open_case(&mut tx, &mut l, ReviewReason::PayloadConflict, Some(delivery_id), &c.owner, detail, now)
-                            .await?;
-                        save(&mut tx, &mut l, now).await?;
-                        ExternalClaimOutcome::Conflict
-                    }
-                    (_, Status::Completed) => ExternalClaimOutcome::Completed { crm_id: l.op.crm_id.clone() },
-                    (_, Status::FailedTerminal) => ExternalClaimOutcome::Failed { last_error: l.op.last_error.clone() },
-                    (_, Status::NeedsReview) => ExternalClaimOutcome::NeedsReview { reason: l.op.review_reason },
-                    (_, Status::InProgress) => match l.op.lease_expires_at {
-                        Some(until) if until > now => ExternalClaimOutcome::InFlight { until },
-                        _ => {
-                            let detail = json!({"lease_expired_at": l.op.lease_expires_at, "owner": l.op.lease_owner});
-                            open_case(&mut tx, &mut l, ReviewReason::UncertainOutcome, None, &c.owner, detail, now)
-                                .await?;
-                            save(&mut tx, &mut l, now).await?;
-                            ExternalClaimOutcome::NeedsReview { reason: Some(ReviewReason::UncertainOutcome) }
-                        }
-                    },
-                    (_, Status::Received) => match l.op.next_attempt_at {
-                        Some(at) if at > now => ExternalClaimOutcome::InFlight { until: at },
-                        _ if paused => ExternalClaimOutcome::ConnectorPaused,
-                        _ => {
-                            let claim = claim_locked(&mut tx, &mut l, &c.owner, c.lease_for, now).await?;
-                            ExternalClaimOutcome::Claimed { attempts: claim.operation.attempts, lease: claim.lease }
-                        }
-                    },
-                };
-                tx.commit().await?;
-                Ok(outcome)
+                retrying(|| self.claim_external_once(&c)).await
             }
 
             async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
@@ -1724,6 +1684,67 @@ macro_rules! sql_store {
                 let done = query.execute(&mut *tx).await?;
                 tx.commit().await?;
                 Ok(done.rows_affected() == 1)
+            }
+        }
+
+        impl $store {
+            /// One try of [`Store::claim_external`] (retried as a whole on a deadlock).
+            async fn claim_external_once(&self, c: &ExternalClaim) -> Result<ExternalClaimOutcome> {
+                let mut tx = self.begin_write().await?;
+                let d = &c.delivery;
+                let id = d.operation_id.as_str().to_owned();
+                let now = d.received_at;
+                let paused = connector_paused(&mut tx, &c.connector).await?;
+                let created = insert_operation(&mut tx, &id, d, "external", now).await?;
+                let mut l = must_lock(&mut tx, &id).await?;
+                let outcome_name = if created {
+                    "new"
+                } else if l.op.payload_hash == d.payload_hash.as_str() {
+                    "duplicate"
+                } else {
+                    "conflict"
+                };
+                let delivery_id = insert_delivery(&mut tx, d, outcome_name).await?;
+                let mut event = NewEvent::new(
+                    "delivery",
+                    json!({"delivery_id": delivery_id, "outcome": outcome_name, "via": "claim_api"}),
+                );
+                if outcome_name == "conflict" {
+                    event.error_class = Some(ErrorClass::Conflict);
+                }
+                append(&mut tx, &id, &c.owner, event, now).await?;
+                let outcome = match (outcome_name, l.op.status) {
+                    ("conflict", _) => {
+                        let detail = json!({"delivery_id": delivery_id});
+                        open_case(&mut tx, &mut l, ReviewReason::PayloadConflict, Some(delivery_id), &c.owner, detail, now)
+                            .await?;
+                        save(&mut tx, &mut l, now).await?;
+                        ExternalClaimOutcome::Conflict
+                    }
+                    (_, Status::Completed) => ExternalClaimOutcome::Completed { crm_id: l.op.crm_id.clone() },
+                    (_, Status::FailedTerminal) => ExternalClaimOutcome::Failed { last_error: l.op.last_error.clone() },
+                    (_, Status::NeedsReview) => ExternalClaimOutcome::NeedsReview { reason: l.op.review_reason },
+                    (_, Status::InProgress) => match l.op.lease_expires_at {
+                        Some(until) if until > now => ExternalClaimOutcome::InFlight { until },
+                        _ => {
+                            let detail = json!({"lease_expired_at": l.op.lease_expires_at, "owner": l.op.lease_owner});
+                            open_case(&mut tx, &mut l, ReviewReason::UncertainOutcome, None, &c.owner, detail, now)
+                                .await?;
+                            save(&mut tx, &mut l, now).await?;
+                            ExternalClaimOutcome::NeedsReview { reason: Some(ReviewReason::UncertainOutcome) }
+                        }
+                    },
+                    (_, Status::Received) => match l.op.next_attempt_at {
+                        Some(at) if at > now => ExternalClaimOutcome::InFlight { until: at },
+                        _ if paused => ExternalClaimOutcome::ConnectorPaused,
+                        _ => {
+                            let claim = claim_locked(&mut tx, &mut l, &c.owner, c.lease_for, now).await?;
+                            ExternalClaimOutcome::Claimed { attempts: claim.operation.attempts, lease: claim.lease }
+                        }
+                    },
+                };
+                tx.commit().await?;
+                Ok(outcome)
             }
         }
 

@@ -484,3 +484,169 @@ each_backend!(
         assert!(open_cases(&store.cases_of(&ext("y")).await.unwrap()).is_empty());
     }
 );
+
+// ---- 4. Metric counters and intake retries -----------------------------------------
+
+/// PostgreSQL only (SQLite keeps one shard and one writer). Two connections stepped by
+/// hand in the store's statement order: a conflict on a `received` operation and a new
+/// intake. Before migration 0006 both wrote the same counter shard (pid % 16) and locked
+/// its rows in opposite orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_conflict_and_a_new_intake_do_not_deadlock_on_the_counters() {
+    postgres_only(|db| async move {
+        let store = db.store().await;
+        store
+            .record_delivery(delivery("x", json!({"v": 1})))
+            .await
+            .unwrap();
+        // Two connections that shared a shard under the old scheme.
+        let mut pool = vec![];
+        let (mut a, mut b) = loop {
+            let mut c = PgConnection::connect(&db.url).await.unwrap();
+            let pid: i32 = sqlx::query_scalar("select pg_backend_pid()")
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+            if let Some(i) = pool.iter().position(|(p, _)| p % 16 == pid % 16) {
+                break (pool.remove(i).1, c);
+            }
+            pool.push((pid, c));
+        };
+        let mut monitor = Monitor::new(&db).await;
+        sqlx::query("begin").execute(&mut a).await.unwrap();
+        sqlx::query(
+            "insert into deliveries (source, operation_id, received_at, payload_hash, outcome, \
+             transform_version) values ('site', 'site:x', now(), 'h2', 'conflict', 1)",
+        )
+        .execute(&mut a)
+        .await
+        .unwrap();
+        sqlx::query("begin").execute(&mut b).await.unwrap();
+        sqlx::query(
+            "insert into operations (operation_id, source, status, payload_hash, \
+             next_attempt_at, created_at, updated_at) \
+             values ('site:y', 'site', 'received', 'h', now(), now(), now())",
+        )
+        .execute(&mut b)
+        .await
+        .unwrap();
+        let before = monitor.lock_waiters().await;
+        let new_intake = tokio::spawn(async move {
+            sqlx::query(
+                "insert into deliveries (source, operation_id, received_at, payload_hash, \
+                 outcome, transform_version) values ('site', 'site:y', now(), 'h', 'new', 1)",
+            )
+            .execute(&mut b)
+            .await?;
+            sqlx::query("commit").execute(&mut b).await.map(|_| ())
+        });
+        monitor.blocked_or_done(&new_intake, before).await;
+        let conflict = tokio::spawn(async move {
+            sqlx::query(
+                "update operations set status = 'needs_review' where operation_id = 'site:x'",
+            )
+            .execute(&mut a)
+            .await?;
+            sqlx::query("commit").execute(&mut a).await.map(|_| ())
+        });
+        let (n, c) = tokio::time::timeout(Duration::from_secs(20), async {
+            (new_intake.await.unwrap(), conflict.await.unwrap())
+        })
+        .await
+        .expect("both transactions finish");
+        n.expect("the new intake commits");
+        c.expect("the conflict commits");
+        let m = store.metrics(now(), LEASE).await.unwrap();
+        assert_eq!(m.operations_by_status.get("received"), Some(&1));
+        assert_eq!(m.operations_by_status.get("needs_review"), Some(&1));
+    })
+    .await
+}
+
+each_backend!(
+    concurrent_conflicts_and_new_intakes_all_commit,
+    |db| async move {
+        // Two processes (a pool each), senders posting new leads, changed payloads under
+        // keys still `received`, and plain repeats, all at once.
+        let stores = [db.store().await, db.store().await];
+        for i in 0..20 {
+            stores[0]
+                .record_delivery(delivery(&format!("r{i}"), json!({"v": 0})))
+                .await
+                .unwrap();
+        }
+        let mut tasks = vec![];
+        for t in 0..16 {
+            let store = stores[t % 2].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut failed = vec![];
+                for i in 0..24 {
+                    let d = match i % 3 {
+                        0 => delivery(&format!("n{t}-{i}"), json!({"v": 1})),
+                        1 => delivery(&format!("r{}", (t + i) % 20), json!({"v": t * 100 + i})),
+                        _ => delivery(&format!("r{}", (t * 7 + i) % 20), json!({"v": 0})),
+                    };
+                    if let Err(e) = store.record_delivery(d).await {
+                        failed.push(e.to_string());
+                    }
+                }
+                failed
+            }));
+        }
+        let mut failed = vec![];
+        for t in tasks {
+            failed.extend(t.await.unwrap());
+        }
+        assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
+        let m = stores[0].metrics(now(), LEASE).await.unwrap();
+        assert_eq!(m.unique_operations, 20 + 16 * 8);
+    }
+);
+
+/// PostgreSQL only: SQLite's writer never reports a deadlock or a serialization failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_intake_aborted_by_a_deadlock_is_retried() {
+    postgres_only(|db| async move {
+        let store = db.store().await;
+        let mut m = Monitor::new(&db).await;
+        // The first intake transaction is aborted as PostgreSQL aborts a deadlock victim
+        // (40P01), the first claim as a serialization failure (40001).
+        for (seq, code, when) in [
+            ("lg_fail_d", "40P01", "new.source = 'site'"),
+            ("lg_fail_s", "40001", "new.source = 'n8n'"),
+        ] {
+            m.exec(&format!("create sequence {seq}")).await;
+            m.exec(&format!(
+                "create function {seq}() returns trigger language plpgsql as $$ begin \
+                 if nextval('{seq}') = 1 then raise exception 'forced' using errcode = '{code}'; \
+                 end if; return new; end $$"
+            ))
+            .await;
+            m.exec(&format!(
+                "create trigger {seq} before insert on deliveries for each row \
+                 when ({when}) execute function {seq}()"
+            ))
+            .await;
+        }
+        let record = store
+            .record_delivery(delivery("r", json!({"v": 1})))
+            .await
+            .expect("retried after the deadlock");
+        assert!(matches!(record.outcome, DeliveryOutcome::New { .. }));
+        assert_eq!(
+            kinds(&store.timeline(&op("r")).await.unwrap()),
+            ["delivery"]
+        );
+        let claimed = store
+            .claim_external(ExternalClaim {
+                delivery: n8n_delivery("c", json!({})),
+                owner: "claim_api".into(),
+                lease_for: LEASE,
+                connector: "n8n".into(),
+            })
+            .await
+            .expect("retried after the serialization failure");
+        assert!(matches!(claimed, ExternalClaimOutcome::Claimed { .. }));
+    })
+    .await
+}
