@@ -45,3 +45,8 @@ where o.operation_id = c.operation_id and c.resolved_at is null and c.reason <> 
 
 create unique index review_cases_one_open on review_cases (operation_id)
     where resolved_at is null and reason <> 'payload_conflict';
+
+-- 3. Retention also scrubs deliveries that arrived after their operation was purged (a
+-- late repeat or conflict): it finds them by age among the deliveries not yet scrubbed.
+create index deliveries_unscrubbed on deliveries (received_at)
+    where raw_body is not null or payload is not null;

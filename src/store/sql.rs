@@ -1579,6 +1579,23 @@ macro_rules! sql_store {
                     let event = NewEvent::new("purged", json!({"finished_before": finished_before}));
                     append(&mut tx, id, "retention", event, now).await?;
                 }
+                // Deliveries that came after their operation was purged (a late repeat or
+                // conflict), once they are past retention themselves and no case is open.
+                report.deliveries += sqlx::query(
+                    "update deliveries set raw_body = null, payload = null where id in \
+                     (select d.id from deliveries d join operations o \
+                        on o.operation_id = d.operation_id \
+                      where (d.raw_body is not null or d.payload is not null) \
+                      and d.received_at < $1 and o.purged_at is not null \
+                      and not exists (select 1 from review_cases c \
+                        where c.operation_id = d.operation_id and c.resolved_at is null) \
+                      limit $2)",
+                )
+                .bind(finished_before)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
                 // Refused deliveries never became operations; their bodies may still hold
                 // personal data.
                 report.deliveries += sqlx::query(

@@ -650,3 +650,61 @@ async fn an_intake_aborted_by_a_deadlock_is_retried() {
     })
     .await
 }
+
+// ---- 5. Deliveries that arrive after a purge ----------------------------------------
+
+each_backend!(
+    deliveries_after_a_purge_are_scrubbed_by_a_later_purge,
+    |db| async move {
+        let store = db.store().await;
+        complete(&*store, "a").await;
+        let r = store::purge(store.as_ref(), now() + chrono::TimeDelta::seconds(1), 10)
+            .await
+            .unwrap();
+        assert_eq!(r.operations, 1);
+        let kept = "select count(*) from deliveries where operation_id = 'site:a' \
+                    and (raw_body is not null or payload is not null)";
+        assert_eq!(raw_count(&db, kept).await, 0);
+        // A late repeat is journaled with its body...
+        let t0 = now();
+        let dup = store
+            .record_delivery(delivery("a", json!({"k": "a"})))
+            .await
+            .unwrap();
+        assert!(matches!(dup.outcome, DeliveryOutcome::Duplicate { .. }));
+        // ...kept within its own retention period...
+        store::purge(store.as_ref(), t0, 10).await.unwrap();
+        assert_eq!(raw_count(&db, kept).await, 1);
+        // ...and scrubbed past it, though its operation was purged long before.
+        let r = store::purge(store.as_ref(), a_day_ahead(), 10)
+            .await
+            .unwrap();
+        assert_eq!((r.operations, r.deliveries), (0, 1));
+        assert_eq!(
+            raw_count(&db, kept).await,
+            0,
+            "the late repeat outlived retention"
+        );
+        // A late conflict waits for its case (a person may accept it as new), then goes.
+        let conflict = store
+            .record_delivery(delivery("a", json!({"k": "a", "name": "Ivan"})))
+            .await
+            .unwrap();
+        let DeliveryOutcome::Conflict { case_id, .. } = conflict.outcome else {
+            panic!("{:?}", conflict.outcome)
+        };
+        store::purge(store.as_ref(), a_day_ahead(), 10)
+            .await
+            .unwrap();
+        assert_eq!(raw_count(&db, kept).await, 1);
+        let d = store.delivery(conflict.delivery_id).await.unwrap().unwrap();
+        assert!(d.payload.is_some(), "an open case keeps its delivery");
+        decide(&*store, case_id, HumanAction::KeepOriginal)
+            .await
+            .unwrap();
+        store::purge(store.as_ref(), a_day_ahead(), 10)
+            .await
+            .unwrap();
+        assert_eq!(raw_count(&db, kept).await, 0);
+    }
+);
