@@ -38,6 +38,10 @@ pub enum StoreError {
     StaleVersion { expected: i64, current: i64 },
     #[error("the lease on `{0}` is no longer held by this worker")]
     LeaseLost(String),
+    /// A report under a token that `{0}` never handed out (not a late report: a typo, a
+    /// misrouted or forged call). Nothing was recorded.
+    #[error("`{0}` was never leased with this token; nothing was recorded")]
+    UnknownLease(String),
     #[error("{0}")]
     Transition(#[from] TransitionError),
     #[error("{0}")]

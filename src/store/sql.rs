@@ -800,7 +800,9 @@ macro_rules! sql_store {
                     // expired lease, or a person resolved it). Only a token that once held
                     // it may still report; any other writes nothing.
                     if !was_granted(&mut tx, &lease.operation_id, &lease.token).await? {
-                        return Err(StoreError::LeaseLost(id));
+                        // Not a late report: a token never handed out for this operation
+                        // (the claim API takes tokens from anyone). Nothing is written.
+                        return Err(StoreError::UnknownLease(id));
                     }
                     late_outcome(&mut tx, &mut l, actor, outcome, now).await?;
                     tx.commit().await?;
@@ -1888,7 +1890,9 @@ macro_rules! sql_store {
         }
 
         /// Makes the conflicting delivery of a payload-conflict case an operation of its
-        /// own, keyed `<original>#<delivery id>`, due now.
+        /// own, keyed `<original>#accepted-<delivery id>` (`OperationId::accepted_as_new`:
+        /// bounded, never a real key), due now, executed by whoever executes the original
+        /// (an operation claimed through the claim API stays the integration's).
         async fn accept_delivery_as_new(
             tx: &mut Tx,
             original: &Operation,
@@ -1910,12 +1914,12 @@ macro_rules! sql_store {
                     "the conflicting delivery's payload was already purged".into(),
                 ));
             };
-            let new_id = OperationId::try_from(format!("{}#{delivery_id}", original.operation_id))
-                .map_err(|e| StoreError::InvalidAction(format!("cannot derive a new key: {e}")))?;
+            let new_id = OperationId::accepted_as_new(&original.operation_id, delivery_id);
             let inserted = sqlx::query(
                 "insert into operations (operation_id, source, status, payload_hash, payload, \
-                 event_time, next_attempt_at, created_at, updated_at) \
-                 values ($1, $2, 'received', $3, $4, $5, $6, $6, $6) \
+                 event_time, next_attempt_at, created_at, updated_at, executor) \
+                 select $1, $2, 'received', $3, $4, $5, $6, $6, $6, executor \
+                 from operations where operation_id = $7 \
                  on conflict (operation_id) do nothing",
             )
             .bind(new_id.as_str())
@@ -1924,6 +1928,7 @@ macro_rules! sql_store {
             .bind(&payload)
             .bind(row.try_get::<Option<DateTime<Utc>>, _>("event_time")?)
             .bind(now)
+            .bind(original.operation_id.as_str())
             .execute(&mut **tx)
             .await?;
             if inserted.rows_affected() != 1 {

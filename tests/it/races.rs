@@ -708,3 +708,161 @@ each_backend!(
         assert_eq!(raw_count(&db, kept).await, 0);
     }
 );
+
+// ---- 6. Claim-API edges ------------------------------------------------------------
+
+each_backend!(
+    accepting_a_claim_api_conflict_as_new_keeps_it_external,
+    |db| async move {
+        let store = db.store().await;
+        let lease = claimed_ext(&*store, "k", LEASE).await;
+        store
+            .finish_attempt(
+                &lease,
+                AttemptOutcome::Created { crm_id: "1".into() },
+                vec![],
+                now(),
+            )
+            .await
+            .unwrap();
+        let changed = json!({"k": "other"});
+        assert_eq!(
+            claim_ext(&*store, "k", changed.clone(), LEASE).await,
+            ExternalClaimOutcome::Conflict
+        );
+        let case = store.cases_of(&ext("k")).await.unwrap().remove(0);
+        let accepted = decide(&*store, case.id, HumanAction::AcceptAsNew)
+            .await
+            .unwrap();
+        let new_id = accepted.new_operation.unwrap();
+        // The gateway's worker must not send it to its own CRM...
+        let taken = store.claim_due(CRM, "w", LEASE, now()).await.unwrap();
+        assert!(
+            taken.is_none(),
+            "the worker took an external operation: {taken:?}"
+        );
+        // ...the integration claims it under its key.
+        let claimed = store
+            .claim_external(ExternalClaim {
+                delivery: NewDelivery {
+                    operation_id: new_id.clone(),
+                    ..n8n_delivery("placeholder", changed)
+                },
+                owner: "claim_api".into(),
+                lease_for: LEASE,
+                connector: "n8n".into(),
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(claimed, ExternalClaimOutcome::Claimed { .. }),
+            "{claimed:?}"
+        );
+    }
+);
+
+each_backend!(
+    accepted_as_new_keys_are_bounded_and_never_a_real_key,
+    |db| async move {
+        let store = db.store().await;
+        // An original key near the length limit.
+        let long = "x".repeat(OperationId::MAX_LEN - "site:".len());
+        store
+            .record_delivery(delivery(&long, json!({"v": 1})))
+            .await
+            .unwrap();
+        let DeliveryOutcome::Conflict { case_id, .. } = store
+            .record_delivery(delivery(&long, json!({"v": 2})))
+            .await
+            .unwrap()
+            .outcome
+        else {
+            panic!()
+        };
+        let accepted = decide(&*store, case_id, HumanAction::AcceptAsNew)
+            .await
+            .expect("a long key can be accepted as new");
+        let new_id = accepted.new_operation.unwrap();
+        assert!(new_id.as_str().len() <= OperationId::MAX_LEN);
+        // A real key shaped like the old derived one (`<key>#<delivery id>`) is taken.
+        store
+            .record_delivery(delivery("n", json!({"v": 1})))
+            .await
+            .unwrap();
+        let conflict = store
+            .record_delivery(delivery("n", json!({"v": 2})))
+            .await
+            .unwrap();
+        let DeliveryOutcome::Conflict { case_id, .. } = conflict.outcome else {
+            panic!()
+        };
+        let squatter = format!("n#{}", conflict.delivery_id);
+        store
+            .record_delivery(delivery(&squatter, json!({"v": 3})))
+            .await
+            .unwrap();
+        let accepted = decide(&*store, case_id, HumanAction::AcceptAsNew)
+            .await
+            .expect("a real key does not block accept as new");
+        let new_id = accepted.new_operation.unwrap();
+        assert_ne!(new_id, op(&squatter));
+        let new_op = store.operation(&new_id).await.unwrap().unwrap();
+        assert_eq!(new_op.payload, Some(json!({"v": 2})));
+        // And a source can never send a key that lands on a derived one.
+        let real = OperationId::new("site", new_id.as_str().strip_prefix("site:").unwrap());
+        assert!(real.is_err(), "{real:?}");
+    }
+);
+
+each_backend!(
+    a_report_with_a_token_never_issued_writes_nothing,
+    |db| async move {
+        let store = db.store().await;
+        let lease = claimed_ext(&*store, "t", Duration::from_millis(1)).await;
+        let before = store.timeline(&ext("t")).await.unwrap().len();
+        let forged = store
+            .finish_attempt(
+                &reported(&ext("t"), "forged"),
+                AttemptOutcome::Created {
+                    crm_id: "666".into(),
+                },
+                vec![NewEvent::new("crm_request", json!({"forged": true}))],
+                now(),
+            )
+            .await;
+        assert!(
+            matches!(forged, Err(StoreError::UnknownLease(_))),
+            "{forged:?}"
+        );
+        let timeline = store.timeline(&ext("t")).await.unwrap();
+        assert_eq!(
+            timeline.len(),
+            before,
+            "a forged report was written: {:?}",
+            kinds(&timeline)
+        );
+        // A token that did hold the operation is still heard (a late answer): the lease
+        // runs out, a person grants a retry, the retry is claimed, the first run reports.
+        let later = now() + chrono::TimeDelta::seconds(1);
+        assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
+        let case = store.cases_of(&ext("t")).await.unwrap().remove(0);
+        decide(&*store, case.id, HumanAction::AuthorizeRetry)
+            .await
+            .unwrap();
+        let again = claimed_ext(&*store, "t", LEASE).await;
+        assert_ne!(again.token, lease.token);
+        let late = store
+            .finish_attempt(
+                &reported(&ext("t"), &lease.token),
+                AttemptOutcome::Created {
+                    crm_id: "700".into(),
+                },
+                vec![],
+                now(),
+            )
+            .await;
+        assert!(matches!(late, Err(StoreError::LeaseLost(_))), "{late:?}");
+        let t = store.operation(&ext("t")).await.unwrap().unwrap();
+        assert_eq!(t.crm_id.as_deref(), Some("700"), "the late answer was kept");
+    }
+);
