@@ -42,6 +42,9 @@ pub enum StoreError {
     /// misrouted or forged call). Nothing was recorded.
     #[error("`{0}` was never leased with this token; nothing was recorded")]
     UnknownLease(String),
+    /// The decision could contradict the outcome of a CRM call still in flight.
+    #[error("an attempt on `{0}` is in flight until {1}; wait for its outcome")]
+    AttemptInFlight(String, DateTime<Utc>),
     #[error("{0}")]
     Transition(#[from] TransitionError),
     #[error("{0}")]
@@ -715,6 +718,14 @@ where
             result => return result,
         }
     }
+}
+
+/// The advisory-lock key (PostgreSQL) of one normalized contact value: intakes that
+/// match on the same phone or e-mail take it before looking for each other.
+pub(crate) fn contact_lock_key(kind: &str, value: &str) -> i64 {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(format!("leadgate contact {kind}:{value}").as_bytes());
+    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
 /// Runs purge batches until nothing is left, yielding between batches.

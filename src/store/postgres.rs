@@ -88,8 +88,13 @@ impl PgStore {
         &self.pool
     }
 
+    /// Every write transaction runs at READ COMMITTED, whatever the server's or the
+    /// database's default: the store's row locks and re-checks are written for it, and
+    /// under REPEATABLE READ a writer that waited for a row lock fails (40001).
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
-        self.pool.begin().await
+        self.pool
+            .begin_with("begin isolation level read committed")
+            .await
     }
 
     fn clock_now(&self) -> ChronoDateTime<ChronoUtc> {
@@ -123,6 +128,8 @@ sql_store! {
     skip_locked: " for update skip locked",
     mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
                            from review_cases where resolved_at is not null",
+    // held until commit, so a concurrent intake with the same contact sees this one
+    lock_contact: "select pg_advisory_xact_lock($1)",
 }
 
 impl PgStore {

@@ -44,7 +44,10 @@ macro_rules! sql_store {
         // appended to PICK_DUE / PICK_STALE
         skip_locked: $skip_locked:literal,
         // mean seconds from opened_at to resolved_at over resolved review cases
-        mean_resolve_seconds: $mean_resolve:literal $(,)?
+        mean_resolve_seconds: $mean_resolve:literal,
+        // takes a transaction-level lock on one contact key ($1, an i64) before matching;
+        // empty where the single writer already serialises intakes
+        lock_contact: $lock_contact:literal $(,)?
     ) => {
         use std::collections::BTreeMap;
 
@@ -571,6 +574,21 @@ macro_rules! sql_store {
             if contact.phone.is_none() && contact.email.is_none() {
                 return Ok(None);
             }
+            if !$lock_contact.is_empty() {
+                // Two concurrent intakes sharing a phone would each look before the other
+                // committed and see nothing. The second waits here until the first commits
+                // and then sees it, as under SQLite's single writer. Keys in one order: no
+                // deadlock between a phone and an e-mail lock.
+                let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
+                    .into_iter()
+                    .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                for key in keys {
+                    sqlx::query($lock_contact).bind(key).execute(&mut **tx).await?;
+                }
+            }
             let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
                 // Newest first from each index (contact, created_at), so a phone shared by
                 // thousands of leads (a switchboard) costs ten index entries, not thousands.
@@ -1067,6 +1085,13 @@ macro_rules! sql_store {
                         if l.op.status != Status::NeedsReview {
                             return invalid(format!("only an operation in review can be rejected, not `{}`", l.op.status));
                         }
+                        // The CRM call may still create the lead: a failed operation holding
+                        // a crm_id. Wait for its outcome (or for the lease to run out).
+                        if let Some(until) = l.op.lease_expires_at.filter(|t| *t > now) {
+                            return Err(StoreError::AttemptInFlight(op_id.clone(), until));
+                        }
+                        // A report under the ran-out lease is then only kept on the timeline.
+                        clear_lease(&mut l);
                         // The failed list shows why, as it does for a CRM's refusal.
                         l.op.last_error = Some(match &req.comment {
                             Some(c) => format!("rejected by {actor}: {c}"),

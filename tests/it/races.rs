@@ -866,3 +866,213 @@ each_backend!(
         assert_eq!(t.crm_id.as_deref(), Some("700"), "the late answer was kept");
     }
 );
+
+// ---- 7. Isolation, matching, reject while in flight -------------------------------
+
+/// PostgreSQL only: isolation levels are PostgreSQL's (SQLite transactions are
+/// serializable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repeatable_read_server_default_does_not_fail_writers() {
+    postgres_only(|db| async move {
+        let mut m = Monitor::new(&db).await;
+        let name: String = sqlx::query_scalar("select current_database()")
+            .fetch_one(&mut m.0)
+            .await
+            .unwrap();
+        m.exec(&format!(
+            "alter database {name} set default_transaction_isolation = 'repeatable read'"
+        ))
+        .await;
+        let store = db.store().await; // connections opened after the change
+        m.exec("create table lg_isolation (level text)").await;
+        m.exec(
+            "create function lg_isolation() returns trigger language plpgsql as $$ begin \
+             insert into lg_isolation values (current_setting('transaction_isolation')); \
+             return new; end $$",
+        )
+        .await;
+        m.exec(
+            "create trigger lg_isolation after insert on deliveries for each row \
+             execute function lg_isolation()",
+        )
+        .await;
+        store
+            .record_delivery(delivery("x", json!({"v": 1})))
+            .await
+            .unwrap();
+        let levels: Vec<String> = sqlx::query_scalar("select level from lg_isolation")
+            .fetch_all(&mut m.0)
+            .await
+            .unwrap();
+        assert_eq!(levels, ["read committed"]);
+        // Another writer changes the row while the store waits for its lock: under
+        // REPEATABLE READ the store's transaction would fail with 40001.
+        let mut other = PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("begin").execute(&mut other).await.unwrap();
+        sqlx::query("update operations set updated_at = updated_at where operation_id = 'site:x'")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        let before = m.lock_waiters().await;
+        let review = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .open_review(
+                        &op("x"),
+                        ReviewReason::UncertainOutcome,
+                        "anna",
+                        json!({}),
+                        now(),
+                    )
+                    .await
+            }
+        });
+        m.blocked_or_done(&review, before).await;
+        sqlx::query("commit").execute(&mut other).await.unwrap();
+        review.await.unwrap().expect("the review opens");
+    })
+    .await
+}
+
+fn with_phone(key: &str, phone: &str) -> NewDelivery {
+    let mut d = delivery(key, json!({"k": key, "phone": phone}));
+    d.contact.phone = Some(phone.into());
+    d.matching = Some(Matching {
+        rule: MatchRule::Review,
+        since: now() - chrono::TimeDelta::days(1),
+    });
+    d
+}
+
+/// PostgreSQL only: SQLite's single writer already serialises the two intakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lead_matches_one_whose_intake_is_still_committing() {
+    postgres_only(|db| async move {
+        let store = db.store().await;
+        // The first lead's transaction stops at its commit.
+        let mut gate = Gate::close(&db, 71).await;
+        gate.exec(
+            "create constraint trigger gate after insert on operations \
+             deferrable initially deferred for each row \
+             when (new.operation_id = 'site:a') execute function lg_test_gate('71')",
+        )
+        .await;
+        let first = tokio::spawn({
+            let store = store.clone();
+            async move { store.record_delivery(with_phone("a", "+79990001122")).await }
+        });
+        gate.reached().await;
+        let before = gate.monitor.lock_waiters().await;
+        let second = tokio::spawn({
+            let store = store.clone();
+            async move { store.record_delivery(with_phone("b", "+79990001122")).await }
+        });
+        gate.monitor.blocked_or_done(&second, before).await;
+        gate.open().await;
+        let a = first.await.unwrap().unwrap();
+        let b = second.await.unwrap().unwrap();
+        assert_eq!(a.outcome.status(), Status::Received);
+        assert_eq!(
+            b.outcome.status(),
+            Status::NeedsReview,
+            "the second lead did not see the first (SQLite would have)"
+        );
+        let cases = store.cases_of(&op("b")).await.unwrap();
+        assert_eq!(cases[0].reason, ReviewReason::CrossChannelMatch);
+    })
+    .await
+}
+
+each_backend!(
+    concurrent_leads_sharing_a_phone_match_once,
+    |db| async move {
+        let store = db.store().await;
+        let mut pairs = vec![];
+        for i in 0..8 {
+            let phone = format!("+7999000{i:04}");
+            let (a, b) = (
+                with_phone(&format!("a{i}"), &phone),
+                with_phone(&format!("b{i}"), &phone),
+            );
+            let (s1, s2) = (store.clone(), store.clone());
+            pairs.push(tokio::spawn(async move {
+                let (a, b) = tokio::join!(s1.record_delivery(a), s2.record_delivery(b));
+                [a.unwrap().outcome.status(), b.unwrap().outcome.status()]
+            }));
+        }
+        for p in pairs {
+            let mut statuses = p.await.unwrap();
+            statuses.sort_by_key(|s| s.as_str());
+            assert_eq!(statuses, [Status::NeedsReview, Status::Received]);
+        }
+    }
+);
+
+each_backend!(reject_waits_for_an_attempt_in_flight, |db| async move {
+    let store = db.store().await;
+    store
+        .record_delivery(delivery("f", json!({"v": 1})))
+        .await
+        .unwrap();
+    let c = store
+        .claim_due(CRM, "w", LEASE, now())
+        .await
+        .unwrap()
+        .unwrap();
+    let DeliveryOutcome::Conflict { case_id, .. } = store
+        .record_delivery(delivery("f", json!({"v": 2})))
+        .await
+        .unwrap()
+        .outcome
+    else {
+        panic!()
+    };
+    let refused = decide(&*store, case_id, HumanAction::Reject).await;
+    assert!(
+        matches!(refused, Err(StoreError::AttemptInFlight(_, until)) if until == c.lease.expires_at),
+        "rejected while the CRM call is in flight: {refused:?}"
+    );
+    let o = store
+        .finish_attempt(
+            &c.lease,
+            AttemptOutcome::Created {
+                crm_id: "crm-f".into(),
+            },
+            vec![],
+            now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.status, Status::NeedsReview);
+    let kept = decide(&*store, case_id, HumanAction::KeepOriginal)
+        .await
+        .unwrap();
+    assert_eq!(kept.operation.status, Status::Completed);
+
+    // A claim-API lease that ran out: rejecting is allowed and drops the lease, so a
+    // report that comes after it is a late answer (the CRM has the lead: completed),
+    // never a failed operation holding a crm_id.
+    let lease = claimed_ext(&*store, "g", Duration::from_millis(1)).await;
+    let later = now() + chrono::TimeDelta::seconds(1);
+    assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
+    let case = store.cases_of(&ext("g")).await.unwrap().remove(0);
+    let rejected = decide(&*store, case.id, HumanAction::Reject).await.unwrap();
+    assert_eq!(rejected.operation.status, Status::FailedTerminal);
+    let late = store
+        .finish_attempt(
+            &lease,
+            AttemptOutcome::Created {
+                crm_id: "crm-g".into(),
+            },
+            vec![],
+            now(),
+        )
+        .await;
+    assert!(matches!(late, Err(StoreError::LeaseLost(_))), "{late:?}");
+    let g = store.operation(&ext("g")).await.unwrap().unwrap();
+    assert_eq!(
+        (g.status, g.crm_id.as_deref()),
+        (Status::Completed, Some("crm-g"))
+    );
+});
