@@ -505,6 +505,13 @@ impl Config {
                 self.claim_api.source
             ));
         }
+        if self.source(&self.claim_api.source).is_some() {
+            return invalid(format!(
+                "claim_api.source `{0}` is also the name of a [[source]]: the gateway's worker and \
+                 the claim API would share the keys `{0}:…`; give [claim_api] a source name of its own",
+                self.claim_api.source
+            ));
+        }
         if self
             .matching
             .default_region
@@ -778,5 +785,15 @@ on_contact_match = "review"
                 .to_string();
             assert!(err.contains(needle), "{extra:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_claim_api_source_may_not_be_a_configured_source() {
+        let text = "[database]\nurl = \"sqlite::memory:\"\n\
+                    [claim_api]\nsource = \"site\"\n\
+                    [[source]]\nname = \"site\"\nkey = \"json:/id\"\n";
+        let err = Config::parse(text).unwrap_err().to_string();
+        assert!(err.contains("claim_api.source `site`"), "{err}");
+        assert!(err.contains("[[source]]"), "{err}");
     }
 }

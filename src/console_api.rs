@@ -78,6 +78,9 @@ impl From<StoreError> for ConsoleError {
                 ConsoleError::Changed { expected, current }
             }
             StoreError::InvalidAction(message) => ConsoleError::Invalid { message },
+            e @ StoreError::AttemptInFlight(..) => ConsoleError::Invalid {
+                message: e.to_string(),
+            },
             StoreError::Transition(t) => ConsoleError::Invalid {
                 message: t.to_string(),
             },

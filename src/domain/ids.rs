@@ -21,12 +21,18 @@ pub enum OperationIdError {
     BadSource(String),
     #[error("the operation key has no `<source>:` prefix")]
     NotNamespaced,
+    #[error("keys ending in `{mark}<number>` are reserved for leads a person accepted as new", mark = OperationId::ACCEPTED_MARK)]
+    Reserved,
 }
 
 impl OperationId {
     pub const MAX_LEN: usize = 255;
 
-    /// Builds the key of an event `key` received from `source`.
+    /// What ends a key made by "accept as new" (`<original>#accepted-<delivery id>`).
+    pub const ACCEPTED_MARK: &'static str = "#accepted-";
+
+    /// Builds the key of an event `key` received from `source`. Keys ending like an
+    /// accepted-as-new key are refused, so a source can never claim one.
     pub fn new(source: &str, key: &str) -> Result<Self, OperationIdError> {
         if !is_valid_source_name(source) {
             return Err(OperationIdError::BadSource(source.to_owned()));
@@ -34,7 +40,31 @@ impl OperationId {
         if key.trim().is_empty() {
             return Err(OperationIdError::Empty);
         }
+        if Self::is_accepted_key(key) {
+            return Err(OperationIdError::Reserved);
+        }
         Self::validated(format!("{source}:{key}"))
+    }
+
+    /// The key of the operation made from the conflicting delivery `delivery_id` of
+    /// `original` when a person accepts it as new: `<original>#accepted-<delivery id>`,
+    /// the original part cut (at a character boundary) to keep the whole within
+    /// [`Self::MAX_LEN`]. Never the key of a real event ([`Self::new`] refuses the
+    /// ending) and never another derived key (delivery ids are unique and the number
+    /// after the last mark is the delivery id).
+    pub fn accepted_as_new(original: &OperationId, delivery_id: i64) -> OperationId {
+        let suffix = format!("{}{delivery_id}", Self::ACCEPTED_MARK);
+        let mut cut = original.0.len().min(Self::MAX_LEN - suffix.len());
+        while !original.0.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        OperationId(format!("{}{suffix}", &original.0[..cut]))
+    }
+
+    /// Whether `key` (the part after `<source>:`) ends like an accepted-as-new key.
+    pub fn is_accepted_key(key: &str) -> bool {
+        key.rsplit_once(Self::ACCEPTED_MARK)
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     }
 
     fn validated(s: String) -> Result<Self, OperationIdError> {
@@ -150,6 +180,32 @@ mod tests {
             OperationId::new("", "1"),
             Err(OperationIdError::BadSource(_))
         ));
+    }
+
+    #[test]
+    fn accepted_as_new_keys_are_bounded_and_reserved() {
+        let short = OperationId::new("site", "n").unwrap();
+        let derived = OperationId::accepted_as_new(&short, 42);
+        assert_eq!(derived.as_str(), "site:n#accepted-42");
+        assert_eq!(derived.as_str().parse::<OperationId>(), Ok(derived.clone()));
+        // A source cannot send it, nor anything ending like it.
+        assert_eq!(
+            OperationId::new("site", "n#accepted-42"),
+            Err(OperationIdError::Reserved)
+        );
+        assert!(OperationId::new("site", "n#accepted-").is_ok());
+        assert!(OperationId::new("site", "n#accepted-4x").is_ok());
+        // Near the limit, with multi-byte characters: cut at a boundary, within 255.
+        let long = OperationId::new("site", &"я".repeat(125)).unwrap();
+        let derived = OperationId::accepted_as_new(&long, i64::MAX);
+        assert!(derived.as_str().len() <= OperationId::MAX_LEN);
+        assert!(derived
+            .as_str()
+            .ends_with(&format!("#accepted-{}", i64::MAX)));
+        assert!(derived.as_str().parse::<OperationId>().is_ok());
+        // Accepting from a derived operation again stays unique.
+        let again = OperationId::accepted_as_new(&OperationId::accepted_as_new(&short, 1), 2);
+        assert_eq!(again.as_str(), "site:n#accepted-1#accepted-2");
     }
 
     #[test]

@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 
 use super::sources::{self, BodyKind, TRANSFORM_VERSION};
 use super::{parse_id, ApiError, IntakeState};
-use crate::domain::{fingerprint, ErrorClass, OperationId, RetryDecision, ReviewReason};
+use crate::domain::{
+    fingerprint, ErrorClass, OperationId, OperationIdError, RetryDecision, ReviewReason,
+};
 use crate::store::{
     self, AttemptOutcome, ExternalClaim, ExternalClaimOutcome, Failure, Lease, NewDelivery,
     StoreError,
@@ -50,8 +52,20 @@ pub(super) async fn claim(
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or_else(|| ApiError::bad("missing_key", "the Idempotency-Key header is required"))?;
-    let operation_id = OperationId::new(&api.source, key)
-        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+    let operation_id = match OperationId::new(&api.source, key) {
+        Ok(id) => id,
+        // A key Leadgate made when a person accepted a conflicting body as new: the
+        // integration may claim that operation, never create one.
+        Err(e @ OperationIdError::Reserved) => {
+            let id = OperationId::try_from(format!("{}:{key}", api.source))
+                .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+            if state.store.operation(&id).await?.is_none() {
+                return Err(ApiError::bad("invalid_key", e.to_string()));
+            }
+            id
+        }
+        Err(e) => return Err(ApiError::bad("invalid_key", e.to_string())),
+    };
     let payload = sources::parse_body(BodyKind::Json, &body)
         .map_err(|m| ApiError::bad("malformed_body", m))?;
     let payload_hash =
@@ -190,6 +204,12 @@ async fn finish(
                         "message": "this lease token does not hold the operation (expired, or reported already); the report was kept on the timeline"})),
         )
             .into_response()),
+        Err(StoreError::UnknownLease(_)) => Ok((
+            StatusCode::CONFLICT,
+            Json(json!({"error": "unknown_lease", "operation_id": id,
+                        "message": "this lease token was never issued for this operation; nothing was recorded"})),
+        )
+            .into_response()),
         Err(StoreError::UnknownOperation(_)) => {
             Err(ApiError::NotFound(format!("no operation `{id}`")))
         }
@@ -238,11 +258,23 @@ pub(super) async fn fail(
                 .await?
                 .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?
                 .attempts;
+            // A person's single grant is spent by this attempt: it comes back to them,
+            // as the worker's would. (The store checks the token when the report is
+            // applied; a report that does not hold the lease changes nothing.)
+            let granted = state
+                .store
+                .timeline(&id)
+                .await?
+                .iter()
+                .rev()
+                .find(|e| e.kind == "claimed")
+                .and_then(|e| e.detail["granted"].as_bool())
+                .unwrap_or(false);
             let retry_after = f.retry_after.map(Duration::from_secs);
             after_retryable_failure(
                 &state.claim_api.retry,
                 attempts,
-                false,
+                granted,
                 failure,
                 retry_after,
                 now,

@@ -38,6 +38,13 @@ pub enum StoreError {
     StaleVersion { expected: i64, current: i64 },
     #[error("the lease on `{0}` is no longer held by this worker")]
     LeaseLost(String),
+    /// A report under a token that `{0}` never handed out (not a late report: a typo, a
+    /// misrouted or forged call). Nothing was recorded.
+    #[error("`{0}` was never leased with this token; nothing was recorded")]
+    UnknownLease(String),
+    /// The decision could contradict the outcome of a CRM call still in flight.
+    #[error("an attempt on `{0}` is in flight until {1}; wait for its outcome")]
+    AttemptInFlight(String, DateTime<Utc>),
     #[error("{0}")]
     Transition(#[from] TransitionError),
     #[error("{0}")]
@@ -582,8 +589,9 @@ pub trait Store: Send + Sync + 'static {
         buckets: u32,
     ) -> Result<Vec<SeriesPoint>>;
     /// Folds the per-connection shards of the dashboard's past time slots (before
-    /// `before`) into one row each, so a month of figures stays a few thousand rows.
-    /// Returns the rows written. A no-op on SQLite.
+    /// `before`) into one row each, so a month of figures stays a few thousand rows, and
+    /// the counter shards of connections that ended into one. Returns the rows written.
+    /// A no-op on SQLite.
     async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64>;
     /// The newest migration applied to this database (`None`: no schema yet). Reads only.
     async fn schema_version(&self) -> Result<Option<i64>>;
@@ -680,6 +688,47 @@ impl std::fmt::Debug for CrmToken {
             .field("version", &self.version)
             .finish()
     }
+}
+
+/// Whether PostgreSQL aborted the transaction for a reason that running it again from
+/// the start can cure: a deadlock victim (40P01) or a serialization failure (40001).
+pub(crate) fn is_retryable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Database(sqlx::Error::Database(d))
+        if matches!(d.code().as_deref(), Some("40P01" | "40001")))
+}
+
+/// Runs the transaction `attempt` again (a few times, briefly spaced) while the database
+/// aborts it with a retryable error, so that a sender is not answered 503 for what the
+/// database itself resolved by aborting one side. SQLite never reports these codes.
+pub(crate) async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    const RETRIES: u32 = 4;
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if tries < RETRIES && is_retryable(&e) => {
+                tries += 1;
+                tracing::warn!(error = %e, retry = tries, "transaction aborted by the database; running it again");
+                let jitter = rand::random::<u64>() % 10;
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    5 * u64::from(tries) + jitter,
+                ))
+                .await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// The advisory-lock key (PostgreSQL) of one normalized contact value: intakes that
+/// match on the same phone or e-mail take it before looking for each other.
+pub(crate) fn contact_lock_key(kind: &str, value: &str) -> i64 {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(format!("leadgate contact {kind}:{value}").as_bytes());
+    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
 /// Runs purge batches until nothing is left, yielding between batches.

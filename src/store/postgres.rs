@@ -105,8 +105,13 @@ impl PgStore {
         &self.pool
     }
 
+    /// Every write transaction runs at READ COMMITTED, whatever the server's or the
+    /// database's default: the store's row locks and re-checks are written for it, and
+    /// under REPEATABLE READ a writer that waited for a row lock fails (40001).
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
-        self.pool.begin().await
+        self.pool
+            .begin_with("begin isolation level read committed")
+            .await
     }
 
     fn clock_now(&self) -> ChronoDateTime<ChronoUtc> {
@@ -140,14 +145,20 @@ sql_store! {
     skip_locked: " for update skip locked",
     mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
                            from review_cases where resolved_at is not null",
+    // held until commit, so a concurrent intake with the same contact sees this one
+    lock_contact: "select pg_advisory_xact_lock($1)",
 }
 
 impl PgStore {
     /// One transaction per delivery: concurrent intakes commit together (PostgreSQL's
-    /// group commit) and lock only their own rows.
+    /// group commit) and lock only their own rows. A transaction PostgreSQL aborts as a
+    /// deadlock victim or for serialization is run again before the sender hears of it.
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        let mut records = record_all(self.begin_write().await?, [&d]).await?;
-        Ok(records.remove(0))
+        super::retrying(|| async {
+            let mut records = record_all(self.begin_write().await?, [&d]).await?;
+            Ok(records.remove(0))
+        })
+        .await
     }
 }
 

@@ -44,7 +44,10 @@ macro_rules! sql_store {
         // appended to PICK_DUE / PICK_STALE
         skip_locked: $skip_locked:literal,
         // mean seconds from opened_at to resolved_at over resolved review cases
-        mean_resolve_seconds: $mean_resolve:literal $(,)?
+        mean_resolve_seconds: $mean_resolve:literal,
+        // takes a transaction-level lock on one contact key ($1, an i64) before matching;
+        // empty where the single writer already serialises intakes
+        lock_contact: $lock_contact:literal $(,)?
     ) => {
         use std::collections::BTreeMap;
 
@@ -52,7 +55,7 @@ macro_rules! sql_store {
         use serde_json::{json, Value};
         use sqlx::Row;
 
-        use $crate::domain::{ErrorClass, MatchRule, OperationId, ReviewReason, Status};
+        use $crate::domain::{ErrorClass, MatchRule, OperationId, Resolution, ReviewReason, Status};
         use $crate::store::sql::{CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_STALE};
         use $crate::store::*;
 
@@ -368,6 +371,10 @@ macro_rules! sql_store {
             l.op.lease_expires_at = None;
         }
 
+        /// Opens a review case on a locked operation. At most one case that is not a
+        /// payload conflict is open per operation: while one is, a new reason to review
+        /// is added to that case's timeline (`review_noted`) and its id returned. Payload
+        /// conflicts always get a case of their own (each concerns another delivery).
         async fn open_case(
             tx: &mut Tx,
             l: &mut Locked,
@@ -377,6 +384,27 @@ macro_rules! sql_store {
             detail: Value,
             now: DateTime<Utc>,
         ) -> Result<i64> {
+            if reason != ReviewReason::PayloadConflict {
+                let open: Option<i64> = sqlx::query_scalar(
+                    "select id from review_cases where operation_id = $1 and resolved_at is null \
+                     and reason <> 'payload_conflict' order by id limit 1",
+                )
+                .bind(l.op.operation_id.as_str())
+                .fetch_optional(&mut **tx)
+                .await?;
+                if let Some(id) = open {
+                    let event = NewEvent::new(
+                        "review_noted",
+                        json!({"case_id": id, "reason": reason, "detail": detail}),
+                    );
+                    append(tx, l.op.operation_id.as_str(), actor, event, now).await?;
+                    if !l.op.status.is_final() && l.op.status != Status::NeedsReview {
+                        set_status(tx, l, Status::NeedsReview, actor, now).await?;
+                        l.op.review_reason = Some(reason);
+                    }
+                    return Ok(id);
+                }
+            }
             let id: i64 = sqlx::query_scalar(
                 "insert into review_cases (operation_id, reason, opened_at, delivery_id, detail) \
                  values ($1, $2, $3, $4, $5) returning id",
@@ -549,6 +577,21 @@ macro_rules! sql_store {
         ) -> Result<Option<Locked>> {
             if contact.phone.is_none() && contact.email.is_none() {
                 return Ok(None);
+            }
+            if !$lock_contact.is_empty() {
+                // Two concurrent intakes sharing a phone would each look before the other
+                // committed and see nothing. The second waits here until the first commits
+                // and then sees it, as under SQLite's single writer. Keys in one order: no
+                // deadlock between a phone and an e-mail lock.
+                let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
+                    .into_iter()
+                    .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                for key in keys {
+                    sqlx::query($lock_contact).bind(key).execute(&mut **tx).await?;
+                }
             }
             let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
                 // Newest first from each index (contact, created_at), so a phone shared by
@@ -797,7 +840,9 @@ macro_rules! sql_store {
                     // expired lease, or a person resolved it). Only a token that once held
                     // it may still report; any other writes nothing.
                     if !was_granted(&mut tx, &lease.operation_id, &lease.token).await? {
-                        return Err(StoreError::LeaseLost(id));
+                        // Not a late report: a token never handed out for this operation
+                        // (the claim API takes tokens from anyone). Nothing is written.
+                        return Err(StoreError::UnknownLease(id));
                     }
                     late_outcome(&mut tx, &mut l, actor, outcome, now).await?;
                     tx.commit().await?;
@@ -910,6 +955,10 @@ macro_rules! sql_store {
                 if let Some(to) = target {
                     if !blocked {
                         set_status(&mut tx, &mut l, to, actor, now).await?;
+                        if to.is_final() {
+                            let why = "the attempt's outcome settled the operation";
+                            supersede_open_cases(&mut tx, &l, actor, None, why, now).await?;
+                        }
                     }
                 }
                 save(&mut tx, &mut l, now).await?;
@@ -1074,6 +1123,13 @@ macro_rules! sql_store {
                         if l.op.status != Status::NeedsReview {
                             return invalid(format!("only an operation in review can be rejected, not `{}`", l.op.status));
                         }
+                        // The CRM call may still create the lead: a failed operation holding
+                        // a crm_id. Wait for its outcome (or for the lease to run out).
+                        if let Some(until) = l.op.lease_expires_at.filter(|t| *t > now) {
+                            return Err(StoreError::AttemptInFlight(op_id.clone(), until));
+                        }
+                        // A report under the ran-out lease is then only kept on the timeline.
+                        clear_lease(&mut l);
                         // The failed list shows why, as it does for a CRM's refusal.
                         l.op.last_error = Some(match &req.comment {
                             Some(c) => format!("rejected by {actor}: {c}"),
@@ -1112,6 +1168,10 @@ macro_rules! sql_store {
                     if (others_open == 0 || to == Status::Completed) && l.op.status != to {
                         set_status(&mut tx, &mut l, to, actor, now).await?;
                     }
+                }
+                if l.op.status.is_final() {
+                    let why = format!("case #{} settled the operation", req.case_id);
+                    supersede_open_cases(&mut tx, &l, actor, Some(req.case_id), &why, now).await?;
                 }
                 save(&mut tx, &mut l, now).await?;
                 tx.commit().await?;
@@ -1341,7 +1401,21 @@ macro_rules! sql_store {
                 .bind(slot)
                 .execute(&self.pool)
                 .await?;
-                Ok(done.rows_affected())
+                // The counters' shards are sessions (backend pids, migration 0006): those of
+                // sessions that ended are folded into shard 0, which no session writes.
+                let folded = sqlx::query(
+                    "with moved as (delete from metric_counters where shard <> 0 \
+                       and shard not in (select pid from pg_stat_activity where pid is not null) \
+                       returning metric, label, label2, value) \
+                     insert into metric_counters (metric, label, label2, shard, value) \
+                     select metric, label, label2, 0, sum(value) from moved \
+                     group by metric, label, label2 \
+                     on conflict (metric, label, label2, shard) \
+                     do update set value = metric_counters.value + excluded.value",
+                )
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() + folded.rows_affected())
             }
 
             async fn schema_version(&self) -> Result<Option<i64>> {
@@ -1533,6 +1607,24 @@ macro_rules! sql_store {
                 .await?;
                 let mut report = PurgeReport::default();
                 for id in &ids {
+                    // Checked again under the row lock: the pick above did not lock, and a
+                    // conflicting delivery may have opened a case since. Whoever opens a
+                    // case locks the row first, so none can open until this commits.
+                    lock_operation(&mut tx, id).await?;
+                    let still: i64 = sqlx::query_scalar(
+                        "select count(*) from operations o where o.operation_id = $1 \
+                         and o.status in ('completed', 'failed_terminal') and o.purged_at is null \
+                         and o.updated_at < $2 and not exists (select 1 from review_cases c \
+                           where c.operation_id = o.operation_id and c.resolved_at is null)",
+                    )
+                    .bind(id)
+                    .bind(finished_before)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    if still == 0 {
+                        continue;
+                    }
+                    report.operations += 1;
                     sqlx::query(
                         "update operations set payload = null, contact_phone = null, \
                          contact_email = null, purged_at = $1 where operation_id = $2",
@@ -1552,7 +1644,23 @@ macro_rules! sql_store {
                     let event = NewEvent::new("purged", json!({"finished_before": finished_before}));
                     append(&mut tx, id, "retention", event, now).await?;
                 }
-                report.operations = ids.len() as u64;
+                // Deliveries that came after their operation was purged (a late repeat or
+                // conflict), once they are past retention themselves and no case is open.
+                report.deliveries += sqlx::query(
+                    "update deliveries set raw_body = null, payload = null where id in \
+                     (select d.id from deliveries d join operations o \
+                        on o.operation_id = d.operation_id \
+                      where (d.raw_body is not null or d.payload is not null) \
+                      and d.received_at < $1 and o.purged_at is not null \
+                      and not exists (select 1 from review_cases c \
+                        where c.operation_id = d.operation_id and c.resolved_at is null) \
+                      limit $2)",
+                )
+                .bind(finished_before)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
                 // Refused deliveries never became operations; their bodies may still hold
                 // personal data.
                 report.deliveries += sqlx::query(
@@ -1570,6 +1678,100 @@ macro_rules! sql_store {
             }
 
             async fn claim_external(&self, c: ExternalClaim) -> Result<ExternalClaimOutcome> {
+                retrying(|| self.claim_external_once(&c)).await
+            }
+
+            async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
+                let mut tx = self.begin_write().await?;
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "select operation_id from operations where status = 'in_progress' \
+                     and executor = 'external' and lease_expires_at <= $1 \
+                     order by lease_expires_at limit 100",
+                )
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut expired = 0;
+                for id in &ids {
+                    let Some(mut l) = lock_operation(&mut tx, id).await? else {
+                        continue;
+                    };
+                    // Checked again under the lock: a late `complete` or another process's
+                    // expiry may have come between the pick and the lock.
+                    if l.op.status != Status::InProgress
+                        || !l.op.lease_expires_at.is_some_and(|t| t <= now)
+                    {
+                        continue;
+                    }
+                    let detail = json!({"lease_expired_at": l.op.lease_expires_at, "owner": l.op.lease_owner});
+                    // The lease token stays: a late `complete` from the integration is
+                    // still recorded, for the person to confirm.
+                    open_case(&mut tx, &mut l, ReviewReason::UncertainOutcome, None, "reconciler", detail, now)
+                        .await?;
+                    save(&mut tx, &mut l, now).await?;
+                    expired += 1;
+                }
+                tx.commit().await?;
+                Ok(expired)
+            }
+
+            async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
+                let row = sqlx::query(
+                    "select access_token, refresh_token, expires_at, version from crm_tokens \
+                     where connector = $1",
+                )
+                .bind(connector)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(|r| {
+                    Ok(CrmToken {
+                        access_token: r.try_get("access_token")?,
+                        refresh_token: r.try_get("refresh_token")?,
+                        expires_at: r.try_get("expires_at")?,
+                        version: r.try_get("version")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn save_crm_token(
+                &self,
+                connector: &str,
+                token: &CrmToken,
+                expected_version: Option<i64>,
+            ) -> Result<bool> {
+                let mut tx = self.begin_write().await?;
+                let sql = match expected_version {
+                    None => {
+                        "insert into crm_tokens (connector, access_token, refresh_token, \
+                         expires_at, version, updated_at) values ($1, $2, $3, $4, $5, $6) \
+                         on conflict (connector) do nothing"
+                    }
+                    Some(_) => {
+                        "update crm_tokens set access_token = $2, refresh_token = $3, \
+                         expires_at = $4, version = $5, updated_at = $6 \
+                         where connector = $1 and version = $7"
+                    }
+                };
+                let mut query = sqlx::query(sql)
+                    .bind(connector)
+                    .bind(&token.access_token)
+                    .bind(&token.refresh_token)
+                    .bind(token.expires_at)
+                    .bind(token.version)
+                    .bind(now());
+                if let Some(expected) = expected_version {
+                    query = query.bind(expected);
+                }
+                let done = query.execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+        }
+
+        impl $store {
+            /// One try of [`Store::claim_external`] (retried as a whole on a deadlock).
+            async fn claim_external_once(&self, c: &ExternalClaim) -> Result<ExternalClaimOutcome> {
                 let mut tx = self.begin_write().await?;
                 let d = &c.delivery;
                 let id = d.operation_id.as_str().to_owned();
@@ -1628,81 +1830,6 @@ macro_rules! sql_store {
                 };
                 tx.commit().await?;
                 Ok(outcome)
-            }
-
-            async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
-                let mut tx = self.begin_write().await?;
-                let ids: Vec<String> = sqlx::query_scalar(
-                    "select operation_id from operations where status = 'in_progress' \
-                     and executor = 'external' and lease_expires_at <= $1 limit 100",
-                )
-                .bind(now)
-                .fetch_all(&mut *tx)
-                .await?;
-                for id in &ids {
-                    let mut l = must_lock(&mut tx, id).await?;
-                    let detail = json!({"lease_expired_at": l.op.lease_expires_at, "owner": l.op.lease_owner});
-                    // The lease token stays: a late `complete` from the integration is
-                    // still recorded, for the person to confirm.
-                    open_case(&mut tx, &mut l, ReviewReason::UncertainOutcome, None, "reconciler", detail, now)
-                        .await?;
-                    save(&mut tx, &mut l, now).await?;
-                }
-                tx.commit().await?;
-                Ok(ids.len() as u64)
-            }
-
-            async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
-                let row = sqlx::query(
-                    "select access_token, refresh_token, expires_at, version from crm_tokens \
-                     where connector = $1",
-                )
-                .bind(connector)
-                .fetch_optional(&self.pool)
-                .await?;
-                row.map(|r| {
-                    Ok(CrmToken {
-                        access_token: r.try_get("access_token")?,
-                        refresh_token: r.try_get("refresh_token")?,
-                        expires_at: r.try_get("expires_at")?,
-                        version: r.try_get("version")?,
-                    })
-                })
-                .transpose()
-            }
-
-            async fn save_crm_token(
-                &self,
-                connector: &str,
-                token: &CrmToken,
-                expected_version: Option<i64>,
-            ) -> Result<bool> {
-                let mut tx = self.begin_write().await?;
-                let sql = match expected_version {
-                    None => {
-                        "insert into crm_tokens (connector, access_token, refresh_token, \
-                         expires_at, version, updated_at) values ($1, $2, $3, $4, $5, $6) \
-                         on conflict (connector) do nothing"
-                    }
-                    Some(_) => {
-                        "update crm_tokens set access_token = $2, refresh_token = $3, \
-                         expires_at = $4, version = $5, updated_at = $6 \
-                         where connector = $1 and version = $7"
-                    }
-                };
-                let mut query = sqlx::query(sql)
-                    .bind(connector)
-                    .bind(&token.access_token)
-                    .bind(&token.refresh_token)
-                    .bind(token.expires_at)
-                    .bind(token.version)
-                    .bind(now());
-                if let Some(expected) = expected_version {
-                    query = query.bind(expected);
-                }
-                let done = query.execute(&mut *tx).await?;
-                tx.commit().await?;
-                Ok(done.rows_affected() == 1)
             }
         }
 
@@ -1764,7 +1891,7 @@ macro_rules! sql_store {
                     l.op.verify_first = false;
                     l.op.next_attempt_at = None;
                     clear_lease(l);
-                    supersede_open_cases(tx, l, actor, "a late CRM answer brought the result", now).await?;
+                    supersede_open_cases(tx, l, actor, None, "a late CRM answer brought the result", now).await?;
                     if l.op.status != Status::Completed && !has_open_conflict(tx, &id).await? {
                         set_status(tx, l, Status::Completed, actor, now).await?;
                     }
@@ -1791,36 +1918,47 @@ macro_rules! sql_store {
         }
 
         /// Closes the open review cases of an operation whose result became known without
-        /// them (payload conflicts stay: they are about another delivery's data), each
-        /// with resolution `superseded` and a timeline event saying why.
+        /// them, or that another case's resolution settled (payload conflicts stay: they
+        /// are about another delivery's data, and a person decides them). Each is resolved
+        /// as `superseded` by `actor`, with `why` as its comment and a `review_superseded`
+        /// event naming the case that settled the operation (`by_case`, if one did). Every
+        /// store path that settles an operation (completed or failed) calls it: with at
+        /// most one open non-conflict case per operation, none is ever stranded open.
         async fn supersede_open_cases(
             tx: &mut Tx,
-            l: &mut Locked,
+            l: &Locked,
             actor: &str,
+            by_case: Option<i64>,
             why: &str,
             now: DateTime<Utc>,
         ) -> Result<()> {
             let id = l.op.operation_id.as_str().to_owned();
             let closed: Vec<i64> = sqlx::query_scalar(
-                "update review_cases set resolved_at = $1, resolution = 'superseded', \
-                 resolved_by = $2, comment = $3 where operation_id = $4 and resolved_at is null \
+                "update review_cases set resolved_at = $1, resolution = $2, \
+                 resolved_by = $3, comment = $4 where operation_id = $5 and resolved_at is null \
                  and reason <> 'payload_conflict' returning id",
             )
             .bind(now)
+            .bind(Resolution::Superseded.as_str())
             .bind(actor)
             .bind(why)
             .bind(&id)
             .fetch_all(&mut **tx)
             .await?;
             for case_id in closed {
-                let event = NewEvent::new("review_superseded", json!({"case_id": case_id, "why": why}));
+                let event = NewEvent::new(
+                    "review_superseded",
+                    json!({"case_id": case_id, "by_case": by_case, "why": why, "status": l.op.status}),
+                );
                 append(tx, &id, actor, event, now).await?;
             }
             Ok(())
         }
 
         /// Makes the conflicting delivery of a payload-conflict case an operation of its
-        /// own, keyed `<original>#<delivery id>`, due now.
+        /// own, keyed `<original>#accepted-<delivery id>` (`OperationId::accepted_as_new`:
+        /// bounded, never a real key), due now, executed by whoever executes the original
+        /// (an operation claimed through the claim API stays the integration's).
         async fn accept_delivery_as_new(
             tx: &mut Tx,
             original: &Operation,
@@ -1842,12 +1980,12 @@ macro_rules! sql_store {
                     "the conflicting delivery's payload was already purged".into(),
                 ));
             };
-            let new_id = OperationId::try_from(format!("{}#{delivery_id}", original.operation_id))
-                .map_err(|e| StoreError::InvalidAction(format!("cannot derive a new key: {e}")))?;
+            let new_id = OperationId::accepted_as_new(&original.operation_id, delivery_id);
             let inserted = sqlx::query(
                 "insert into operations (operation_id, source, status, payload_hash, payload, \
-                 event_time, next_attempt_at, created_at, updated_at) \
-                 values ($1, $2, 'received', $3, $4, $5, $6, $6, $6) \
+                 event_time, next_attempt_at, created_at, updated_at, executor) \
+                 select $1, $2, 'received', $3, $4, $5, $6, $6, $6, executor \
+                 from operations where operation_id = $7 \
                  on conflict (operation_id) do nothing",
             )
             .bind(new_id.as_str())
@@ -1856,6 +1994,7 @@ macro_rules! sql_store {
             .bind(&payload)
             .bind(row.try_get::<Option<DateTime<Utc>>, _>("event_time")?)
             .bind(now)
+            .bind(original.operation_id.as_str())
             .execute(&mut **tx)
             .await?;
             if inserted.rows_affected() != 1 {

@@ -111,6 +111,8 @@ sql_store! {
     skip_locked: "",
     mean_resolve_seconds: "select avg((julianday(resolved_at) - julianday(opened_at)) * 86400.0) \
                            from review_cases where resolved_at is not null",
+    // one writer: a second intake starts only after the first committed
+    lock_contact: "",
 }
 
 impl SqliteStore {

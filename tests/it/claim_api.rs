@@ -71,7 +71,7 @@ each_backend!(claim_complete_and_replay, |db| async move {
     // The same key with another body: 422.
     let (s, b, _, _) = claim(&gw, Some("order-1"), &json!({"name": "Petr"})).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
-    // Only the lease holder may report.
+    // Only the lease holder may report; a token never issued leaves no trace.
     let (s, b) = report(
         &gw,
         "n8n:order-1",
@@ -81,8 +81,12 @@ each_backend!(claim_complete_and_replay, |db| async move {
     .await;
     assert_eq!(
         (s, b["error"].as_str()),
-        (StatusCode::CONFLICT, Some("lease_lost"))
+        (StatusCode::CONFLICT, Some("unknown_lease"))
     );
+    assert!(!gw
+        .timeline_kinds("n8n:order-1")
+        .await
+        .contains(&"late_outcome".to_string()));
     let (s, b) = report(
         &gw,
         "n8n:order-1",
@@ -240,3 +244,55 @@ each_backend!(failures_are_classified_as_for_the_worker, |db| async move {
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     gw.stop().await;
 });
+
+each_backend!(
+    a_granted_retry_that_fails_again_comes_back_to_review,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let body = json!({"name": "Ivan"});
+        let (_, b, _, _) = claim(&gw, Some("grant"), &body).await;
+        let t = b["lease_token"].as_str().unwrap().to_owned();
+        let (_, b) = report(
+            &gw,
+            "n8n:grant",
+            "fail",
+            json!({"class": "uncertain", "error": "timeout", "lease_token": t}),
+        )
+        .await;
+        assert_eq!(b["status"], "needs_review");
+        // A person grants exactly one more attempt.
+        let store = gw.store();
+        let id = "n8n:grant".parse().unwrap();
+        let case = store.cases_of(&id).await.unwrap().remove(0);
+        store
+            .resolve(leadgate::store::Resolve {
+                case_id: case.id,
+                expected_version: case.version,
+                actor: "anna".into(),
+                comment: None,
+                action: leadgate::store::HumanAction::AuthorizeRetry,
+                now: leadgate::store::now(),
+            })
+            .await
+            .unwrap();
+        let (s, b, _, _) = claim(&gw, Some("grant"), &body).await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+        let t = b["lease_token"].as_str().unwrap().to_owned();
+        // The granted attempt fails with a retryable class: back to the person, not an
+        // automatic retry.
+        let (s, b) = report(
+            &gw,
+            "n8n:grant",
+            "fail",
+            json!({"class": "not_sent", "error": "connection refused", "lease_token": t}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        assert_eq!(
+            (b["status"].as_str(), b["review_reason"].as_str()),
+            (Some("needs_review"), Some("retries_exhausted")),
+            "{b}"
+        );
+        gw.stop().await;
+    }
+);

@@ -12,6 +12,7 @@ mod gateway;
 mod metrics;
 mod n8n;
 mod process;
+mod races;
 mod retention;
 mod slow_crm;
 mod sources;

@@ -451,7 +451,7 @@ each_backend!(
             )
             .await
             .unwrap_err();
-        assert!(matches!(err, StoreError::LeaseLost(_)));
+        assert!(matches!(err, StoreError::UnknownLease(_)), "{err}");
         let o = store.operation(&op("forged")).await.unwrap().unwrap();
         assert_eq!((o.status, o.crm_id), (Status::InProgress, None));
         assert_eq!(store.timeline(&op("forged")).await.unwrap().len(), before);
