@@ -81,8 +81,25 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
 
     let mut addr = None;
     if mode == Mode::Serve {
+        for s in &config.sources {
+            if s.auth == Some(crate::config::SourceAuth::None) {
+                tracing::warn!(
+                    source = %s.name,
+                    "source has auth = \"none\": anyone who can reach the intake port may deliver to it"
+                );
+            }
+        }
+        if config.api.integration_token.is_none() && config.api.read_token.is_none() {
+            tracing::info!(
+                "no [api] tokens: the claim API, operation reads and /metrics answer 401"
+            );
+        }
         let state = intake::IntakeState {
             store: Arc::clone(&store),
+            api_tokens: Arc::new(intake::ApiTokens {
+                integration: config.api.integration_token.clone(),
+                read: config.api.read_token.clone(),
+            }),
             sources: Arc::new(sources::sources(&config.sources).map_err(anyhow::Error::msg)?),
             max_body: usize::try_from(config.server.max_body.as_u64()).unwrap_or(usize::MAX),
             claim_api: Arc::new(intake::ClaimApi {

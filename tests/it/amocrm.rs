@@ -41,6 +41,11 @@ name = "site"
 key = "json:/submission_id"
 ignore = ["/sent_at"]
 event_time = "json:/created_at"
+token = "site-token"
+
+[api]
+integration_token = "{integration}"
+read_token = "{read}"
 
 [crm]
 kind = "amocrm"
@@ -52,6 +57,8 @@ timeout = "500ms"
 "#,
         base = fake.base_url(),
         token = fake.token(),
+        integration = crate::gateway::INTEGRATION_TOKEN,
+        read = crate::gateway::READ_TOKEN,
     )
 }
 

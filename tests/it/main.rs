@@ -12,5 +12,6 @@ mod metrics;
 mod n8n;
 mod process;
 mod retention;
+mod security;
 mod sources;
 mod store;
