@@ -147,7 +147,22 @@ impl Settings {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
         let text = serde_json::to_string_pretty(self).expect("settings serialise");
-        std::fs::write(path, text).map_err(fail)
+        // The database URL may hold a password: readable by its owner only, also when
+        // the file was created by an older version with wider permissions.
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            options.mode(0o600);
+            if path.exists() {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(fail)?;
+            }
+        }
+        use std::io::Write;
+        let mut file = options.open(path).map_err(fail)?;
+        file.write_all(text.as_bytes()).map_err(fail)
     }
 }
 
@@ -203,7 +218,9 @@ impl ConsoleState {
         if !live {
             return Ok(());
         }
-        let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+        // The same TLS policy as the store's own connections.
+        let pool = sqlx::PgPool::connect_lazy_with(store::postgres::connect_options(url)?);
+        let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
         listener.listen(CHANGES_CHANNEL).await?;
         let changes = self.changes.clone();
         let task = tokio::spawn(async move {

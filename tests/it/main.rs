@@ -15,3 +15,4 @@ mod retention;
 mod security;
 mod sources;
 mod store;
+mod tls;
