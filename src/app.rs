@@ -133,11 +133,17 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 tracing::error!(error = %e, "intake server failed");
             }
         });
-        tasks.spawn(retention_loop(
+        let (retention_store, full, every, rx) = (
             Arc::clone(&store),
             config.retention.full,
             config.retention.purge_every,
             shutdown_rx.clone(),
+        );
+        tasks.spawn(crate::supervise::supervise(
+            "retention",
+            shutdown_rx.clone(),
+            crate::supervise::RESTART_DELAY,
+            move || retention_loop(Arc::clone(&retention_store), full, every, rx.clone()),
         ));
         tracing::info!(listen = %bound, database = store.backend(), "leadgate is serving");
     } else {

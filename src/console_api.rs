@@ -1042,9 +1042,22 @@ fn op_row(o: Operation, since: impl Fn(&Operation) -> DateTime<Utc>) -> QueueRow
     }
 }
 
+/// The link to a CRM entity: `{id}` in the template replaced by the `crm_id`,
+/// percent-encoded — the id is the CRM's (or a person's) text, so it must stay one path
+/// segment or query value and never add a scheme, host or path of its own.
+pub fn crm_url(template: &str, crm_id: &str) -> Option<String> {
+    (!template.is_empty()).then(|| {
+        template.replace(
+            "{id}",
+            &percent_encoding::utf8_percent_encode(crm_id, percent_encoding::NON_ALPHANUMERIC)
+                .to_string(),
+        )
+    })
+}
+
 pub fn op_view(o: Operation, crm_url_template: Option<&str>) -> OperationView {
     let crm_url = match (&o.crm_id, crm_url_template) {
-        (Some(id), Some(t)) if !t.is_empty() => Some(t.replace("{id}", id)),
+        (Some(id), Some(t)) => crm_url(t, id),
         _ => None,
     };
     OperationView {
@@ -1134,4 +1147,36 @@ pub fn typescript_bindings() -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn crm_urls_encode_the_id() {
+        let t = "https://acme.bitrix24.ru/crm/lead/details/{id}/";
+        assert_eq!(
+            super::crm_url(t, "7001").as_deref(),
+            Some("https://acme.bitrix24.ru/crm/lead/details/7001/")
+        );
+        // An id cannot leave its path segment: no new path, query, host or scheme.
+        for (id, encoded) in [
+            ("../../admin", "%2E%2E%2F%2E%2E%2Fadmin"),
+            (
+                "1?next=https://evil.example",
+                "1%3Fnext%3Dhttps%3A%2F%2Fevil%2Eexample",
+            ),
+            ("1#x", "1%23x"),
+            ("@evil.example", "%40evil%2Eexample"),
+            ("1 2", "1%202"),
+        ] {
+            assert_eq!(
+                super::crm_url(t, id),
+                Some(format!(
+                    "https://acme.bitrix24.ru/crm/lead/details/{encoded}/"
+                )),
+                "{id}"
+            );
+        }
+        assert_eq!(super::crm_url("", "1"), None);
+    }
 }

@@ -19,6 +19,7 @@ use crate::crm::{Crm, CrmError, Exchange, FieldMap, Lead};
 use crate::domain::{RetryDecision, ReviewReason};
 use crate::reconcile;
 use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
+use crate::supervise::{supervise, RESTART_DELAY};
 
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -45,22 +46,37 @@ impl Worker {
     /// attempt in flight is finished before a loop stops.
     pub async fn run(self, shutdown: watch::Receiver<bool>) {
         let mut tasks = tokio::task::JoinSet::new();
+        // Supervised: a loop that panics is logged and restarted (crate::supervise).
         for n in 0..self.settings.concurrency.max(1) {
             let mut w = self.clone();
             w.owner = format!("{}:{n}", self.owner);
-            tasks.spawn(w.claim_loop(shutdown.clone()));
+            let rx = shutdown.clone();
+            tasks.spawn(supervise(
+                "claim loop",
+                rx.clone(),
+                RESTART_DELAY,
+                move || w.clone().claim_loop(rx.clone()),
+            ));
         }
         let r = self.clone();
-        tasks.spawn(async move {
-            reconcile::run(
-                r.store,
-                r.crm,
-                r.settings,
-                format!("reconciler:{}", r.owner),
-                shutdown,
-            )
-            .await
-        });
+        tasks.spawn(supervise(
+            "reconciler",
+            shutdown.clone(),
+            RESTART_DELAY,
+            move || {
+                let (r, shutdown) = (r.clone(), shutdown.clone());
+                async move {
+                    reconcile::run(
+                        r.store,
+                        r.crm,
+                        r.settings,
+                        format!("reconciler:{}", r.owner),
+                        shutdown,
+                    )
+                    .await
+                }
+            },
+        ));
         while tasks.join_next().await.is_some() {}
     }
 

@@ -362,3 +362,67 @@ fn auth_none_is_logged_as_a_warning_at_every_start() {
         );
     }
 }
+
+each_backend!(
+    a_bitrix24_answer_with_an_absurd_reset_time_does_not_kill_the_worker,
+    |db| async move {
+        use axum::routing::post;
+        // A portal that answers the first lead's create with QUERY_LIMIT_EXCEEDED and
+        // `operating_reset_at: 1e20` (found in review: Duration::from_secs_f64 panicked
+        // and the claim loop died for good), and creates everything else.
+        let app = axum::Router::new().route(
+            "/rest/1/hook/{method}",
+            post(|body: String| async move {
+                if body.contains("poison") {
+                    (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        r#"{"error":"QUERY_LIMIT_EXCEEDED","error_description":"slow down","time":{"operating_reset_at":1e20}}"#,
+                    )
+                } else {
+                    (axum::http::StatusCode::OK, r#"{"result":4242}"#)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hook = format!("http://{}/rest/1/hook/", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // One claim loop only: if it died, nothing else would be processed.
+        let toml = config_toml(&db.url, &hook).replace("concurrency = 4", "concurrency = 1");
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let mut poison = lead("poison-1");
+        poison["comment"] = json!("poison");
+        gw.post_json("site", &poison).await;
+        let op = gw
+            .wait_for("site:poison-1", "the rate limit to be recorded", |op| {
+                op["attempts"] == 1 && op["status"] == "received"
+            })
+            .await;
+        assert!(
+            op["last_error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("slow down"),
+            "{op}"
+        );
+        let stored = gw
+            .store()
+            .operation(&"site:poison-1".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let wait = stored.next_attempt_at.unwrap() - leadgate::store::now();
+        assert!(
+            wait > chrono::TimeDelta::minutes(30) && wait <= chrono::TimeDelta::minutes(61),
+            "the wait is capped at an hour: {wait}"
+        );
+        // The same loop goes on with the next lead.
+        gw.post_json("site", &lead("later-1")).await;
+        let done = gw.wait_status("site:later-1", "completed").await;
+        assert_eq!(done["crm_id"], "4242");
+        gw.stop().await;
+        server.abort();
+    }
+);
