@@ -442,6 +442,10 @@ pub enum CrmConfig {
         rate_limit: f64,
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
+        /// OAuth: a file holding the 64-hex-digit key the tokens are encrypted with in
+        /// the database (`LEADGATE_TOKEN_KEY` takes precedence).
+        #[serde(default)]
+        token_key_file: Option<std::path::PathBuf>,
     },
     /// A home-grown CRM over HTTP, described by templates (see `crm::http`).
     Http(Box<crate::crm::http::HttpConfig>),

@@ -21,6 +21,7 @@ pub mod fake_amocrm;
 pub mod fake_bitrix24;
 pub mod http;
 pub mod rate;
+pub mod vault;
 
 /// What the worker asks a CRM to create, mapped from the payload.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -203,6 +204,7 @@ pub fn from_config(
             pipeline_id,
             rate_limit,
             timeout,
+            token_key_file,
         } => std::sync::Arc::new(amocrm::AmoCrm::new(amocrm::Settings {
             base_url: base_url.clone(),
             auth: match (token, client_id, client_secret, redirect_uri, refresh_token) {
@@ -216,6 +218,8 @@ pub fn from_config(
                         redirect_uri: redirect.clone(),
                         refresh_token: refresh.expose().to_owned(),
                         store,
+                        vault: vault::Vault::from_env_or_file(token_key_file.as_deref())
+                            .map_err(ConfigError)?,
                     })
                 }
                 _ => {

@@ -426,3 +426,21 @@ each_backend!(
         server.abort();
     }
 );
+
+#[tokio::test]
+async fn a_new_sqlite_database_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ops.db");
+    let store = leadgate::store::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+        .await
+        .unwrap();
+    store.ping().await.unwrap();
+    for file in ["ops.db", "ops.db-wal", "ops.db-shm"] {
+        let p = dir.path().join(file);
+        if file == "ops.db" || p.exists() {
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{file}: {mode:o}");
+        }
+    }
+}
