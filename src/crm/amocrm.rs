@@ -1021,6 +1021,15 @@ impl Crm for AmoCrm {
     }
 }
 
+/// For `fuzz/`: one amoCRM answer through the adapter's parsing (an error answer and a
+/// `leads/complex` result). Not part of the API.
+#[doc(hidden)]
+pub fn fuzz_answer(status: u16, body: &[u8]) {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    let _ = error_answer("create", status, &HeaderMap::new(), body, &["s3cret"]);
+    let _ = complex_result(body);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

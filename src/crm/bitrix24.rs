@@ -534,6 +534,29 @@ impl Crm for Bitrix24 {
     }
 }
 
+/// For `fuzz/`: one Bitrix24 answer through the same parsing and classification the
+/// adapter uses. Not part of the API.
+#[doc(hidden)]
+pub fn fuzz_answer(status: u16, retry_after: &str, body: &[u8]) {
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = retry_after.parse() {
+        headers.insert(RETRY_AFTER, v);
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let _ = interpret("crm.lead.add", status, &headers, body, &["s3cret"]);
+    let _ = redirect_target(
+        "https://a.bitrix24.ru/rest/1/s/crm.lead.add.json",
+        "https://a.bitrix24.ru/rest/1/s/",
+        &{
+            let mut h = HeaderMap::new();
+            if let Ok(v) = String::from_utf8_lossy(body).parse() {
+                h.insert(LOCATION, v);
+            }
+            h
+        },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

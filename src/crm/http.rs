@@ -677,6 +677,16 @@ impl HttpCrm {
     }
 }
 
+/// For `fuzz/`: one answer of a home-grown CRM through the adapter's parsing (the error
+/// description, the id at a pointer). Not part of the API.
+#[doc(hidden)]
+pub fn fuzz_answer(pointer_text: &str, body: &[u8]) {
+    let _ = describe(body);
+    if let Ok(json) = serde_json::from_slice::<Value>(body) {
+        let _ = pointer(&json, pointer_text).and_then(id_of);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
