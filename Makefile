@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit demo bench chaos
+.PHONY: test check lint unit demo bench chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL, the UI's type check and unit tests, and the console in a real window.
@@ -15,6 +15,7 @@ lint:
 	scripts/install-console-deps.sh
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked --features leadgate-console/e2e -- -D warnings
+	scripts/deny.sh
 
 unit:
 	scripts/install-console-deps.sh
@@ -40,5 +41,10 @@ bench:
 	scripts/ensure-postgres.sh
 	cargo bench --locked --bench intake
 	cargo bench --locked --bench console
+
+## Every cargo-fuzz target (fuzz/) for FUZZ_SECONDS (default 60) each, on the corpus kept
+## in fuzz/corpus/. Stable Rust with RUSTC_BOOTSTRAP=1; installs cargo-fuzz when missing.
+fuzz:
+	scripts/fuzz.sh
 
 include console.mk

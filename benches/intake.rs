@@ -189,12 +189,14 @@ async fn raw_commit_rate(url: &str) -> f64 {
 async fn bench(label: &str, url: &str) {
     let store: Arc<dyn Store> = store::connect(url).await.expect("open the store");
     let source = leadgate::config::Config::parse(
-        "[database]\nurl = \"sqlite::memory:\"\n[[source]]\nname = \"site\"\nkey = \"json:/submission_id\"\n",
+        "[database]\nurl = \"sqlite::memory:\"\n[[source]]\nname = \"site\"\nkey = \"json:/submission_id\"\n\
+         token = \"bench-token\"\n",
     )
     .unwrap()
     .sources;
     let state = IntakeState {
         store: Arc::clone(&store),
+        api_tokens: Default::default(),
         sources: Arc::new(sources::sources(&source).unwrap()),
         max_body: 256 * 1024,
         claim_api: Arc::new(ClaimApi {
@@ -210,7 +212,10 @@ async fn bench(label: &str, url: &str) {
         },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url_intake = format!("http://{}/v1/intake/site", listener.local_addr().unwrap());
+    let url_intake = format!(
+        "http://{}/v1/intake/site?token=bench-token",
+        listener.local_addr().unwrap()
+    );
     let server =
         tokio::spawn(async move { axum::serve(listener, intake::router(state)).await.unwrap() });
     let client = reqwest::Client::builder()

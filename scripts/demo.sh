@@ -26,8 +26,13 @@ fi
 echo "== building leadgate (the first build takes a few minutes; cargo shows its progress) ..."
 cargo build --locked --bin leadgate
 
+# Fresh random credentials for this run (the file is the demo's own, readable by its owner only).
+rand_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+SITE_SECRET="$(rand_hex)"; TILDA_TOKEN="$(rand_hex)"; READ_TOKEN="$(rand_hex)"
+
 mkdir -p "$DIR"
 rm -f "$DIR"/leadgate.db "$DIR"/leadgate.db-wal "$DIR"/leadgate.db-shm "$DIR"/*.log
+(umask 077; : > "$DIR/leadgate.toml")
 cat > "$DIR/leadgate.toml" <<TOML
 [database]
 url = "sqlite://$DIR/leadgate.db?mode=rwc"
@@ -49,10 +54,15 @@ name = "site"
 key = "json:/submission_id"
 ignore = ["/sent_at"]
 event_time = "json:/created_at"
+secret = "$SITE_SECRET"            # deliveries are signed (HMAC-SHA256 over timestamp and body)
 
 [[source]]
 name = "tilda"
 key = "form:tranid"
+token = "$TILDA_TOKEN"             # Tilda cannot sign: a secret token in the intake URL
+
+[api]
+read_token = "$READ_TOKEN"         # GET /v1/operations/..., /metrics
 
 [crm]
 kind = "bitrix24"

@@ -83,8 +83,25 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
 
     let mut addr = None;
     if mode == Mode::Serve {
+        for s in &config.sources {
+            if s.auth == Some(crate::config::SourceAuth::None) {
+                tracing::warn!(
+                    source = %s.name,
+                    "source has auth = \"none\": anyone who can reach the intake port may deliver to it"
+                );
+            }
+        }
+        if config.api.integration_token.is_none() && config.api.read_token.is_none() {
+            tracing::info!(
+                "no [api] tokens: the claim API, operation reads and /metrics answer 401"
+            );
+        }
         let state = intake::IntakeState {
             store: Arc::clone(&store),
+            api_tokens: Arc::new(intake::ApiTokens {
+                integration: config.api.integration_token.clone(),
+                read: config.api.read_token.clone(),
+            }),
             sources: Arc::new(sources::sources(&config.sources).map_err(anyhow::Error::msg)?),
             max_body: usize::try_from(config.server.max_body.as_u64()).unwrap_or(usize::MAX),
             claim_api: Arc::new(intake::ClaimApi {
@@ -118,11 +135,17 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 tracing::error!(error = %e, "intake server failed");
             }
         });
-        tasks.spawn(retention_loop(
+        let (retention_store, full, every, rx) = (
             Arc::clone(&store),
             config.retention.full,
             config.retention.purge_every,
             shutdown_rx.clone(),
+        );
+        tasks.spawn(crate::supervise::supervise(
+            "retention",
+            shutdown_rx.clone(),
+            crate::supervise::RESTART_DELAY,
+            move || retention_loop(Arc::clone(&retention_store), full, every, rx.clone()),
         ));
         tracing::info!(listen = %bound, database = store.backend(), "leadgate is serving");
     } else {

@@ -223,7 +223,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let config = config.load()?;
             let store = open(&config).await?;
-            let (passed, total) = crate::demo::Demo::new(&gateway, &crm, store).play().await?;
+            let (passed, total) = crate::demo::Demo::new(&gateway, &crm, store, &config)?
+                .play()
+                .await?;
             if passed != total {
                 return Ok(ExitCode::FAILURE);
             }

@@ -26,6 +26,8 @@ pub struct Config {
     #[serde(default)]
     pub claim_api: ClaimApiConfig,
     #[serde(default)]
+    pub api: ApiConfig,
+    #[serde(default)]
     pub matching: MatchingConfig,
     pub crm: Option<CrmConfig>,
 }
@@ -152,6 +154,36 @@ pub enum Preset {
     GenericJson,
 }
 
+/// How a source proves that a delivery comes from it. Every source has one: a
+/// configuration without it is refused at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceAuth {
+    /// `X-Leadgate-Timestamp` + `X-Leadgate-Signature: sha256=<hex HMAC-SHA256 of
+    /// "<timestamp>.<raw body>">`, within `replay_window`; `secret` (and, while
+    /// rotating, `previous_secret`).
+    Hmac,
+    /// A shared secret in the `X-Leadgate-Token` header or the `token` query parameter
+    /// of the intake URL, for senders that cannot sign (Tilda, amoCRM webhooks).
+    Token,
+    /// Bitrix24 outgoing events: `auth[application_token]` in the body.
+    ApplicationToken,
+    /// No authentication: anyone who reaches the port may deliver. Logged as a
+    /// warning at every start.
+    None,
+}
+
+impl SourceAuth {
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceAuth::Hmac => "hmac",
+            SourceAuth::Token => "token",
+            SourceAuth::ApplicationToken => "application_token",
+            SourceAuth::None => "none",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Reply {
@@ -197,6 +229,92 @@ impl SourceConfig {
             self.reply = Some(reply);
         }
     }
+
+    /// The authentication method: as written, else the one the credentials set imply
+    /// (`application_token` for the bitrix24-event preset). `None` when nothing says.
+    fn infer_auth(&mut self) {
+        if self.auth.is_some() {
+            return;
+        }
+        self.auth =
+            if self.preset == Some(Preset::Bitrix24Event) || self.application_token.is_some() {
+                Some(SourceAuth::ApplicationToken)
+            } else if self.secret.is_some() {
+                Some(SourceAuth::Hmac)
+            } else if self.token.is_some() {
+                Some(SourceAuth::Token)
+            } else {
+                None
+            };
+    }
+
+    /// Fail closed: a method, its credentials, no credentials of another method, and
+    /// no empty secret.
+    fn validate_auth(&self) -> Result<SourceAuth, String> {
+        let name = &self.name;
+        let Some(auth) = self.auth else {
+            return Err(format!(
+                "source `{name}` has no authentication: set secret (HMAC signatures), token \
+                 (a secret in the URL or a header, for senders that cannot sign) or \
+                 application_token (Bitrix24), or auth = \"none\" to accept deliveries from anyone"
+            ));
+        };
+        let credentials = [
+            ("secret", &self.secret, SourceAuth::Hmac),
+            ("previous_secret", &self.previous_secret, SourceAuth::Hmac),
+            ("token", &self.token, SourceAuth::Token),
+            ("previous_token", &self.previous_token, SourceAuth::Token),
+            (
+                "application_token",
+                &self.application_token,
+                SourceAuth::ApplicationToken,
+            ),
+        ];
+        for (field, value, method) in &credentials {
+            if let Some(v) = value {
+                if v.expose().trim().is_empty() {
+                    return Err(format!("source `{name}`: {field} is empty"));
+                }
+                if *method != auth {
+                    return Err(format!(
+                        "source `{name}`: {field} is set but auth = \"{}\"; remove it or set auth = \"{}\"",
+                        auth.name(),
+                        method.name()
+                    ));
+                }
+            }
+        }
+        let needs = match auth {
+            SourceAuth::Hmac => Some(("secret", &self.secret)),
+            SourceAuth::Token => Some(("token", &self.token)),
+            SourceAuth::ApplicationToken => Some(("application_token", &self.application_token)),
+            SourceAuth::None => None,
+        };
+        if let Some((field, None)) = needs {
+            return Err(format!(
+                "source `{name}`: auth = \"{}\" needs {field}",
+                auth.name()
+            ));
+        }
+        if auth == SourceAuth::Hmac && self.replay_window.is_zero() {
+            return Err(format!(
+                "source `{name}`: replay_window must be more than 0"
+            ));
+        }
+        Ok(auth)
+    }
+}
+
+/// Bearer tokens for everything that is not intake: the claim API, the operation and
+/// timeline reads and `/metrics`. An endpoint whose token is not configured answers 401
+/// to everyone. `LEADGATE_INTEGRATION_TOKEN` and `LEADGATE_READ_TOKEN` override the file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// For integrations (n8n): the claim API, and everything `read_token` opens.
+    pub integration_token: Option<Secret>,
+    /// For reading: `GET /v1/operations/…`, the timeline and `/metrics`.
+    pub read_token: Option<Secret>,
 }
 
 /// Cross-channel matching of contact keys.
@@ -263,8 +381,21 @@ pub struct SourceConfig {
     /// `[matching] window`: `create` (default), `link` or `review`.
     #[serde(default)]
     pub on_contact_match: crate::domain::MatchRule,
-    /// When set, deliveries must carry `X-Leadgate-Signature: sha256=<hex HMAC>`.
+    /// How deliveries are authenticated (`hmac`, `token`, `application_token` or
+    /// `none`); implied by the credential that is set when left out.
+    pub auth: Option<SourceAuth>,
+    /// `auth = "hmac"`: the HMAC-SHA256 key deliveries are signed with.
     pub secret: Option<Secret>,
+    /// `auth = "hmac"`: the key being rotated out, accepted as well meanwhile.
+    pub previous_secret: Option<Secret>,
+    /// `auth = "hmac"`: how far a signature's timestamp may be from now.
+    #[serde(default = "default_replay_window", with = "humantime_serde")]
+    pub replay_window: Duration,
+    /// `auth = "token"`: the secret the sender puts into `X-Leadgate-Token` or the
+    /// intake URL's `token` query parameter.
+    pub token: Option<Secret>,
+    /// `auth = "token"`: the token being rotated out, accepted as well meanwhile.
+    pub previous_token: Option<Secret>,
     /// Where the source's own event time is (`json:/pointer` or `form:field`; RFC 3339
     /// or Unix seconds). A delivery whose event is older than the tombstone horizon and
     /// whose key is unknown goes to review instead of creating (a late duplicate).
@@ -321,9 +452,17 @@ pub enum CrmConfig {
         /// catch up (default 120 s; amoCRM documents neither).
         #[serde(default, with = "humantime_serde")]
         settle: Option<Duration>,
+        /// OAuth: a file holding the 64-hex-digit key the tokens are encrypted with in
+        /// the database (`LEADGATE_TOKEN_KEY` takes precedence).
+        #[serde(default)]
+        token_key_file: Option<std::path::PathBuf>,
     },
     /// A home-grown CRM over HTTP, described by templates (see `crm::http`).
     Http(Box<crate::crm::http::HttpConfig>),
+}
+
+fn default_replay_window() -> Duration {
+    Duration::from_secs(300)
 }
 
 fn default_amocrm_rate_limit() -> f64 {
@@ -435,6 +574,13 @@ impl Config {
         if let Ok(listen) = std::env::var("LEADGATE_LISTEN") {
             config.server.listen = listen;
         }
+        if let Ok(t) = std::env::var("LEADGATE_INTEGRATION_TOKEN") {
+            config.api.integration_token = Some(Secret(t));
+        }
+        if let Ok(t) = std::env::var("LEADGATE_READ_TOKEN") {
+            config.api.read_token = Some(Secret(t));
+        }
+        config.validate_api()?;
         Ok(config)
     }
 
@@ -445,9 +591,25 @@ impl Config {
         })?;
         for s in &mut config.sources {
             s.apply_preset();
+            s.infer_auth();
         }
         config.validate()?;
+        config.validate_api()?;
         Ok(config)
+    }
+
+    fn validate_api(&self) -> Result<(), ConfigError> {
+        for (field, value) in [
+            ("integration_token", &self.api.integration_token),
+            ("read_token", &self.api.read_token),
+        ] {
+            if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
+                return Err(ConfigError::Invalid(format!(
+                    "api.{field} is empty: set a long random value, or leave it out to close those endpoints"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -475,6 +637,7 @@ impl Config {
                     s.name
                 ));
             }
+            s.validate_auth().map_err(ConfigError::Invalid)?;
             if !["json:", "header:", "form:"]
                 .iter()
                 .any(|p| s.key.starts_with(p))
@@ -627,6 +790,11 @@ secret = "s3cret"
 [[source]]
 name = "tilda"
 key = "form:tranid"
+token = "t1lda-token"
+
+[api]
+integration_token = "int-t0ken"
+read_token = "read-t0ken"
 
 [crm]
 kind = "bitrix24"
@@ -655,8 +823,15 @@ timeout = "10s"
     fn secrets_never_show_in_debug_output() {
         let c = Config::parse(FULL).unwrap();
         let debug = format!("{c:?}");
-        assert!(!debug.contains("s3cret"), "{debug}");
-        assert!(!debug.contains("/rest/1/secret/"), "{debug}");
+        for secret in [
+            "s3cret",
+            "/rest/1/secret/",
+            "t1lda-token",
+            "int-t0ken",
+            "read-t0ken",
+        ] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
     }
 
     #[test]
@@ -668,9 +843,11 @@ url = "sqlite::memory:"
 [[source]]
 name = "tilda"
 preset = "tilda"
+token = "t"
 [[source]]
 name = "amo"
 preset = "amocrm-webhook"
+token = "t"
 [[source]]
 name = "b24"
 preset = "bitrix24-event"
@@ -681,6 +858,7 @@ preset = "tilda"
 key = "form:formid+tranid"
 reply = "json"
 on_contact_match = "review"
+auth = "none"
 "#,
         )
         .unwrap();
@@ -697,7 +875,10 @@ on_contact_match = "review"
         let b24 = c.source("b24").unwrap();
         assert_eq!(b24.key, "form:event+data[FIELDS][ID]+ts");
         assert!(b24.ignore.contains(&"/auth[application_token]".to_string()));
+        assert_eq!(c.source("tilda").unwrap().auth, Some(SourceAuth::Token));
+        assert_eq!(b24.auth, Some(SourceAuth::ApplicationToken));
         let own = c.source("own").unwrap();
+        assert_eq!(own.auth, Some(SourceAuth::None));
         assert_eq!(
             (own.key.as_str(), own.reply),
             ("form:formid+tranid", Some(Reply::Json))
@@ -709,9 +890,10 @@ on_contact_match = "review"
         .unwrap_err()
         .to_string();
         assert!(err.contains("application_token"), "{err}");
-        let err = Config::parse("[database]\nurl = \"x\"\n[[source]]\nname = \"b\"\n")
-            .unwrap_err()
-            .to_string();
+        let err =
+            Config::parse("[database]\nurl = \"x\"\n[[source]]\nname = \"b\"\nauth = \"none\"\n")
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("has no key"), "{err}");
         let err = Config::parse("[database]\nurl = \"x\"\n[matching]\ndefault_region = \"XX\"\n")
             .unwrap_err()
@@ -772,10 +954,10 @@ on_contact_match = "review"
         let base = "[database]\nurl = \"sqlite::memory:\"\n";
         let cases = [
             ("[worker]\nlease = \"soon\"\n", "lease"),
-            ("[[source]]\nname = \"a b\"\nkey = \"json:/id\"\n", "source name"),
-            ("[[source]]\nname = \"a\"\nkey = \"id\"\n", "must start with"),
-            ("[[source]]\nname = \"a\"\nkey = \"json:/id\"\nignore = [\"x\"]\n", "JSON pointer"),
-            ("[[source]]\nname = \"a\"\nkey = \"json:/id\"\n[[source]]\nname = \"a\"\nkey = \"json:/id\"\n", "twice"),
+            ("[[source]]\nname = \"a b\"\nkey = \"json:/id\"\nauth = \"none\"\n", "source name"),
+            ("[[source]]\nname = \"a\"\nkey = \"id\"\nauth = \"none\"\n", "must start with"),
+            ("[[source]]\nname = \"a\"\nkey = \"json:/id\"\nauth = \"none\"\nignore = [\"x\"]\n", "JSON pointer"),
+            ("[[source]]\nname = \"a\"\nkey = \"json:/id\"\nauth = \"none\"\n[[source]]\nname = \"a\"\nkey = \"json:/id\"\nauth = \"none\"\n", "twice"),
             ("[retry]\nmax_attempts = 0\n", "max_attempts"),
             ("[server]\nlisten_on = \"x\"\n", "listen_on"),
         ];
@@ -791,9 +973,63 @@ on_contact_match = "review"
     fn the_claim_api_source_may_not_be_a_configured_source() {
         let text = "[database]\nurl = \"sqlite::memory:\"\n\
                     [claim_api]\nsource = \"site\"\n\
-                    [[source]]\nname = \"site\"\nkey = \"json:/id\"\n";
+                    [[source]]\nname = \"site\"\nkey = \"json:/id\"\ntoken = \"t\"\n";
         let err = Config::parse(text).unwrap_err().to_string();
         assert!(err.contains("claim_api.source `site`"), "{err}");
         assert!(err.contains("[[source]]"), "{err}");
+    }
+
+    #[test]
+    fn sources_without_authentication_are_refused() {
+        let base = "[database]\nurl = \"sqlite::memory:\"\n";
+        let cases = [
+            // No method at all: refused, naming the source.
+            ("name = \"web\"\nkey = \"json:/id\"\n", "source `web` has no authentication"),
+            ("name = \"tilda\"\npreset = \"tilda\"\n", "source `tilda` has no authentication"),
+            ("name = \"amo\"\npreset = \"amocrm-webhook\"\n", "source `amo` has no authentication"),
+            ("name = \"j\"\npreset = \"generic-json\"\n", "source `j` has no authentication"),
+            // A method without its credential.
+            ("name = \"h\"\nkey = \"json:/id\"\nauth = \"hmac\"\n", "source `h`: auth = \"hmac\" needs secret"),
+            ("name = \"t\"\nkey = \"json:/id\"\nauth = \"token\"\n", "source `t`: auth = \"token\" needs token"),
+            // Empty secrets.
+            ("name = \"e\"\nkey = \"json:/id\"\nsecret = \"\"\n", "source `e`: secret is empty"),
+            ("name = \"e\"\nkey = \"json:/id\"\ntoken = \"  \"\n", "source `e`: token is empty"),
+            ("name = \"e\"\nkey = \"json:/id\"\nsecret = \"k\"\nprevious_secret = \"\"\n", "source `e`: previous_secret is empty"),
+            ("name = \"b\"\npreset = \"bitrix24-event\"\napplication_token = \"\"\n", "source `b`: application_token is empty"),
+            // Credentials of another method than the one named.
+            ("name = \"m\"\nkey = \"json:/id\"\nauth = \"none\"\nsecret = \"k\"\n", "source `m`: secret is set but auth = \"none\""),
+            ("name = \"m\"\nkey = \"json:/id\"\nauth = \"token\"\ntoken = \"t\"\nsecret = \"k\"\n", "source `m`: secret is set"),
+            ("name = \"w\"\nkey = \"json:/id\"\nsecret = \"k\"\nreplay_window = \"0s\"\n", "replay_window"),
+        ];
+        for (source, needle) in cases {
+            let err = Config::parse(&format!("{base}[[source]]\n{source}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{source:?}: {err}");
+        }
+        for (api, needle) in [
+            (
+                "[api]\nintegration_token = \"\"\n",
+                "api.integration_token is empty",
+            ),
+            ("[api]\nread_token = \" \"\n", "api.read_token is empty"),
+        ] {
+            let err = Config::parse(&format!("{base}{api}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{api:?}: {err}");
+        }
+        // Each method with its credential is accepted, and the method is implied.
+        let c = Config::parse(&format!(
+            "{base}[[source]]\nname = \"h\"\nkey = \"json:/id\"\nsecret = \"k\"\nprevious_secret = \"o\"\n\
+             [[source]]\nname = \"t\"\npreset = \"tilda\"\ntoken = \"x\"\nprevious_token = \"y\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.source("h").unwrap().auth, Some(SourceAuth::Hmac));
+        assert_eq!(
+            c.source("h").unwrap().replay_window,
+            Duration::from_secs(300)
+        );
+        assert_eq!(c.source("t").unwrap().auth, Some(SourceAuth::Token));
     }
 }

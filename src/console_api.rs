@@ -150,7 +150,22 @@ impl Settings {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
         let text = serde_json::to_string_pretty(self).expect("settings serialise");
-        std::fs::write(path, text).map_err(fail)
+        // The database URL may hold a password: readable by its owner only, also when
+        // the file was created by an older version with wider permissions.
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            options.mode(0o600);
+            if path.exists() {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(fail)?;
+            }
+        }
+        use std::io::Write;
+        let mut file = options.open(path).map_err(fail)?;
+        file.write_all(text.as_bytes()).map_err(fail)
     }
 }
 
@@ -206,7 +221,9 @@ impl ConsoleState {
         if !live {
             return Ok(());
         }
-        let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+        // The same TLS policy as the store's own connections.
+        let pool = sqlx::PgPool::connect_lazy_with(store::postgres::connect_options(url)?);
+        let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
         listener.listen(CHANGES_CHANNEL).await?;
         let changes = self.changes.clone();
         let task = tokio::spawn(async move {
@@ -1028,9 +1045,22 @@ fn op_row(o: Operation, since: impl Fn(&Operation) -> DateTime<Utc>) -> QueueRow
     }
 }
 
+/// The link to a CRM entity: `{id}` in the template replaced by the `crm_id`,
+/// percent-encoded — the id is the CRM's (or a person's) text, so it must stay one path
+/// segment or query value and never add a scheme, host or path of its own.
+pub fn crm_url(template: &str, crm_id: &str) -> Option<String> {
+    (!template.is_empty()).then(|| {
+        template.replace(
+            "{id}",
+            &percent_encoding::utf8_percent_encode(crm_id, percent_encoding::NON_ALPHANUMERIC)
+                .to_string(),
+        )
+    })
+}
+
 pub fn op_view(o: Operation, crm_url_template: Option<&str>) -> OperationView {
     let crm_url = match (&o.crm_id, crm_url_template) {
-        (Some(id), Some(t)) if !t.is_empty() => Some(t.replace("{id}", id)),
+        (Some(id), Some(t)) => crm_url(t, id),
         _ => None,
     };
     OperationView {
@@ -1120,4 +1150,36 @@ pub fn typescript_bindings() -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn crm_urls_encode_the_id() {
+        let t = "https://acme.bitrix24.ru/crm/lead/details/{id}/";
+        assert_eq!(
+            super::crm_url(t, "7001").as_deref(),
+            Some("https://acme.bitrix24.ru/crm/lead/details/7001/")
+        );
+        // An id cannot leave its path segment: no new path, query, host or scheme.
+        for (id, encoded) in [
+            ("../../admin", "%2E%2E%2F%2E%2E%2Fadmin"),
+            (
+                "1?next=https://evil.example",
+                "1%3Fnext%3Dhttps%3A%2F%2Fevil%2Eexample",
+            ),
+            ("1#x", "1%23x"),
+            ("@evil.example", "%40evil%2Eexample"),
+            ("1 2", "1%202"),
+        ] {
+            assert_eq!(
+                super::crm_url(t, id),
+                Some(format!(
+                    "https://acme.bitrix24.ru/crm/lead/details/{encoded}/"
+                )),
+                "{id}"
+            );
+        }
+        assert_eq!(super::crm_url("", "1"), None);
+    }
 }

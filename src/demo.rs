@@ -18,6 +18,10 @@ pub struct Demo {
     store: std::sync::Arc<dyn Store>,
     /// Distinguishes this run's keys from an earlier run's on the same database.
     run: String,
+    /// The `site` source's HMAC key: every delivery is signed.
+    site_secret: crate::config::Secret,
+    /// Reads operations with `[api] read_token` (or the integration token).
+    read_token: crate::config::Secret,
 }
 
 struct Row {
@@ -28,8 +32,25 @@ struct Row {
 }
 
 impl Demo {
-    pub fn new(gateway: &str, crm: &str, store: std::sync::Arc<dyn Store>) -> Demo {
-        Demo {
+    /// The demo delivers to the configuration's `site` source, which must be signed
+    /// (`secret`), and reads operations with its `[api]` read or integration token.
+    pub fn new(
+        gateway: &str,
+        crm: &str,
+        store: std::sync::Arc<dyn Store>,
+        config: &crate::config::Config,
+    ) -> anyhow::Result<Demo> {
+        let site_secret = config
+            .source("site")
+            .and_then(|s| s.secret.clone())
+            .context("the demo needs a `site` source with an HMAC secret")?;
+        let read_token = config
+            .api
+            .read_token
+            .clone()
+            .or_else(|| config.api.integration_token.clone())
+            .context("the demo needs [api] read_token to read operations")?;
+        Ok(Demo {
             gateway: gateway.trim_end_matches('/').to_owned(),
             crm: crm.trim_end_matches('/').to_owned(),
             http: reqwest::Client::builder()
@@ -38,7 +59,9 @@ impl Demo {
                 .expect("HTTP client"),
             store,
             run: store::now().format("%H%M%S").to_string(),
-        }
+            site_secret,
+            read_token,
+        })
     }
 
     fn key(&self, name: &str) -> String {
@@ -52,10 +75,17 @@ impl Demo {
     }
 
     async fn post(&self, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let body = serde_json::to_vec(body)?;
+        let now = store::now().timestamp();
+        let signature =
+            crate::intake::sources::sign(self.site_secret.expose().as_bytes(), now, &body);
         let res = self
             .http
             .post(format!("{}/v1/intake/site", self.gateway))
-            .json(body)
+            .header("content-type", "application/json")
+            .header(crate::intake::sources::TIMESTAMP_HEADER, now.to_string())
+            .header(crate::intake::sources::SIGNATURE_HEADER, signature)
+            .body(body)
             .send()
             .await?;
         Ok((res.status().as_u16(), res.json().await?))
@@ -68,7 +98,14 @@ impl Demo {
             self.gateway,
             percent_encoding::utf8_percent_encode(&id, percent_encoding::NON_ALPHANUMERIC)
         );
-        Ok(self.http.get(url).send().await?.json().await?)
+        Ok(self
+            .http
+            .get(url)
+            .bearer_auth(self.read_token.expose())
+            .send()
+            .await?
+            .json()
+            .await?)
     }
 
     async fn wait_status(&self, key: &str, status: &str) -> anyhow::Result<Value> {

@@ -14,4 +14,5 @@ pub mod metrics;
 pub mod reconcile;
 pub mod report;
 pub mod store;
+pub mod supervise;
 pub mod worker;

@@ -97,9 +97,19 @@ pub async fn look_up(
     budget: Duration,
 ) -> (Result<Lookup, CrmError>, Vec<NewEvent>) {
     let id = claim.operation.operation_id.as_str();
-    let (result, exchange) = match tokio::time::timeout(budget, crm.find(id)).await {
-        Ok(answer) => answer,
-        Err(_) => cut_off("lookup", budget),
+    let (result, exchange) = match crm.pace().await {
+        Err(e) => (
+            Err(e),
+            crate::crm::Exchange {
+                request: json!({"call": "lookup"}),
+                response: json!({"sent": false}),
+            },
+        ),
+        Ok(()) => match tokio::time::timeout(budget, crate::crm::rate::prepaid(crm.find(id))).await
+        {
+            Ok(answer) => answer,
+            Err(_) => cut_off("lookup", budget),
+        },
     };
     let mut events = exchange_events(
         "reconcile_request",

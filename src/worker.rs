@@ -21,6 +21,7 @@ use crate::reconcile;
 use crate::store::{
     self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Operation, Store, StoreError,
 };
+use crate::supervise::{supervise, RESTART_DELAY};
 
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -56,22 +57,37 @@ impl Worker {
     /// attempt in flight is finished before a loop stops.
     pub async fn run(self, shutdown: watch::Receiver<bool>) {
         let mut tasks = tokio::task::JoinSet::new();
+        // Supervised: a loop that panics is logged and restarted (crate::supervise).
         for n in 0..self.settings.concurrency.max(1) {
             let mut w = self.clone();
             w.owner = format!("{}:{n}", self.owner);
-            tasks.spawn(w.claim_loop(shutdown.clone()));
+            let rx = shutdown.clone();
+            tasks.spawn(supervise(
+                "claim loop",
+                rx.clone(),
+                RESTART_DELAY,
+                move || w.clone().claim_loop(rx.clone()),
+            ));
         }
         let r = self.clone();
-        tasks.spawn(async move {
-            reconcile::run(
-                r.store,
-                r.crm,
-                r.settings,
-                format!("reconciler:{}", r.owner),
-                shutdown,
-            )
-            .await
-        });
+        tasks.spawn(supervise(
+            "reconciler",
+            shutdown.clone(),
+            RESTART_DELAY,
+            move || {
+                let (r, shutdown) = (r.clone(), shutdown.clone());
+                async move {
+                    reconcile::run(
+                        r.store,
+                        r.crm,
+                        r.settings,
+                        format!("reconciler:{}", r.owner),
+                        shutdown,
+                    )
+                    .await
+                }
+            },
+        ));
         while tasks.join_next().await.is_some() {}
     }
 
@@ -138,6 +154,31 @@ impl Worker {
                 return self.finish(&claim.lease, outcome, before).await;
             }
         }
+        // A token refresh and the connector's pacing wait come first: they are not part
+        // of the call's budget. If they fail, nothing was sent.
+        if let Err(e) = self.crm.pace().await {
+            tracing::warn!(class = %e.class, "could not get ready to call the CRM");
+            let failure = Failure {
+                class: e.class,
+                message: e.message.clone(),
+            };
+            let outcome = match e.class.decision() {
+                RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
+                    connector: self.crm.connector().to_owned(),
+                    failure,
+                },
+                _ => retry_or_exhausted(
+                    &self.settings.retry,
+                    claim,
+                    failure,
+                    e.retry_after,
+                    self.store.now(),
+                ),
+            };
+            let note = NewEvent::new("not_sent", json!({"class": e.class, "error": e.message}));
+            before.push(note);
+            return self.finish(&claim.lease, outcome, before).await;
+        }
         // Recorded before the call: if this process dies mid-call, the timeline still
         // shows that a create may have reached the CRM. The lease is extended to cover
         // the whole call; a holder whose lease ran out does not call at all.
@@ -145,8 +186,6 @@ impl Worker {
             "attempt_started",
             json!({"connector": self.crm.connector(), "attempt": op.attempts, "granted": claim.granted}),
         ));
-        // The connector's pacing wait comes first: it is not part of the call's budget.
-        self.crm.pace().await;
         let armed_at = Instant::now();
         let lease = match self
             .store

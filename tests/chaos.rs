@@ -26,6 +26,9 @@ use rand::Rng;
 use serde_json::json;
 
 const CREATE: &str = "crm.lead.add";
+/// The site source's intake token and the gateways' read token.
+const TOKEN: &str = "chaos-intake-token";
+const READ: &str = "chaos-read-token";
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -238,9 +241,12 @@ concurrency = 4
 max_attempts = 30
 base_delay = "100ms"
 max_delay = "1s"
+[api]
+read_token = "{READ}"
 [[source]]
 name = "site"
 key = "json:/submission_id"
+token = "{TOKEN}"
 [crm]
 kind = "bitrix24"
 webhook_url = "{webhook}"
@@ -316,6 +322,7 @@ async fn deliver(
         figures.deliveries += 1;
         let res = http
             .post(format!("{base}/v1/intake/site"))
+            .header("x-leadgate-token", TOKEN)
             .timeout(Duration::from_secs(5))
             .json(&body)
             .send()
@@ -444,7 +451,10 @@ async fn chaos(db_url: &str, pg: Option<&PgCluster>) -> Figures {
     );
     figures.entities = per_key.values().sum();
     figures.create_calls = fake.calls(CREATE);
-    let text = reqwest::get(format!("{}/metrics", bases[0]))
+    let text = http
+        .get(format!("{}/metrics", bases[0]))
+        .bearer_auth(READ)
+        .send()
         .await
         .unwrap()
         .text()

@@ -87,7 +87,69 @@ pub struct OAuth {
     pub refresh_token: String,
     /// Where the current tokens live, shared by every process.
     pub store: Arc<dyn Store>,
+    /// Seals the tokens in the store (`crm_tokens` holds ciphertext only).
+    pub vault: crate::crm::vault::Vault,
 }
+
+impl OAuth {
+    /// The shared row, opened. A row this key cannot open (the key changed, or the row
+    /// is damaged) is logged and read as if it held the configured refresh token: the
+    /// next refresh tries that one and, if amoCRM accepts it, overwrites the row
+    /// (compare-and-set on its version); if not, the connector pauses as for any refused
+    /// refresh token.
+    async fn read_row(&self) -> store::Result<Option<CrmToken>> {
+        let Some(row) = self.store.crm_token(CONNECTOR).await? else {
+            return Ok(None);
+        };
+        let opened = (|| {
+            Ok::<_, crate::crm::vault::OpenError>(CrmToken {
+                access_token: row
+                    .access_token
+                    .as_deref()
+                    .map(|t| self.vault.open(ACCESS_CONTEXT, t))
+                    .transpose()?,
+                refresh_token: self.vault.open(REFRESH_CONTEXT, &row.refresh_token)?,
+                ..row.clone()
+            })
+        })();
+        Ok(Some(opened.unwrap_or_else(|e| {
+            tracing::error!(
+                error = %e,
+                "amocrm: the stored OAuth tokens cannot be decrypted (was LEADGATE_TOKEN_KEY or \
+                 token_key_file changed?); trying the configured refresh_token"
+            );
+            CrmToken {
+                access_token: None,
+                refresh_token: self.refresh_token.clone(),
+                expires_at: None,
+                version: row.version,
+            }
+        })))
+    }
+
+    /// Saves `token` sealed (see [`Store::save_crm_token`] for `expected_version`).
+    async fn write_row(
+        &self,
+        token: &CrmToken,
+        expected_version: Option<i64>,
+    ) -> store::Result<bool> {
+        let sealed = CrmToken {
+            access_token: token
+                .access_token
+                .as_deref()
+                .map(|t| self.vault.seal(ACCESS_CONTEXT, t)),
+            refresh_token: self.vault.seal(REFRESH_CONTEXT, &token.refresh_token),
+            ..token.clone()
+        };
+        self.store
+            .save_crm_token(CONNECTOR, &sealed, expected_version)
+            .await
+    }
+}
+
+/// Associated data of the sealed columns: a value cannot be moved to another column.
+const ACCESS_CONTEXT: &str = "crm_tokens/amocrm/access_token";
+const REFRESH_CONTEXT: &str = "crm_tokens/amocrm/refresh_token";
 
 /// How to reach one amoCRM account.
 #[derive(Clone)]
@@ -485,11 +547,11 @@ impl AmoCrm {
 
     /// The shared row, seeded from the configured refresh token on the first run.
     async fn load(&self, st: &OAuthState) -> Result<CrmToken, CrmError> {
-        let store = &st.config.store;
+        let store = &st.config;
         let unavailable = |e: store::StoreError| {
             CrmError::new(ErrorClass::NotSent, format!("{CONNECTOR} token store: {e}"))
         };
-        if let Some(row) = store.crm_token(CONNECTOR).await.map_err(unavailable)? {
+        if let Some(row) = store.read_row().await.map_err(unavailable)? {
             return Ok(row);
         }
         let seed = CrmToken {
@@ -499,34 +561,27 @@ impl AmoCrm {
             version: 0,
         };
         // Insert-if-absent: another process may seed (or refresh) at the same time.
-        store
-            .save_crm_token(CONNECTOR, &seed, None)
-            .await
-            .map_err(unavailable)?;
-        store
-            .crm_token(CONNECTOR)
-            .await
-            .map_err(unavailable)?
-            .ok_or_else(|| {
-                CrmError::new(
-                    ErrorClass::NotSent,
-                    format!("{CONNECTOR} token store: no token row"),
-                )
-            })
+        store.write_row(&seed, None).await.map_err(unavailable)?;
+        store.read_row().await.map_err(unavailable)?.ok_or_else(|| {
+            CrmError::new(
+                ErrorClass::NotSent,
+                format!("{CONNECTOR} token store: no token row"),
+            )
+        })
     }
 
     /// Writes a fresh pair under the version it was refreshed from; if someone else
     /// wrote first, theirs is the shared truth.
     async fn save(&self, st: &OAuthState, fresh: CrmToken, from: i64) -> Result<Current, CrmError> {
-        let store = &st.config.store;
+        let store = &st.config;
         let fresh = CrmToken {
             version: from + 1,
             ..fresh
         };
-        match store.save_crm_token(CONNECTOR, &fresh, Some(from)).await {
+        match store.write_row(&fresh, Some(from)).await {
             Ok(true) => {}
             Ok(false) => {
-                if let Ok(Some(theirs)) = store.crm_token(CONNECTOR).await {
+                if let Ok(Some(theirs)) = store.read_row().await {
                     if let Some(c) = adopt(st, &theirs) {
                         return Ok(c);
                     }
@@ -550,13 +605,7 @@ impl AmoCrm {
         let pending = st.unsaved.lock().expect("token state").clone();
         if let Some((token, from)) = pending {
             // `false`: someone refreshed since; their row wins and ours is dropped.
-            if st
-                .config
-                .store
-                .save_crm_token(CONNECTOR, &token, Some(from))
-                .await
-                .is_ok()
-            {
+            if st.config.write_row(&token, Some(from)).await.is_ok() {
                 *st.unsaved.lock().expect("token state") = None;
             }
         }
@@ -865,8 +914,11 @@ impl Crm for AmoCrm {
         false
     }
 
-    async fn pace(&self) {
+    async fn pace(&self) -> Result<(), CrmError> {
+        // A refresh here runs outside any call's budget (and to its end: see `bearer`).
+        self.bearer(None, &mut Map::new()).await?;
         self.limiter.acquire().await;
+        Ok(())
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
@@ -994,6 +1046,15 @@ impl Crm for AmoCrm {
             },
         )
     }
+}
+
+/// For `fuzz/`: one amoCRM answer through the adapter's parsing (an error answer and a
+/// `leads/complex` result). Not part of the API.
+#[doc(hidden)]
+pub fn fuzz_answer(status: u16, body: &[u8]) {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    let _ = error_answer("create", status, &HeaderMap::new(), body, &["s3cret"]);
+    let _ = complex_result(body);
 }
 
 #[cfg(test)]
@@ -1428,6 +1489,29 @@ mod tests {
 
     // ---- OAuth -------------------------------------------------------------------
 
+    /// The shared row as the adapter sees it (opened with the tests' key), after
+    /// checking that the database holds ciphertext only.
+    async fn stored_row(store: &Arc<dyn Store>) -> CrmToken {
+        let raw = store.crm_token(CONNECTOR).await.unwrap().unwrap();
+        assert!(
+            crate::crm::vault::Vault::is_sealed(&raw.refresh_token)
+                && raw
+                    .access_token
+                    .as_deref()
+                    .is_none_or(crate::crm::vault::Vault::is_sealed),
+            "crm_tokens holds ciphertext only"
+        );
+        let v = crate::crm::vault::Vault::new([3; 32]);
+        CrmToken {
+            access_token: raw
+                .access_token
+                .as_deref()
+                .map(|a| v.open(ACCESS_CONTEXT, a).unwrap()),
+            refresh_token: v.open(REFRESH_CONTEXT, &raw.refresh_token).unwrap(),
+            ..raw
+        }
+    }
+
     async fn memory_store() -> Arc<dyn Store> {
         store::connect("sqlite::memory:").await.unwrap()
     }
@@ -1441,6 +1525,7 @@ mod tests {
                 redirect_uri,
                 refresh_token: fake.initial_refresh_token(),
                 store: store.clone(),
+                vault: crate::crm::vault::Vault::new([3; 32]),
             }),
             ..settings(fake)
         }
@@ -1473,7 +1558,7 @@ mod tests {
         assert_eq!(res.unwrap(), "1");
         assert_eq!(ex.response["token_refresh"]["status"], 200);
         assert_eq!(fake.calls(fake_amocrm::TOKEN), 1);
-        let row = store.crm_token(CONNECTOR).await.unwrap().unwrap();
+        let row = stored_row(&store).await;
         assert_eq!(row.version, 1);
         assert_eq!(row.refresh_token, fake.current_refresh_token());
         assert_ne!(row.refresh_token, fake.initial_refresh_token());
@@ -1591,7 +1676,7 @@ mod tests {
         })
         .unwrap();
         fixed.create(&lead("site:r2")).await.0.unwrap();
-        let row = store.crm_token(CONNECTOR).await.unwrap().unwrap();
+        let row = stored_row(&store).await;
         assert_eq!(row.refresh_token, fake.current_refresh_token());
         // The old adapter picks the repaired row up instead of failing again.
         crm.create(&lead("site:r3")).await.0.unwrap();
@@ -1625,7 +1710,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1100)).await;
         }
         assert_eq!(fake.leads().len(), 12);
-        let row = store.crm_token(CONNECTOR).await.unwrap().unwrap();
+        let row = stored_row(&store).await;
         assert_eq!(
             (row.version, row.refresh_token),
             (2, fake.current_refresh_token())

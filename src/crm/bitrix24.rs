@@ -208,7 +208,7 @@ impl Bitrix24 {
             if status.is_redirection() && hops < MAX_REDIRECTS {
                 // The portal moved to another domain: nothing was executed here, so
                 // repeating the same POST at the new address is safe.
-                if let Some(next) = redirect_target(&url, resp.headers()) {
+                if let Some(next) = redirect_target(&url, &self.webhook_url, resp.headers()) {
                     hops += 1;
                     url = next;
                     continue;
@@ -237,10 +237,22 @@ impl Bitrix24 {
     }
 }
 
-fn redirect_target(current: &str, headers: &HeaderMap) -> Option<String> {
+/// Where a redirect points, if it may be followed: only within the webhook's own origin
+/// (same host and port) and only over https. A redirect elsewhere — another host, or a
+/// downgrade to http — would hand the webhook secret in the path to whoever answers
+/// there; it is not followed, and the 3xx pauses the connector for a person.
+fn redirect_target(current: &str, webhook_url: &str, headers: &HeaderMap) -> Option<String> {
     let location = headers.get(LOCATION)?.to_str().ok()?;
     let base = reqwest::Url::parse(current).ok()?;
-    Some(base.join(location).ok()?.to_string())
+    let origin = reqwest::Url::parse(webhook_url).ok()?;
+    let next = base.join(location).ok()?;
+    let same_origin = next.scheme() == "https"
+        && origin.scheme() == "https"
+        && next.host_str() == origin.host_str()
+        && next.port_or_known_default() == origin.port_or_known_default()
+        && next.username().is_empty()
+        && next.password().is_none();
+    same_origin.then(|| next.to_string())
 }
 
 /// Bitrix24 error codes and what they mean for Leadgate, from `shared/crm/FACTS.md`.
@@ -375,8 +387,11 @@ fn retry_after(headers: &HeaderMap, json: Option<&Value>) -> Option<Duration> {
         });
     let from_body = || {
         let reset_at = json?.pointer("/time/operating_reset_at")?.as_f64()?;
-        let secs = reset_at - chrono::Utc::now().timestamp() as f64;
-        Some(Duration::from_secs_f64(secs.max(0.0)))
+        // Clamped before it becomes a Duration: the portal's number may be anything
+        // (1e20 would overflow and panic in `Duration::from_secs_f64`).
+        let secs = (reset_at - chrono::Utc::now().timestamp() as f64)
+            .clamp(0.0, MAX_RETRY_AFTER.as_secs_f64());
+        Duration::try_from_secs_f64(secs).ok()
     };
     from_header
         .or_else(from_body)
@@ -517,6 +532,29 @@ impl Crm for Bitrix24 {
         };
         (result, exchange)
     }
+}
+
+/// For `fuzz/`: one Bitrix24 answer through the same parsing and classification the
+/// adapter uses. Not part of the API.
+#[doc(hidden)]
+pub fn fuzz_answer(status: u16, retry_after: &str, body: &[u8]) {
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = retry_after.parse() {
+        headers.insert(RETRY_AFTER, v);
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let _ = interpret("crm.lead.add", status, &headers, body, &["s3cret"]);
+    let _ = redirect_target(
+        "https://a.bitrix24.ru/rest/1/s/crm.lead.add.json",
+        "https://a.bitrix24.ru/rest/1/s/",
+        &{
+            let mut h = HeaderMap::new();
+            if let Ok(v) = String::from_utf8_lossy(body).parse() {
+                h.insert(LOCATION, v);
+            }
+            h
+        },
+    );
 }
 
 #[cfg(test)]
@@ -971,5 +1009,72 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(retry_after(&HeaderMap::new(), None), None);
+    }
+
+    #[test]
+    fn absurd_reset_times_never_panic() {
+        // Found in review: 1e20 made Duration::from_secs_f64 panic and killed the loop.
+        for reset in [1e20, 1.7e308, -1e20, -1.7e308, 0.0, 1e-300] {
+            let body = json!({"time": {"operating_reset_at": reset}});
+            let d = retry_after(&HeaderMap::new(), Some(&body)).unwrap();
+            assert!(d <= MAX_RETRY_AFTER, "{reset}: {d:?}");
+        }
+        let body = json!({"time": {"operating_reset_at": 1e20}});
+        assert_eq!(
+            retry_after(&HeaderMap::new(), Some(&body)),
+            Some(MAX_RETRY_AFTER)
+        );
+        // The whole answer, as the worker sees it.
+        let answer = br#"{"error":"QUERY_LIMIT_EXCEEDED","time":{"operating_reset_at":1e20}}"#;
+        let err = interpret(
+            "crm.lead.add",
+            StatusCode::SERVICE_UNAVAILABLE,
+            &HeaderMap::new(),
+            answer,
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.retry_after, Some(MAX_RETRY_AFTER));
+    }
+
+    #[test]
+    fn redirects_are_followed_only_within_the_https_origin() {
+        let hook = "https://acme.bitrix24.ru/rest/1/s3cr3t/";
+        let at = |loc: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(LOCATION, loc.parse().unwrap());
+            redirect_target(&format!("{hook}crm.lead.add.json"), hook, &h)
+        };
+        assert_eq!(
+            at("/rest/1/s3cr3t/crm.lead.add.json?x=1").as_deref(),
+            Some("https://acme.bitrix24.ru/rest/1/s3cr3t/crm.lead.add.json?x=1")
+        );
+        assert_eq!(
+            at("https://acme.bitrix24.ru:443/rest/2/").as_deref(),
+            Some("https://acme.bitrix24.ru/rest/2/")
+        );
+        for refused in [
+            "https://evil.example/rest/1/s3cr3t/crm.lead.add.json",
+            "http://acme.bitrix24.ru/rest/1/s3cr3t/crm.lead.add.json",
+            "https://acme.bitrix24.ru:8443/rest/",
+            "https://acme.bitrix24.ru.evil.example/",
+            "//evil.example/x",
+            "https://user:pw@acme.bitrix24.ru/",
+            "ftp://acme.bitrix24.ru/",
+        ] {
+            assert_eq!(at(refused), None, "{refused}");
+        }
+        // An http webhook (a test portal) follows no redirect at all.
+        let mut h = HeaderMap::new();
+        h.insert(LOCATION, "/rest/1/x/".parse().unwrap());
+        assert_eq!(
+            redirect_target(
+                "http://127.0.0.1:1/rest/1/x/a",
+                "http://127.0.0.1:1/rest/1/x/",
+                &h
+            ),
+            None
+        );
     }
 }

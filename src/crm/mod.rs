@@ -21,6 +21,7 @@ pub mod fake_amocrm;
 pub mod fake_bitrix24;
 pub mod http;
 pub mod rate;
+pub mod vault;
 
 /// What the worker asks a CRM to create, mapped from the payload.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -167,10 +168,14 @@ pub trait Crm: Send + Sync + 'static {
     fn connector(&self) -> &str;
     /// Whether "not found" from `find` proves no entity exists (Bitrix24: yes).
     fn lookup_is_authoritative(&self) -> bool;
-    /// Waits until the connector's rate limit lets one request go (amoCRM's 7 per
-    /// second). The worker calls it before it arms a lease and then runs `create` inside
-    /// [`rate::prepaid`], so the pacing wait never eats into the call's budget.
-    async fn pace(&self) {}
+    /// Gets ready for one call outside its budget: a fresh access token where the
+    /// connector refreshes them (amoCRM OAuth), then a turn of its rate limit (amoCRM's 7
+    /// per second). The worker and the reconciler call it before a call's budget starts
+    /// and then run the call inside [`rate::prepaid`], so neither a token refresh nor the
+    /// pacing wait eats into it. An error means nothing was sent.
+    async fn pace(&self) -> Result<(), CrmError> {
+        Ok(())
+    }
     /// Creates one entity carrying the operation id as external key. Returns the new id.
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange);
     /// Finds entities by external key.
@@ -208,6 +213,7 @@ pub fn from_config(
             pipeline_id,
             rate_limit,
             timeout,
+            token_key_file,
             ..
         } => std::sync::Arc::new(amocrm::AmoCrm::new(amocrm::Settings {
             base_url: base_url.clone(),
@@ -222,6 +228,8 @@ pub fn from_config(
                         redirect_uri: redirect.clone(),
                         refresh_token: refresh.expose().to_owned(),
                         store,
+                        vault: vault::Vault::from_env_or_file(token_key_file.as_deref())
+                            .map_err(ConfigError)?,
                     })
                 }
                 _ => {
@@ -264,26 +272,30 @@ pub const MAX_MESSAGE_CHARS: usize = 300;
 /// collapses whitespace, replaces each of `redact` (secrets, contact values) with `***`
 /// and caps the length at [`MAX_MESSAGE_CHARS`].
 pub fn clean_message(text: &str, redact: &[&str]) -> String {
-    let mut plain = String::with_capacity(text.len());
-    let mut in_tag = false;
-    for c in text.chars() {
-        match c {
-            '<' => {
-                in_tag = true;
-                plain.push(' ');
-            }
-            '>' if in_tag => in_tag = false,
-            _ if !in_tag => plain.push(c),
-            _ => {}
-        }
-    }
-    let plain = plain
+    // Entities are decoded first and tags stripped after: decoding last would turn
+    // `&lt;script&gt;` back into markup. Control and invisible formatting characters
+    // (bidirectional overrides, zero-width) become spaces.
+    let decoded = text
         .replace("&nbsp;", " ")
         .replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&quot;", "\"")
         .replace("&#039;", "'")
         .replace("&amp;", "&");
+    let mut plain = String::with_capacity(decoded.len());
+    let mut in_tag = false;
+    for c in decoded.chars() {
+        match c {
+            '<' => {
+                in_tag = true;
+                plain.push(' ');
+            }
+            '>' if in_tag => in_tag = false,
+            _ if in_tag => {}
+            c if c.is_control() || is_format_char(c) => plain.push(' '),
+            c => plain.push(c),
+        }
+    }
     let mut out = plain.split_whitespace().collect::<Vec<_>>().join(" ");
     for secret in redact {
         // Very short values would redact ordinary words; they are not identifying.
@@ -298,6 +310,16 @@ pub fn clean_message(text: &str, redact: &[&str]) -> String {
         }
         None => out,
     }
+}
+
+/// Invisible formatting characters: zero-width, bidirectional controls, BOM.
+fn is_format_char(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}'
+        | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
 }
 
 /// Classifies a transport failure of `reqwest` — the part of classification that is
@@ -428,6 +450,31 @@ mod tests {
         );
         let long = "é".repeat(1000);
         assert_eq!(clean_message(&long, &[]).chars().count(), MAX_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn clean_message_never_brings_html_back_and_drops_control_characters() {
+        // Found in review: entities were decoded after the tags were stripped.
+        for encoded in [
+            "bad &lt;script&gt;alert(1)&lt;/script&gt; value",
+            "bad &lt;img src=x onerror=alert(1)&gt; value",
+            "bad <b>&lt;</b>script&gt; value",
+        ] {
+            let out = clean_message(encoded, &[]);
+            // No `<` survives, so no markup can be formed from what is left.
+            assert!(!out.contains('<'), "{encoded} -> {out}");
+            assert!(out.starts_with("bad") && out.ends_with("value"), "{out}");
+        }
+        // A double-encoded entity stays text.
+        assert_eq!(clean_message("a &amp;lt;b&amp;gt; c", &[]), "a &lt;b&gt; c");
+        assert_eq!(
+            clean_message("line1\r\nline2\u{0}\u{1b}[31mred\u{7}", &[]),
+            "line1 line2 [31mred"
+        );
+        assert_eq!(
+            clean_message("id \u{202e}cod.exe\u{200b}!", &[]),
+            "id cod.exe !"
+        );
     }
 
     #[test]

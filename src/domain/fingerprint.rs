@@ -29,6 +29,51 @@ pub enum FingerprintError {
     BadPointer(String),
     #[error("the payload cannot be canonicalised: {0}")]
     Canonical(#[from] serde_json::Error),
+    #[error(
+        "a number in the payload is too large to be compared exactly (an integer beyond 2^53 \
+         written in exponent form, or beyond 64 bits); send it as a string"
+    )]
+    InexactNumber,
+}
+
+/// Integers above this (2^53) are not exact as IEEE doubles, which RFC 8785 writes numbers as.
+const EXACT_LIMIT: u64 = 1 << 53;
+
+/// The name of the object an integer beyond 2^53 is hashed as (see [`exact_numbers`]).
+/// It holds a NUL character, which no stored payload can (intake refuses them), so the
+/// stand-in never collides with real data.
+const BIG_INTEGER: &str = "\u{0}leadgate:integer";
+
+/// RFC 8785 writes every number as an IEEE double, so 9007199254740993 and
+/// 9007199254740992 would hash alike and a real change could pass as a duplicate.
+/// Integers beyond 2^53 that serde_json read exactly (64-bit) are hashed by their
+/// decimal digits instead; a number serde_json could only read as an inexact double
+/// beyond 2^53 is refused. Payloads without such numbers hash as before.
+fn exact_numbers(v: &mut Value) -> Result<(), FingerprintError> {
+    match v {
+        Value::Number(n) => {
+            let digits = if let Some(u) = n.as_u64() {
+                (u > EXACT_LIMIT).then(|| u.to_string())
+            } else if let Some(i) = n.as_i64() {
+                (i.unsigned_abs() > EXACT_LIMIT).then(|| i.to_string())
+            } else {
+                let f = n.as_f64().unwrap_or(0.0);
+                if f.fract() == 0.0 && f.abs() >= EXACT_LIMIT as f64 {
+                    return Err(FingerprintError::InexactNumber);
+                }
+                None
+            };
+            if let Some(digits) = digits {
+                let mut stand_in = serde_json::Map::new();
+                stand_in.insert(BIG_INTEGER.to_owned(), Value::String(digits));
+                *v = Value::Object(stand_in);
+            }
+            Ok(())
+        }
+        Value::Array(items) => items.iter_mut().try_for_each(exact_numbers),
+        Value::Object(map) => map.values_mut().try_for_each(exact_numbers),
+        _ => Ok(()),
+    }
 }
 
 /// Fingerprints the business data of a payload: the fields at the `ignore`d JSON
@@ -41,6 +86,7 @@ pub fn fingerprint(payload: &Value, ignore: &[String]) -> Result<Fingerprint, Fi
     for pointer in ignore {
         remove_pointer(&mut data, pointer)?;
     }
+    exact_numbers(&mut data)?;
     let canonical = serde_json_canonicalizer::to_vec(&data)?;
     Ok(Fingerprint(hex::encode(Sha256::digest(&canonical))))
 }
@@ -114,6 +160,43 @@ mod tests {
         // RFC 8785 writes numbers as ECMAScript does: 1.0 and 1 are the same number.
         assert_eq!(fp(json!({"price": 1.0}), &[]), fp(json!({"price": 1}), &[]));
         assert_ne!(fp(json!({"price": 1}), &[]), fp(json!({"price": "1"}), &[]));
+    }
+
+    #[test]
+    fn integers_beyond_2_pow_53_are_compared_exactly() {
+        let parse = |t: &str| -> Value { serde_json::from_str(t).unwrap() };
+        // Found in review: both were the same double, so a real change was a duplicate.
+        assert_ne!(
+            fp(parse(r#"{"order": 9007199254740993}"#), &[]),
+            fp(parse(r#"{"order": 9007199254740992}"#), &[])
+        );
+        assert_ne!(
+            fp(parse(r#"{"order": -9007199254740993}"#), &[]),
+            fp(parse(r#"{"order": -9007199254740992}"#), &[])
+        );
+        assert_ne!(
+            fp(parse(r#"{"a": [18446744073709551615]}"#), &[]),
+            fp(parse(r#"{"a": [18446744073709551614]}"#), &[])
+        );
+        // Not the same as the digits sent as a string.
+        assert_ne!(
+            fp(parse(r#"{"order": 9007199254740993}"#), &[]),
+            fp(parse(r#"{"order": "9007199254740993"}"#), &[])
+        );
+        // Up to 2^53 nothing changes: existing fingerprints stay valid.
+        let small = r#"{"n": 9007199254740992, "m": -5, "f": 1.5}"#;
+        assert_eq!(
+            fp(parse(small), &[]).as_str(),
+            hex::encode(Sha256::digest(
+                serde_json_canonicalizer::to_vec(&parse(small)).unwrap()
+            ))
+        );
+        // Beyond 64 bits serde_json reads a double: refused, not rounded.
+        for inexact in [r#"{"n": 100000000000000000000001}"#, r#"{"n": 1e20}"#] {
+            let err = fingerprint(&parse(inexact), &[]).unwrap_err();
+            assert!(matches!(err, FingerprintError::InexactNumber), "{inexact}");
+        }
+        assert!(fingerprint(&parse(r#"{"n": 1e15, "x": 0.1}"#), &[]).is_ok());
     }
 
     #[test]

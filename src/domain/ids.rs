@@ -17,6 +17,11 @@ pub enum OperationIdError {
     TooLong(usize),
     #[error("the operation key contains a control character")]
     ControlCharacter,
+    #[error(
+        "the operation key contains an invisible character (zero-width or a bidirectional control), \
+         which would make it look like another key"
+    )]
+    InvisibleCharacter,
     #[error("the source name `{0}` is not valid: use letters, digits, `-` and `_`")]
     BadSource(String),
     #[error("the operation key has no `<source>:` prefix")]
@@ -42,6 +47,9 @@ impl OperationId {
         }
         if Self::is_accepted_key(key) {
             return Err(OperationIdError::Reserved);
+        }
+        if key.chars().any(is_invisible) {
+            return Err(OperationIdError::InvisibleCharacter);
         }
         Self::validated(format!("{source}:{key}"))
     }
@@ -85,6 +93,22 @@ impl OperationId {
     pub fn source(&self) -> &str {
         self.0.split_once(':').map(|(s, _)| s).unwrap_or(&self.0)
     }
+}
+
+/// Characters that change how text looks without being seen: zero-width ones, the
+/// bidirectional controls (which can show `12345` for `54321`), the soft hyphen, the
+/// byte-order mark and tag characters. A new key carrying one is refused: two keys that
+/// look alike to a person must be the same key. (Stored keys are still read.)
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}'
+        | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}')
 }
 
 /// Source names appear in URLs, metrics labels and keys: keep them plain.
@@ -206,6 +230,27 @@ mod tests {
         // Accepting from a derived operation again stays unique.
         let again = OperationId::accepted_as_new(&OperationId::accepted_as_new(&short, 1), 2);
         assert_eq!(again.as_str(), "site:n#accepted-1#accepted-2");
+    }
+
+    #[test]
+    fn rejects_invisible_and_bidi_characters() {
+        for key in [
+            "12345\u{200b}",  // zero-width space
+            "12\u{200d}345",  // zero-width joiner
+            "\u{202e}54321",  // right-to-left override
+            "123\u{2066}45",  // left-to-right isolate
+            "\u{feff}12345",  // byte-order mark
+            "12\u{00ad}345",  // soft hyphen
+            "12345\u{e0041}", // tag character
+        ] {
+            assert_eq!(
+                OperationId::new("site", key),
+                Err(OperationIdError::InvisibleCharacter),
+                "{key:?}"
+            );
+        }
+        // Visible non-ASCII stays allowed.
+        assert!(OperationId::new("site", "заявка №5 — ok").is_ok());
     }
 
     #[test]

@@ -68,6 +68,7 @@ pub(super) async fn claim(
     };
     let payload = sources::parse_body(BodyKind::Json, &body)
         .map_err(|m| ApiError::bad("malformed_body", m))?;
+    super::reject_nul(&payload)?;
     let payload_hash =
         fingerprint(&payload, &[]).map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
     let delivery = NewDelivery {
@@ -169,7 +170,10 @@ pub(super) struct Fail {
 }
 
 fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad("malformed_body", e.to_string()))
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
+    super::reject_nul(&value)?;
+    serde_json::from_value(value).map_err(|e| ApiError::bad("malformed_body", e.to_string()))
 }
 
 fn lease(id: &OperationId, token: String) -> Lease {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -25,6 +25,8 @@ use sources::{BodyKind, Source, TRANSFORM_VERSION};
 #[derive(Clone)]
 pub struct IntakeState {
     pub store: Arc<dyn Store>,
+    /// The bearer tokens of everything but intake.
+    pub api_tokens: Arc<ApiTokens>,
     pub sources: Arc<HashMap<String, Source>>,
     pub max_body: usize,
     pub claim_api: Arc<ClaimApi>,
@@ -49,28 +51,116 @@ pub struct ClaimApi {
     pub retry: crate::config::RetryConfig,
 }
 
+/// The bearer tokens of the admin surface (`[api]`). A scope without a token is closed:
+/// every request to it answers 401.
+#[derive(Debug, Clone, Default)]
+pub struct ApiTokens {
+    /// The claim API, and all that `read` opens.
+    pub integration: Option<crate::config::Secret>,
+    /// Operation and timeline reads, `/metrics`.
+    pub read: Option<crate::config::Secret>,
+}
+
+/// What a request to the admin surface needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Integration,
+    Read,
+}
+
+impl ApiTokens {
+    /// Whether `Authorization: Bearer <token>` opens `scope`, compared in constant time.
+    pub fn allows(&self, headers: &HeaderMap, scope: Scope) -> bool {
+        let Some(presented) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (kind, token) = v.trim().split_once(' ')?;
+                kind.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+        else {
+            return false;
+        };
+        let accepted: &[&Option<crate::config::Secret>] = match scope {
+            Scope::Integration => &[&self.integration],
+            Scope::Read => &[&self.integration, &self.read],
+        };
+        use subtle::ConstantTimeEq;
+        let mut ok = subtle::Choice::from(0);
+        for token in accepted.iter().copied().flatten() {
+            ok |= presented.as_bytes().ct_eq(token.expose().as_bytes());
+        }
+        ok.into()
+    }
+}
+
+async fn require(
+    state: &IntakeState,
+    scope: Scope,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if state.api_tokens.allows(req.headers(), scope) {
+        return next.run(req).await;
+    }
+    let message = match scope {
+        Scope::Integration => "send Authorization: Bearer <api.integration_token>",
+        Scope::Read => "send Authorization: Bearer <api.read_token or api.integration_token>",
+    };
+    let mut res = ApiError::Unauthorized {
+        code: "unauthorized",
+        message: message.into(),
+    }
+    .into_response();
+    res.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    res
+}
+
 pub fn router(state: IntakeState) -> Router {
-    Router::new()
-        .route("/v1/intake/{source}", post(intake))
+    use axum::middleware::from_fn_with_state;
+    let integration = Router::new()
         .route("/v1/operations", post(claims::claim))
-        .route("/v1/operations/{id}", get(operation))
         .route("/v1/operations/{id}/complete", post(claims::complete))
         .route("/v1/operations/{id}/fail", post(claims::fail))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            |State(s): State<IntakeState>, req, next| async move {
+                require(&s, Scope::Integration, req, next).await
+            },
+        ));
+    let read = Router::new()
+        .route("/v1/operations/{id}", get(operation))
         .route("/v1/operations/{id}/timeline", get(timeline))
-        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            |State(s): State<IntakeState>, req, next| async move {
+                require(&s, Scope::Read, req, next).await
+            },
+        ));
+    Router::new()
+        .route("/v1/intake/{source}", post(intake))
+        .route("/healthz", get(healthz))
+        .merge(integration)
+        .merge(read)
         .with_state(state)
 }
+
+/// The source name journaled for a delivery to a name that is not configured: the path
+/// is the sender's to choose, so it never becomes a stored source name or a metric label.
+/// Not a valid source name, so it cannot clash with a configured one.
+pub const UNKNOWN_SOURCE: &str = "(unknown)";
 
 /// Every error answer: `{"error": "<code>", "message": "<human sentence>"}`.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{message}")]
     BadRequest { code: &'static str, message: String },
-    #[error("no source named `{0}` is configured")]
-    UnknownSource(String),
-    #[error("the X-Leadgate-Signature header is missing or does not match the body")]
-    BadSignature,
+    #[error("no such source is configured")]
+    UnknownSource,
+    #[error("{message}")]
+    Unauthorized { code: &'static str, message: String },
     #[error("the body is larger than the {0} bytes this gateway accepts")]
     TooLarge(usize),
     #[error("{0}")]
@@ -83,8 +173,8 @@ impl ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::UnknownSource(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::BadSignature => StatusCode::UNAUTHORIZED,
+            ApiError::UnknownSource | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -93,8 +183,8 @@ impl ApiError {
     fn code(&self) -> &'static str {
         match self {
             ApiError::BadRequest { code, .. } => code,
-            ApiError::UnknownSource(_) => "unknown_source",
-            ApiError::BadSignature => "bad_signature",
+            ApiError::UnknownSource => "unknown_source",
+            ApiError::Unauthorized { code, .. } => code,
             ApiError::TooLarge(_) => "payload_too_large",
             ApiError::NotFound(_) => "not_found",
             ApiError::Unavailable(_) => "unavailable",
@@ -166,17 +256,24 @@ async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes,
 async fn intake(
     State(state): State<IntakeState>,
     Path(source_name): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let received_at = state.store.now();
     let content_type = content_type(&headers);
+    // Only configured names are journaled as sources.
+    let journal_source = if state.sources.contains_key(&source_name) {
+        source_name.clone()
+    } else {
+        UNKNOWN_SOURCE.to_owned()
+    };
     let body = match read_body(body, &headers, state.max_body).await {
         Ok(b) => b,
         Err(e) => {
             // Nothing to keep of a body over the limit, but the refusal is journaled.
             let reject = RejectedDelivery {
-                source: truncate(&source_name, 64),
+                source: journal_source,
                 operation_id: None,
                 content_type,
                 raw_body: Vec::new(),
@@ -187,12 +284,13 @@ async fn intake(
             return journal_rejection(&state, reject, e).await;
         }
     };
-    match accept(&state, &source_name, &headers, &body, received_at).await {
+    let query = query.as_deref();
+    match accept(&state, &source_name, query, &headers, &body, received_at).await {
         Ok(res) => res,
         Err(e @ ApiError::Unavailable(_)) => e.into_response(),
         Err(e) => {
             let reject = RejectedDelivery {
-                source: truncate(&source_name, 64),
+                source: journal_source,
                 operation_id: None,
                 content_type,
                 raw_body: body.to_vec(),
@@ -213,13 +311,10 @@ async fn journal_rejection(state: &IntakeState, reject: RejectedDelivery, e: Api
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    s.chars().take(max).collect()
-}
-
 async fn accept(
     state: &IntakeState,
     source_name: &str,
+    query: Option<&str>,
     headers: &HeaderMap,
     body: &Bytes,
     received_at: chrono::DateTime<chrono::Utc>,
@@ -227,13 +322,13 @@ async fn accept(
     let source = state
         .sources
         .get(source_name)
-        .ok_or_else(|| ApiError::UnknownSource(source_name.to_owned()))?;
-    let signature = headers
-        .get("x-leadgate-signature")
-        .and_then(|v| v.to_str().ok());
-    if !source.signature_ok(signature, body) {
-        return Err(ApiError::BadSignature);
-    }
+        .ok_or(ApiError::UnknownSource)?;
+    source
+        .authenticate(headers, query, body, received_at)
+        .map_err(|f| ApiError::Unauthorized {
+            code: f.code,
+            message: f.message.into(),
+        })?;
     let content_type = content_type(headers);
     let kind = BodyKind::detect(content_type.as_deref(), body).ok_or_else(|| {
         ApiError::bad(
@@ -247,8 +342,12 @@ async fn accept(
         return Ok((StatusCode::OK, Json(json!({"outcome": "connection_check"}))).into_response());
     }
     if !source.application_token_ok(&payload) {
-        return Err(ApiError::BadSignature);
+        return Err(ApiError::Unauthorized {
+            code: "bad_application_token",
+            message: "auth[application_token] is missing or does not match".into(),
+        });
     }
+    reject_nul(&payload)?;
     let key = source.key(&payload, headers).ok_or_else(|| {
         ApiError::bad(
             "missing_key",
@@ -327,6 +426,21 @@ async fn accept(
             .into_response(),
     };
     Ok(res)
+}
+
+/// PostgreSQL stores no NUL character in text or JSON: refused here, with a clear
+/// answer, rather than failing in the database as "unavailable".
+pub(crate) fn reject_nul(payload: &Value) -> Result<(), ApiError> {
+    match sources::find_nul(payload) {
+        Some(at) => Err(ApiError::bad(
+            "nul_character",
+            format!(
+                "the field {} contains a NUL character (\\u0000), which cannot be stored",
+                at.chars().take(120).collect::<String>()
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 pub(crate) fn parse_id(id: &str) -> Result<OperationId, ApiError> {

@@ -8,7 +8,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
-use crate::config::{Reply, Secret, SourceConfig};
+use crate::config::{Reply, Secret, SourceAuth, SourceConfig};
 use crate::crm::FieldMap;
 use crate::domain::MatchRule;
 
@@ -60,6 +60,60 @@ impl KeySpec {
     }
 }
 
+/// How a source's deliveries are authenticated (see [`SourceAuth`]).
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Signed: any of `secrets` (the current one and, while rotating, the previous).
+    Hmac {
+        secrets: Vec<Secret>,
+        window: std::time::Duration,
+    },
+    /// A shared token in `X-Leadgate-Token` or the `token` query parameter.
+    Token(Vec<Secret>),
+    /// Bitrix24's `auth[application_token]`, checked once the body is parsed.
+    ApplicationToken(Secret),
+    None,
+}
+
+/// The header of a signature's timestamp (Unix seconds) and of the signature.
+pub const TIMESTAMP_HEADER: &str = "x-leadgate-timestamp";
+pub const SIGNATURE_HEADER: &str = "x-leadgate-signature";
+/// The header (or, without it, the query parameter `token`) of a source token.
+pub const TOKEN_HEADER: &str = "x-leadgate-token";
+
+/// Why a delivery was not let in: an error code and a sentence for the sender (which
+/// never repeats what was sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthFailure {
+    pub code: &'static str,
+    pub message: &'static str,
+}
+
+const fn failure(code: &'static str, message: &'static str) -> AuthFailure {
+    AuthFailure { code, message }
+}
+
+/// The signature of `body` sent at `timestamp` (Unix seconds) under `secret`:
+/// `sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`, the value of
+/// `X-Leadgate-Signature`.
+pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Constant-time equality of a presented credential with any of the expected ones.
+fn matches_any(got: &[u8], expected: &[Secret]) -> bool {
+    use subtle::ConstantTimeEq;
+    let mut ok = subtle::Choice::from(0);
+    for e in expected {
+        ok |= got.ct_eq(e.expose().as_bytes());
+    }
+    ok.into()
+}
+
 /// A configured source, ready for intake.
 #[derive(Debug, Clone)]
 pub struct Source {
@@ -67,10 +121,9 @@ pub struct Source {
     pub key: KeySpec,
     pub event_time: Option<KeySpec>,
     pub ignore: Vec<String>,
-    pub secret: Option<Secret>,
+    pub auth: Auth,
     pub fields: FieldMap,
     pub reply: Reply,
-    pub application_token: Option<Secret>,
     pub on_contact_match: MatchRule,
 }
 
@@ -85,35 +138,121 @@ impl Source {
                 })?),
                 None => None,
             };
+        let missing = || format!("source `{}` has no authentication", c.name);
+        let two = |a: &Option<Secret>, b: &Option<Secret>| -> Vec<Secret> {
+            a.iter().chain(b.iter()).cloned().collect()
+        };
+        let auth = match c.auth.ok_or_else(missing)? {
+            SourceAuth::Hmac => Auth::Hmac {
+                secrets: two(&c.secret, &c.previous_secret),
+                window: c.replay_window,
+            },
+            SourceAuth::Token => Auth::Token(two(&c.token, &c.previous_token)),
+            SourceAuth::ApplicationToken => {
+                Auth::ApplicationToken(c.application_token.clone().ok_or_else(missing)?)
+            }
+            SourceAuth::None => Auth::None,
+        };
+        if match &auth {
+            Auth::Hmac { secrets, .. } | Auth::Token(secrets) => secrets.is_empty(),
+            _ => false,
+        } {
+            return Err(missing());
+        }
         Ok(Source {
             name: c.name.clone(),
             key,
             event_time,
             ignore: c.ignore.clone(),
-            secret: c.secret.clone(),
+            auth,
             fields: c.fields.clone(),
             reply: c.reply.unwrap_or_default(),
-            application_token: c.application_token.clone(),
             on_contact_match: c.on_contact_match,
         })
     }
 
-    /// Checks `X-Leadgate-Signature: sha256=<hex HMAC-SHA256 of the raw body>` in
-    /// constant time. Sources without a secret accept every delivery.
-    pub fn signature_ok(&self, header: Option<&str>, body: &[u8]) -> bool {
-        let Some(secret) = &self.secret else {
-            return true;
-        };
-        let Some(sig) = header.and_then(|h| h.trim().strip_prefix("sha256=")) else {
-            return false;
-        };
-        let Ok(sig) = hex::decode(sig) else {
-            return false;
-        };
-        let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
-            .expect("HMAC takes keys of any length");
-        mac.update(body);
-        mac.verify_slice(&sig).is_ok()
+    /// Checks what can be checked before the body is read: the signature over the
+    /// timestamp and the raw body (within the replay window), or the token, in
+    /// constant time. Bitrix24's application token is in the body:
+    /// [`Source::application_token_ok`].
+    pub fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+        query: Option<&str>,
+        body: &[u8],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), AuthFailure> {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        match &self.auth {
+            Auth::None | Auth::ApplicationToken(_) => Ok(()),
+            Auth::Token(tokens) => {
+                let from_query = || {
+                    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query?).ok()?;
+                    pairs
+                        .into_iter()
+                        .find(|(k, _)| k == "token")
+                        .map(|(_, v)| v)
+                };
+                let got = header(TOKEN_HEADER).map(str::to_owned).or_else(from_query);
+                match got {
+                    None => Err(failure(
+                        "missing_token",
+                        "this source needs its token in the X-Leadgate-Token header or the token query parameter",
+                    )),
+                    Some(t) if matches_any(t.as_bytes(), tokens) => Ok(()),
+                    Some(_) => Err(failure("bad_token", "the source token does not match")),
+                }
+            }
+            Auth::Hmac { secrets, window } => {
+                let (Some(ts), Some(sig)) = (header(TIMESTAMP_HEADER), header(SIGNATURE_HEADER))
+                else {
+                    return Err(failure(
+                        "missing_signature",
+                        "this source needs X-Leadgate-Timestamp and X-Leadgate-Signature: sha256=<hex HMAC-SHA256 of \"<timestamp>.<body>\">",
+                    ));
+                };
+                let Ok(ts) = ts.trim().parse::<i64>() else {
+                    return Err(failure(
+                        "bad_signature",
+                        "X-Leadgate-Timestamp must be Unix seconds",
+                    ));
+                };
+                let skew = now.timestamp().abs_diff(ts);
+                if skew > window.as_secs() {
+                    return Err(failure(
+                        "signature_expired",
+                        "X-Leadgate-Timestamp is outside the replay window: sign each delivery when sending it",
+                    ));
+                }
+                let Some(got) = sig
+                    .trim()
+                    .strip_prefix("sha256=")
+                    .and_then(|h| hex::decode(h).ok())
+                else {
+                    return Err(failure(
+                        "bad_signature",
+                        "X-Leadgate-Signature must be sha256=<hex>",
+                    ));
+                };
+                let mut ok = subtle::Choice::from(0);
+                for secret in secrets {
+                    let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
+                        .expect("HMAC takes keys of any length");
+                    mac.update(ts.to_string().as_bytes());
+                    mac.update(b".");
+                    mac.update(body);
+                    ok |= subtle::Choice::from(u8::from(mac.verify_slice(&got).is_ok()));
+                }
+                if bool::from(ok) {
+                    Ok(())
+                } else {
+                    Err(failure(
+                        "bad_signature",
+                        "X-Leadgate-Signature does not match the body",
+                    ))
+                }
+            }
+        }
     }
 
     /// The event key of a delivery, if present and not blank.
@@ -127,18 +266,17 @@ impl Source {
         (!value.is_empty()).then_some(value)
     }
 
-    /// Bitrix24 events carry the application's token; without a configured token every
-    /// delivery passes.
+    /// Bitrix24 events carry the application's token (compared in constant time);
+    /// sources authenticated otherwise pass.
     pub fn application_token_ok(&self, payload: &Value) -> bool {
-        let Some(expected) = &self.application_token else {
+        let Auth::ApplicationToken(expected) = &self.auth else {
             return true;
         };
         let got = payload
             .get("auth[application_token]")
             .and_then(Value::as_str)
             .unwrap_or("");
-        use subtle::ConstantTimeEq;
-        got.as_bytes().ct_eq(expected.expose().as_bytes()).into()
+        matches_any(got.as_bytes(), std::slice::from_ref(expected))
     }
 }
 
@@ -238,8 +376,7 @@ pub fn parse_body(kind: BodyKind, body: &[u8]) -> Result<Value, String> {
             serde_json::from_str(text).map_err(|e| format!("the body is not valid JSON: {e}"))
         }
         BodyKind::Form => {
-            let pairs: Vec<(String, String)> = serde_urlencoded::from_str(text)
-                .map_err(|e| format!("the body is not a valid form: {e}"))?;
+            let pairs = parse_form(text)?;
             let mut map = Map::new();
             for (k, v) in pairs {
                 match map.get_mut(&k) {
@@ -256,6 +393,70 @@ pub fn parse_body(kind: BodyKind, body: &[u8]) -> Result<Value, String> {
             Ok(Value::Object(map))
         }
     }
+}
+
+/// `application/x-www-form-urlencoded` pairs, decoded strictly: a field whose
+/// percent-decoded bytes are not UTF-8 is refused rather than turned into U+FFFD (which
+/// would make `%FF` and `%FE` the same text, so that a real change could pass as a
+/// duplicate).
+fn parse_form(text: &str) -> Result<Vec<(String, String)>, String> {
+    fn decode(part: &str, what: &str) -> Result<String, String> {
+        let plus = part.replace('+', " ");
+        let bytes: Vec<u8> = percent_encoding::percent_decode_str(&plus).collect();
+        String::from_utf8(bytes).map_err(|e| {
+            format!(
+                "the form {what} at byte {} is not valid UTF-8 once percent-decoded",
+                e.utf8_error().valid_up_to()
+            )
+        })
+    }
+    text.split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Ok((decode(k, "field name")?, decode(v, "value")?))
+        })
+        .collect()
+}
+
+/// Where the payload holds a NUL character (in a value or a field name), as a JSON
+/// pointer with the NUL written `\u0000`: PostgreSQL cannot store it, so such a
+/// delivery is refused with 400 (and journaled) instead of failing in the database.
+pub fn find_nul(payload: &Value) -> Option<String> {
+    fn walk(v: &Value, path: &mut String) -> bool {
+        match v {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+                let len = path.len();
+                path.push_str(&format!("/{i}"));
+                let found = walk(item, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            Value::Object(map) => map.iter().any(|(k, item)| {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                let found = k.contains('\0') || walk(item, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut path = String::new();
+    walk(payload, &mut path).then(|| {
+        let shown = path.replace('\0', "\\u0000");
+        if shown.is_empty() {
+            "/".to_owned()
+        } else {
+            shown
+        }
+    })
 }
 
 /// Tilda checks a new webhook with a form holding `test=test` and expects a 200.
@@ -276,12 +477,24 @@ mod tests {
             key: KeySpec::parse(key).unwrap(),
             event_time: KeySpec::parse("json:/created_at"),
             ignore: vec![],
-            secret: secret.map(Secret::new),
+            auth: match secret {
+                Some(s) => Auth::Hmac {
+                    secrets: vec![Secret::new(s)],
+                    window: std::time::Duration::from_secs(300),
+                },
+                None => Auth::None,
+            },
             fields: FieldMap::default(),
             reply: Reply::Json,
-            application_token: None,
             on_contact_match: MatchRule::Create,
         }
+    }
+
+    fn signed(ts: i64, sig: &str) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        h.insert(TIMESTAMP_HEADER, ts.to_string().parse().unwrap());
+        h.insert(SIGNATURE_HEADER, sig.parse().unwrap());
+        h
     }
 
     #[test]
@@ -372,25 +585,97 @@ mod tests {
     fn application_tokens_are_checked() {
         let mut s = source("form:x", None);
         assert!(s.application_token_ok(&json!({})));
-        s.application_token = Some(Secret::new("tok"));
+        s.auth = Auth::ApplicationToken(Secret::new("tok"));
         assert!(s.application_token_ok(&json!({"auth[application_token]": "tok"})));
         assert!(!s.application_token_ok(&json!({"auth[application_token]": "bad"})));
         assert!(!s.application_token_ok(&json!({})));
     }
 
     #[test]
-    fn signatures_are_checked() {
+    fn signatures_cover_the_timestamp_and_the_body_within_the_window() {
         let s = source("json:/id", Some("k"));
         let body = br#"{"id":1}"#;
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"k").unwrap();
-        mac.update(body);
-        let good = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
-        assert!(s.signature_ok(Some(&good), body));
-        assert!(!s.signature_ok(Some(&good), b"{\"id\":2}"));
-        assert!(!s.signature_ok(None, body));
-        assert!(!s.signature_ok(Some("sha256=zz"), body));
-        assert!(!s.signature_ok(Some("md5=00"), body));
-        assert!(source("json:/id", None).signature_ok(None, body));
+        let now = chrono::Utc::now();
+        let ts = now.timestamp();
+        let good = sign(b"k", ts, body);
+        let check = |h: &axum::http::HeaderMap, b: &[u8]| s.authenticate(h, None, b, now);
+        assert_eq!(check(&signed(ts, &good), body), Ok(()));
+        let code = |r: Result<(), AuthFailure>| r.unwrap_err().code;
+        assert_eq!(
+            code(check(&signed(ts, &good), b"{\"id\":2}")),
+            "bad_signature"
+        );
+        // The timestamp is signed: moving it breaks the signature.
+        assert_eq!(code(check(&signed(ts + 1, &good), body)), "bad_signature");
+        // A captured delivery replayed later than the window is refused even though
+        // its signature is right.
+        let old = ts - 301;
+        assert_eq!(
+            code(check(&signed(old, &sign(b"k", old, body)), body)),
+            "signature_expired"
+        );
+        let future = ts + 301;
+        assert_eq!(
+            code(check(&signed(future, &sign(b"k", future, body)), body)),
+            "signature_expired"
+        );
+        assert_eq!(
+            code(check(&axum::http::HeaderMap::new(), body)),
+            "missing_signature"
+        );
+        assert_eq!(code(check(&signed(ts, "sha256=zz"), body)), "bad_signature");
+        assert_eq!(code(check(&signed(ts, "md5=00"), body)), "bad_signature");
+        assert_eq!(
+            code(check(&signed(ts, &sign(b"other", ts, body)), body)),
+            "bad_signature"
+        );
+    }
+
+    #[test]
+    fn two_secrets_are_accepted_while_rotating() {
+        let mut s = source("json:/id", None);
+        s.auth = Auth::Hmac {
+            secrets: vec![Secret::new("new"), Secret::new("old")],
+            window: std::time::Duration::from_secs(60),
+        };
+        let now = chrono::Utc::now();
+        let ts = now.timestamp();
+        for key in [&b"new"[..], b"old"] {
+            let h = signed(ts, &sign(key, ts, b"x"));
+            assert_eq!(s.authenticate(&h, None, b"x", now), Ok(()));
+        }
+        let h = signed(ts, &sign(b"older", ts, b"x"));
+        assert!(s.authenticate(&h, None, b"x", now).is_err());
+    }
+
+    #[test]
+    fn tokens_come_in_a_header_or_the_query() {
+        let mut s = source("form:tranid", None);
+        s.auth = Auth::Token(vec![Secret::new("t0k"), Secret::new("prev")]);
+        let now = chrono::Utc::now();
+        let none = axum::http::HeaderMap::new();
+        let mut header = axum::http::HeaderMap::new();
+        header.insert(TOKEN_HEADER, "t0k".parse().unwrap());
+        assert_eq!(s.authenticate(&header, None, b"", now), Ok(()));
+        assert_eq!(s.authenticate(&none, Some("token=t0k"), b"", now), Ok(()));
+        assert_eq!(
+            s.authenticate(&none, Some("a=1&token=prev"), b"", now),
+            Ok(())
+        );
+        let code = |r: Result<(), AuthFailure>| r.unwrap_err().code;
+        assert_eq!(code(s.authenticate(&none, None, b"", now)), "missing_token");
+        assert_eq!(
+            code(s.authenticate(&none, Some("token=t0"), b"", now)),
+            "bad_token"
+        );
+        assert_eq!(
+            code(s.authenticate(&none, Some("token="), b"", now)),
+            "bad_token"
+        );
+        assert_eq!(
+            code(s.authenticate(&none, Some("tok=t0k"), b"", now)),
+            "missing_token"
+        );
     }
 
     #[test]
@@ -421,6 +706,16 @@ mod tests {
         assert!(parse_body(BodyKind::Json, &[0xff, 0xfe])
             .unwrap_err()
             .contains("UTF-8"));
+        // Percent-decoded bytes must be UTF-8: %FF and %FE are not turned into the same
+        // replacement character.
+        for bad in [&b"name=%FF"[..], b"name=%FE", b"%C3=x", b"a=%D0"] {
+            let err = parse_body(BodyKind::Form, bad).unwrap_err();
+            assert!(err.contains("not valid UTF-8"), "{err}");
+        }
+        assert_eq!(
+            parse_body(BodyKind::Form, b"a+b=c+d%2B&&e&=f").unwrap(),
+            json!({"a b": "c d+", "e": "", "": "f"})
+        );
         assert!(is_connection_check(
             BodyKind::Form,
             &json!({"test": "test"})
@@ -433,5 +728,18 @@ mod tests {
             BodyKind::Json,
             &json!({"test": "test"})
         ));
+    }
+
+    #[test]
+    fn nul_characters_are_found_in_values_and_names() {
+        assert_eq!(find_nul(&json!({"a": "x", "b": [1, "y"]})), None);
+        assert_eq!(
+            find_nul(&json!({"a": {"b": ["ok", "x\0"]}})),
+            Some("/a/b/1".into())
+        );
+        assert_eq!(find_nul(&json!({"k\0": 1})), Some("/k\\u0000".into()));
+        assert_eq!(find_nul(&json!("\0")), Some("/".into()));
+        let form = parse_body(BodyKind::Form, b"name=a%00b").unwrap();
+        assert_eq!(find_nul(&form), Some("/name".into()));
     }
 }

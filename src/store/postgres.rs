@@ -87,7 +87,7 @@ impl PgStore {
 
     /// Connects without touching the schema (the console checks the version instead).
     pub async fn open(url: &str) -> Result<Self, super::StoreError> {
-        let options = PgConnectOptions::from_str(url)?.application_name("leadgate");
+        let options = connect_options(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(10))
@@ -116,6 +116,55 @@ impl PgStore {
 
     fn clock_now(&self) -> ChronoDateTime<ChronoUtc> {
         self.clock.now(&self.pool)
+    }
+}
+
+/// The options every Leadgate connection to PostgreSQL uses (the store's pool, the
+/// console's listener): the URL under the TLS policy below.
+pub fn connect_options(url: &str) -> Result<PgConnectOptions, super::StoreError> {
+    Ok(tls_policy(url, PgConnectOptions::from_str(url)?)?.application_name("leadgate"))
+}
+
+/// TLS to PostgreSQL fails closed. `sslmode=prefer` and `allow` (which fall back to
+/// clear text without telling) are refused: write `require`, `verify-ca` or
+/// `verify-full` (with `sslrootcert=` for a private CA), or `disable` to choose clear
+/// text explicitly. Without any `sslmode` (in the URL or `PGSSLMODE`), a server on
+/// loopback or a Unix socket keeps sqlx's default, and any other host gets
+/// `verify-full`.
+fn tls_policy(url: &str, options: PgConnectOptions) -> Result<PgConnectOptions, sqlx::Error> {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    let from_url = query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        matches!(k, "sslmode" | "ssl-mode").then(|| v.to_ascii_lowercase())
+    });
+    let mode = from_url.or_else(|| {
+        std::env::var("PGSSLMODE")
+            .ok()
+            .map(|v| v.to_ascii_lowercase())
+    });
+    match mode.as_deref() {
+        Some(m @ ("prefer" | "allow")) => Err(sqlx::Error::Configuration(
+            format!(
+                "sslmode={m} falls back to clear text without telling: use sslmode=require or \
+                 verify-full (TLS), or sslmode=disable to choose clear text explicitly"
+            )
+            .into(),
+        )),
+        Some(_) => Ok(options),
+        None => {
+            let host = options.get_host();
+            let local = host.starts_with('/')
+                || host.eq_ignore_ascii_case("localhost")
+                || host
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            Ok(if local {
+                options
+            } else {
+                options.ssl_mode(sqlx::postgres::PgSslMode::VerifyFull)
+            })
+        }
     }
 }
 
@@ -165,6 +214,47 @@ impl PgStore {
 #[cfg(test)]
 mod tests {
     use super::with_database;
+
+    #[test]
+    fn clear_text_fallbacks_are_refused_and_remote_hosts_verify() {
+        use sqlx::postgres::{PgConnectOptions, PgSslMode};
+        use std::str::FromStr;
+        let policy = |url: &str| super::tls_policy(url, PgConnectOptions::from_str(url).unwrap());
+        for url in [
+            "postgres://u@db.example.com/x?sslmode=prefer",
+            "postgres://u@127.0.0.1/x?sslmode=allow",
+            "postgres://u@db.example.com/x?application_name=a&ssl-mode=Prefer",
+        ] {
+            let err = policy(url).unwrap_err().to_string();
+            assert!(err.contains("falls back to clear text"), "{url}: {err}");
+        }
+        let mode = |url: &str| policy(url).unwrap().get_ssl_mode();
+        assert!(matches!(
+            mode("postgres://u@db.example.com/x"),
+            PgSslMode::VerifyFull
+        ));
+        assert!(matches!(
+            mode("postgres://u@10.0.0.5:5432/x"),
+            PgSslMode::VerifyFull
+        ));
+        assert!(matches!(
+            mode("postgres://u@db.example.com/x?sslmode=require"),
+            PgSslMode::Require
+        ));
+        assert!(matches!(
+            mode("postgres://u@db.example.com/x?sslmode=disable"),
+            PgSslMode::Disable
+        ));
+        // Loopback keeps sqlx's default (TLS when offered).
+        assert!(matches!(
+            mode("postgres://u@127.0.0.1/x"),
+            PgSslMode::Prefer
+        ));
+        assert!(matches!(
+            mode("postgres://u@localhost/x"),
+            PgSslMode::Prefer
+        ));
+    }
 
     #[test]
     fn database_is_replaced_in_server_urls() {

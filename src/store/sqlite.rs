@@ -34,6 +34,27 @@ type IntakeJob = (
     tokio::sync::oneshot::Sender<Result<DeliveryRecord>>,
 );
 
+/// A database file this URL would create (`mode=rwc`) is created first, empty and
+/// readable by its owner only (0600): it holds payloads and personal data. SQLite gives
+/// its `-wal` and `-shm` files the same permissions. Existing files are left as they are.
+fn create_private(url: &str, path: &std::path::Path) -> Result<(), super::StoreError> {
+    let creates =
+        url.contains("mode=rwc") && !url.contains(":memory:") && !url.contains("mode=memory");
+    if !creates || path.as_os_str().is_empty() || path.exists() {
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        // Created by someone else meanwhile: theirs to keep.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(sqlx::Error::Io(e).into()),
+    }
+}
+
 /// How every write transaction starts: with SQLite's writer lock.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
@@ -56,6 +77,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
+        create_private(url, options.get_filename())?;
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(60))

@@ -41,6 +41,11 @@ name = "site"
 key = "json:/submission_id"
 ignore = ["/sent_at"]
 event_time = "json:/created_at"
+token = "site-token"
+
+[api]
+integration_token = "{integration}"
+read_token = "{read}"
 
 [crm]
 kind = "amocrm"
@@ -53,6 +58,8 @@ settle = "300ms"
 "#,
         base = fake.base_url(),
         token = fake.token(),
+        integration = crate::gateway::INTEGRATION_TOKEN,
+        read = crate::gateway::READ_TOKEN,
     )
 }
 
@@ -352,13 +359,32 @@ each_backend!(
             .unwrap();
         let (client_id, client_secret, redirect_uri) = fake.oauth_client();
         let long_lived = format!("token = \"{}\"\n", fake.token());
+        // The key the tokens are sealed with in crm_tokens, in a key file.
+        let keys_dir = tempfile::tempdir().unwrap();
+        let key_file = keys_dir.path().join("token.key");
+        std::fs::write(&key_file, "5a".repeat(32)).unwrap();
         let oauth = format!(
             "client_id = \"{client_id}\"\nclient_secret = \"{client_secret}\"\n\
-             redirect_uri = \"{redirect_uri}\"\nrefresh_token = \"{}\"\n",
-            fake.initial_refresh_token()
+             redirect_uri = \"{redirect_uri}\"\nrefresh_token = \"{}\"\n\
+             token_key_file = \"{}\"\n",
+            fake.initial_refresh_token(),
+            key_file.display()
         );
         let toml = config_toml(&db.url, &fake).replace(&long_lived, &oauth);
         assert!(toml.contains("client_secret"), "{toml}");
+        // Without a key, OAuth is refused at start.
+        let no_key = Config::parse(&toml.replace(
+            &format!("token_key_file = \"{}\"\n", key_file.display()),
+            "",
+        ))
+        .unwrap();
+        if std::env::var(leadgate::crm::vault::KEY_ENV).is_err() {
+            let err = leadgate::app::start(&no_key, leadgate::app::Mode::Serve)
+                .await
+                .err()
+                .expect("OAuth without a token key must not start");
+            assert!(format!("{err:#}").contains("LEADGATE_TOKEN_KEY"), "{err:#}");
+        }
         let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
         gw.post_json("site", &lead("t1")).await;
         gw.wait_status("site:t1", "completed").await;
@@ -369,8 +395,21 @@ each_backend!(
         let op = gw.wait_status("site:t2", "completed").await;
         assert_eq!(op["attempts"], 1, "{op}");
         assert!(gw.fake.calls(TOKEN) >= 2);
+        // At rest the row holds ciphertext only; with the key it opens to the current pair.
         let row = gw.store().crm_token("amocrm").await.unwrap().unwrap();
-        assert_eq!(row.refresh_token, gw.fake.current_refresh_token());
+        let current = gw.fake.current_refresh_token();
+        let raw = format!("{} {:?}", row.refresh_token, row.access_token);
+        assert!(
+            raw.starts_with("enc:v1:") && !raw.contains("fake-"),
+            "{raw}"
+        );
+        let vault = leadgate::crm::vault::Vault::new([0x5a; 32]);
+        assert_eq!(
+            vault
+                .open("crm_tokens/amocrm/refresh_token", &row.refresh_token)
+                .unwrap(),
+            current
+        );
         assert!(gw
             .store()
             .connector("amocrm")
@@ -386,6 +425,21 @@ each_backend!(
             }
         }
         assert_eq!(keys(&gw.fake), ["site:t1", "site:t2"]);
+        // The key is changed: the stored pair cannot be opened, the configured refresh
+        // token was rotated long ago and is refused, so the connector pauses (leads queue)
+        // until a person restores the key or reconnects the integration.
+        let mut gw = gw;
+        std::fs::write(&key_file, "a5".repeat(32)).unwrap();
+        gw.restart().await;
+        gw.post_json("site", &lead("t3")).await;
+        gw.wait_paused_and_idle("amocrm").await;
+        let op = gw.operation("site:t3").await;
+        assert_ne!(op["status"], "completed", "{op}");
+        assert_eq!(
+            keys(&gw.fake),
+            ["site:t1", "site:t2"],
+            "nothing sent without a token"
+        );
         gw.stop().await;
     }
 );

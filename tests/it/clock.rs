@@ -22,6 +22,10 @@ use crate::support::{run, Backend};
 /// Debian's libfaketime (package `faketime`; `scripts/install-test-deps.sh` installs it).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
+/// The site source's intake token and the read token of both gateways.
+const TOKEN: &str = "clock-intake-token";
+const READ: &str = "clock-read-token";
+
 fn config(dir: &Path, name: &str, db_url: &str, webhook: &str, port: u16) -> String {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
@@ -36,9 +40,12 @@ listen = "127.0.0.1:{port}"
 poll_interval = "50ms"
 lease = "30s"
 concurrency = 4
+[api]
+read_token = "{READ}"
 [[source]]
 name = "site"
 key = "json:/submission_id"
+token = "{TOKEN}"
 [crm]
 kind = "bitrix24"
 webhook_url = "{webhook}"
@@ -54,6 +61,8 @@ settle = "1s"
 }
 
 async fn started(mut cmd: std::process::Command, base: &str) -> Process {
+    // The read token is the one in the configuration files above.
+    cmd.env_remove("LEADGATE_READ_TOKEN");
     let process = Process(cmd.stdout(std::process::Stdio::null()).spawn().unwrap());
     let deadline = Instant::now() + Duration::from_secs(20);
     while !reqwest::get(format!("{base}/healthz"))
@@ -118,6 +127,7 @@ async fn a_gateway_whose_clock_is_25s_ahead_takes_over_no_live_lease() {
             let base = if i % 2 == 0 { &a } else { &b };
             let res = http
                 .post(format!("{base}/v1/intake/site"))
+                .header("x-leadgate-token", TOKEN)
                 .json(&json!({"submission_id": format!("c{i}"), "name": "Ivan"}))
                 .send()
                 .await
@@ -130,6 +140,7 @@ async fn a_gateway_whose_clock_is_25s_ahead_takes_over_no_live_lease() {
             loop {
                 let op: serde_json::Value = http
                     .get(format!("{a}/v1/operations/{id}"))
+                    .bearer_auth(READ)
                     .send()
                     .await
                     .unwrap()

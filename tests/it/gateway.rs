@@ -14,6 +14,9 @@ use crate::each_backend;
 use crate::support::TestDb;
 
 pub const CREATE: &str = "crm.lead.add";
+/// The test configuration's `[api]` tokens.
+pub const INTEGRATION_TOKEN: &str = "test-integration-token";
+pub const READ_TOKEN: &str = "test-read-token";
 
 pub fn config_toml(db_url: &str, webhook_url: &str) -> String {
     format!(
@@ -40,32 +43,42 @@ name = "site"
 key = "json:/submission_id"
 ignore = ["/sent_at"]
 event_time = "json:/created_at"
+token = "site-token"
 
 [claim_api]
 source = "n8n"
 lease = "1s"
 
+[api]
+integration_token = "{INTEGRATION_TOKEN}"
+read_token = "{READ_TOKEN}"
+
 [[source]]
 name = "tilda"
 key = "form:tranid"
+token = "tilda-token"
 
 [[source]]
 name = "calls"
 key = "json:/call_id"
 on_contact_match = "link"
+token = "calls-token"
 
 [[source]]
 name = "chat"
 key = "json:/message_id"
 on_contact_match = "review"
+token = "chat-token"
 
 [[source]]
 name = "tilda-preset"
 preset = "tilda"
+token = "tilda-preset-token"
 
 [[source]]
 name = "amo"
 preset = "amocrm-webhook"
+token = "amo-token"
 
 [[source]]
 name = "b24"
@@ -135,14 +148,33 @@ impl<F> Gateway<F> {
         self.running = Some(running);
     }
 
+    /// A claim-API request, with the integration token.
     pub async fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.post(format!("{}{path}", self.base))
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(INTEGRATION_TOKEN)
+    }
+
+    /// A read of the admin surface, with the read token.
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(READ_TOKEN)
+    }
+
+    /// The intake URL of `source`, carrying its token when it has one (`?token=`).
+    pub fn intake_url(&self, source: &str) -> String {
+        let url = format!("{}/v1/intake/{source}", self.base);
+        match self.config.source(source).and_then(|s| s.token.as_ref()) {
+            Some(t) => format!("{url}?token={}", urlencode(t.expose())),
+            None => url,
+        }
     }
 
     pub async fn post_json(&self, source: &str, body: &Value) -> (StatusCode, Value, bool) {
         let res = self
             .http
-            .post(format!("{}/v1/intake/{source}", self.base))
+            .post(self.intake_url(source))
             .json(body)
             .send()
             .await
@@ -151,9 +183,7 @@ impl<F> Gateway<F> {
     }
 
     pub async fn operation(&self, id: &str) -> Value {
-        let url = format!("{}/v1/operations/{}", self.base, urlencode(id));
-        self.http
-            .get(url)
+        self.get(&format!("/v1/operations/{}", urlencode(id)))
             .send()
             .await
             .unwrap()
@@ -494,10 +524,11 @@ each_backend!(
     bad_input_gets_its_status_code_and_the_gateway_stays_healthy,
     |db| async move {
         let gw = Gateway::start(&db).await;
-        let url = |source: &str| format!("{}/v1/intake/{source}", gw.base);
+        let url = |source: &str| gw.intake_url(source);
         let send =
             |req: reqwest::RequestBuilder| async move { answer(req.send().await.unwrap()).await };
         let json_ct = "application/json";
+        let now = chrono::Utc::now().timestamp();
         let cases: Vec<(&str, reqwest::RequestBuilder, StatusCode, &str)> = vec![
             (
                 "bad JSON",
@@ -544,17 +575,60 @@ each_backend!(
                     .header("idempotency-key", "k1")
                     .json(&lead("x")),
                 StatusCode::UNAUTHORIZED,
-                "bad_signature",
+                "missing_signature",
             ),
             (
                 "wrong signature",
                 gw.http
                     .post(url("signed"))
                     .header("idempotency-key", "k1")
+                    .header("x-leadgate-timestamp", now.to_string())
                     .header("x-leadgate-signature", "sha256=00")
                     .json(&lead("x")),
                 StatusCode::UNAUTHORIZED,
                 "bad_signature",
+            ),
+            (
+                "NUL character in a field",
+                gw.http
+                    .post(url("site"))
+                    .json(&json!({"submission_id": "nul", "name": "a\u{0}b"})),
+                StatusCode::BAD_REQUEST,
+                "nul_character",
+            ),
+            (
+                "NUL character in a form field",
+                gw.http
+                    .post(url("tilda"))
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body("tranid=9&Name=a%00b"),
+                StatusCode::BAD_REQUEST,
+                "nul_character",
+            ),
+            (
+                "zero-width character in key",
+                gw.http
+                    .post(url("site"))
+                    .json(&json!({"submission_id": "12345\u{200b}"})),
+                StatusCode::BAD_REQUEST,
+                "invalid_key",
+            ),
+            (
+                "bidi override in key",
+                gw.http
+                    .post(url("site"))
+                    .json(&json!({"submission_id": "\u{202e}54321"})),
+                StatusCode::BAD_REQUEST,
+                "invalid_key",
+            ),
+            (
+                "form value that is not UTF-8",
+                gw.http
+                    .post(url("tilda"))
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body("tranid=10&Name=%FF"),
+                StatusCode::BAD_REQUEST,
+                "malformed_body",
             ),
             (
                 "too large",
@@ -588,17 +662,13 @@ each_backend!(
         assert_eq!(status, StatusCode::OK);
         // A correctly signed delivery goes through.
         let body = serde_json::to_vec(&lead("sig")).unwrap();
-        let sig = {
-            use hmac::Mac;
-            let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"hmac-key").unwrap();
-            mac.update(&body);
-            hex::encode(mac.finalize().into_bytes())
-        };
+        let sig = leadgate::intake::sources::sign(b"hmac-key", now, &body);
         let (status, b, _) = send(
             gw.http
                 .post(url("signed"))
                 .header("idempotency-key", "k1")
-                .header("x-leadgate-signature", format!("sha256={sig}"))
+                .header("x-leadgate-timestamp", now.to_string())
+                .header("x-leadgate-signature", sig)
                 .header("content-type", json_ct)
                 .body(body),
         )
@@ -638,7 +708,20 @@ each_backend!(
             .filter(|((_, o), _)| o == "rejected")
             .map(|(_, n)| n)
             .sum();
-        assert_eq!(rejected, 9);
+        assert_eq!(rejected, 14);
+        // The unknown source name is not a stored source name nor a metric label.
+        assert!(
+            m.deliveries.keys().all(|(source, _)| source != "nope"),
+            "{:?}",
+            m.deliveries
+        );
+        assert_eq!(
+            m.deliveries.get(&(
+                leadgate::intake::UNKNOWN_SOURCE.to_string(),
+                "rejected".to_string()
+            )),
+            Some(&1)
+        );
         let res = gw
             .http
             .get(format!("{}/healthz", gw.base))
@@ -647,21 +730,14 @@ each_backend!(
             .unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         let res = gw
-            .http
-            .get(format!(
-                "{}/v1/operations/{}",
-                gw.base,
-                urlencode("site:none")
-            ))
+            .get(&format!("/v1/operations/{}", urlencode("site:none")))
             .send()
             .await
             .unwrap();
         assert_eq!(res.status(), StatusCode::NOT_FOUND);
         let res = gw
-            .http
-            .get(format!(
-                "{}/v1/operations/{}/timeline",
-                gw.base,
+            .get(&format!(
+                "/v1/operations/{}/timeline",
                 urlencode("tilda:777:1")
             ))
             .send()

@@ -14,6 +14,8 @@ mod n8n;
 mod process;
 mod races;
 mod retention;
+mod security;
 mod slow_crm;
 mod sources;
 mod store;
+mod tls;

@@ -53,8 +53,7 @@ each_backend!(metrics_match_a_scripted_run, |db| async move {
     gw.post_json("site", &changed).await;
     gw.post_json("site", &json!({"no": "key"})).await;
     let text = gw
-        .http
-        .get(format!("{}/metrics", gw.base))
+        .get("/metrics")
         .send()
         .await
         .unwrap()

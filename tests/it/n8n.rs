@@ -51,6 +51,7 @@ impl Ctx<'_> {
         let j = &self.json;
         match expr {
             "$env.LEADGATE_URL" => self.gw.base.clone(),
+            "$env.LEADGATE_INTEGRATION_TOKEN" => crate::gateway::INTEGRATION_TOKEN.to_owned(),
             "$env.BITRIX24_WEBHOOK_URL" => self.gw.fake.webhook_url(),
             "$json.body.submission_id" => j["body"]["submission_id"].as_str().unwrap().to_owned(),
             "JSON.stringify($json.body)" => js(&j["body"]),

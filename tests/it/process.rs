@@ -22,11 +22,32 @@ pub fn leadgate(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leadgate"));
     cmd.args(args)
         .env_remove("LEADGATE_DATABASE_URL")
-        .env("RUST_LOG", "warn");
+        .env("RUST_LOG", "warn")
+        .env("LEADGATE_READ_TOKEN", READ_TOKEN);
     cmd
 }
 
 pub struct Process(pub Child);
+/// The site source's HMAC key, and the read token given through the environment.
+const SITE_SECRET: &str = "proc-site-hmac-key";
+const READ_TOKEN: &str = "proc-read-token";
+
+/// A signed delivery to the site source.
+async fn post_lead(http: &reqwest::Client, base: &str, lead: &Value) -> reqwest::Response {
+    let body = serde_json::to_vec(lead).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    http.post(format!("{base}/v1/intake/site"))
+        .header("content-type", "application/json")
+        .header("x-leadgate-timestamp", now.to_string())
+        .header(
+            "x-leadgate-signature",
+            leadgate::intake::sources::sign(SITE_SECRET.as_bytes(), now, &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -51,6 +72,7 @@ lease = "4s"
 [[source]]
 name = "site"
 key = "json:/submission_id"
+secret = "{SITE_SECRET}"
 [crm]
 kind = "bitrix24"
 webhook_url = "{webhook}"
@@ -94,12 +116,12 @@ each_backend!(
         let config = write_config(dir.path(), &db.url, &fake.webhook_url(), port);
         let mut first = serve(&config, &base).await;
         let http = reqwest::Client::new();
-        let res = http
-            .post(format!("{base}/v1/intake/site"))
-            .json(&json!({"submission_id": "k9", "name": "Ivan"}))
-            .send()
-            .await
-            .unwrap();
+        let res = post_lead(
+            &http,
+            &base,
+            &json!({"submission_id": "k9", "name": "Ivan"}),
+        )
+        .await;
         assert_eq!(res.status(), 202);
         let deadline = Instant::now() + Duration::from_secs(10);
         while fake.entities().is_empty() {
@@ -124,6 +146,7 @@ each_backend!(
         let op: Value = loop {
             let op: Value = http
                 .get(format!("{base}/v1/operations/{}", urlencode("site:k9")))
+                .bearer_auth(READ_TOKEN)
                 .send()
                 .await
                 .unwrap()
@@ -200,18 +223,16 @@ each_backend!(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let http = reqwest::Client::new();
-        http.post(format!("{base}/v1/intake/site"))
-        .json(&json!({"submission_id": "log1", "name": "Secretive", "phone": "+79995550101", "email": "hidden@example.com"}))
-        .send()
-        .await
-        .unwrap();
+        let res = post_lead(&http, &base, &json!({"submission_id": "log1", "name": "Secretive", "phone": "+79995550101", "email": "hidden@example.com"})).await;
+        assert_eq!(res.status(), 202);
         // A validation failure puts the CRM's message through the log path too.
         fake.push_fault(CREATE, Fault::Validation, 1);
-        http.post(format!("{base}/v1/intake/site"))
-            .json(&json!({"submission_id": "log2", "name": "Secretive", "phone": "+79995550101"}))
-            .send()
-            .await
-            .unwrap();
+        post_lead(
+            &http,
+            &base,
+            &json!({"submission_id": "log2", "name": "Secretive", "phone": "+79995550101"}),
+        )
+        .await;
         let deadline = Instant::now() + Duration::from_secs(10);
         while fake.calls(CREATE) < 2 {
             assert!(Instant::now() < deadline, "the worker never called the CRM");
@@ -233,6 +254,8 @@ each_backend!(
         );
         for secret in [
             "fake-secret",
+            SITE_SECRET,
+            READ_TOKEN,
             "79995550101",
             "hidden@example.com",
             "Secretive",

@@ -11,16 +11,17 @@ use leadgate::store::{self, HumanAction, Resolve};
 use crate::each_backend;
 use crate::gateway::{answer, origin_ids, Gateway, CREATE};
 
-fn sign(secret: &[u8], body: &[u8]) -> String {
-    use hmac::Mac;
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+fn sign(secret: &[u8], body: &[u8]) -> (String, String) {
+    let now = chrono::Utc::now().timestamp();
+    (
+        now.to_string(),
+        leadgate::intake::sources::sign(secret, now, body),
+    )
 }
 
 each_backend!(presets_take_recorded_shape_deliveries, |db| async move {
     let gw = Gateway::start(&db).await;
-    let url = |s: &str| format!("{}/v1/intake/{s}", gw.base);
+    let url = |s: &str| gw.intake_url(s);
     // Tilda: the connection check, then a form with tranid; Tilda wants a plain `ok`.
     let res = gw
         .http
@@ -139,15 +140,17 @@ each_backend!(presets_take_recorded_shape_deliveries, |db| async move {
 
     // Generic JSON: Idempotency-Key header and an HMAC signature.
     let body = serde_json::to_vec(&json!({"name": "Ivan", "phone": "+7 999 765-43-21"})).unwrap();
-    let send = |sig: String| {
+    let send = |(ts, sig): (String, String)| {
         gw.http
             .post(url("json"))
             .header("content-type", "application/json")
             .header("Idempotency-Key", "order-77")
+            .header("X-Leadgate-Timestamp", ts)
             .header("X-Leadgate-Signature", sig)
             .body(body.clone())
     };
-    let (s, _, _) = answer(send("sha256=00".into()).send().await.unwrap()).await;
+    let (ts, _) = sign(b"json-secret", &body);
+    let (s, _, _) = answer(send((ts, "sha256=00".into())).send().await.unwrap()).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     let (s, b, _) = answer(send(sign(b"json-secret", &body)).send().await.unwrap()).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{b}");
