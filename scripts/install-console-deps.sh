@@ -6,18 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential pkg-config curl wget file libssl-dev libwebkit2gtk-4.1-dev libxdo-dev
-  libayatana-appindicator3-dev librsvg2-dev xvfb xauth webkit2gtk-driver)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-  echo "== installing Debian packages for the console: ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+scripts/apt-install-missing.sh "the console" build-essential pkg-config curl wget file libssl-dev \
+  libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev xvfb xauth webkit2gtk-driver
 
 command -v node >/dev/null || { echo "Node.js 20+ is required (apt-get install nodejs npm)" >&2; exit 1; }
 

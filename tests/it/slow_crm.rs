@@ -250,10 +250,13 @@ each_backend!(
     }
 );
 
-/// Takes the operation through an uncertain attempt whose lease then ran out, a
-/// takeover, a verify pass and a second create: the state in which the first holder's
-/// answer may still arrive.
-async fn taken_over_and_created_again(store: &dyn Store, key: &str) -> (Claim, Claim) {
+/// Records `key`, claims it for `w1` with a 5 s lease, and lets the reconciler take it
+/// over once that ran out: the first holder's answer may still arrive. Returns both
+/// claims and the takeover's time.
+async fn claimed_then_taken_over(
+    store: &dyn Store,
+    key: &str,
+) -> (Claim, Claim, chrono::DateTime<chrono::Utc>) {
     store
         .record_delivery(delivery(key, json!({"k": key})))
         .await
@@ -270,6 +273,14 @@ async fn taken_over_and_created_again(store: &dyn Store, key: &str) -> (Claim, C
         .await
         .unwrap()
         .unwrap();
+    (first, taken, t1)
+}
+
+/// Takes the operation through an uncertain attempt whose lease then ran out, a
+/// takeover, a verify pass and a second create: the state in which the first holder's
+/// answer may still arrive.
+async fn taken_over_and_created_again(store: &dyn Store, key: &str) -> (Claim, Claim) {
+    let (first, taken, t1) = claimed_then_taken_over(store, key).await;
     store
         .finish_attempt(
             &taken.lease,
@@ -365,22 +376,7 @@ each_backend!(
     a_late_answer_completes_an_operation_that_went_to_review_and_closes_its_case,
     |db| async move {
         let store = db.store().await;
-        store
-            .record_delivery(delivery("rev", json!({})))
-            .await
-            .unwrap();
-        let t0 = now();
-        let first = store
-            .claim_due("bitrix24", "w1", Duration::from_secs(5), t0)
-            .await
-            .unwrap()
-            .unwrap();
-        let t1 = t0 + chrono::TimeDelta::seconds(6);
-        let taken = store
-            .claim_stale("bitrix24", "rec", LEASE, t1)
-            .await
-            .unwrap()
-            .unwrap();
+        let (first, taken, t1) = claimed_then_taken_over(store.as_ref(), "rev").await;
         store
             .finish_attempt(
                 &taken.lease,
