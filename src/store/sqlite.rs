@@ -55,6 +55,27 @@ fn create_private(url: &str, path: &std::path::Path) -> Result<(), super::StoreE
     }
 }
 
+/// Opens a pool, again while SQLite answers "busy": a connection's first statements
+/// (switching a new file to WAL) need a lock that SQLite does not wait for when another
+/// process is doing the same, as two gateways started at once on a new file do.
+async fn busy_retried<F, Fut>(open: F) -> Result<SqlitePool, super::StoreError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = sqlx::Result<SqlitePool>>,
+{
+    let mut tries = 0u64;
+    loop {
+        match open().await.map_err(super::StoreError::from) {
+            Err(e) if e.is_transient() && tries < 20 => {
+                tries += 1;
+                tracing::debug!(error = %e, "the SQLite file is busy; opening again");
+                tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// How every write transaction starts: with SQLite's writer lock.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
@@ -78,19 +99,23 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
         create_private(url, options.get_filename())?;
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(60))
-            .connect_with(options.clone())
-            .await?;
+        let writer = busy_retried(|| {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(60))
+                .connect_with(options.clone())
+        })
+        .await?;
         // An in-memory database exists once per connection: read where it is written.
         let pool = if url.contains(":memory:") || url.contains("mode=memory") {
             writer.clone()
         } else {
-            SqlitePoolOptions::new()
-                .max_connections(8)
-                .connect_with(options)
-                .await?
+            busy_retried(|| {
+                SqlitePoolOptions::new()
+                    .max_connections(8)
+                    .connect_with(options.clone())
+            })
+            .await?
         };
         let (intake, jobs) = tokio::sync::mpsc::channel(1024);
         tokio::spawn(intake_writer(writer.clone(), jobs));

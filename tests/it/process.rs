@@ -359,3 +359,58 @@ fn a_bad_config_is_a_clear_error_not_a_panic() {
         String::from_utf8_lossy(&out.stdout).contains("sqlite operations database is up to date")
     );
 }
+
+each_backend!(
+    two_gateways_started_at_once_on_a_new_database_both_come_up,
+    |db| async move {
+        // Two machines (or two units) started together on a database nobody migrated yet:
+        // PostgreSQL serialises the migrations under its advisory lock, SQLite's loser of a
+        // race (a migration, or switching the new file to WAL) tries again.
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let rounds = if db.backend == crate::support::Backend::Sqlite {
+            3
+        } else {
+            1
+        };
+        for round in 0..rounds {
+            let files = tempfile::tempdir().unwrap();
+            let url = match db.backend {
+                crate::support::Backend::Sqlite => format!(
+                    "sqlite://{}?mode=rwc",
+                    files.path().join(format!("new{round}.db")).display()
+                ),
+                crate::support::Backend::Postgres => db.url.clone(),
+            };
+            let mut gateways = vec![];
+            for name in ["a", "b"] {
+                let dir = files.path().join(name);
+                std::fs::create_dir(&dir).unwrap();
+                let port = free_port();
+                let config = write_config(&dir, &url, &fake.webhook_url(), port);
+                let child = leadgate(&["serve", "--config", &config])
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(dir.join("err.log")).unwrap())
+                    .spawn()
+                    .unwrap();
+                gateways.push((Process(child), format!("http://127.0.0.1:{port}"), dir));
+            }
+            for (process, base, dir) in &mut gateways {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while !reqwest::get(format!("{base}/healthz"))
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
+                    let exited = process.0.try_wait().unwrap();
+                    assert!(
+                        exited.is_none() && Instant::now() < deadline,
+                        "round {round}: a gateway did not come up: {}",
+                        std::fs::read_to_string(dir.join("err.log")).unwrap_or_default()
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+);
