@@ -476,7 +476,14 @@ async fn chaos(db_url: &str, pg: Option<&PgCluster>) -> Figures {
         figures.review_cases += store.cases_of(&id).await.unwrap().len();
     }
     figures.seconds = started.elapsed().as_secs_f64();
-    println!("chaos figures ({}): {figures:#?}", store.backend());
+    // Straight to the process's stderr, past the test harness's capture: CI logs show the
+    // figures of every run, passing or not.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "chaos figures ({}): {figures:?}",
+        store.backend()
+    );
     assert_eq!(
         figures.entities, figures.leads,
         "every lead reached the CRM exactly once"
