@@ -19,7 +19,6 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::config::LEASE_MARGIN;
 use crate::crm::{Crm, CrmError, Lookup};
 use crate::domain::ReviewReason;
 use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
@@ -58,7 +57,7 @@ pub async fn reconcile_one_stale(
     settings: &WorkerSettings,
     owner: &str,
 ) -> Result<bool, StoreError> {
-    let lease_for = settings.lease.max(settings.call_timeout + LEASE_MARGIN);
+    let lease_for = settings.lease_for_call();
     let Some(claim) = store
         .claim_stale(crm.connector(), owner, lease_for, store.now())
         .await?
@@ -72,15 +71,7 @@ pub async fn reconcile_one_stale(
         // The holder's call was cut before its lease ran out, but the CRM may still be
         // executing it: a "not found" counts only after the settle window from now.
         let outcome = after_uncertain(found, None, store::after(store.now(), settings.settle));
-        match finish_attempt(
-            store,
-            &claim.lease,
-            outcome,
-            events,
-            lease_for + settings.settle,
-        )
-        .await
-        {
+        match finish_attempt(store, &claim.lease, outcome, events, settings.keep_trying()).await {
             Ok(_) | Err(StoreError::LeaseLost(_)) => Ok(true),
             Err(e) => Err(e),
         }

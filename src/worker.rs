@@ -29,9 +29,10 @@ pub struct WorkerSettings {
     /// How long a claim holds the operation before the reconciler may take it over.
     /// A create's lease is extended to `call_timeout + LEASE_MARGIN` if it is shorter.
     pub lease: Duration,
-    /// The longest one CRM call may take, redirects, token refresh and re-send
-    /// included: the worker cuts it there (the outcome is then uncertain), so the call
-    /// never outlives its lease.
+    /// The longest one CRM call may take, redirects and a re-send after a refused
+    /// token included (a due token refresh and the pacing wait come before it, in
+    /// `Crm::pace`): the worker cuts it there (the outcome is then uncertain), so the
+    /// call never outlives its lease.
     pub call_timeout: Duration,
     /// How long after an uncertain outcome the CRM may still land the create: a lookup
     /// that finds nothing counts only after this window.
@@ -41,6 +42,19 @@ pub struct WorkerSettings {
     pub concurrency: usize,
     /// Field mapping per source.
     pub fields: HashMap<String, FieldMap>,
+}
+
+impl WorkerSettings {
+    /// What a lease that may see a CRM call is armed for: the whole call plus the margin.
+    pub fn lease_for_call(&self) -> Duration {
+        self.lease.max(self.call_timeout + LEASE_MARGIN)
+    }
+
+    /// How long recording an outcome is tried through database hiccups: while the lease
+    /// holds, and through the settle window after it (a late report is still kept).
+    pub fn keep_trying(&self) -> Duration {
+        self.lease_for_call() + self.settle
+    }
 }
 
 #[derive(Clone)]
@@ -158,10 +172,7 @@ impl Worker {
         // of the call's budget. If they fail, nothing was sent.
         if let Err(e) = self.crm.pace().await {
             tracing::warn!(class = %e.class, "could not get ready to call the CRM");
-            let failure = Failure {
-                class: e.class,
-                message: e.message.clone(),
-            };
+            let failure = Failure::from(&e);
             let outcome = match e.class.decision() {
                 RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
                     connector: self.crm.connector().to_owned(),
@@ -191,7 +202,7 @@ impl Worker {
             .store
             .start_attempt(
                 &claim.lease,
-                self.lease_for_call(),
+                self.settings.lease_for_call(),
                 self.settings.settle,
                 before,
                 self.store.now(),
@@ -229,10 +240,7 @@ impl Worker {
             }
             Err(e) => {
                 tracing::warn!(class = %e.class, "CRM attempt failed");
-                let failure = Failure {
-                    class: e.class,
-                    message: e.message.clone(),
-                };
+                let failure = Failure::from(&e);
                 match e.class.decision() {
                     RetryDecision::RetryWithBackoff => {
                         retry_or_exhausted(&self.settings.retry, claim, failure, e.retry_after, now)
@@ -303,10 +311,7 @@ impl Worker {
             }
             Ok(Lookup::NotFound) => None,
             Err(e) => {
-                let lookup_failure = Failure {
-                    class: e.class,
-                    message: e.message.clone(),
-                };
+                let lookup_failure = Failure::from(&e);
                 Some(match e.class.decision() {
                     RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
                         connector: self.crm.connector().to_owned(),
@@ -331,23 +336,21 @@ impl Worker {
         }
     }
 
-    /// What a create's lease is armed for: the whole call plus the margin.
-    fn lease_for_call(&self) -> Duration {
-        self.settings
-            .lease
-            .max(self.settings.call_timeout + LEASE_MARGIN)
-    }
-
     async fn finish(
         &self,
         lease: &Lease,
         outcome: AttemptOutcome,
         events: Vec<NewEvent>,
     ) -> Result<(), StoreError> {
-        let keep_trying = self.lease_for_call() + self.settings.settle;
-        finish_attempt(self.store.as_ref(), lease, outcome, events, keep_trying)
-            .await
-            .map(|_| ())
+        finish_attempt(
+            self.store.as_ref(),
+            lease,
+            outcome,
+            events,
+            self.settings.keep_trying(),
+        )
+        .await
+        .map(|_| ())
     }
 }
 
@@ -388,7 +391,7 @@ pub fn cut_off<T>(what: &str, budget: Duration) -> (Result<T, CrmError>, Exchang
         budget.as_millis()
     );
     (
-        Err(CrmError::new(ErrorClass::Uncertain, message.clone())),
+        Err(CrmError::new(ErrorClass::Uncertain, message)),
         Exchange {
             request: json!({"call": what}),
             response: json!({"cut_after_ms": budget.as_millis() as u64}),

@@ -133,6 +133,17 @@ impl CrmError {
     }
 }
 
+/// How a failed call is kept on the operation: its class and its (already cleaned)
+/// message.
+impl From<&CrmError> for crate::store::Failure {
+    fn from(e: &CrmError) -> Self {
+        crate::store::Failure {
+            class: e.class,
+            message: e.message.clone(),
+        }
+    }
+}
+
 /// What a search by external key found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
