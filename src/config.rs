@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::crm::CrmConfig;
+pub use crate::domain::{RetryConfig, Secret};
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -75,26 +78,6 @@ impl Default for WorkerConfig {
             poll_interval: Duration::from_millis(200),
             lease: None,
             concurrency: 4,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetryConfig {
-    pub max_attempts: u32,
-    #[serde(with = "humantime_serde")]
-    pub base_delay: Duration,
-    #[serde(with = "humantime_serde")]
-    pub max_delay: Duration,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        RetryConfig {
-            max_attempts: 5,
-            base_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(300),
         }
     }
 }
@@ -403,74 +386,11 @@ pub struct SourceConfig {
     /// Where the CRM fields are in this source's payload (JSON pointers); by default
     /// top-level `name`, `phone`, `email`, `comment`, `title`, in any letter case.
     #[serde(default)]
-    pub fields: crate::crm::FieldMap,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum CrmConfig {
-    Bitrix24 {
-        webhook_url: Secret,
-        #[serde(default)]
-        entity: crate::crm::bitrix24::Entity,
-        #[serde(default = "default_crm_timeout", with = "humantime_serde")]
-        timeout: Duration,
-        /// How long after an unknown outcome a create may still land (default 75 s:
-        /// Bitrix24 cuts requests off after 60 s, plus time for its lists to show it).
-        #[serde(default, with = "humantime_serde")]
-        settle: Option<Duration>,
-    },
-    /// amoCRM / Kommo API v4, with a long-lived token or with OAuth (refreshed tokens
-    /// kept in the operations database, shared by every process).
-    Amocrm {
-        /// `https://{subdomain}.amocrm.ru` or `https://{subdomain}.kommo.com`.
-        base_url: String,
-        /// The long-lived token (a JWT), sent as `Authorization: Bearer`. Either this or
-        /// the four OAuth keys below.
-        #[serde(default)]
-        token: Option<Secret>,
-        /// OAuth: the integration's id and secret, its redirect URI, and the refresh
-        /// token it was connected with (used only while the database has no tokens yet).
-        #[serde(default)]
-        client_id: Option<String>,
-        #[serde(default)]
-        client_secret: Option<Secret>,
-        #[serde(default)]
-        redirect_uri: Option<String>,
-        #[serde(default)]
-        refresh_token: Option<Secret>,
-        /// The custom text field of leads that holds the operation_id.
-        operation_field_id: u64,
-        #[serde(default)]
-        pipeline_id: Option<u64>,
-        /// Requests per second this process sends to the account (amoCRM: 7).
-        #[serde(default = "default_amocrm_rate_limit")]
-        rate_limit: f64,
-        #[serde(default = "default_crm_timeout", with = "humantime_serde")]
-        timeout: Duration,
-        /// How long after an unknown outcome a create may still land or its search
-        /// catch up (default 120 s; amoCRM documents neither).
-        #[serde(default, with = "humantime_serde")]
-        settle: Option<Duration>,
-        /// OAuth: a file holding the 64-hex-digit key the tokens are encrypted with in
-        /// the database (`LEADGATE_TOKEN_KEY` takes precedence).
-        #[serde(default)]
-        token_key_file: Option<std::path::PathBuf>,
-    },
-    /// A home-grown CRM over HTTP, described by templates (see `crm::http`).
-    Http(Box<crate::crm::http::HttpConfig>),
+    pub fields: crate::domain::FieldMap,
 }
 
 fn default_replay_window() -> Duration {
     Duration::from_secs(300)
-}
-
-fn default_amocrm_rate_limit() -> f64 {
-    crate::crm::amocrm::DEFAULT_RATE_LIMIT
-}
-
-fn default_crm_timeout() -> Duration {
-    Duration::from_secs(10)
 }
 
 /// A lease when `[worker] lease` is not set and the CRM call fits in it.
@@ -479,53 +399,6 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// What a lease must cover beyond the CRM call itself: arming it before the call and
 /// recording the answer after. `[worker] lease` must be at least `[crm] timeout` plus this.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(1);
-
-impl CrmConfig {
-    /// The longest one create (or lookup) may take, everything included; the worker
-    /// cuts the call there.
-    pub fn timeout(&self) -> Duration {
-        match self {
-            CrmConfig::Bitrix24 { timeout, .. } => {
-                (*timeout).min(crate::crm::bitrix24::MAX_TIMEOUT)
-            }
-            CrmConfig::Amocrm { timeout, .. } => *timeout,
-            CrmConfig::Http(h) => h.timeout,
-        }
-    }
-
-    /// How long after an unknown outcome the CRM may still land the create: a lookup
-    /// that finds nothing before then proves nothing. Defaults per CRM: Bitrix24 75 s
-    /// (it cuts requests off after 60 s), amoCRM and HTTP CRMs 120 s (undocumented).
-    pub fn settle(&self) -> Duration {
-        let (configured, default) = match self {
-            CrmConfig::Bitrix24 { settle, .. } => (*settle, Duration::from_secs(75)),
-            CrmConfig::Amocrm { settle, .. } => (*settle, Duration::from_secs(120)),
-            CrmConfig::Http(h) => (h.settle, Duration::from_secs(120)),
-        };
-        configured.unwrap_or(default)
-    }
-}
-
-/// A value that must never reach a log: `Debug` prints `***`.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -569,16 +442,16 @@ impl Config {
             },
         };
         if let Some(url) = env_url {
-            config.database.url = Secret(url);
+            config.database.url = Secret::new(url);
         }
         if let Ok(listen) = std::env::var("LEADGATE_LISTEN") {
             config.server.listen = listen;
         }
         if let Ok(t) = std::env::var("LEADGATE_INTEGRATION_TOKEN") {
-            config.api.integration_token = Some(Secret(t));
+            config.api.integration_token = Some(Secret::new(t));
         }
         if let Ok(t) = std::env::var("LEADGATE_READ_TOKEN") {
-            config.api.read_token = Some(Secret(t));
+            config.api.read_token = Some(Secret::new(t));
         }
         config.validate_api()?;
         Ok(config)

@@ -77,7 +77,9 @@ impl From<StoreError> for ConsoleError {
             StoreError::StaleVersion { expected, current } => {
                 ConsoleError::Changed { expected, current }
             }
-            StoreError::InvalidAction(message) => ConsoleError::Invalid { message },
+            StoreError::Refused(r) => ConsoleError::Invalid {
+                message: r.to_string(),
+            },
             e @ StoreError::AttemptInFlight(..) => ConsoleError::Invalid {
                 message: e.to_string(),
             },

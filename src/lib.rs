@@ -2,6 +2,7 @@
 //! retried. See ARCHITECTURE.md for the map.
 
 pub mod app;
+pub mod attempt;
 pub mod cli;
 pub mod config;
 pub mod console_api;

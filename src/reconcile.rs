@@ -19,10 +19,10 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::attempt::{cut_off, exchange_events, finish_attempt, WorkerSettings};
 use crate::crm::{Crm, CrmError, Lookup};
 use crate::domain::ReviewReason;
 use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
-use crate::worker::{cut_off, exchange_events, finish_attempt, WorkerSettings};
 
 /// Takes over expired leases until `shutdown`.
 pub async fn run(

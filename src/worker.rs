@@ -5,57 +5,21 @@
 //! retry what cannot have executed, stop on validation, pause the connector on auth,
 //! and never repeat an uncertain create blindly: reconcile by external key instead.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::config::{RetryConfig, LEASE_MARGIN};
-use crate::crm::{Crm, CrmError, Exchange, FieldMap, Lead, Lookup};
-use crate::domain::{ErrorClass, RetryDecision, ReviewReason};
+use crate::crm::{Crm, CrmError, Lead, Lookup};
+use crate::domain::{RetryDecision, ReviewReason};
 use crate::reconcile;
-use crate::store::{
-    self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Operation, Store, StoreError,
-};
+use crate::store::{self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Store, StoreError};
 use crate::supervise::{supervise, RESTART_DELAY};
 
-#[derive(Debug, Clone)]
-pub struct WorkerSettings {
-    pub poll_interval: Duration,
-    /// How long a claim holds the operation before the reconciler may take it over.
-    /// A create's lease is extended to `call_timeout + LEASE_MARGIN` if it is shorter.
-    pub lease: Duration,
-    /// The longest one CRM call may take, redirects and a re-send after a refused
-    /// token included (a due token refresh and the pacing wait come before it, in
-    /// `Crm::pace`): the worker cuts it there (the outcome is then uncertain), so the
-    /// call never outlives its lease.
-    pub call_timeout: Duration,
-    /// How long after an uncertain outcome the CRM may still land the create: a lookup
-    /// that finds nothing counts only after this window.
-    pub settle: Duration,
-    pub retry: RetryConfig,
-    /// Attempts processed at once by this process.
-    pub concurrency: usize,
-    /// Field mapping per source.
-    pub fields: HashMap<String, FieldMap>,
-}
-
-impl WorkerSettings {
-    /// What a lease that may see a CRM call is armed for: the whole call plus the margin.
-    pub fn lease_for_call(&self) -> Duration {
-        self.lease.max(self.call_timeout + LEASE_MARGIN)
-    }
-
-    /// How long recording an outcome is tried through database hiccups: while the lease
-    /// holds, and through the settle window after it (a late report is still kept).
-    pub fn keep_trying(&self) -> Duration {
-        self.lease_for_call() + self.settle
-    }
-}
+pub use crate::attempt::WorkerSettings;
+use crate::attempt::{cut_off, exchange_events, finish_attempt};
 
 #[derive(Clone)]
 pub struct Worker {
@@ -178,9 +142,9 @@ impl Worker {
                     connector: self.crm.connector().to_owned(),
                     failure,
                 },
-                _ => retry_or_exhausted(
-                    &self.settings.retry,
-                    claim,
+                _ => self.settings.retry.after_failure(
+                    claim.operation.attempts,
+                    claim.granted,
                     failure,
                     e.retry_after,
                     self.store.now(),
@@ -240,12 +204,18 @@ impl Worker {
             }
             Err(e) => {
                 tracing::warn!(class = %e.class, "CRM attempt failed");
-                let failure = Failure::from(&e);
-                match e.class.decision() {
-                    RetryDecision::RetryWithBackoff => {
-                        retry_or_exhausted(&self.settings.retry, claim, failure, e.retry_after, now)
-                    }
-                    RetryDecision::Reconcile => {
+                let next = self.settings.retry.after_failed_call(
+                    Failure::from(&e),
+                    claim.operation.attempts,
+                    claim.granted,
+                    e.retry_after,
+                    self.crm.connector(),
+                    json!({}),
+                    now,
+                );
+                match next {
+                    Ok(outcome) => outcome,
+                    Err(failure) => {
                         // Found at once: recovered at once. Found nothing: the CRM may
                         // still be executing it, so ask again after the settle window.
                         let (found, more) = reconcile::look_up(
@@ -261,16 +231,6 @@ impl Worker {
                             store::after(now, self.settings.settle),
                         )
                     }
-                    RetryDecision::FailTerminal => AttemptOutcome::Terminal { failure },
-                    RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
-                        connector: self.crm.connector().to_owned(),
-                        failure,
-                    },
-                    RetryDecision::Review => AttemptOutcome::Review {
-                        reason: ReviewReason::PayloadConflict,
-                        failure: Some(failure),
-                        detail: json!({}),
-                    },
                 }
             }
         };
@@ -320,7 +280,7 @@ impl Worker {
                     RetryDecision::RetryWithBackoff | RetryDecision::Reconcile
                         if !claim.granted && (op.attempts.max(0) as u32) < retry.max_attempts =>
                     {
-                        let delay = backoff(retry, op.attempts.max(0) as u32, e.retry_after);
+                        let delay = retry.backoff(op.attempts.max(0) as u32, e.retry_after);
                         AttemptOutcome::Verify {
                             failure: Some(lookup_failure),
                             at: store::after(self.store.now(), delay),
@@ -351,163 +311,5 @@ impl Worker {
         )
         .await
         .map(|_| ())
-    }
-}
-
-/// Records an attempt's outcome, trying again with backoff for up to `keep_trying` when
-/// the database fails transiently (a deadlock, a serialization failure, a connection
-/// reset, a restart): a CRM answer that came back must not become a lookup or a review
-/// because of a database hiccup. Repeating is safe: the store recognises a report it
-/// has already recorded by its lease token.
-pub async fn finish_attempt(
-    store: &dyn Store,
-    lease: &Lease,
-    outcome: AttemptOutcome,
-    events: Vec<NewEvent>,
-    keep_trying: Duration,
-) -> Result<Operation, StoreError> {
-    let give_up = Instant::now() + keep_trying;
-    let mut delay = Duration::from_millis(50);
-    loop {
-        match store
-            .finish_attempt(lease, outcome.clone(), events.clone(), store.now())
-            .await
-        {
-            Err(e) if e.is_transient() && Instant::now() + delay < give_up => {
-                tracing::warn!(error = %e, "recording the outcome failed; trying again");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// The answer of a call the worker cut at its budget: the request may have reached the
-/// CRM, so the outcome is unknown.
-pub fn cut_off<T>(what: &str, budget: Duration) -> (Result<T, CrmError>, Exchange) {
-    let message = format!(
-        "no answer within {} ms (the call's whole budget): the CRM may still execute it",
-        budget.as_millis()
-    );
-    (
-        Err(CrmError::new(ErrorClass::Uncertain, message)),
-        Exchange {
-            request: json!({"call": what}),
-            response: json!({"cut_after_ms": budget.as_millis() as u64}),
-        },
-    )
-}
-
-/// A retryable failure: due again after a backoff, unless the attempts are used up (or
-/// this attempt was a person's single grant), in which case a person decides.
-pub fn retry_or_exhausted(
-    retry: &RetryConfig,
-    claim: &Claim,
-    failure: Failure,
-    retry_after: Option<Duration>,
-    now: DateTime<Utc>,
-) -> AttemptOutcome {
-    after_retryable_failure(
-        retry,
-        claim.operation.attempts,
-        claim.granted,
-        failure,
-        retry_after,
-        now,
-    )
-}
-
-/// [`retry_or_exhausted`] for callers that know the attempt count but hold no claim
-/// (the claim API).
-pub fn after_retryable_failure(
-    retry: &RetryConfig,
-    attempts: i32,
-    granted: bool,
-    failure: Failure,
-    retry_after: Option<Duration>,
-    now: DateTime<Utc>,
-) -> AttemptOutcome {
-    let attempts = attempts.max(0) as u32;
-    if granted || attempts >= retry.max_attempts {
-        return AttemptOutcome::Review {
-            reason: ReviewReason::RetriesExhausted,
-            failure: Some(failure),
-            detail: json!({"attempts": attempts, "granted": granted}),
-        };
-    }
-    let delay = backoff(retry, attempts, retry_after);
-    AttemptOutcome::Retry {
-        failure: Some(failure),
-        at: store::after(now, delay),
-    }
-}
-
-/// Exponential backoff with full jitter: a uniform delay in `[0, min(max, base · 2^(n-1))]`,
-/// but never sooner than the CRM's `Retry-After`. Full jitter spreads the retries of many
-/// operations that failed together (one CRM outage); crates' jitter (e.g. backon's) adds
-/// `[0, d)` on top of `d` instead, which neither spreads from zero nor respects `max`.
-pub fn backoff(retry: &RetryConfig, attempt: u32, retry_after: Option<Duration>) -> Duration {
-    let exp = attempt.saturating_sub(1).min(30);
-    let ceiling = retry
-        .base_delay
-        .saturating_mul(1 << exp)
-        .min(retry.max_delay);
-    let jittered = ceiling.mul_f64(rand::random::<f64>());
-    retry_after.map_or(jittered, |ra| ra.max(jittered))
-}
-
-/// Timeline events for one CRM exchange: the request summary and the answer (with its
-/// error class when it failed).
-pub fn exchange_events(
-    request_kind: &'static str,
-    response_kind: &'static str,
-    exchange: &Exchange,
-    error: Option<&CrmError>,
-) -> Vec<NewEvent> {
-    let mut response = NewEvent::new(response_kind, exchange.response.clone());
-    if let Some(e) = error {
-        response.error_class = Some(e.class);
-        if let serde_json::Value::Object(m) = &mut response.detail {
-            m.insert("class".into(), json!(e.class));
-            m.insert("error".into(), json!(e.message));
-        }
-    }
-    vec![
-        NewEvent::new(request_kind, exchange.request.clone()),
-        response,
-    ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_is_full_jitter_under_an_exponential_ceiling() {
-        let retry = RetryConfig {
-            max_attempts: 5,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(1),
-        };
-        for attempt in 1..=8u32 {
-            let ceiling =
-                Duration::from_millis(100 * (1u64 << (attempt - 1))).min(Duration::from_secs(1));
-            let samples: Vec<_> = (0..200).map(|_| backoff(&retry, attempt, None)).collect();
-            assert!(samples.iter().all(|d| *d <= ceiling), "attempt {attempt}");
-            // Full jitter: some retries go early, some late.
-            assert!(
-                samples.iter().any(|d| *d < ceiling / 4),
-                "attempt {attempt}"
-            );
-            assert!(
-                samples.iter().any(|d| *d > ceiling / 2),
-                "attempt {attempt}"
-            );
-        }
-        // Retry-After is a floor.
-        for _ in 0..50 {
-            assert!(backoff(&retry, 1, Some(Duration::from_secs(7))) >= Duration::from_secs(7));
-        }
     }
 }

@@ -44,8 +44,8 @@ use super::rate::{self, RateLimiter};
 use super::{
     classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
 };
-use crate::config::Secret;
 use crate::domain::ErrorClass;
+use crate::domain::Secret;
 
 /// The connector name: what gets paused when the credentials stop working.
 pub const CONNECTOR: &str = "http";

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::domain::{ErrorClass, OperationId};
+use crate::domain::ErrorClass;
 
 pub mod amocrm;
 pub mod bitrix24;
@@ -21,96 +21,11 @@ pub mod fake_amocrm;
 pub mod fake_bitrix24;
 pub mod http;
 pub mod rate;
+mod settings;
 pub mod vault;
 
-/// What the worker asks a CRM to create, mapped from the payload.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct Lead {
-    /// The operation key; sent to the CRM as the entity's external key so a create
-    /// whose answer was lost can be found again.
-    pub operation_id: String,
-    pub source: String,
-    pub title: Option<String>,
-    pub name: Option<String>,
-    pub phone: Option<String>,
-    pub email: Option<String>,
-    pub comment: Option<String>,
-}
-
-/// Per-source mapping: field -> JSON pointer (RFC 6901, e.g. `/contact/phone`).
-///
-/// Missing entries use the default: a top-level key matched case-insensitively
-/// (`name`, `phone`, `email`, `comment`, `title`), so Tilda's `Name`/`Phone`/`Email`
-/// work without configuration.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct FieldMap {
-    pub title: Option<String>,
-    pub name: Option<String>,
-    pub phone: Option<String>,
-    pub email: Option<String>,
-    pub comment: Option<String>,
-}
-
-impl Lead {
-    /// Maps a journaled payload to a lead.
-    ///
-    /// Numbers and booleans are stringified (forms often send phones as numbers);
-    /// blank strings, `null`, arrays and objects count as absent, because a CRM field
-    /// filled with `[object]` or whitespace is worse than an empty one. When no title
-    /// is found the title is `Lead <operation_id>`, so the CRM record can always be
-    /// tied back to the operation by a person.
-    pub fn from_payload(
-        operation_id: &OperationId,
-        source: &str,
-        payload: &serde_json::Value,
-        map: &FieldMap,
-    ) -> Lead {
-        let field = |pointer: &Option<String>, default_key: &str| -> Option<String> {
-            let value = match pointer {
-                Some(p) => payload.pointer(p),
-                None => payload.as_object().and_then(|obj| {
-                    obj.iter()
-                        .find(|(k, _)| k.eq_ignore_ascii_case(default_key))
-                        .map(|(_, v)| v)
-                }),
-            };
-            value.and_then(scalar_to_string)
-        };
-        let title =
-            field(&map.title, "title").or_else(|| Some(format!("Lead {}", operation_id.as_str())));
-        Lead {
-            operation_id: operation_id.as_str().to_owned(),
-            source: source.to_owned(),
-            title,
-            name: field(&map.name, "name"),
-            phone: field(&map.phone, "phone"),
-            email: field(&map.email, "email"),
-            comment: field(&map.comment, "comment"),
-        }
-    }
-
-    /// The contact values of this lead: an adapter scrubs them out of any text it
-    /// stores (a CRM may echo a rejected e-mail back in its error description).
-    pub(crate) fn contact_values(&self) -> Vec<&str> {
-        [&self.name, &self.phone, &self.email]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .collect()
-    }
-}
-
-fn scalar_to_string(v: &serde_json::Value) -> Option<String> {
-    match v {
-        serde_json::Value::String(s) => {
-            let s = s.trim();
-            (!s.is_empty()).then(|| s.to_owned())
-        }
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        serde_json::Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
+pub use crate::domain::{FieldMap, Lead};
+pub use settings::CrmConfig;
 
 /// A failed CRM call, classified.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -135,9 +50,9 @@ impl CrmError {
 
 /// How a failed call is kept on the operation: its class and its (already cleaned)
 /// message.
-impl From<&CrmError> for crate::store::Failure {
+impl From<&CrmError> for crate::domain::Failure {
     fn from(e: &CrmError) -> Self {
-        crate::store::Failure {
+        crate::domain::Failure {
             class: e.class,
             message: e.message.clone(),
         }
@@ -198,10 +113,9 @@ pub trait Crm: Send + Sync + 'static {
 /// `store` is the operations store: amoCRM with OAuth keeps its rotating tokens there,
 /// shared by every process.
 pub fn from_config(
-    config: &crate::config::CrmConfig,
+    config: &CrmConfig,
     store: std::sync::Arc<dyn crate::store::Store>,
 ) -> Result<std::sync::Arc<dyn Crm>, ConfigError> {
-    use crate::config::CrmConfig;
     Ok(match config {
         CrmConfig::Bitrix24 {
             webhook_url,
@@ -261,11 +175,11 @@ pub fn from_config(
 }
 
 /// The connector name of a configured CRM (what `connector resume` defaults to).
-pub fn connector_name(config: &crate::config::CrmConfig) -> &'static str {
+pub fn connector_name(config: &CrmConfig) -> &'static str {
     match config {
-        crate::config::CrmConfig::Bitrix24 { .. } => bitrix24::CONNECTOR,
-        crate::config::CrmConfig::Amocrm { .. } => amocrm::CONNECTOR,
-        crate::config::CrmConfig::Http(_) => http::CONNECTOR,
+        CrmConfig::Bitrix24 { .. } => bitrix24::CONNECTOR,
+        CrmConfig::Amocrm { .. } => amocrm::CONNECTOR,
+        CrmConfig::Http(_) => http::CONNECTOR,
     }
 }
 
@@ -381,63 +295,6 @@ pub fn classify_transport(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn op() -> OperationId {
-        OperationId::new("tilda", "tr-1").unwrap()
-    }
-
-    #[test]
-    fn from_payload_matches_default_keys_case_insensitively() {
-        let payload = json!({"Name": "Ivan", "Phone": "+7 999 000-11-22", "EMAIL": "a@b.ru",
-                             "Comment": "  call me  ", "tranid": "tr-1"});
-        let lead = Lead::from_payload(&op(), "tilda", &payload, &FieldMap::default());
-        assert_eq!(
-            lead,
-            Lead {
-                operation_id: "tilda:tr-1".into(),
-                source: "tilda".into(),
-                title: Some("Lead tilda:tr-1".into()),
-                name: Some("Ivan".into()),
-                phone: Some("+7 999 000-11-22".into()),
-                email: Some("a@b.ru".into()),
-                comment: Some("call me".into()),
-            }
-        );
-    }
-
-    #[test]
-    fn from_payload_follows_pointers_and_stringifies_numbers() {
-        let payload = json!({"form": {"title": "Order"}, "contact": {"tel": 79990001122u64, "fio": "Anna"},
-                             "name": "ignored because the map points elsewhere", "extra": {"agree": true}});
-        let map = FieldMap {
-            title: Some("/form/title".into()),
-            name: Some("/contact/fio".into()),
-            phone: Some("/contact/tel".into()),
-            email: Some("/contact/missing".into()),
-            comment: Some("/extra/agree".into()),
-        };
-        let lead = Lead::from_payload(&op(), "tilda", &payload, &map);
-        assert_eq!(lead.title.as_deref(), Some("Order"));
-        assert_eq!(lead.name.as_deref(), Some("Anna"));
-        assert_eq!(lead.phone.as_deref(), Some("79990001122"));
-        assert_eq!(lead.email, None);
-        assert_eq!(lead.comment.as_deref(), Some("true"));
-    }
-
-    #[test]
-    fn from_payload_treats_blank_and_structured_values_as_absent() {
-        let payload = json!({"name": "   ", "phone": null, "email": ["a@b.ru"], "title": {"x": 1}});
-        let lead = Lead::from_payload(&op(), "web", &payload, &FieldMap::default());
-        assert_eq!(lead.name, None);
-        assert_eq!(lead.phone, None);
-        assert_eq!(lead.email, None);
-        assert_eq!(lead.title.as_deref(), Some("Lead tilda:tr-1"));
-        // A payload that is not an object maps to an empty lead with the default title.
-        let lead = Lead::from_payload(&op(), "web", &json!("text"), &FieldMap::default());
-        assert_eq!(lead.name, None);
-        assert_eq!(lead.title.as_deref(), Some("Lead tilda:tr-1"));
-    }
 
     #[test]
     fn clean_message_strips_tags_redacts_and_caps() {

@@ -2,17 +2,25 @@
 //! payload fingerprints. Nothing in here does I/O or knows about storage, HTTP or CRMs;
 //! everything above imports from here, never the other way round.
 
+mod attempt;
 pub mod contact;
 mod error_class;
 mod fingerprint;
 mod ids;
+mod lead;
 mod review;
+pub mod rules;
+mod secret;
 mod status;
 
+pub use attempt::{AttemptOutcome, Failure, RetryConfig};
 pub use error_class::{ErrorClass, RetryDecision};
 pub use fingerprint::{fingerprint, Fingerprint, FingerprintError};
 pub use ids::{is_valid_source_name, OperationId, OperationIdError};
-pub use review::{MatchRule, Resolution, ReviewReason};
+pub use lead::{FieldMap, Lead};
+pub use review::{HumanAction, MatchRule, Resolution, ReviewReason};
+pub use rules::Refusal;
+pub use secret::Secret;
 pub use status::{Status, TransitionError};
 
 /// A string did not name a known value of a domain enum.
@@ -21,6 +29,28 @@ pub use status::{Status, TransitionError};
 pub struct UnknownValue {
     pub kind: &'static str,
     pub value: String,
+}
+
+/// `now - d`, saturating.
+pub fn before(
+    now: chrono::DateTime<chrono::Utc>,
+    d: std::time::Duration,
+) -> chrono::DateTime<chrono::Utc> {
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_sub_signed(d))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+}
+
+/// `now + d`, saturating instead of panicking on absurd durations.
+pub fn after(
+    now: chrono::DateTime<chrono::Utc>,
+    d: std::time::Duration,
+) -> chrono::DateTime<chrono::Utc> {
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
 /// Implements `as_str`, `Display`, `FromStr` and `ALL` for a fieldless enum whose

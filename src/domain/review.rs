@@ -78,3 +78,36 @@ named_enum!(MatchRule, "matching rule", {
     Link => "link",
     Review => "review",
 });
+
+/// A person's decision on a review case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HumanAction {
+    /// The entity exists in the CRM with this id.
+    ConfirmCrmResult { crm_id: String },
+    /// Link to an entity that already exists (a duplicate or a cross-channel match).
+    LinkExisting { crm_id: String },
+    /// Exactly one more create attempt.
+    AuthorizeRetry,
+    /// Payload conflict: the first payload stands.
+    KeepOriginal,
+    /// Payload conflict: the conflicting delivery becomes an operation of its own.
+    AcceptAsNew,
+    /// The lead is dropped for good.
+    Reject,
+    /// A cross-channel or late match is a new request after all: send it to the CRM.
+    CreateNew,
+}
+
+impl HumanAction {
+    pub fn resolution(&self) -> Resolution {
+        match self {
+            HumanAction::ConfirmCrmResult { .. } => Resolution::ConfirmedCrmResult,
+            HumanAction::LinkExisting { .. } => Resolution::LinkedExisting,
+            HumanAction::AuthorizeRetry => Resolution::RetryAuthorized,
+            HumanAction::KeepOriginal => Resolution::KeptOriginal,
+            HumanAction::AcceptAsNew => Resolution::AcceptedAsNew,
+            HumanAction::Reject => Resolution::Rejected,
+            HumanAction::CreateNew => Resolution::CreatedNew,
+        }
+    }
+}

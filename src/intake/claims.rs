@@ -16,14 +16,11 @@ use serde_json::{json, Value};
 
 use super::sources::{self, BodyKind, TRANSFORM_VERSION};
 use super::{parse_id, ApiError, IntakeState};
-use crate::domain::{
-    fingerprint, ErrorClass, OperationId, OperationIdError, RetryDecision, ReviewReason,
-};
+use crate::domain::{fingerprint, ErrorClass, OperationId, OperationIdError, ReviewReason};
 use crate::store::{
     self, AttemptOutcome, ExternalClaim, ExternalClaimOutcome, Failure, Lease, NewDelivery,
     StoreError,
 };
-use crate::worker::after_retryable_failure;
 
 /// The actor named on the timeline for claim-API calls.
 const ACTOR: &str = "claim_api";
@@ -254,52 +251,40 @@ pub(super) async fn fail(
         class: f.class,
         message: crate::crm::clean_message(&f.error, &[]),
     };
-    let outcome = match f.class.decision() {
-        RetryDecision::RetryWithBackoff => {
-            let attempts = state
-                .store
-                .operation(&id)
-                .await?
-                .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?
-                .attempts;
-            // A person's single grant is spent by this attempt: it comes back to them,
-            // as the worker's would. (The store checks the token when the report is
-            // applied; a report that does not hold the lease changes nothing.)
-            let granted = state
-                .store
-                .timeline(&id)
-                .await?
-                .iter()
-                .rev()
-                .find(|e| e.kind == "claimed")
-                .and_then(|e| e.detail["granted"].as_bool())
-                .unwrap_or(false);
-            let retry_after = f.retry_after.map(Duration::from_secs);
-            after_retryable_failure(
-                &state.claim_api.retry,
-                attempts,
-                granted,
-                failure,
-                retry_after,
-                now,
-            )
-        }
+    let op = state
+        .store
+        .operation(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?;
+    // A person's single grant is spent by this attempt: it comes back to them, as the
+    // worker's would. (The store checks the token when the report is applied; a report
+    // that does not hold the lease changes nothing.)
+    let granted = state
+        .store
+        .timeline(&id)
+        .await?
+        .iter()
+        .rev()
+        .find(|e| e.kind == "claimed")
+        .and_then(|e| e.detail["granted"].as_bool())
+        .unwrap_or(false);
+    let outcome = state
+        .claim_api
+        .retry
+        .after_failed_call(
+            failure,
+            op.attempts,
+            granted,
+            f.retry_after.map(Duration::from_secs),
+            &state.claim_api.source,
+            json!({"reported_by": "claim_api"}),
+            now,
+        )
         // No lookup is possible from here: the integration's CRM call may have executed.
-        RetryDecision::Reconcile => AttemptOutcome::Review {
+        .unwrap_or_else(|failure| AttemptOutcome::Review {
             reason: ReviewReason::UncertainOutcome,
             failure: Some(failure),
             detail: json!({"reported_by": "claim_api"}),
-        },
-        RetryDecision::FailTerminal => AttemptOutcome::Terminal { failure },
-        RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
-            connector: state.claim_api.source.clone(),
-            failure,
-        },
-        RetryDecision::Review => AttemptOutcome::Review {
-            reason: ReviewReason::PayloadConflict,
-            failure: Some(failure),
-            detail: json!({"reported_by": "claim_api"}),
-        },
-    };
+        });
     finish(&state, &id, f.lease_token, outcome).await
 }

@@ -13,11 +13,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::domain::{
-    ErrorClass, Fingerprint, MatchRule, OperationId, Resolution, ReviewReason, Status,
-    TransitionError,
+    ErrorClass, Fingerprint, MatchRule, OperationId, Refusal, ReviewReason, Status, TransitionError,
 };
 
+pub use crate::domain::{after, before, AttemptOutcome, Failure, HumanAction};
+
 mod console;
+mod ops;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
@@ -47,8 +49,9 @@ pub enum StoreError {
     AttemptInFlight(String, DateTime<Utc>),
     #[error("{0}")]
     Transition(#[from] TransitionError),
+    /// A person's action (or a request to open a review) the rules refuse.
     #[error("{0}")]
-    InvalidAction(String),
+    Refused(#[from] Refusal),
     #[error("the database URL `{0}` has an unknown scheme: use sqlite://… or postgres://…")]
     UnknownScheme(String),
     #[error("the database schema is at version {found}, newer than this build knows ({known}); upgrade Leadgate")]
@@ -219,44 +222,6 @@ pub struct Claim {
     pub granted: bool,
 }
 
-/// Why an attempt failed, as it is kept: no secrets, no contact data.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub class: ErrorClass,
-    pub message: String,
-}
-
-/// How an attempt (or a reconciliation) ended; the store applies it atomically.
-#[derive(Debug, Clone)]
-pub enum AttemptOutcome {
-    /// The CRM created the entity and answered with its id.
-    Created { crm_id: String },
-    /// A lookup by external key found the one entity an earlier attempt created.
-    Recovered { crm_id: String },
-    /// Nothing was executed: due again at `at`.
-    Retry {
-        failure: Option<Failure>,
-        at: DateTime<Utc>,
-    },
-    /// The outcome is unknown and a lookup found nothing (yet): the CRM may still be
-    /// executing the create. Due again at `at` (the end of the settle window), and then
-    /// the key is looked up once more before anything is created.
-    Verify {
-        failure: Option<Failure>,
-        at: DateTime<Utc>,
-    },
-    /// The CRM refused the data for good.
-    Terminal { failure: Failure },
-    /// A person must decide.
-    Review {
-        reason: ReviewReason,
-        failure: Option<Failure>,
-        detail: Value,
-    },
-    /// The connector's credentials failed: pause it and put the operation back, unharmed.
-    PauseConnector { connector: String, failure: Failure },
-}
-
 /// An event to append to an operation's timeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
@@ -331,39 +296,6 @@ impl Default for Page {
         Page {
             after_id: None,
             limit: 50,
-        }
-    }
-}
-
-/// A person's decision on a review case.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HumanAction {
-    /// The entity exists in the CRM with this id.
-    ConfirmCrmResult { crm_id: String },
-    /// Link to an entity that already exists (a duplicate or a cross-channel match).
-    LinkExisting { crm_id: String },
-    /// Exactly one more create attempt.
-    AuthorizeRetry,
-    /// Payload conflict: the first payload stands.
-    KeepOriginal,
-    /// Payload conflict: the conflicting delivery becomes an operation of its own.
-    AcceptAsNew,
-    /// The lead is dropped for good.
-    Reject,
-    /// A cross-channel or late match is a new request after all: send it to the CRM.
-    CreateNew,
-}
-
-impl HumanAction {
-    pub fn resolution(&self) -> Resolution {
-        match self {
-            HumanAction::ConfirmCrmResult { .. } => Resolution::ConfirmedCrmResult,
-            HumanAction::LinkExisting { .. } => Resolution::LinkedExisting,
-            HumanAction::AuthorizeRetry => Resolution::RetryAuthorized,
-            HumanAction::KeepOriginal => Resolution::KeptOriginal,
-            HumanAction::AcceptAsNew => Resolution::AcceptedAsNew,
-            HumanAction::Reject => Resolution::Rejected,
-            HumanAction::CreateNew => Resolution::CreatedNew,
         }
     }
 }
@@ -797,22 +729,6 @@ fn truncate_micros(t: DateTime<Utc>) -> DateTime<Utc> {
     use chrono::DurationRound;
     t.duration_trunc(chrono::TimeDelta::microseconds(1))
         .unwrap_or(t)
-}
-
-/// `now - d`, saturating.
-pub fn before(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| now.checked_sub_signed(d))
-        .unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
-
-/// `now + d`, saturating instead of panicking on absurd durations.
-pub fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| now.checked_add_signed(d))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// Runs the backend's migrations, refusing a database that a newer Leadgate already

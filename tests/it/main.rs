@@ -4,6 +4,7 @@
 mod support;
 
 mod amocrm;
+mod boundaries;
 mod claim_api;
 mod clock;
 mod console;

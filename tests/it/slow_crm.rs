@@ -353,7 +353,7 @@ each_backend!(
             })
             .await
             .unwrap_err();
-        assert!(matches!(refused, StoreError::InvalidAction(_)), "{refused}");
+        assert!(matches!(refused, StoreError::Refused(_)), "{refused}");
         // The person says which one stands; the count stays.
         let kept = store
             .resolve(Resolve {
@@ -611,7 +611,7 @@ each_backend!(
             )
             .await
             .unwrap_err();
-        assert!(matches!(err, StoreError::InvalidAction(_)), "{err}");
+        assert!(matches!(err, StoreError::Refused(_)), "{err}");
         // A lead whose data retention removed: no retry (it would create an empty lead).
         store
             .record_delivery(delivery("gone", json!({"name": "y"})))

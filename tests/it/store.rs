@@ -805,7 +805,7 @@ each_backend!(payload_conflict_resolutions, |db| async move {
         })
         .await
         .unwrap_err();
-    assert!(matches!(wrong, StoreError::InvalidAction(_)), "{wrong}");
+    assert!(matches!(wrong, StoreError::Refused(_)), "{wrong}");
     let kept = store
         .resolve(Resolve {
             case_id,

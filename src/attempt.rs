@@ -1,0 +1,114 @@
+//! One CRM attempt under a lease, as the worker and the reconciler both make it: the
+//! settings that bound it, the answer of a call cut at its budget, the timeline events of
+//! an exchange, and recording the outcome through database hiccups.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::config::{RetryConfig, LEASE_MARGIN};
+use crate::crm::{CrmError, Exchange, FieldMap};
+use crate::domain::ErrorClass;
+use crate::store::{AttemptOutcome, Lease, NewEvent, Operation, Store, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub poll_interval: Duration,
+    /// How long a claim holds the operation before the reconciler may take it over.
+    /// A create's lease is extended to `call_timeout + LEASE_MARGIN` if it is shorter.
+    pub lease: Duration,
+    /// The longest one CRM call may take, redirects and a re-send after a refused
+    /// token included (a due token refresh and the pacing wait come before it, in
+    /// `Crm::pace`): the worker cuts it there (the outcome is then uncertain), so the
+    /// call never outlives its lease.
+    pub call_timeout: Duration,
+    /// How long after an uncertain outcome the CRM may still land the create: a lookup
+    /// that finds nothing counts only after this window.
+    pub settle: Duration,
+    pub retry: RetryConfig,
+    /// Attempts processed at once by this process.
+    pub concurrency: usize,
+    /// Field mapping per source.
+    pub fields: HashMap<String, FieldMap>,
+}
+
+impl WorkerSettings {
+    /// What a lease that may see a CRM call is armed for: the whole call plus the margin.
+    pub fn lease_for_call(&self) -> Duration {
+        self.lease.max(self.call_timeout + LEASE_MARGIN)
+    }
+
+    /// How long recording an outcome is tried through database hiccups: while the lease
+    /// holds, and through the settle window after it (a late report is still kept).
+    pub fn keep_trying(&self) -> Duration {
+        self.lease_for_call() + self.settle
+    }
+}
+
+/// Records an attempt's outcome, trying again with backoff for up to `keep_trying` when
+/// the database fails transiently (a deadlock, a serialization failure, a connection
+/// reset, a restart): a CRM answer that came back must not become a lookup or a review
+/// because of a database hiccup. Repeating is safe: the store recognises a report it
+/// has already recorded by its lease token.
+pub async fn finish_attempt(
+    store: &dyn Store,
+    lease: &Lease,
+    outcome: AttemptOutcome,
+    events: Vec<NewEvent>,
+    keep_trying: Duration,
+) -> Result<Operation, StoreError> {
+    let give_up = Instant::now() + keep_trying;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match store
+            .finish_attempt(lease, outcome.clone(), events.clone(), store.now())
+            .await
+        {
+            Err(e) if e.is_transient() && Instant::now() + delay < give_up => {
+                tracing::warn!(error = %e, "recording the outcome failed; trying again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The answer of a call the worker cut at its budget: the request may have reached the
+/// CRM, so the outcome is unknown.
+pub fn cut_off<T>(what: &str, budget: Duration) -> (Result<T, CrmError>, Exchange) {
+    let message = format!(
+        "no answer within {} ms (the call's whole budget): the CRM may still execute it",
+        budget.as_millis()
+    );
+    (
+        Err(CrmError::new(ErrorClass::Uncertain, message)),
+        Exchange {
+            request: json!({"call": what}),
+            response: json!({"cut_after_ms": budget.as_millis() as u64}),
+        },
+    )
+}
+
+/// Timeline events for one CRM exchange: the request summary and the answer (with its
+/// error class when it failed).
+pub fn exchange_events(
+    request_kind: &'static str,
+    response_kind: &'static str,
+    exchange: &Exchange,
+    error: Option<&CrmError>,
+) -> Vec<NewEvent> {
+    let mut response = NewEvent::new(response_kind, exchange.response.clone());
+    if let Some(e) = error {
+        response.error_class = Some(e.class);
+        if let serde_json::Value::Object(m) = &mut response.detail {
+            m.insert("class".into(), json!(e.class));
+            m.insert("error".into(), json!(e.message));
+        }
+    }
+    vec![
+        NewEvent::new(request_kind, exchange.request.clone()),
+        response,
+    ]
+}

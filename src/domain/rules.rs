@@ -1,0 +1,894 @@
+//! The state machine's decisions, as pure functions: what a person's action does to an
+//! operation (or why it is refused), where intake and the claim API send a delivery,
+//! what a contact match or a late report does. The store takes the row locks, calls
+//! these, and writes down what they decided; nothing here touches a database, so every
+//! rule is tested as a table below.
+
+use chrono::{DateTime, Utc};
+
+use super::{HumanAction, MatchRule, Resolution, ReviewReason, Status};
+
+/// Why a person's action (or a request to open a review) was refused. Each has a stable
+/// [`code`](Refusal::code) the console translates, and an English sentence for the CLI
+/// and logs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the operator's name is required")]
+    ActorRequired,
+    #[error("a CRM id is required")]
+    CrmIdRequired,
+    #[error("the operation is already completed with CRM id {crm_id}")]
+    AlreadyCompleted { crm_id: String },
+    #[error("a retry can only be authorized for an operation in review or failed, not `{status}`")]
+    RetryNotInReview { status: Status },
+    #[error("an attempt is still in flight; wait for its outcome")]
+    RetryWhileInFlight,
+    #[error("a payload conflict is resolved by keeping the original or accepting the new data")]
+    RetryOnConflict,
+    #[error("the operation already has CRM id {crm_id}; a retry would create a second entity")]
+    RetryOverKnownResult { crm_id: String },
+    #[error("the CRM already holds several entities under this key; confirm the one that stands instead of creating another")]
+    RetryOnAmbiguousMatch,
+    #[error("the lead's data was removed by retention; a retry would create an empty lead")]
+    RetryWithoutData,
+    #[error("keep original / accept as new apply to payload conflicts, not `{reason}`")]
+    NotAPayloadConflict { reason: ReviewReason },
+    #[error("create new applies to cross-channel matches and late duplicates, not `{reason}`")]
+    CreateNewNotApplicable { reason: ReviewReason },
+    #[error("this operation was already attempted; use confirm, link or authorize retry")]
+    CreateNewAfterAttempt,
+    #[error("only an operation in review can be rejected, not `{status}`")]
+    RejectNotInReview { status: Status },
+    /// A reject while a CRM call may still create the lead (the store reports it as
+    /// `StoreError::AttemptInFlight`, with the time the lease ends).
+    #[error("an attempt is in flight until {until}; wait for its outcome")]
+    AttemptInFlight { until: DateTime<Utc> },
+    #[error("an attempt is in flight (its lease is live); wait for its outcome")]
+    ReviewWhileInFlight,
+    #[error("the conflicting delivery's payload was already purged")]
+    ConflictPayloadPurged,
+    #[error("`{operation_id}` exists already")]
+    AcceptedExists { operation_id: String },
+}
+
+impl Refusal {
+    /// A stable snake_case name, for the console's translations and the API.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::ActorRequired => "actor_required",
+            Refusal::CrmIdRequired => "crm_id_required",
+            Refusal::AlreadyCompleted { .. } => "already_completed",
+            Refusal::RetryNotInReview { .. } => "retry_not_in_review",
+            Refusal::RetryWhileInFlight => "retry_while_in_flight",
+            Refusal::RetryOnConflict => "retry_on_conflict",
+            Refusal::RetryOverKnownResult { .. } => "retry_over_known_result",
+            Refusal::RetryOnAmbiguousMatch => "retry_on_ambiguous_match",
+            Refusal::RetryWithoutData => "retry_without_data",
+            Refusal::NotAPayloadConflict { .. } => "not_a_payload_conflict",
+            Refusal::CreateNewNotApplicable { .. } => "create_new_not_applicable",
+            Refusal::CreateNewAfterAttempt => "create_new_after_attempt",
+            Refusal::RejectNotInReview { .. } => "reject_not_in_review",
+            Refusal::AttemptInFlight { .. } => "attempt_in_flight",
+            Refusal::ReviewWhileInFlight => "review_while_in_flight",
+            Refusal::ConflictPayloadPurged => "conflict_payload_purged",
+            Refusal::AcceptedExists { .. } => "accepted_exists",
+        }
+    }
+}
+
+/// What the rules need to know of an operation, read under its row lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpFacts<'a> {
+    pub status: Status,
+    pub crm_id: Option<&'a str>,
+    /// How the CRM id was obtained (`created`, `recovered`, `linked`, `confirmed`).
+    pub crm_link: Option<&'a str>,
+    pub attempts: i32,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// A lease token is set (an attempt was started and its outcome is owed).
+    pub lease_held: bool,
+    /// Until when a create sent under the last lease may still land.
+    pub quiet_after: Option<DateTime<Utc>>,
+    /// The payload is still there (not purged by retention).
+    pub has_payload: bool,
+}
+
+impl OpFacts<'_> {
+    fn lease_live(&self, now: DateTime<Utc>) -> bool {
+        self.lease_expires_at.is_some_and(|t| t > now)
+    }
+}
+
+/// What a person's action does, once allowed. [`Decision::target`] is the status it
+/// moves the operation to; every decision also resolves the case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Confirm or link: `crm_id` stands. `link` is how it was obtained, when that is
+    /// recorded anew (an entity Leadgate created stays counted as created). Any lease
+    /// is cleared.
+    SettleCrmId {
+        crm_id: String,
+        link: Option<&'static str>,
+    },
+    /// Exactly one more attempt, due at `due_at` (after the settle window of an earlier
+    /// call); with `verify_first` the key is looked up before anything is created.
+    GrantRetry {
+        due_at: DateTime<Utc>,
+        verify_first: bool,
+    },
+    /// A payload conflict closed: the operation goes back to `to` (`None`: as it is);
+    /// with `accept_as_new` the conflicting delivery becomes an operation of its own.
+    ResolveConflict {
+        accept_as_new: bool,
+        to: Option<Status>,
+    },
+    /// A match that is a new request after all: due at once.
+    CreateNew { due_at: DateTime<Utc> },
+    /// Dropped for good; any ran-out lease is cleared.
+    Reject,
+}
+
+impl Decision {
+    pub fn target(&self) -> Option<Status> {
+        match self {
+            Decision::SettleCrmId { .. } => Some(Status::Completed),
+            Decision::GrantRetry { .. } | Decision::CreateNew { .. } => Some(Status::Received),
+            Decision::ResolveConflict { to, .. } => *to,
+            Decision::Reject => Some(Status::FailedTerminal),
+        }
+    }
+}
+
+/// Decides a person's `action` on a case opened for `reason`, on an operation as
+/// `op` describes it: what it does, or why it is refused.
+pub fn decide(
+    action: &HumanAction,
+    actor: &str,
+    reason: ReviewReason,
+    op: OpFacts<'_>,
+    now: DateTime<Utc>,
+) -> Result<Decision, Refusal> {
+    if actor.trim().is_empty() {
+        return Err(Refusal::ActorRequired);
+    }
+    match action {
+        HumanAction::ConfirmCrmResult { crm_id } | HumanAction::LinkExisting { crm_id } => {
+            let crm_id = crm_id.trim();
+            if crm_id.is_empty() {
+                return Err(Refusal::CrmIdRequired);
+            }
+            // Two entities under one key (a late answer, or a lookup that found several):
+            // the person says which one stands, even on a completed operation.
+            if op.status == Status::Completed && reason != ReviewReason::AmbiguousMatch {
+                return Err(Refusal::AlreadyCompleted {
+                    crm_id: op.crm_id.unwrap_or("?").to_owned(),
+                });
+            }
+            // On a completed operation the entities stay counted as Leadgate made them:
+            // only which id stands changes.
+            let counted = matches!(op.crm_link, Some("created" | "recovered"));
+            let link = (op.status != Status::Completed && !counted).then_some(
+                if matches!(action, HumanAction::LinkExisting { .. }) {
+                    "linked"
+                } else {
+                    "confirmed"
+                },
+            );
+            Ok(Decision::SettleCrmId {
+                crm_id: crm_id.to_owned(),
+                link,
+            })
+        }
+        HumanAction::AuthorizeRetry => {
+            if !matches!(op.status, Status::NeedsReview | Status::FailedTerminal) {
+                return Err(Refusal::RetryNotInReview { status: op.status });
+            }
+            if op.lease_live(now) {
+                return Err(Refusal::RetryWhileInFlight);
+            }
+            if reason == ReviewReason::PayloadConflict {
+                return Err(Refusal::RetryOnConflict);
+            }
+            // Never a second create on top of a known result.
+            if let Some(crm_id) = op.crm_id {
+                return Err(Refusal::RetryOverKnownResult {
+                    crm_id: crm_id.to_owned(),
+                });
+            }
+            if reason == ReviewReason::AmbiguousMatch {
+                return Err(Refusal::RetryOnAmbiguousMatch);
+            }
+            if !op.has_payload {
+                return Err(Refusal::RetryWithoutData);
+            }
+            Ok(Decision::GrantRetry {
+                // A create sent under an earlier lease may still land: the granted
+                // attempt is not due before its settle window is over.
+                due_at: op.quiet_after.map_or(now, |q| q.max(now)),
+                // An earlier attempt may have landed meanwhile: the granted attempt
+                // looks the key up before it creates.
+                verify_first: op.attempts > 0,
+            })
+        }
+        HumanAction::KeepOriginal | HumanAction::AcceptAsNew => {
+            if reason != ReviewReason::PayloadConflict {
+                return Err(Refusal::NotAPayloadConflict { reason });
+            }
+            Ok(Decision::ResolveConflict {
+                accept_as_new: *action == HumanAction::AcceptAsNew,
+                to: unblocked_status(op),
+            })
+        }
+        HumanAction::CreateNew => {
+            if !matches!(
+                reason,
+                ReviewReason::CrossChannelMatch | ReviewReason::LateDuplicate
+            ) {
+                return Err(Refusal::CreateNewNotApplicable { reason });
+            }
+            if op.status != Status::NeedsReview || op.attempts > 0 {
+                return Err(Refusal::CreateNewAfterAttempt);
+            }
+            Ok(Decision::CreateNew { due_at: now })
+        }
+        HumanAction::Reject => {
+            if op.status != Status::NeedsReview {
+                return Err(Refusal::RejectNotInReview { status: op.status });
+            }
+            // The CRM call may still create the lead: a failed operation holding a
+            // crm_id. Wait for its outcome (or for the lease to run out).
+            if let Some(until) = op.lease_expires_at.filter(|t| *t > now) {
+                return Err(Refusal::AttemptInFlight { until });
+            }
+            Ok(Decision::Reject)
+        }
+    }
+}
+
+/// The actions a person may take on a case now, as the resolution each would record:
+/// exactly those [`decide`] allows (a CRM id is assumed typed in).
+pub fn allowed_actions(
+    reason: ReviewReason,
+    op: OpFacts<'_>,
+    now: DateTime<Utc>,
+) -> Vec<Resolution> {
+    let id = || "1".to_owned();
+    [
+        HumanAction::ConfirmCrmResult { crm_id: id() },
+        HumanAction::LinkExisting { crm_id: id() },
+        HumanAction::AuthorizeRetry,
+        HumanAction::KeepOriginal,
+        HumanAction::AcceptAsNew,
+        HumanAction::CreateNew,
+        HumanAction::Reject,
+    ]
+    .into_iter()
+    .filter(|a| decide(a, "operator", reason, op, now).is_ok())
+    .map(|a| a.resolution())
+    .collect()
+}
+
+/// Where a payload-conflict resolution leaves the original operation (`None`: as it is).
+pub fn unblocked_status(op: OpFacts<'_>) -> Option<Status> {
+    if op.status != Status::NeedsReview {
+        return None;
+    }
+    Some(if op.crm_id.is_some() {
+        Status::Completed
+    } else if op.lease_held {
+        // An attempt was in flight when the conflict arrived: its worker reports the
+        // outcome, or, once the lease runs out, the reconciler asks the CRM. Never a
+        // blind new attempt.
+        Status::InProgress
+    } else {
+        Status::Received
+    })
+}
+
+/// The status a new review case moves an operation to: a final operation stays as it is
+/// (a conflict on a completed lead changes nothing in the CRM); anything else waits for
+/// the person.
+pub fn status_on_review(status: Status) -> Option<Status> {
+    (!status.is_final() && status != Status::NeedsReview).then_some(Status::NeedsReview)
+}
+
+/// A delivery of a key the store already holds: the same payload or another one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryKind {
+    New,
+    Duplicate,
+    Conflict,
+}
+
+impl DeliveryKind {
+    /// `created`: this delivery inserted the operation; otherwise the stored payload
+    /// hash decides.
+    pub fn of(created: bool, stored_hash: &str, hash: &str) -> DeliveryKind {
+        if created {
+            DeliveryKind::New
+        } else if stored_hash == hash {
+            DeliveryKind::Duplicate
+        } else {
+            DeliveryKind::Conflict
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryKind::New => "new",
+            DeliveryKind::Duplicate => "duplicate",
+            DeliveryKind::Conflict => "conflict",
+        }
+    }
+}
+
+/// A delivery whose event is older than the key horizon (tombstones are kept that
+/// long): if its key turns out to be new, a person decides whether it is a new lead.
+pub fn late_review(
+    event_time: Option<DateTime<Utc>>,
+    horizon: DateTime<Utc>,
+) -> Option<ReviewReason> {
+    event_time
+        .filter(|t| *t < horizon)
+        .map(|_| ReviewReason::LateDuplicate)
+}
+
+/// What a claim through the claim API does with a known, non-conflicting key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimStep {
+    /// Answer with the saved result.
+    Completed,
+    Failed,
+    NeedsReview,
+    /// Someone holds the lease, or the next attempt is not due: come back at `until`.
+    InFlight {
+        until: DateTime<Utc>,
+    },
+    /// The integration's lease ran out with the outcome unknown: a person decides,
+    /// never a fresh claim.
+    LeaseRanOut,
+    ConnectorPaused,
+    /// The caller gets the lease and may call the CRM.
+    Claim,
+}
+
+pub fn claim_step(
+    status: Status,
+    lease_expires_at: Option<DateTime<Utc>>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    connector_paused: bool,
+    now: DateTime<Utc>,
+) -> ClaimStep {
+    match status {
+        Status::Completed => ClaimStep::Completed,
+        Status::FailedTerminal => ClaimStep::Failed,
+        Status::NeedsReview => ClaimStep::NeedsReview,
+        Status::InProgress => match lease_expires_at {
+            Some(until) if until > now => ClaimStep::InFlight { until },
+            _ => ClaimStep::LeaseRanOut,
+        },
+        Status::Received => match next_attempt_at {
+            Some(at) if at > now => ClaimStep::InFlight { until: at },
+            _ if connector_paused => ClaimStep::ConnectorPaused,
+            _ => ClaimStep::Claim,
+        },
+    }
+}
+
+/// What a source's matching rule does with a new operation whose contact matches
+/// earlier ones (`linked`: the newest match's CRM id, if any has one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MatchStep {
+    /// Created as usual; the match is only noted.
+    Create,
+    /// Completed with the earlier entity's id, no CRM call.
+    Link(String),
+    /// A manager decides.
+    Review,
+}
+
+pub fn match_step(rule: MatchRule, linked: Option<String>) -> MatchStep {
+    match (rule, linked) {
+        (MatchRule::Create, _) => MatchStep::Create,
+        (MatchRule::Link, Some(crm_id)) => MatchStep::Link(crm_id),
+        // Nothing to link to yet (the earlier lead is still on its way): a person decides
+        // rather than a guess.
+        (MatchRule::Link, None) | (MatchRule::Review, _) => MatchStep::Review,
+    }
+}
+
+/// A CRM id reported after the lease was lost, against the one the operation knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateId {
+    /// The same entity: noted, nothing changes.
+    SameAsKnown,
+    /// The operation had no result: the late answer completes it.
+    Completes,
+    /// A second entity under one key: a person says which one stands.
+    SecondEntity,
+}
+
+pub fn late_id(known: Option<&str>, reported: &str) -> LateId {
+    match known {
+        Some(k) if k == reported => LateId::SameAsKnown,
+        None => LateId::Completes,
+        Some(_) => LateId::SecondEntity,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeDelta;
+
+    fn now() -> DateTime<Utc> {
+        "2026-12-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn op(status: Status) -> OpFacts<'static> {
+        OpFacts {
+            status,
+            crm_id: None,
+            crm_link: None,
+            attempts: 1,
+            lease_expires_at: None,
+            lease_held: false,
+            quiet_after: None,
+            has_payload: true,
+        }
+    }
+
+    fn confirm() -> HumanAction {
+        HumanAction::ConfirmCrmResult {
+            crm_id: " 77 ".into(),
+        }
+    }
+
+    use HumanAction as A;
+    use ReviewReason as R;
+    use Status as S;
+
+    #[test]
+    fn every_refusal_of_a_human_action() {
+        let until = now() + TimeDelta::seconds(5);
+        let live = Some(until);
+        let gone = Some(now() - TimeDelta::seconds(5));
+        let completed = OpFacts {
+            crm_id: Some("5"),
+            crm_link: Some("created"),
+            ..op(S::Completed)
+        };
+        let table: Vec<(A, &str, R, OpFacts, Refusal)> = vec![
+            (
+                A::Reject,
+                " ",
+                R::UncertainOutcome,
+                op(S::NeedsReview),
+                Refusal::ActorRequired,
+            ),
+            (
+                A::LinkExisting {
+                    crm_id: "  ".into(),
+                },
+                "ann",
+                R::CrossChannelMatch,
+                op(S::NeedsReview),
+                Refusal::CrmIdRequired,
+            ),
+            (
+                confirm(),
+                "ann",
+                R::PayloadConflict,
+                completed,
+                Refusal::AlreadyCompleted { crm_id: "5".into() },
+            ),
+            (
+                A::AuthorizeRetry,
+                "ann",
+                R::UncertainOutcome,
+                op(S::Received),
+                Refusal::RetryNotInReview {
+                    status: S::Received,
+                },
+            ),
+            (
+                A::AuthorizeRetry,
+                "ann",
+                R::UncertainOutcome,
+                OpFacts {
+                    lease_expires_at: live,
+                    ..op(S::NeedsReview)
+                },
+                Refusal::RetryWhileInFlight,
+            ),
+            (
+                A::AuthorizeRetry,
+                "ann",
+                R::PayloadConflict,
+                op(S::NeedsReview),
+                Refusal::RetryOnConflict,
+            ),
+            (
+                A::AuthorizeRetry,
+                "ann",
+                R::UncertainOutcome,
+                OpFacts {
+                    crm_id: Some("9"),
+                    ..op(S::NeedsReview)
+                },
+                Refusal::RetryOverKnownResult { crm_id: "9".into() },
+            ),
+            (
+                A::AuthorizeRetry,
+                "ann",
+                R::AmbiguousMatch,
+                op(S::NeedsReview),
+                Refusal::RetryOnAmbiguousMatch,
+            ),
+            (
+                A::AuthorizeRetry,
+                "ann",
+                R::RetriesExhausted,
+                OpFacts {
+                    has_payload: false,
+                    ..op(S::FailedTerminal)
+                },
+                Refusal::RetryWithoutData,
+            ),
+            (
+                A::KeepOriginal,
+                "ann",
+                R::UncertainOutcome,
+                op(S::NeedsReview),
+                Refusal::NotAPayloadConflict {
+                    reason: R::UncertainOutcome,
+                },
+            ),
+            (
+                A::AcceptAsNew,
+                "ann",
+                R::CrossChannelMatch,
+                op(S::NeedsReview),
+                Refusal::NotAPayloadConflict {
+                    reason: R::CrossChannelMatch,
+                },
+            ),
+            (
+                A::CreateNew,
+                "ann",
+                R::UncertainOutcome,
+                op(S::NeedsReview),
+                Refusal::CreateNewNotApplicable {
+                    reason: R::UncertainOutcome,
+                },
+            ),
+            (
+                A::CreateNew,
+                "ann",
+                R::CrossChannelMatch,
+                op(S::NeedsReview),
+                Refusal::CreateNewAfterAttempt,
+            ),
+            (
+                A::Reject,
+                "ann",
+                R::UncertainOutcome,
+                op(S::FailedTerminal),
+                Refusal::RejectNotInReview {
+                    status: S::FailedTerminal,
+                },
+            ),
+            (
+                A::Reject,
+                "ann",
+                R::UncertainOutcome,
+                OpFacts {
+                    lease_expires_at: live,
+                    ..op(S::NeedsReview)
+                },
+                Refusal::AttemptInFlight { until },
+            ),
+            // A lease that ran out does not hold a reject back.
+            (
+                A::Reject,
+                "ann",
+                R::UncertainOutcome,
+                OpFacts {
+                    lease_expires_at: gone,
+                    ..op(S::Completed)
+                },
+                Refusal::RejectNotInReview {
+                    status: S::Completed,
+                },
+            ),
+        ];
+        for (action, actor, reason, facts, refusal) in table {
+            let got = decide(&action, actor, reason, facts, now());
+            assert_eq!(
+                got,
+                Err(refusal.clone()),
+                "{action:?} on {reason} {facts:?}"
+            );
+            assert!(!refusal.to_string().is_empty() && !refusal.code().contains(' '));
+        }
+    }
+
+    #[test]
+    fn what_each_allowed_action_decides() {
+        let quiet = now() + TimeDelta::seconds(75);
+        let never_attempted = OpFacts {
+            attempts: 0,
+            ..op(S::NeedsReview)
+        };
+        let table: Vec<(A, R, OpFacts, Decision, Option<Status>)> = vec![
+            (
+                confirm(),
+                R::UncertainOutcome,
+                op(S::NeedsReview),
+                Decision::SettleCrmId {
+                    crm_id: "77".into(),
+                    link: Some("confirmed"),
+                },
+                Some(S::Completed),
+            ),
+            (
+                A::LinkExisting {
+                    crm_id: "77".into(),
+                },
+                R::CrossChannelMatch,
+                op(S::NeedsReview),
+                Decision::SettleCrmId {
+                    crm_id: "77".into(),
+                    link: Some("linked"),
+                },
+                Some(S::Completed),
+            ),
+            // Two entities under one key on a completed operation: the person picks one;
+            // both stay counted as created.
+            (
+                confirm(),
+                R::AmbiguousMatch,
+                OpFacts {
+                    crm_id: Some("5"),
+                    crm_link: Some("created"),
+                    ..op(S::Completed)
+                },
+                Decision::SettleCrmId {
+                    crm_id: "77".into(),
+                    link: None,
+                },
+                Some(S::Completed),
+            ),
+            (
+                A::AuthorizeRetry,
+                R::UncertainOutcome,
+                OpFacts {
+                    quiet_after: Some(quiet),
+                    ..op(S::NeedsReview)
+                },
+                Decision::GrantRetry {
+                    due_at: quiet,
+                    verify_first: true,
+                },
+                Some(S::Received),
+            ),
+            (
+                A::AuthorizeRetry,
+                R::RetriesExhausted,
+                OpFacts {
+                    quiet_after: Some(now() - TimeDelta::seconds(1)),
+                    attempts: 0,
+                    ..op(S::FailedTerminal)
+                },
+                Decision::GrantRetry {
+                    due_at: now(),
+                    verify_first: false,
+                },
+                Some(S::Received),
+            ),
+            (
+                A::KeepOriginal,
+                R::PayloadConflict,
+                OpFacts {
+                    lease_held: true,
+                    ..op(S::NeedsReview)
+                },
+                Decision::ResolveConflict {
+                    accept_as_new: false,
+                    to: Some(S::InProgress),
+                },
+                Some(S::InProgress),
+            ),
+            (
+                A::AcceptAsNew,
+                R::PayloadConflict,
+                OpFacts {
+                    crm_id: Some("5"),
+                    ..op(S::NeedsReview)
+                },
+                Decision::ResolveConflict {
+                    accept_as_new: true,
+                    to: Some(S::Completed),
+                },
+                Some(S::Completed),
+            ),
+            (
+                A::KeepOriginal,
+                R::PayloadConflict,
+                op(S::Completed),
+                Decision::ResolveConflict {
+                    accept_as_new: false,
+                    to: None,
+                },
+                None,
+            ),
+            (
+                A::CreateNew,
+                R::LateDuplicate,
+                never_attempted,
+                Decision::CreateNew { due_at: now() },
+                Some(S::Received),
+            ),
+            (
+                A::Reject,
+                R::UncertainOutcome,
+                op(S::NeedsReview),
+                Decision::Reject,
+                Some(S::FailedTerminal),
+            ),
+        ];
+        for (action, reason, facts, decision, target) in table {
+            let got = decide(&action, "ann", reason, facts, now()).expect("allowed");
+            assert_eq!(got, decision, "{action:?} on {reason}");
+            assert_eq!(got.target(), target, "{action:?} on {reason}");
+        }
+    }
+
+    #[test]
+    fn allowed_actions_are_exactly_what_decide_allows() {
+        use Resolution as Res;
+        let ambiguous_done = OpFacts {
+            crm_id: Some("5"),
+            crm_link: Some("created"),
+            ..op(S::Completed)
+        };
+        let fresh = OpFacts {
+            attempts: 0,
+            ..op(S::NeedsReview)
+        };
+        let in_flight = OpFacts {
+            lease_expires_at: Some(now() + TimeDelta::seconds(9)),
+            ..op(S::NeedsReview)
+        };
+        let table = [
+            (
+                R::AmbiguousMatch,
+                ambiguous_done,
+                vec![Res::ConfirmedCrmResult, Res::LinkedExisting],
+            ),
+            (
+                R::CrossChannelMatch,
+                fresh,
+                vec![
+                    Res::ConfirmedCrmResult,
+                    Res::LinkedExisting,
+                    Res::RetryAuthorized,
+                    Res::CreatedNew,
+                    Res::Rejected,
+                ],
+            ),
+            (
+                R::PayloadConflict,
+                op(S::NeedsReview),
+                vec![
+                    Res::ConfirmedCrmResult,
+                    Res::LinkedExisting,
+                    Res::KeptOriginal,
+                    Res::AcceptedAsNew,
+                    Res::Rejected,
+                ],
+            ),
+            (
+                R::UncertainOutcome,
+                in_flight,
+                vec![Res::ConfirmedCrmResult, Res::LinkedExisting],
+            ),
+        ];
+        for (reason, facts, allowed) in table {
+            assert_eq!(
+                allowed_actions(reason, facts, now()),
+                allowed,
+                "{reason} {facts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn intake_claim_match_and_late_report_rules() {
+        assert_eq!(DeliveryKind::of(true, "a", "b"), DeliveryKind::New);
+        assert_eq!(DeliveryKind::of(false, "a", "a"), DeliveryKind::Duplicate);
+        assert_eq!(DeliveryKind::of(false, "a", "b"), DeliveryKind::Conflict);
+
+        let horizon = now();
+        assert_eq!(
+            late_review(Some(horizon - TimeDelta::seconds(1)), horizon),
+            Some(R::LateDuplicate)
+        );
+        assert_eq!(late_review(Some(horizon), horizon), None);
+        assert_eq!(late_review(None, horizon), None);
+
+        let later = now() + TimeDelta::seconds(30);
+        let earlier = now() - TimeDelta::seconds(30);
+        for (status, lease, next, paused, step) in [
+            (S::Completed, None, None, true, ClaimStep::Completed),
+            (S::FailedTerminal, None, None, false, ClaimStep::Failed),
+            (
+                S::NeedsReview,
+                Some(later),
+                None,
+                false,
+                ClaimStep::NeedsReview,
+            ),
+            (
+                S::InProgress,
+                Some(later),
+                None,
+                false,
+                ClaimStep::InFlight { until: later },
+            ),
+            (
+                S::InProgress,
+                Some(earlier),
+                None,
+                false,
+                ClaimStep::LeaseRanOut,
+            ),
+            (S::InProgress, None, None, false, ClaimStep::LeaseRanOut),
+            (
+                S::Received,
+                None,
+                Some(later),
+                true,
+                ClaimStep::InFlight { until: later },
+            ),
+            (
+                S::Received,
+                None,
+                Some(earlier),
+                true,
+                ClaimStep::ConnectorPaused,
+            ),
+            (S::Received, None, None, false, ClaimStep::Claim),
+        ] {
+            assert_eq!(
+                claim_step(status, lease, next, paused, now()),
+                step,
+                "{status} {lease:?} {next:?}"
+            );
+        }
+
+        assert_eq!(
+            match_step(MatchRule::Create, Some("1".into())),
+            MatchStep::Create
+        );
+        assert_eq!(
+            match_step(MatchRule::Link, Some("1".into())),
+            MatchStep::Link("1".into())
+        );
+        assert_eq!(match_step(MatchRule::Link, None), MatchStep::Review);
+        assert_eq!(
+            match_step(MatchRule::Review, Some("1".into())),
+            MatchStep::Review
+        );
+
+        assert_eq!(late_id(Some("1"), "1"), LateId::SameAsKnown);
+        assert_eq!(late_id(None, "1"), LateId::Completes);
+        assert_eq!(late_id(Some("1"), "2"), LateId::SecondEntity);
+
+        assert_eq!(status_on_review(S::Received), Some(S::NeedsReview));
+        assert_eq!(status_on_review(S::InProgress), Some(S::NeedsReview));
+        assert_eq!(status_on_review(S::NeedsReview), None);
+        assert_eq!(status_on_review(S::Completed), None);
+        assert_eq!(status_on_review(S::FailedTerminal), None);
+    }
+}

@@ -1,0 +1,363 @@
+//! Claims, leases, an attempt's start and its outcome, and reports that arrive after the
+//! lease was lost.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::domain::rules::{late_id, LateId};
+use crate::domain::{AttemptOutcome, Failure, Status};
+use crate::store::{after, Claim, Lease, NewEvent, Operation, Result, StoreError};
+
+use super::{
+    append_all, clear_lease, must_lock, open_case, save, set_status, supersede_open_cases,
+    take_lease, token_hash, Locked, WriteTx,
+};
+
+/// Starts an attempt on a locked `received` operation: `in_progress`, attempts counted,
+/// a person's grant consumed, a fresh lease — persisted in `tx`.
+pub(crate) async fn claim_locked<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    owner: &str,
+    lease_for: Duration,
+    now: DateTime<Utc>,
+) -> Result<Claim> {
+    let granted = l.op.retry_grants > 0;
+    l.op.retry_grants = (l.op.retry_grants - 1).max(0);
+    l.op.attempts += 1;
+    l.op.next_attempt_at = None;
+    let lease = take_lease(tx, l, owner, lease_for, now).await?;
+    let event = NewEvent::new(
+        "claimed",
+        json!({"attempt": l.op.attempts, "lease_expires_at": lease.expires_at, "granted": granted}),
+    );
+    tx.append(l.id(), owner, &event, now).await?;
+    set_status(tx, l, Status::InProgress, owner, now).await?;
+    save(tx, l, now).await?;
+    Ok(Claim {
+        operation: l.op.clone(),
+        lease,
+        granted,
+    })
+}
+
+pub(crate) async fn claim_due<T: WriteTx>(
+    mut tx: T,
+    connector: &str,
+    owner: &str,
+    lease_for: Duration,
+    now: DateTime<Utc>,
+) -> Result<Option<Claim>> {
+    let Some(id) = tx.pick_due(connector, now).await? else {
+        return Ok(None);
+    };
+    let mut l = must_lock(&mut tx, &id).await?;
+    let claim = claim_locked(&mut tx, &mut l, owner, lease_for, now).await?;
+    tx.commit().await?;
+    Ok(Some(claim))
+}
+
+pub(crate) async fn claim_stale<T: WriteTx>(
+    mut tx: T,
+    connector: &str,
+    owner: &str,
+    lease_for: Duration,
+    now: DateTime<Utc>,
+) -> Result<Option<Claim>> {
+    let Some(id) = tx.pick_stale(connector, now).await? else {
+        return Ok(None);
+    };
+    let mut l = must_lock(&mut tx, &id).await?;
+    let previous = json!({"previous_owner": l.op.lease_owner, "expired_at": l.op.lease_expires_at});
+    let lease = take_lease(&mut tx, &mut l, owner, lease_for, now).await?;
+    let event = NewEvent::new("lease_taken_over", previous);
+    tx.append(&id, owner, &event, now).await?;
+    save(&mut tx, &mut l, now).await?;
+    tx.commit().await?;
+    Ok(Some(Claim {
+        operation: l.op,
+        lease,
+        granted: false,
+    }))
+}
+
+pub(crate) async fn start_attempt<T: WriteTx>(
+    mut tx: T,
+    lease: &Lease,
+    lease_for: Duration,
+    settle: Duration,
+    events: &[NewEvent],
+    now: DateTime<Utc>,
+) -> Result<Lease> {
+    let id = lease.operation_id.as_str();
+    let mut l = must_lock(&mut tx, id).await?;
+    // A holder whose lease ran out never starts the call, even if nobody has taken the
+    // operation over yet: the reconciler may be about to.
+    if l.lease_token.as_deref() != Some(lease.token.as_str())
+        || l.op.status != Status::InProgress
+        || l.op.lease_expires_at.is_none_or(|t| t <= now)
+    {
+        return Err(StoreError::LeaseLost(id.to_owned()));
+    }
+    append_all(&mut tx, id, &lease.owner, events, now).await?;
+    let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
+    l.op.lease_expires_at = Some(expires_at);
+    l.quiet_after = Some(after(expires_at, settle));
+    save(&mut tx, &mut l, now).await?;
+    tx.commit().await?;
+    Ok(Lease {
+        expires_at,
+        ..lease.clone()
+    })
+}
+
+pub(crate) async fn finish_attempt<T: WriteTx>(
+    mut tx: T,
+    lease: &Lease,
+    outcome: AttemptOutcome,
+    events: &[NewEvent],
+    now: DateTime<Utc>,
+) -> Result<Operation> {
+    let id = lease.operation_id.as_str().to_owned();
+    let actor = lease.owner.as_str();
+    let mut l = must_lock(&mut tx, &id).await?;
+    if l.finished_token.as_deref() == Some(lease.token.as_str()) {
+        let brings_id = outcome
+            .crm_id()
+            .is_some_and(|crm_id| l.op.crm_id.as_deref() != Some(crm_id));
+        if !brings_id {
+            // Recorded before: the answer to that commit was lost and the worker
+            // reported again. Nothing to write.
+            return Ok(l.op);
+        }
+        // A second report under a finished token that brings a CRM id (an integration
+        // reported `fail`, then learnt the id): never dropped.
+        append_all(&mut tx, &id, actor, events, now).await?;
+        late_outcome(&mut tx, &mut l, actor, outcome, now).await?;
+        tx.commit().await?;
+        return Ok(l.op);
+    }
+    append_all(&mut tx, &id, actor, events, now).await?;
+    if l.lease_token.as_deref() != Some(lease.token.as_str()) {
+        // Someone else owns the operation now (the reconciler took over an expired
+        // lease, or a person resolved it). Only a token that once held it may still
+        // report; any other writes nothing.
+        if !tx.was_granted(&id, &token_hash(&lease.token)).await? {
+            // Not a late report: a token never handed out for this operation (the claim
+            // API takes tokens from anyone). Nothing is written.
+            return Err(StoreError::UnknownLease(id));
+        }
+        late_outcome(&mut tx, &mut l, actor, outcome, now).await?;
+        tx.commit().await?;
+        return Err(StoreError::LeaseLost(id));
+    }
+    // A conflicting delivery may have blocked the operation while the attempt was in
+    // flight: the outcome is recorded, the status stays for the person.
+    let blocked = l.op.status != Status::InProgress;
+    clear_lease(&mut l);
+    l.finished_token = Some(lease.token.clone());
+    // Set again below by `Verify`; kept through a pause (the lookup still owes).
+    if !matches!(outcome, AttemptOutcome::PauseConnector { .. }) {
+        l.op.verify_first = false;
+    }
+    // The call is over. Unless its outcome is unknown, nothing of it can land later, and
+    // a person's grant need not wait.
+    if !outcome.leaves_unknown() {
+        l.quiet_after = None;
+    }
+    let target = outcome.target();
+    record_outcome(&mut tx, &mut l, actor, outcome, now).await?;
+    if let Some(to) = target {
+        if !blocked {
+            set_status(&mut tx, &mut l, to, actor, now).await?;
+            if to.is_final() {
+                let why = "the attempt's outcome settled the operation";
+                supersede_open_cases(&mut tx, &l, actor, None, why, now).await?;
+            }
+        }
+    }
+    save(&mut tx, &mut l, now).await?;
+    tx.commit().await?;
+    Ok(l.op)
+}
+
+/// Writes an outcome's own fields and events (the status change is the caller's).
+async fn record_outcome<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    actor: &str,
+    outcome: AttemptOutcome,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let id = l.id().to_owned();
+    let failure_event = |kind: &'static str, f: &Failure, extra: Value| {
+        let mut detail = json!({"class": f.class, "error": f.message});
+        if let (Value::Object(d), Value::Object(e)) = (&mut detail, extra) {
+            d.extend(e);
+        }
+        NewEvent {
+            kind,
+            error_class: Some(f.class),
+            detail,
+        }
+    };
+    let record_failure = |l: &mut Locked, f: &Failure| {
+        l.op.last_error = Some(f.message.clone());
+        l.op.last_error_class = Some(f.class);
+    };
+    match outcome {
+        AttemptOutcome::Created { crm_id } => {
+            let event = NewEvent::new("crm_created", json!({"crm_id": crm_id}));
+            tx.append(&id, actor, &event, now).await?;
+            l.op.crm_id = Some(crm_id);
+            l.op.crm_link = Some("created".into());
+        }
+        AttemptOutcome::Recovered { crm_id } => {
+            let event = NewEvent::new("recovered", json!({"crm_id": crm_id}));
+            tx.append(&id, actor, &event, now).await?;
+            l.op.crm_id = Some(crm_id);
+            l.op.crm_link = Some("recovered".into());
+        }
+        AttemptOutcome::Retry { failure, at } => {
+            let event = match &failure {
+                Some(f) => {
+                    record_failure(l, f);
+                    failure_event("retry_scheduled", f, json!({"at": at}))
+                }
+                None => NewEvent::new("retry_scheduled", json!({"at": at})),
+            };
+            tx.append(&id, actor, &event, now).await?;
+            l.op.next_attempt_at = Some(at);
+        }
+        AttemptOutcome::Verify { failure, at } => {
+            let detail = json!({"at": at});
+            let event = match &failure {
+                Some(f) => {
+                    record_failure(l, f);
+                    failure_event("verify_scheduled", f, detail)
+                }
+                None => NewEvent::new("verify_scheduled", detail),
+            };
+            tx.append(&id, actor, &event, now).await?;
+            l.op.next_attempt_at = Some(at);
+            l.op.verify_first = true;
+        }
+        AttemptOutcome::Terminal { failure } => {
+            record_failure(l, &failure);
+            let event = failure_event("failed", &failure, json!({}));
+            tx.append(&id, actor, &event, now).await?;
+        }
+        AttemptOutcome::Review {
+            reason,
+            failure,
+            detail,
+        } => {
+            if let Some(f) = &failure {
+                record_failure(l, f);
+            }
+            open_case(tx, l, reason, None, actor, detail, now).await?;
+        }
+        AttemptOutcome::PauseConnector { connector, failure } => {
+            record_failure(l, &failure);
+            // The call never executed: it does not use up the retry budget.
+            l.op.attempts = (l.op.attempts - 1).max(0);
+            l.op.next_attempt_at = Some(now);
+            tx.pause_connector(&connector, &failure.message, actor, now)
+                .await?;
+            let event = failure_event(
+                "connector_paused",
+                &failure,
+                json!({"connector": connector}),
+            );
+            tx.append(&id, actor, &event, now).await?;
+            let note = NewEvent::new(
+                "notification",
+                json!({"what": "connector_paused", "connector": connector}),
+            );
+            tx.append(&id, actor, &note, now).await?;
+        }
+    }
+    Ok(())
+}
+
+/// An attempt's outcome reported after its lease was lost (the reconciler took over, a
+/// person decided, another attempt ran). A CRM id is never thrown away: an operation
+/// without one is completed with it (whoever holds it now loses the lease, open
+/// non-conflict cases are superseded); one that has another id gets a review case
+/// listing both, and the second entity is counted. Anything else is kept on the
+/// timeline and changes nothing.
+pub(crate) async fn late_outcome<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    actor: &str,
+    outcome: AttemptOutcome,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let id = l.id().to_owned();
+    let (crm_id, kind, link) = match outcome {
+        AttemptOutcome::Created { crm_id } => (crm_id, "crm_created", "created"),
+        AttemptOutcome::Recovered { crm_id } => (crm_id, "recovered", "recovered"),
+        other => {
+            let event = NewEvent::new("late_outcome", json!({"outcome": format!("{other:?}")}));
+            return tx.append(&id, actor, &event, now).await;
+        }
+    };
+    match late_id(l.op.crm_id.as_deref(), &crm_id) {
+        LateId::SameAsKnown => {
+            let event = NewEvent::new(
+                "late_outcome",
+                json!({"crm_id": crm_id, "same_as_known": true}),
+            );
+            tx.append(&id, actor, &event, now).await?;
+        }
+        LateId::Completes => {
+            let event = NewEvent::new(kind, json!({"crm_id": crm_id, "late": true}));
+            tx.append(&id, actor, &event, now).await?;
+            l.op.crm_id = Some(crm_id);
+            l.op.crm_link = Some(link.into());
+            l.op.verify_first = false;
+            l.op.next_attempt_at = None;
+            clear_lease(l);
+            let why = "a late CRM answer brought the result";
+            supersede_open_cases(tx, l, actor, None, why, now).await?;
+            if l.op.status != Status::Completed && !tx.has_open_conflict(&id).await? {
+                set_status(tx, l, Status::Completed, actor, now).await?;
+            }
+        }
+        LateId::SecondEntity => {
+            let known = l.op.crm_id.clone().unwrap_or_default();
+            let event = NewEvent::new(
+                "extra_crm_entity",
+                json!({"crm_id": crm_id, "known_crm_id": known}),
+            );
+            tx.append(&id, actor, &event, now).await?;
+            let detail = json!({"crm_ids": [known, crm_id], "cause": "late_answer"});
+            open_case(
+                tx,
+                l,
+                crate::domain::ReviewReason::AmbiguousMatch,
+                None,
+                actor,
+                detail,
+                now,
+            )
+            .await?;
+        }
+    }
+    save(tx, l, now).await
+}
+
+/// Appends one event to an operation's timeline (the row is locked meanwhile).
+pub(crate) async fn note<T: WriteTx>(
+    mut tx: T,
+    id: &str,
+    actor: &str,
+    event: &NewEvent,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    must_lock(&mut tx, id).await?;
+    tx.append(id, actor, event, now).await?;
+    tx.commit().await
+}

@@ -1,0 +1,193 @@
+//! A delivery's journal entry and its claim on the key: new, duplicate or conflict.
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::domain::rules::{match_step, DeliveryKind, MatchStep};
+use crate::domain::{ErrorClass, ReviewReason, Status};
+use crate::store::{
+    contact_lock_key, ContactKeys, DeliveryOutcome, DeliveryRecord, Matching, NewDelivery,
+    NewEvent, Result,
+};
+
+use super::{must_lock, open_case, save, set_status, Locked, WriteTx};
+
+/// Records `deliveries` in order in the write transaction `tx` and commits it: all of
+/// them or, on the first error, none.
+pub(crate) async fn record_all<'a, T: WriteTx>(
+    mut tx: T,
+    deliveries: impl IntoIterator<Item = &'a NewDelivery> + Send,
+) -> Result<Vec<DeliveryRecord>> {
+    let mut records = vec![];
+    for d in deliveries {
+        records.push(record(&mut tx, d).await?);
+    }
+    tx.commit().await?;
+    Ok(records)
+}
+
+/// Journals one delivery and claims its key, inside the caller's write transaction (the
+/// backend decides how transactions are grouped).
+async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecord> {
+    let id = d.operation_id.as_str();
+    let now = d.received_at;
+    if tx.insert_operation(d, "worker", now).await? {
+        let delivery_id = tx.insert_delivery(d, DeliveryKind::New.as_str()).await?;
+        let event = NewEvent::new(
+            "delivery",
+            json!({"delivery_id": delivery_id, "outcome": "new", "payload_hash": d.payload_hash}),
+        );
+        tx.append(id, "gateway", &event, now).await?;
+        // The common path (a plain new lead) stops here, without reading the row back:
+        // four statements per delivery.
+        let mut status = Status::Received;
+        if let Some(reason) = d.review {
+            let mut l = must_lock(tx, id).await?;
+            open_case(
+                tx,
+                &mut l,
+                reason,
+                Some(delivery_id),
+                "gateway",
+                json!({}),
+                now,
+            )
+            .await?;
+            save(tx, &mut l, now).await?;
+            status = l.op.status;
+        } else if let Some(m) = d.matching {
+            if let Some(mut l) = match_contacts(tx, id, &d.contact, m, now).await? {
+                save(tx, &mut l, now).await?;
+                status = l.op.status;
+            }
+        }
+        return Ok(DeliveryRecord {
+            delivery_id,
+            outcome: DeliveryOutcome::New { status },
+        });
+    }
+    let mut l = must_lock(tx, id).await?;
+    let kind = DeliveryKind::of(false, &l.op.payload_hash, d.payload_hash.as_str());
+    let delivery_id = tx.insert_delivery(d, kind.as_str()).await?;
+    let outcome = if kind == DeliveryKind::Duplicate {
+        let event = NewEvent::new(
+            "delivery",
+            json!({"delivery_id": delivery_id, "outcome": "duplicate"}),
+        );
+        tx.append(id, "gateway", &event, now).await?;
+        DeliveryOutcome::Duplicate {
+            status: l.op.status,
+            crm_id: l.op.crm_id.clone(),
+        }
+    } else {
+        let event = conflict_event(json!({"delivery_id": delivery_id, "outcome": "conflict",
+                "payload_hash": d.payload_hash, "original_hash": l.op.payload_hash}));
+        tx.append(id, "gateway", &event, now).await?;
+        let case_id = open_conflict(tx, &mut l, delivery_id, "gateway", now).await?;
+        DeliveryOutcome::Conflict {
+            status: l.op.status,
+            case_id,
+        }
+    };
+    Ok(DeliveryRecord {
+        delivery_id,
+        outcome,
+    })
+}
+
+/// The `delivery` event of a conflicting delivery.
+pub(super) fn conflict_event(detail: Value) -> NewEvent {
+    NewEvent {
+        kind: "delivery",
+        error_class: Some(ErrorClass::Conflict),
+        detail,
+    }
+}
+
+/// Opens the payload-conflict case of a conflicting delivery and writes the operation
+/// back.
+pub(super) async fn open_conflict<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    delivery_id: i64,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> Result<i64> {
+    let detail = json!({"delivery_id": delivery_id});
+    let case_id = open_case(
+        tx,
+        l,
+        ReviewReason::PayloadConflict,
+        Some(delivery_id),
+        actor,
+        detail,
+        now,
+    )
+    .await?;
+    save(tx, l, now).await?;
+    Ok(case_id)
+}
+
+/// Applies the source's matching rule to a new operation whose contact matches earlier
+/// operations; the operation, when it changed.
+async fn match_contacts<T: WriteTx>(
+    tx: &mut T,
+    id: &str,
+    contact: &ContactKeys,
+    m: Matching,
+    now: DateTime<Utc>,
+) -> Result<Option<Locked>> {
+    if contact.phone.is_none() && contact.email.is_none() {
+        return Ok(None);
+    }
+    // Two concurrent intakes sharing a phone would each look before the other committed
+    // and see nothing. Where the backend needs it, the second waits on these locks until
+    // the first commits and then sees it, as under SQLite's single writer. Keys in one
+    // order: no deadlock between a phone and an e-mail lock.
+    let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
+        .into_iter()
+        .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    tx.lock_contacts(&keys).await?;
+    let rows = tx.contact_matches(id, m.since, contact).await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let matches: Vec<Value> = rows
+        .iter()
+        .map(|r| json!({"operation_id": r.operation_id, "crm_id": r.crm_id, "status": r.status}))
+        .collect();
+    let event = NewEvent::new("contact_match", json!({"rule": m.rule, "matches": matches}));
+    tx.append(id, "gateway", &event, now).await?;
+    let linked = rows.iter().find_map(|r| r.crm_id.clone());
+    let step = match_step(m.rule, linked);
+    if step == MatchStep::Create {
+        return Ok(None);
+    }
+    let mut l = must_lock(tx, id).await?;
+    match step {
+        MatchStep::Link(crm_id) => {
+            let event = NewEvent::new("linked", json!({"crm_id": crm_id, "by_rule": "link"}));
+            tx.append(id, "gateway", &event, now).await?;
+            l.op.crm_id = Some(crm_id);
+            l.op.crm_link = Some("linked".into());
+            set_status(tx, &mut l, Status::Completed, "gateway", now).await?;
+        }
+        MatchStep::Review | MatchStep::Create => {
+            let detail = json!({"matches": matches});
+            open_case(
+                tx,
+                &mut l,
+                ReviewReason::CrossChannelMatch,
+                None,
+                "gateway",
+                detail,
+                now,
+            )
+            .await?;
+        }
+    }
+    Ok(Some(l))
+}

@@ -1,0 +1,420 @@
+//! The store's orchestration, written once in plain Rust for both backends.
+//!
+//! Every operation that writes runs inside one write transaction, seen here as a
+//! [`WriteTx`]: a small set of SQL statements (lock a row, write it back, append an
+//! event, insert a delivery …) that `sql_store!` implements for each backend with SQL
+//! text and binds only. The functions in this module and its children take the row
+//! locks, ask `domain::rules` what to do, and write down what was decided; they commit
+//! the transaction themselves where the old code did (some paths commit and still report
+//! an error, e.g. a late report under a lost lease), and an early return drops the
+//! transaction, which rolls it back.
+//!
+//! - [`intake`]: a delivery's journal entry and its claim (new / duplicate / conflict,
+//!   late deliveries, cross-channel matching).
+//! - [`attempts`]: claims, leases, an attempt's start and outcome, late reports.
+//! - [`review`]: review cases and a person's decisions.
+//! - [`claim_api`]: operations an external integration executes.
+//! - [`retention`]: scrubbing finished operations down to tombstones.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::domain::rules::{status_on_review, OpFacts};
+use crate::domain::{OperationId, ReviewReason, Status};
+
+use super::{ContactKeys, Lease, NewDelivery, NewEvent, Operation, Result, StoreError};
+
+pub(super) mod attempts;
+pub(super) mod claim_api;
+pub(super) mod intake;
+pub(super) mod retention;
+pub(super) mod review;
+
+/// The operation together with what only the store sees of it, as read under its row
+/// lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Locked {
+    pub op: Operation,
+    /// The token of the lease that holds it now.
+    pub lease_token: Option<String>,
+    /// The token of the last attempt whose outcome was recorded.
+    pub finished_token: Option<String>,
+    /// Until when a create sent under the last lease may still land.
+    pub quiet_after: Option<DateTime<Utc>>,
+    /// `version` as read, to write back under.
+    pub read_version: i64,
+}
+
+impl Locked {
+    /// What the domain's rules need to know of it.
+    pub fn facts(&self) -> OpFacts<'_> {
+        OpFacts {
+            status: self.op.status,
+            crm_id: self.op.crm_id.as_deref(),
+            crm_link: self.op.crm_link.as_deref(),
+            attempts: self.op.attempts,
+            lease_expires_at: self.op.lease_expires_at,
+            lease_held: self.lease_token.is_some(),
+            quiet_after: self.quiet_after,
+            has_payload: self.op.payload.is_some() && self.op.purged_at.is_none(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        self.op.operation_id.as_str()
+    }
+}
+
+/// A review case as `resolve` reads it, locked.
+#[derive(Debug, Clone)]
+pub(crate) struct CaseRow {
+    pub operation_id: String,
+    pub reason: ReviewReason,
+    pub resolved_at: Option<DateTime<Utc>>,
+    pub resolved_by: Option<String>,
+    pub delivery_id: Option<i64>,
+}
+
+/// One earlier operation sharing a contact key.
+#[derive(Debug, Clone)]
+pub(crate) struct ContactMatch {
+    pub operation_id: String,
+    pub crm_id: Option<String>,
+    pub status: String,
+}
+
+/// A conflicting delivery's data, for *accept as new*.
+#[derive(Debug, Clone)]
+pub(crate) struct DeliveryData {
+    pub payload: Option<String>,
+    pub payload_hash: Option<String>,
+    pub event_time: Option<DateTime<Utc>>,
+}
+
+/// The statements of one write transaction. Implemented by `sql_store!` for each
+/// backend: SQL and binds, no decisions. Row locks are the backend's (`for update` on
+/// PostgreSQL; SQLite's one writer holds the whole database).
+pub(crate) trait WriteTx: Send {
+    fn commit(self) -> impl Future<Output = Result<()>> + Send;
+
+    // operations
+    /// The operation, locked until commit.
+    fn lock_operation(&mut self, id: &str) -> impl Future<Output = Result<Option<Locked>>> + Send;
+    /// Writes back every mutable column of `l` where the row is still at
+    /// `l.read_version`; the rows written.
+    fn update_operation(&mut self, l: &Locked) -> impl Future<Output = Result<u64>> + Send;
+    /// Insert-if-absent on the unique key: true when this call created the operation.
+    fn insert_operation(
+        &mut self,
+        d: &NewDelivery,
+        executor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// A new operation from `original`'s row (its executor), keyed `new_id`: true when
+    /// inserted.
+    fn insert_accepted(
+        &mut self,
+        new_id: &OperationId,
+        original: &Operation,
+        data: &DeliveryData,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// The worker's next due operation on `connector` (none while it is paused).
+    fn pick_due(
+        &mut self,
+        connector: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<String>>> + Send;
+    /// A worker's operation whose lease ran out.
+    fn pick_stale(
+        &mut self,
+        connector: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<String>>> + Send;
+    /// Externally executed operations whose lease ran out (a bounded batch).
+    fn pick_expired_external(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<String>>> + Send;
+
+    // timeline, deliveries, leases
+    fn append(
+        &mut self,
+        operation_id: &str,
+        actor: &str,
+        event: &NewEvent,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn insert_delivery(
+        &mut self,
+        d: &NewDelivery,
+        outcome: &str,
+    ) -> impl Future<Output = Result<i64>> + Send;
+    fn delivery_data(
+        &mut self,
+        delivery_id: i64,
+    ) -> impl Future<Output = Result<DeliveryData>> + Send;
+    fn record_grant(
+        &mut self,
+        operation_id: &str,
+        token_sha256: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn was_granted(
+        &mut self,
+        operation_id: &str,
+        token_sha256: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    // review cases
+    /// The open case of an operation that is not a payload conflict, if any.
+    fn open_non_conflict_case(
+        &mut self,
+        operation_id: &str,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
+    fn insert_case(
+        &mut self,
+        operation_id: &str,
+        reason: ReviewReason,
+        delivery_id: Option<i64>,
+        detail: &Value,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<i64>> + Send;
+    /// The case, locked until commit.
+    fn lock_case(&mut self, case_id: i64) -> impl Future<Output = Result<Option<CaseRow>>> + Send;
+    fn close_case(
+        &mut self,
+        case_id: i64,
+        resolution: &str,
+        actor: &str,
+        comment: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn open_case_count(&mut self, operation_id: &str) -> impl Future<Output = Result<i64>> + Send;
+    fn has_open_conflict(
+        &mut self,
+        operation_id: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// Resolves every open case of the operation that is not a payload conflict as
+    /// `superseded`; the ids closed.
+    fn supersede_cases(
+        &mut self,
+        operation_id: &str,
+        actor: &str,
+        why: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<i64>>> + Send;
+
+    // contact matching
+    /// Takes the transaction-level locks of these contact keys (sorted), where the
+    /// backend needs them to serialise matching intakes.
+    fn lock_contacts(&mut self, keys: &[i64]) -> impl Future<Output = Result<()>> + Send;
+    /// Up to ten operations created since `since` sharing the phone or e-mail, newest
+    /// first.
+    fn contact_matches(
+        &mut self,
+        operation_id: &str,
+        since: DateTime<Utc>,
+        contact: &ContactKeys,
+    ) -> impl Future<Output = Result<Vec<ContactMatch>>> + Send;
+
+    // connectors
+    fn connector_paused(&mut self, name: &str) -> impl Future<Output = Result<bool>> + Send;
+    fn pause_connector(
+        &mut self,
+        name: &str,
+        reason: &str,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    // retention
+    fn purge_candidates(
+        &mut self,
+        finished_before: DateTime<Utc>,
+        batch: i64,
+    ) -> impl Future<Output = Result<Vec<String>>> + Send;
+    /// Whether the (locked) operation is still finished, unpurged, older than
+    /// `finished_before` and without an open case.
+    fn still_purgeable(
+        &mut self,
+        operation_id: &str,
+        finished_before: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    fn scrub_operation(
+        &mut self,
+        operation_id: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Scrubs the journal entries of one operation; how many.
+    fn scrub_deliveries_of(
+        &mut self,
+        operation_id: &str,
+    ) -> impl Future<Output = Result<u64>> + Send;
+    /// Scrubs deliveries that came after their operation was purged, past retention.
+    fn scrub_late_deliveries(
+        &mut self,
+        finished_before: DateTime<Utc>,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
+    /// Scrubs refused deliveries past retention.
+    fn scrub_rejected(
+        &mut self,
+        finished_before: DateTime<Utc>,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
+}
+
+pub(crate) async fn must_lock<T: WriteTx>(tx: &mut T, id: &str) -> Result<Locked> {
+    tx.lock_operation(id)
+        .await?
+        .ok_or_else(|| StoreError::UnknownOperation(id.to_owned()))
+}
+
+/// Writes back a locked operation and bumps its version.
+pub(crate) async fn save<T: WriteTx>(tx: &mut T, l: &mut Locked, now: DateTime<Utc>) -> Result<()> {
+    l.op.version = l.read_version + 1;
+    l.op.updated_at = now;
+    if tx.update_operation(l).await? != 1 {
+        // Unreachable while the row lock is held; kept as a tripwire.
+        return Err(StoreError::StaleVersion {
+            expected: l.read_version,
+            current: -1,
+        });
+    }
+    l.read_version = l.op.version;
+    Ok(())
+}
+
+/// Changes the status, checked against the one transition table, and records the change
+/// on the timeline.
+pub(crate) async fn set_status<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    to: Status,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let from = l.op.status;
+    from.check(to)?;
+    l.op.status = to;
+    if to != Status::NeedsReview {
+        l.op.review_reason = None;
+    }
+    let event = NewEvent::new("status_changed", json!({"from": from, "to": to}));
+    tx.append(l.id(), actor, &event, now).await
+}
+
+pub(crate) fn clear_lease(l: &mut Locked) {
+    l.lease_token = None;
+    l.op.lease_owner = None;
+    l.op.lease_expires_at = None;
+}
+
+/// Opens a review case on a locked operation. At most one case that is not a payload
+/// conflict is open per operation: while one is, a new reason to review is added to that
+/// case's timeline (`review_noted`) and its id returned. Payload conflicts always get a
+/// case of their own (each concerns another delivery).
+pub(crate) async fn open_case<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    reason: ReviewReason,
+    delivery_id: Option<i64>,
+    actor: &str,
+    detail: Value,
+    now: DateTime<Utc>,
+) -> Result<i64> {
+    let open = if reason == ReviewReason::PayloadConflict {
+        None
+    } else {
+        tx.open_non_conflict_case(l.id()).await?
+    };
+    let (id, kind) = match open {
+        Some(id) => (id, "review_noted"),
+        None => {
+            let id = tx
+                .insert_case(l.id(), reason, delivery_id, &detail, now)
+                .await?;
+            (id, "review_opened")
+        }
+    };
+    let event = NewEvent::new(
+        kind,
+        json!({"case_id": id, "reason": reason, "detail": detail}),
+    );
+    tx.append(l.id(), actor, &event, now).await?;
+    if let Some(to) = status_on_review(l.op.status) {
+        set_status(tx, l, to, actor, now).await?;
+        l.op.review_reason = Some(reason);
+    }
+    Ok(id)
+}
+
+/// Closes the open review cases of an operation whose result became known without
+/// them, or that another case's resolution settled (payload conflicts stay: they are
+/// about another delivery's data, and a person decides them). Each is resolved as
+/// `superseded` by `actor`, with `why` as its comment and a `review_superseded` event
+/// naming the case that settled the operation (`by_case`, if one did). Every store path
+/// that settles an operation (completed or failed) calls it: with at most one open
+/// non-conflict case per operation, none is ever stranded open.
+pub(crate) async fn supersede_open_cases<T: WriteTx>(
+    tx: &mut T,
+    l: &Locked,
+    actor: &str,
+    by_case: Option<i64>,
+    why: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    for case_id in tx.supersede_cases(l.id(), actor, why, now).await? {
+        let event = NewEvent::new(
+            "review_superseded",
+            json!({"case_id": case_id, "by_case": by_case, "why": why, "status": l.op.status}),
+        );
+        tx.append(l.id(), actor, &event, now).await?;
+    }
+    Ok(())
+}
+
+/// Puts a claimed operation in the hands of `owner` with a fresh lease, and remembers
+/// the grant (its token's hash) for late reports.
+pub(crate) async fn take_lease<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    owner: &str,
+    lease_for: std::time::Duration,
+    now: DateTime<Utc>,
+) -> Result<Lease> {
+    let lease = Lease {
+        operation_id: l.op.operation_id.clone(),
+        token: uuid::Uuid::new_v4().to_string(),
+        owner: owner.to_owned(),
+        expires_at: super::after(now, lease_for),
+    };
+    l.lease_token = Some(lease.token.clone());
+    l.op.lease_owner = Some(owner.to_owned());
+    l.op.lease_expires_at = Some(lease.expires_at);
+    tx.record_grant(l.id(), &token_hash(&lease.token), now)
+        .await?;
+    Ok(lease)
+}
+
+pub(crate) fn token_hash(token: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// Appends `events` to the operation's timeline, in order.
+pub(crate) async fn append_all<T: WriteTx>(
+    tx: &mut T,
+    operation_id: &str,
+    actor: &str,
+    events: &[NewEvent],
+    now: DateTime<Utc>,
+) -> Result<()> {
+    for e in events {
+        tx.append(operation_id, actor, e, now).await?;
+    }
+    Ok(())
+}

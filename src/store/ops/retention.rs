@@ -1,0 +1,40 @@
+//! Retention: finished operations are scrubbed down to tombstones (key, payload hash,
+//! status, crm_id), so late duplicates still get the first result.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use crate::store::{NewEvent, PurgeReport, Result};
+
+use super::WriteTx;
+
+pub(crate) async fn purge_batch<T: WriteTx>(
+    mut tx: T,
+    finished_before: DateTime<Utc>,
+    batch: i64,
+    now: DateTime<Utc>,
+) -> Result<PurgeReport> {
+    let mut report = PurgeReport::default();
+    for id in tx.purge_candidates(finished_before, batch).await? {
+        // Checked again under the row lock: the pick did not lock, and a conflicting
+        // delivery may have opened a case since. Whoever opens a case locks the row
+        // first, so none can open until this commits.
+        tx.lock_operation(&id).await?;
+        if !tx.still_purgeable(&id, finished_before).await? {
+            continue;
+        }
+        report.operations += 1;
+        tx.scrub_operation(&id, now).await?;
+        report.deliveries += tx.scrub_deliveries_of(&id).await?;
+        let event = NewEvent::new("purged", json!({"finished_before": finished_before}));
+        tx.append(&id, "retention", &event, now).await?;
+    }
+    // Deliveries that came after their operation was purged (a late repeat or conflict),
+    // once they are past retention themselves and no case is open.
+    report.deliveries += tx.scrub_late_deliveries(finished_before, batch).await?;
+    // Refused deliveries never became operations; their bodies may still hold personal
+    // data.
+    report.deliveries += tx.scrub_rejected(finished_before, batch).await?;
+    tx.commit().await?;
+    Ok(report)
+}

@@ -1,0 +1,167 @@
+//! Review cases and a person's decisions on them. What an action does, or why it is
+//! refused, is `domain::rules::decide`; this writes it down.
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::domain::rules::{decide, Decision};
+use crate::domain::{OperationId, Refusal, ReviewReason, Status};
+use crate::store::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
+
+use super::{clear_lease, must_lock, open_case, save, set_status, supersede_open_cases, WriteTx};
+
+pub(crate) async fn open_review<T: WriteTx>(
+    mut tx: T,
+    operation_id: &OperationId,
+    reason: ReviewReason,
+    actor: &str,
+    detail: Value,
+    now: DateTime<Utc>,
+) -> Result<i64> {
+    let mut l = must_lock(&mut tx, operation_id.as_str()).await?;
+    if l.op.lease_expires_at.is_some_and(|t| t > now) {
+        return Err(Refusal::ReviewWhileInFlight.into());
+    }
+    let id = open_case(&mut tx, &mut l, reason, None, actor, detail, now).await?;
+    save(&mut tx, &mut l, now).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resolved> {
+    let now = req.now;
+    let case = tx
+        .lock_case(req.case_id)
+        .await?
+        .ok_or(StoreError::UnknownCase(req.case_id))?;
+    if case.resolved_at.is_some() {
+        return Err(StoreError::CaseAlreadyResolved(
+            req.case_id,
+            case.resolved_by.unwrap_or_else(|| "someone".into()),
+        ));
+    }
+    let op_id = case.operation_id;
+    let mut l = must_lock(&mut tx, &op_id).await?;
+    if l.op.version != req.expected_version {
+        return Err(StoreError::StaleVersion {
+            expected: req.expected_version,
+            current: l.op.version,
+        });
+    }
+    let actor = req.actor.trim();
+    let decision = match decide(&req.action, actor, case.reason, l.facts(), now) {
+        Ok(d) => d,
+        Err(Refusal::AttemptInFlight { until }) => {
+            return Err(StoreError::AttemptInFlight(op_id, until))
+        }
+        Err(refusal) => return Err(refusal.into()),
+    };
+    let mut new_operation = None;
+    let mut crm_id_set = None;
+    match &decision {
+        Decision::SettleCrmId { crm_id, link } => {
+            if let Some(link) = link {
+                l.op.crm_link = Some((*link).into());
+            }
+            l.op.crm_id = Some(crm_id.clone());
+            crm_id_set = Some(crm_id.clone());
+            clear_lease(&mut l);
+        }
+        Decision::GrantRetry {
+            due_at,
+            verify_first,
+        } => {
+            l.op.retry_grants = 1;
+            l.op.next_attempt_at = Some(*due_at);
+            l.op.verify_first = *verify_first;
+            clear_lease(&mut l);
+        }
+        Decision::ResolveConflict { accept_as_new, .. } => {
+            if *accept_as_new {
+                let delivery_id = case.delivery_id.ok_or_else(|| {
+                    StoreError::Corrupt("payload conflict without its delivery".into())
+                })?;
+                new_operation = Some(
+                    accept_delivery_as_new(&mut tx, &l.op, delivery_id, actor, req.case_id, now)
+                        .await?,
+                );
+            }
+        }
+        Decision::CreateNew { due_at } => {
+            l.op.next_attempt_at = Some(*due_at);
+        }
+        Decision::Reject => {
+            // A report under the ran-out lease is then only kept on the timeline.
+            clear_lease(&mut l);
+            // The failed list shows why, as it does for a CRM's refusal.
+            l.op.last_error = Some(match &req.comment {
+                Some(c) => format!("rejected by {actor}: {c}"),
+                None => format!("rejected by {actor}"),
+            });
+        }
+    }
+    let resolution = req.action.resolution();
+    tx.close_case(
+        req.case_id,
+        resolution.as_str(),
+        actor,
+        req.comment.as_deref(),
+        now,
+    )
+    .await?;
+    let event = NewEvent::new(
+        "human_action",
+        json!({"case_id": req.case_id, "action": resolution, "comment": req.comment,
+               "crm_id": crm_id_set, "new_operation": new_operation}),
+    );
+    tx.append(&op_id, actor, &event, now).await?;
+    let others_open = tx.open_case_count(&op_id).await?;
+    if let Some(to) = decision.target() {
+        // Another open case still holds the operation, unless the person settled the CRM
+        // result itself.
+        if (others_open == 0 || to == Status::Completed) && l.op.status != to {
+            set_status(&mut tx, &mut l, to, actor, now).await?;
+        }
+    }
+    if l.op.status.is_final() {
+        let why = format!("case #{} settled the operation", req.case_id);
+        supersede_open_cases(&mut tx, &l, actor, Some(req.case_id), &why, now).await?;
+    }
+    save(&mut tx, &mut l, now).await?;
+    tx.commit().await?;
+    Ok(Resolved {
+        operation: l.op,
+        new_operation,
+    })
+}
+
+/// Makes the conflicting delivery of a payload-conflict case an operation of its own,
+/// keyed `<original>#accepted-<delivery id>` (`OperationId::accepted_as_new`: bounded,
+/// never a real key), due now, executed by whoever executes the original (an operation
+/// claimed through the claim API stays the integration's).
+async fn accept_delivery_as_new<T: WriteTx>(
+    tx: &mut T,
+    original: &Operation,
+    delivery_id: i64,
+    actor: &str,
+    case_id: i64,
+    now: DateTime<Utc>,
+) -> Result<OperationId> {
+    let data = tx.delivery_data(delivery_id).await?;
+    if data.payload.is_none() || data.payload_hash.is_none() {
+        return Err(Refusal::ConflictPayloadPurged.into());
+    }
+    let new_id = OperationId::accepted_as_new(&original.operation_id, delivery_id);
+    if !tx.insert_accepted(&new_id, original, &data, now).await? {
+        return Err(Refusal::AcceptedExists {
+            operation_id: new_id.to_string(),
+        }
+        .into());
+    }
+    let event = NewEvent::new(
+        "accepted_as_new",
+        json!({"from_operation": original.operation_id, "case_id": case_id, "delivery_id": delivery_id}),
+    );
+    tx.append(new_id.as_str(), actor, &event, now).await?;
+    Ok(new_id)
+}

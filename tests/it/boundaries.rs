@@ -1,0 +1,256 @@
+//! The crate's module boundaries, read from the source: every `crate::…` path names a
+//! top-level module, and each module may use only the ones below it in the table of
+//! ARCHITECTURE.md "Layers". Fails on an import the table does not allow, on any cycle
+//! between top-level modules, and on SQL outside the store.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Top-level module → the modules it may use (besides itself). Lower layers first.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("domain", &[]),
+    ("supervise", &[]),
+    ("store", &["domain"]),
+    ("crm", &["domain", "store"]),
+    ("config", &["domain", "crm"]),
+    ("metrics", &["domain", "store"]),
+    ("report", &["domain", "store"]),
+    ("attempt", &["config", "crm", "domain", "store"]),
+    (
+        "reconcile",
+        &["attempt", "config", "crm", "domain", "store", "supervise"],
+    ),
+    (
+        "worker",
+        &[
+            "attempt",
+            "config",
+            "crm",
+            "domain",
+            "reconcile",
+            "store",
+            "supervise",
+        ],
+    ),
+    ("intake", &["config", "crm", "domain", "metrics", "store"]),
+    ("console_api", &["domain", "store"]),
+    ("console_seed", &["domain", "store"]),
+    ("demo", &["config", "domain", "intake", "store"]),
+    (
+        "app",
+        &[
+            "config",
+            "crm",
+            "domain",
+            "intake",
+            "metrics",
+            "store",
+            "supervise",
+            "worker",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "app", "config", "crm", "demo", "domain", "metrics", "report", "store",
+        ],
+    ),
+];
+
+/// Where only the store may speak SQL.
+const SQL_OWNER: &str = "store";
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module a file belongs to: `src/store/sql.rs` → `store`, `src/cli.rs` → `cli`.
+fn top_module(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+/// The source without its unit tests (`#[cfg(test)]` and everything after it: the
+/// crate keeps test modules at the end of a file) and without comments.
+fn product_code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every top-level module named by a `crate::` path, including grouped imports
+/// (`use crate::{a::b, c};`) and macro paths (`$crate::x`).
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (i, _) in code.match_indices("crate::") {
+        let before = code[..i].chars().last();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // `leadgate_crate::`, not ours
+        }
+        let rest = &code[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level names in the group: split at depth-0 commas.
+            let mut depth = 0;
+            let mut start = 0;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        found.insert(ident(group[start..j].trim()));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.insert(ident(group[start..j].trim()));
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            found.insert(ident(rest));
+        }
+    }
+    found.retain(|m| !m.is_empty());
+    found
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let module = top_module(&src, &file);
+        if matches!(module.as_str(), "lib" | "main") {
+            continue;
+        }
+        let code = product_code(&std::fs::read_to_string(&file).unwrap());
+        let uses = edges.entry(module.clone()).or_default();
+        for used in crate_paths(&code) {
+            if used != module {
+                uses.insert(used);
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn every_module_imports_only_what_its_layer_allows() {
+    let allowed: BTreeMap<&str, BTreeSet<&str>> = ALLOWED
+        .iter()
+        .map(|(m, deps)| (*m, deps.iter().copied().collect()))
+        .collect();
+    let edges = graph();
+    assert!(
+        edges.contains_key("store") && edges.contains_key("worker"),
+        "{edges:?}"
+    );
+    let mut wrong = vec![];
+    for (module, uses) in &edges {
+        let Some(ok) = allowed.get(module.as_str()) else {
+            wrong.push(format!(
+                "`{module}` is not in the layer table (tests/it/boundaries.rs)"
+            ));
+            continue;
+        };
+        for used in uses {
+            if !ok.contains(used.as_str()) {
+                wrong.push(format!("`{module}` imports `{used}`"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports across the boundaries:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_cycles_between_top_level_modules() {
+    let edges = graph();
+    // Depth-first search with colours: grey = on the current path.
+    fn visit<'a>(
+        m: &'a str,
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        colour: &mut BTreeMap<&'a str, u8>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        match colour.get(m) {
+            Some(2) => return None,
+            Some(1) => {
+                let from = path.iter().position(|p| *p == m).unwrap();
+                let mut cycle: Vec<String> = path[from..].iter().map(|s| s.to_string()).collect();
+                cycle.push(m.to_owned());
+                return Some(cycle);
+            }
+            _ => {}
+        }
+        colour.insert(m, 1);
+        path.push(m);
+        for next in edges.get(m).into_iter().flatten() {
+            if let Some(c) = visit(next, edges, colour, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        colour.insert(m, 2);
+        None
+    }
+    let mut colour = BTreeMap::new();
+    for m in edges.keys() {
+        if let Some(cycle) = visit(m, &edges, &mut colour, &mut vec![]) {
+            panic!("import cycle: {}", cycle.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn only_the_store_speaks_sql() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    let speakers: Vec<String> = files
+        .iter()
+        .filter(|f| top_module(&src, f) != SQL_OWNER)
+        .filter(|f| product_code(&std::fs::read_to_string(f).unwrap()).contains("sqlx"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        speakers.is_empty(),
+        "sqlx used outside the store: {speakers:?}"
+    );
+}
+
+#[test]
+fn the_path_reader_sees_grouped_and_macro_imports() {
+    let code =
+        "use crate::{a::b, c, d::{e, f}};\nlet x = $crate::g::h;\nuse crate::i;\nmy_crate::j";
+    let found: Vec<String> = crate_paths(code).into_iter().collect();
+    assert_eq!(found, ["a", "c", "d", "g", "i"]);
+}
