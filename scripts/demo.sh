@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: builds Leadgate, starts a fake Bitrix24 (with faults injected per
 # scenario) and `leadgate serve` plus a second `leadgate worker` on an embedded SQLite
-# file, plays the eight pilot scenarios of SPEC.md as real HTTP traffic, prints the
+# file, plays the eight pilot scenarios of docs/SPEC.md as real HTTP traffic, prints the
 # results and the metrics, and leaves the database for the console. No display and no
 # PostgreSQL needed.
 set -euo pipefail
@@ -97,7 +97,7 @@ wait_http "$GATEWAY_PORT"
 "$BIN" worker --config "$DIR/leadgate.toml" >"$DIR/worker.log" 2>&1 &
 pids+=($!)
 
-echo "== playing the eight pilot scenarios of SPEC.md"
+echo "== playing the eight pilot scenarios of docs/SPEC.md"
 status=0
 "$BIN" demo --gateway "http://127.0.0.1:$GATEWAY_PORT" --crm "http://127.0.0.1:$CRM_PORT" \
   --config "$DIR/leadgate.toml" || status=$?

@@ -43,7 +43,7 @@ enum Command {
     Worker(ConfigArg),
     /// Create or upgrade the operations database schema.
     Migrate(ConfigArg),
-    /// The metrics of SPEC.md as a table (the same figures as `/metrics`).
+    /// The metrics of docs/SPEC.md as a table (the same figures as `/metrics`).
     Metrics(ConfigArg),
     /// Scrub payloads and contact data of finished operations, keeping tombstones (key,
     /// payload hash, status, crm_id) so late duplicates still get the first result.
@@ -59,7 +59,7 @@ enum Command {
         #[command(subcommand)]
         command: ConnectorCommand,
     },
-    /// Play the eight pilot scenarios of SPEC.md against a running gateway and fake CRM
+    /// Play the eight pilot scenarios of docs/SPEC.md against a running gateway and fake CRM
     /// (what `make demo` runs) and print expected / observed / PASS-FAIL.
     Demo {
         /// The gateway's base URL.

@@ -524,7 +524,7 @@ pub struct SeriesPointView {
     pub retries_by_class: BTreeMap<String, i64>,
 }
 
-/// SPEC.md "Metrics" now, and over the chosen range.
+/// docs/SPEC.md "Metrics" now, and over the chosen range.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct Dashboard {
     #[ts(type = "number")]

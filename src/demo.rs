@@ -1,4 +1,4 @@
-//! `leadgate demo`: plays the eight pilot scenarios of SPEC.md as real HTTP traffic
+//! `leadgate demo`: plays the eight pilot scenarios of docs/SPEC.md as real HTTP traffic
 //! against a running gateway and a fake Bitrix24 (started by `make demo`), and prints
 //! what was expected, what was observed, and PASS or FAIL for each.
 

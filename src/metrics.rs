@@ -1,4 +1,4 @@
-//! The figures of SPEC.md "Metrics", for `/metrics` (Prometheus text format) and for
+//! The figures of docs/SPEC.md "Metrics", for `/metrics` (Prometheus text format) and for
 //! `leadgate metrics` (a table support can read). Both come from one store snapshot,
 //! so every process sharing the database reports the same totals.
 

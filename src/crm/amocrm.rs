@@ -747,7 +747,7 @@ fn note_error(summary: &mut Map<String, Value>, e: &CrmError) {
     summary.insert("message".into(), json!(e.message));
 }
 
-/// The one classification of an amoCRM answer that is not a success (FACTS.md):
+/// The one classification of an amoCRM answer that is not a success (docs/crm.md):
 ///
 /// | status | class |
 /// |---|---|

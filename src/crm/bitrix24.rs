@@ -255,7 +255,7 @@ fn redirect_target(current: &str, webhook_url: &str, headers: &HeaderMap) -> Opt
     same_origin.then(|| next.to_string())
 }
 
-/// Bitrix24 error codes and what they mean for Leadgate, from `shared/crm/FACTS.md`.
+/// Bitrix24 error codes and what they mean for Leadgate (`docs/crm.md`, "Bitrix24").
 /// A known code decides the class whatever the HTTP status; unknown codes fall back to
 /// the status (see [`classify`]).
 const ERROR_CODES: &[(&str, ErrorClass)] = &[

@@ -1,5 +1,5 @@
 //! A fake amoCRM / Kommo account: a real HTTP server speaking API v4 as described in
-//! `shared/crm/FACTS.md`, with leads and contacts in memory and injectable faults.
+//! `docs/crm.md`, with leads and contacts in memory and injectable faults.
 //!
 //! - `POST /api/v4/leads/complex` — an array of ≤ 50 leads, each with ≤ 1 embedded
 //!   contact (`PHONE`/`EMAIL` by `field_code`), custom fields by `field_id` (unknown ids

@@ -3,7 +3,7 @@
 //!
 //! It exists so the adapter, the worker and the pilot scenarios can be tested against
 //! the failures that matter — above all "the CRM created the entity and the answer was
-//! lost" — over real sockets, without a portal. It follows `shared/crm/FACTS.md`:
+//! lost" — over real sockets, without a portal. It follows `docs/crm.md`:
 //!
 //! - `POST|GET /rest/{user}/{secret}/{method}[.json]` with a JSON body (or query /
 //!   form parameters with flat keys);

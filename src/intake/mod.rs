@@ -498,7 +498,7 @@ async fn healthz(State(state): State<IntakeState>) -> Result<Json<Value>, ApiErr
     ))
 }
 
-/// The metrics of SPEC.md in the Prometheus text format.
+/// The metrics of docs/SPEC.md in the Prometheus text format.
 async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError> {
     let snapshot = state
         .store

@@ -327,7 +327,7 @@ pub struct Connector {
     pub changed_by: String,
 }
 
-/// The figures of SPEC.md "Metrics", as of one moment.
+/// The figures of docs/SPEC.md "Metrics", as of one moment.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct MetricsSnapshot {
     pub unique_operations: i64,

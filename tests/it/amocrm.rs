@@ -1,4 +1,4 @@
-//! The pilot scenarios of SPEC.md against the fake amoCRM, end to end on both backends:
+//! The pilot scenarios of docs/SPEC.md against the fake amoCRM, end to end on both backends:
 //! real HTTP into the intake, a real worker, and the fake account over real HTTP.
 //!
 //! The difference to Bitrix24 is the lookup: amoCRM's search may lag behind a create,

@@ -1,5 +1,5 @@
 //! The gateway end to end: real HTTP into `leadgate`'s intake, a real worker, and the
-//! fake Bitrix24 over real HTTP, on both backends. The pilot scenarios of SPEC.md.
+//! fake Bitrix24 over real HTTP, on both backends. The pilot scenarios of docs/SPEC.md.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -16,6 +16,7 @@ mod process;
 mod races;
 mod retention;
 mod security;
+mod self_contained;
 mod slow_crm;
 mod sources;
 mod store;
