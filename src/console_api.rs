@@ -62,6 +62,14 @@ pub enum ConsoleError {
     },
     #[error("{message}")]
     Invalid { message: String },
+    /// The rules refused a person's action: `code` is `Refusal::code` (the console
+    /// translates it), `detail` its variable part.
+    #[error("{message}")]
+    Refused {
+        code: String,
+        message: String,
+        detail: Option<String>,
+    },
     #[error("{message}")]
     NotFound { message: String },
     #[error("{message}")]
@@ -77,11 +85,15 @@ impl From<StoreError> for ConsoleError {
             StoreError::StaleVersion { expected, current } => {
                 ConsoleError::Changed { expected, current }
             }
-            StoreError::Refused(r) => ConsoleError::Invalid {
+            StoreError::Refused(r) => ConsoleError::Refused {
+                code: r.code().to_owned(),
                 message: r.to_string(),
+                detail: r.detail(),
             },
-            e @ StoreError::AttemptInFlight(..) => ConsoleError::Invalid {
+            e @ StoreError::AttemptInFlight(_, until) => ConsoleError::Refused {
+                code: "attempt_in_flight".to_owned(),
                 message: e.to_string(),
+                detail: Some(until.to_rfc3339()),
             },
             StoreError::Transition(t) => ConsoleError::Invalid {
                 message: t.to_string(),

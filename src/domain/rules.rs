@@ -52,6 +52,45 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every [`code`](Refusal::code), for the console's translation check.
+    pub const CODES: &'static [&'static str] = &[
+        "actor_required",
+        "crm_id_required",
+        "already_completed",
+        "retry_not_in_review",
+        "retry_while_in_flight",
+        "retry_on_conflict",
+        "retry_over_known_result",
+        "retry_on_ambiguous_match",
+        "retry_without_data",
+        "not_a_payload_conflict",
+        "create_new_not_applicable",
+        "create_new_after_attempt",
+        "reject_not_in_review",
+        "attempt_in_flight",
+        "review_while_in_flight",
+        "conflict_payload_purged",
+        "accepted_exists",
+    ];
+
+    /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
+    /// id), for a translated sentence.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Refusal::AlreadyCompleted { crm_id } | Refusal::RetryOverKnownResult { crm_id } => {
+                Some(crm_id.clone())
+            }
+            Refusal::RetryNotInReview { status } | Refusal::RejectNotInReview { status } => {
+                Some(status.to_string())
+            }
+            Refusal::NotAPayloadConflict { reason }
+            | Refusal::CreateNewNotApplicable { reason } => Some(reason.to_string()),
+            Refusal::AttemptInFlight { until } => Some(until.to_rfc3339()),
+            Refusal::AcceptedExists { operation_id } => Some(operation_id.clone()),
+            _ => None,
+        }
+    }
+
     /// A stable snake_case name, for the console's translations and the API.
     pub fn code(&self) -> &'static str {
         match self {
@@ -609,8 +648,26 @@ mod tests {
                 Err(refusal.clone()),
                 "{action:?} on {reason} {facts:?}"
             );
-            assert!(!refusal.to_string().is_empty() && !refusal.code().contains(' '));
+            assert!(Refusal::CODES.contains(&refusal.code()), "{refusal:?}");
         }
+    }
+
+    #[test]
+    fn every_refusal_code_is_listed_once() {
+        let rest = [
+            Refusal::ReviewWhileInFlight,
+            Refusal::ConflictPayloadPurged,
+            Refusal::AcceptedExists {
+                operation_id: "a".into(),
+            },
+        ];
+        for r in rest {
+            assert!(Refusal::CODES.contains(&r.code()), "{r:?}");
+        }
+        let mut codes = Refusal::CODES.to_vec();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), Refusal::CODES.len());
     }
 
     #[test]

@@ -476,7 +476,8 @@ each_backend!(
             .await
             .unwrap_err();
         assert!(
-            matches!(refused, ConsoleError::Invalid { .. }),
+            matches!(&refused, ConsoleError::Refused { code, detail, .. }
+                if code == "create_new_not_applicable" && detail.as_deref() == Some("uncertain_outcome")),
             "{refused:?}"
         );
         // Reject needs a reason.
@@ -635,3 +636,20 @@ each_backend!(
         }
     }
 );
+
+/// Every refusal the rules can give has a sentence in both console languages.
+#[test]
+fn every_refusal_is_translated_in_the_console() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/src/lib/i18n");
+    for lang in ["en.ts", "ru.ts"] {
+        let text = std::fs::read_to_string(dir.join(lang)).unwrap();
+        let refusals = &text[text.find("refusals: {").expect("a refusals table")..];
+        let table = &refusals[..refusals.find("\n  },").unwrap()];
+        for code in leadgate::domain::Refusal::CODES {
+            assert!(
+                table.contains(&format!("    {code}: ")),
+                "{lang} has no sentence for the refusal `{code}`"
+            );
+        }
+    }
+}

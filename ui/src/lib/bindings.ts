@@ -3,7 +3,7 @@
 
 export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;
 
-export type ConsoleError = { "kind": "not_connected" } | { "kind": "unreachable", message: string, } | { "kind": "schema_missing" } | { "kind": "schema_too_old", found: number, known: number, } | { "kind": "schema_too_new", found: number, known: number, } | { "kind": "already_resolved", case_id: number, by: string, } | { "kind": "changed", expected: number, current: number, } | { "kind": "invalid", message: string, } | { "kind": "not_found", message: string, } | { "kind": "failed", message: string, };
+export type ConsoleError = { "kind": "not_connected" } | { "kind": "unreachable", message: string, } | { "kind": "schema_missing" } | { "kind": "schema_too_old", found: number, known: number, } | { "kind": "schema_too_new", found: number, known: number, } | { "kind": "already_resolved", case_id: number, by: string, } | { "kind": "changed", expected: number, current: number, } | { "kind": "invalid", message: string, } | { "kind": "refused", code: string, message: string, detail: string | null, } | { "kind": "not_found", message: string, } | { "kind": "failed", message: string, };
 
 export type Settings = { database_url: string | null, operator: string | null, 
 /**

@@ -18,6 +18,10 @@ export function errorText(e: ConsoleError, t: Strings): string {
       return t.errors.already_resolved(e.case_id, e.by);
     case "changed":
       return t.errors.changed;
+    case "refused": {
+      const say = (t.refusals as Record<string, ((d: string) => string) | undefined>)[e.code];
+      return say ? say(e.detail ?? "") : e.message;
+    }
     case "invalid":
     case "not_found":
     case "failed":
