@@ -19,6 +19,7 @@ use crate::domain::{
 
 mod console;
 pub mod postgres;
+pub mod redeliveries;
 mod sql;
 pub mod sqlite;
 
