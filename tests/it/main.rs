@@ -10,7 +10,6 @@ mod console;
 mod console_store;
 mod gateway;
 mod metrics;
-mod n8n;
 mod process;
 mod races;
 mod retention;
