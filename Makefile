@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit demo bench chaos fuzz
+.PHONY: test check lint unit test-n8n demo bench chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL, the UI's type check and unit tests, and the console in a real window.
@@ -17,11 +17,20 @@ lint:
 	cargo clippy --workspace --all-targets --locked --features leadgate-console/e2e -- -D warnings
 	scripts/deny.sh
 
+## tests/n8n.rs (part of `cargo test --workspace`) runs the n8n example in a real n8n:
+## installed first, once, under /var/tmp; a failed install fails here.
 unit:
 	scripts/install-console-deps.sh
 	scripts/install-test-deps.sh
 	scripts/ensure-postgres.sh
+	scripts/install-n8n.sh >/dev/null
 	cargo test --workspace --locked
+
+## Only the real-n8n test (both backends), with its figures.
+test-n8n:
+	scripts/ensure-postgres.sh
+	scripts/install-n8n.sh >/dev/null
+	cargo test --locked --test n8n -- --nocapture
 
 ## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
 demo:

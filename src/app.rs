@@ -49,7 +49,7 @@ impl Running {
 }
 
 pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
-    let store = store::connect(config.database.url.expose())
+    let (store, redeliveries) = store::redeliveries::connect(config.database.url.expose())
         .await
         .context("opening the operations database")?;
     let crm_config = config
@@ -79,7 +79,33 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         }),
         owner: format!("worker:{}:{}", hostname(), std::process::id()),
     };
+    let owner = worker.owner.clone();
     tasks.spawn(worker.run(shutdown_rx.clone()));
+    if let Some(url) = &config.claim_api.redeliver_url {
+        let token = config.api.integration_token.clone().context(
+            "[claim_api] redeliver_url is set but there is no [api] integration_token \
+             (or LEADGATE_INTEGRATION_TOKEN): the integration could not claim what it is sent",
+        )?;
+        let redeliverer = Arc::new(crate::redeliver::Redeliverer::new(
+            Arc::clone(&store),
+            redeliveries,
+            crate::redeliver::RedeliverSettings {
+                source: config.claim_api.source.clone(),
+                url: url.clone(),
+                token,
+                every: config.claim_api.redeliver_every,
+                poll_interval: config.worker.poll_interval,
+                owner,
+            },
+        )?);
+        let rx = shutdown_rx.clone();
+        tasks.spawn(crate::supervise::supervise(
+            "redelivery",
+            shutdown_rx.clone(),
+            crate::supervise::RESTART_DELAY,
+            move || Arc::clone(&redeliverer).run(rx.clone()),
+        ));
+    }
 
     let mut addr = None;
     if mode == Mode::Serve {

@@ -330,6 +330,16 @@ pub struct ClaimApiConfig {
     /// How long a claimer may take to report the outcome.
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
+    /// The integration's webhook (the n8n workflow's production URL). When set, the
+    /// worker sends a claimed operation's stored payload back there, with the
+    /// integration token, once it is due again after a `not_sent` or `rate_limited`
+    /// report, or once its paused connector was resumed: the integration's run that got
+    /// the failure has ended and nobody else would try again. See `crate::redeliver`.
+    pub redeliver_url: Option<Secret>,
+    /// How long after a redelivery that no claim followed (the webhook was down, the
+    /// run died first) it is sent again.
+    #[serde(with = "humantime_serde")]
+    pub redeliver_every: Duration,
 }
 
 impl Default for ClaimApiConfig {
@@ -337,6 +347,8 @@ impl Default for ClaimApiConfig {
         ClaimApiConfig {
             source: "api".into(),
             lease: Duration::from_secs(60),
+            redeliver_url: None,
+            redeliver_every: Duration::from_secs(60),
         }
     }
 }
@@ -547,6 +559,18 @@ impl Config {
                  the claim API would share the keys `{0}:…`; give [claim_api] a source name of its own",
                 self.claim_api.source
             ));
+        }
+        if let Some(url) = &self.claim_api.redeliver_url {
+            let url = url.expose();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return invalid(
+                    "claim_api.redeliver_url must be an http:// or https:// URL (the integration's webhook)"
+                        .into(),
+                );
+            }
+        }
+        if self.claim_api.redeliver_every.is_zero() {
+            return invalid("claim_api.redeliver_every must be more than 0".into());
         }
         if self
             .matching

@@ -13,6 +13,7 @@ pub mod domain;
 pub mod intake;
 pub mod metrics;
 pub mod reconcile;
+pub mod redeliver;
 pub mod report;
 pub mod store;
 pub mod supervise;

@@ -221,6 +221,11 @@ impl FakeBitrix24 {
         });
     }
 
+    /// Drops the queued faults (an outage ends), keeping entities and counters.
+    pub fn clear_faults(&self) {
+        self.shared.faults.clear();
+    }
+
     /// Every entity, leads first, by id.
     pub fn entities(&self) -> Vec<FakeEntity> {
         entities(&self.shared)

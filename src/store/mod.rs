@@ -21,6 +21,7 @@ pub use crate::domain::{after, before, AttemptOutcome, Failure, HumanAction};
 mod console;
 mod ops;
 pub mod postgres;
+pub mod redeliveries;
 mod sql;
 pub mod sqlite;
 

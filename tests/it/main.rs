@@ -11,7 +11,6 @@ mod console;
 mod console_store;
 mod gateway;
 mod metrics;
-mod n8n;
 mod process;
 mod races;
 mod retention;
