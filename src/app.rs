@@ -49,7 +49,7 @@ impl Running {
 }
 
 pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
-    let (store, redeliveries) = store::redeliveries::connect(config.database.url.expose())
+    let store = store::connect(config.database.url.expose())
         .await
         .context("opening the operations database")?;
     let crm_config = config
@@ -88,7 +88,6 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         )?;
         let redeliverer = Arc::new(crate::redeliver::Redeliverer::new(
             Arc::clone(&store),
-            redeliveries,
             crate::redeliver::RedeliverSettings {
                 source: config.claim_api.source.clone(),
                 url: url.clone(),

@@ -26,8 +26,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::config::Secret;
-use crate::store::redeliveries::{DueRedelivery, Redeliveries};
-use crate::store::{self, NewEvent, Store};
+use crate::store::{self, DueRedelivery, NewEvent, Store};
 
 /// Operations sent back per pass.
 const BATCH: i64 = 50;
@@ -48,17 +47,12 @@ pub struct RedeliverSettings {
 
 pub struct Redeliverer {
     store: Arc<dyn Store>,
-    queue: Arc<dyn Redeliveries>,
     settings: RedeliverSettings,
     http: reqwest::Client,
 }
 
 impl Redeliverer {
-    pub fn new(
-        store: Arc<dyn Store>,
-        queue: Arc<dyn Redeliveries>,
-        settings: RedeliverSettings,
-    ) -> anyhow::Result<Self> {
+    pub fn new(store: Arc<dyn Store>, settings: RedeliverSettings) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(CALL_TIMEOUT)
             // The integration token goes to this URL and nowhere else.
@@ -66,7 +60,6 @@ impl Redeliverer {
             .build()?;
         Ok(Redeliverer {
             store,
-            queue,
             settings,
             http,
         })
@@ -91,7 +84,7 @@ impl Redeliverer {
     pub async fn pass(&self) -> store::Result<usize> {
         let now = self.store.now();
         let due = self
-            .queue
+            .store
             .take_due_redeliveries(
                 &self.settings.source,
                 &self.settings.owner,

@@ -21,7 +21,6 @@ pub use crate::domain::{after, before, AttemptOutcome, Failure, HumanAction};
 mod console;
 mod ops;
 pub mod postgres;
-pub mod redeliveries;
 mod sql;
 pub mod sqlite;
 
@@ -382,6 +381,17 @@ pub struct ExternalClaim {
     pub connector: String,
 }
 
+/// A claim-API operation taken for a redelivery to the integration's webhook (the
+/// timeline says `redelivered` already).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueRedelivery {
+    pub operation_id: OperationId,
+    /// The payload the integration claimed it with (JSON text), to be sent back as is.
+    pub payload: String,
+    /// How many times it has been sent back, this one included.
+    pub sent: i64,
+}
+
 /// What a claim through the claim API found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExternalClaimOutcome {
@@ -581,6 +591,23 @@ pub trait Store: Send + Sync + 'static {
     /// Sends externally claimed operations whose lease ran out to review: their outcome
     /// is unknown and no CRM lookup is possible from here. Returns how many.
     async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64>;
+
+    /// Takes up to `limit` operations of the claim-API `source` that are due for a
+    /// redelivery at `now` (migration 0007): `received`, executed externally, due, their
+    /// connector (the source's name) not paused, and not sent back since they became due
+    /// unless the last sending's `resend_at` ran out (the integration never claimed it:
+    /// its webhook was down, or its run died before the claim). Each taken one is not due
+    /// for a redelivery again before `resend_at` unless it is claimed and due again, and
+    /// gets a `redelivered` event. Taking is a compare-and-set on `redeliveries`: however
+    /// many processes share the database, one sends it per due time.
+    async fn take_due_redeliveries(
+        &self,
+        source: &str,
+        actor: &str,
+        now: DateTime<Utc>,
+        resend_at: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<DueRedelivery>>;
 
     /// The current OAuth tokens of `connector`, shared by every process of the
     /// installation (amoCRM rotates refresh tokens: a copy per process would be dead

@@ -31,6 +31,16 @@ pub(super) const PICK_STALE: &str =
     and not exists (select 1 from connectors where name = $2 and state = 'paused') \
     order by lease_expires_at limit 1";
 
+/// Due redeliveries of claim-API operations: binds $1 = source (also the connector),
+/// $2 = now, $3 = limit.
+pub(super) const PICK_REDELIVERY: &str = "select o.operation_id, o.payload, o.next_attempt_at \
+    from operations o left join redeliveries r on r.operation_id = o.operation_id \
+    where o.status = 'received' and o.executor = 'external' and o.source = $1 \
+    and o.next_attempt_at <= $2 and o.payload is not null \
+    and (r.operation_id is null or r.resend_at <= $2 or r.sent_at < o.next_attempt_at) \
+    and not exists (select 1 from connectors c where c.name = $1 and c.state = 'paused') \
+    order by o.next_attempt_at limit $3";
+
 pub(super) const CASE_COLUMNS: &str = "c.id, c.operation_id, o.source, c.reason, o.status, \
     c.opened_at, c.resolved_at, c.resolution, c.resolved_by, c.comment, c.delivery_id, c.detail, \
     o.version";
@@ -61,8 +71,12 @@ macro_rules! sql_store {
         use sqlx::Row;
 
         use $crate::domain::{OperationId, Resolution, ReviewReason, Status};
-        use $crate::store::ops::{self, CaseRow, ContactMatch, DeliveryData, Locked, WriteTx};
-        use $crate::store::sql::{SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_STALE};
+        use $crate::store::ops::{
+            self, CaseRow, ContactMatch, DeliveryData, Locked, RedeliveryRow, WriteTx,
+        };
+        use $crate::store::sql::{
+            SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_REDELIVERY, PICK_STALE,
+        };
         use $crate::store::*;
 
         type Tx = sqlx::Transaction<'static, $db>;
@@ -578,6 +592,48 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            async fn pick_redeliveries(
+                &mut self,
+                source: &str,
+                now: DateTime<Utc>,
+                limit: i64,
+            ) -> Result<Vec<RedeliveryRow>> {
+                // `of o`: the joined side may be null, and only the operation is locked.
+                let lock = if $skip_locked.is_empty() { "" } else { " for update of o skip locked" };
+                Ok(sqlx::query_as(&format!("{PICK_REDELIVERY}{lock}"))
+                    .bind(source)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&mut *self.0)
+                    .await?)
+            }
+
+            async fn mark_redelivered(
+                &mut self,
+                operation_id: &str,
+                due: Option<DateTime<Utc>>,
+                now: DateTime<Utc>,
+                resend_at: DateTime<Utc>,
+            ) -> Result<Option<i64>> {
+                // A compare-and-set: the conflicting row is read as last committed, under
+                // its lock; no row comes back when another process took it first.
+                let sent: Option<i32> = sqlx::query_scalar(
+                    "insert into redeliveries (operation_id, sent, sent_at, resend_at) \
+                     values ($1, 1, $2, $3) \
+                     on conflict (operation_id) do update set sent = redeliveries.sent + 1, \
+                     sent_at = excluded.sent_at, resend_at = excluded.resend_at \
+                     where redeliveries.resend_at <= $2 or redeliveries.sent_at < $4 \
+                     returning sent",
+                )
+                .bind(operation_id)
+                .bind(now)
+                .bind(resend_at)
+                .bind(due)
+                .fetch_optional(&mut *self.0)
+                .await?;
+                Ok(sent.map(i64::from))
+            }
+
             async fn purge_candidates(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<Vec<String>> {
                 Ok(sqlx::query_scalar(
                     "select o.operation_id from operations o \
@@ -801,6 +857,37 @@ macro_rules! sql_store {
 
             async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
                 ops::claim_api::expire_leases(self.write().await?, now).await
+            }
+
+            async fn take_due_redeliveries(
+                &self,
+                source: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+                resend_at: DateTime<Utc>,
+                limit: i64,
+            ) -> Result<Vec<DueRedelivery>> {
+                // A read first, without the writer: on SQLite a write transaction holds
+                // the one writer lock, and this runs every poll interval.
+                let any: Option<RedeliveryRow> =
+                    sqlx::query_as(PICK_REDELIVERY)
+                        .bind(source)
+                        .bind(now)
+                        .bind(1_i64)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                if any.is_none() {
+                    return Ok(vec![]);
+                }
+                ops::claim_api::take_due_redeliveries(
+                    self.write().await?,
+                    source,
+                    actor,
+                    now,
+                    resend_at,
+                    limit,
+                )
+                .await
             }
 
             async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {

@@ -33,6 +33,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("intake", &["config", "crm", "domain", "metrics", "store"]),
+    ("redeliver", &["config", "domain", "store", "supervise"]),
     ("console_api", &["domain", "store"]),
     ("console_seed", &["domain", "store"]),
     ("demo", &["config", "domain", "intake", "store"]),

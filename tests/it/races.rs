@@ -1076,3 +1076,141 @@ each_backend!(reject_waits_for_an_attempt_in_flight, |db| async move {
         (Status::Completed, Some("crm-g"))
     );
 });
+
+// ---- Redeliveries of claim-API operations ------------------------------------------
+
+/// An integration's lead the CRM turned away for the moment: `received`, due at `at`.
+async fn turned_away(store: &dyn Store, key: &str, at: chrono::DateTime<chrono::Utc>) {
+    let lease = claimed_ext(store, key, Duration::from_secs(30)).await;
+    let failure = Failure {
+        class: ErrorClass::RateLimited,
+        message: "429".into(),
+    };
+    let outcome = AttemptOutcome::Retry {
+        failure: Some(failure),
+        at,
+    };
+    let op = store
+        .finish_attempt(&lease, outcome, vec![], now())
+        .await
+        .unwrap();
+    assert_eq!(op.status, Status::Received);
+}
+
+fn redelivered(timeline: &[TimelineEvent]) -> usize {
+    kinds(timeline)
+        .iter()
+        .filter(|k| **k == "redelivered")
+        .count()
+}
+
+each_backend!(
+    a_due_redelivery_is_taken_once_per_due_time_until_it_is_resent,
+    |db| async move {
+        let first = db.store().await;
+        let second = db.store().await; // another process
+        let t0 = now();
+        turned_away(&*first, "r", t0).await;
+        let resend = t0 + chrono::TimeDelta::seconds(60);
+        let take = |s: std::sync::Arc<dyn Store>, at| async move {
+            s.take_due_redeliveries(
+                "n8n",
+                "worker:test",
+                at,
+                at + chrono::TimeDelta::seconds(60),
+                10,
+            )
+            .await
+            .unwrap()
+        };
+        let a = take(first.clone(), t0).await;
+        assert_eq!(a.len(), 1);
+        assert_eq!((a[0].operation_id.as_str(), a[0].sent), ("n8n:r", 1));
+        assert_eq!(a[0].payload, json!({"k": "r"}).to_string());
+        // The same due time: nobody sends it again, in this process or another.
+        assert!(take(second.clone(), t0).await.is_empty());
+        assert!(take(first.clone(), resend - chrono::TimeDelta::seconds(1))
+            .await
+            .is_empty());
+        // Never claimed by the time its resend time came: sent again, counted.
+        let b = take(second.clone(), resend).await;
+        assert_eq!(b.iter().map(|r| r.sent).collect::<Vec<_>>(), [2]);
+        // Claimed and turned away again: due again at once, whatever the resend time.
+        let lease = match claim_ext(&*first, "r", json!({"k": "r"}), Duration::from_secs(30)).await
+        {
+            ExternalClaimOutcome::Claimed { lease, .. } => lease,
+            other => panic!("{other:?}"),
+        };
+        let again = resend + chrono::TimeDelta::seconds(1);
+        first
+            .finish_attempt(
+                &lease,
+                AttemptOutcome::Retry {
+                    failure: None,
+                    at: again,
+                },
+                vec![],
+                now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(take(first.clone(), again).await.len(), 1);
+        // A paused connector gets nothing sent back.
+        turned_away(&*first, "p", t0).await;
+        first
+            .pause_connector("n8n", "401", "test", now())
+            .await
+            .unwrap();
+        assert!(take(first.clone(), again + chrono::TimeDelta::seconds(600))
+            .await
+            .is_empty());
+        let timeline = first.timeline(&ext("r")).await.unwrap();
+        assert_eq!(redelivered(&timeline), 3, "{:?}", kinds(&timeline));
+    }
+);
+
+/// PostgreSQL only: two processes take due redeliveries at the same moment, the first
+/// held inside its transaction (SQLite's one writer serialises them whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_redelivery_loops_send_a_lead_back_once() {
+    postgres_only(|db| async move {
+        let first = db.store().await;
+        let second = db.store().await;
+        let t0 = now();
+        turned_away(&*first, "a", t0).await;
+        let mut gate = Gate::close(&db, 23).await;
+        gate.exec(
+            "create trigger gate before insert on timeline for each row \
+             when (new.kind = 'redelivered') execute function lg_test_gate('23')",
+        )
+        .await;
+        let resend = t0 + chrono::TimeDelta::seconds(60);
+        let one = tokio::spawn({
+            let store = first.clone();
+            async move {
+                store
+                    .take_due_redeliveries("n8n", "one", t0, resend, 10)
+                    .await
+            }
+        });
+        gate.reached().await;
+        // The first holds the operation's row and has marked it: the second skips it.
+        let two = second
+            .take_due_redeliveries("n8n", "two", t0, resend, 10)
+            .await
+            .unwrap();
+        assert!(two.is_empty(), "{two:?}");
+        gate.open().await;
+        let one = one.await.unwrap().unwrap();
+        assert_eq!(one.len(), 1);
+        // And once the first committed, its mark holds for the same due time.
+        assert!(second
+            .take_due_redeliveries("n8n", "two", t0, resend, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let timeline = first.timeline(&ext("a")).await.unwrap();
+        assert_eq!(redelivered(&timeline), 1, "{:?}", kinds(&timeline));
+    })
+    .await
+}

@@ -876,6 +876,18 @@ impl Store for Hiccup {
     async fn expire_external_leases(&self, now: chrono::DateTime<chrono::Utc>) -> Result<u64> {
         self.inner.expire_external_leases(now).await
     }
+    async fn take_due_redeliveries(
+        &self,
+        source: &str,
+        actor: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        resend_at: chrono::DateTime<chrono::Utc>,
+        limit: i64,
+    ) -> Result<Vec<leadgate::store::DueRedelivery>> {
+        self.inner
+            .take_due_redeliveries(source, actor, now, resend_at, limit)
+            .await
+    }
     async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
         self.inner.crm_token(connector).await
     }

@@ -5,8 +5,11 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::domain::rules::{claim_step, ClaimStep, DeliveryKind};
+use crate::domain::OperationId;
 use crate::domain::{ReviewReason, Status};
-use crate::store::{after, ExternalClaim, ExternalClaimOutcome, NewEvent, Result};
+use crate::store::{
+    after, DueRedelivery, ExternalClaim, ExternalClaimOutcome, NewEvent, Result, StoreError,
+};
 
 use super::attempts::claim_locked;
 use super::intake::{conflict_event, open_conflict};
@@ -116,4 +119,32 @@ async fn lease_ran_out<T: WriteTx>(
     )
     .await?;
     save(tx, l, now).await
+}
+
+/// `Store::take_due_redeliveries`.
+pub(crate) async fn take_due_redeliveries<T: WriteTx>(
+    mut tx: T,
+    source: &str,
+    actor: &str,
+    now: DateTime<Utc>,
+    resend_at: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<DueRedelivery>> {
+    let mut taken = vec![];
+    for (id, payload, due) in tx.pick_redeliveries(source, now, limit).await? {
+        let Some(sent) = tx.mark_redelivered(&id, due, now, resend_at).await? else {
+            continue;
+        };
+        let event = NewEvent::new("redelivered", json!({"redelivery": sent, "due_at": due}));
+        tx.append(&id, actor, &event, now).await?;
+        let operation_id =
+            OperationId::try_from(id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        taken.push(DueRedelivery {
+            operation_id,
+            payload,
+            sent,
+        });
+    }
+    tx.commit().await?;
+    Ok(taken)
 }

@@ -93,6 +93,9 @@ pub(crate) struct DeliveryData {
     pub event_time: Option<DateTime<Utc>>,
 }
 
+/// A claim-API operation due for a redelivery: `(operation_id, payload, due at)`.
+pub(crate) type RedeliveryRow = (String, String, Option<DateTime<Utc>>);
+
 /// The statements of one write transaction. Implemented by `sql_store!` for each
 /// backend: SQL and binds, no decisions. Row locks are the backend's (`for update` on
 /// PostgreSQL; SQLite's one writer holds the whole database).
@@ -229,6 +232,25 @@ pub(crate) trait WriteTx: Send {
         actor: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    // redeliveries of claim-API operations
+    /// Due redeliveries of `source` (locked where the backend locks rows, skipping rows
+    /// another process is taking): `(operation_id, payload, due at)`.
+    fn pick_redeliveries(
+        &mut self,
+        source: &str,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<RedeliveryRow>>> + Send;
+    /// Marks one as sent unless another process did since it became due at `due`: the
+    /// sending's number, or `None`.
+    fn mark_redelivered(
+        &mut self,
+        operation_id: &str,
+        due: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+        resend_at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
 
     // retention
     fn purge_candidates(
