@@ -45,6 +45,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "domain",
             "intake",
             "metrics",
+            "redeliver",
             "store",
             "supervise",
             "worker",

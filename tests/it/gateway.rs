@@ -229,13 +229,20 @@ impl<F> Gateway<F> {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Idle twice, 200 ms apart: a claim whose pick ran just before the pause
+        // committed may still commit after it (and make its one call).
+        let mut idle_since: Option<Instant> = None;
         loop {
             let m = store
                 .metrics(leadgate::store::now(), Duration::from_secs(60))
                 .await
                 .unwrap();
-            if !m.operations_by_status.contains_key("in_progress") {
+            if m.operations_by_status.contains_key("in_progress") {
+                idle_since = None;
+            } else if idle_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(200)) {
                 return;
+            } else {
+                idle_since.get_or_insert_with(Instant::now);
             }
             assert!(Instant::now() < deadline, "attempts never ended");
             tokio::time::sleep(Duration::from_millis(20)).await;
