@@ -203,6 +203,23 @@ pub struct Operation {
     pub purged_at: Option<DateTime<Utc>>,
 }
 
+impl Operation {
+    /// What the domain's rules see of it from outside the store (the settle window is
+    /// the store's own: a granted retry's due time is decided under the row lock).
+    pub fn facts(&self) -> crate::domain::rules::OpFacts<'_> {
+        crate::domain::rules::OpFacts {
+            status: self.status,
+            crm_id: self.crm_id.as_deref(),
+            crm_link: self.crm_link.as_deref(),
+            attempts: self.attempts,
+            lease_expires_at: self.lease_expires_at,
+            lease_held: self.lease_owner.is_some(),
+            quiet_after: None,
+            has_payload: self.payload.is_some() && self.purged_at.is_none(),
+        }
+    }
+}
+
 /// A worker's exclusive right to report the outcome of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {

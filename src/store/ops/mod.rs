@@ -51,14 +51,9 @@ impl Locked {
     /// What the domain's rules need to know of it.
     pub fn facts(&self) -> OpFacts<'_> {
         OpFacts {
-            status: self.op.status,
-            crm_id: self.op.crm_id.as_deref(),
-            crm_link: self.op.crm_link.as_deref(),
-            attempts: self.op.attempts,
-            lease_expires_at: self.op.lease_expires_at,
             lease_held: self.lease_token.is_some(),
             quiet_after: self.quiet_after,
-            has_payload: self.op.payload.is_some() && self.op.purged_at.is_none(),
+            ..self.op.facts()
         }
     }
 
