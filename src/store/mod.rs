@@ -17,6 +17,7 @@ use crate::domain::{
     TransitionError,
 };
 
+pub mod changes;
 mod console;
 pub mod postgres;
 mod sql;
