@@ -4,10 +4,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod console_api;
-pub mod console_seed;
 pub mod crm;
-pub mod demo;
 pub mod domain;
 pub mod intake;
 pub mod metrics;

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use leadgate::crm::fake_bitrix24::Fault;
+use leadgate_fakes::bitrix24::Fault;
 use serde_json::{json, Value};
 
-use crate::each_backend;
-use crate::gateway::{Gateway, CREATE};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{Gateway, CREATE};
 
 fn workflow() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/n8n/workflow.json");
@@ -51,7 +51,9 @@ impl Ctx<'_> {
         let j = &self.json;
         match expr {
             "$env.LEADGATE_URL" => self.gw.base.clone(),
-            "$env.LEADGATE_INTEGRATION_TOKEN" => crate::gateway::INTEGRATION_TOKEN.to_owned(),
+            "$env.LEADGATE_INTEGRATION_TOKEN" => {
+                leadgate_testkit::gateway::INTEGRATION_TOKEN.to_owned()
+            }
             "$env.BITRIX24_WEBHOOK_URL" => self.gw.fake.webhook_url(),
             "$json.body.submission_id" => j["body"]["submission_id"].as_str().unwrap().to_owned(),
             "JSON.stringify($json.body)" => js(&j["body"]),
@@ -65,7 +67,9 @@ impl Ctx<'_> {
             }
             "JSON.stringify($json.body.operation_id)" => js(&j["body"]["operation_id"]),
             "encodeURIComponent($('Claim in Leadgate').item.json.body.operation_id)" => {
-                crate::gateway::urlencode(self.claim["body"]["operation_id"].as_str().unwrap())
+                leadgate_testkit::gateway::urlencode(
+                    self.claim["body"]["operation_id"].as_str().unwrap(),
+                )
             }
             "JSON.stringify(String($json.result))" => js(&json!(match &j["result"] {
                 Value::String(s) => s.clone(),

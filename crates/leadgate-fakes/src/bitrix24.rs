@@ -33,7 +33,7 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
-use super::fake::{
+use crate::control::{
     hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule, RandomFault,
 };
 

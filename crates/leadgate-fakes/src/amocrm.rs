@@ -42,7 +42,7 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
-use super::fake::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule};
+use crate::control::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule};
 
 /// The fault-queue names of the three endpoints.
 pub const CREATE: &str = "leads.complex";
