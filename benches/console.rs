@@ -11,11 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use leadgate::console_api::{Console, QueueQuery, Range, Tab};
 use leadgate::store;
+use leadgate_console_model::{Console, QueueQuery, Range, Tab};
 use sqlx::Connection;
-
-mod support;
 
 fn seed_sql(pg: bool, n: u64) -> Vec<String> {
     let (rows, ts) = if pg {
@@ -202,5 +200,8 @@ async fn main() {
     );
     run(&sqlite, n).await;
 
-    support::on_scratch_postgres("lg_console_bench", |url| async move { run(&url, n).await }).await;
+    leadgate_testkit::db::on_scratch_postgres("lg_console_bench", |url| async move {
+        run(&url, n).await
+    })
+    .await;
 }

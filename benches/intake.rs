@@ -13,8 +13,6 @@ use leadgate::intake::{self, sources, ClaimApi, IntakeState};
 use leadgate::store::{self, Store};
 use tokio::sync::Semaphore;
 
-mod support;
-
 const OFFERED_RATE: u64 = 1000;
 const FIXED_SECS: u64 = 5;
 const SATURATION_SECS: u64 = 5;
@@ -280,9 +278,8 @@ async fn main() {
     );
     bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
 
-    support::on_scratch_postgres(
-        "lg_bench",
-        |url| async move { bench("PostgreSQL", &url).await },
-    )
+    leadgate_testkit::db::on_scratch_postgres("lg_bench", |url| async move {
+        bench("PostgreSQL", &url).await
+    })
     .await;
 }

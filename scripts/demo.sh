@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `make demo`: builds Leadgate, starts a fake Bitrix24 (with faults injected per
-# scenario) and `leadgate serve` plus a second `leadgate worker` on an embedded SQLite
-# file, plays the eight pilot scenarios of docs/SPEC.md as real HTTP traffic, prints the
-# results and the metrics, and leaves the database for the console. No display and no
-# PostgreSQL needed.
+# `make demo`: builds Leadgate and its developer tools, starts a fake Bitrix24
+# (`leadgate-dev fake-crm`, with faults injected per scenario) and `leadgate serve` plus
+# a second `leadgate worker` on an embedded SQLite file, plays the eight pilot scenarios
+# of docs/SPEC.md as real HTTP traffic (`leadgate-dev demo`), prints the results and the
+# metrics, and leaves the database for the console. No display and no PostgreSQL needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ CRM_PORT="${DEMO_CRM_PORT:-18091}"
 DIR="$PWD/demo-data"
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 BIN="$TARGET/debug/leadgate"
+DEV="$TARGET/debug/leadgate-dev"
 
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust (https://rustup.rs) first" >&2
@@ -23,8 +24,8 @@ if ! command -v cc >/dev/null; then
   $sudo apt-get update -qq && $sudo apt-get install -y -qq build-essential pkg-config >/dev/null
 fi
 
-echo "== building leadgate (the first build takes a few minutes; cargo shows its progress) ..."
-cargo build --locked --bin leadgate
+echo "== building leadgate and leadgate-dev (the first build takes a few minutes; cargo shows its progress) ..."
+cargo build --locked -p leadgate --bin leadgate -p leadgate-testkit --bin leadgate-dev
 
 # Fresh random credentials for this run (the file is the demo's own, readable by its owner only).
 rand_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
@@ -87,7 +88,7 @@ wait_http() {
 }
 
 echo "== starting the fake Bitrix24 on 127.0.0.1:$CRM_PORT"
-"$BIN" fake-crm --kind bitrix24 --listen "127.0.0.1:$CRM_PORT" >"$DIR/fake-crm.log" 2>&1 &
+"$DEV" fake-crm --kind bitrix24 --listen "127.0.0.1:$CRM_PORT" >"$DIR/fake-crm.log" 2>&1 &
 pids+=($!)
 wait_http "$CRM_PORT"
 echo "== starting leadgate serve on 127.0.0.1:$GATEWAY_PORT and a second leadgate worker (SQLite: $DIR/leadgate.db)"
@@ -99,7 +100,7 @@ pids+=($!)
 
 echo "== playing the eight pilot scenarios of docs/SPEC.md"
 status=0
-"$BIN" demo --gateway "http://127.0.0.1:$GATEWAY_PORT" --crm "http://127.0.0.1:$CRM_PORT" \
+"$DEV" demo --gateway "http://127.0.0.1:$GATEWAY_PORT" --crm "http://127.0.0.1:$CRM_PORT" \
   --config "$DIR/leadgate.toml" || status=$?
 
 echo

@@ -59,39 +59,11 @@ enum Command {
         #[command(subcommand)]
         command: ConnectorCommand,
     },
-    /// Play the eight pilot scenarios of docs/SPEC.md against a running gateway and fake CRM
-    /// (what `make demo` runs) and print expected / observed / PASS-FAIL.
-    Demo {
-        /// The gateway's base URL.
-        #[arg(long, default_value = "http://127.0.0.1:18080")]
-        gateway: String,
-        /// The fake CRM's base URL.
-        #[arg(long, default_value = "http://127.0.0.1:18091")]
-        crm: String,
-        #[command(flatten)]
-        config: ConfigArg,
-    },
-    /// Run a fake CRM that speaks the real wire format, with fault injection (for tests
-    /// and the demo).
-    FakeCrm {
-        /// Which CRM to imitate.
-        #[arg(long, value_enum, default_value = "bitrix24")]
-        kind: FakeKind,
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:8091")]
-        listen: std::net::SocketAddr,
-    },
     /// Look at operations.
     Ops {
         #[command(subcommand)]
         command: OpsCommand,
     },
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum FakeKind {
-    Bitrix24,
-    Amocrm,
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,10 +148,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .until_signal()
                 .await;
         }
-        Command::FakeCrm { kind, listen } => match kind {
-            FakeKind::Bitrix24 => crate::crm::fake_bitrix24::serve(listen).await?,
-            FakeKind::Amocrm => crate::crm::fake_amocrm::serve(listen).await?,
-        },
         Command::Connector {
             command: ConnectorCommand::Resume { name, config },
         } => {
@@ -214,20 +182,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     c.changed_by,
                     c.reason.map(|r| format!(": {r}")).unwrap_or_default()
                 );
-            }
-        }
-        Command::Demo {
-            gateway,
-            crm,
-            config,
-        } => {
-            let config = config.load()?;
-            let store = open(&config).await?;
-            let (passed, total) = crate::demo::Demo::new(&gateway, &crm, store, &config)?
-                .play()
-                .await?;
-            if passed != total {
-                return Ok(ExitCode::FAILURE);
             }
         }
         Command::Metrics(c) => {

@@ -17,15 +17,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leadgate::crm::fake::RandomFault;
-use leadgate::crm::fake_bitrix24::{FakeBitrix24, FakeConfig, Fault};
+use leadgate_fakes::bitrix24::{FakeBitrix24, FakeConfig, Fault};
+use leadgate_fakes::RandomFault;
+use leadgate_testkit::gateway::CREATE;
+use leadgate_testkit::process::{command, free_port, wait_healthy, GatewayFile, Process, SiteAuth};
 use rand::Rng;
 use serde_json::json;
 
-const CREATE: &str = "crm.lead.add";
 /// The site source's intake token and the gateways' read token.
 const TOKEN: &str = "chaos-intake-token";
 const READ: &str = "chaos-read-token";
@@ -37,20 +38,12 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A `leadgate serve` that can be killed and started again on the same port.
 struct Gateway {
     config: String,
     port: u16,
     log: PathBuf,
-    child: Option<Child>,
+    process: Option<Process>,
 }
 
 impl Gateway {
@@ -64,43 +57,24 @@ impl Gateway {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_leadgate"))
-            .args(["serve", "--config", &self.config])
-            .env_remove("LEADGATE_DATABASE_URL")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn leadgate serve");
-        self.child = Some(child);
+        let child = command(
+            env!("CARGO_BIN_EXE_leadgate"),
+            &["serve", "--config", &self.config],
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn leadgate serve");
+        self.process = Some(Process(child));
     }
 
+    /// SIGKILL (dropping the process kills it).
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill(); // SIGKILL
-            let _ = c.wait();
-        }
+        self.process = None;
     }
 
     async fn wait_up(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !reqwest::get(format!("{}/healthz", self.base()))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            assert!(
-                Instant::now() < deadline,
-                "gateway did not come up: {}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.kill();
+        wait_healthy(&self.base(), Duration::from_secs(30), Some(&self.log)).await;
     }
 }
 
@@ -224,40 +198,21 @@ fn chmod(path: &Path, mode: u32) {
 }
 
 fn config(dir: &Path, name: &str, db_url: &str, webhook: &str, port: u16) -> String {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[database]
-url = "{db_url}"
-[server]
-listen = "127.0.0.1:{port}"
-[worker]
-poll_interval = "50ms"
-lease = "3s"
-concurrency = 4
-[retry]
-max_attempts = 30
-base_delay = "100ms"
-max_delay = "1s"
-[api]
-read_token = "{READ}"
-[[source]]
-name = "site"
-key = "json:/submission_id"
-token = "{TOKEN}"
-[crm]
-kind = "bitrix24"
-webhook_url = "{webhook}"
-timeout = "1s"
-# The fake lands a late create at most 2.5 s after it arrived and its lists lag 300 ms.
-settle = "4s"
-"#
-        ),
-    )
-    .unwrap();
-    path.display().to_string()
+    GatewayFile {
+        db_url,
+        webhook_url: webhook,
+        port,
+        lease: "3s",
+        concurrency: Some(4),
+        retry: Some((30, "100ms", "1s")),
+        read_token: Some(READ),
+        site: SiteAuth::Token(TOKEN),
+        crm_timeout: "1s",
+        // The fake lands a late create at most 2.5 s after it arrived and its lists lag
+        // 300 ms.
+        settle: Some("4s"),
+    }
+    .write(dir, name)
 }
 
 fn chaotic_portal() -> FakeConfig {
@@ -354,7 +309,7 @@ async fn chaos(db_url: &str, pg: Option<&PgCluster>) -> Figures {
                 config: config(dir.path(), name, db_url, &fake.webhook_url(), port),
                 port,
                 log: dir.path().join(format!("{name}.log")),
-                child: None,
+                process: None,
             }
         })
         .collect();
@@ -407,7 +362,7 @@ async fn chaos(db_url: &str, pg: Option<&PgCluster>) -> Figures {
     }
     // Let both gateways drain what is left.
     for g in &mut gateways {
-        if g.child.is_none() {
+        if g.process.is_none() {
             g.spawn();
         }
     }

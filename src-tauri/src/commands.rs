@@ -1,7 +1,7 @@
-//! The console's commands: one line each, delegating to `leadgate::console_api`. No SQL
-//! and no decisions here; the types (and their TypeScript twins) live in the library.
+//! The console's commands: one line each, delegating to `leadgate-console-model`. No SQL
+//! and no decisions here; the types (and their TypeScript twins) live in the model crate.
 
-use leadgate::console_api::{
+use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, CaseDetail, Connection, ConnectorView, ConsoleState,
     Dashboard, QueuePage, QueueQuery, QueueRow, Range, Settings, Tab, TabCounts,
 };

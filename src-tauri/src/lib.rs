@@ -1,8 +1,8 @@
-//! Leadgate's operator console: a Tauri shell over `leadgate::console_api`.
+//! Leadgate's operator console: a Tauri shell over `leadgate-console-model`.
 
 mod commands;
 
-use leadgate::console_api::ConsoleState;
+use leadgate_console_model::ConsoleState;
 use tauri::{Emitter, Manager};
 use tauri_plugin_notification::NotificationExt;
 

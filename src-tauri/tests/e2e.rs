@@ -14,9 +14,9 @@ use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
-use leadgate::console_api::{Action, ActionRequest, Console};
 use leadgate::domain::{OperationId, ReviewReason, Status};
 use leadgate::store::{self, Store};
+use leadgate_console_model::{Action, ActionRequest, Console};
 
 const DRIVER_PORT: u16 = 4444;
 const OPERATOR: &str = "E2E Operator";
@@ -165,7 +165,7 @@ async fn the_console_resolves_every_kind_of_case_in_a_real_window() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
     let db = store::connect(&url).await.unwrap();
-    let s = leadgate::console_seed::seed(&*db).await.unwrap();
+    let s = leadgate_testkit::seed::seed(&*db).await.unwrap();
     let settings = dir.path().join("settings.json");
     std::fs::write(
         &settings,
@@ -189,7 +189,7 @@ async fn the_console_resolves_every_kind_of_case_in_a_real_window() {
     eprintln!("e2e finished in {:.1?}", started.elapsed());
 }
 
-async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url: &str) {
+async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url: &str) {
     // First run: the connection screen, then the operator's name, asked once.
     el(c, "[data-testid=connect-screen]").await;
     el(c, "[data-testid=db-url]")
@@ -348,7 +348,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate::console_seed::Seeded, url
 
     // A late duplicate arrives while the window is open; the manager decides it is a new
     // request after all: Create new sends it to the worker.
-    let mut late = leadgate::console_seed::lead(
+    let mut late = leadgate_testkit::seed::lead(
         "tilda",
         "late-1",
         json!({"name": "Vera", "phone": "+79991112233"}),

@@ -1060,7 +1060,7 @@ pub fn fuzz_answer(status: u16, body: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crm::fake_amocrm::{self, FakeAmoCrm, Fault, FIELD_ID};
+    use leadgate_fakes::amocrm::{self as fake_amocrm, FakeAmoCrm, Fault, FIELD_ID};
 
     const TOKEN: &str = "fake-amo-token";
 

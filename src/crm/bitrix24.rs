@@ -560,7 +560,7 @@ pub fn fuzz_answer(status: u16, retry_after: &str, body: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crm::fake_bitrix24::{FakeBitrix24, Fault};
+    use leadgate_fakes::bitrix24::{FakeBitrix24, Fault};
 
     const SECRET: &str = "fake-secret";
 

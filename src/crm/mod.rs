@@ -16,9 +16,6 @@ use crate::domain::ErrorClass;
 
 pub mod amocrm;
 pub mod bitrix24;
-pub mod fake;
-pub mod fake_amocrm;
-pub mod fake_bitrix24;
 pub mod http;
 pub mod rate;
 mod settings;

@@ -44,7 +44,7 @@ impl RateLimiter {
     /// callers queue up one interval apart.
     pub async fn acquire(&self) {
         let at = {
-            let mut next = super::fake::lock(&self.next);
+            let mut next = lock(&self.next);
             let at = (*next).max(Instant::now());
             *next = at + self.interval;
             at
@@ -54,7 +54,7 @@ impl RateLimiter {
 
     /// No call starts before `wait` from now (the CRM said it is overloaded).
     pub fn hold(&self, wait: Duration) {
-        let mut next = super::fake::lock(&self.next);
+        let mut next = lock(&self.next);
         *next = (*next).max(Instant::now() + wait);
     }
 }
@@ -81,12 +81,18 @@ impl RateLimiter {
     }
 }
 
+/// The limiter's lock is never held across an await, and a panic elsewhere must not
+/// poison every later call.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The limiter shared by every adapter of this process that talks to `account` at
 /// `per_second`.
 pub fn shared(account: &str, per_second: f64) -> Arc<RateLimiter> {
     static LIMITERS: OnceLock<Mutex<HashMap<String, Arc<RateLimiter>>>> = OnceLock::new();
     let key = format!("{account}@{per_second}");
-    let mut map = super::fake::lock(LIMITERS.get_or_init(Default::default));
+    let mut map = lock(LIMITERS.get_or_init(Default::default));
     Arc::clone(
         map.entry(key)
             .or_insert_with(|| Arc::new(RateLimiter::new(per_second))),

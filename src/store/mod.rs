@@ -18,6 +18,7 @@ use crate::domain::{
 
 pub use crate::domain::{after, before, AttemptOutcome, Failure, HumanAction};
 
+pub mod changes;
 mod console;
 mod ops;
 pub mod postgres;

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use leadgate::app::{self, Mode};
 use leadgate::config::Config;
-use leadgate::crm::fake_amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH, TOKEN};
 use leadgate::store::CrmToken;
+use leadgate_fakes::amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH, TOKEN};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::each_backend;
-use crate::support::TestDb;
+use leadgate_testkit::each_backend;
+use leadgate_testkit::TestDb;
 
 fn config_toml(db_url: &str, fake: &FakeAmoCrm) -> String {
     format!(
@@ -58,12 +58,12 @@ settle = "300ms"
 "#,
         base = fake.base_url(),
         token = fake.token(),
-        integration = crate::gateway::INTEGRATION_TOKEN,
-        read = crate::gateway::READ_TOKEN,
+        integration = leadgate_testkit::gateway::INTEGRATION_TOKEN,
+        read = leadgate_testkit::gateway::READ_TOKEN,
     )
 }
 
-type Gateway = crate::gateway::Gateway<FakeAmoCrm>;
+type Gateway = leadgate_testkit::gateway::Gateway<FakeAmoCrm>;
 
 async fn start(db: &TestDb) -> Gateway {
     let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
@@ -350,7 +350,7 @@ each_backend!(
 each_backend!(
     amocrm_oauth_a_lead_completes_across_an_access_token_expiry,
     |db| async move {
-        let config = leadgate::crm::fake_amocrm::FakeConfig {
+        let config = leadgate_fakes::amocrm::FakeConfig {
             access_ttl_secs: 1,
             ..Default::default()
         };

@@ -34,9 +34,6 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("intake", &["config", "crm", "domain", "metrics", "store"]),
     ("redeliver", &["config", "domain", "store", "supervise"]),
-    ("console_api", &["domain", "store"]),
-    ("console_seed", &["domain", "store"]),
-    ("demo", &["config", "domain", "intake", "store"]),
     (
         "app",
         &[
@@ -54,7 +51,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "app", "config", "crm", "demo", "domain", "metrics", "report", "store",
+            "app", "config", "crm", "domain", "metrics", "report", "store",
         ],
     ),
 ];

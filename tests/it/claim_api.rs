@@ -6,8 +6,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::each_backend;
-use crate::gateway::{answer, urlencode, Gateway, CREATE};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{answer, urlencode, Gateway, CREATE};
 
 async fn claim(
     gw: &Gateway,

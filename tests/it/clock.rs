@@ -12,12 +12,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use leadgate::crm::fake_bitrix24::{FakeBitrix24, FakeConfig, Fault};
+use leadgate_fakes::bitrix24::{FakeBitrix24, FakeConfig, Fault};
 use serde_json::json;
 
-use crate::gateway::{origin_ids, urlencode, CREATE};
-use crate::process::{free_port, leadgate, Process};
-use crate::support::{run, Backend};
+use leadgate_testkit::gateway::{origin_ids, urlencode, CREATE};
+use leadgate_testkit::process::{command, free_port, wait_healthy, GatewayFile, Process, SiteAuth};
+use leadgate_testkit::{run, Backend};
 
 /// Debian's libfaketime (package `faketime`; `scripts/install-test-deps.sh` installs it).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -27,52 +27,35 @@ const TOKEN: &str = "clock-intake-token";
 const READ: &str = "clock-read-token";
 
 fn config(dir: &Path, name: &str, db_url: &str, webhook: &str, port: u16) -> String {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[database]
-url = "{db_url}"
-[server]
-listen = "127.0.0.1:{port}"
-[worker]
-poll_interval = "50ms"
-lease = "30s"
-concurrency = 4
-[api]
-read_token = "{READ}"
-[[source]]
-name = "site"
-key = "json:/submission_id"
-token = "{TOKEN}"
-[crm]
-kind = "bitrix24"
-webhook_url = "{webhook}"
-timeout = "10s"
-# Short, so that a takeover's "not found" would lead to a second create quickly: what is
-# tested here is that no takeover happens.
-settle = "1s"
-"#
-        ),
-    )
-    .unwrap();
-    path.display().to_string()
+    GatewayFile {
+        db_url,
+        webhook_url: webhook,
+        port,
+        lease: "30s",
+        concurrency: Some(4),
+        retry: None,
+        read_token: Some(READ),
+        site: SiteAuth::Token(TOKEN),
+        crm_timeout: "10s",
+        // Short, so that a takeover's "not found" would lead to a second create quickly:
+        // what is tested here is that no takeover happens.
+        settle: Some("1s"),
+    }
+    .write(dir, name)
 }
 
+/// `leadgate serve` on `config` (its read token is the one in the file), up at `base`.
 async fn started(mut cmd: std::process::Command, base: &str) -> Process {
-    // The read token is the one in the configuration files above.
-    cmd.env_remove("LEADGATE_READ_TOKEN");
     let process = Process(cmd.stdout(std::process::Stdio::null()).spawn().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !reqwest::get(format!("{base}/healthz"))
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(Instant::now() < deadline, "leadgate serve did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_healthy(base, Duration::from_secs(20), None).await;
     process
+}
+
+fn serve(config: &str) -> std::process::Command {
+    command(
+        env!("CARGO_BIN_EXE_leadgate"),
+        &["serve", "--config", config],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -117,8 +100,8 @@ async fn a_gateway_whose_clock_is_25s_ahead_takes_over_no_live_lease() {
         );
         let ca = config(dir.path(), "a", &db.url, &fake.webhook_url(), pa);
         let cb = config(dir.path(), "b", &db.url, &fake.webhook_url(), pb);
-        let _honest = started(leadgate(&["serve", "--config", &ca]), &a).await;
-        let mut ahead = leadgate(&["serve", "--config", &cb]);
+        let _honest = started(serve(&ca), &a).await;
+        let mut ahead = serve(&cb);
         ahead.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME", "+25s");
         let _ahead = started(ahead, &b).await;
 

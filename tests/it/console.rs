@@ -1,30 +1,16 @@
-//! The console's commands (`leadgate::console_api`, which every Tauri command delegates
-//! to in one line) against both backends, and the freshness of the generated TypeScript.
+//! The console's commands (`leadgate_console_model`, which every Tauri command delegates
+//! to in one line) against both backends. The freshness of the generated TypeScript is
+//! the model crate's own unit test.
 
-use leadgate::console_api::*;
 use leadgate::domain::OperationId;
 use leadgate::store;
+use leadgate_console_model::*;
 
-use crate::each_backend;
+use leadgate_testkit::each_backend;
 
-const BINDINGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ui/src/lib/bindings.ts");
-
-#[test]
-fn bindings_are_fresh() {
-    let generated = typescript_bindings();
-    if std::env::var("UPDATE_BINDINGS").as_deref() == Ok("1") {
-        std::fs::write(BINDINGS, &generated).unwrap();
-    }
-    let committed = std::fs::read_to_string(BINDINGS).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "ui/src/lib/bindings.ts is stale: run `UPDATE_BINDINGS=1 cargo test --test it console::bindings_are_fresh`"
-    );
-}
-
-async fn seeded(db: &crate::support::TestDb) -> (Console, leadgate::console_seed::Seeded) {
+async fn seeded(db: &leadgate_testkit::TestDb) -> (Console, leadgate_testkit::seed::Seeded) {
     let store = db.store().await;
-    let seeded = leadgate::console_seed::seed(&*store).await.unwrap();
+    let seeded = leadgate_testkit::seed::seed(&*store).await.unwrap();
     (Console::open(&db.url).await.unwrap(), seeded)
 }
 
@@ -304,18 +290,18 @@ each_backend!(actions_resolve_through_the_store, |db| async move {
 
     // Resume the paused connector.
     assert!(console
-        .resume_connector("Olga", leadgate::console_seed::CONNECTOR)
+        .resume_connector("Olga", leadgate_testkit::seed::CONNECTOR)
         .await
         .unwrap());
     assert!(!console
-        .resume_connector("Olga", leadgate::console_seed::CONNECTOR)
+        .resume_connector("Olga", leadgate_testkit::seed::CONNECTOR)
         .await
         .unwrap());
     assert_eq!(console.counts().await.unwrap().paused_connectors, 0);
     let connectors = console.connectors().await.unwrap();
     let c = connectors
         .iter()
-        .find(|c| c.name == leadgate::console_seed::CONNECTOR)
+        .find(|c| c.name == leadgate_testkit::seed::CONNECTOR)
         .unwrap();
     assert!(!c.paused);
     assert_eq!(c.changed_by, "Olga");
@@ -335,7 +321,7 @@ each_backend!(dashboard_has_cards_and_series, |db| async move {
         .flat_map(|p| p.retries_by_class.values())
         .sum();
     assert!(retries >= 1);
-    assert_eq!(d.paused_connectors, [leadgate::console_seed::CONNECTOR]);
+    assert_eq!(d.paused_connectors, [leadgate_testkit::seed::CONNECTOR]);
 });
 
 each_backend!(
@@ -376,7 +362,8 @@ each_backend!(
     accept_as_new_makes_an_operation_of_its_own,
     |db| async move {
         let store = db.store().await;
-        let d = |name: &str| crate::store::delivery("x", serde_json::json!({"name": name}));
+        let d =
+            |name: &str| leadgate_testkit::seed::delivery("x", serde_json::json!({"name": name}));
         store.record_delivery(d("Ann")).await.unwrap();
         store.record_delivery(d("Anna")).await.unwrap();
         let console = Console::open(&db.url).await.unwrap();
@@ -594,15 +581,21 @@ each_backend!(
         let state = ConsoleState::new(dir.path().join("settings.json"), Some(db.url.clone()));
         let mut changes = state.subscribe();
         let connection = state.connect(None).await.unwrap();
-        let is_pg = db.backend == crate::support::Backend::Postgres;
+        let is_pg = db.backend == leadgate_testkit::Backend::Postgres;
         assert_eq!(connection.live, is_pg);
         // A review case opened by the gateway (another connection, as in production).
         store
-            .record_delivery(crate::store::delivery("c", serde_json::json!({"v": 1})))
+            .record_delivery(leadgate_testkit::seed::delivery(
+                "c",
+                serde_json::json!({"v": 1}),
+            ))
             .await
             .unwrap();
         store
-            .record_delivery(crate::store::delivery("c", serde_json::json!({"v": 2})))
+            .record_delivery(leadgate_testkit::seed::delivery(
+                "c",
+                serde_json::json!({"v": 2}),
+            ))
             .await
             .unwrap();
         let wait = std::time::Duration::from_millis(if is_pg { 5000 } else { 300 });

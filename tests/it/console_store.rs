@@ -7,8 +7,8 @@ use serde_json::json;
 use leadgate::domain::{ErrorClass, OperationId, ReviewReason, Status};
 use leadgate::store::*;
 
-use crate::each_backend;
-use crate::store::delivery;
+use leadgate_testkit::each_backend;
+use leadgate_testkit::seed::delivery;
 
 const LEASE: Duration = Duration::from_secs(30);
 

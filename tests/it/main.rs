@@ -1,7 +1,6 @@
 //! Leadgate's integration tests: one binary (link time) with a module per area.
-//! Storage tests run on every backend through `each_backend!`.
-
-mod support;
+//! Storage tests run on every backend through `each_backend!`; the harness is the
+//! `leadgate-testkit` crate.
 
 mod amocrm;
 mod boundaries;

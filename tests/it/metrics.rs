@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 
-use leadgate::crm::fake_bitrix24::Fault;
+use leadgate_fakes::bitrix24::Fault;
 use serde_json::json;
 
-use crate::each_backend;
-use crate::gateway::{lead, Gateway, CREATE};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{lead, Gateway, CREATE};
 
 fn samples(text: &str) -> HashMap<String, f64> {
     let lines = text.lines().map(|l| Ok(l.to_owned()));

@@ -1,33 +1,23 @@
 //! The `leadgate` binary as an operator runs it: separate processes, real signals.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leadgate::crm::fake_bitrix24::{FakeBitrix24, Fault};
+use leadgate_fakes::bitrix24::{FakeBitrix24, Fault};
 use serde_json::{json, Value};
 
-use crate::each_backend;
-use crate::gateway::{urlencode, CREATE};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{urlencode, CREATE};
+use leadgate_testkit::process::{command, free_port, wait_healthy, GatewayFile, Process, SiteAuth};
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// `leadgate args…`, with the read token given through the environment.
 pub fn leadgate(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leadgate"));
-    cmd.args(args)
-        .env_remove("LEADGATE_DATABASE_URL")
-        .env("RUST_LOG", "warn")
-        .env("LEADGATE_READ_TOKEN", READ_TOKEN);
+    let mut cmd = command(env!("CARGO_BIN_EXE_leadgate"), args);
+    cmd.env("LEADGATE_READ_TOKEN", READ_TOKEN);
     cmd
 }
 
-pub struct Process(pub Child);
 /// The site source's HMAC key, and the read token given through the environment.
 const SITE_SECRET: &str = "proc-site-hmac-key";
 const READ_TOKEN: &str = "proc-read-token";
@@ -49,57 +39,30 @@ async fn post_lead(http: &reqwest::Client, base: &str, lead: &Value) -> reqwest:
         .unwrap()
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn write_config(dir: &Path, db_url: &str, webhook: &str, port: u16) -> String {
-    let path = dir.join("leadgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[database]
-url = "{db_url}"
-[server]
-listen = "127.0.0.1:{port}"
-[worker]
-poll_interval = "50ms"
-lease = "4s"
-[[source]]
-name = "site"
-key = "json:/submission_id"
-secret = "{SITE_SECRET}"
-[crm]
-kind = "bitrix24"
-webhook_url = "{webhook}"
-timeout = "3s"
-"#
-        ),
-    )
-    .unwrap();
-    path.display().to_string()
+    GatewayFile {
+        db_url,
+        webhook_url: webhook,
+        port,
+        lease: "4s",
+        concurrency: None,
+        retry: None,
+        read_token: None,
+        site: SiteAuth::Secret(SITE_SECRET),
+        crm_timeout: "3s",
+        settle: None,
+    }
+    .write(dir, "leadgate")
 }
 
-pub async fn serve(config: &str, base: &str) -> Process {
+async fn serve(config: &str, base: &str) -> Process {
     let child = leadgate(&["serve", "--config", config])
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn leadgate serve");
     let process = Process(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(res) = reqwest::get(format!("{base}/healthz")).await {
-            if res.status().is_success() {
-                return process;
-            }
-        }
-        assert!(Instant::now() < deadline, "leadgate serve did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_healthy(base, Duration::from_secs(20), None).await;
+    process
 }
 
 each_backend!(
@@ -213,15 +176,7 @@ each_backend!(
             .spawn()
             .unwrap();
         let mut process = Process(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while reqwest::get(format!("{base}/healthz")).await.is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "not listening on LEADGATE_LISTEN: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_healthy(&base, Duration::from_secs(20), Some(&log)).await;
         let http = reqwest::Client::new();
         let res = post_lead(&http, &base, &json!({"submission_id": "log1", "name": "Secretive", "phone": "+79995550101", "email": "hidden@example.com"})).await;
         assert_eq!(res.status(), 202);
@@ -327,6 +282,17 @@ each_backend!(
 );
 
 #[test]
+fn the_shipped_binary_has_no_developer_commands() {
+    // The fake CRMs and the demo player are `leadgate-dev`'s (crates/leadgate-testkit).
+    for dev in ["fake-crm", "demo"] {
+        let out = leadgate(&[dev, "--help"]).output().unwrap();
+        assert!(!out.status.success(), "`leadgate {dev}` exists");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("unrecognized subcommand"), "{err}");
+    }
+}
+
+#[test]
 fn a_bad_config_is_a_clear_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
@@ -369,7 +335,7 @@ each_backend!(
         let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        let rounds = if db.backend == crate::support::Backend::Sqlite {
+        let rounds = if db.backend == leadgate_testkit::Backend::Sqlite {
             3
         } else {
             1
@@ -377,11 +343,11 @@ each_backend!(
         for round in 0..rounds {
             let files = tempfile::tempdir().unwrap();
             let url = match db.backend {
-                crate::support::Backend::Sqlite => format!(
+                leadgate_testkit::Backend::Sqlite => format!(
                     "sqlite://{}?mode=rwc",
                     files.path().join(format!("new{round}.db")).display()
                 ),
-                crate::support::Backend::Postgres => db.url.clone(),
+                leadgate_testkit::Backend::Postgres => db.url.clone(),
             };
             let mut gateways = vec![];
             for name in ["a", "b"] {

@@ -18,9 +18,9 @@ use sqlx::{Connection, PgConnection};
 use leadgate::domain::{ErrorClass, MatchRule, OperationId, ReviewReason, Status};
 use leadgate::store::{self, *};
 
-use crate::each_backend;
-use crate::store::delivery;
-use crate::support::{run, Backend, TestDb};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::seed::delivery;
+use leadgate_testkit::{run, Backend, TestDb};
 
 const LEASE: Duration = Duration::from_secs(30);
 const CRM: &str = "bitrix24";

@@ -9,9 +9,9 @@ use serde_json::json;
 use leadgate::domain::{ErrorClass, ReviewReason, Status};
 use leadgate::store::{self, *};
 
-use crate::each_backend;
-use crate::gateway::{lead, Gateway, CREATE};
-use crate::store::delivery;
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{lead, Gateway, CREATE};
+use leadgate_testkit::seed::delivery;
 
 each_backend!(
     pilot_8_a_repeat_after_purge_returns_the_first_crm_id,

@@ -7,15 +7,15 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use leadgate::config::Config;
-use leadgate::crm::fake_bitrix24::FakeBitrix24;
+use leadgate_fakes::bitrix24::FakeBitrix24;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::each_backend;
-use crate::gateway::{
+use crate::process::leadgate;
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{
     answer, config_toml, lead, urlencode, Gateway, CREATE, INTEGRATION_TOKEN, READ_TOKEN,
 };
-use crate::process::leadgate;
 
 /// Every admin endpoint, the scope it needs, and a request body where it takes one.
 fn admin_endpoints() -> Vec<(reqwest::Method, String, bool)> {

@@ -10,15 +10,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leadgate::config::Config;
-use leadgate::crm::fake_bitrix24::{FakeBitrix24, FakeConfig, Fault};
 use leadgate::domain::{ErrorClass, OperationId, ReviewReason, Status};
 use leadgate::store::*;
+use leadgate_fakes::bitrix24::{FakeBitrix24, FakeConfig, Fault};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-use crate::each_backend;
-use crate::gateway::{config_toml, lead, origin_ids, Gateway, CREATE};
-use crate::store::delivery;
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{config_toml, lead, origin_ids, Gateway, CREATE};
+use leadgate_testkit::seed::delivery;
 
 const LIST: &str = "crm.lead.list";
 const LEASE: Duration = Duration::from_secs(30);
@@ -37,7 +37,7 @@ fn timed_config(db_url: &str, webhook: &str, timeout: &str, lease: &str, settle:
 }
 
 async fn gateway_with(
-    db: &crate::support::TestDb,
+    db: &leadgate_testkit::TestDb,
     fake: FakeConfig,
     timing: (&str, &str, &str),
 ) -> Gateway {
@@ -952,7 +952,7 @@ each_backend!(
 /// has one writer and no such abort; the wrapper test above covers both backends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_serialization_failure_on_the_outcome_commit_is_retried() {
-    crate::support::run(crate::support::Backend::Postgres, |db| async move {
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
         let gw = Gateway::start(&db).await;
         let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
             .await

@@ -8,8 +8,8 @@ use serde_json::json;
 
 use leadgate::store::{self, HumanAction, Resolve};
 
-use crate::each_backend;
-use crate::gateway::{answer, origin_ids, Gateway, CREATE};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{answer, origin_ids, Gateway, CREATE};
 
 fn sign(secret: &[u8], body: &[u8]) -> (String, String) {
     let now = chrono::Utc::now().timestamp();

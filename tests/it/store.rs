@@ -4,32 +4,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use leadgate::domain::{fingerprint, ErrorClass, OperationId, ReviewReason, Status};
+use leadgate::domain::{ErrorClass, OperationId, ReviewReason, Status};
 use leadgate::store::*;
 
-use crate::each_backend;
+use leadgate_testkit::each_backend;
+use leadgate_testkit::seed::delivery;
 
 const LEASE: Duration = Duration::from_secs(30);
 const CRM: &str = "bitrix24";
-
-pub fn delivery(key: &str, payload: Value) -> NewDelivery {
-    NewDelivery {
-        operation_id: OperationId::new("site", key).unwrap(),
-        source: "site".into(),
-        content_type: Some("application/json".into()),
-        raw_body: payload.to_string().into_bytes(),
-        payload_hash: fingerprint(&payload, &[]).unwrap(),
-        payload,
-        transform_version: 1,
-        contact: ContactKeys::default(),
-        event_time: None,
-        received_at: now(),
-        review: None,
-        matching: None,
-    }
-}
 
 fn op(key: &str) -> OperationId {
     OperationId::new("site", key).unwrap()
@@ -598,14 +582,14 @@ each_backend!(
 );
 
 /// Runs `sql` on a connection of its own and returns the error text (or "ok").
-async fn raw_execute(db: &crate::support::TestDb, sql: &str) -> String {
+async fn raw_execute(db: &leadgate_testkit::TestDb, sql: &str) -> String {
     use sqlx::Connection;
     let result = match db.backend {
-        crate::support::Backend::Sqlite => {
+        leadgate_testkit::Backend::Sqlite => {
             let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
             sqlx::query(sql).execute(&mut c).await.map(|_| ())
         }
-        crate::support::Backend::Postgres => {
+        leadgate_testkit::Backend::Postgres => {
             let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
             sqlx::query(sql).execute(&mut c).await.map(|_| ())
         }
@@ -1174,13 +1158,13 @@ each_backend!(
         // database refuses must not take the others down with it (nor on PostgreSQL).
         let store = db.store().await;
         let refused = match db.backend {
-            crate::support::Backend::Sqlite => raw_execute(
+            leadgate_testkit::Backend::Sqlite => raw_execute(
                 &db,
                 "create trigger refuse_bad before insert on deliveries when new.source = 'bad' \
                      begin select raise(abort, 'refused by the test'); end",
             )
             .await,
-            crate::support::Backend::Postgres => {
+            leadgate_testkit::Backend::Postgres => {
                 let f = raw_execute(
                     &db,
                     "create function refuse_bad() returns trigger language plpgsql as $$ \

@@ -9,10 +9,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use leadgate::config::Config;
-use leadgate::crm::fake_bitrix24::FakeBitrix24;
+use leadgate_fakes::bitrix24::FakeBitrix24;
 use reqwest::StatusCode;
 
-use crate::gateway::{config_toml, lead, Gateway};
+use leadgate_testkit::gateway::{config_toml, lead, Gateway};
 
 /// Runs a PostgreSQL program as the `postgres` user (the tests run as root; PostgreSQL
 /// refuses to run as root).
@@ -278,7 +278,7 @@ async fn postgres_over_tls_require_and_verify_full_for_the_gateway_and_the_conso
 
     // The console, over verify-full: it opens the gateway's database and sees the lead.
     let settings = cluster.dir.path().join("console-settings.json");
-    let console = leadgate::console_api::ConsoleState::new(settings.clone(), None);
+    let console = leadgate_console_model::ConsoleState::new(settings.clone(), None);
     let connection = console.connect(Some(verify_full.clone())).await.unwrap();
     assert_eq!(connection.backend, "postgres");
     let c = console.console().await.unwrap();

@@ -1,5 +1,5 @@
-// Generated from src/console_api.rs by ts-rs: do not edit.
-// Regenerate: UPDATE_BINDINGS=1 cargo test --test it console::bindings_are_fresh
+// Generated from crates/leadgate-console-model/src/lib.rs by ts-rs: do not edit.
+// Regenerate: UPDATE_BINDINGS=1 cargo test -p leadgate-console-model bindings_are_fresh
 
 export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;
 

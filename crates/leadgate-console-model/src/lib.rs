@@ -1,11 +1,15 @@
 //! What the operator console asks of Leadgate: the queue, a case with everything on one
 //! screen, the human actions and the dashboard. The desktop app (`src-tauri`) is a thin
-//! shell over this module; every action goes through the same `Store::resolve` /
+//! shell over this crate; every action goes through the same `Store::resolve` /
 //! `Store::resume_connector` the CLI uses, so it means the same wherever it is taken.
+//!
+//! It stands on the store's API only: no SQL and no database driver here. Live updates
+//! come from `store::changes::subscribe`, and "the database cannot be reached" from
+//! `StoreError::unreachable`.
 //!
 //! The types here are the console's wire format: the TypeScript twins in
 //! `ui/src/lib/bindings.ts` are generated from them (ts-rs) and checked for freshness by
-//! `cargo test` (tests/it/console.rs).
+//! `cargo test` (`bindings_are_fresh` below).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
-use crate::domain::{OperationId, ReviewReason, Status};
-use crate::store::{
+use leadgate::domain::{OperationId, ReviewReason, Status};
+use leadgate::store::{
     self, CaseFilter, HumanAction, Operation, OperationPage, Page, Resolve, ReviewCase, Store,
     StoreError, TimelineEvent,
 };
@@ -109,33 +113,20 @@ impl From<StoreError> for ConsoleError {
             e @ StoreError::UnknownScheme(_) => ConsoleError::Invalid {
                 message: e.to_string(),
             },
-            StoreError::Database(e) if is_unreachable(&e) => ConsoleError::Unreachable {
-                message: e.to_string(),
-            },
-            e => ConsoleError::Failed {
-                message: e.to_string(),
+            e => match e.unreachable() {
+                Some(message) => ConsoleError::Unreachable { message },
+                None => ConsoleError::Failed {
+                    message: e.to_string(),
+                },
             },
         }
     }
 }
 
-impl From<sqlx::Error> for ConsoleError {
-    fn from(e: sqlx::Error) -> Self {
-        StoreError::from(e).into()
-    }
-}
-
-fn is_unreachable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_)
-    ) || matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "14" || c == "3D000" || c == "28P01" || c == "28000"))
-}
-
 pub type ApiResult<T> = Result<T, ConsoleError>;
 
 /// The PostgreSQL channel the database notifies on (migration 0004).
-pub const CHANGES_CHANNEL: &str = "leadgate_console";
+pub use leadgate::store::changes::CHANGES_CHANNEL;
 
 /// What the console remembers per user (in the OS's config folder).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
@@ -235,21 +226,13 @@ impl ConsoleState {
         if !live {
             return Ok(());
         }
-        // The same TLS policy as the store's own connections.
-        let pool = sqlx::PgPool::connect_lazy_with(store::postgres::connect_options(url)?);
-        let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-        listener.listen(CHANGES_CHANNEL).await?;
+        let Some(mut feed) = store::changes::subscribe(url).await? else {
+            return Ok(());
+        };
         let changes = self.changes.clone();
         let task = tokio::spawn(async move {
             loop {
-                match listener.recv().await {
-                    Ok(n) => {
-                        let _ = changes.send(n.payload().to_owned());
-                    }
-                    // The listener reconnects on the next `recv`; a pause keeps a dead
-                    // server from spinning this loop.
-                    Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-                }
+                let _ = changes.send(feed.next().await);
             }
         });
         *self.listener.lock().expect("listener lock") = Some(task);
@@ -1154,8 +1137,8 @@ pub fn typescript_bindings() -> String {
         Range::decl(&cfg),
     ];
     let mut out = String::from(
-        "// Generated from src/console_api.rs by ts-rs: do not edit.\n\
-         // Regenerate: UPDATE_BINDINGS=1 cargo test --test it console::bindings_are_fresh\n\n\
+        "// Generated from crates/leadgate-console-model/src/lib.rs by ts-rs: do not edit.\n\
+         // Regenerate: UPDATE_BINDINGS=1 cargo test -p leadgate-console-model bindings_are_fresh\n\n\
          export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;\n",
     );
     for d in decls {
@@ -1168,6 +1151,21 @@ pub fn typescript_bindings() -> String {
 
 #[cfg(test)]
 mod tests {
+    const BINDINGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ui/src/lib/bindings.ts");
+
+    #[test]
+    fn bindings_are_fresh() {
+        let generated = super::typescript_bindings();
+        if std::env::var("UPDATE_BINDINGS").as_deref() == Ok("1") {
+            std::fs::write(BINDINGS, &generated).unwrap();
+        }
+        let committed = std::fs::read_to_string(BINDINGS).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "ui/src/lib/bindings.ts is stale: run `UPDATE_BINDINGS=1 cargo test -p leadgate-console-model bindings_are_fresh`"
+        );
+    }
+
     #[test]
     fn crm_urls_encode_the_id() {
         let t = "https://acme.bitrix24.ru/crm/lead/details/{id}/";

@@ -1,14 +1,15 @@
 //! A database holding one review case of each kind the console acts on, made through the
 //! real store calls the gateway and worker make (nothing is written behind the store's
-//! back). Used by the console's end-to-end test and screenshots.
+//! back). Used by the console's tests, its end-to-end test and screenshots; [`lead`] and
+//! [`delivery`] make the deliveries the store tests record.
 
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::{fingerprint, ErrorClass, OperationId, ReviewReason};
-use crate::store::{
+use leadgate::domain::{fingerprint, ErrorClass, OperationId, ReviewReason};
+use leadgate::store::{
     self, AttemptOutcome, ContactKeys, Failure, NewDelivery, NewEvent, Result, Store,
 };
 
@@ -50,6 +51,11 @@ pub fn lead(source: &str, key: &str, payload: Value, at: DateTime<Utc>) -> NewDe
         review: None,
         matching: None,
     }
+}
+
+/// A JSON lead of the `site` source under `key`, received now.
+pub fn delivery(key: &str, payload: Value) -> NewDelivery {
+    lead("site", key, payload, store::now())
 }
 
 fn form(n: u32, name: &str, phone: &str) -> Value {

@@ -33,7 +33,7 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
-use super::fake::{
+use crate::control::{
     hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule, RandomFault,
 };
 
@@ -248,7 +248,7 @@ impl FakeBitrix24 {
 }
 
 /// Runs a fake portal on `listen` until ctrl-c, for
-/// `leadgate fake-crm --kind bitrix24 --listen ADDR`.
+/// `leadgate-dev fake-crm --kind bitrix24 --listen ADDR`.
 pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
     let fake = FakeBitrix24::spawn(listen).await?;
     tracing::info!(addr = %fake.addr(), "fake Bitrix24 listening");

@@ -42,7 +42,7 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
-use super::fake::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule};
+use crate::control::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule};
 
 /// The fault-queue names of the three endpoints.
 pub const CREATE: &str = "leads.complex";
@@ -368,7 +368,7 @@ impl FakeAmoCrm {
 }
 
 /// Runs a fake account on `listen` until ctrl-c, for
-/// `leadgate fake-crm --kind amocrm --listen ADDR`.
+/// `leadgate-dev fake-crm --kind amocrm --listen ADDR`.
 pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
     let fake = FakeAmoCrm::spawn(listen).await?;
     tracing::info!(addr = %fake.addr(), "fake amoCRM listening");

@@ -1,4 +1,5 @@
-//! Test harness: a fresh database per test on each backend.
+//! A fresh database per test on each backend, and a scratch PostgreSQL database for a
+//! benchmark run.
 //!
 //! SQLite always runs (a temp file per test). PostgreSQL runs against
 //! `LEADGATE_TEST_DATABASE_URL` (a server URL; each test creates and drops its own
@@ -125,13 +126,39 @@ macro_rules! each_backend {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn sqlite() {
-                $crate::support::run($crate::support::Backend::Sqlite, $body).await;
+                $crate::run($crate::Backend::Sqlite, $body).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn postgres() {
-                $crate::support::run($crate::support::Backend::Postgres, $body).await;
+                $crate::run($crate::Backend::Postgres, $body).await;
             }
         }
     };
+}
+
+/// Runs `bench` on a database created for it on the PostgreSQL server named by
+/// `LEADGATE_BENCH_DATABASE_URL` (else `LEADGATE_TEST_DATABASE_URL`), dropped after.
+pub async fn on_scratch_postgres<F, Fut>(prefix: &str, bench: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let server = std::env::var("LEADGATE_BENCH_DATABASE_URL")
+        .or_else(|_| std::env::var("LEADGATE_TEST_DATABASE_URL"))
+        .expect("set LEADGATE_BENCH_DATABASE_URL (or LEADGATE_TEST_DATABASE_URL) to a PostgreSQL server");
+    let name = format!("{prefix}_{}", std::process::id());
+    let mut admin = sqlx::PgConnection::connect(&server)
+        .await
+        .expect("PostgreSQL");
+    sqlx::query(&format!("create database {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    bench(leadgate::store::postgres::with_database(&server, &name)).await;
+    let mut admin = sqlx::PgConnection::connect(&server).await.unwrap();
+    sqlx::query(&format!("drop database {name} with (force)"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
 }

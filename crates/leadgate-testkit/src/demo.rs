@@ -1,4 +1,4 @@
-//! `leadgate demo`: plays the eight pilot scenarios of docs/SPEC.md as real HTTP traffic
+//! `leadgate-dev demo`: plays the eight pilot scenarios of docs/SPEC.md as real HTTP traffic
 //! against a running gateway and a fake Bitrix24 (started by `make demo`), and prints
 //! what was expected, what was observed, and PASS or FAIL for each.
 
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::store::{self, Store};
+use leadgate::store::{self, Store};
 
 const CREATE: &str = "crm.lead.add";
 
@@ -19,9 +19,9 @@ pub struct Demo {
     /// Distinguishes this run's keys from an earlier run's on the same database.
     run: String,
     /// The `site` source's HMAC key: every delivery is signed.
-    site_secret: crate::config::Secret,
+    site_secret: leadgate::config::Secret,
     /// Reads operations with `[api] read_token` (or the integration token).
-    read_token: crate::config::Secret,
+    read_token: leadgate::config::Secret,
 }
 
 struct Row {
@@ -38,7 +38,7 @@ impl Demo {
         gateway: &str,
         crm: &str,
         store: std::sync::Arc<dyn Store>,
-        config: &crate::config::Config,
+        config: &leadgate::config::Config,
     ) -> anyhow::Result<Demo> {
         let site_secret = config
             .source("site")
@@ -78,13 +78,13 @@ impl Demo {
         let body = serde_json::to_vec(body)?;
         let now = store::now().timestamp();
         let signature =
-            crate::intake::sources::sign(self.site_secret.expose().as_bytes(), now, &body);
+            leadgate::intake::sources::sign(self.site_secret.expose().as_bytes(), now, &body);
         let res = self
             .http
             .post(format!("{}/v1/intake/site", self.gateway))
             .header("content-type", "application/json")
-            .header(crate::intake::sources::TIMESTAMP_HEADER, now.to_string())
-            .header(crate::intake::sources::SIGNATURE_HEADER, signature)
+            .header(leadgate::intake::sources::TIMESTAMP_HEADER, now.to_string())
+            .header(leadgate::intake::sources::SIGNATURE_HEADER, signature)
             .body(body)
             .send()
             .await?;

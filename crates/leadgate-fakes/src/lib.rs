@@ -1,0 +1,13 @@
+//! Fake CRMs for Leadgate's tests and demo: real HTTP servers that speak Bitrix24's and
+//! amoCRM's wire formats, keep their entities in memory and take injected faults — above
+//! all "the CRM created the entity and the answer was lost". Not part of the product:
+//! the shipped `leadgate` binary has none of this; `leadgate-dev fake-crm` serves them.
+//!
+//! This crate knows nothing of Leadgate's library, so the adapters' own unit tests in
+//! `leadgate::crm` use it as a dev-dependency.
+
+pub mod amocrm;
+pub mod bitrix24;
+pub mod control;
+
+pub use control::{FaultRule, RandomFault};
