@@ -185,6 +185,25 @@ each_backend!(
             Some("https://crm.example/lead/7001/")
         );
         assert!(console.case_detail("site:none", None, None).await.is_err());
+        // The actions offered are the rules' own: a conflict is kept or accepted (or
+        // settled by id); a cross-channel match that never went out may also be created.
+        let allowed = |d: &CaseDetail| d.allowed.join(" ");
+        let conflict_detail = console
+            .case_detail(s.conflict.as_str(), None, None)
+            .await
+            .unwrap();
+        assert!(
+            allowed(&conflict_detail).contains("kept_original"),
+            "{}",
+            allowed(&conflict_detail)
+        );
+        assert!(!allowed(&conflict_detail).contains("retry_authorized"));
+        assert!(
+            allowed(&cross).contains("created_new"),
+            "{}",
+            allowed(&cross)
+        );
+        assert!(!allowed(&cross).contains("kept_original"));
     }
 );
 

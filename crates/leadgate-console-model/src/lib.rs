@@ -454,6 +454,10 @@ pub struct CaseDetail {
     pub timeline: Vec<EventView>,
     pub conflict: Option<Conflict>,
     pub candidates: Vec<OperationView>,
+    /// What a person may do on `case` now, as the resolution each would record
+    /// (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
+    /// when the case is resolved.
+    pub allowed: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -857,7 +861,17 @@ impl Console {
             _ => None,
         };
         let candidates = self.store.link_candidates(&id, 20).await?;
+        let allowed = match &case {
+            Some(c) if c.resolved_at.is_none() => {
+                leadgate::domain::rules::allowed_actions(c.reason, op.facts(), self.store.now())
+                    .into_iter()
+                    .map(|r| r.as_str().to_owned())
+                    .collect()
+            }
+            _ => vec![],
+        };
         Ok(CaseDetail {
+            allowed,
             operation: op_view(op, crm_url_template),
             case: case.map(case_view),
             cases: cases.into_iter().map(case_view).collect(),

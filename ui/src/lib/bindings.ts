@@ -74,7 +74,13 @@ export type CaseDetail = { operation: OperationView,
 /**
  * The case the operator opened (or the newest open one).
  */
-case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, conflict: Conflict | null, candidates: Array<OperationView>, };
+case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, conflict: Conflict | null, candidates: Array<OperationView>, 
+/**
+ * What a person may do on `case` now, as the resolution each would record
+ * (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
+ * when the case is resolved.
+ */
+allowed: Array<string>, };
 
 export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
 
