@@ -11,9 +11,9 @@
 //! So the worker, the single owner of retries, calls the integration back: when such an
 //! operation is due, its stored payload (the body the integration claimed it with) is
 //! POSTed to `[claim_api] redeliver_url` — the workflow's own webhook — with
-//! `Authorization: Bearer <integration token>`, `X-Leadgate-Operation-Id` and
-//! `X-Leadgate-Redelivery: <n>`. The workflow runs as for any delivery and claims the
-//! key again; the claim API decides as always (one lease at a time, the saved result for
+//! `Authorization: Bearer <integration token>`, `X-Leadgate-Operation-Id`,
+//! `X-Leadgate-Idempotency-Key` (the key to claim it with) and `X-Leadgate-Redelivery:
+//! <n>`. The workflow runs as for any delivery and claims the key again; the claim API decides as always (one lease at a time, the saved result for
 //! a completed key), so a redelivery can never create a second lead. The due times live
 //! in the operations database, so a restart of n8n or of Leadgate loses nothing: a
 //! webhook that is down, answers an error, or whose run dies before claiming is sent the
@@ -118,6 +118,19 @@ impl Redeliverer {
         Ok(due.len())
     }
 
+    /// The `Idempotency-Key` that claims `r` through the claim API: its operation id
+    /// without the source. The payload's own key field is not enough — an operation a
+    /// person accepted as new (`<key>#accepted-<delivery id>`) carries the conflicting
+    /// body, whose key field names the original: claimed by it, it is a conflict again,
+    /// every `redeliver_every`, and the accepted lead never reaches the CRM. Nor is the
+    /// operation id: claimed as a key it would be a new operation (`<source>:<source>:…`).
+    fn claim_key<'a>(&self, r: &'a DueRedelivery) -> &'a str {
+        let id = r.operation_id.as_str();
+        id.strip_prefix(self.settings.source.as_str())
+            .and_then(|rest| rest.strip_prefix(':'))
+            .unwrap_or(id)
+    }
+
     /// One POST to the webhook. The error is a short sentence without the URL (it may
     /// carry a secret path) or the payload.
     async fn send(&self, r: &DueRedelivery) -> Result<(), String> {
@@ -127,6 +140,7 @@ impl Redeliverer {
             .bearer_auth(self.settings.token.expose())
             .header("content-type", "application/json")
             .header("x-leadgate-operation-id", r.operation_id.as_str())
+            .header("x-leadgate-idempotency-key", self.claim_key(r))
             .header("x-leadgate-redelivery", r.sent.to_string())
             .body(r.payload.clone())
             .send()

@@ -307,3 +307,116 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+/// What a redelivery webhook received: its headers and body.
+type Received = std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>>;
+
+/// A webhook standing in for the integration's (n8n's): records each call, answers 200.
+async fn webhook() -> (String, Received, tokio::task::JoinHandle<()>) {
+    let got: Received = Default::default();
+    let app = axum::Router::new().route(
+        "/webhook/lead",
+        axum::routing::post({
+            let got = got.clone();
+            move |headers: axum::http::HeaderMap, body: String| async move {
+                got.lock().unwrap().push((headers, body));
+                "workflow started"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/webhook/lead", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, got, server)
+}
+
+// A person accepts a claim-API conflict as new: the new operation `<key>#accepted-<id>`
+// is the integration's, received and due, so the redelivery loop sends it to the
+// integration's webhook — with the *conflicting* body, whose key field is the original's.
+// An integration that claims "the key again as for any delivery" (examples/n8n: the key is
+// `body.submission_id`) claims the original key with another body: 422, one more
+// payload_conflict case on the original, every `redeliver_every`, and the accepted lead
+// never reaches the CRM. The redelivery must name the key that claims the operation it
+// was sent for (`X-Leadgate-Idempotency-Key`; `X-Leadgate-Operation-Id` carries the
+// source prefix: claimed as a key it would be a new operation, `n8n:n8n:k`, and a second
+// lead).
+each_backend!(
+    a_redelivery_names_the_key_that_claims_an_accepted_conflict,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let store = gw.store();
+        let first = json!({"submission_id": "k", "name": "Ivan"});
+        let (s, b, _, _) = claim(&gw, Some("k"), &first).await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+        let t = b["lease_token"].as_str().unwrap().to_owned();
+        let (s, b) = report(
+            &gw,
+            "n8n:k",
+            "complete",
+            json!({"crm_id": "1", "lease_token": t}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        let changed = json!({"submission_id": "k", "name": "Maria"});
+        let (s, b, _, _) = claim(&gw, Some("k"), &changed).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+        let original = leadgate::domain::OperationId::new("n8n", "k").unwrap();
+        let case = store.cases_of(&original).await.unwrap().remove(0);
+        let accepted = store
+            .resolve(leadgate::store::Resolve {
+                case_id: case.id,
+                expected_version: case.version,
+                actor: "anna".into(),
+                comment: None,
+                action: leadgate::store::HumanAction::AcceptAsNew,
+                now: store.now(),
+            })
+            .await
+            .unwrap()
+            .new_operation
+            .unwrap();
+
+        let (url, got, server) = webhook().await;
+        let redeliverer = leadgate::redeliver::Redeliverer::new(
+            store.clone(),
+            leadgate::redeliver::RedeliverSettings {
+                source: "n8n".into(),
+                url: leadgate::config::Secret::new(url),
+                token: leadgate::config::Secret::new(leadgate_testkit::gateway::INTEGRATION_TOKEN),
+                every: Duration::from_secs(60),
+                poll_interval: Duration::from_millis(20),
+                owner: "worker:test".into(),
+            },
+        )
+        .unwrap();
+        assert_eq!(redeliverer.pass().await.unwrap(), 1);
+        let (headers, body) = got.lock().unwrap().remove(0);
+        assert_eq!(
+            headers["x-leadgate-operation-id"].to_str().unwrap(),
+            accepted.as_str()
+        );
+        // The integration claims with the key the redelivery names, else (a lead
+        // source's delivery) with the key in the body.
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let key = headers
+            .get("x-leadgate-idempotency-key")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_else(|| body["submission_id"].as_str().unwrap().to_owned());
+        let (s, b, _, _) = claim(&gw, Some(&key), &body).await;
+        assert_eq!(
+            (s, b["operation_id"].as_str()),
+            (StatusCode::CREATED, Some(accepted.as_str())),
+            "the redelivery of {accepted} claimed with key `{key}`: {b}"
+        );
+        let open: Vec<_> = store
+            .cases_of(&original)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.resolved_at.is_none())
+            .collect();
+        assert!(open.is_empty(), "{open:?}");
+        server.abort();
+        gw.stop().await;
+    }
+);
