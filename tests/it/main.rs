@@ -10,6 +10,7 @@ mod clock;
 mod console;
 mod console_store;
 mod gateway;
+mod intake_paths;
 mod metrics;
 mod n8n;
 mod process;

@@ -95,6 +95,42 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
     })
 }
 
+/// The advisory-lock keys of a contact's values, in one order (sorted, no repeats): two
+/// intakes never wait for each other's phone and e-mail locks crosswise.
+fn contact_lock_keys(contact: &ContactKeys) -> Vec<i64> {
+    let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
+        .into_iter()
+        .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// What a backend's one-statement intake (PostgreSQL: `leadgate_record_delivery`,
+/// migration 0008) needs to do what [`record`] does in the two cases it takes — a new
+/// key whose contact matches nothing, and a duplicate — with the same locks and the
+/// same lookup. Everything else it hands back, unwritten, to [`record_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OneStatement {
+    /// Contact matching for a new key: the window's start and the contact's lock keys
+    /// (`None` when `record` would not match: no rule, or no phone and no e-mail).
+    pub matching: Option<(DateTime<Utc>, Vec<i64>)>,
+}
+
+/// `None` when the delivery would open a review case if its key is new (a late
+/// delivery): [`record`] handles it whole.
+pub(crate) fn one_statement(d: &NewDelivery) -> Option<OneStatement> {
+    if d.review.is_some() {
+        return None;
+    }
+    let matching = d.matching.and_then(|m| {
+        let keys = contact_lock_keys(&d.contact);
+        (!keys.is_empty()).then_some((m.since, keys))
+    });
+    Some(OneStatement { matching })
+}
+
 /// The `delivery` event of a conflicting delivery.
 pub(super) fn conflict_event(detail: Value) -> NewEvent {
     NewEvent {
@@ -142,15 +178,8 @@ async fn match_contacts<T: WriteTx>(
     }
     // Two concurrent intakes sharing a phone would each look before the other committed
     // and see nothing. Where the backend needs it, the second waits on these locks until
-    // the first commits and then sees it, as under SQLite's single writer. Keys in one
-    // order: no deadlock between a phone and an e-mail lock.
-    let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
-        .into_iter()
-        .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    tx.lock_contacts(&keys).await?;
+    // the first commits and then sees it, as under SQLite's single writer.
+    tx.lock_contacts(&contact_lock_keys(contact)).await?;
     let rows = tx.contact_matches(id, m.since, contact).await?;
     if rows.is_empty() {
         return Ok(None);
