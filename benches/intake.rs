@@ -331,16 +331,21 @@ async fn main() {
         "({} cores; client and server share them)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("bench.db").display()
-    );
-    bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
-
-    support::on_scratch_postgres(
-        "lg_bench",
-        |url| async move { bench("PostgreSQL", &url).await },
-    )
-    .await;
+    // `LEADGATE_BENCH_ONLY=sqlite` or `=postgres`: one backend (while profiling).
+    let only = std::env::var("LEADGATE_BENCH_ONLY").unwrap_or_default();
+    if only != "postgres" {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("bench.db").display()
+        );
+        bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
+    }
+    if only != "sqlite" {
+        support::on_scratch_postgres(
+            "lg_bench",
+            |url| async move { bench("PostgreSQL", &url).await },
+        )
+        .await;
+    }
 }

@@ -122,3 +122,25 @@ begin
     end loop;
 end
 $$;
+
+-- The metric helpers of 0004/0006, unchanged in what they do, in PL/pgSQL instead of SQL:
+-- PostgreSQL 15 parses and plans the body of a SQL function (one that cannot be inlined,
+-- like these inserts) on every call, and the triggers call them three or four times per
+-- delivery; a PL/pgSQL function keeps its plan for the session.
+create or replace function metric_add(m text, l text, l2 text, delta bigint) returns void
+language plpgsql as $$
+begin
+    insert into metric_counters (metric, label, label2, shard, value)
+    values (m, l, l2, pg_backend_pid(), delta)
+    on conflict (metric, label, label2, shard) do update set value = metric_counters.value + excluded.value;
+end
+$$;
+
+create or replace function series_add(at timestamptz, m text, l text) returns void
+language plpgsql as $$
+begin
+    insert into metric_series (slot, metric, label, shard, value)
+    values (floor(extract(epoch from at) / 300)::bigint, m, l, pg_backend_pid(), 1)
+    on conflict (slot, metric, label, shard) do update set value = metric_series.value + 1;
+end
+$$;
