@@ -23,7 +23,7 @@ use IntakePath::{OneStatement, Steps};
 /// One step of the scenario: a delivery, or a change both databases get by hand.
 enum Step {
     /// The delivery, and the path that must record it when `OneStatement` is tried.
-    Deliver(NewDelivery, IntakePath),
+    Deliver(Box<NewDelivery>, IntakePath),
     /// The operation got a CRM id (as the worker would leave it).
     Complete(&'static str),
 }
@@ -59,9 +59,13 @@ fn late(mut d: NewDelivery) -> NewDelivery {
     d
 }
 
+fn deliver(d: NewDelivery, path: IntakePath) -> Step {
+    Step::Deliver(Box::new(d), path)
+}
+
 fn scenario() -> Vec<Step> {
     use MatchRule::{Create, Link, Review};
-    use Step::{Complete, Deliver};
+    use Step::Complete;
     const P1: &str = "+79990000001";
     const P2: &str = "+79990000002";
     const E1: &str = "ivan@example.com";
@@ -70,55 +74,55 @@ fn scenario() -> Vec<Step> {
     odd.raw_body = vec![0xff, 0xfe, 0x00, b'x'];
     odd.event_time = Some(odd.received_at - TimeDelta::hours(1));
     vec![
-        Deliver(lead("a", 1), OneStatement),
-        Deliver(lead("a", 1), OneStatement),
-        Deliver(
+        deliver(lead("a", 1), OneStatement),
+        deliver(lead("a", 1), OneStatement),
+        deliver(
             matching(lead("b", 1), Create, Some(P1), Some(E1)),
             OneStatement,
         ),
-        Deliver(odd.clone(), OneStatement),
-        Deliver(odd, OneStatement),
+        deliver(odd.clone(), OneStatement),
+        deliver(odd, OneStatement),
         // conflicts: on a received operation, again on the same one, on a completed one
-        Deliver(lead("b", 2), Steps),
-        Deliver(lead("b", 3), Steps),
-        Deliver(lead("b", 1), OneStatement),
+        deliver(lead("b", 2), Steps),
+        deliver(lead("b", 3), Steps),
+        deliver(lead("b", 1), OneStatement),
         Complete("a"),
-        Deliver(lead("a", 1), OneStatement),
-        Deliver(lead("a", 2), Steps),
+        deliver(lead("a", 1), OneStatement),
+        deliver(lead("a", 2), Steps),
         // a late delivery: a new key goes to review; a known key is a duplicate
-        Deliver(late(lead("late", 1)), Steps),
-        Deliver(late(lead("late", 1)), Steps),
-        Deliver(late(lead("a", 1)), Steps),
+        deliver(late(lead("late", 1)), Steps),
+        deliver(late(lead("late", 1)), Steps),
+        deliver(late(lead("a", 1)), Steps),
         // contact matches, each rule
-        Deliver(matching(lead("c", 1), Create, Some(P1), None), Steps),
+        deliver(matching(lead("c", 1), Create, Some(P1), None), Steps),
         // link, but nothing to link to yet: review
-        Deliver(matching(lead("e", 1), Link, None, Some(E1)), Steps),
-        Deliver(
+        deliver(matching(lead("e", 1), Link, None, Some(E1)), Steps),
+        deliver(
             matching(lead("p2", 1), Review, Some(P2), None),
             OneStatement,
         ),
         Complete("p2"),
         // link to the newest match with a CRM id
-        Deliver(matching(lead("d", 1), Link, Some(P2), Some(E1)), Steps),
-        Deliver(matching(lead("f", 1), Review, Some(P1), Some(E1)), Steps),
+        deliver(matching(lead("d", 1), Link, Some(P2), Some(E1)), Steps),
+        deliver(matching(lead("f", 1), Review, Some(P1), Some(E1)), Steps),
         // matching without contact data; a contact nobody shares
-        Deliver(matching(lead("g", 1), Review, None, None), OneStatement),
-        Deliver(
+        deliver(matching(lead("g", 1), Review, None, None), OneStatement),
+        deliver(
             matching(lead("h", 1), Link, Some("+79990000003"), None),
             OneStatement,
         ),
         // repeats of operations the steps made: duplicates again
-        Deliver(
+        deliver(
             matching(lead("f", 1), Review, Some(P1), Some(E1)),
             OneStatement,
         ),
-        Deliver(
+        deliver(
             matching(lead("d", 1), Link, Some(P2), Some(E1)),
             OneStatement,
         ),
-        Deliver(lead("late", 1), OneStatement),
+        deliver(lead("late", 1), OneStatement),
         // a conflict on an operation in review
-        Deliver(lead("f", 2), Steps),
+        deliver(lead("f", 2), Steps),
     ]
 }
 
@@ -143,7 +147,7 @@ async fn play(
                 if let Some(t) = &mut d.event_time {
                     *t += shift;
                 }
-                answers.push(store.record_delivery_by(d, path).await.unwrap());
+                answers.push(store.record_delivery_by(*d, path).await.unwrap());
             }
             Step::Complete(key) => {
                 let mut c = PgConnection::connect(&db.url).await.unwrap();

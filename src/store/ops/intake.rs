@@ -220,3 +220,66 @@ async fn match_contacts<T: WriteTx>(
     }
     Ok(Some(l))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{fingerprint, MatchRule, OperationId};
+
+    fn delivery(phone: Option<&str>, email: Option<&str>) -> NewDelivery {
+        let payload = json!({"k": 1});
+        NewDelivery {
+            operation_id: OperationId::new("site", "k").unwrap(),
+            source: "site".into(),
+            content_type: None,
+            raw_body: vec![],
+            payload_hash: fingerprint(&payload, &[]).unwrap(),
+            payload,
+            transform_version: 1,
+            contact: ContactKeys {
+                phone: phone.map(Into::into),
+                email: email.map(Into::into),
+            },
+            event_time: None,
+            received_at: crate::store::now(),
+            review: None,
+            matching: None,
+        }
+    }
+
+    #[test]
+    fn the_one_statement_intake_gets_what_record_would_lock_and_match() {
+        let since = crate::store::now();
+        let matching = Some(Matching {
+            rule: MatchRule::Review,
+            since,
+        });
+        // No rule: no matching, whatever the contact.
+        let d = delivery(Some("+79990001122"), Some("a@example.com"));
+        assert_eq!(one_statement(&d), Some(OneStatement { matching: None }));
+        // A rule but no contact: `record` does not match either.
+        let d = NewDelivery {
+            matching,
+            ..delivery(None, None)
+        };
+        assert_eq!(one_statement(&d), Some(OneStatement { matching: None }));
+        // Both keys, sorted, as `record` takes them.
+        let d = NewDelivery {
+            matching,
+            ..delivery(Some("+79990001122"), Some("a@example.com"))
+        };
+        let keys = one_statement(&d).unwrap().matching.unwrap();
+        let mut expected = vec![
+            contact_lock_key("phone", "+79990001122"),
+            contact_lock_key("email", "a@example.com"),
+        ];
+        expected.sort_unstable();
+        assert_eq!(keys, (since, expected));
+        // A late delivery would open a case if its key is new: `record` handles it.
+        let d = NewDelivery {
+            review: Some(ReviewReason::LateDuplicate),
+            ..d
+        };
+        assert_eq!(one_statement(&d), None);
+    }
+}
