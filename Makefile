@@ -44,8 +44,9 @@ chaos:
 	LEADGATE_CHAOS_LEADS=3000 LEADGATE_CHAOS_SECONDS=300 \
 	  cargo test --locked --release --test chaos -- --nocapture --test-threads=1
 
-## Intake throughput/latency vs. the raw commit rate, and the console's calls over a
-## million operations, on SQLite and PostgreSQL (release build). Figures: BENCHMARKS.md.
+## Intake throughput/latency vs. the raw commit rate (and pgbench on PostgreSQL, when
+## installed), and the console's calls over a million operations, on SQLite and
+## PostgreSQL (release build). Figures: BENCHMARKS.md.
 bench:
 	scripts/ensure-postgres.sh
 	cargo bench --locked --bench intake

@@ -3,7 +3,9 @@
 //! limit of a durable claim). Real HTTP on loopback, bounded concurrency, fixed duration.
 //!
 //! PostgreSQL: `LEADGATE_BENCH_DATABASE_URL` or `LEADGATE_TEST_DATABASE_URL` names the
-//! server; a database is created for the run and dropped after.
+//! server; a database is created for the run and dropped after. When `pgbench` is on the
+//! PATH it measures the same server in the same run (`insert … on conflict do nothing`,
+//! one row per transaction, 8 clients): the reference issue 15 names.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +20,8 @@ const FIXED_SECS: u64 = 5;
 const SATURATION_SECS: u64 = 5;
 const CONCURRENCY: usize = 32;
 const RAW_SECS: u64 = 3;
+const PGBENCH_SECS: u64 = 5;
+const PGBENCH_CLIENTS: usize = 8;
 
 struct Figures {
     throughput: f64,
@@ -184,6 +188,47 @@ async fn raw_commit_rate(url: &str) -> f64 {
     }
 }
 
+/// `pgbench` on the same server: one `insert … on conflict do nothing` of a random key per
+/// transaction, prepared, PGBENCH_CLIENTS clients. `None` without pgbench.
+async fn pgbench_rate(url: &str) -> Option<f64> {
+    let s = store::postgres::PgStore::open(url).await.unwrap();
+    sqlx::query("create table bench_pgbench (k bigint primary key)")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("insert.sql");
+    std::fs::write(
+        &script,
+        "\\set k random(1, 9000000000000)\n\
+         insert into bench_pgbench (k) values (:k) on conflict do nothing;\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new("pgbench")
+        .args(["-n", "-M", "prepared", "-j", "2"])
+        .args(["-c", &PGBENCH_CLIENTS.to_string()])
+        .args(["-T", &PGBENCH_SECS.to_string()])
+        .arg("-f")
+        .arg(&script)
+        .arg(url)
+        .output()
+        .await
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok());
+    if tps.is_none() {
+        eprintln!(
+            "pgbench gave no figure: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    tps
+}
+
 async fn bench(label: &str, url: &str) {
     let store: Arc<dyn Store> = store::connect(url).await.expect("open the store");
     let source = leadgate::config::Config::parse(
@@ -232,6 +277,11 @@ async fn bench(label: &str, url: &str) {
     .await;
     server.abort();
     let raw = raw_commit_rate(url).await;
+    let pgbench = if url.starts_with("sqlite:") {
+        None
+    } else {
+        pgbench_rate(url).await
+    };
 
     println!("\n{label}");
     println!(
@@ -257,11 +307,19 @@ async fn bench(label: &str, url: &str) {
         "  {:<44} {:>10.0}",
         "raw commit rate (1 insert / transaction)", raw
     );
-    println!(
-        "  {:<44} {:>10.2}",
-        "intake / raw commit rate",
-        sat.throughput / raw
-    );
+    if let Some(tps) = pgbench {
+        println!(
+            "  {:<44} {:>10.0}",
+            format!("pgbench insert … on conflict ({PGBENCH_CLIENTS} clients)"),
+            tps
+        );
+    }
+    let ratio = |name: &str, v: f64| println!("  {name:<44} {v:>10.2}");
+    ratio("new leads / raw commit rate", sat.throughput / raw);
+    if let Some(tps) = pgbench {
+        ratio("new leads / pgbench", sat.throughput / tps);
+    }
+    ratio("duplicates / new leads", dup.throughput / sat.throughput);
 }
 
 #[tokio::main]
@@ -271,15 +329,21 @@ async fn main() {
         "({} cores; client and server share them)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("bench.db").display()
-    );
-    bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
-
-    leadgate_testkit::db::on_scratch_postgres("lg_bench", |url| async move {
-        bench("PostgreSQL", &url).await
-    })
-    .await;
+    // `LEADGATE_BENCH_ONLY=sqlite` or `=postgres`: one backend (while profiling).
+    let only = std::env::var("LEADGATE_BENCH_ONLY").unwrap_or_default();
+    if only != "postgres" {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("bench.db").display()
+        );
+        bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
+    }
+    if only != "sqlite" {
+        leadgate_testkit::db::on_scratch_postgres(
+            "lg_bench",
+            |url| async move { bench("PostgreSQL", &url).await },
+        )
+        .await;
+    }
 }

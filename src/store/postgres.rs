@@ -122,7 +122,12 @@ impl PgStore {
 /// The options every Leadgate connection to PostgreSQL uses (the store's pool, the
 /// console's listener): the URL under the TLS policy below.
 pub fn connect_options(url: &str) -> Result<PgConnectOptions, super::StoreError> {
-    Ok(tls_policy(url, PgConnectOptions::from_str(url)?)?.application_name("leadgate"))
+    Ok(tls_policy(url, PgConnectOptions::from_str(url)?)?
+        .application_name("leadgate")
+        // The session's own transactions (the one-statement intake runs in one) at READ
+        // COMMITTED whatever the server's or the database's default; the store's explicit
+        // transactions set it themselves.
+        .options([("default_transaction_isolation", "read\\ committed")]))
 }
 
 /// TLS to PostgreSQL fails closed. `sslmode=prefer` and `allow` (which fall back to
@@ -198,16 +203,99 @@ sql_store! {
     lock_contact: "select pg_advisory_xact_lock($1)",
 }
 
+/// How PostgreSQL records a delivery (see [`PgStore::record_delivery_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntakePath {
+    /// `leadgate_record_delivery` (migration 0008): one statement, one round trip, for a
+    /// new key whose contact matches nothing and for a duplicate; anything else goes on
+    /// to `Steps`. What `Store::record_delivery` does.
+    OneStatement,
+    /// The store's steps (`store::ops::intake`), one statement each, in one transaction:
+    /// what SQLite runs, and what `OneStatement` must match row for row.
+    Steps,
+}
+
+/// The one-statement intake: the delivery's columns, the matching window and lock keys
+/// (`store::ops::intake::one_statement`). Prepared once per connection (sqlx caches it).
+const RECORD_DELIVERY: &str = "select r_outcome, r_delivery_id, r_status, r_crm_id \
+     from leadgate_record_delivery($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
 impl PgStore {
     /// One transaction per delivery: concurrent intakes commit together (PostgreSQL's
     /// group commit) and lock only their own rows. A transaction PostgreSQL aborts as a
     /// deadlock victim or for serialization is run again before the sender hears of it.
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
+        let (record, _) = self.record_delivery_by(d, IntakePath::OneStatement).await?;
+        Ok(record)
+    }
+
+    /// Records a delivery, trying `path` first, and says which path recorded it.
+    /// `Store::record_delivery` tries [`IntakePath::OneStatement`]; this is public so
+    /// that a test can compare both on the same deliveries.
+    pub async fn record_delivery_by(
+        &self,
+        d: NewDelivery,
+        path: IntakePath,
+    ) -> Result<(DeliveryRecord, IntakePath)> {
         super::retrying(|| async {
+            if path == IntakePath::OneStatement {
+                if let Some(record) = self.record_in_one_statement(&d).await? {
+                    return Ok((record, IntakePath::OneStatement));
+                }
+            }
             let mut records = record_all(self.begin_write().await?, [&d]).await?;
-            Ok(records.remove(0))
+            Ok((records.remove(0), IntakePath::Steps))
         })
         .await
+    }
+
+    /// `leadgate_record_delivery` in its own transaction (the session is at READ
+    /// COMMITTED: `connect_options`). `None`: it wrote nothing, the steps must run.
+    async fn record_in_one_statement(&self, d: &NewDelivery) -> Result<Option<DeliveryRecord>> {
+        let Some(one) = super::ops::intake::one_statement(d) else {
+            return Ok(None);
+        };
+        let (since, keys) = one.matching.unzip();
+        let row: (String, Option<i64>, Option<String>, Option<String>) =
+            sqlx::query_as(RECORD_DELIVERY)
+                .bind(d.operation_id.as_str())
+                .bind(&d.source)
+                .bind(&d.content_type)
+                .bind(&d.raw_body)
+                .bind(d.payload.to_string())
+                .bind(d.payload_hash.as_str())
+                .bind(d.transform_version)
+                .bind(&d.contact.phone)
+                .bind(&d.contact.email)
+                .bind(d.event_time)
+                .bind(d.received_at)
+                .bind(since)
+                .bind(keys.unwrap_or_default())
+                .fetch_one(&self.pool)
+                .await?;
+        let corrupt =
+            |what: &str| super::StoreError::Corrupt(format!("leadgate_record_delivery: {what}"));
+        let (outcome, delivery_id, status, crm_id) = row;
+        let status = || -> Result<crate::domain::Status> {
+            status
+                .as_deref()
+                .ok_or_else(|| corrupt("no status"))?
+                .parse()
+                .map_err(|e| corrupt(&format!("{e}")))
+        };
+        let outcome = match outcome.as_str() {
+            "steps" => return Ok(None),
+            "new" => DeliveryOutcome::New { status: status()? },
+            "duplicate" => DeliveryOutcome::Duplicate {
+                status: status()?,
+                crm_id,
+            },
+            other => return Err(corrupt(&format!("outcome `{other}`"))),
+        };
+        Ok(Some(DeliveryRecord {
+            delivery_id: delivery_id.ok_or_else(|| corrupt("no delivery id"))?,
+            outcome,
+        }))
     }
 }
 

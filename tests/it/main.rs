@@ -9,6 +9,7 @@ mod clock;
 mod console;
 mod console_store;
 mod gateway;
+mod intake_paths;
 mod metrics;
 mod process;
 mod races;

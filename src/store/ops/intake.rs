@@ -95,6 +95,42 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
     })
 }
 
+/// The advisory-lock keys of a contact's values, in one order (sorted, no repeats): two
+/// intakes never wait for each other's phone and e-mail locks crosswise.
+fn contact_lock_keys(contact: &ContactKeys) -> Vec<i64> {
+    let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
+        .into_iter()
+        .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// What a backend's one-statement intake (PostgreSQL: `leadgate_record_delivery`,
+/// migration 0008) needs to do what [`record`] does in the two cases it takes — a new
+/// key whose contact matches nothing, and a duplicate — with the same locks and the
+/// same lookup. Everything else it hands back, unwritten, to [`record_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OneStatement {
+    /// Contact matching for a new key: the window's start and the contact's lock keys
+    /// (`None` when `record` would not match: no rule, or no phone and no e-mail).
+    pub matching: Option<(DateTime<Utc>, Vec<i64>)>,
+}
+
+/// `None` when the delivery would open a review case if its key is new (a late
+/// delivery): [`record`] handles it whole.
+pub(crate) fn one_statement(d: &NewDelivery) -> Option<OneStatement> {
+    if d.review.is_some() {
+        return None;
+    }
+    let matching = d.matching.and_then(|m| {
+        let keys = contact_lock_keys(&d.contact);
+        (!keys.is_empty()).then_some((m.since, keys))
+    });
+    Some(OneStatement { matching })
+}
+
 /// The `delivery` event of a conflicting delivery.
 pub(super) fn conflict_event(detail: Value) -> NewEvent {
     NewEvent {
@@ -142,15 +178,8 @@ async fn match_contacts<T: WriteTx>(
     }
     // Two concurrent intakes sharing a phone would each look before the other committed
     // and see nothing. Where the backend needs it, the second waits on these locks until
-    // the first commits and then sees it, as under SQLite's single writer. Keys in one
-    // order: no deadlock between a phone and an e-mail lock.
-    let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
-        .into_iter()
-        .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    tx.lock_contacts(&keys).await?;
+    // the first commits and then sees it, as under SQLite's single writer.
+    tx.lock_contacts(&contact_lock_keys(contact)).await?;
     let rows = tx.contact_matches(id, m.since, contact).await?;
     if rows.is_empty() {
         return Ok(None);
@@ -190,4 +219,67 @@ async fn match_contacts<T: WriteTx>(
         }
     }
     Ok(Some(l))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{fingerprint, MatchRule, OperationId};
+
+    fn delivery(phone: Option<&str>, email: Option<&str>) -> NewDelivery {
+        let payload = json!({"k": 1});
+        NewDelivery {
+            operation_id: OperationId::new("site", "k").unwrap(),
+            source: "site".into(),
+            content_type: None,
+            raw_body: vec![],
+            payload_hash: fingerprint(&payload, &[]).unwrap(),
+            payload,
+            transform_version: 1,
+            contact: ContactKeys {
+                phone: phone.map(Into::into),
+                email: email.map(Into::into),
+            },
+            event_time: None,
+            received_at: crate::store::now(),
+            review: None,
+            matching: None,
+        }
+    }
+
+    #[test]
+    fn the_one_statement_intake_gets_what_record_would_lock_and_match() {
+        let since = crate::store::now();
+        let matching = Some(Matching {
+            rule: MatchRule::Review,
+            since,
+        });
+        // No rule: no matching, whatever the contact.
+        let d = delivery(Some("+79990001122"), Some("a@example.com"));
+        assert_eq!(one_statement(&d), Some(OneStatement { matching: None }));
+        // A rule but no contact: `record` does not match either.
+        let d = NewDelivery {
+            matching,
+            ..delivery(None, None)
+        };
+        assert_eq!(one_statement(&d), Some(OneStatement { matching: None }));
+        // Both keys, sorted, as `record` takes them.
+        let d = NewDelivery {
+            matching,
+            ..delivery(Some("+79990001122"), Some("a@example.com"))
+        };
+        let keys = one_statement(&d).unwrap().matching.unwrap();
+        let mut expected = vec![
+            contact_lock_key("phone", "+79990001122"),
+            contact_lock_key("email", "a@example.com"),
+        ];
+        expected.sort_unstable();
+        assert_eq!(keys, (since, expected));
+        // A late delivery would open a case if its key is new: `record` handles it.
+        let d = NewDelivery {
+            review: Some(ReviewReason::LateDuplicate),
+            ..d
+        };
+        assert_eq!(one_statement(&d), None);
+    }
 }
