@@ -10,6 +10,7 @@ mod console;
 mod console_store;
 mod gateway;
 mod metrics;
+mod outage;
 mod process;
 mod races;
 mod retention;
