@@ -74,6 +74,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             call_timeout: crm_config.timeout(),
             settle: crm_config.settle(),
             retry: config.retry.clone(),
+            outage: config.outage.clone(),
             concurrency: config.worker.concurrency,
             fields,
         }),

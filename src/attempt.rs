@@ -27,6 +27,8 @@ pub struct WorkerSettings {
     /// that finds nothing counts only after this window.
     pub settle: Duration,
     pub retry: RetryConfig,
+    /// When the connector counts as unreachable, and its probes (`domain::outage`).
+    pub outage: crate::domain::outage::OutageConfig,
     /// Attempts processed at once by this process.
     pub concurrency: usize,
     /// Field mapping per source.

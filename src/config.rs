@@ -20,6 +20,9 @@ pub struct Config {
     pub worker: WorkerConfig,
     #[serde(default)]
     pub retry: RetryConfig,
+    /// `[outage]`: when a connector counts as unreachable, and its probes.
+    #[serde(default)]
+    pub outage: crate::domain::outage::OutageConfig,
     #[serde(default)]
     pub review: ReviewConfig,
     #[serde(default)]

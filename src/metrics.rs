@@ -156,6 +156,17 @@ pub fn exposition(m: &MetricsSnapshot, connectors: &[crate::store::Connector]) -
         "1 while a CRM connector is paused (auth failure), else 0",
         paused,
     );
+    let unreachable = Family::<Labels, Gauge<i64>>::default();
+    for c in connectors {
+        unreachable
+            .get_or_create(&vec![("connector", c.name.clone())])
+            .set(c.unreachable_since.map_or(0, |t| t.timestamp()));
+    }
+    reg.register(
+        "connector_unreachable_since_seconds",
+        "Unix time since which a connector's CRM does not answer (an outage; leads wait for its probes), else 0",
+        unreachable,
+    );
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
     out
@@ -207,6 +218,24 @@ pub fn table(m: &MetricsSnapshot) -> String {
         m.mean_seconds_to_resolve
             .map(|s| format!("{s:.0}s"))
             .unwrap_or_else(|| "-".into()),
+    );
+    row(
+        "unreachable CRMs",
+        if m.unreachable_connectors.is_empty() {
+            "none".into()
+        } else {
+            m.unreachable_connectors
+                .iter()
+                .map(|(c, since)| {
+                    format!(
+                        "{c} since {}, {} leads waiting",
+                        since.format("%Y-%m-%d %H:%M UTC"),
+                        m.unprocessed
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
     );
     row(
         "paused connectors",

@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::crm::{Crm, CrmError, Lead, Lookup};
-use crate::domain::{RetryDecision, ReviewReason};
+use crate::domain::outage::{counts_against_connector, during_outage, Gate};
+use crate::domain::{ErrorClass, RetryDecision, ReviewReason};
 use crate::reconcile;
 use crate::store::{self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Store, StoreError};
 use crate::supervise::{supervise, RESTART_DELAY};
@@ -85,6 +86,24 @@ impl Worker {
 
     /// Claims and processes one due operation; false when nothing was due.
     pub async fn step(&self) -> Result<bool, StoreError> {
+        // While the CRM is unreachable only its probe goes out.
+        let gate = self
+            .store
+            .probe_gate(
+                self.crm.connector(),
+                &self.settings.outage,
+                self.store.now(),
+            )
+            .await?;
+        if gate == Gate::Wait {
+            return Ok(false);
+        }
+        if gate == Gate::Probe {
+            tracing::info!(
+                connector = self.crm.connector(),
+                "probing the unreachable CRM"
+            );
+        }
         let claim = self
             .store
             .claim_due(
@@ -126,10 +145,15 @@ impl Worker {
             // ask the CRM once more before anything is created.
             let (found, events) =
                 reconcile::look_up(self.crm.as_ref(), claim, self.settings.call_timeout).await;
+            let failed = found.as_ref().err().map(|e| e.class);
             let decided = self.after_verify(claim, found);
             before = events;
-            if let Some(outcome) = decided {
-                return self.finish(&claim.lease, outcome, before).await;
+            match decided {
+                Some(outcome) => {
+                    let outcome = self.weigh(failed, outcome).await;
+                    return self.finish(&claim.lease, outcome, before).await;
+                }
+                None => self.answered().await,
             }
         }
         // A token refresh and the connector's pacing wait come first: they are not part
@@ -150,6 +174,7 @@ impl Worker {
                     self.store.now(),
                 ),
             };
+            let outcome = self.weigh(Some(e.class), outcome).await;
             let note = NewEvent::new("not_sent", json!({"class": e.class, "error": e.message}));
             before.push(note);
             return self.finish(&claim.lease, outcome, before).await;
@@ -197,6 +222,7 @@ impl Worker {
             result.as_ref().err(),
         );
         let now = self.store.now();
+        let mut failed = result.as_ref().err().map(|e| e.class);
         let outcome = match result {
             Ok(crm_id) => {
                 tracing::info!(crm_id = %crm_id, "created in the CRM");
@@ -225,6 +251,8 @@ impl Worker {
                         )
                         .await;
                         events.extend(more);
+                        // The lookup says whether the CRM is there at all.
+                        failed = found.as_ref().err().map(|e| e.class);
                         reconcile::after_uncertain(
                             found,
                             Some(failure),
@@ -234,7 +262,49 @@ impl Worker {
                 }
             }
         };
+        let outcome = self.weigh(failed, outcome).await;
         self.finish(&lease, outcome, events).await
+    }
+
+    /// Weighs a call for the connector's health (`domain::outage`): a failure the
+    /// connector is to blame for is counted and, while the CRM is unreachable, the
+    /// outcome waits for its next probe without using up the lead's attempts; any answer
+    /// of the CRM ends an outage. Health is bookkeeping: if the store cannot record it,
+    /// the outcome stands as the retry policy decided it.
+    async fn weigh(&self, failed: Option<ErrorClass>, outcome: AttemptOutcome) -> AttemptOutcome {
+        let connector = self.crm.connector();
+        let now = self.store.now();
+        match failed {
+            Some(class) if counts_against_connector(class) => {
+                match self
+                    .store
+                    .connector_failed(connector, &self.settings.outage, now)
+                    .await
+                {
+                    Ok(outage) => during_outage(outcome, outage, self.settings.outage.limit, now),
+                    Err(e) => {
+                        tracing::error!(error = %e, "recording the connector's failure failed");
+                        outcome
+                    }
+                }
+            }
+            _ => {
+                self.answered().await;
+                outcome
+            }
+        }
+    }
+
+    /// The CRM answered: an outage (or a run of failures) of the connector ends.
+    async fn answered(&self) {
+        let now = self.store.now();
+        if let Err(e) = self
+            .store
+            .connector_answered(self.crm.connector(), now)
+            .await
+        {
+            tracing::error!(error = %e, "recording the connector's answer failed");
+        }
     }
 
     /// The verify pass's decision; `None`: nothing under the key and a create may go out.

@@ -45,6 +45,14 @@ pub enum AttemptOutcome {
     },
     /// The connector's credentials failed: pause it and put the operation back, unharmed.
     PauseConnector { connector: String, failure: Failure },
+    /// The connector is unreachable (an outage, see `domain::outage`): due again at `at`
+    /// (its next probe), the attempt not counted; with `verify` the key is looked up
+    /// before anything is created, as after `Verify`.
+    Outage {
+        failure: Failure,
+        at: DateTime<Utc>,
+        verify: bool,
+    },
 }
 
 impl AttemptOutcome {
@@ -57,7 +65,8 @@ impl AttemptOutcome {
             }
             AttemptOutcome::Retry { .. }
             | AttemptOutcome::Verify { .. }
-            | AttemptOutcome::PauseConnector { .. } => Some(Status::Received),
+            | AttemptOutcome::PauseConnector { .. }
+            | AttemptOutcome::Outage { .. } => Some(Status::Received),
             AttemptOutcome::Terminal { .. } => Some(Status::FailedTerminal),
             AttemptOutcome::Review { .. } => None,
         }
@@ -78,6 +87,7 @@ impl AttemptOutcome {
     pub fn leaves_unknown(&self) -> bool {
         match self {
             AttemptOutcome::Verify { .. } => true,
+            AttemptOutcome::Outage { verify, .. } => *verify,
             AttemptOutcome::Review {
                 reason, failure, ..
             } => {

@@ -8,6 +8,7 @@ mod error_class;
 mod fingerprint;
 mod ids;
 mod lead;
+pub mod outage;
 mod review;
 pub mod rules;
 mod secret;

@@ -343,6 +343,8 @@ pub struct Connector {
     pub reason: Option<String>,
     pub since: DateTime<Utc>,
     pub changed_by: String,
+    /// The CRM has not answered since then (an outage, `domain::outage`).
+    pub unreachable_since: Option<DateTime<Utc>>,
 }
 
 /// The figures of docs/SPEC.md "Metrics", as of one moment.
@@ -371,6 +373,8 @@ pub struct MetricsSnapshot {
     /// Completed operations whose timeline does not show how the result was obtained.
     pub unreconstructable: i64,
     pub paused_connectors: Vec<String>,
+    /// Connectors whose CRM does not answer (an outage), and since when.
+    pub unreachable_connectors: BTreeMap<String, DateTime<Utc>>,
 }
 
 /// What one purge batch scrubbed.
@@ -609,6 +613,28 @@ pub trait Store: Send + Sync + 'static {
     /// Sends externally claimed operations whose lease ran out to review: their outcome
     /// is unknown and no CRM lookup is possible from here. Returns how many.
     async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64>;
+
+    /// A failed call the connector is to blame for (`domain::outage`): counted, and after
+    /// enough in a row the connector is unreachable. Its outage, if it is in one.
+    async fn connector_failed(
+        &self,
+        name: &str,
+        config: &crate::domain::outage::OutageConfig,
+        now: DateTime<Utc>,
+    ) -> Result<Option<crate::domain::outage::Unreachable>>;
+
+    /// The connector's CRM answered: the count starts again and an outage ends. True
+    /// when it had been unreachable.
+    async fn connector_answered(&self, name: &str, now: DateTime<Utc>) -> Result<bool>;
+
+    /// Before a claim: whether a lead may go to the connector now (`Open`), as its
+    /// outage's one probe (`Probe`, taken for this caller alone), or not (`Wait`).
+    async fn probe_gate(
+        &self,
+        name: &str,
+        config: &crate::domain::outage::OutageConfig,
+        now: DateTime<Utc>,
+    ) -> Result<crate::domain::outage::Gate>;
 
     /// Takes up to `limit` operations of the claim-API `source` that are due for a
     /// redelivery at `now` (migration 0007): `received`, executed externally, due, their

@@ -634,6 +634,51 @@ macro_rules! sql_store {
                 Ok(sent.map(i64::from))
             }
 
+            async fn lock_connector_health(
+                &mut self,
+                name: &str,
+            ) -> Result<Option<$crate::domain::outage::Health>> {
+                let sql = format!(
+                    "select failures, unreachable_since, probe_at, probes from connectors \
+                     where name = $1{}",
+                    $lock_row
+                );
+                let row = sqlx::query(&sql).bind(name).fetch_optional(&mut *self.0).await?;
+                row.map(|r| {
+                    Ok($crate::domain::outage::Health {
+                        failures: r.try_get("failures")?,
+                        unreachable_since: r.try_get("unreachable_since")?,
+                        probe_at: r.try_get("probe_at")?,
+                        probes: r.try_get("probes")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn save_connector_health(
+                &mut self,
+                name: &str,
+                h: &$crate::domain::outage::Health,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                sqlx::query(
+                    "insert into connectors (name, state, since, changed_by, failures, \
+                     unreachable_since, probe_at, probes) values ($1, 'active', $2, 'worker', $3, $4, $5, $6) \
+                     on conflict (name) do update set failures = excluded.failures, \
+                     unreachable_since = excluded.unreachable_since, probe_at = excluded.probe_at, \
+                     probes = excluded.probes",
+                )
+                .bind(name)
+                .bind(now)
+                .bind(h.failures)
+                .bind(h.unreachable_since)
+                .bind(h.probe_at)
+                .bind(h.probes)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
             async fn purge_candidates(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<Vec<String>> {
                 Ok(sqlx::query_scalar(
                     "select o.operation_id from operations o \
@@ -857,6 +902,46 @@ macro_rules! sql_store {
 
             async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
                 ops::claim_api::expire_leases(self.write().await?, now).await
+            }
+
+            async fn connector_failed(
+                &self,
+                name: &str,
+                config: &$crate::domain::outage::OutageConfig,
+                now: DateTime<Utc>,
+            ) -> Result<Option<$crate::domain::outage::Unreachable>> {
+                ops::outage::connector_failed(self.write().await?, name, config, now).await
+            }
+
+            async fn connector_answered(&self, name: &str, now: DateTime<Utc>) -> Result<bool> {
+                // A read first, without the writer: this runs after every answer.
+                let failures: Option<i32> =
+                    sqlx::query_scalar("select failures from connectors where name = $1")
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                if failures.unwrap_or(0) == 0 {
+                    return Ok(false);
+                }
+                ops::outage::connector_answered(self.write().await?, name, now).await
+            }
+
+            async fn probe_gate(
+                &self,
+                name: &str,
+                config: &$crate::domain::outage::OutageConfig,
+                now: DateTime<Utc>,
+            ) -> Result<$crate::domain::outage::Gate> {
+                // A read first, without the writer: this runs before every claim.
+                let unreachable: Option<Option<DateTime<Utc>>> =
+                    sqlx::query_scalar("select unreachable_since from connectors where name = $1")
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                if unreachable.flatten().is_none() {
+                    return Ok($crate::domain::outage::Gate::Open);
+                }
+                ops::outage::probe_gate(self.write().await?, name, config, now).await
             }
 
             async fn take_due_redeliveries(
@@ -1163,7 +1248,8 @@ macro_rules! sql_store {
 
             async fn connectors(&self) -> Result<Vec<Connector>> {
                 let rows = sqlx::query(
-                    "select name, state, reason, since, changed_by from connectors order by name",
+                    "select name, state, reason, since, changed_by, unreachable_since from connectors \
+                     order by name",
                 )
                 .fetch_all(&self.pool)
                 .await?;
@@ -1175,6 +1261,7 @@ macro_rules! sql_store {
                             reason: r.try_get("reason")?,
                             since: r.try_get("since")?,
                             changed_by: r.try_get("changed_by")?,
+                            unreachable_since: r.try_get("unreachable_since")?,
                         })
                     })
                     .collect()
@@ -1266,6 +1353,13 @@ macro_rules! sql_store {
                 )
                 .fetch_all(p)
                 .await?;
+                let unreachable: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+                    "select name, unreachable_since from connectors \
+                     where unreachable_since is not null order by name",
+                )
+                .fetch_all(p)
+                .await?;
+                m.unreachable_connectors = unreachable.into_iter().collect();
                 Ok(m)
             }
 

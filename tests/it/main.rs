@@ -11,6 +11,7 @@ mod console_store;
 mod gateway;
 mod intake_paths;
 mod metrics;
+mod outage;
 mod process;
 mod races;
 mod retention;

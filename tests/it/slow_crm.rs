@@ -151,6 +151,7 @@ fn direct_worker(
             call_timeout,
             settle,
             retry: config.retry.clone(),
+            outage: config.outage.clone(),
             concurrency: 1,
             fields: Default::default(),
         }),
@@ -875,6 +876,29 @@ impl Store for Hiccup {
     }
     async fn expire_external_leases(&self, now: chrono::DateTime<chrono::Utc>) -> Result<u64> {
         self.inner.expire_external_leases(now).await
+    }
+    async fn connector_failed(
+        &self,
+        name: &str,
+        config: &leadgate::domain::outage::OutageConfig,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<leadgate::domain::outage::Unreachable>> {
+        self.inner.connector_failed(name, config, now).await
+    }
+    async fn connector_answered(
+        &self,
+        name: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        self.inner.connector_answered(name, now).await
+    }
+    async fn probe_gate(
+        &self,
+        name: &str,
+        config: &leadgate::domain::outage::OutageConfig,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<leadgate::domain::outage::Gate> {
+        self.inner.probe_gate(name, config, now).await
     }
     async fn take_due_redeliveries(
         &self,

@@ -550,6 +550,8 @@ pub struct Dashboard {
     #[ts(type = "number")]
     pub unreconstructable: i64,
     pub paused_connectors: Vec<String>,
+    /// Connectors whose CRM does not answer, and since when (leads wait for its probes).
+    pub unreachable_connectors: BTreeMap<String, String>,
     pub series: Vec<SeriesPointView>,
 }
 
@@ -1010,6 +1012,11 @@ impl Console {
             mean_seconds_to_resolve: m.mean_seconds_to_resolve,
             unreconstructable: m.unreconstructable,
             paused_connectors: m.paused_connectors,
+            unreachable_connectors: m
+                .unreachable_connectors
+                .into_iter()
+                .map(|(c, since)| (c, ts(since)))
+                .collect(),
             series: series
                 .into_iter()
                 .map(|p| SeriesPointView {

@@ -259,6 +259,23 @@ async fn record_outcome<T: WriteTx>(
             }
             open_case(tx, l, reason, None, actor, detail, now).await?;
         }
+        AttemptOutcome::Outage {
+            failure,
+            at,
+            verify,
+        } => {
+            record_failure(l, &failure);
+            // The connector is to blame: the lead's attempts are not used up.
+            l.op.attempts = (l.op.attempts - 1).max(0);
+            l.op.next_attempt_at = Some(at);
+            l.op.verify_first = verify;
+            let event = failure_event(
+                "connector_unreachable",
+                &failure,
+                json!({"at": at, "verify": verify}),
+            );
+            tx.append(&id, actor, &event, now).await?;
+        }
         AttemptOutcome::PauseConnector { connector, failure } => {
             record_failure(l, &failure);
             // The call never executed: it does not use up the retry budget.

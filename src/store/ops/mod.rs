@@ -29,6 +29,7 @@ use super::{ContactKeys, Lease, NewDelivery, NewEvent, Operation, Result, StoreE
 pub(super) mod attempts;
 pub(super) mod claim_api;
 pub(super) mod intake;
+pub(super) mod outage;
 pub(super) mod retention;
 pub(super) mod review;
 
@@ -246,6 +247,20 @@ pub(crate) trait WriteTx: Send {
         now: DateTime<Utc>,
         resend_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<Option<i64>>> + Send;
+
+    // connector health
+    /// The connector's health, locked until commit (`None`: no row yet).
+    fn lock_connector_health(
+        &mut self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<crate::domain::outage::Health>>> + Send;
+    /// Writes the connector's health (creating its row, active, if there is none).
+    fn save_connector_health(
+        &mut self,
+        name: &str,
+        health: &crate::domain::outage::Health,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
 
     // retention
     fn purge_candidates(

@@ -96,6 +96,10 @@ export type ConnectorView = { name: string, paused: boolean, reason: string | nu
 
 export type SeriesPointView = { start: string, deliveries: number, new_operations: number, crm_entities: number, duplicates_absorbed: number, cases_opened: number, cases_resolved: number, retries_by_class: Record<string, number>, };
 
-export type Dashboard = { unique_operations: number, crm_entities_created: number, duplicates_absorbed: Record<string, number>, retries_by_class: Record<string, number>, operations_by_status: Record<string, number>, stale_in_progress: number, unprocessed: number, lost: number, open_cases_by_reason: Record<string, number>, resolved_cases: number, mean_seconds_to_resolve: number | null, unreconstructable: number, paused_connectors: Array<string>, series: Array<SeriesPointView>, };
+export type Dashboard = { unique_operations: number, crm_entities_created: number, duplicates_absorbed: Record<string, number>, retries_by_class: Record<string, number>, operations_by_status: Record<string, number>, stale_in_progress: number, unprocessed: number, lost: number, open_cases_by_reason: Record<string, number>, resolved_cases: number, mean_seconds_to_resolve: number | null, unreconstructable: number, paused_connectors: Array<string>, 
+/**
+ * Connectors whose CRM does not answer, and since when (leads wait for its probes).
+ */
+unreachable_connectors: { [key in string]: string }, series: Array<SeriesPointView>, };
 
 export type Range = "hour" | "day" | "week" | "month";

@@ -137,6 +137,7 @@ export const en = {
     lost: "Lost",
     unreconstructable: "Not reconstructable",
     paused: "Paused connectors",
+    unreachable: (c: string, since: string, waiting: number) => `CRM ${c} unreachable since ${since}: ${waiting} leads waiting. They go out by themselves when it answers again.`,
     flow: "Deliveries vs. operations vs. CRM entities",
     dupChart: "Duplicates absorbed",
     retriesChart: "Retries by class",

@@ -138,6 +138,7 @@ export const ru: Strings = {
     lost: "Потеряны",
     unreconstructable: "Не восстановимы",
     paused: "Коннекторы на паузе",
+    unreachable: (c: string, since: string, waiting: number) => `CRM ${c} недоступна с ${since}: ждут лидов — ${waiting}. Они уйдут сами, когда CRM ответит.`,
     flow: "Доставки, операции и сущности в CRM",
     dupChart: "Поглощённые дубли",
     retriesChart: "Повторы по классам ошибок",
