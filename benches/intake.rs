@@ -340,10 +340,9 @@ async fn main() {
         bench("SQLite (WAL, synchronous=FULL)", &sqlite).await;
     }
     if only != "sqlite" {
-        leadgate_testkit::db::on_scratch_postgres(
-            "lg_bench",
-            |url| async move { bench("PostgreSQL", &url).await },
-        )
+        leadgate_testkit::db::on_scratch_postgres("lg_bench", |url| async move {
+            bench("PostgreSQL", &url).await
+        })
         .await;
     }
 }
