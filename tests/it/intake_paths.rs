@@ -15,8 +15,8 @@ use leadgate::domain::{MatchRule, OperationId, ReviewReason, Status};
 use leadgate::store::postgres::{IntakePath, PgStore};
 use leadgate::store::*;
 
-use crate::store::delivery;
-use crate::support::{run, Backend, TestDb};
+use leadgate_testkit::db::{run, Backend, TestDb};
+use leadgate_testkit::seed::delivery;
 
 use IntakePath::{OneStatement, Steps};
 
