@@ -480,7 +480,7 @@ each_backend!(
 each_backend!(
     retryable_failures_until_the_attempts_run_out_go_to_review,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start_without_breaker(&db).await;
         gw.fake.push_fault(
             CREATE,
             Fault::RateLimit {
@@ -503,7 +503,7 @@ each_backend!(
 each_backend!(
     reconciliation_finding_several_or_failing_goes_to_review,
     |db| async move {
-        let gw = Gateway::start(&db).await;
+        let gw = start_without_breaker(&db).await;
         // Someone already created a lead carrying this key (a duplicate in the CRM); then the
         // gateway's own create answers 500 after executing: the lookup finds two.
         let res = gw
@@ -545,3 +545,18 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+/// The per-lead attempt limits alone: with three failures in a row and nothing answered in
+/// between, the connector would count as unreachable and the lead would wait for its
+/// probes instead (tests/it/outage.rs). These tests are about what happens to a lead that
+/// keeps failing while the CRM is otherwise there.
+async fn start_without_breaker(db: &leadgate_testkit::db::TestDb) -> Gateway {
+    let fake = leadgate_fakes::bitrix24::FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let toml = format!(
+        "{}\n[outage]\nafter_failures = 1000\n",
+        config_toml(&db.url, &fake.webhook_url())
+    );
+    Gateway::start_with(fake, leadgate::config::Config::parse(&toml).unwrap()).await
+}
