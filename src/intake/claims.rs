@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 
 use super::sources::{self, BodyKind, TRANSFORM_VERSION};
 use super::{parse_id, ApiError, IntakeState};
-use crate::domain::{fingerprint, ErrorClass, OperationId, OperationIdError, ReviewReason};
+use crate::domain::{
+    fingerprint, ErrorClass, OperationId, OperationIdError, RetryDecision, ReviewReason,
+};
 use crate::store::{
     self, AttemptOutcome, ExternalClaim, ExternalClaimOutcome, Failure, Lease, NewDelivery,
     StoreError,
@@ -251,29 +253,35 @@ pub(super) async fn fail(
         class: f.class,
         message: crate::crm::clean_message(&f.error, &[]),
     };
-    let op = state
-        .store
-        .operation(&id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?;
-    // A person's single grant is spent by this attempt: it comes back to them, as the
-    // worker's would. (The store checks the token when the report is applied; a report
-    // that does not hold the lease changes nothing.)
-    let granted = state
-        .store
-        .timeline(&id)
-        .await?
-        .iter()
-        .rev()
-        .find(|e| e.kind == "claimed")
-        .and_then(|e| e.detail["granted"].as_bool())
-        .unwrap_or(false);
+    // Only a retry needs the attempt count and whether a person's grant was spent (it
+    // comes back to them, as the worker's would); the other classes are decided without
+    // reading the operation. (The store checks the token when the report is applied; a
+    // report that does not hold the lease changes nothing.)
+    let (attempts, granted) = if f.class.decision() == RetryDecision::RetryWithBackoff {
+        let op = state
+            .store
+            .operation(&id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?;
+        let granted = state
+            .store
+            .timeline(&id)
+            .await?
+            .iter()
+            .rev()
+            .find(|e| e.kind == "claimed")
+            .and_then(|e| e.detail["granted"].as_bool())
+            .unwrap_or(false);
+        (op.attempts, granted)
+    } else {
+        (0, false)
+    };
     let outcome = state
         .claim_api
         .retry
         .after_failed_call(
             failure,
-            op.attempts,
+            attempts,
             granted,
             f.retry_after.map(Duration::from_secs),
             &state.claim_api.source,
