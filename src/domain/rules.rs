@@ -284,6 +284,15 @@ pub fn decide(
     }
 }
 
+/// Whether a review case may be opened on an operation now (a stale attempt, a failed
+/// one): not while an attempt's lease is live, whose outcome would then race the person.
+pub fn may_open_review(op: OpFacts<'_>, now: DateTime<Utc>) -> Result<(), Refusal> {
+    if op.lease_live(now) {
+        return Err(Refusal::ReviewWhileInFlight);
+    }
+    Ok(())
+}
+
 /// The actions a person may take on a case now, as the resolution each would record:
 /// exactly those [`decide`] allows (a CRM id is assumed typed in).
 pub fn allowed_actions(
@@ -941,6 +950,21 @@ mod tests {
         assert_eq!(late_id(Some("1"), "1"), LateId::SameAsKnown);
         assert_eq!(late_id(None, "1"), LateId::Completes);
         assert_eq!(late_id(Some("1"), "2"), LateId::SecondEntity);
+
+        let live = OpFacts {
+            lease_expires_at: Some(later),
+            ..op(S::InProgress)
+        };
+        let ran_out = OpFacts {
+            lease_expires_at: Some(earlier),
+            ..op(S::InProgress)
+        };
+        assert_eq!(
+            may_open_review(live, now()),
+            Err(Refusal::ReviewWhileInFlight)
+        );
+        assert_eq!(may_open_review(ran_out, now()), Ok(()));
+        assert_eq!(may_open_review(op(S::FailedTerminal), now()), Ok(()));
 
         assert_eq!(status_on_review(S::Received), Some(S::NeedsReview));
         assert_eq!(status_on_review(S::InProgress), Some(S::NeedsReview));

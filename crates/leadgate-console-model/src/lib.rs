@@ -94,11 +94,14 @@ impl From<StoreError> for ConsoleError {
                 message: r.to_string(),
                 detail: r.detail(),
             },
-            e @ StoreError::AttemptInFlight(_, until) => ConsoleError::Refused {
-                code: "attempt_in_flight".to_owned(),
-                message: e.to_string(),
-                detail: Some(until.to_rfc3339()),
-            },
+            e @ StoreError::AttemptInFlight(_, until) => {
+                let refusal = leadgate::domain::Refusal::AttemptInFlight { until };
+                ConsoleError::Refused {
+                    code: refusal.code().to_owned(),
+                    message: e.to_string(),
+                    detail: refusal.detail(),
+                }
+            }
             StoreError::Transition(t) => ConsoleError::Invalid {
                 message: t.to_string(),
             },

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::rules::{decide, Decision};
+use crate::domain::rules::{decide, may_open_review, Decision};
 use crate::domain::{OperationId, Refusal, ReviewReason, Status};
 use crate::store::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
 
@@ -19,9 +19,7 @@ pub(crate) async fn open_review<T: WriteTx>(
     now: DateTime<Utc>,
 ) -> Result<i64> {
     let mut l = must_lock(&mut tx, operation_id.as_str()).await?;
-    if l.op.lease_expires_at.is_some_and(|t| t > now) {
-        return Err(Refusal::ReviewWhileInFlight.into());
-    }
+    may_open_review(l.facts(), now)?;
     let id = open_case(&mut tx, &mut l, reason, None, actor, detail, now).await?;
     save(&mut tx, &mut l, now).await?;
     tx.commit().await?;
