@@ -551,12 +551,5 @@ each_backend!(
 /// probes instead (tests/it/outage.rs). These tests are about what happens to a lead that
 /// keeps failing while the CRM is otherwise there.
 async fn start_without_breaker(db: &leadgate_testkit::db::TestDb) -> Gateway {
-    let fake = leadgate_fakes::bitrix24::FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let toml = format!(
-        "{}\n[outage]\nafter_failures = 1000\n",
-        config_toml(&db.url, &fake.webhook_url())
-    );
-    Gateway::start_with(fake, leadgate::config::Config::parse(&toml).unwrap()).await
+    Gateway::start_extended(db, "[outage]\nafter_failures = 1000\n").await
 }

@@ -16,15 +16,10 @@ use reqwest::StatusCode;
 
 const LEADS: usize = 1000;
 
-/// The test gateway with the outage settings of a compressed day: three failures in a
-/// row make the CRM unreachable, probes every few hundred milliseconds.
-fn config(db_url: &str, webhook_url: &str) -> Config {
-    let toml = format!(
-        "{}\n[outage]\nafter_failures = 3\nprobes = [\"200ms\", \"400ms\", \"800ms\"]\nlimit = \"1h\"\n",
-        config_toml(db_url, webhook_url)
-    );
-    Config::parse(&toml).unwrap()
-}
+/// The outage settings of a compressed day: three failures in a row make the CRM
+/// unreachable, probes every few hundred milliseconds.
+const OUTAGE: &str =
+    "[outage]\nafter_failures = 3\nprobes = [\"200ms\", \"400ms\", \"800ms\"]\nlimit = \"1h\"\n";
 
 async fn post_leads<F>(gw: &Gateway<F>, prefix: &str) -> Vec<String> {
     let keys: Vec<String> = (0..LEADS).map(|i| format!("{prefix}{i}")).collect();
@@ -137,18 +132,14 @@ async fn waits_for_probes<F>(gw: &Gateway<F>, calls: impl Fn() -> u64, keys: &[S
 each_backend!(
     a_crm_answering_503_for_a_while_loses_nobody_and_asks_nobody,
     |db| async move {
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let gw = Gateway::start_extended(&db, OUTAGE).await;
         let down = Fault::Error {
             status: 503,
             error: String::new(),
             error_description: "Service Unavailable".into(),
             after_execute: false,
         };
-        fake.push_fault("*", down, u32::MAX);
-        let url = fake.webhook_url();
-        let gw = Gateway::start_with(fake, config(&db.url, &url)).await;
+        gw.fake.push_fault("*", down, u32::MAX);
         let keys = post_leads(&gw, "o").await;
         waits_for_probes(
             &gw,
@@ -182,7 +173,8 @@ each_backend!(
             .unwrap();
         let (addr, url) = (gone.addr(), gone.webhook_url());
         drop(gone);
-        let gw = Gateway::start_with((), config(&db.url, &url)).await;
+        let config = Config::parse(&format!("{}\n{OUTAGE}", config_toml(&db.url, &url))).unwrap();
+        let gw = Gateway::start_with((), config).await;
         let keys = post_leads(&gw, "r").await;
         waits_for_probes(&gw, || 0, &keys).await;
         let back = FakeBitrix24::spawn(addr).await.unwrap();

@@ -114,11 +114,17 @@ pub struct Gateway<F = FakeBitrix24> {
 
 impl Gateway {
     pub async fn start(db: &TestDb) -> Gateway {
+        Gateway::start_extended(db, "").await
+    }
+
+    /// [`Gateway::start`] with `extra` TOML appended to the test configuration (tables of
+    /// its own, e.g. `[outage]`).
+    pub async fn start_extended(db: &TestDb, extra: &str) -> Gateway {
         let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        let config = Config::parse(&config_toml(&db.url, &fake.webhook_url())).unwrap();
-        Gateway::start_with(fake, config).await
+        let toml = format!("{}\n{extra}", config_toml(&db.url, &fake.webhook_url()));
+        Gateway::start_with(fake, Config::parse(&toml).unwrap()).await
     }
 }
 
