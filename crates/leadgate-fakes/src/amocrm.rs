@@ -21,12 +21,26 @@
 //!   unexpired access token; otherwise 401 problem+json.
 //!   Successes are `application/hal+json`, errors `application/problem+json` — except
 //!   the faults that imitate a proxy: a plain-text 429 and an nginx HTML 403.
+//! - Request limit (off by default; `FakeConfig::settings.request_limit_per_second`,
+//!   amoCRM: 7 per second per integration): a sliding window — at most `n = max(1, floor(r))` requests
+//!   in any `n / r` seconds, i.e. for a whole `r` at most `r` in any one second, with no
+//!   burst beyond it. A request over it is refused before anything else (no token check,
+//!   no fault taken, nothing executed) with 429 and the plain-text body
+//!   `Too Many Requests`, as the `rate_limit` fault answers, and does not count in the
+//!   window. Every API call and `POST /oauth2/access_token` count; the control plane
+//!   does not. Refusals are counted ([`FakeAmoCrm::refused`]); the call still counts in
+//!   `calls`.
 //!
 //! Control plane (not part of amoCRM): `POST /_fake/faults` with
 //! `[{"method":"leads.complex","fault":"lost_answer_hang","times":1}]` (methods:
-//! `leads.complex`, `leads.list`, `leads.get`, `*`), `POST /_fake/settings` with
-//! `{"duplicate_control":true,"search_lag_ms":500,"missing_lead_status":404}`,
-//! `GET /_fake/state`, `POST /_fake/reset`.
+//! `leads.complex`, `leads.list`, `leads.get`, `oauth.token`, `*`),
+//! `POST /_fake/settings` with
+//! `{"duplicate_control":true,"search_lag_ms":500,"missing_lead_status":404,
+//! "request_limit_per_second":7}` (any subset; `"request_limit_per_second":null`
+//! switches the limit off, a new one starts from an empty window; answers the
+//! settings, the limit only when on),
+//! `GET /_fake/state` (`leads`, `contacts`, `settings`, `calls`, `pending_faults`,
+//! `refused`), `POST /_fake/reset`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -42,7 +56,10 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
-use crate::control::{hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule};
+use crate::control::{
+    hang, lock, present, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule,
+};
+use crate::limit::Window;
 
 /// The fault-queue names of the three endpoints.
 pub const CREATE: &str = "leads.complex";
@@ -115,6 +132,10 @@ pub struct Settings {
     pub search_lag_ms: u64,
     /// What `GET /api/v4/leads/{id}` answers for a missing lead: 204 or 404.
     pub missing_lead_status: u16,
+    /// The request limit (amoCRM: 7 a second; see the module docs); `None`: no limit.
+    /// Left out of the JSON when off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_limit_per_second: Option<f64>,
 }
 
 impl Default for Settings {
@@ -123,6 +144,7 @@ impl Default for Settings {
             duplicate_control: false,
             search_lag_ms: 0,
             missing_lead_status: 204,
+            request_limit_per_second: None,
         }
     }
 }
@@ -134,6 +156,9 @@ struct SettingsUpdate {
     duplicate_control: Option<bool>,
     search_lag_ms: Option<u64>,
     missing_lead_status: Option<u16>,
+    /// `null` lifts the limit; a missing field leaves it.
+    #[serde(default, deserialize_with = "present")]
+    request_limit_per_second: Option<Option<f64>>,
 }
 
 /// How the fake is set up.
@@ -213,6 +238,7 @@ struct Shared {
     store: Mutex<Store>,
     faults: FaultQueue<Fault>,
     calls: CallCounter,
+    window: Window,
     base_url: Mutex<String>,
 }
 
@@ -252,6 +278,7 @@ impl FakeAmoCrm {
             store: Mutex::new(Store::default()),
             faults: FaultQueue::new(config.always),
             calls: CallCounter::default(),
+            window: Window::default(),
             base_url: Mutex::new(String::new()),
         });
         let for_router = shared.clone();
@@ -343,9 +370,21 @@ impl FakeAmoCrm {
             .collect()
     }
 
-    /// How many calls `method` got, faulted and unauthorized ones included.
+    /// How many calls `method` got, faulted, unauthorized and rate-limited ones included.
     pub fn calls(&self, method: &str) -> u64 {
         self.shared.calls.get(method)
+    }
+
+    /// Sets (or with `None` lifts) the request limit, in requests per second, starting
+    /// from an empty window.
+    pub fn set_request_limit(&self, per_second: Option<f64>) {
+        lock(&self.shared.settings).request_limit_per_second = per_second;
+        self.shared.window.empty();
+    }
+
+    /// How many requests the request limit refused (since the start or a reset).
+    pub fn refused(&self) -> u64 {
+        self.shared.window.refused()
     }
 
     pub fn set_duplicate_control(&self, on: bool) {
@@ -360,8 +399,8 @@ impl FakeAmoCrm {
         lock(&self.shared.settings).missing_lead_status = status;
     }
 
-    /// Forgets leads, contacts, counters and queued faults; settings go back to the
-    /// configured ones.
+    /// Forgets leads, contacts, counters (refusals too), queued faults and the request
+    /// limit's window; settings (the limit too) go back to the configured ones.
     pub fn reset(&self) {
         reset(&self.shared);
     }
@@ -413,6 +452,7 @@ fn reset(shared: &Shared) {
     *lock(&shared.settings) = shared.initial.clone();
     shared.calls.clear();
     shared.faults.clear();
+    shared.window.reset();
 }
 
 async fn push_faults(
@@ -440,6 +480,10 @@ async fn update_settings(
     if let Some(v) = update.missing_lead_status {
         settings.missing_lead_status = v;
     }
+    if let Some(v) = update.request_limit_per_second {
+        settings.request_limit_per_second = v;
+        state.shared.window.empty();
+    }
     Json(json!(*settings))
 }
 
@@ -456,6 +500,7 @@ async fn state_json(State(state): State<AppState>) -> Json<Value> {
         "settings": *lock(&shared.settings),
         "calls": shared.calls.snapshot(),
         "pending_faults": shared.faults.pending(),
+        "refused": shared.window.refused(),
     }))
 }
 
@@ -599,6 +644,9 @@ async fn access_token(
 ) -> Response {
     let shared = &state.shared;
     shared.calls.hit(TOKEN);
+    if let Some(refused) = over_limit(shared) {
+        return refused;
+    }
     let fault = shared.faults.take(TOKEN);
     if let Some(Fault::LatencyMs { ms }) = &fault {
         tokio::time::sleep(Duration::from_millis(*ms)).await;
@@ -661,18 +709,33 @@ async fn access_token(
     resp
 }
 
+/// The 429 of the request limit, if it is on and this request is over it.
+fn over_limit(shared: &Shared) -> Option<Response> {
+    let per_second = lock(&shared.settings).request_limit_per_second?;
+    if shared.window.admit(per_second) {
+        None
+    } else {
+        refusal(&Fault::RateLimit {
+            retry_after_secs: None,
+        })
+    }
+}
+
 fn unauthorized() -> Response {
     problem(401, "Unauthorized", "Authorization required")
 }
 
-/// Counts the call, checks the token and plays a refusing fault. `Ok(fault)` means go
-/// on (the fault may still act after executing).
+/// Counts the call, applies the request limit, checks the token and plays a refusing
+/// fault. `Ok(fault)` means go on (the fault may still act after executing).
 async fn preamble(
     shared: &Shared,
     method: &str,
     headers: &HeaderMap,
 ) -> Result<Option<Fault>, Response> {
     shared.calls.hit(method);
+    if let Some(refused) = over_limit(shared) {
+        return Err(refused);
+    }
     if !authorized(shared, headers) {
         return Err(unauthorized());
     }
@@ -1457,5 +1520,100 @@ mod tests {
         assert_eq!(rules[1].times, 3);
         assert_eq!(rules[2].fault, Fault::PaymentRequired);
         assert_eq!(rules[3].fault, Fault::NoRights);
+    }
+
+    #[tokio::test]
+    async fn request_limit_allows_per_second_with_no_burst() {
+        let config = FakeConfig {
+            settings: Settings {
+                request_limit_per_second: Some(7.0),
+                ..Settings::default()
+            },
+            ..FakeConfig::default()
+        };
+        let fake = FakeAmoCrm::spawn_with("127.0.0.1:0".parse().unwrap(), config)
+            .await
+            .unwrap();
+        let client = reqwest::Client::new();
+        let control = format!("{}/_fake", fake.base_url());
+        let state = || async {
+            client
+                .get(format!("{control}/state"))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        };
+        let (client_id, client_secret, redirect_uri) = fake.oauth_client();
+        // The token endpoint counts as one of the seven.
+        let (status, _, body) = send(
+            client
+                .post(format!("{}/oauth2/access_token", fake.base_url()))
+                .json(
+                    &json!({"client_id": client_id, "client_secret": client_secret,
+                    "grant_type": "refresh_token", "refresh_token": fake.initial_refresh_token(),
+                    "redirect_uri": redirect_uri}),
+                ),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        for i in 0..6 {
+            // The control plane does not count.
+            state().await;
+            let (status, _, body) = send(add(&fake, json!([lead(&format!("k{i}"), "1")]))).await;
+            assert_eq!(status, 200, "request {i}: {body}");
+        }
+        let (status, ct, body) = send(add(&fake, json!([lead("over", "1")]))).await;
+        assert_eq!(
+            (status, ct.as_str(), body.as_str()),
+            (429, "text/plain", "Too Many Requests")
+        );
+        assert_eq!(fake.leads().len(), 6, "the refused create did not execute");
+        assert_eq!(fake.refused(), 1);
+        assert_eq!(fake.calls(CREATE), 7);
+        // An unauthorized request over the limit is refused by the limit first.
+        let (status, _, _) = send(client.get(format!("{}/api/v4/leads", fake.base_url()))).await;
+        assert_eq!(status, 429);
+        let s = state().await;
+        assert_eq!(s["refused"], 2);
+        assert_eq!(s["settings"]["request_limit_per_second"], 7.0);
+
+        // The window is one second from the first request.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let (status, _, _) = send(add(&fake, json!([lead("later", "1")]))).await;
+        assert_eq!(status, 200);
+        assert_eq!(fake.leads().len(), 7);
+
+        let settings: Value = client
+            .post(format!("{control}/settings"))
+            .json(&json!({"request_limit_per_second": null}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(
+            settings.get("request_limit_per_second").is_none(),
+            "{settings}"
+        );
+        for _ in 0..10 {
+            let (status, _, _) = send(add(&fake, json!([lead("free", "1")]))).await;
+            assert_eq!(status, 200);
+        }
+        fake.set_request_limit(Some(1.0));
+        assert_eq!(send(add(&fake, json!([lead("one", "1")]))).await.0, 200);
+        assert_eq!(send(add(&fake, json!([lead("two", "1")]))).await.0, 429);
+        assert_eq!(fake.refused(), 3);
+        // A reset restores the configured limit (7) with an empty window.
+        fake.reset();
+        assert_eq!(fake.refused(), 0);
+        for i in 0..7 {
+            let (status, _, _) = send(add(&fake, json!([lead(&format!("r{i}"), "1")]))).await;
+            assert_eq!(status, 200, "request {i}");
+        }
+        assert_eq!(send(add(&fake, json!([lead("r7", "1")]))).await.0, 429);
     }
 }

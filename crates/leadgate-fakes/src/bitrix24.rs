@@ -5,19 +5,63 @@
 //! the failures that matter — above all "the CRM created the entity and the answer was
 //! lost" — over real sockets, without a portal. It follows `docs/crm.md`:
 //!
-//! - `POST|GET /rest/{user}/{secret}/{method}[.json]` with a JSON body (or query /
-//!   form parameters with flat keys);
+//! - `POST|GET /rest/{user}/{secret}/{method}[.json]` with a JSON body, or form / query
+//!   parameters parsed as PHP parses them (`fields[TITLE]=x&select[]=ID`, see `batch`);
 //! - `crm.lead.add`, `crm.deal.add` → `{"result": <id>}`;
-//! - `crm.lead.list`, `crm.deal.list` with `filter` (`=`/no prefix, `!=`/`!`),
+//! - `crm.lead.list`, `crm.deal.list` with `filter` (`=`/no prefix: equal, an array
+//!   meaning any of; `!=`/`!`: not equal; `@`: in the array of values; `!@`: not in it),
 //!   `select`, `start` (50 rows a page, `total`, `next`; `start=-1` omits `total`);
 //! - `crm.duplicate.findbycomm` (`[]` when nothing matches, `{"LEAD":[ids]}` else);
 //! - every success carries the `time` object; errors are
 //!   `{"error":"CODE","error_description":"text"}`; an unknown method is 404
 //!   `ERROR_METHOD_NOT_FOUND`, a wrong secret 401 `NO_AUTH_FOUND`.
 //!
+//! `batch`: `POST /rest/{user}/{secret}/batch[.json]` with
+//! `{"halt":0|1,"cmd":{"<key>":"<method>?<query>",...}}` (or the form
+//! `halt=0&cmd[<key>]=<urlencoded "method?query">`). Each query is PHP-style, as
+//! `http_build_query` writes it — `fields[PHONE][0][VALUE]=%2B7...&select[0]=ID` — and
+//! parsed as PHP does: keys and values percent-decoded (brackets too), bracketed keys
+//! nest, an object whose keys are exactly `0..n` becomes an array, `[]` appends. The
+//! commands run one by one in the order given, each exactly as the direct call would
+//! (same validation, same answers). At most [`MAX_BATCH`] commands, else 400
+//! `ERROR_BATCH_LENGTH_EXCEEDED` and nothing runs; a `batch` command gets
+//! `ERROR_BATCH_METHOD_NOT_ALLOWED`, an unknown method `ERROR_METHOD_NOT_FOUND`. The
+//! answer is 200
+//! `{"result":{"result":{key:result},"result_error":{key:{"error","error_description"}},
+//! "result_total":{key:N},"result_next":{key:N},"result_time":{key:{time}}},"time":{..}}`
+//! with keys in command order; as PHP writes them, an empty one of these five maps is
+//! `[]`. Only successful commands are in `result` and `result_time`, only those with a
+//! total / next page in `result_total` / `result_next`. With `halt` (PHP-truthy), the
+//! batch stops after the first command that errs; nothing is rolled back.
+//!
+//! Faults in a batch: a fault queued for a command's method strikes the one command that
+//! takes it — a refusal (`validation`, `rate_limit`, `server_error`, `error`...) becomes
+//! that command's `result_error` entry, not executed; `server_error_after_create` and
+//! `error` with `after_execute` execute it, then report the error. The connection faults
+//! (`lost_answer_hang`, `lost_answer_drop`, `latency_ms`, `execute_late`, `html_error`)
+//! are not taken by commands (they stay queued); queued on `batch` itself they act on
+//! the whole request as on any call (`lost_answer_hang`: every command runs, then no
+//! answer). A refusal queued on `batch` refuses the request before any command runs.
+//!
+//! Calls are counted per method: a batch request once as `batch`, and each command the
+//! portal gets to (faulted ones included) under its own method, so `crm.lead.add` counts
+//! add commands that reached the portal, directly or in a batch. Commands of a refused
+//! batch, commands after a `halt`, and nested `batch` commands are not counted.
+//!
+//! Request limit (off by default; [`FakeConfig::request_limit`]): a leaky bucket as the
+//! portal's. Every `/rest/` request — a batch is ONE — adds 1 to a counter that drains
+//! continuously at `per_second`; a request that would take it above `burst` is refused
+//! before anything else (no webhook check, no fault taken, nothing executed) with 503
+//! `{"error":"QUERY_LIMIT_EXCEEDED","error_description":"Too many requests"}` and adds
+//! nothing. Refusals are counted ([`FakeBitrix24::refused`]); the request still counts
+//! in `calls`. The control plane never counts.
+//!
 //! Control plane (not part of Bitrix24): `POST /_fake/faults` with
 //! `[{"method":"crm.lead.add","fault":"lost_answer_hang","times":1}]`,
-//! `GET /_fake/state`, `POST /_fake/reset`.
+//! `DELETE /_fake/faults`, `POST /_fake/settings` with
+//! `{"request_limit":{"per_second":2,"burst":50}}` (`null` switches it off; a new limit
+//! starts from an empty bucket; answers the settings), `GET /_fake/state` (`entities`,
+//! `calls`, `pending_faults`, `request_limit`, `refused`), `POST /_fake/reset`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,13 +78,16 @@ use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
 use crate::control::{
-    hang, lock, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule, RandomFault,
+    hang, lock, present, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule, RandomFault,
 };
+use crate::limit::LeakyBucket;
 
 /// Rows per page of a list call, as in Bitrix24.
 pub const PAGE_SIZE: usize = 50;
 /// At most this many values per `crm.duplicate.findbycomm` call, as in Bitrix24.
 pub const MAX_COMM_VALUES: usize = 20;
+/// At most this many commands per `batch`, as in Bitrix24.
+pub const MAX_BATCH: usize = 50;
 
 const METHODS: &[&str] = &[
     "crm.lead.add",
@@ -48,6 +95,7 @@ const METHODS: &[&str] = &[
     "crm.lead.list",
     "crm.deal.list",
     "crm.duplicate.findbycomm",
+    "batch",
 ];
 
 /// A failure the fake plays instead of (or after) executing a call.
@@ -99,6 +147,16 @@ pub enum Fault {
     },
 }
 
+/// The portal's request limit: a leaky bucket that drains at `per_second` and refuses
+/// a request that would fill it above `burst` (Bitrix24 cloud: 2 a second with a threshold of 50; Enterprise: 5 and 250).
+///
+/// On the wire (`POST /_fake/settings`): `{"request_limit":{"per_second":2,"burst":50}}`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RequestLimit {
+    pub per_second: f64,
+    pub burst: u32,
+}
+
 /// How the fake is set up.
 #[derive(Debug, Clone)]
 pub struct FakeConfig {
@@ -114,6 +172,8 @@ pub struct FakeConfig {
     /// A list or duplicate search sees an entity only this long after it landed (a
     /// search that lags behind writes).
     pub search_lag: Duration,
+    /// The request limit; `None` (the default): no limit.
+    pub request_limit: Option<RequestLimit>,
 }
 
 impl Default for FakeConfig {
@@ -124,6 +184,7 @@ impl Default for FakeConfig {
             always: Vec::new(),
             random: Vec::new(),
             search_lag: Duration::ZERO,
+            request_limit: None,
         }
     }
 }
@@ -154,6 +215,8 @@ struct Shared {
     faults: FaultQueue<Fault>,
     calls: CallCounter,
     search_lag: Mutex<Duration>,
+    request_limit: Mutex<Option<RequestLimit>>,
+    bucket: LeakyBucket,
 }
 
 #[derive(Clone)]
@@ -186,6 +249,8 @@ impl FakeBitrix24 {
             faults: FaultQueue::with_random(config.always, config.random),
             calls: CallCounter::default(),
             search_lag: Mutex::new(config.search_lag),
+            request_limit: Mutex::new(config.request_limit),
+            bucket: LeakyBucket::default(),
         });
         let for_router = shared.clone();
         let server = FakeServer::spawn(listen, move |shutdown| {
@@ -231,9 +296,21 @@ impl FakeBitrix24 {
         entities(&self.shared)
     }
 
-    /// How many calls `method` (without `.json`) got, faulted ones included.
+    /// How many calls `method` (without `.json`) got, faulted ones and ones refused by
+    /// the request limit included. A batch counts once as `batch`, and each command the
+    /// portal got to counts under its own method (see the module docs).
     pub fn calls(&self, method: &str) -> u64 {
         self.shared.calls.get(method)
+    }
+
+    /// Sets (or with `None` lifts) the request limit, starting from an empty bucket.
+    pub fn set_request_limit(&self, limit: Option<RequestLimit>) {
+        set_request_limit(&self.shared, limit);
+    }
+
+    /// How many requests the request limit refused (since the start or a reset).
+    pub fn refused(&self) -> u64 {
+        self.shared.bucket.refused()
     }
 
     /// From now on lists see an entity only `lag` after it landed.
@@ -241,7 +318,8 @@ impl FakeBitrix24 {
         *lock(&self.shared.search_lag) = lag;
     }
 
-    /// Forgets entities, counters and queued faults.
+    /// Forgets entities, counters (refusals too) and queued faults, and empties the
+    /// request limit's bucket; the limit itself and the search lag stay as set.
     pub fn reset(&self) {
         reset(&self.shared);
     }
@@ -263,6 +341,7 @@ fn router(state: AppState) -> Router {
     Router::new()
         .route("/rest/{user}/{secret}/{method}", any(rest))
         .route("/_fake/faults", post(push_faults).delete(clear_faults))
+        .route("/_fake/settings", post(update_settings))
         .route("/_fake/state", get(state_json))
         .route("/_fake/reset", post(reset_handler))
         .with_state(state)
@@ -284,6 +363,31 @@ fn reset(shared: &Shared) {
     *lock(&shared.store) = Store::default();
     shared.calls.clear();
     shared.faults.clear();
+    shared.bucket.reset();
+}
+
+/// A partial update of the settings (`POST /_fake/settings`).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsUpdate {
+    /// `null` lifts the limit; a missing field leaves it.
+    #[serde(default, deserialize_with = "present")]
+    request_limit: Option<Option<RequestLimit>>,
+}
+
+fn set_request_limit(shared: &Shared, limit: Option<RequestLimit>) {
+    *lock(&shared.request_limit) = limit;
+    shared.bucket.empty();
+}
+
+async fn update_settings(
+    State(state): State<AppState>,
+    Json(update): Json<SettingsUpdate>,
+) -> Json<Value> {
+    if let Some(limit) = update.request_limit {
+        set_request_limit(&state.shared, limit);
+    }
+    Json(json!({"request_limit": *lock(&state.shared.request_limit)}))
 }
 
 /// Drops the queued faults, keeping the entities and call counts.
@@ -308,6 +412,8 @@ async fn state_json(State(state): State<AppState>) -> Json<Value> {
         "entities": entities(&state.shared),
         "calls": state.shared.calls.snapshot(),
         "pending_faults": state.shared.faults.pending(),
+        "request_limit": *lock(&state.shared.request_limit),
+        "refused": state.shared.bucket.refused(),
     }))
 }
 
@@ -334,34 +440,81 @@ fn with_retry_after(mut resp: Response, secs: Option<u64>) -> Response {
     resp
 }
 
-/// The answer a fault gives instead of executing, if it is that kind of fault.
-fn refusal(fault: &Fault) -> Option<Response> {
+/// The Bitrix24 error a fault answers with instead of executing, if it is that kind of
+/// fault (`HtmlError` refuses too, but not with a Bitrix24 error: see [`refusal`]).
+fn refusal_error(fault: &Fault) -> Option<Refusal> {
     Some(match fault {
-        Fault::RateLimit { retry_after_secs } => with_retry_after(
-            error(503, "QUERY_LIMIT_EXCEEDED", "Too many requests"),
-            *retry_after_secs,
+        Fault::RateLimit { .. } => refuse(503, "QUERY_LIMIT_EXCEEDED", "Too many requests"),
+        Fault::OperationTimeLimit { .. } => refuse(
+            429,
+            "OPERATION_TIME_LIMIT",
+            "Method is blocked due to operation time limit.",
         ),
-        Fault::OperationTimeLimit { retry_after_secs } => with_retry_after(
-            error(429, "OPERATION_TIME_LIMIT", "Method is blocked due to operation time limit."),
-            *retry_after_secs,
+        Fault::ServerError => refuse(500, "INTERNAL_SERVER_ERROR", "Internal server error"),
+        Fault::ExpiredToken => refuse(
+            401,
+            "expired_token",
+            "The access token provided has expired.",
         ),
-        Fault::ServerError => error(500, "INTERNAL_SERVER_ERROR", "Internal server error"),
-        Fault::ExpiredToken => error(401, "expired_token", "The access token provided has expired."),
-        Fault::Validation => error(400, "", "The required field 'Lead Name' is missing.<br />"),
-        Fault::HtmlError => (
-            StatusCode::BAD_GATEWAY,
-            [(header::CONTENT_TYPE, "text/html")],
-            "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
-        )
-            .into_response(),
+        Fault::Validation => refuse(400, "", "The required field 'Lead Name' is missing.<br />"),
         Fault::Error {
             status,
             error: code,
             error_description,
             after_execute: false,
-        } => error(*status, code, error_description),
+        } => refuse(*status, code, error_description),
         _ => return None,
     })
+}
+
+/// The error a fault reports after the call was executed, if it is that kind of fault.
+fn after_execute_error(fault: &Fault) -> Option<Refusal> {
+    match fault {
+        Fault::ServerErrorAfterCreate => Some(refuse(
+            500,
+            "INTERNAL_SERVER_ERROR",
+            "Internal server error",
+        )),
+        Fault::Error {
+            status,
+            error: code,
+            error_description,
+            after_execute: true,
+        } => Some(refuse(*status, code, error_description)),
+        _ => None,
+    }
+}
+
+/// Whether a fault concerns one call rather than the connection, so that a batch
+/// command can take it (the others act only on a whole request).
+fn concerns_the_call(fault: &Fault) -> bool {
+    refusal_error(fault).is_some() || after_execute_error(fault).is_some()
+}
+
+/// The answer a fault gives instead of executing, if it is that kind of fault.
+fn refusal(fault: &Fault) -> Option<Response> {
+    match fault {
+        Fault::HtmlError => Some((
+            StatusCode::BAD_GATEWAY,
+            [(header::CONTENT_TYPE, "text/html")],
+            "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
+        )
+            .into_response()),
+        Fault::RateLimit { retry_after_secs } | Fault::OperationTimeLimit { retry_after_secs } => {
+            refusal_error(fault).map(|r| with_retry_after(r.into_response(), *retry_after_secs))
+        }
+        _ => refusal_error(fault).map(Refusal::into_response),
+    }
+}
+
+/// Whether the request limit (if any) lets one more request in.
+fn admitted(shared: &Shared) -> bool {
+    match *lock(&shared.request_limit) {
+        None => true,
+        Some(RequestLimit { per_second, burst }) => {
+            shared.bucket.admit(per_second, f64::from(burst))
+        }
+    }
 }
 
 async fn rest(
@@ -376,13 +529,21 @@ async fn rest(
     let method = method.strip_suffix(".json").unwrap_or(&method).to_owned();
     let shared = &state.shared;
     shared.calls.hit(&method);
+    if !admitted(shared) {
+        return error(503, "QUERY_LIMIT_EXCEEDED", "Too many requests");
+    }
     if user != shared.user || secret != shared.secret {
         return error(401, "NO_AUTH_FOUND", "Wrong authorization data");
     }
     if !METHODS.contains(&method.as_str()) {
         return error(404, "ERROR_METHOD_NOT_FOUND", "Method not found!");
     }
-    let Some(params) = params(&headers, query.as_deref(), &body) else {
+    let call = if method == "batch" {
+        batch_params(&headers, query.as_deref(), &body).map(Call::Batch)
+    } else {
+        params(&headers, query.as_deref(), &body).map(|p| Call::Method(method.clone(), p))
+    };
+    let Some(call) = call else {
         return error(
             400,
             "INVALID_REQUEST",
@@ -403,36 +564,32 @@ async fn rest(
             // The work goes on in a task of its own: a client that hangs up (dropping
             // this handler) does not stop it.
             let (done, answer) = tokio::sync::oneshot::channel();
-            let (shared, method, params) = (state.shared.clone(), method.clone(), params.clone());
+            let shared = state.shared.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                let _ = done.send(execute(&shared, &method, &params));
+                let _ = done.send(perform(&shared, &call));
             });
             match answer.await {
                 Ok(answer) => answer,
                 Err(_) => return error(500, "INTERNAL_SERVER_ERROR", "Internal server error"),
             }
         }
-        _ => execute(shared, &method, &params),
+        _ => perform(shared, &call),
     };
     if answer.is_ok() {
-        match fault {
+        match &fault {
             Some(Fault::LostAnswerHang) => {
                 hang(state.shutdown.clone()).await;
             }
             Some(Fault::LostAnswerDrop) => {
                 kill.drop_connection();
             }
-            Some(Fault::ServerErrorAfterCreate) => {
-                return error(500, "INTERNAL_SERVER_ERROR", "Internal server error");
+            Some(f) => {
+                if let Some(refused) = after_execute_error(f) {
+                    return refused.into_response();
+                }
             }
-            Some(Fault::Error {
-                status,
-                error: code,
-                error_description,
-                after_execute: true,
-            }) => return error(status, &code, &error_description),
-            _ => {}
+            None => {}
         }
     }
     match answer {
@@ -440,24 +597,26 @@ async fn rest(
             result,
             total,
             next,
-        }) => {
-            let mut envelope = Map::new();
-            envelope.insert("result".into(), result);
-            if let Some(total) = total {
-                envelope.insert("total".into(), json!(total));
-            }
-            if let Some(next) = next {
-                envelope.insert("next".into(), json!(next));
-            }
-            envelope.insert("time".into(), time_block(started));
-            Json(Value::Object(envelope)).into_response()
-        }
-        Err(Refusal {
-            status,
-            code,
-            description,
-        }) => error(status, code, &description),
+        }) => Json(Envelope {
+            result,
+            total,
+            next,
+            time: time_block(started),
+        })
+        .into_response(),
+        Err(refused) => refused.into_response(),
     }
+}
+
+/// A success as it goes on the wire.
+#[derive(serde::Serialize)]
+struct Envelope {
+    result: Out,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<usize>,
+    time: Value,
 }
 
 /// The `time` object of a success envelope.
@@ -477,16 +636,25 @@ fn time_block(started: chrono::DateTime<chrono::Utc>) -> Value {
     })
 }
 
-/// The call's parameters: the JSON body, else form/query parameters with flat keys.
-fn params(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Option<Value> {
-    let is_form = headers
+fn is_form(headers: &HeaderMap) -> bool {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-    let mut params = if body.iter().all(u8::is_ascii_whitespace) {
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+}
+
+fn is_blank(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
+}
+
+/// The call's parameters: the JSON body, else form parameters; query parameters fill
+/// in the keys the body lacks. Form and query parameters are parsed as PHP parses them
+/// (see [`php_query`]).
+fn params(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Option<Value> {
+    let mut params = if is_blank(body) {
         Map::new()
-    } else if is_form {
-        form_to_map(body)?
+    } else if is_form(headers) {
+        php_query(body)?
     } else {
         match serde_json::from_slice(body).ok()? {
             Value::Object(m) => m,
@@ -494,40 +662,431 @@ fn params(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Option<Value
         }
     };
     if let Some(q) = query {
-        for (k, v) in form_to_map(q.as_bytes())? {
+        for (k, v) in php_query(q.as_bytes())? {
             params.entry(k).or_insert(v);
         }
     }
     Some(Value::Object(params))
 }
 
-fn form_to_map(bytes: &[u8]) -> Option<Map<String, Value>> {
+/// A parsed PHP query string before it becomes JSON: branches keep their key order
+/// (for `[]`, which appends after the largest integer key).
+enum Node {
+    Leaf(String),
+    Branch(Vec<(String, Node)>),
+}
+
+/// The key as PHP takes it for an array index: a canonical non-negative integer.
+fn int_key(key: &str) -> Option<u64> {
+    let canonical = key == "0" || (!key.starts_with('0') && !key.is_empty());
+    if canonical && key.bytes().all(|b| b.is_ascii_digit()) {
+        key.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Where PHP puts `a[]=...`: after the largest integer key, or at 0.
+fn next_index<T>(entries: &[(String, T)]) -> String {
+    entries
+        .iter()
+        .filter_map(|(k, _)| int_key(k))
+        .map(|i| i + 1)
+        .max()
+        .unwrap_or(0)
+        .to_string()
+}
+
+/// Sets `key` to `value`: in place if it is there (as PHP overwrites), else at the end.
+fn upsert<T>(entries: &mut Vec<(String, T)>, key: String, value: T) {
+    match entries.iter_mut().find(|(k, _)| *k == key) {
+        Some(entry) => entry.1 = value,
+        None => entries.push((key, value)),
+    }
+}
+
+impl Node {
+    /// Stores `value` under `path` (`None` = `[]`), turning leaves in the way into
+    /// branches as PHP does.
+    fn insert(&mut self, path: &[Option<String>], value: String) {
+        if let Node::Leaf(_) = self {
+            *self = Node::Branch(Vec::new());
+        }
+        let Node::Branch(entries) = self else {
+            unreachable!("made a branch above")
+        };
+        let Some((first, rest)) = path.split_first() else {
+            return;
+        };
+        let key = first.clone().unwrap_or_else(|| next_index(entries));
+        if rest.is_empty() {
+            upsert(entries, key, Node::Leaf(value));
+            return;
+        }
+        let i = match entries.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                entries.push((key, Node::Branch(Vec::new())));
+                entries.len() - 1
+            }
+        };
+        entries[i].1.insert(rest, value);
+    }
+
+    /// A branch whose keys are exactly `0..n` becomes an array, any other an object.
+    fn into_value(self) -> Value {
+        match self {
+            Node::Leaf(s) => Value::String(s),
+            Node::Branch(entries) => {
+                let n = entries.len() as u64;
+                if entries
+                    .iter()
+                    .all(|(k, _)| int_key(k).is_some_and(|i| i < n))
+                {
+                    // Keys are unique, so `n` of them below `n` are each of 0..n once.
+                    let mut items: Vec<(u64, Value)> = entries
+                        .into_iter()
+                        .map(|(k, v)| (int_key(&k).unwrap_or_default(), v.into_value()))
+                        .collect();
+                    items.sort_by_key(|(i, _)| *i);
+                    Value::Array(items.into_iter().map(|(_, v)| v).collect())
+                } else {
+                    Value::Object(
+                        entries
+                            .into_iter()
+                            .map(|(k, v)| (k, v.into_value()))
+                            .collect(),
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// A PHP parameter name as a path: `fields[PHONE][0][VALUE]` → `fields`, `PHONE`, `0`,
+/// `VALUE`; `select[]` → `select`, `None`. Empty when PHP would drop the pair (no name
+/// before the first bracket). As in PHP, text after a closing bracket that does not
+/// open another is ignored, and a first `[` never closed is a `_` in the name.
+fn php_path(key: &str) -> Vec<Option<String>> {
+    let Some(open) = key.find('[') else {
+        return if key.is_empty() {
+            Vec::new()
+        } else {
+            vec![Some(key.to_owned())]
+        };
+    };
+    if !key[open..].contains(']') {
+        return vec![Some(key.replacen('[', "_", 1))];
+    }
+    if open == 0 {
+        return Vec::new();
+    }
+    let mut path = vec![Some(key[..open].to_owned())];
+    let mut rest = &key[open..];
+    while let Some(inner) = rest.strip_prefix('[') {
+        let Some(close) = inner.find(']') else { break };
+        let segment = &inner[..close];
+        path.push((!segment.is_empty()).then(|| segment.to_owned()));
+        rest = &inner[close + 1..];
+    }
+    path
+}
+
+/// A query string or form body as PHP parses it (`parse_str`, what `http_build_query`
+/// writes): pairs split on `&`, keys and values percent-decoded (`+` is a space,
+/// `%5B`/`%5D` are brackets), then bracketed keys nested — `a[b][0]=1&a[b][1]=2&c[]=3`
+/// is `{"a":{"b":["1","2"]},"c":["3"]}`. Values stay strings, as in PHP.
+fn php_query(bytes: &[u8]) -> Option<Map<String, Value>> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(bytes).ok()?;
-    Some(
-        pairs
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect(),
-    )
+    let mut root = Node::Branch(Vec::new());
+    for (key, value) in pairs {
+        root.insert(&php_path(&key), value);
+    }
+    match root {
+        Node::Branch(entries) => Some(
+            entries
+                .into_iter()
+                .map(|(k, v)| (k, v.into_value()))
+                .collect(),
+        ),
+        Node::Leaf(_) => unreachable!("the root is a branch"),
+    }
+}
+
+/// PHP's truthiness, which Bitrix24 applies to `halt`: `0`, `"0"`, `""`, `false`,
+/// `null` and empty arrays are false.
+fn php_truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|n| n != 0.0),
+        Value::String(s) => !s.is_empty() && s != "0",
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// A call the portal runs: a method with its parameters, or a batch of them.
+enum Call {
+    Method(String, Value),
+    Batch(Batch),
+}
+
+/// A parsed `batch` request: the commands as `(key, "method?query")` in the order sent.
+struct Batch {
+    halt: bool,
+    cmd: Vec<(String, String)>,
+}
+
+/// The `cmd` object of a JSON batch, read in document order (this crate's `serde_json`
+/// keeps objects sorted); a JSON array of commands is keyed `0..n`.
+#[derive(Default)]
+struct Commands(Vec<(String, String)>);
+
+impl<'de> serde::Deserialize<'de> for Commands {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Commands;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of batch commands")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Commands, A::Error> {
+                let mut cmd = Vec::new();
+                while let Some((key, command)) = map.next_entry::<String, Value>()? {
+                    upsert(&mut cmd, key, text_of(&command));
+                }
+                Ok(Commands(cmd))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Commands, A::Error> {
+                let mut cmd = Vec::new();
+                while let Some(command) = seq.next_element::<Value>()? {
+                    cmd.push((cmd.len().to_string(), text_of(&command)));
+                }
+                Ok(Commands(cmd))
+            }
+
+            fn visit_unit<E>(self) -> Result<Commands, E> {
+                Ok(Commands::default())
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct BatchBody {
+    #[serde(default)]
+    halt: Option<Value>,
+    #[serde(default)]
+    cmd: Commands,
+}
+
+/// `halt` and `cmd[<key>]` from form / query pairs (`cmd[]` appends).
+fn form_batch(pairs: Vec<(String, String)>) -> Batch {
+    let mut batch = Batch {
+        halt: false,
+        cmd: Vec::new(),
+    };
+    for (key, value) in pairs {
+        if key == "halt" {
+            batch.halt = php_truthy(&Value::String(value));
+        } else if let Some(inner) = key.strip_prefix("cmd[").and_then(|k| k.strip_suffix(']')) {
+            let key = if inner.is_empty() {
+                next_index(&batch.cmd)
+            } else {
+                inner.to_owned()
+            };
+            upsert(&mut batch.cmd, key, value);
+        }
+    }
+    batch
+}
+
+/// A batch request: a JSON body `{"halt":..,"cmd":{..}}`, or form (or query)
+/// parameters `halt=..&cmd[key]=..`; a JSON body without `halt` takes it from the query.
+fn batch_params(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Option<Batch> {
+    let query: Vec<(String, String)> = match query {
+        Some(q) => serde_urlencoded::from_str(q).ok()?,
+        None => Vec::new(),
+    };
+    if is_blank(body) || is_form(headers) {
+        let mut pairs = query;
+        if !is_blank(body) {
+            pairs.extend(serde_urlencoded::from_bytes::<Vec<(String, String)>>(body).ok()?);
+        }
+        return Some(form_batch(pairs));
+    }
+    let parsed: BatchBody = serde_json::from_slice(body).ok()?;
+    Some(Batch {
+        halt: match parsed.halt {
+            Some(halt) => php_truthy(&halt),
+            None => form_batch(query).halt,
+        },
+        cmd: parsed.cmd.0,
+    })
+}
+
+/// A map as PHP's `json_encode` writes an array with string keys: in order, and `[]`
+/// when empty.
+#[derive(Default)]
+struct PhpMap(Vec<(String, Value)>);
+
+impl serde::Serialize for PhpMap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        if self.0.is_empty() {
+            return s.serialize_seq(Some(0))?.end();
+        }
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// The `result` of a batch answer.
+#[derive(Default, serde::Serialize)]
+struct BatchResult {
+    result: PhpMap,
+    result_error: PhpMap,
+    result_total: PhpMap,
+    result_next: PhpMap,
+    result_time: PhpMap,
+}
+
+/// The `result` of a success: a value, or a batch's maps (kept in command order).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Out {
+    Value(Value),
+    Batch(BatchResult),
+}
+
+impl Out {
+    fn into_value(self) -> Value {
+        match self {
+            Out::Value(v) => v,
+            Out::Batch(b) => serde_json::to_value(b).unwrap_or_default(),
+        }
+    }
+}
+
+/// Runs the commands in order, each as [`command`] does; `halt` stops after the first
+/// that errs. Nothing is undone.
+fn batch(shared: &Shared, batch: &Batch) -> Result<Success, Refusal> {
+    if batch.cmd.len() > MAX_BATCH {
+        return Err(refuse(
+            400,
+            "ERROR_BATCH_LENGTH_EXCEEDED",
+            "Max batch length exceeded",
+        ));
+    }
+    let mut out = BatchResult::default();
+    for (key, cmd) in &batch.cmd {
+        let started = chrono::Utc::now();
+        let (method, query) = cmd.split_once('?').unwrap_or((cmd, ""));
+        let method = method.trim();
+        let method = method.strip_suffix(".json").unwrap_or(method);
+        match command(shared, method, query) {
+            Ok(Success {
+                result,
+                total,
+                next,
+            }) => {
+                out.result.0.push((key.clone(), result.into_value()));
+                if let Some(total) = total {
+                    out.result_total.0.push((key.clone(), json!(total)));
+                }
+                if let Some(next) = next {
+                    out.result_next.0.push((key.clone(), json!(next)));
+                }
+                out.result_time.0.push((key.clone(), time_block(started)));
+            }
+            Err(refused) => {
+                out.result_error.0.push((
+                    key.clone(),
+                    json!({"error": refused.code, "error_description": refused.description}),
+                ));
+                if batch.halt {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Success {
+        result: Out::Batch(out),
+        total: None,
+        next: None,
+    })
+}
+
+/// One batch command, run as the direct call would be: counted under its method, then
+/// its own fault (only one that concerns the call: connection faults stay queued), then
+/// [`execute`].
+fn command(shared: &Shared, method: &str, query: &str) -> Result<Success, Refusal> {
+    if method == "batch" {
+        return Err(refuse(
+            400,
+            "ERROR_BATCH_METHOD_NOT_ALLOWED",
+            "Method is not allowed for batch usage",
+        ));
+    }
+    shared.calls.hit(method);
+    if !METHODS.contains(&method) {
+        return Err(refuse(404, "ERROR_METHOD_NOT_FOUND", "Method not found!"));
+    }
+    let Some(params) = php_query(query.as_bytes()) else {
+        return Err(refuse(
+            400,
+            "INVALID_REQUEST",
+            "The request could not be parsed.",
+        ));
+    };
+    let fault = shared.faults.take_where(method, concerns_the_call);
+    if let Some(refused) = fault.as_ref().and_then(refusal_error) {
+        return Err(refused);
+    }
+    let answer = execute(shared, method, &Value::Object(params))?;
+    match fault.as_ref().and_then(after_execute_error) {
+        Some(refused) => Err(refused),
+        None => Ok(answer),
+    }
 }
 
 /// A Bitrix24 error answer, kept small until it becomes a response.
 struct Refusal {
     status: u16,
-    code: &'static str,
+    code: String,
     description: String,
 }
 
-fn refuse(status: u16, code: &'static str, description: &str) -> Refusal {
+impl Refusal {
+    fn into_response(self) -> Response {
+        error(self.status, &self.code, &self.description)
+    }
+}
+
+fn refuse(status: u16, code: &str, description: &str) -> Refusal {
     Refusal {
         status,
-        code,
+        code: code.to_owned(),
         description: description.to_owned(),
     }
 }
 
 struct Success {
-    result: Value,
+    result: Out,
     total: Option<usize>,
     next: Option<usize>,
 }
@@ -535,10 +1094,17 @@ struct Success {
 impl Success {
     fn plain(result: Value) -> Self {
         Success {
-            result,
+            result: Out::Value(result),
             total: None,
             next: None,
         }
+    }
+}
+
+fn perform(shared: &Shared, call: &Call) -> Result<Success, Refusal> {
+    match call {
+        Call::Method(method, params) => execute(shared, method, params),
+        Call::Batch(b) => batch(shared, b),
     }
 }
 
@@ -581,12 +1147,18 @@ fn text_of(v: &Value) -> String {
 }
 
 /// Whether `fields` satisfies one filter entry. Supported: `=KEY`/`KEY` (equal; an
-/// array means "any of") and `!=KEY`/`!KEY` (not equal).
+/// array means "any of"), `!=KEY`/`!KEY` (not equal; an array: none of), `@KEY` (in the
+/// array of values; a single value is a list of one) and `!@KEY` (not in it).
 fn matches(fields: &Map<String, Value>, key: &str, wanted: &Value) -> Result<bool, String> {
-    let (negate, name) = if let Some(k) = key.strip_prefix("!=") {
+    // Longest prefixes first: `!@` before `!`.
+    let (negate, name) = if let Some(k) = key.strip_prefix("!@") {
+        (true, k)
+    } else if let Some(k) = key.strip_prefix("!=") {
         (true, k)
     } else if let Some(k) = key.strip_prefix('!') {
         (true, k)
+    } else if let Some(k) = key.strip_prefix('@') {
+        (false, k)
     } else if let Some(k) = key.strip_prefix('=') {
         (false, k)
     } else if key.starts_with(|c: char| c.is_ascii_alphabetic()) {
@@ -596,6 +1168,11 @@ fn matches(fields: &Map<String, Value>, key: &str, wanted: &Value) -> Result<boo
             "fake: the filter prefix of '{key}' is not supported"
         ));
     };
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return Err(format!(
+            "fake: the filter prefix of '{key}' is not supported"
+        ));
+    }
     let actual = fields.get(name).map(text_of).unwrap_or_default();
     let equal = match wanted {
         Value::Array(any) => any.iter().any(|w| text_of(w) == actual),
@@ -657,7 +1234,7 @@ fn list(shared: &Shared, kind: &str, params: &Value) -> Result<Success, Refusal>
     let counted = start >= 0;
     let next = (counted && offset + PAGE_SIZE < total).then_some(offset + PAGE_SIZE);
     Ok(Success {
-        result: Value::Array(page),
+        result: Out::Value(Value::Array(page)),
         total: counted.then_some(total),
         next,
     })
@@ -1016,5 +1593,469 @@ mod tests {
         );
         assert_eq!(rules[1].times, 3);
         assert_eq!(rules[2].fault, Fault::HtmlError);
+    }
+
+    async fn batch(fake: &FakeBitrix24, body: Value) -> (u16, Value) {
+        call(&format!("{}batch.json", fake.webhook_url()), body).await
+    }
+
+    /// A JSON batch body with the commands in this order (`json!` would sort them).
+    fn in_order(halt: u8, cmd: &[(String, String)]) -> String {
+        let cmd: Vec<String> = cmd
+            .iter()
+            .map(|(k, c)| format!("{}:{}", json!(k), json!(c)))
+            .collect();
+        format!("{{\"halt\":{halt},\"cmd\":{{{}}}}}", cmd.join(","))
+    }
+
+    /// Sends a raw JSON batch body: (status, body, body text).
+    async fn batch_text(fake: &FakeBitrix24, body: String) -> (u16, Value, String) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}batch", fake.webhook_url()))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or_default(),
+            text,
+        )
+    }
+
+    fn adds(n: usize, query: impl Fn(usize) -> String) -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| (format!("c{i}"), format!("crm.lead.add?{}", query(i))))
+            .collect()
+    }
+
+    #[test]
+    fn php_queries_nest_like_parse_str() {
+        let parsed = php_query(
+            b"fields[TITLE]=a+b&fields%5BPHONE%5D%5B0%5D%5BVALUE%5D=%2B7&fields[PHONE][0][VALUE_TYPE]=WORK\
+              &select[]=ID&select[]=TITLE&o[1]=x&o[0]=y&gap[0]=a&gap[2]=b&n[5]=a&n[]=b&plain=1&plain=2\
+              &s=1&s[k]=2&[x]=dropped&un[closed=3&t[a]junk=4",
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(parsed),
+            json!({
+                "fields": {"TITLE": "a b", "PHONE": [{"VALUE": "+7", "VALUE_TYPE": "WORK"}]},
+                "select": ["ID", "TITLE"],
+                "o": ["y", "x"],
+                "gap": {"0": "a", "2": "b"},
+                "n": {"5": "a", "6": "b"},
+                "plain": "2",
+                "s": {"k": "2"},
+                "un_closed": "3",
+                "t": {"a": "4"},
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn batch_adds_with_php_style_fields_in_command_order() {
+        let fake = fake().await;
+        let cmd = [
+            ("z", "crm.lead.add?fields[TITLE]=One&fields[ORIGINATOR_ID]=leadgate&fields[ORIGIN_ID]=op-1\
+                  &fields[PHONE][0][VALUE]=%2B7%20999%20000-11-22&fields[PHONE][0][VALUE_TYPE]=WORK\
+                  &params[REGISTER_SONET_EVENT]=N"),
+            // As http_build_query writes it: brackets percent-encoded.
+            ("a", "crm.lead.add?fields%5BTITLE%5D=Two&fields%5BPHONE%5D%5B0%5D%5BVALUE%5D=1\
+                  &fields%5BPHONE%5D%5B0%5D%5BVALUE_TYPE%5D=WORK&fields%5BPHONE%5D%5B1%5D%5BVALUE%5D=2\
+                  &fields%5BPHONE%5D%5B1%5D%5BVALUE_TYPE%5D=HOME"),
+            ("m", "crm.lead.add.json?fields[TITLE]=Three"),
+        ]
+        .map(|(k, c)| (k.to_owned(), c.to_owned()));
+        let (status, body, text) = batch_text(&fake, in_order(0, &cmd)).await;
+        assert_eq!(status, 200, "{text}");
+        let result = &body["result"];
+        assert_eq!(result["result"], json!({"z": 1, "a": 2, "m": 3}));
+        // Keys in command order on the wire, not sorted.
+        let at = |k: &str| text.find(&format!("\"{k}\":")).unwrap();
+        assert!(at("z") < at("a") && at("a") < at("m"), "{text}");
+        // Empty maps as PHP writes them.
+        assert_eq!(result["result_error"], json!([]));
+        assert_eq!(result["result_total"], json!([]));
+        assert_eq!(result["result_next"], json!([]));
+        for k in ["z", "a", "m"] {
+            assert!(result["result_time"][k]["start"].is_f64(), "{text}");
+        }
+        assert!(body["time"]["duration"].is_f64());
+        let fields: Vec<Value> = fake.entities().into_iter().map(|e| e.fields).collect();
+        assert_eq!(
+            fields,
+            [
+                json!({"TITLE": "One", "ORIGINATOR_ID": "leadgate", "ORIGIN_ID": "op-1", "ID": "1",
+                       "PHONE": [{"VALUE": "+7 999 000-11-22", "VALUE_TYPE": "WORK"}]}),
+                json!({"TITLE": "Two", "ID": "2", "PHONE": [{"VALUE": "1", "VALUE_TYPE": "WORK"},
+                                                           {"VALUE": "2", "VALUE_TYPE": "HOME"}]}),
+                json!({"TITLE": "Three", "ID": "3"}),
+            ]
+        );
+        assert_eq!(fake.calls("batch"), 1);
+        assert_eq!(fake.calls("crm.lead.add"), 3);
+        // The phone is found as a directly added one would be.
+        let (_, found) = call(
+            &format!("{}crm.duplicate.findbycomm", fake.webhook_url()),
+            json!({"type": "PHONE", "values": ["79990001122"]}),
+        )
+        .await;
+        assert_eq!(found["result"], json!({"LEAD": [1]}));
+    }
+
+    #[tokio::test]
+    async fn batch_commands_fail_one_by_one() {
+        let fake = fake().await;
+        // A connection fault is not taken by a command: it stays queued, and the
+        // validation fault behind it strikes the first lead add.
+        fake.push_fault("crm.lead.add", Fault::LostAnswerHang, 1);
+        fake.push_fault("crm.lead.add", Fault::Validation, 1);
+        fake.push_fault("crm.deal.add", Fault::ServerErrorAfterCreate, 1);
+        let (status, body) = batch(
+            &fake,
+            json!({"cmd": {
+                "deal": "crm.deal.add?fields[TITLE]=d",
+                "bad": "crm.lead.add?fields[TITLE]=x",
+                "good": "crm.lead.add?fields[TITLE]=y",
+                "invalid": "crm.lead.add?fields=notanarray",
+                "nested": "batch?cmd[x]=crm.lead.add%3Ffields%5BTITLE%5D%3Dz",
+                "unknown": "crm.nothing.get?id=1",
+                "list": "crm.lead.list?select[]=TITLE",
+            }}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let result = &body["result"];
+        assert_eq!(
+            result["result"],
+            json!({"good": 1, "list": [{"TITLE": "y"}]})
+        );
+        assert_eq!(
+            result["result_error"],
+            json!({
+                "deal": {"error": "INTERNAL_SERVER_ERROR", "error_description": "Internal server error"},
+                "bad": {"error": "", "error_description": "The required field 'Lead Name' is missing.<br />"},
+                "invalid": {"error": "", "error_description": "Parameter 'fields' must be array."},
+                "nested": {"error": "ERROR_BATCH_METHOD_NOT_ALLOWED",
+                           "error_description": "Method is not allowed for batch usage"},
+                "unknown": {"error": "ERROR_METHOD_NOT_FOUND", "error_description": "Method not found!"},
+            })
+        );
+        assert_eq!(result["result_total"], json!({"list": 1}));
+        assert_eq!(result["result_next"], json!([]));
+        let times: Vec<&String> = result["result_time"].as_object().unwrap().keys().collect();
+        assert_eq!(times, ["good", "list"]);
+        // The deal was created before its error; the refused lead was not.
+        let kinds: Vec<String> = fake.entities().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["deal", "lead"]);
+        assert_eq!(fake.calls("crm.lead.add"), 3);
+        assert_eq!(fake.calls("crm.deal.add"), 1);
+        assert_eq!(fake.calls("crm.nothing.get"), 1);
+        assert_eq!(
+            fake.calls("batch"),
+            1,
+            "nested batch commands are not counted"
+        );
+        let pending = fake.shared.faults.pending();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].fault, Fault::LostAnswerHang);
+    }
+
+    #[tokio::test]
+    async fn batch_halt_stops_after_the_first_error() {
+        let fake = fake().await;
+        fake.push_fault("crm.lead.add", Fault::Validation, 1);
+        let (status, body) = batch(
+            &fake,
+            json!({"halt": 1, "cmd": {
+                "first": "crm.deal.add?fields[TITLE]=d",
+                "second": "crm.lead.add?fields[TITLE]=x",
+                "third": "crm.lead.add?fields[TITLE]=y",
+            }}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(body["result"]["result"], json!({"first": 1}));
+        let errors = body["result"]["result_error"].as_object().unwrap();
+        assert_eq!(errors.keys().collect::<Vec<_>>(), ["second"]);
+        assert_eq!(fake.entities().len(), 1, "the deal stays: no transaction");
+        assert_eq!(fake.calls("crm.lead.add"), 1);
+        // `halt` is PHP-truthy: "0" is false.
+        fake.push_fault("crm.lead.add", Fault::Validation, 1);
+        let (_, body) = batch(
+            &fake,
+            json!({"halt": "0", "cmd": {"a": "crm.lead.add?fields[TITLE]=x", "b": "crm.lead.add?fields[TITLE]=y"}}),
+        )
+        .await;
+        assert_eq!(body["result"]["result"], json!({"b": 1}));
+    }
+
+    #[tokio::test]
+    async fn batch_length_is_at_most_fifty() {
+        let fake = fake().await;
+        let cmd = |n: usize| in_order(0, &adds(n, |i| format!("fields[TITLE]={i}")));
+        let (status, body, _) = batch_text(&fake, cmd(51)).await;
+        assert_eq!(
+            (
+                status,
+                body["error"].as_str(),
+                body["error_description"].as_str()
+            ),
+            (
+                400,
+                Some("ERROR_BATCH_LENGTH_EXCEEDED"),
+                Some("Max batch length exceeded")
+            )
+        );
+        assert!(fake.entities().is_empty());
+        assert_eq!(fake.calls("crm.lead.add"), 0);
+        let (status, body, _) = batch_text(&fake, cmd(50)).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["result"]["result"].as_object().unwrap().len(), 50);
+        assert_eq!(body["result"]["result"]["c49"], 50);
+        assert_eq!(fake.entities().len(), 50);
+    }
+
+    #[tokio::test]
+    async fn batch_faults_on_batch_act_on_the_whole_request() {
+        let fake = fake().await;
+        let body = json!({"cmd": {"a": "crm.lead.add?fields[TITLE]=a", "b": "crm.deal.add?fields[TITLE]=b"}});
+        let send = || {
+            reqwest::Client::new()
+                .post(format!("{}batch", fake.webhook_url()))
+                .json(&body)
+        };
+        // A refusal on `batch`: nothing runs.
+        fake.push_fault(
+            "batch",
+            Fault::RateLimit {
+                retry_after_secs: Some(1),
+            },
+            1,
+        );
+        let resp = send().send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 503);
+        let refused: Value = resp.json().await.unwrap();
+        assert_eq!(refused["error"], "QUERY_LIMIT_EXCEEDED");
+        assert!(fake.entities().is_empty());
+        assert_eq!(fake.calls("crm.lead.add"), 0);
+
+        fake.push_fault("batch", Fault::LostAnswerHang, 1);
+        let err = send()
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert_eq!(fake.entities().len(), 2, "every command ran");
+
+        fake.push_fault("batch", Fault::LostAnswerDrop, 1);
+        let err = send().send().await.unwrap_err();
+        assert!(!err.is_connect() && !err.is_timeout(), "{err}");
+        assert_eq!(fake.entities().len(), 4);
+
+        fake.push_fault("batch", Fault::ExecuteLate { ms: 300 }, 1);
+        let err = send()
+            .timeout(Duration::from_millis(50))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert_eq!(fake.entities().len(), 4, "not yet");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(fake.entities().len(), 6, "executed late all the same");
+        assert_eq!(fake.calls("batch"), 4);
+        assert_eq!(fake.calls("crm.lead.add"), 3);
+    }
+
+    #[tokio::test]
+    async fn list_filters_in_a_list_with_at_directly_and_in_a_batch() {
+        let fake = fake().await;
+        let cmd = adds(50, |i| {
+            format!("fields[ORIGINATOR_ID]=leadgate&fields[ORIGIN_ID]=o{i}")
+        });
+        let (status, _, _) = batch_text(&fake, in_order(0, &cmd)).await;
+        assert_eq!(status, 200);
+        for i in 50..55 {
+            add_lead(&fake, &format!("o{i}"), "1").await;
+        }
+        let (_, body) = batch(
+            &fake,
+            json!({"cmd": {
+                "in": "crm.lead.list?filter[=ORIGINATOR_ID]=leadgate&filter[@ORIGIN_ID][]=o2\
+                       &filter[@ORIGIN_ID][]=o51&filter[@ORIGIN_ID][]=nope&select[0]=ID&select[1]=ORIGIN_ID&start=-1",
+                "out": "crm.lead.list?filter%5B%21%40ORIGIN_ID%5D%5B0%5D=o0&filter%5B%21%40ORIGIN_ID%5D%5B1%5D=o1\
+                        &select%5B0%5D=ID",
+                "all": "crm.lead.list?select[]=ID",
+            }}),
+        )
+        .await;
+        let result = &body["result"];
+        assert_eq!(
+            result["result"]["in"],
+            json!([{"ID": "3", "ORIGIN_ID": "o2"}, {"ID": "52", "ORIGIN_ID": "o51"}])
+        );
+        assert_eq!(result["result"]["out"][0], json!({"ID": "3"}));
+        assert_eq!(result["result_total"], json!({"out": 53, "all": 55}));
+        assert_eq!(result["result_next"], json!({"out": 50, "all": 50}));
+        assert_eq!(result["result_error"], json!([]));
+
+        let url = format!("{}crm.lead.list", fake.webhook_url());
+        let (_, body) = call(
+            &url,
+            json!({"filter": {"@ORIGIN_ID": ["o7", "o54"]}, "select": ["ORIGIN_ID"]}),
+        )
+        .await;
+        assert_eq!(
+            body["result"],
+            json!([{"ORIGIN_ID": "o7"}, {"ORIGIN_ID": "o54"}])
+        );
+        let (_, body) = call(&url, json!({"filter": {"!@ORIGIN_ID": ["o7", "o54"]}})).await;
+        assert_eq!(body["total"], 53);
+        let (_, body) = call(&url, json!({"filter": {"@ORIGIN_ID": []}})).await;
+        assert_eq!(body["total"], 0);
+        let (status, _) = call(&url, json!({"filter": {"!>ORIGIN_ID": "o1"}})).await;
+        assert_eq!(status, 400, "an unsupported prefix is refused, not ignored");
+    }
+
+    #[tokio::test]
+    async fn form_encoded_batch_and_calls() {
+        let fake = fake().await;
+        let client = reqwest::Client::new();
+        let resp: Value = client
+            .post(format!("{}batch.json", fake.webhook_url()))
+            .form(&[
+                ("halt", "0"),
+                (
+                    "cmd[b]",
+                    "crm.lead.add?fields[TITLE]=B&fields[PHONE][0][VALUE]=%2B7%20999",
+                ),
+                ("cmd[a]", "crm.lead.list?select[]=TITLE&select[]=PHONE"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp["result"]["result"],
+            json!({"b": 1, "a": [{"TITLE": "B", "PHONE": [{"VALUE": "+7 999"}]}]})
+        );
+        // A direct call with form parameters nests them the same way.
+        let resp: Value = client
+            .post(format!("{}crm.lead.add", fake.webhook_url()))
+            .form(&[("fields[TITLE]", "C"), ("fields[PHONE][0][VALUE]", "1")])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(resp["result"], 2);
+        assert_eq!(
+            fake.entities()[1].fields,
+            json!({"TITLE": "C", "PHONE": [{"VALUE": "1"}], "ID": "2"})
+        );
+        // `halt` from a form, and a batch in the query string of a GET.
+        fake.push_fault("crm.lead.add", Fault::Validation, 1);
+        let resp: Value = client
+            .get(format!(
+                "{}batch?halt=1&cmd[x]=crm.lead.add%3Ffields%5BTITLE%5D%3Dx&cmd[y]=crm.lead.add",
+                fake.webhook_url()
+            ))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(resp["result"]["result"], json!([]));
+        assert_eq!(resp["result"]["result_error"]["x"]["error"], "");
+        assert!(resp["result"]["result_error"].get("y").is_none());
+    }
+
+    #[tokio::test]
+    async fn request_limit_is_a_leaky_bucket_and_a_batch_is_one_request() {
+        let config = FakeConfig {
+            request_limit: Some(RequestLimit {
+                per_second: 2.0,
+                burst: 5,
+            }),
+            ..FakeConfig::default()
+        };
+        let fake = FakeBitrix24::spawn_with("127.0.0.1:0".parse().unwrap(), config)
+            .await
+            .unwrap();
+        let client = reqwest::Client::new();
+        let control = format!("http://{}/_fake", fake.addr());
+        let state = || async {
+            client
+                .get(format!("{control}/state"))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        };
+        let add = format!("{}crm.lead.add", fake.webhook_url());
+        let adds: Map<String, Value> = (0..10)
+            .map(|i| (format!("k{i}"), json!("crm.lead.add?fields[TITLE]=b")))
+            .collect();
+        let (status, _) = batch(&fake, json!({"cmd": adds})).await;
+        assert_eq!(status, 200);
+        for _ in 0..4 {
+            // The control plane does not count.
+            state().await;
+            let (status, body) = call(&add, json!({"fields": {"TITLE": "d"}})).await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let (status, body) = call(&add, json!({"fields": {"TITLE": "refused"}})).await;
+        assert_eq!(
+            (
+                status,
+                body["error"].as_str(),
+                body["error_description"].as_str()
+            ),
+            (503, Some("QUERY_LIMIT_EXCEEDED"), Some("Too many requests"))
+        );
+        assert_eq!(fake.entities().len(), 14, "the refused add did not execute");
+        assert_eq!(fake.refused(), 1);
+        assert_eq!(fake.calls("crm.lead.add"), 15);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (status, _) = call(&add, json!({"fields": {"TITLE": "later"}})).await;
+        assert_eq!(status, 200);
+        let (status, _) = call(&add, json!({"fields": {}})).await;
+        assert_eq!(status, 503, "one request's worth drained, not two");
+        let s = state().await;
+        assert_eq!(s["refused"], 2);
+        assert_eq!(s["request_limit"], json!({"per_second": 2.0, "burst": 5}));
+
+        let settings = |limit: Value| {
+            client
+                .post(format!("{control}/settings"))
+                .json(&json!({ "request_limit": limit }))
+                .send()
+        };
+        let answer: Value = settings(Value::Null).await.unwrap().json().await.unwrap();
+        assert_eq!(answer, json!({"request_limit": null}));
+        for _ in 0..10 {
+            assert_eq!(call(&add, json!({"fields": {}})).await.0, 200);
+        }
+        settings(json!({"per_second": 1, "burst": 1}))
+            .await
+            .unwrap();
+        assert_eq!(call(&add, json!({"fields": {}})).await.0, 200);
+        assert_eq!(call(&add, json!({"fields": {}})).await.0, 503);
+        assert_eq!(fake.refused(), 3);
+        fake.set_request_limit(None);
+        assert_eq!(call(&add, json!({"fields": {}})).await.0, 200);
+        fake.reset();
+        assert_eq!(fake.refused(), 0);
     }
 }

@@ -79,12 +79,20 @@ impl<F: Clone> FaultQueue<F> {
     }
 
     /// Takes the fault for one call of `method`: the oldest matching queued rule (its
-    /// count goes down by one), else an `always` fault.
+    /// count goes down by one), else an `always` fault, else a random one.
     pub fn take(&self, method: &str) -> Option<F> {
+        self.take_where(method, |_| true)
+    }
+
+    /// As [`FaultQueue::take`], but only faults that `accept` takes part: a queued rule
+    /// whose fault it refuses is left in the queue for a later call (Bitrix24's batch
+    /// commands take only the faults that concern one command, not the connection).
+    pub fn take_where(&self, method: &str, accept: impl Fn(&F) -> bool) -> Option<F> {
+        let applies = |m: &str| m == "*" || m == method;
         let mut queued = lock(&self.queued);
         if let Some(i) = queued
             .iter()
-            .position(|r| r.method == "*" || r.method == method)
+            .position(|r| applies(&r.method) && accept(&r.fault))
         {
             let fault = queued[i].fault.clone();
             queued[i].times -= 1;
@@ -94,7 +102,7 @@ impl<F: Clone> FaultQueue<F> {
             return Some(fault);
         }
         drop(queued);
-        if let Some((_, f)) = self.always.iter().find(|(m, _)| m == "*" || m == method) {
+        if let Some((_, f)) = self.always.iter().find(|(m, f)| applies(m) && accept(f)) {
             return Some(f.clone());
         }
         let draw: f64 = rand::random();
@@ -102,7 +110,7 @@ impl<F: Clone> FaultQueue<F> {
         for r in self
             .random
             .iter()
-            .filter(|r| r.method == "*" || r.method == method)
+            .filter(|r| applies(&r.method) && accept(&r.fault))
         {
             edge += r.probability;
             if draw < edge {
@@ -142,6 +150,16 @@ impl CallCounter {
     pub fn clear(&self) {
         lock(&self.0).clear();
     }
+}
+
+/// For `Option<Option<T>>` fields of a settings update: a field that is there (even as
+/// `null`, meaning "off") is `Some`, a missing one (`#[serde(default)]`) is `None`.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 /// A fake's state lock is never held across an await, and a panic in a test handler
@@ -342,5 +360,23 @@ mod tests {
         assert_eq!(q.take("crm.lead.add"), None);
         assert_eq!(q.take("crm.lead.list"), Some("slow"));
         assert!(q.pending().is_empty());
+    }
+
+    #[test]
+    fn take_where_leaves_refused_faults_queued() {
+        let q = FaultQueue::new(Vec::new());
+        for fault in ["hang", "validation"] {
+            q.push(FaultRule {
+                method: "crm.lead.add".into(),
+                fault,
+                times: 1,
+            });
+        }
+        assert_eq!(
+            q.take_where("crm.lead.add", |f| *f != "hang"),
+            Some("validation")
+        );
+        assert_eq!(q.take_where("crm.lead.add", |f| *f != "hang"), None);
+        assert_eq!(q.take("crm.lead.add"), Some("hang"));
     }
 }

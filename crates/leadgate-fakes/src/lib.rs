@@ -9,5 +9,6 @@
 pub mod amocrm;
 pub mod bitrix24;
 pub mod control;
+mod limit;
 
 pub use control::{FaultRule, RandomFault};
