@@ -89,13 +89,7 @@ pub async fn look_up(
 ) -> (Result<Lookup, CrmError>, Vec<NewEvent>) {
     let id = claim.operation.operation_id.as_str();
     let (result, exchange) = match crm.pace().await {
-        Err(e) => (
-            Err(e),
-            crate::crm::Exchange {
-                request: json!({"call": "lookup"}),
-                response: json!({"sent": false}),
-            },
-        ),
+        Err(e) => (Err(e), not_sent("lookup")),
         Ok(()) => match tokio::time::timeout(budget, crate::crm::rate::prepaid(crm.find(id))).await
         {
             Ok(answer) => answer,
@@ -108,19 +102,101 @@ pub async fn look_up(
         &exchange,
         result.as_ref().err(),
     );
-    let verdict = match &result {
+    events.push(verdict(crm, claim, result.as_ref()));
+    (result, events)
+}
+
+/// [`look_up`] for several claims (the uncertain creates of one batch): one request per
+/// [`Crm::lookup_batch_limit`] keys where the CRM allows it, else one per key. One
+/// answer per claim, in order, each with its own timeline events.
+/// With `paced` the caller has already waited for the first request's turn.
+pub async fn look_up_many(
+    crm: &dyn Crm,
+    claims: &[&Claim],
+    budget: Duration,
+    mut paced: bool,
+) -> Vec<(Result<Lookup, CrmError>, Vec<NewEvent>)> {
+    let per_request = crm.lookup_batch_limit().max(1);
+    let mut found = Vec::with_capacity(claims.len());
+    for chunk in claims.chunks(per_request) {
+        let ids: Vec<&str> = chunk
+            .iter()
+            .map(|c| c.operation.operation_id.as_str())
+            .collect();
+        let ready = if std::mem::take(&mut paced) {
+            Ok(())
+        } else {
+            crm.pace().await
+        };
+        let (result, exchange) = match ready {
+            Err(e) => (Err(e), not_sent("lookup")),
+            Ok(()) => {
+                match tokio::time::timeout(budget, crate::crm::rate::prepaid(crm.find_many(&ids)))
+                    .await
+                {
+                    Ok((Ok(lookups), exchange)) if lookups.len() != ids.len() => (
+                        Err(CrmError::new(
+                            crate::domain::ErrorClass::Uncertain,
+                            format!(
+                                "the lookup answered {} of {} keys",
+                                lookups.len(),
+                                ids.len()
+                            ),
+                        )),
+                        exchange,
+                    ),
+                    Ok(answer) => answer,
+                    Err(_) => cut_off("lookup", budget),
+                }
+            }
+        };
+        let events = exchange_events(
+            "reconcile_request",
+            "reconcile_response",
+            &exchange,
+            result.as_ref().err(),
+        );
+        match result {
+            Ok(lookups) => {
+                for (claim, lookup) in chunk.iter().zip(lookups) {
+                    let mut events = events.clone();
+                    events.push(verdict(crm, claim, Ok(&lookup)));
+                    found.push((Ok(lookup), events));
+                }
+            }
+            Err(e) => {
+                for claim in chunk {
+                    let mut events = events.clone();
+                    events.push(verdict(crm, claim, Err(&e)));
+                    found.push((Err(e.clone()), events));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn not_sent(what: &str) -> crate::crm::Exchange {
+    crate::crm::Exchange {
+        request: json!({"call": what}),
+        response: json!({"sent": false}),
+    }
+}
+
+/// The `reconciliation` event: what the lookup decided.
+fn verdict(crm: &dyn Crm, claim: &Claim, result: Result<&Lookup, &CrmError>) -> NewEvent {
+    let verdict = match result {
         Ok(Lookup::One(_)) => "found_one",
         Ok(Lookup::Many(_)) => "found_several",
         Ok(Lookup::NotFound) => "not_found",
         Err(_) => "lookup_failed",
     };
-    tracing::info!(verdict, "looked up by key");
-    events.push(NewEvent::new(
+    tracing::info!(operation_id = %claim.operation.operation_id, verdict, "looked up by key");
+    NewEvent::new(
         "reconciliation",
         json!({"verdict": verdict, "authoritative": crm.lookup_is_authoritative(),
                "verify_pass": claim.operation.verify_first}),
-    ));
-    (result, events)
+    )
 }
 
 /// Several entities carry the key: duplicates exist already; a person decides.

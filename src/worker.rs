@@ -22,6 +22,8 @@ use crate::supervise::{supervise, RESTART_DELAY};
 pub use crate::attempt::WorkerSettings;
 use crate::attempt::{cut_off, exchange_events, finish_attempt};
 
+mod batch;
+
 #[derive(Clone)]
 pub struct Worker {
     pub store: Arc<dyn Store>,
@@ -103,6 +105,9 @@ impl Worker {
                 connector = self.crm.connector(),
                 "probing the unreachable CRM"
             );
+        } else if self.crm.batch_limit() > 1 {
+            // Waiting work goes out in batches; an outage's probe is one lead.
+            return self.drain().await;
         }
         let claim = self
             .store
@@ -129,7 +134,8 @@ impl Worker {
         self.attempt_in(claim).instrument(span).await
     }
 
-    async fn attempt_in(&self, claim: &Claim) -> Result<(), StoreError> {
+    /// The lead the CRM gets for a claimed operation (its source's field map applied).
+    fn lead_of(&self, claim: &Claim) -> Lead {
         let op = &claim.operation;
         let fields = self
             .settings
@@ -138,7 +144,12 @@ impl Worker {
             .cloned()
             .unwrap_or_default();
         let payload = op.payload.clone().unwrap_or_default();
-        let lead = Lead::from_payload(&op.operation_id, &op.source, &payload, &fields);
+        Lead::from_payload(&op.operation_id, &op.source, &payload, &fields)
+    }
+
+    async fn attempt_in(&self, claim: &Claim) -> Result<(), StoreError> {
+        let op = &claim.operation;
+        let lead = self.lead_of(claim);
         let mut before = vec![];
         if op.verify_first {
             // An earlier attempt's outcome is unknown and its settle window is over:
@@ -160,32 +171,15 @@ impl Worker {
         // of the call's budget. If they fail, nothing was sent.
         if let Err(e) = self.crm.pace().await {
             tracing::warn!(class = %e.class, "could not get ready to call the CRM");
-            let failure = Failure::from(&e);
-            let outcome = match e.class.decision() {
-                RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
-                    connector: self.crm.connector().to_owned(),
-                    failure,
-                },
-                _ => self.settings.retry.after_failure(
-                    claim.operation.attempts,
-                    claim.granted,
-                    failure,
-                    e.retry_after,
-                    self.store.now(),
-                ),
-            };
+            let outcome = self.not_ready(claim, &e);
             let outcome = self.weigh(Some(e.class), outcome).await;
-            let note = NewEvent::new("not_sent", json!({"class": e.class, "error": e.message}));
-            before.push(note);
+            before.push(not_sent_event(&e));
             return self.finish(&claim.lease, outcome, before).await;
         }
         // Recorded before the call: if this process dies mid-call, the timeline still
         // shows that a create may have reached the CRM. The lease is extended to cover
         // the whole call; a holder whose lease ran out does not call at all.
-        before.push(NewEvent::new(
-            "attempt_started",
-            json!({"connector": self.crm.connector(), "attempt": op.attempts, "granted": claim.granted}),
-        ));
+        before.push(self.attempt_started(claim, None));
         let armed_at = Instant::now();
         let lease = match self
             .store
@@ -272,6 +266,17 @@ impl Worker {
     /// of the CRM ends an outage. Health is bookkeeping: if the store cannot record it,
     /// the outcome stands as the retry policy decided it.
     async fn weigh(&self, failed: Option<ErrorClass>, outcome: AttemptOutcome) -> AttemptOutcome {
+        let mut weighed = self.weigh_all(failed, vec![outcome]).await;
+        weighed.remove(0)
+    }
+
+    /// [`weigh`](Worker::weigh) for the outcomes of one request (a batch): the request
+    /// is one call for the connector's health.
+    async fn weigh_all(
+        &self,
+        failed: Option<ErrorClass>,
+        outcomes: Vec<AttemptOutcome>,
+    ) -> Vec<AttemptOutcome> {
         let connector = self.crm.connector();
         let now = self.store.now();
         match failed {
@@ -281,18 +286,54 @@ impl Worker {
                     .connector_failed(connector, &self.settings.outage, now)
                     .await
                 {
-                    Ok(outage) => during_outage(outcome, outage, self.settings.outage.limit, now),
+                    Ok(outage) => outcomes
+                        .into_iter()
+                        .map(|o| during_outage(o, outage, self.settings.outage.limit, now))
+                        .collect(),
                     Err(e) => {
                         tracing::error!(error = %e, "recording the connector's failure failed");
-                        outcome
+                        outcomes
                     }
                 }
             }
             _ => {
                 self.answered().await;
-                outcome
+                outcomes
             }
         }
+    }
+
+    /// The outcome of a claim whose call could not even be prepared (`Crm::pace`
+    /// failed): nothing was sent.
+    fn not_ready(&self, claim: &Claim, e: &CrmError) -> AttemptOutcome {
+        let failure = Failure::from(e);
+        match e.class.decision() {
+            RetryDecision::PauseConnector => AttemptOutcome::PauseConnector {
+                connector: self.crm.connector().to_owned(),
+                failure,
+            },
+            _ => self.settings.retry.after_failure(
+                claim.operation.attempts,
+                claim.granted,
+                failure,
+                e.retry_after,
+                self.store.now(),
+            ),
+        }
+    }
+
+    /// The event recorded right before a create leaves (`batch`: how many creates its
+    /// request carries).
+    fn attempt_started(&self, claim: &Claim, batch: Option<usize>) -> NewEvent {
+        let mut detail = json!({
+            "connector": self.crm.connector(),
+            "attempt": claim.operation.attempts,
+            "granted": claim.granted,
+        });
+        if let (Some(n), serde_json::Value::Object(m)) = (batch, &mut detail) {
+            m.insert("batch".into(), json!(n));
+        }
+        NewEvent::new("attempt_started", detail)
     }
 
     /// The CRM answered: an outage (or a run of failures) of the connector ends.
@@ -382,4 +423,9 @@ impl Worker {
         .await
         .map(|_| ())
     }
+}
+
+/// The timeline's note that a call was never sent.
+fn not_sent_event(e: &CrmError) -> NewEvent {
+    NewEvent::new("not_sent", json!({"class": e.class, "error": e.message}))
 }

@@ -37,7 +37,8 @@ use serde_json::{json, Map, Value};
 
 use super::rate::{self, RateLimiter};
 use super::{
-    classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
+    classify_transport, clean_message, BatchAnswer, ConfigError, Crm, CrmError, Exchange, Lead,
+    Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::{self, CrmToken, Store};
@@ -48,6 +49,8 @@ pub const CONNECTOR: &str = "amocrm";
 pub const DEFAULT_RATE_LIMIT: f64 = 7.0;
 /// At most this many leads per search page (amoCRM's maximum).
 pub const SEARCH_LIMIT: u32 = 250;
+/// At most this many leads in one `leads/complex` request, as amoCRM allows.
+pub const MAX_COMPLEX: usize = 50;
 /// How long all calls of the process wait after a 429 that named no `Retry-After`.
 const COOL_DOWN: Duration = Duration::from_secs(1);
 /// The longest a 429 holds every call of the process: the rest is the operation's own
@@ -223,6 +226,7 @@ pub struct AmoCrm {
     field_id: u64,
     pipeline_id: Option<u64>,
     limiter: Arc<RateLimiter>,
+    rate_limit: f64,
     client: reqwest::Client,
 }
 
@@ -304,12 +308,20 @@ impl AmoCrm {
             .map_err(|e| ConfigError(format!("cannot build the HTTP client: {e}")))?;
         Ok(AmoCrm {
             limiter: rate::shared(&base, settings.rate_limit),
+            rate_limit: settings.rate_limit,
             base,
             credentials,
             field_id: settings.operation_field_id,
             pipeline_id: settings.pipeline_id,
             client,
         })
+    }
+
+    /// Keeps the account's request pace in `store`, shared by every process on it
+    /// (without it the pace is this process's).
+    pub fn paced_in(mut self, store: Arc<dyn Store>) -> Self {
+        self.limiter = Arc::new(RateLimiter::shared(store, &self.base, self.rate_limit, 1));
+        self
     }
 
     /// The one lead of a `leads/complex` call, with its one embedded contact.
@@ -425,6 +437,10 @@ impl AmoCrm {
             if status.is_success() {
                 Ok((status, body))
             } else {
+                let invalid = invalid_request_ids(&body);
+                if !invalid.is_empty() {
+                    summary.insert("invalid_request_ids".into(), json!(invalid));
+                }
                 Err(error_answer(what, status, &headers, &body, &redact))
             }
         }
@@ -434,19 +450,20 @@ impl AmoCrm {
             json!(started.elapsed().as_millis() as u64),
         );
         if let Err(e) = &result {
-            self.slow_down(e);
+            self.slow_down(e).await;
             note_error(summary, e);
             tracing::debug!(what, class = %e.class, "amocrm call failed");
         }
         (answered, result)
     }
 
-    fn slow_down(&self, e: &CrmError) {
+    async fn slow_down(&self, e: &CrmError) {
         if e.class == ErrorClass::RateLimited {
             // Slow the whole process down, not just this operation: repeated 429s
             // get the account blocked.
             self.limiter
-                .hold(e.retry_after.unwrap_or(COOL_DOWN).min(MAX_HOLD));
+                .hold(e.retry_after.unwrap_or(COOL_DOWN).min(MAX_HOLD))
+                .await;
         }
     }
 
@@ -692,7 +709,7 @@ impl AmoCrm {
                 tracing::info!("amocrm: access token refreshed");
             }
             Err(e) => {
-                self.slow_down(&e.error);
+                self.slow_down(&e.error).await;
                 note.insert("class".into(), json!(e.error.class));
                 tracing::debug!(class = %e.error.class, "amocrm token refresh failed");
             }
@@ -863,28 +880,51 @@ fn id_of(v: &Value) -> Option<String> {
     }
 }
 
-/// The first lead of a `leads/complex` answer (`[{"id":..,"merged":..}]`).
-fn complex_result(body: &[u8]) -> Option<(String, Value)> {
+/// The rows of a `leads/complex` answer (`[{"id":..,"request_id":[..],"merged":..}]`).
+fn complex_rows(body: &[u8]) -> Option<Vec<Value>> {
     let json: Value = serde_json::from_slice(body).ok()?;
-    let rows = match &json {
-        Value::Array(rows) => rows,
-        other => other.pointer("/_embedded/leads")?.as_array()?,
-    };
-    let first = rows.first()?;
-    let id = id_of(first.get("id")?)?;
+    match json {
+        Value::Array(rows) => Some(rows),
+        other => other.pointer("/_embedded/leads")?.as_array().cloned(),
+    }
+}
+
+/// A row's lead id and what the timeline keeps of it.
+fn complex_row(row: &Value) -> Option<(String, Value)> {
+    let id = id_of(row.get("id")?)?;
     let mut about = Map::new();
     about.insert("id".into(), json!(id));
-    if let Some(c) = first.get("contact_id").and_then(id_of) {
+    if let Some(c) = row.get("contact_id").and_then(id_of) {
         about.insert("contact_id".into(), json!(c));
     }
     about.insert(
         "merged".into(),
-        json!(first
-            .get("merged")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)),
+        json!(row.get("merged").and_then(Value::as_bool).unwrap_or(false)),
     );
     Some((id, Value::Object(about)))
+}
+
+/// The first lead of a `leads/complex` answer.
+fn complex_result(body: &[u8]) -> Option<(String, Value)> {
+    complex_row(complex_rows(body)?.first()?)
+}
+
+/// The `request_id`s a 400's `validation-errors` name: the leads the account refused
+/// (it then created none of the request's leads).
+fn invalid_request_ids(body: &[u8]) -> Vec<String> {
+    let Ok(json) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    json.get("validation-errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| match e.get("request_id") {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether `lead` holds exactly `operation_id` in the custom field `field_id`.
@@ -968,6 +1008,137 @@ impl Crm for AmoCrm {
                 response: Value::Object(summary),
             },
         )
+    }
+
+    fn batch_limit(&self) -> usize {
+        MAX_COMPLEX
+    }
+
+    /// One `leads/complex` request with every lead (`request_id` = its operation id).
+    /// amoCRM validates the whole request first: a 400 naming some of the leads created
+    /// none, so those get the validation error and the rest go once more without them.
+    async fn create_many(&self, leads: &[Lead]) -> BatchAnswer {
+        let mut answers: Vec<Option<(Result<String, CrmError>, Exchange)>> =
+            leads.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..leads.len()).collect();
+        let redact: Vec<&str> = leads.iter().flat_map(Lead::contact_values).collect();
+        let request_of = |lead: &Lead, sent: usize| {
+            json!({
+                "connector": CONNECTOR,
+                "method": CREATE,
+                "request_id": lead.operation_id,
+                "operation_field_id": self.field_id,
+                "pipeline_id": self.pipeline_id,
+                "batch": sent,
+            })
+        };
+        for round in 0..2 {
+            let bodies: Vec<Value> = pending.iter().map(|&i| self.lead_body(&leads[i])).collect();
+            let mut summary = Map::new();
+            let req = self
+                .client
+                .post(format!("{}/api/v4/leads/complex", self.base))
+                .json(&bodies);
+            tracing::debug!(leads = pending.len(), round, "amocrm batch create");
+            let sent = pending.len();
+            let exchange = |summary: &Map<String, Value>, i: usize| Exchange {
+                request: request_of(&leads[i], sent),
+                response: Value::Object(summary.clone()),
+            };
+            match self.call(CREATE, req, &redact, &mut summary).await {
+                Ok((_, bytes)) => {
+                    let rows = complex_rows(&bytes).unwrap_or_default();
+                    for (pos, &i) in pending.iter().enumerate() {
+                        let op = leads[i].operation_id.as_str();
+                        // Rows are matched by their echoed request_id, else by position.
+                        let row = rows
+                            .iter()
+                            .find(|r| {
+                                r.get("request_id")
+                                    .and_then(Value::as_array)
+                                    .is_some_and(|ids| ids.iter().any(|id| id == op))
+                            })
+                            .or_else(|| rows.get(pos).filter(|_| rows.len() == sent));
+                        let mut response = summary.clone();
+                        let result = match row.and_then(complex_row) {
+                            Some((id, Value::Object(about))) => {
+                                response.extend(about);
+                                Ok(id)
+                            }
+                            _ => {
+                                let e = CrmError::new(
+                                    ErrorClass::Uncertain,
+                                    format!("{CONNECTOR} {CREATE}: the answer has no lead id for this lead"),
+                                );
+                                note_error(&mut response, &e);
+                                Err(e)
+                            }
+                        };
+                        answers[i] = Some((result, exchange(&response, i)));
+                    }
+                    break;
+                }
+                Err(e) => {
+                    let invalid: Vec<String> = summary
+                        .get("invalid_request_ids")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let (refused, rest): (Vec<usize>, Vec<usize>) = pending
+                        .iter()
+                        .partition(|&&i| invalid.contains(&leads[i].operation_id.to_string()));
+                    if e.class == ErrorClass::Validation
+                        && round == 0
+                        && !refused.is_empty()
+                        && !rest.is_empty()
+                    {
+                        for i in refused {
+                            answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
+                        }
+                        pending = rest;
+                        continue;
+                    }
+                    if answers.iter().all(Option::is_none) {
+                        // The request failed as a whole.
+                        let request = json!({
+                            "connector": CONNECTOR,
+                            "method": CREATE,
+                            "batch": sent,
+                            "request_ids": pending.iter().map(|&i| leads[i].operation_id.as_str()).collect::<Vec<_>>(),
+                        });
+                        return Err((
+                            e,
+                            Exchange {
+                                request,
+                                response: Value::Object(summary),
+                            },
+                        ));
+                    }
+                    for &i in &pending {
+                        answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| {
+                    (
+                        Err(CrmError::new(ErrorClass::NotSent, "not sent")),
+                        Exchange {
+                            request: json!({}),
+                            response: json!({"sent": false}),
+                        },
+                    )
+                })
+            })
+            .collect())
     }
 
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {

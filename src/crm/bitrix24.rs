@@ -12,10 +12,15 @@ use reqwest::header::{HeaderMap, LOCATION, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use std::sync::Arc;
+
+use super::rate::RateLimiter;
 use super::{
-    classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
+    classify_transport, clean_message, BatchAnswer, ConfigError, Crm, CrmError, Exchange, Lead,
+    Lookup,
 };
 use crate::domain::ErrorClass;
+use crate::store::Store;
 
 /// The connector name: what gets paused when the credentials stop working.
 pub const CONNECTOR: &str = "bitrix24";
@@ -23,6 +28,21 @@ pub const CONNECTOR: &str = "bitrix24";
 pub const ORIGINATOR_ID: &str = "leadgate";
 /// Bitrix24 cuts requests off after 60 s; waiting longer is pointless.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+/// At most this many commands in one `batch` request (Bitrix24 refuses more with
+/// `ERROR_BATCH_LENGTH_EXCEEDED`), and rows in one list page.
+pub const MAX_BATCH: usize = 50;
+/// The cloud portal's documented request limit: a leaky bucket draining 2 requests a
+/// second with room for 50 (Enterprise: 5 and 250). A `batch` is one request.
+pub const DEFAULT_RATE_LIMIT: f64 = 2.0;
+pub const DEFAULT_BURST: u32 = 50;
+/// How long every request waits after a `QUERY_LIMIT_EXCEEDED` without a `Retry-After`,
+/// and the most a refusal holds every request up (the refused lead itself waits for as
+/// long as it was told).
+const COOL_DOWN: Duration = Duration::from_secs(1);
+const MAX_HOLD: Duration = Duration::from_secs(5);
+/// The most list pages one lookup of a batch reads (duplicates beyond are rare; the
+/// lookup then reports failure rather than a partial answer).
+const MAX_LOOKUP_PAGES: usize = 4;
 /// A portal whose domain changed answers 302; follow at most this many hops.
 const MAX_REDIRECTS: usize = 3;
 /// A `Retry-After` beyond this is treated as this: the worker's own stop condition
@@ -71,6 +91,8 @@ pub struct Bitrix24 {
     entity: Entity,
     timeout: Duration,
     client: reqwest::Client,
+    /// The portal's request pace; none: unpaced (adapter tests).
+    limiter: Option<Arc<RateLimiter>>,
 }
 
 impl std::fmt::Debug for Bitrix24 {
@@ -118,7 +140,31 @@ impl Bitrix24 {
             entity,
             timeout,
             client,
+            limiter: None,
         })
+    }
+
+    /// Paces every request to the portal at `per_second` with `burst` at once, the
+    /// pace kept in `store` and shared by every process on it. The portal is named by
+    /// its host and webhook user, never the secret.
+    pub fn paced_in(mut self, store: Arc<dyn Store>, per_second: f64, burst: u32) -> Self {
+        let account = reqwest::Url::parse(&self.webhook_url)
+            .map(|u| {
+                let user = u
+                    .path_segments()
+                    .and_then(|mut s| s.nth(1).map(str::to_owned))
+                    .unwrap_or_default();
+                format!(
+                    "bitrix24:{}:{}/{user}",
+                    u.host_str().unwrap_or_default(),
+                    u.port_or_known_default().unwrap_or_default()
+                )
+            })
+            .unwrap_or_else(|_| "bitrix24".into());
+        self.limiter = Some(Arc::new(RateLimiter::shared(
+            store, &account, per_second, burst,
+        )));
+        self
     }
 
     pub fn entity(&self) -> Entity {
@@ -180,10 +226,26 @@ impl Bitrix24 {
     }
 
     /// POSTs `body` to `method` and returns the `result` of a success envelope.
+    async fn post(
+        &self,
+        method: &str,
+        body: &Value,
+        operation_id: &str,
+        redact: &[&str],
+        summary: &mut serde_json::Map<String, Value>,
+    ) -> Result<Value, CrmError> {
+        let mut envelope = self
+            .post_envelope(method, body, operation_id, redact, summary)
+            .await?;
+        Ok(envelope["result"].take())
+    }
+
+    /// POSTs `body` to `method` (after the portal's pace lets it go) and returns the
+    /// whole success envelope (`result`, and `next` for list pages).
     ///
     /// The response summary gets `status`, `duration_ms` and, on failure, `error`
     /// (Bitrix24's code) and `class`.
-    async fn post(
+    async fn post_envelope(
         &self,
         method: &str,
         body: &Value,
@@ -194,6 +256,9 @@ impl Bitrix24 {
         let mut redact = redact.to_vec();
         redact.push(&self.webhook_url);
         redact.push(&self.secret);
+        if let Some(limiter) = &self.limiter {
+            limiter.acquire_unless_prepaid().await;
+        }
         let started = Instant::now();
         let mut url = format!("{}{method}.json", self.webhook_url);
         let mut hops = 0;
@@ -232,9 +297,144 @@ impl Bitrix24 {
             summary.insert("class".into(), json!(e.class));
             summary.insert("message".into(), json!(e.message));
             tracing::debug!(operation_id, method, class = %e.class, "bitrix24 call failed");
+            if let (ErrorClass::RateLimited, Some(limiter)) = (e.class, &self.limiter) {
+                // Slow every process down, not just this operation: portals that keep
+                // overflowing the bucket get blocked.
+                limiter
+                    .hold(e.retry_after.unwrap_or(COOL_DOWN).min(MAX_HOLD))
+                    .await;
+            }
         }
         result
     }
+
+    /// The add call's parameters.
+    fn add_params(&self, lead: &Lead) -> Value {
+        json!({"fields": self.fields(lead), "params": {"REGISTER_SONET_EVENT": "N"}})
+    }
+
+    /// The timeline's summary of one create's request (no contact data).
+    fn create_request(&self, lead: &Lead, fields: &Value) -> serde_json::Map<String, Value> {
+        let field_names: Vec<&String> = fields
+            .as_object()
+            .map(|f| f.keys().collect())
+            .unwrap_or_default();
+        let mut request = serde_json::Map::new();
+        request.insert("connector".into(), json!(CONNECTOR));
+        request.insert("method".into(), json!(self.entity.add_method()));
+        request.insert("entity".into(), json!(self.entity.as_str()));
+        request.insert("originator_id".into(), json!(ORIGINATOR_ID));
+        request.insert("origin_id".into(), json!(lead.operation_id));
+        request.insert("fields".into(), json!(field_names));
+        request
+    }
+
+    /// One list page of the entities carrying any of `operation_ids` as `ORIGIN_ID`:
+    /// `(ID, ORIGIN_ID)` rows and the next page's start, if any.
+    async fn list_page(
+        &self,
+        operation_ids: &[&str],
+        start: u64,
+        summary: &mut serde_json::Map<String, Value>,
+    ) -> Result<(Vec<(String, String)>, Option<u64>), CrmError> {
+        let method = self.entity.list_method();
+        let body = json!({
+            "filter": {"=ORIGINATOR_ID": ORIGINATOR_ID, "@ORIGIN_ID": operation_ids},
+            "select": ["ID", "ORIGIN_ID"],
+            "order": {"ID": "ASC"},
+            "start": start,
+        });
+        let page = self
+            .post_envelope(method, &body, "lookup", &[], summary)
+            .await?;
+        let bad = |what: &str| {
+            CrmError::new(
+                ErrorClass::Uncertain,
+                format!("{CONNECTOR} {method}: {what}"),
+            )
+        };
+        let rows = page
+            .get("result")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("the answer is not a list"))?;
+        let rows = rows
+            .iter()
+            .map(|row| {
+                let id = row.get("ID").and_then(id_of);
+                let origin = row.get("ORIGIN_ID").and_then(Value::as_str);
+                id.zip(origin.map(str::to_owned))
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("a row has no ID or ORIGIN_ID"))?;
+        let next = page.get("next").and_then(Value::as_u64);
+        Ok((rows, next))
+    }
+}
+
+/// A PHP-style query string (`fields[PHONE][0][VALUE]=…`), as a `batch` command's
+/// parameters are written.
+fn php_query(params: &Value) -> String {
+    fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+        let key = |k: &str| {
+            if prefix.is_empty() {
+                k.to_owned()
+            } else {
+                format!("{prefix}[{k}]")
+            }
+        };
+        match v {
+            Value::Object(m) => m.iter().for_each(|(k, v)| walk(&key(k), v, out)),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .for_each(|(i, v)| walk(&key(&i.to_string()), v, out)),
+            Value::Null => out.push((prefix.to_owned(), String::new())),
+            Value::Bool(b) => out.push((prefix.to_owned(), if *b { "1" } else { "0" }.into())),
+            Value::Number(n) => out.push((prefix.to_owned(), n.to_string())),
+            Value::String(s) => out.push((prefix.to_owned(), s.clone())),
+        }
+    }
+    let mut pairs = Vec::new();
+    walk("", params, &mut pairs);
+    serde_urlencoded::to_string(pairs).unwrap_or_default()
+}
+
+/// The key of the `i`-th command of a batch: sorted as the commands were given.
+fn command_key(i: usize) -> String {
+    format!("c{i:02}")
+}
+
+/// One command's answer in a `batch` result: its id, or its own error classified.
+fn batch_item(method: &str, key: &str, batch: &Value, redact: &[&str]) -> Result<String, CrmError> {
+    if let Some(v) = batch.get("result").and_then(|r| r.get(key)) {
+        return id_of(v).ok_or_else(|| {
+            CrmError::new(
+                ErrorClass::Uncertain,
+                format!("{CONNECTOR} batch {method}: the answer has no entity id"),
+            )
+        });
+    }
+    if let Some(err) = batch.get("result_error").and_then(|r| r.get(key)) {
+        let code = err.get("error").and_then(Value::as_str).unwrap_or_default();
+        let desc = err
+            .get("error_description")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        // A command's error carries no HTTP status: as a call of its own it would have
+        // been refused with a 400 (validation) unless its code says otherwise.
+        let class = classify(StatusCode::BAD_REQUEST, Some(code));
+        return Err(CrmError::new(
+            class,
+            clean_message(
+                &format!("{CONNECTOR} batch {method}: {code}: {desc}"),
+                redact,
+            ),
+        ));
+    }
+    Err(CrmError::new(
+        ErrorClass::Uncertain,
+        format!("{CONNECTOR} batch {method}: the answer says nothing of this create"),
+    ))
 }
 
 /// Where a redirect points, if it may be followed: only within the webhook's own origin
@@ -309,7 +509,8 @@ pub fn classify(status: StatusCode, code: Option<&str>) -> ErrorClass {
     }
 }
 
-/// Turns a complete HTTP answer into the envelope's `result` or a classified error.
+/// Turns a complete HTTP answer into the success envelope (it has a `result`) or a
+/// classified error.
 fn interpret(
     method: &str,
     status: StatusCode,
@@ -323,8 +524,8 @@ fn interpret(
         .and_then(|j| j.get("error"))
         .and_then(Value::as_str);
     if status.is_success() && code.is_none_or(str::is_empty) {
-        if let Some(result) = json.as_ref().and_then(|j| j.get("result")) {
-            return Ok(result.clone());
+        if let Some(envelope) = json.as_ref().filter(|j| j.get("result").is_some()) {
+            return Ok(envelope.clone());
         }
     }
     // A 2xx without a `result` (or with an unknown code) falls through to Uncertain:
@@ -421,22 +622,25 @@ impl Crm for Bitrix24 {
         true
     }
 
+    async fn pace(&self) -> Result<(), CrmError> {
+        if let Some(limiter) = &self.limiter {
+            limiter.acquire().await;
+        }
+        Ok(())
+    }
+
+    fn batch_limit(&self) -> usize {
+        MAX_BATCH
+    }
+
+    fn lookup_batch_limit(&self) -> usize {
+        MAX_BATCH
+    }
+
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
         let method = self.entity.add_method();
-        let fields = self.fields(lead);
-        let body = json!({"fields": fields, "params": {"REGISTER_SONET_EVENT": "N"}});
-        let field_names: Vec<&String> = fields
-            .as_object()
-            .map(|f| f.keys().collect())
-            .unwrap_or_default();
-        let request = json!({
-            "connector": CONNECTOR,
-            "method": method,
-            "entity": self.entity.as_str(),
-            "originator_id": ORIGINATOR_ID,
-            "origin_id": lead.operation_id,
-            "fields": field_names,
-        });
+        let body = self.add_params(lead);
+        let request = Value::Object(self.create_request(lead, &body["fields"]));
         let mut summary = serde_json::Map::new();
         let result = self
             .post(
@@ -470,6 +674,134 @@ impl Crm for Bitrix24 {
             response: Value::Object(summary),
         };
         (result, exchange)
+    }
+
+    /// One `batch` request of `crm.lead.add` (or `crm.deal.add`) commands, `halt: 0`:
+    /// each command runs on its own (no transaction) and has its own result or error.
+    async fn create_many(&self, leads: &[Lead]) -> BatchAnswer {
+        let method = self.entity.add_method();
+        let mut cmd = serde_json::Map::new();
+        let mut requests = Vec::with_capacity(leads.len());
+        for (i, lead) in leads.iter().enumerate() {
+            let params = self.add_params(lead);
+            let mut request = self.create_request(lead, &params["fields"]);
+            request.insert("via".into(), json!("batch"));
+            request.insert("command".into(), json!(command_key(i)));
+            request.insert("batch".into(), json!(leads.len()));
+            requests.push(Value::Object(request));
+            cmd.insert(
+                command_key(i),
+                json!(format!("{method}?{}", php_query(&params))),
+            );
+        }
+        let body = json!({"halt": 0, "cmd": cmd});
+        let redact: Vec<&str> = leads.iter().flat_map(Lead::contact_values).collect();
+        let mut summary = serde_json::Map::new();
+        summary.insert("batch".into(), json!(leads.len()));
+        let answer = self
+            .post("batch", &body, "batch", &redact, &mut summary)
+            .await;
+        let batch = match answer {
+            Ok(batch) => batch,
+            Err(e) => {
+                let request = json!({
+                    "connector": CONNECTOR,
+                    "method": "batch",
+                    "command": method,
+                    "batch": leads.len(),
+                    "origin_ids": leads.iter().map(|l| l.operation_id.as_str()).collect::<Vec<_>>(),
+                });
+                return Err((
+                    e,
+                    Exchange {
+                        request,
+                        response: Value::Object(summary),
+                    },
+                ));
+            }
+        };
+        Ok(requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, request)| {
+                let result = batch_item(method, &command_key(i), &batch, &redact);
+                let mut response = summary.clone();
+                match &result {
+                    Ok(id) => {
+                        response.insert("id".into(), json!(id));
+                    }
+                    Err(e) => {
+                        response.insert("class".into(), json!(e.class));
+                        response.insert("message".into(), json!(e.message));
+                    }
+                }
+                (
+                    result,
+                    Exchange {
+                        request,
+                        response: Value::Object(response),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// One `crm.lead.list` (or `crm.deal.list`) with `@ORIGIN_ID` for all the keys,
+    /// following its pages.
+    async fn find_many(&self, operation_ids: &[&str]) -> (Result<Vec<Lookup>, CrmError>, Exchange) {
+        let method = self.entity.list_method();
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": method,
+            "entity": self.entity.as_str(),
+            "originator_id": ORIGINATOR_ID,
+            "origin_ids": operation_ids,
+        });
+        let mut summary = serde_json::Map::new();
+        let mut rows = Vec::new();
+        let mut start = 0;
+        let mut pages = 0;
+        let result = loop {
+            pages += 1;
+            match self.list_page(operation_ids, start, &mut summary).await {
+                Err(e) => break Err(e),
+                Ok((page, next)) => {
+                    rows.extend(page);
+                    match next {
+                        Some(next) if pages < MAX_LOOKUP_PAGES => start = next,
+                        Some(_) => {
+                            break Err(CrmError::new(
+                                ErrorClass::Uncertain,
+                                format!("{CONNECTOR} {method}: more than {MAX_LOOKUP_PAGES} pages of matches"),
+                            ))
+                        }
+                        None => break Ok(()),
+                    }
+                }
+            }
+        };
+        summary.insert("pages".into(), json!(pages));
+        let result = result.map(|()| {
+            summary.insert("found".into(), json!(rows.len()));
+            operation_ids
+                .iter()
+                .map(|id| {
+                    Lookup::from_ids(
+                        rows.iter()
+                            .filter(|(_, origin)| origin == id)
+                            .map(|(crm_id, _)| crm_id.clone())
+                            .collect(),
+                    )
+                })
+                .collect()
+        });
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
     }
 
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {
@@ -971,7 +1303,7 @@ mod tests {
             br#"{"result": 5, "time": {}}"#,
             &[],
         );
-        assert_eq!(ok.unwrap(), json!(5));
+        assert_eq!(ok.unwrap()["result"], json!(5));
         let err = interpret("m", StatusCode::OK, &h, b"", &[]).unwrap_err();
         assert_eq!(err.class, ErrorClass::Uncertain);
         assert_eq!(err.message, "bitrix24 m: HTTP 200 : (empty body)");

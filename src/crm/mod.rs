@@ -103,7 +103,68 @@ pub trait Crm: Send + Sync + 'static {
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange);
     /// Finds entities by external key.
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange);
+
+    /// The most creates one request may carry: above 1 the worker drains waiting work in
+    /// batches through [`create_many`](Crm::create_many).
+    fn batch_limit(&self) -> usize {
+        1
+    }
+
+    /// Creates `leads` (at most [`batch_limit`](Crm::batch_limit)) in one request, each
+    /// carrying its operation id as external key. `Ok`: one answer per lead, in order,
+    /// each classified on its own. `Err`: the request as a whole failed, and the class
+    /// says what that means for every lead in it (an `uncertain` batch may have created
+    /// any of them).
+    async fn create_many(&self, leads: &[Lead]) -> BatchAnswer {
+        match leads {
+            [lead] => {
+                let answer = self.create(lead).await;
+                Ok(vec![answer])
+            }
+            _ => Err((
+                CrmError::new(
+                    ErrorClass::Validation,
+                    format!("the {} connector has no batch create", self.connector()),
+                ),
+                Exchange {
+                    request: serde_json::json!({"batch": leads.len()}),
+                    response: serde_json::json!({"sent": false}),
+                },
+            )),
+        }
+    }
+
+    /// The most external keys one lookup request may carry: above 1 the uncertain
+    /// creates of a batch are looked up together through [`find_many`](Crm::find_many).
+    fn lookup_batch_limit(&self) -> usize {
+        1
+    }
+
+    /// Finds several external keys (at most
+    /// [`lookup_batch_limit`](Crm::lookup_batch_limit)) in one request: one lookup per
+    /// key, in order.
+    async fn find_many(&self, operation_ids: &[&str]) -> (Result<Vec<Lookup>, CrmError>, Exchange) {
+        match operation_ids {
+            [id] => {
+                let (found, exchange) = self.find(id).await;
+                (found.map(|f| vec![f]), exchange)
+            }
+            _ => (
+                Err(CrmError::new(
+                    ErrorClass::Validation,
+                    format!("the {} connector has no batch lookup", self.connector()),
+                )),
+                Exchange {
+                    request: serde_json::json!({"lookup": operation_ids.len()}),
+                    response: serde_json::json!({"sent": false}),
+                },
+            ),
+        }
+    }
 }
+
+/// The answer to a batch create: per lead, or a failure of the request as a whole.
+pub type BatchAnswer = Result<Vec<(Result<String, CrmError>, Exchange)>, (CrmError, Exchange)>;
 
 /// Builds the adapter the configuration names.
 ///
@@ -118,12 +179,25 @@ pub fn from_config(
             webhook_url,
             entity,
             timeout,
+            rate_limit,
+            burst,
             ..
-        } => std::sync::Arc::new(bitrix24::Bitrix24::new(
-            webhook_url.expose(),
-            *entity,
-            *timeout,
-        )?),
+        } => {
+            if !(rate_limit.is_finite() && *rate_limit > 0.0) || *burst == 0 {
+                return Err(ConfigError(
+                    "Bitrix24 rate_limit must be a positive number of requests per second \
+                     and burst at least 1"
+                        .into(),
+                ));
+            }
+            std::sync::Arc::new(
+                bitrix24::Bitrix24::new(webhook_url.expose(), *entity, *timeout)?.paced_in(
+                    store,
+                    *rate_limit,
+                    *burst,
+                ),
+            )
+        }
         CrmConfig::Amocrm {
             base_url,
             token,
@@ -137,36 +211,39 @@ pub fn from_config(
             timeout,
             token_key_file,
             ..
-        } => std::sync::Arc::new(amocrm::AmoCrm::new(amocrm::Settings {
-            base_url: base_url.clone(),
-            auth: match (token, client_id, client_secret, redirect_uri, refresh_token) {
-                (Some(token), None, None, None, None) => {
-                    amocrm::Auth::Token(token.expose().to_owned())
-                }
-                (None, Some(id), Some(secret), Some(redirect), Some(refresh)) => {
-                    amocrm::Auth::OAuth(amocrm::OAuth {
-                        client_id: id.clone(),
-                        client_secret: secret.expose().to_owned(),
-                        redirect_uri: redirect.clone(),
-                        refresh_token: refresh.expose().to_owned(),
-                        store,
-                        vault: vault::Vault::from_env_or_file(token_key_file.as_deref())
-                            .map_err(ConfigError)?,
-                    })
-                }
-                _ => {
-                    return Err(ConfigError(
-                        "amoCRM needs either token, or client_id, client_secret, redirect_uri \
+        } => {
+            std::sync::Arc::new(
+                amocrm::AmoCrm::new(amocrm::Settings {
+                    base_url: base_url.clone(),
+                    auth: match (token, client_id, client_secret, redirect_uri, refresh_token) {
+                        (Some(token), None, None, None, None) => {
+                            amocrm::Auth::Token(token.expose().to_owned())
+                        }
+                        (None, Some(id), Some(secret), Some(redirect), Some(refresh)) => {
+                            amocrm::Auth::OAuth(amocrm::OAuth {
+                                client_id: id.clone(),
+                                client_secret: secret.expose().to_owned(),
+                                redirect_uri: redirect.clone(),
+                                refresh_token: refresh.expose().to_owned(),
+                                store: store.clone(),
+                                vault: vault::Vault::from_env_or_file(token_key_file.as_deref())
+                                    .map_err(ConfigError)?,
+                            })
+                        }
+                        _ => return Err(ConfigError(
+                            "amoCRM needs either token, or client_id, client_secret, redirect_uri \
                          and refresh_token"
-                            .into(),
-                    ))
-                }
-            },
-            operation_field_id: *operation_field_id,
-            pipeline_id: *pipeline_id,
-            rate_limit: *rate_limit,
-            timeout: *timeout,
-        })?),
+                                .into(),
+                        )),
+                    },
+                    operation_field_id: *operation_field_id,
+                    pipeline_id: *pipeline_id,
+                    rate_limit: *rate_limit,
+                    timeout: *timeout,
+                })?
+                .paced_in(store),
+            )
+        }
         CrmConfig::Http(config) => std::sync::Arc::new(http::HttpCrm::new(config)?),
     })
 }

@@ -1,61 +1,113 @@
-//! A process-wide request-rate limit per CRM account, and `Retry-After` parsing.
+//! Request pacing per CRM account, and `Retry-After` parsing.
 //!
-//! amoCRM allows 7 requests a second per integration and blocks an account that keeps
-//! exceeding it (after which every call answers 403), so the adapter paces itself
-//! instead of relying on 429s. Every adapter built for the same account in one process
-//! (the worker loops, the reconciler, a second `app::start` in tests) shares one
-//! limiter, so the limit holds for the process, not per task.
+//! CRMs limit how fast an account may be called and punish those that keep exceeding
+//! it: amoCRM allows 7 requests a second per integration and then blocks the account
+//! (every call answers 403); a Bitrix24 portal drains a leaky bucket at 2 requests a
+//! second with room for 50 and refuses what overflows with 503 `QUERY_LIMIT_EXCEEDED`,
+//! blocking portals that keep overflowing it. So every adapter paces itself to its
+//! CRM's documented limit instead of learning it from refusals.
+//!
+//! A [`RateLimiter`] keeps one account's pace (`domain::pacing`, a leaky bucket with a
+//! burst). Built with the operations store ([`RateLimiter::shared`]) its state lives in
+//! the database, so every process of the installation — the worker loops, the
+//! reconciler, other gateways on the same PostgreSQL — draws from the one bucket the CRM
+//! sees. Without a store (adapter tests), or while the store fails, it paces this
+//! process alone.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use tokio::time::Instant;
 
+use crate::domain::pacing::Pace;
+use crate::store::Store;
+
 /// A `Retry-After` beyond this is treated as this: the worker's own stop condition
 /// should take over rather than parking a lead for days on one header.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
-/// Spaces calls at least `1/rate` apart (no bursts): N calls take at least
-/// `(N - 1) / rate` seconds, which also keeps every one-second window within the rate.
-#[derive(Debug)]
+/// One CRM account's request pace.
 pub struct RateLimiter {
-    interval: Duration,
-    /// When the next call may start.
-    next: Mutex<Instant>,
+    pace: Pace,
+    /// The pace's state when it is kept in this process (also the fallback while the
+    /// store fails): the theoretical arrival time, in ms since `epoch`.
+    local: Mutex<Option<f64>>,
+    epoch: Instant,
+    shared: Option<(Arc<dyn Store>, String)>,
+}
+
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("pace", &self.pace)
+            .field("shared", &self.shared.as_ref().map(|(_, account)| account))
+            .finish()
+    }
 }
 
 impl RateLimiter {
-    /// `per_second` must be positive and finite (the configuration checks it).
+    /// Spaces this process's calls at least `1/per_second` apart (no bursts): N calls
+    /// take at least `(N - 1) / per_second` seconds. `per_second` must be positive and
+    /// finite (the configuration checks it).
     pub fn new(per_second: f64) -> RateLimiter {
-        let per_second = if per_second.is_finite() && per_second > 0.0 {
-            per_second
-        } else {
-            1.0
-        };
+        RateLimiter::with_burst(per_second, 1)
+    }
+
+    /// `per_second` sustained with `burst` at once, for this process.
+    pub fn with_burst(per_second: f64, burst: u32) -> RateLimiter {
         RateLimiter {
-            interval: Duration::from_secs_f64(1.0 / per_second),
-            next: Mutex::new(Instant::now()),
+            pace: Pace::new(per_second, burst),
+            local: Mutex::new(None),
+            epoch: Instant::now(),
+            shared: None,
         }
     }
 
-    /// Waits for this call's slot. The slot is reserved before waiting, so concurrent
+    /// `per_second` sustained with `burst` at once for `account`, kept in `store`:
+    /// every process on the database shares it.
+    pub fn shared(store: Arc<dyn Store>, account: &str, per_second: f64, burst: u32) -> Self {
+        RateLimiter {
+            shared: Some((store, account.to_owned())),
+            ..RateLimiter::with_burst(per_second, burst)
+        }
+    }
+
+    fn local_ms(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// Waits for this call's turn. The turn is reserved before waiting, so concurrent
     /// callers queue up one interval apart.
     pub async fn acquire(&self) {
-        let at = {
-            let mut next = lock(&self.next);
-            let at = (*next).max(Instant::now());
-            *next = at + self.interval;
-            at
+        if let Some((store, account)) = &self.shared {
+            match store.take_turn(account, self.pace, store.now()).await {
+                Ok(wait) => return tokio::time::sleep(wait).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the shared request pace failed; pacing this process alone")
+                }
+            }
+        }
+        let wait = {
+            let mut tat = lock(&self.local);
+            let (next, wait) = self.pace.reserve(*tat, self.local_ms());
+            *tat = Some(next);
+            wait
         };
-        tokio::time::sleep_until(at).await;
+        tokio::time::sleep(wait).await;
     }
 
     /// No call starts before `wait` from now (the CRM said it is overloaded).
-    pub fn hold(&self, wait: Duration) {
-        let mut next = lock(&self.next);
-        *next = (*next).max(Instant::now() + wait);
+    pub async fn hold(&self, wait: Duration) {
+        if let Some((store, account)) = &self.shared {
+            let until = crate::store::after(store.now(), wait);
+            if let Err(e) = store.hold_turns(account, self.pace, until).await {
+                tracing::warn!(error = %e, "holding the shared request pace failed");
+            }
+        }
+        let mut tat = lock(&self.local);
+        let until = self.local_ms() + wait.as_secs_f64() * 1000.0;
+        *tat = Some(self.pace.hold(*tat, until));
     }
 }
 
@@ -87,10 +139,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The limiter shared by every adapter of this process that talks to `account` at
-/// `per_second`.
+/// The limiter of this process for `account` at `per_second` (no burst), shared by every
+/// adapter built for it without a store.
 pub fn shared(account: &str, per_second: f64) -> Arc<RateLimiter> {
-    static LIMITERS: OnceLock<Mutex<HashMap<String, Arc<RateLimiter>>>> = OnceLock::new();
+    static LIMITERS: std::sync::OnceLock<
+        Mutex<std::collections::HashMap<String, Arc<RateLimiter>>>,
+    > = std::sync::OnceLock::new();
     let key = format!("{account}@{per_second}");
     let mut map = lock(LIMITERS.get_or_init(Default::default));
     Arc::clone(
@@ -143,7 +197,7 @@ mod tests {
         let b = shared("http://acc.example", 1000.0);
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &shared("http://other.example", 1000.0)));
-        a.hold(Duration::from_millis(150));
+        a.hold(Duration::from_millis(150)).await;
         let started = std::time::Instant::now();
         b.acquire().await;
         assert!(started.elapsed() >= Duration::from_millis(140));

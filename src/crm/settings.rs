@@ -20,6 +20,13 @@ pub enum CrmConfig {
         /// Bitrix24 cuts requests off after 60 s, plus time for its lists to show it).
         #[serde(default, with = "humantime_serde")]
         settle: Option<Duration>,
+        /// The portal's request limit, kept by every process on the operations
+        /// database: requests per second sustained (cloud: 2, Enterprise: 5) ...
+        #[serde(default = "default_bitrix24_rate_limit")]
+        rate_limit: f64,
+        /// ... and at once after a quiet spell (cloud: 50, Enterprise: 250).
+        #[serde(default = "default_bitrix24_burst")]
+        burst: u32,
     },
     /// amoCRM / Kommo API v4, with a long-lived token or with OAuth (refreshed tokens
     /// kept in the operations database, shared by every process).
@@ -44,7 +51,8 @@ pub enum CrmConfig {
         operation_field_id: u64,
         #[serde(default)]
         pipeline_id: Option<u64>,
-        /// Requests per second this process sends to the account (amoCRM: 7).
+        /// Requests per second sent to the account by every process on the operations
+        /// database together (amoCRM: 7).
         #[serde(default = "default_amocrm_rate_limit")]
         rate_limit: f64,
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
@@ -60,6 +68,14 @@ pub enum CrmConfig {
     },
     /// A home-grown CRM over HTTP, described by templates (see [`super::http`]).
     Http(Box<super::http::HttpConfig>),
+}
+
+fn default_bitrix24_rate_limit() -> f64 {
+    super::bitrix24::DEFAULT_RATE_LIMIT
+}
+
+fn default_bitrix24_burst() -> u32 {
+    super::bitrix24::DEFAULT_BURST
 }
 
 fn default_amocrm_rate_limit() -> f64 {

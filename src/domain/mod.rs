@@ -9,6 +9,7 @@ mod fingerprint;
 mod ids;
 mod lead;
 pub mod outage;
+pub mod pacing;
 mod review;
 pub mod rules;
 mod secret;

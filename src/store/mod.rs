@@ -469,10 +469,27 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<Option<Claim>>;
 
+    /// Whether anything is due for `connector` at `now` (a read: nothing is claimed).
+    async fn has_due(&self, connector: &str, now: DateTime<Utc>) -> Result<bool>;
+
+    /// [`claim_due`](Store::claim_due) for up to `limit` operations in one transaction:
+    /// the operations of one batch request.
+    async fn claim_due_many(
+        &self,
+        connector: &str,
+        owner: &str,
+        lease_for: std::time::Duration,
+        limit: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Claim>>;
+
     /// Takes over one `in_progress` operation whose lease ran out (its worker died or
     /// hung), with a fresh lease, for the reconciler. Attempts are not counted. Nothing
     /// is taken while `connector` is paused: a lookup with broken credentials would only
-    /// send the lead to review.
+    /// send the lead to review. An operation whose holder never started its call (its
+    /// latest lease mark is the `claimed` event: it died while waiting for the CRM's
+    /// pace or during a lookup) is not taken over but put back due, its attempt and
+    /// grant given back, with a `released_unsent` event: nothing reached the CRM.
     async fn claim_stale(
         &self,
         connector: &str,
@@ -495,6 +512,17 @@ pub trait Store: Send + Sync + 'static {
         events: Vec<NewEvent>,
         now: DateTime<Utc>,
     ) -> Result<Lease>;
+
+    /// [`start_attempt`](Store::start_attempt) for the leases of one batch request, in
+    /// one transaction, each with its own events; each answer is its lease's
+    /// (`LeaseLost`: that one must not be sent).
+    async fn start_attempts(
+        &self,
+        leases: Vec<(Lease, Vec<NewEvent>)>,
+        lease_for: std::time::Duration,
+        settle: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Result<Lease>>>;
 
     /// Applies the outcome of an attempt, guarded by the lease: only the lease holder may
     /// report. `events` (the CRM request and answer) are appended first, in the same
@@ -626,6 +654,23 @@ pub trait Store: Send + Sync + 'static {
     /// The connector's CRM answered: the count starts again and an outage ends. True
     /// when it had been unreachable.
     async fn connector_answered(&self, name: &str, now: DateTime<Utc>) -> Result<bool>;
+
+    /// A turn of `account`'s request pace (`domain::pacing`), shared by every process on
+    /// this database: how long the request must wait before it leaves.
+    async fn take_turn(
+        &self,
+        account: &str,
+        pace: crate::domain::pacing::Pace,
+        now: DateTime<Utc>,
+    ) -> Result<std::time::Duration>;
+
+    /// No request to `account` leaves before `until` (the CRM asked for quiet).
+    async fn hold_turns(
+        &self,
+        account: &str,
+        pace: crate::domain::pacing::Pace,
+        until: DateTime<Utc>,
+    ) -> Result<()>;
 
     /// Before a claim: whether a lead may go to the connector now (`Open`), as its
     /// outage's one probe (`Probe`, taken for this caller alone), or not (`Wait`).

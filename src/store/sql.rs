@@ -407,6 +407,17 @@ macro_rules! sql_store {
                 Ok(n > 0)
             }
 
+            async fn last_lease_mark(&mut self, operation_id: &str) -> Result<Option<(String, String)>> {
+                Ok(sqlx::query_as(
+                    "select kind, detail from timeline where operation_id = $1 \
+                     and kind in ('claimed', 'attempt_started', 'lease_taken_over') \
+                     order by id desc limit 1",
+                )
+                .bind(operation_id)
+                .fetch_optional(&mut *self.0)
+                .await?)
+            }
+
             async fn open_non_conflict_case(&mut self, operation_id: &str) -> Result<Option<i64>> {
                 Ok(sqlx::query_scalar(
                     "select id from review_cases where operation_id = $1 and resolved_at is null \
@@ -634,6 +645,26 @@ macro_rules! sql_store {
                 Ok(sent.map(i64::from))
             }
 
+            async fn lock_pacing(&mut self, account: &str) -> Result<Option<f64>> {
+                let sql = format!(
+                    "select tat_ms from request_pacing where account = $1{}",
+                    $lock_row
+                );
+                Ok(sqlx::query_scalar(&sql).bind(account).fetch_optional(&mut *self.0).await?)
+            }
+
+            async fn save_pacing(&mut self, account: &str, tat_ms: f64) -> Result<()> {
+                sqlx::query(
+                    "insert into request_pacing (account, tat_ms) values ($1, $2) \
+                     on conflict (account) do update set tat_ms = excluded.tat_ms",
+                )
+                .bind(account)
+                .bind(tat_ms)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
             async fn lock_connector_health(
                 &mut self,
                 name: &str,
@@ -817,6 +848,27 @@ macro_rules! sql_store {
                 ops::attempts::claim_due(self.write().await?, connector, owner, lease_for, now).await
             }
 
+            async fn has_due(&self, connector: &str, now: DateTime<Utc>) -> Result<bool> {
+                let due: Option<String> = sqlx::query_scalar(PICK_DUE)
+                    .bind(now)
+                    .bind(connector)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(due.is_some())
+            }
+
+            async fn claim_due_many(
+                &self,
+                connector: &str,
+                owner: &str,
+                lease_for: std::time::Duration,
+                limit: usize,
+                now: DateTime<Utc>,
+            ) -> Result<Vec<Claim>> {
+                ops::attempts::claim_due_many(self.write().await?, connector, owner, lease_for, limit, now)
+                    .await
+            }
+
             async fn claim_stale(
                 &self,
                 connector: &str,
@@ -835,8 +887,18 @@ macro_rules! sql_store {
                 events: Vec<NewEvent>,
                 now: DateTime<Utc>,
             ) -> Result<Lease> {
-                ops::attempts::start_attempt(self.write().await?, lease, lease_for, settle, &events, now)
+                ops::attempts::start_attempt(self.write().await?, lease, lease_for, settle, events, now)
                     .await
+            }
+
+            async fn start_attempts(
+                &self,
+                leases: Vec<(Lease, Vec<NewEvent>)>,
+                lease_for: std::time::Duration,
+                settle: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<Vec<Result<Lease>>> {
+                ops::attempts::start_attempts(self.write().await?, leases, lease_for, settle, now).await
             }
 
             async fn finish_attempt(
@@ -924,6 +986,24 @@ macro_rules! sql_store {
                     return Ok(false);
                 }
                 ops::outage::connector_answered(self.write().await?, name, now).await
+            }
+
+            async fn take_turn(
+                &self,
+                account: &str,
+                pace: $crate::domain::pacing::Pace,
+                now: DateTime<Utc>,
+            ) -> Result<std::time::Duration> {
+                ops::pacing::take_turn(self.write().await?, account, pace, now).await
+            }
+
+            async fn hold_turns(
+                &self,
+                account: &str,
+                pace: $crate::domain::pacing::Pace,
+                until: DateTime<Utc>,
+            ) -> Result<()> {
+                ops::pacing::hold_turns(self.write().await?, account, pace, until).await
             }
 
             async fn probe_gate(

@@ -3,6 +3,7 @@
 //! `leadgate-testkit` crate.
 
 mod amocrm;
+mod batch;
 mod boundaries;
 mod claim_api;
 mod clock;

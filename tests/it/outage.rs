@@ -57,6 +57,15 @@ async fn all_created_once<F>(gw: &Gateway<F>, keys: &[String], fake: &FakeBitrix
             assert_eq!(m.resolved_cases, 0, "nobody acted");
             break;
         }
+        if Instant::now() >= deadline {
+            for k in keys {
+                let op = gw.operation(&format!("site:{k}")).await;
+                if op["status"] != "completed" {
+                    let kinds = gw.timeline_kinds(&format!("site:{k}")).await;
+                    panic!("{k} is not completed: {op}\n{kinds:?}");
+                }
+            }
+        }
         assert!(
             Instant::now() < deadline,
             "{done} of {} completed: {:?}, cases {:?}",
@@ -143,7 +152,11 @@ each_backend!(
         let keys = post_leads(&gw, "o").await;
         waits_for_probes(
             &gw,
-            || gw.fake.calls("crm.lead.add") + gw.fake.calls("crm.lead.list"),
+            || {
+                gw.fake.calls("crm.lead.add")
+                    + gw.fake.calls("crm.lead.list")
+                    + gw.fake.calls("batch")
+            },
             &keys,
         )
         .await;

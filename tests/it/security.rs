@@ -372,11 +372,17 @@ each_backend!(
         // and the claim loop died for good), and creates everything else.
         let app = axum::Router::new().route(
             "/rest/1/hook/{method}",
-            post(|body: String| async move {
+            post(|axum::extract::Path(method): axum::extract::Path<String>, body: String| async move {
                 if body.contains("poison") {
                     (
                         axum::http::StatusCode::SERVICE_UNAVAILABLE,
                         r#"{"error":"QUERY_LIMIT_EXCEEDED","error_description":"slow down","time":{"operating_reset_at":1e20}}"#,
+                    )
+                } else if method.starts_with("batch") {
+                    // A batch of one create (the worker drains in batches).
+                    (
+                        axum::http::StatusCode::OK,
+                        r#"{"result":{"result":{"c00":4242},"result_error":[]}}"#,
                     )
                 } else {
                     (axum::http::StatusCode::OK, r#"{"result":4242}"#)

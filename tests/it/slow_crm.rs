@@ -268,6 +268,20 @@ async fn claimed_then_taken_over(
         .await
         .unwrap()
         .unwrap();
+    // Its create went out: a claim whose call never started is put back, not taken over.
+    let first = Claim {
+        lease: store
+            .start_attempt(
+                &first.lease,
+                Duration::from_secs(5),
+                Duration::ZERO,
+                vec![],
+                t0,
+            )
+            .await
+            .unwrap(),
+        ..first
+    };
     let t1 = t0 + chrono::TimeDelta::seconds(6);
     let taken = store
         .claim_stale("bitrix24", "rec", LEASE, t1)
@@ -726,6 +740,21 @@ impl Store for Hiccup {
     ) -> Result<Option<Claim>> {
         self.inner.claim_due(connector, owner, lease_for, now).await
     }
+    async fn has_due(&self, connector: &str, now: chrono::DateTime<chrono::Utc>) -> Result<bool> {
+        self.inner.has_due(connector, now).await
+    }
+    async fn claim_due_many(
+        &self,
+        connector: &str,
+        owner: &str,
+        lease_for: std::time::Duration,
+        limit: usize,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<Claim>> {
+        self.inner
+            .claim_due_many(connector, owner, lease_for, limit, now)
+            .await
+    }
     async fn claim_stale(
         &self,
         connector: &str,
@@ -747,6 +776,33 @@ impl Store for Hiccup {
     ) -> Result<Lease> {
         self.inner
             .start_attempt(lease, lease_for, settle, events, now)
+            .await
+    }
+    async fn take_turn(
+        &self,
+        account: &str,
+        pace: leadgate::domain::pacing::Pace,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<std::time::Duration> {
+        self.inner.take_turn(account, pace, now).await
+    }
+    async fn hold_turns(
+        &self,
+        account: &str,
+        pace: leadgate::domain::pacing::Pace,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.hold_turns(account, pace, until).await
+    }
+    async fn start_attempts(
+        &self,
+        leases: Vec<(Lease, Vec<NewEvent>)>,
+        lease_for: std::time::Duration,
+        settle: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<Result<Lease>>> {
+        self.inner
+            .start_attempts(leases, lease_for, settle, now)
             .await
     }
     async fn open_review(

@@ -499,6 +499,8 @@ each_backend!(
                 "claimed",
                 "status_changed",
                 "crm_request",
+                // Written by the store: the call's mark for the reconciler.
+                "attempt_started",
                 "crm_response",
                 "retry_scheduled",
                 "status_changed",
@@ -695,6 +697,20 @@ each_backend!(
             .await
             .unwrap()
             .unwrap();
+        // The create went out (a claim whose call never started is put back instead).
+        let c = Claim {
+            lease: store
+                .start_attempt(
+                    &c.lease,
+                    Duration::from_secs(5),
+                    Duration::ZERO,
+                    vec![],
+                    start,
+                )
+                .await
+                .unwrap(),
+            ..c
+        };
         assert!(
             store
                 .claim_stale(CRM, "rec", LEASE, start)

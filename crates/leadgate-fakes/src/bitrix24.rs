@@ -39,9 +39,11 @@
 //! that command's `result_error` entry, not executed; `server_error_after_create` and
 //! `error` with `after_execute` execute it, then report the error. The connection faults
 //! (`lost_answer_hang`, `lost_answer_drop`, `latency_ms`, `execute_late`, `html_error`)
-//! are not taken by commands (they stay queued); queued on `batch` itself they act on
-//! the whole request as on any call (`lost_answer_hang`: every command runs, then no
-//! answer). A refusal queued on `batch` refuses the request before any command runs.
+//! are not taken by one command: queued on `batch` itself, or on a method one of the
+//! batch's commands calls, they act on the whole request as on any call
+//! (`lost_answer_hang`: every command runs, then no answer) — so a test that makes
+//! `crm.lead.add` lose its answer loses it whether the add came alone or in a batch. A
+//! refusal queued on `batch` refuses the request before any command runs.
 //!
 //! Calls are counted per method: a batch request once as `batch`, and each command the
 //! portal gets to (faulted ones included) under its own method, so `crm.lead.add` counts
@@ -551,7 +553,15 @@ async fn rest(
         );
     };
 
-    let fault = shared.faults.take(&method);
+    let fault = shared.faults.take(&method).or_else(|| match &call {
+        // A connection fault queued for a method a batch carries acts on the whole
+        // batch: in one request, a lost answer or a slow portal is every command's.
+        Call::Batch(batch) => batch.cmd.iter().find_map(|(_, command)| {
+            let method = command.split('?').next().unwrap_or_default();
+            shared.faults.take_where(method, |f| !concerns_the_call(f))
+        }),
+        Call::Method(..) => None,
+    });
     if let Some(Fault::LatencyMs { ms }) = &fault {
         tokio::time::sleep(Duration::from_millis(*ms)).await;
     }
@@ -1710,9 +1720,7 @@ mod tests {
     #[tokio::test]
     async fn batch_commands_fail_one_by_one() {
         let fake = fake().await;
-        // A connection fault is not taken by a command: it stays queued, and the
-        // validation fault behind it strikes the first lead add.
-        fake.push_fault("crm.lead.add", Fault::LostAnswerHang, 1);
+        // The validation fault strikes the first lead add only.
         fake.push_fault("crm.lead.add", Fault::Validation, 1);
         fake.push_fault("crm.deal.add", Fault::ServerErrorAfterCreate, 1);
         let (status, body) = batch(
@@ -1760,9 +1768,29 @@ mod tests {
             1,
             "nested batch commands are not counted"
         );
-        let pending = fake.shared.faults.pending();
-        assert_eq!(pending.len(), 1);
-        assert_eq!(pending[0].fault, Fault::LostAnswerHang);
+        assert!(fake.shared.faults.pending().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_fault_of_a_command_method_acts_on_the_whole_batch() {
+        let fake = fake().await;
+        // Queued on crm.lead.add as a test of a single create would queue it.
+        fake.push_fault("crm.lead.add", Fault::LostAnswerHang, 1);
+        let body = json!({"cmd": {"a": "crm.lead.add?fields[TITLE]=a", "b": "crm.lead.add?fields[TITLE]=b"}});
+        let err = reqwest::Client::new()
+            .post(format!("{}batch", fake.webhook_url()))
+            .json(&body)
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert_eq!(
+            fake.entities().len(),
+            2,
+            "both adds ran, the answer was lost"
+        );
+        assert!(fake.shared.faults.pending().is_empty());
     }
 
     #[tokio::test]

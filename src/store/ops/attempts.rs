@@ -44,20 +44,44 @@ pub(crate) async fn claim_locked<T: WriteTx>(
 }
 
 pub(crate) async fn claim_due<T: WriteTx>(
-    mut tx: T,
+    tx: T,
     connector: &str,
     owner: &str,
     lease_for: Duration,
     now: DateTime<Utc>,
 ) -> Result<Option<Claim>> {
-    let Some(id) = tx.pick_due(connector, now).await? else {
-        return Ok(None);
-    };
-    let mut l = must_lock(&mut tx, &id).await?;
-    let claim = claim_locked(&mut tx, &mut l, owner, lease_for, now).await?;
-    tx.commit().await?;
-    Ok(Some(claim))
+    Ok(claim_due_many(tx, connector, owner, lease_for, 1, now)
+        .await?
+        .pop())
 }
+
+/// Claims up to `limit` due operations in one transaction (a batch for one CRM request).
+pub(crate) async fn claim_due_many<T: WriteTx>(
+    mut tx: T,
+    connector: &str,
+    owner: &str,
+    lease_for: Duration,
+    limit: usize,
+    now: DateTime<Utc>,
+) -> Result<Vec<Claim>> {
+    let mut claims = Vec::new();
+    // Each claimed row is `in_progress` within this transaction, so the next pick is
+    // another one.
+    while claims.len() < limit {
+        let Some(id) = tx.pick_due(connector, now).await? else {
+            break;
+        };
+        let mut l = must_lock(&mut tx, &id).await?;
+        claims.push(claim_locked(&mut tx, &mut l, owner, lease_for, now).await?);
+    }
+    if !claims.is_empty() {
+        tx.commit().await?;
+    }
+    Ok(claims)
+}
+
+/// The most never-started operations one takeover puts back before it takes one over.
+const MAX_RELEASED: usize = 100;
 
 pub(crate) async fn claim_stale<T: WriteTx>(
     mut tx: T,
@@ -66,51 +90,125 @@ pub(crate) async fn claim_stale<T: WriteTx>(
     lease_for: Duration,
     now: DateTime<Utc>,
 ) -> Result<Option<Claim>> {
-    let Some(id) = tx.pick_stale(connector, now).await? else {
-        return Ok(None);
+    let mut released = 0;
+    let claim = loop {
+        let Some(id) = tx.pick_stale(connector, now).await? else {
+            break None;
+        };
+        let mut l = must_lock(&mut tx, &id).await?;
+        let previous =
+            json!({"previous_owner": l.op.lease_owner, "expired_at": l.op.lease_expires_at});
+        let mark = tx.last_lease_mark(&id).await?;
+        if let Some((_, detail)) = mark.filter(|(kind, _)| kind == "claimed") {
+            // Its holder died (or stalled) before its request left — waiting for the
+            // CRM's pace, or during a lookup: nothing can have reached the CRM under
+            // this claim. It goes back as it was, the attempt not counted.
+            if released < MAX_RELEASED {
+                let granted = serde_json::from_str::<Value>(&detail)
+                    .ok()
+                    .and_then(|d| d.get("granted").and_then(Value::as_bool))
+                    .unwrap_or(false);
+                release_unsent(&mut tx, &mut l, owner, previous, granted, now).await?;
+                released += 1;
+                continue;
+            }
+        }
+        let lease = take_lease(&mut tx, &mut l, owner, lease_for, now).await?;
+        let event = NewEvent::new("lease_taken_over", previous);
+        tx.append(&id, owner, &event, now).await?;
+        save(&mut tx, &mut l, now).await?;
+        break Some(Claim {
+            operation: l.op,
+            lease,
+            granted: false,
+        });
     };
-    let mut l = must_lock(&mut tx, &id).await?;
-    let previous = json!({"previous_owner": l.op.lease_owner, "expired_at": l.op.lease_expires_at});
-    let lease = take_lease(&mut tx, &mut l, owner, lease_for, now).await?;
-    let event = NewEvent::new("lease_taken_over", previous);
-    tx.append(&id, owner, &event, now).await?;
-    save(&mut tx, &mut l, now).await?;
-    tx.commit().await?;
-    Ok(Some(Claim {
-        operation: l.op,
-        lease,
-        granted: false,
-    }))
+    if claim.is_some() || released > 0 {
+        tx.commit().await?;
+    }
+    Ok(claim)
+}
+
+/// Puts back an operation whose claim ran out before its call started: due now, the
+/// attempt and a person's grant given back, a lookup still owed kept owed.
+async fn release_unsent<T: WriteTx>(
+    tx: &mut T,
+    l: &mut Locked,
+    actor: &str,
+    mut previous: Value,
+    granted: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    l.op.attempts = (l.op.attempts - 1).max(0);
+    if granted {
+        l.op.retry_grants += 1;
+    }
+    l.op.next_attempt_at = Some(now);
+    clear_lease(l);
+    if let Value::Object(m) = &mut previous {
+        m.insert("granted".into(), json!(granted));
+    }
+    let event = NewEvent::new("released_unsent", previous);
+    tx.append(l.id(), actor, &event, now).await?;
+    set_status(tx, l, Status::Received, actor, now).await?;
+    save(tx, l, now).await
 }
 
 pub(crate) async fn start_attempt<T: WriteTx>(
-    mut tx: T,
+    tx: T,
     lease: &Lease,
     lease_for: Duration,
     settle: Duration,
-    events: &[NewEvent],
+    events: Vec<NewEvent>,
     now: DateTime<Utc>,
 ) -> Result<Lease> {
-    let id = lease.operation_id.as_str();
-    let mut l = must_lock(&mut tx, id).await?;
-    // A holder whose lease ran out never starts the call, even if nobody has taken the
-    // operation over yet: the reconciler may be about to.
-    if l.lease_token.as_deref() != Some(lease.token.as_str())
-        || l.op.status != Status::InProgress
-        || l.op.lease_expires_at.is_none_or(|t| t <= now)
-    {
-        return Err(StoreError::LeaseLost(id.to_owned()));
+    let mut started =
+        start_attempts(tx, vec![(lease.clone(), events)], lease_for, settle, now).await?;
+    started
+        .pop()
+        .unwrap_or_else(|| Err(StoreError::LeaseLost(lease.operation_id.to_string())))
+}
+
+/// Starts the attempts of several leases in one transaction (the operations of one
+/// batch request), each with its events, and each with its own answer: a lease that
+/// ran out is `LeaseLost` and does not stop the others.
+pub(crate) async fn start_attempts<T: WriteTx>(
+    mut tx: T,
+    leases: Vec<(Lease, Vec<NewEvent>)>,
+    lease_for: Duration,
+    settle: Duration,
+    now: DateTime<Utc>,
+) -> Result<Vec<Result<Lease>>> {
+    let mut started = Vec::with_capacity(leases.len());
+    for (lease, events) in &leases {
+        let id = lease.operation_id.as_str();
+        let mut l = must_lock(&mut tx, id).await?;
+        // A holder whose lease ran out never starts the call, even if nobody has taken
+        // the operation over yet: the reconciler may be about to.
+        if l.lease_token.as_deref() != Some(lease.token.as_str())
+            || l.op.status != Status::InProgress
+            || l.op.lease_expires_at.is_none_or(|t| t <= now)
+        {
+            started.push(Err(StoreError::LeaseLost(id.to_owned())));
+            continue;
+        }
+        append_all(&mut tx, id, &lease.owner, events, now).await?;
+        if !events.iter().any(|e| e.kind == "attempt_started") {
+            // The mark the reconciler reads: this claim's call may have left.
+            let mark = NewEvent::new("attempt_started", json!({}));
+            tx.append(id, &lease.owner, &mark, now).await?;
+        }
+        let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
+        l.op.lease_expires_at = Some(expires_at);
+        l.quiet_after = Some(after(expires_at, settle));
+        save(&mut tx, &mut l, now).await?;
+        started.push(Ok(Lease {
+            expires_at,
+            ..lease.clone()
+        }));
     }
-    append_all(&mut tx, id, &lease.owner, events, now).await?;
-    let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
-    l.op.lease_expires_at = Some(expires_at);
-    l.quiet_after = Some(after(expires_at, settle));
-    save(&mut tx, &mut l, now).await?;
     tx.commit().await?;
-    Ok(Lease {
-        expires_at,
-        ..lease.clone()
-    })
+    Ok(started)
 }
 
 pub(crate) async fn finish_attempt<T: WriteTx>(

@@ -30,6 +30,7 @@ pub(super) mod attempts;
 pub(super) mod claim_api;
 pub(super) mod intake;
 pub(super) mod outage;
+pub(super) mod pacing;
 pub(super) mod retention;
 pub(super) mod review;
 
@@ -166,6 +167,22 @@ pub(crate) trait WriteTx: Send {
         operation_id: &str,
         token_sha256: &str,
     ) -> impl Future<Output = Result<bool>> + Send;
+    /// The kind and detail (JSON text) of the operation's latest `claimed`,
+    /// `attempt_started` or `lease_taken_over` event: whether its current holder ever
+    /// sent anything.
+    fn last_lease_mark(
+        &mut self,
+        operation_id: &str,
+    ) -> impl Future<Output = Result<Option<(String, String)>>> + Send;
+
+    // request pacing
+    /// An account's pacing `tat` (ms), locked until commit where the row exists.
+    fn lock_pacing(&mut self, account: &str) -> impl Future<Output = Result<Option<f64>>> + Send;
+    fn save_pacing(
+        &mut self,
+        account: &str,
+        tat_ms: f64,
+    ) -> impl Future<Output = Result<()>> + Send;
 
     // review cases
     /// The open case of an operation that is not a payload conflict, if any.

@@ -1,0 +1,322 @@
+//! The batched drain: while work is waiting and the CRM takes several creates in one
+//! request (Bitrix24 `batch`, amoCRM `leads/complex`), the worker claims up to the
+//! connector's batch limit and sends them together, one request per turn of the CRM's
+//! pace instead of one per lead.
+//!
+//! Every rule of a single attempt holds per operation: each is claimed under its own
+//! lease and has its own `attempt_started` recorded (in one transaction) before the
+//! request leaves; each gets its own outcome from its own item of the answer, classified
+//! on its own. A request that failed as a whole gives every operation in it that
+//! request's class: `not_sent` and `rate_limited` are retried, `uncertain` (the answer
+//! was lost, the budget ran out) makes each of them uncertain. The uncertain ones are
+//! looked up by key together where the CRM allows it (one Bitrix24 `crm.lead.list` with
+//! `@ORIGIN_ID` for the whole batch) and settle exactly as a single uncertain create
+//! does: found → recovered, several → a person, nothing → looked up again after the
+//! settle window before anything is created.
+
+use std::time::Instant;
+
+use serde_json::json;
+use tracing::Instrument;
+
+use super::{not_sent_event, Worker};
+use crate::attempt::{cut_off, exchange_events};
+use crate::crm::{CrmError, Exchange};
+use crate::domain::ErrorClass;
+use crate::reconcile;
+use crate::store::{self, AttemptOutcome, Claim, Failure, Lease, NewEvent, StoreError};
+
+/// What one operation of a batch is left with once its item of the answer is read.
+enum Next {
+    Decided(AttemptOutcome),
+    /// The create may or may not have happened: look the key up.
+    Unknown(Failure),
+}
+
+impl Worker {
+    /// Claims up to the connector's batch limit of due operations and sends them; false
+    /// when nothing was due.
+    ///
+    /// The CRM's pace is waited for *before* anything is claimed: a claim never waits
+    /// for its turn (its lease would run out meanwhile), and a process killed while it
+    /// waits holds nothing. Whatever owes a lookup first (an earlier outcome is
+    /// unknown) is looked up in that first request, all keys together; those found
+    /// absent (where that is proof) join the creates of the next request.
+    pub(super) async fn drain(&self) -> Result<bool, StoreError> {
+        let connector = self.crm.connector();
+        // A read first: an idle poll must not use up the CRM's turns.
+        if !self.store.has_due(connector, self.store.now()).await? {
+            return Ok(false);
+        }
+        let paced = self.crm.pace().await;
+        let claims = self
+            .store
+            .claim_due_many(
+                connector,
+                &self.owner,
+                self.settings.lease,
+                self.crm.batch_limit(),
+                self.store.now(),
+            )
+            .await?;
+        if claims.is_empty() {
+            return Ok(false);
+        }
+        if let Err(e) = paced {
+            self.not_sent_all(claims, &e).await?;
+            return Ok(true);
+        }
+        let (verify, fresh): (Vec<Claim>, Vec<Claim>) =
+            claims.into_iter().partition(|c| c.operation.verify_first);
+        let mut creates: Vec<(Claim, Vec<NewEvent>)> =
+            fresh.into_iter().map(|c| (c, Vec::new())).collect();
+        let mut turn_used = false;
+        if !verify.is_empty() {
+            turn_used = true;
+            let refs: Vec<&Claim> = verify.iter().collect();
+            let found =
+                reconcile::look_up_many(self.crm.as_ref(), &refs, self.settings.call_timeout, true)
+                    .await;
+            let mut decided = Vec::new();
+            let mut failed = None;
+            for (claim, (lookup, events)) in verify.into_iter().zip(found) {
+                failed = failed.or(lookup.as_ref().err().map(|e| e.class));
+                match self.after_verify(&claim, lookup) {
+                    Some(outcome) => decided.push((claim.lease, outcome, events)),
+                    None => creates.push((claim, events)),
+                }
+            }
+            let (leases_events, outcomes): (Vec<_>, Vec<_>) = decided
+                .into_iter()
+                .map(|(lease, outcome, events)| ((lease, events), outcome))
+                .unzip();
+            let outcomes = self.weigh_all(failed, outcomes).await;
+            let done = leases_events
+                .into_iter()
+                .zip(outcomes)
+                .map(|((lease, events), outcome)| (lease, outcome, events))
+                .collect();
+            self.finish_all(done).await?;
+        }
+        if creates.is_empty() {
+            return Ok(true);
+        }
+        if turn_used {
+            if let Err(e) = self.crm.pace().await {
+                let claims = creates.into_iter().map(|(c, _)| c).collect();
+                self.not_sent_all(claims, &e).await?;
+                return Ok(true);
+            }
+        }
+        let span = tracing::info_span!("batch", size = creates.len());
+        self.attempt_batch(creates).instrument(span).await?;
+        Ok(true)
+    }
+
+    /// Records, for every claim, that its call could not be prepared (nothing sent).
+    async fn not_sent_all(&self, claims: Vec<Claim>, e: &CrmError) -> Result<(), StoreError> {
+        tracing::warn!(class = %e.class, "could not get ready to call the CRM");
+        let outcomes: Vec<_> = claims.iter().map(|c| self.not_ready(c, e)).collect();
+        let outcomes = self.weigh_all(Some(e.class), outcomes).await;
+        let done = claims
+            .iter()
+            .zip(outcomes)
+            .map(|(c, o)| (c.lease.clone(), o, vec![not_sent_event(e)]))
+            .collect();
+        self.finish_all(done).await
+    }
+
+    /// Sends the creates of `creates` (each with the events recorded before it: a
+    /// verify pass's lookup) in one request, its turn of the pace already taken.
+    async fn attempt_batch(&self, creates: Vec<(Claim, Vec<NewEvent>)>) -> Result<(), StoreError> {
+        let size = creates.len();
+        let (claims, starts): (Vec<Claim>, Vec<_>) = creates
+            .into_iter()
+            .map(|(c, mut before)| {
+                before.push(self.attempt_started(&c, Some(size)));
+                let lease = c.lease.clone();
+                (c, (lease, before))
+            })
+            .unzip();
+        let leases = self
+            .store
+            .start_attempts(
+                starts,
+                self.settings.lease_for_call(),
+                self.settings.settle,
+                self.store.now(),
+            )
+            .await?;
+        let mut sent: Vec<(Claim, Lease)> = Vec::with_capacity(size);
+        for (claim, lease) in claims.into_iter().zip(leases) {
+            match lease {
+                Ok(lease) => sent.push((claim, lease)),
+                Err(StoreError::LeaseLost(id)) => {
+                    tracing::warn!(operation_id = %id, "the lease ran out before the call: not sending it");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let leads: Vec<_> = sent.iter().map(|(c, _)| self.lead_of(c)).collect();
+        let armed_at = Instant::now();
+        let budget = self.settings.call_timeout;
+        let answer = match tokio::time::timeout_at(
+            (armed_at + budget).into(),
+            crate::crm::rate::prepaid(self.crm.create_many(&leads)),
+        )
+        .await
+        {
+            Ok(answer) => answer,
+            Err(_) => {
+                let (result, exchange) = cut_off::<()>("batch create", budget);
+                Err((result.expect_err("a cut-off call fails"), exchange))
+            }
+        };
+        let now = self.store.now();
+        let answer = match answer {
+            Ok(items) if items.len() != sent.len() => {
+                let message = format!(
+                    "the batch answer has {} results for {} creates",
+                    items.len(),
+                    sent.len()
+                );
+                let exchange = items
+                    .into_iter()
+                    .next()
+                    .map(|(_, ex)| ex)
+                    .unwrap_or_else(|| Exchange {
+                        request: json!({"call": "batch create"}),
+                        response: json!({}),
+                    });
+                Err((CrmError::new(ErrorClass::Uncertain, message), exchange))
+            }
+            other => other,
+        };
+        // What the request says of the CRM's health: a request that failed as a whole
+        // counts against the connector; any answer per item means it is there.
+        let mut health = None;
+        let mut items: Vec<(Next, Vec<NewEvent>)> = Vec::with_capacity(sent.len());
+        match answer {
+            Ok(answers) => {
+                for ((claim, _), (result, exchange)) in sent.iter().zip(answers) {
+                    let events = exchange_events(
+                        "crm_request",
+                        "crm_response",
+                        &exchange,
+                        result.as_ref().err(),
+                    );
+                    let next = match result {
+                        Ok(crm_id) => Next::Decided(AttemptOutcome::Created { crm_id }),
+                        Err(e) => self.after_item_failure(claim, &e, now),
+                    };
+                    items.push((next, events));
+                }
+            }
+            Err((e, exchange)) => {
+                tracing::warn!(class = %e.class, "the batch request failed");
+                health = Some(e.class);
+                let events = exchange_events("crm_request", "crm_response", &exchange, Some(&e));
+                for (claim, _) in &sent {
+                    items.push((self.after_item_failure(claim, &e, now), events.clone()));
+                }
+            }
+        }
+        let unknown: Vec<&Claim> = sent
+            .iter()
+            .zip(&items)
+            .filter(|(_, (next, _))| matches!(next, Next::Unknown(_)))
+            .map(|((c, _), _)| c)
+            .collect();
+        let mut found = if unknown.is_empty() {
+            Vec::new()
+        } else {
+            let found = reconcile::look_up_many(
+                self.crm.as_ref(),
+                &unknown,
+                self.settings.call_timeout,
+                false,
+            )
+            .await;
+            // The lookup says whether the CRM is there at all, as after a single
+            // uncertain create.
+            health = found
+                .iter()
+                .all(|(r, _)| r.is_err())
+                .then(|| {
+                    found
+                        .iter()
+                        .find_map(|(r, _)| r.as_ref().err().map(|e| e.class))
+                })
+                .flatten();
+            found
+        }
+        .into_iter();
+        let settle_until = store::after(now, self.settings.settle);
+        let mut outcomes = Vec::with_capacity(items.len());
+        let mut events_of = Vec::with_capacity(items.len());
+        for (next, mut events) in items {
+            let outcome = match next {
+                Next::Decided(outcome) => outcome,
+                Next::Unknown(failure) => {
+                    let (lookup, more) = found.next().expect("one lookup per unknown item");
+                    events.extend(more);
+                    reconcile::after_uncertain(lookup, Some(failure), settle_until)
+                }
+            };
+            outcomes.push(outcome);
+            events_of.push(events);
+        }
+        let outcomes = self.weigh_all(health, outcomes).await;
+        let done = sent
+            .into_iter()
+            .zip(outcomes)
+            .zip(events_of)
+            .map(|(((_, lease), outcome), events)| (lease, outcome, events))
+            .collect();
+        self.finish_all(done).await
+    }
+
+    /// The next step of one operation whose create failed with `e` (its own item's
+    /// error, or the whole request's).
+    fn after_item_failure(
+        &self,
+        claim: &Claim,
+        e: &CrmError,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Next {
+        match self.settings.retry.after_failed_call(
+            Failure::from(e),
+            claim.operation.attempts,
+            claim.granted,
+            e.retry_after,
+            self.crm.connector(),
+            json!({}),
+            now,
+        ) {
+            Ok(outcome) => Next::Decided(outcome),
+            Err(failure) => Next::Unknown(failure),
+        }
+    }
+
+    /// Records every outcome; a lease lost meanwhile is that operation's affair, any
+    /// other failure is reported after the rest were tried.
+    async fn finish_all(
+        &self,
+        done: Vec<(Lease, AttemptOutcome, Vec<NewEvent>)>,
+    ) -> Result<(), StoreError> {
+        let mut first_error = None;
+        for (lease, outcome, events) in done {
+            match self.finish(&lease, outcome, events).await {
+                Ok(()) | Err(StoreError::LeaseLost(_)) => {}
+                Err(e) => {
+                    tracing::error!(operation_id = %lease.operation_id, error = %e, "recording the outcome failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
