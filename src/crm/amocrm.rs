@@ -37,8 +37,8 @@ use serde_json::{json, Map, Value};
 
 use super::rate::{self, RateLimiter};
 use super::{
-    classify_transport, clean_message, BatchAnswer, ConfigError, Crm, CrmError, Exchange, Lead,
-    Lookup,
+    classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
+    Exchange, Lead, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::{self, CrmToken, Store};
@@ -320,8 +320,26 @@ impl AmoCrm {
     /// Keeps the account's request pace in `store`, shared by every process on it
     /// (without it the pace is this process's).
     pub fn paced_in(mut self, store: Arc<dyn Store>) -> Self {
-        self.limiter = Arc::new(RateLimiter::shared(store, &self.base, self.rate_limit, 1));
+        self.limiter = Arc::new(RateLimiter::in_store(store, &self.base, self.rate_limit, 1));
         self
+    }
+
+    /// The timeline's summary of one lead's create (which contact fields it had, never
+    /// their values).
+    fn create_request(&self, lead: &Lead) -> Value {
+        json!({
+            "connector": CONNECTOR,
+            "method": CREATE,
+            "request_id": lead.operation_id,
+            "operation_field_id": self.field_id,
+            "tag": lead.operation_id,
+            "pipeline_id": self.pipeline_id,
+            "contact": {
+                "name": lead.name.is_some(),
+                "phone": lead.phone.is_some(),
+                "email": lead.email.is_some(),
+            },
+        })
     }
 
     /// The one lead of a `leads/complex` call, with its one embedded contact.
@@ -759,11 +777,6 @@ fn not_sent(mut e: CrmError) -> CrmError {
     e
 }
 
-fn note_error(summary: &mut Map<String, Value>, e: &CrmError) {
-    summary.insert("class".into(), json!(e.class));
-    summary.insert("message".into(), json!(e.message));
-}
-
 /// The one classification of an amoCRM answer that is not a success (docs/crm.md):
 ///
 /// | status | class |
@@ -963,19 +976,7 @@ impl Crm for AmoCrm {
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
         let body = self.lead_body(lead);
-        let request = json!({
-            "connector": CONNECTOR,
-            "method": CREATE,
-            "request_id": lead.operation_id,
-            "operation_field_id": self.field_id,
-            "tag": lead.operation_id,
-            "pipeline_id": self.pipeline_id,
-            "contact": {
-                "name": lead.name.is_some(),
-                "phone": lead.phone.is_some(),
-                "email": lead.email.is_some(),
-            },
-        });
+        let request = self.create_request(lead);
         let mut summary = Map::new();
         let req = self
             .client
@@ -1023,14 +1024,9 @@ impl Crm for AmoCrm {
         let mut pending: Vec<usize> = (0..leads.len()).collect();
         let redact: Vec<&str> = leads.iter().flat_map(Lead::contact_values).collect();
         let request_of = |lead: &Lead, sent: usize| {
-            json!({
-                "connector": CONNECTOR,
-                "method": CREATE,
-                "request_id": lead.operation_id,
-                "operation_field_id": self.field_id,
-                "pipeline_id": self.pipeline_id,
-                "batch": sent,
-            })
+            let mut request = self.create_request(lead);
+            request["batch"] = json!(sent);
+            request
         };
         for round in 0..2 {
             let bodies: Vec<Value> = pending.iter().map(|&i| self.lead_body(&leads[i])).collect();
@@ -1125,19 +1121,11 @@ impl Crm for AmoCrm {
                 }
             }
         }
+        // Every lead was answered: by the first request, or (refused by it) by its
+        // validation error, the others by the second.
         Ok(answers
             .into_iter()
-            .map(|a| {
-                a.unwrap_or_else(|| {
-                    (
-                        Err(CrmError::new(ErrorClass::NotSent, "not sent")),
-                        Exchange {
-                            request: json!({}),
-                            response: json!({"sent": false}),
-                        },
-                    )
-                })
-            })
+            .map(|a| a.expect("every lead of the batch has its answer"))
             .collect())
     }
 

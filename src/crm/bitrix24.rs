@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use super::rate::RateLimiter;
 use super::{
-    classify_transport, clean_message, BatchAnswer, ConfigError, Crm, CrmError, Exchange, Lead,
-    Lookup,
+    classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
+    Exchange, Lead, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::Store;
@@ -161,7 +161,7 @@ impl Bitrix24 {
                 )
             })
             .unwrap_or_else(|_| "bitrix24".into());
-        self.limiter = Some(Arc::new(RateLimiter::shared(
+        self.limiter = Some(Arc::new(RateLimiter::in_store(
             store, &account, per_second, burst,
         )));
         self
@@ -294,8 +294,7 @@ impl Bitrix24 {
             summary.insert("redirects".into(), json!(hops));
         }
         if let Err(e) = &result {
-            summary.insert("class".into(), json!(e.class));
-            summary.insert("message".into(), json!(e.message));
+            note_error(summary, e);
             tracing::debug!(operation_id, method, class = %e.class, "bitrix24 call failed");
             if let (ErrorClass::RateLimited, Some(limiter)) = (e.class, &self.limiter) {
                 // Slow every process down, not just this operation: portals that keep
@@ -663,10 +662,7 @@ impl Crm for Bitrix24 {
             Ok(id) => {
                 summary.insert("id".into(), json!(id));
             }
-            Err(e) if !summary.contains_key("class") => {
-                summary.insert("class".into(), json!(e.class));
-                summary.insert("message".into(), json!(e.message));
-            }
+            Err(e) if !summary.contains_key("class") => note_error(&mut summary, e),
             Err(_) => {}
         }
         let exchange = Exchange {
@@ -730,10 +726,7 @@ impl Crm for Bitrix24 {
                     Ok(id) => {
                         response.insert("id".into(), json!(id));
                     }
-                    Err(e) => {
-                        response.insert("class".into(), json!(e.class));
-                        response.insert("message".into(), json!(e.message));
-                    }
+                    Err(e) => note_error(&mut response, e),
                 }
                 (
                     result,
@@ -852,10 +845,7 @@ impl Crm for Bitrix24 {
                 summary.insert("found".into(), json!(ids.len()));
                 summary.insert("ids".into(), json!(ids));
             }
-            Err(e) if !summary.contains_key("class") => {
-                summary.insert("class".into(), json!(e.class));
-                summary.insert("message".into(), json!(e.message));
-            }
+            Err(e) if !summary.contains_key("class") => note_error(&mut summary, e),
             Err(_) => {}
         }
         let exchange = Exchange {

@@ -42,7 +42,8 @@ use serde_json::{json, Map, Value};
 
 use super::rate::{self, RateLimiter};
 use super::{
-    classify_transport, clean_message, ConfigError, Crm, CrmError, Exchange, Lead, Lookup,
+    classify_transport, clean_message, note_error, ConfigError, Crm, CrmError, Exchange, Lead,
+    Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::domain::Secret;
@@ -319,11 +320,6 @@ impl HttpCrm {
         }
         result
     }
-}
-
-fn note_error(summary: &mut Map<String, Value>, e: &CrmError) {
-    summary.insert("class".into(), json!(e.class));
-    summary.insert("message".into(), json!(e.message));
 }
 
 fn http_url(what: &str, url: &str) -> Result<reqwest::Url, ConfigError> {

@@ -163,6 +163,12 @@ pub trait Crm: Send + Sync + 'static {
     }
 }
 
+/// Puts a failure's class and (clean) message into an exchange's summary.
+pub(crate) fn note_error(summary: &mut serde_json::Map<String, serde_json::Value>, e: &CrmError) {
+    summary.insert("class".into(), serde_json::json!(e.class));
+    summary.insert("message".into(), serde_json::json!(e.message));
+}
+
 /// The answer to a batch create: per lead, or a failure of the request as a whole.
 pub type BatchAnswer = Result<Vec<(Result<String, CrmError>, Exchange)>, (CrmError, Exchange)>;
 

@@ -8,7 +8,7 @@
 //! CRM's documented limit instead of learning it from refusals.
 //!
 //! A [`RateLimiter`] keeps one account's pace (`domain::pacing`, a leaky bucket with a
-//! burst). Built with the operations store ([`RateLimiter::shared`]) its state lives in
+//! burst). Built with the operations store ([`RateLimiter::in_store`]) its state lives in
 //! the database, so every process of the installation — the worker loops, the
 //! reconciler, other gateways on the same PostgreSQL — draws from the one bucket the CRM
 //! sees. Without a store (adapter tests), or while the store fails, it paces this
@@ -66,7 +66,7 @@ impl RateLimiter {
 
     /// `per_second` sustained with `burst` at once for `account`, kept in `store`:
     /// every process on the database shares it.
-    pub fn shared(store: Arc<dyn Store>, account: &str, per_second: f64, burst: u32) -> Self {
+    pub fn in_store(store: Arc<dyn Store>, account: &str, per_second: f64, burst: u32) -> Self {
         RateLimiter {
             shared: Some((store, account.to_owned())),
             ..RateLimiter::with_burst(per_second, burst)
