@@ -87,23 +87,8 @@ pub async fn look_up(
     claim: &Claim,
     budget: Duration,
 ) -> (Result<Lookup, CrmError>, Vec<NewEvent>) {
-    let id = claim.operation.operation_id.as_str();
-    let (result, exchange) = match crm.pace().await {
-        Err(e) => (Err(e), not_sent("lookup")),
-        Ok(()) => match tokio::time::timeout(budget, crate::crm::rate::prepaid(crm.find(id))).await
-        {
-            Ok(answer) => answer,
-            Err(_) => cut_off("lookup", budget),
-        },
-    };
-    let mut events = exchange_events(
-        "reconcile_request",
-        "reconcile_response",
-        &exchange,
-        result.as_ref().err(),
-    );
-    events.push(verdict(crm, claim, result.as_ref()));
-    (result, events)
+    let mut found = look_up_many(crm, &[claim], budget, false).await;
+    found.remove(0)
 }
 
 /// [`look_up`] for several claims (the uncertain creates of one batch): one request per
@@ -131,9 +116,18 @@ pub async fn look_up_many(
         let (result, exchange) = match ready {
             Err(e) => (Err(e), not_sent("lookup")),
             Ok(()) => {
-                match tokio::time::timeout(budget, crate::crm::rate::prepaid(crm.find_many(&ids)))
-                    .await
-                {
+                // One key is found with `find` (the CRM's cheapest lookup), several with
+                // `find_many`.
+                let lookup = async {
+                    match ids.as_slice() {
+                        [id] => {
+                            let (found, exchange) = crm.find(id).await;
+                            (found.map(|f| vec![f]), exchange)
+                        }
+                        _ => crm.find_many(&ids).await,
+                    }
+                };
+                match tokio::time::timeout(budget, crate::crm::rate::prepaid(lookup)).await {
                     Ok((Ok(lookups), exchange)) if lookups.len() != ids.len() => (
                         Err(CrmError::new(
                             crate::domain::ErrorClass::Uncertain,

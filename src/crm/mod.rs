@@ -140,26 +140,21 @@ pub trait Crm: Send + Sync + 'static {
         1
     }
 
-    /// Finds several external keys (at most
+    /// Finds several external keys (2 to
     /// [`lookup_batch_limit`](Crm::lookup_batch_limit)) in one request: one lookup per
-    /// key, in order.
+    /// key, in order. One key is looked up with [`find`](Crm::find); a CRM whose limit is
+    /// 1 is never asked.
     async fn find_many(&self, operation_ids: &[&str]) -> (Result<Vec<Lookup>, CrmError>, Exchange) {
-        match operation_ids {
-            [id] => {
-                let (found, exchange) = self.find(id).await;
-                (found.map(|f| vec![f]), exchange)
-            }
-            _ => (
-                Err(CrmError::new(
-                    ErrorClass::Validation,
-                    format!("the {} connector has no batch lookup", self.connector()),
-                )),
-                Exchange {
-                    request: serde_json::json!({"lookup": operation_ids.len()}),
-                    response: serde_json::json!({"sent": false}),
-                },
-            ),
-        }
+        (
+            Err(CrmError::new(
+                ErrorClass::Validation,
+                format!("the {} connector has no batch lookup", self.connector()),
+            )),
+            Exchange {
+                request: serde_json::json!({"lookup": operation_ids.len()}),
+                response: serde_json::json!({"sent": false}),
+            },
+        )
     }
 }
 

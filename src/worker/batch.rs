@@ -77,26 +77,15 @@ impl Worker {
             let found =
                 reconcile::look_up_many(self.crm.as_ref(), &refs, self.settings.call_timeout, true)
                     .await;
+            let failed = lookup_health(&found);
             let mut decided = Vec::new();
-            let mut failed = None;
             for (claim, (lookup, events)) in verify.into_iter().zip(found) {
-                failed = failed.or(lookup.as_ref().err().map(|e| e.class));
                 match self.after_verify(&claim, lookup) {
                     Some(outcome) => decided.push((claim.lease, outcome, events)),
                     None => creates.push((claim, events)),
                 }
             }
-            let (leases_events, outcomes): (Vec<_>, Vec<_>) = decided
-                .into_iter()
-                .map(|(lease, outcome, events)| ((lease, events), outcome))
-                .unzip();
-            let outcomes = self.weigh_all(failed, outcomes).await;
-            let done = leases_events
-                .into_iter()
-                .zip(outcomes)
-                .map(|((lease, events), outcome)| (lease, outcome, events))
-                .collect();
-            self.finish_all(done).await?;
+            self.weigh_and_finish(failed, decided).await?;
         }
         if creates.is_empty() {
             return Ok(true);
@@ -116,14 +105,17 @@ impl Worker {
     /// Records, for every claim, that its call could not be prepared (nothing sent).
     async fn not_sent_all(&self, claims: Vec<Claim>, e: &CrmError) -> Result<(), StoreError> {
         tracing::warn!(class = %e.class, "could not get ready to call the CRM");
-        let outcomes: Vec<_> = claims.iter().map(|c| self.not_ready(c, e)).collect();
-        let outcomes = self.weigh_all(Some(e.class), outcomes).await;
         let done = claims
             .iter()
-            .zip(outcomes)
-            .map(|(c, o)| (c.lease.clone(), o, vec![not_sent_event(e)]))
+            .map(|c| {
+                (
+                    c.lease.clone(),
+                    self.not_ready(c, e),
+                    vec![not_sent_event(e)],
+                )
+            })
             .collect();
-        self.finish_all(done).await
+        self.weigh_and_finish(Some(e.class), done).await
     }
 
     /// Sends the creates of `creates` (each with the events recorded before it: a
@@ -242,22 +234,13 @@ impl Worker {
             .await;
             // The lookup says whether the CRM is there at all, as after a single
             // uncertain create.
-            health = found
-                .iter()
-                .all(|(r, _)| r.is_err())
-                .then(|| {
-                    found
-                        .iter()
-                        .find_map(|(r, _)| r.as_ref().err().map(|e| e.class))
-                })
-                .flatten();
+            health = lookup_health(&found);
             found
         }
         .into_iter();
         let settle_until = store::after(now, self.settings.settle);
-        let mut outcomes = Vec::with_capacity(items.len());
-        let mut events_of = Vec::with_capacity(items.len());
-        for (next, mut events) in items {
+        let mut done = Vec::with_capacity(items.len());
+        for ((_, lease), (next, mut events)) in sent.into_iter().zip(items) {
             let outcome = match next {
                 Next::Decided(outcome) => outcome,
                 Next::Unknown(failure) => {
@@ -266,17 +249,9 @@ impl Worker {
                     reconcile::after_uncertain(lookup, Some(failure), settle_until)
                 }
             };
-            outcomes.push(outcome);
-            events_of.push(events);
+            done.push((lease, outcome, events));
         }
-        let outcomes = self.weigh_all(health, outcomes).await;
-        let done = sent
-            .into_iter()
-            .zip(outcomes)
-            .zip(events_of)
-            .map(|(((_, lease), outcome), events)| (lease, outcome, events))
-            .collect();
-        self.finish_all(done).await
+        self.weigh_and_finish(health, done).await
     }
 
     /// The next step of one operation whose create failed with `e` (its own item's
@@ -301,14 +276,21 @@ impl Worker {
         }
     }
 
-    /// Records every outcome; a lease lost meanwhile is that operation's affair, any
-    /// other failure is reported after the rest were tried.
-    async fn finish_all(
+    /// Weighs the outcomes of one request for the connector's health
+    /// ([`weigh_all`](Worker::weigh_all)) and records each; a lease lost meanwhile is
+    /// that operation's affair, any other failure is reported after the rest were tried.
+    async fn weigh_and_finish(
         &self,
+        failed: Option<ErrorClass>,
         done: Vec<(Lease, AttemptOutcome, Vec<NewEvent>)>,
     ) -> Result<(), StoreError> {
+        let (leases, outcomes): (Vec<_>, Vec<_>) = done
+            .into_iter()
+            .map(|(lease, outcome, events)| ((lease, events), outcome))
+            .unzip();
+        let outcomes = self.weigh_all(failed, outcomes).await;
         let mut first_error = None;
-        for (lease, outcome, events) in done {
+        for ((lease, events), outcome) in leases.into_iter().zip(outcomes) {
             match self.finish(&lease, outcome, events).await {
                 Ok(()) | Err(StoreError::LeaseLost(_)) => {}
                 Err(e) => {
@@ -319,4 +301,15 @@ impl Worker {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// What lookups say of the CRM's health: the class of their failure when none of them
+/// was answered, else nothing (the CRM is there).
+fn lookup_health<T>(found: &[(Result<T, CrmError>, Vec<NewEvent>)]) -> Option<ErrorClass> {
+    if found.iter().any(|(r, _)| r.is_ok()) {
+        return None;
+    }
+    found
+        .iter()
+        .find_map(|(r, _)| r.as_ref().err().map(|e| e.class))
 }
