@@ -80,7 +80,8 @@ pub(crate) async fn claim_due_many<T: WriteTx>(
     Ok(claims)
 }
 
-/// The most never-started operations one takeover puts back before it takes one over.
+/// The most never-started operations one call puts back (in one transaction); the
+/// reconciler's next call goes on.
 const MAX_RELEASED: usize = 100;
 
 pub(crate) async fn claim_stale<T: WriteTx>(
@@ -92,26 +93,30 @@ pub(crate) async fn claim_stale<T: WriteTx>(
 ) -> Result<Option<Claim>> {
     let mut released = 0;
     let claim = loop {
+        if released == MAX_RELEASED {
+            break None;
+        }
         let Some(id) = tx.pick_stale(connector, now).await? else {
             break None;
         };
         let mut l = must_lock(&mut tx, &id).await?;
         let previous =
             json!({"previous_owner": l.op.lease_owner, "expired_at": l.op.lease_expires_at});
-        let mark = tx.last_lease_mark(&id).await?;
-        if let Some((_, detail)) = mark.filter(|(kind, _)| kind == "claimed") {
+        if let Some((_, detail)) = tx
+            .last_lease_mark(&id)
+            .await?
+            .filter(|(kind, _)| kind == "claimed")
+        {
             // Its holder died (or stalled) before its request left — waiting for the
             // CRM's pace, or during a lookup: nothing can have reached the CRM under
             // this claim. It goes back as it was, the attempt not counted.
-            if released < MAX_RELEASED {
-                let granted = serde_json::from_str::<Value>(&detail)
-                    .ok()
-                    .and_then(|d| d.get("granted").and_then(Value::as_bool))
-                    .unwrap_or(false);
-                release_unsent(&mut tx, &mut l, owner, previous, granted, now).await?;
-                released += 1;
-                continue;
-            }
+            let granted = serde_json::from_str::<Value>(&detail)
+                .ok()
+                .and_then(|d| d.get("granted").and_then(Value::as_bool))
+                .unwrap_or(false);
+            release_unsent(&mut tx, &mut l, owner, previous, granted, now).await?;
+            released += 1;
+            continue;
         }
         let lease = take_lease(&mut tx, &mut l, owner, lease_for, now).await?;
         let event = NewEvent::new("lease_taken_over", previous);
