@@ -44,6 +44,13 @@ impl Pace {
         (next, Duration::from_secs_f64(wait_ms / 1000.0))
     }
 
+    /// The least time between two requests leaving, for a pace without a burst. A
+    /// request leaves a little after its turn; with a burst, the bucket's room absorbs one
+    /// that left late, without one the next must not follow it closer than this.
+    pub fn spacing(&self) -> Option<Duration> {
+        (self.tolerance_ms == 0.0).then(|| Duration::from_secs_f64(self.interval_ms / 1000.0))
+    }
+
     /// The `tat` after the CRM asked for quiet until `until_ms` (a refusal with
     /// `Retry-After`): no request goes before then, and the burst starts empty.
     pub fn hold(&self, tat_ms: Option<f64>, until_ms: f64) -> f64 {
@@ -107,6 +114,15 @@ mod tests {
         assert_eq!(waits, vec![2000.0, 2500.0, 3000.0]);
         // A hold earlier than what is already booked changes nothing.
         assert_eq!(pace.hold(Some(1e9), 0.0), 1e9);
+    }
+
+    #[test]
+    fn only_a_pace_without_a_burst_spaces_departures() {
+        assert_eq!(
+            Pace::new(4.0, 1).spacing(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(Pace::new(2.0, 50).spacing(), None);
     }
 
     #[test]
