@@ -1427,6 +1427,74 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_batch_creates_every_lead_and_matches_the_rows_by_request_id() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        assert_eq!(crm.batch_limit(), MAX_COMPLEX);
+        let leads: Vec<Lead> = (1..=3).map(|i| lead(&format!("tilda:b{i}"))).collect();
+        let answers = crm.create_many(&leads).await.unwrap();
+        assert_eq!(answers.len(), 3);
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 1, "one request");
+        let created = fake.leads();
+        for (lead, (result, ex)) in leads.iter().zip(&answers) {
+            let id = result.as_ref().unwrap();
+            let row = created
+                .iter()
+                .find(|l| id_of(&l["id"]).as_deref() == Some(id.as_str()))
+                .unwrap_or_else(|| panic!("no lead {id}"));
+            assert!(holds_key(row, FIELD_ID, &lead.operation_id), "{row}");
+            assert_eq!(ex.request["request_id"], lead.operation_id.as_str());
+            assert_eq!(ex.request["batch"], 3);
+            assert_eq!(ex.response["id"], id.as_str());
+            assert_exchange_clean(ex);
+        }
+    }
+
+    #[tokio::test]
+    async fn one_invalid_lead_of_a_batch_fails_alone_and_the_others_go_once_more() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        // amoCRM refuses the whole request for one invalid lead and creates none.
+        fake.push_fault(
+            fake_amocrm::CREATE,
+            Fault::InvalidLead {
+                request_id: "tilda:v2".into(),
+            },
+            1,
+        );
+        let leads: Vec<Lead> = (1..=3).map(|i| lead(&format!("tilda:v{i}"))).collect();
+        let answers = crm.create_many(&leads).await.unwrap();
+        let (bad, bad_ex) = &answers[1];
+        assert_eq!(bad.as_ref().unwrap_err().class, ErrorClass::Validation);
+        assert!(bad
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("This value is not valid"));
+        assert_eq!(bad_ex.response["invalid_request_ids"], json!(["tilda:v2"]));
+        for i in [0, 2] {
+            let (ok, ex) = &answers[i];
+            assert!(ok.is_ok(), "{ok:?}");
+            assert_eq!(ex.request["batch"], 2, "sent again without the refused one");
+        }
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 2);
+        assert_eq!(fake.leads().len(), 2, "the refused lead was never created");
+    }
+
+    #[tokio::test]
+    async fn a_batch_refused_as_a_whole_is_one_failure() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        fake.push_fault(fake_amocrm::CREATE, Fault::ServerError, 1);
+        let leads: Vec<Lead> = (1..=2).map(|i| lead(&format!("tilda:w{i}"))).collect();
+        let (err, ex) = crm.create_many(&leads).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+        assert_eq!(ex.request["request_ids"], json!(["tilda:w1", "tilda:w2"]));
+        assert_exchange_clean(&ex);
+        assert!(fake.leads().is_empty());
+    }
+
+    #[tokio::test]
     async fn a_wrong_operation_field_is_refused_as_validation() {
         let fake = fake().await;
         let crm = AmoCrm::new(Settings {

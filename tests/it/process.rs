@@ -157,6 +157,94 @@ each_backend!(
 );
 
 each_backend!(
+    a_gateway_killed_between_a_batch_s_send_and_its_commit_recovers_every_lead_once,
+    |db| async move {
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        // One claim loop: the ten leads go in one batch request.
+        let config = GatewayFile {
+            db_url: &db.url,
+            webhook_url: &fake.webhook_url(),
+            port,
+            lease: "4s",
+            concurrency: Some(1),
+            retry: None,
+            read_token: None,
+            site: SiteAuth::Secret(SITE_SECRET),
+            crm_timeout: "3s",
+            settle: None,
+        }
+        .write(dir.path(), "leadgate");
+        let store = db.store().await;
+        // The leads pile up while the connector is paused (as after an outage).
+        store
+            .pause_connector("bitrix24", "test: let work pile up", "test", store.now())
+            .await
+            .unwrap();
+        let mut first = serve(&config, &base).await;
+        let http = reqwest::Client::new();
+        let keys: Vec<String> = (0..10).map(|i| format!("kb{i}")).collect();
+        for k in &keys {
+            let res = post_lead(&http, &base, &json!({"submission_id": k, "name": "Ivan"})).await;
+            assert_eq!(res.status(), 202);
+        }
+        // The portal executes every add of the batch, then never answers.
+        fake.push_fault("batch", Fault::LostAnswerHang, 1);
+        assert!(store
+            .resume_connector("bitrix24", "test", store.now())
+            .await
+            .unwrap());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while fake.entities().len() < keys.len() {
+            assert!(Instant::now() < deadline, "the CRM never got the batch");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // SIGKILL while the worker waits for the answer: nothing of it is saved.
+        first.0.kill().unwrap();
+        first.0.wait().unwrap();
+        assert_eq!(fake.calls("batch"), 1);
+        for k in &keys {
+            let op = store
+                .operation(&format!("site:{k}").parse().unwrap())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                op.status.as_str(),
+                "in_progress",
+                "{k}: the result was never saved"
+            );
+            assert_eq!(op.crm_id, None);
+        }
+
+        let _second = serve(&config, &base).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for k in &keys {
+            let id = format!("site:{k}").parse().unwrap();
+            let op = loop {
+                let op = store.operation(&id).await.unwrap().unwrap();
+                if op.status.as_str() == "completed" {
+                    break op;
+                }
+                assert!(Instant::now() < deadline, "{k} not recovered: {op:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            assert_eq!(op.crm_link.as_deref(), Some("recovered"), "{k}");
+        }
+        assert_eq!(fake.entities().len(), keys.len(), "no second create");
+        assert_eq!(
+            fake.calls(CREATE),
+            keys.len() as u64,
+            "no add was sent twice"
+        );
+    }
+);
+
+each_backend!(
     logs_are_json_lines_with_the_operation_id_and_no_secrets_or_contacts,
     |db| async move {
         let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())

@@ -101,6 +101,10 @@ pub enum Fault {
     Unauthorized,
     /// 400 problem+json with `validation-errors`, not executed.
     Validation,
+    /// 400 problem+json whose `validation-errors` name the lead with `request_id` (as
+    /// amoCRM refuses a request for one invalid lead), not executed: none of the
+    /// request's leads is created.
+    InvalidLead { request_id: String },
     /// 400 with amoCRM's code 244 (no rights / subscription ended), not executed.
     NoRights,
     /// 500 problem+json, not executed.
@@ -595,6 +599,12 @@ fn refusal(fault: &Fault) -> Option<Response> {
             "NotSupportedChoice",
             "custom_fields_values.0.field_id".into(),
             "The value you selected is not a valid choice.".into(),
+        )]),
+        Fault::InvalidLead { request_id } => validation(vec![(
+            request_id.clone(),
+            "InvalidValue",
+            "name".into(),
+            "This value is not valid.".into(),
         )]),
         Fault::NoRights => problem_body(
             400,
