@@ -45,12 +45,15 @@ chaos:
 	  cargo test --locked --release --test chaos -- --nocapture --test-threads=1
 
 ## Intake throughput/latency vs. the raw commit rate (and pgbench on PostgreSQL, when
-## installed), and the console's calls over a million operations, on SQLite and
-## PostgreSQL (release build). Figures: BENCHMARKS.md.
+## installed), the console's calls over a million operations, and a 10,000-lead backlog
+## drained at the CRMs' documented limits, on SQLite and PostgreSQL (release build).
+## Figures: BENCHMARKS.md.
 bench:
 	scripts/ensure-postgres.sh
 	cargo bench --locked --bench intake
 	cargo bench --locked --bench console
+	LEADGATE_TEST_DATABASE_URL=$${LEADGATE_BENCH_DATABASE_URL:-$$LEADGATE_TEST_DATABASE_URL} \
+	  cargo bench --locked --bench drain
 
 ## Every cargo-fuzz target (fuzz/) for FUZZ_SECONDS (default 60) each, on the corpus kept
 ## in fuzz/corpus/. Stable Rust with RUSTC_BOOTSTRAP=1; installs cargo-fuzz when missing.
