@@ -15,6 +15,10 @@ const COMMANDS: &[&str] = &[
     "cases_after",
     "dashboard",
     "notify",
+    "bulk_preview",
+    "bulk_start",
+    "bulk_progress",
+    "export_csv",
 ];
 
 fn main() {

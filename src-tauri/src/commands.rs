@@ -2,8 +2,9 @@
 //! and no decisions here; the types (and their TypeScript twins) live in the model crate.
 
 use leadgate_console_model::{
-    ActionOutcome, ActionRequest, ApiResult, CaseDetail, Connection, ConnectorView, ConsoleState,
-    Dashboard, QueuePage, QueueQuery, QueueRow, Range, Settings, Tab, TabCounts,
+    ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
+    CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, ExportRequest,
+    QueuePage, QueueQuery, QueueRow, Range, Selection, Settings, Tab, TabCounts,
 };
 use tauri::State;
 
@@ -111,4 +112,47 @@ pub async fn notify(
         .await?
         .record_notification(&state.operator().await?, &what, &operation_ids)
         .await
+}
+
+#[tauri::command]
+pub async fn bulk_preview(
+    state: S<'_>,
+    selection: Selection,
+    action: BulkAction,
+) -> ApiResult<BulkPreview> {
+    state.console().await?.bulk_preview(selection, action).await
+}
+
+#[tauri::command]
+pub async fn bulk_start(state: S<'_>, request: BulkRequest) -> ApiResult<String> {
+    state
+        .console()
+        .await?
+        .bulk_start(&state.operator().await?, request)
+        .await
+}
+
+#[tauri::command]
+pub async fn bulk_progress(state: S<'_>, id: String) -> ApiResult<BulkProgress> {
+    state.console().await?.bulk_progress(&id)
+}
+
+/// Writes the tab's rows as CSV into the export folder (`LEADGATE_EXPORT_DIR`, else the
+/// user's Downloads, else home); answers the file's path and the number of rows.
+#[tauri::command]
+pub async fn export_csv(
+    app: tauri::AppHandle,
+    state: S<'_>,
+    request: ExportRequest,
+) -> ApiResult<(String, usize)> {
+    use tauri::Manager;
+    let dir = std::env::var_os("LEADGATE_EXPORT_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| app.path().download_dir().ok())
+        .or_else(|| app.path().home_dir().ok())
+        .ok_or_else(|| ConsoleError::Failed {
+            message: "no folder to export to".into(),
+        })?;
+    let (path, n) = state.console().await?.export_to(&dir, &request).await?;
+    Ok((path.display().to_string(), n))
 }

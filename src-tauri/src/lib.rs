@@ -71,6 +71,10 @@ pub fn run() {
             commands::cases_after,
             commands::dashboard,
             commands::notify,
+            commands::bulk_preview,
+            commands::bulk_start,
+            commands::bulk_progress,
+            commands::export_csv,
         ])
         .run(tauri::generate_context!())
         .expect("error while running the Leadgate console");

@@ -49,6 +49,8 @@ pub enum Refusal {
     ConflictPayloadPurged,
     #[error("`{operation_id}` exists already")]
     AcceptedExists { operation_id: String },
+    #[error("say in the comment why")]
+    CommentRequired,
 }
 
 impl Refusal {
@@ -71,6 +73,7 @@ impl Refusal {
         "review_while_in_flight",
         "conflict_payload_purged",
         "accepted_exists",
+        "comment_required",
     ];
 
     /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
@@ -111,6 +114,7 @@ impl Refusal {
             Refusal::ReviewWhileInFlight => "review_while_in_flight",
             Refusal::ConflictPayloadPurged => "conflict_payload_purged",
             Refusal::AcceptedExists { .. } => "accepted_exists",
+            Refusal::CommentRequired => "comment_required",
         }
     }
 }
@@ -281,6 +285,26 @@ pub fn decide(
             }
             Ok(Decision::Reject)
         }
+    }
+}
+
+/// Whether a person must say why: a lead is dropped for good only with its reason, and an
+/// action taken on many cases at once (`bulk`) always carries one, since nobody looked at
+/// each case alone.
+pub fn needs_comment(resolution: Resolution, bulk: bool) -> bool {
+    bulk || resolution == Resolution::Rejected
+}
+
+/// The comment rule of [`needs_comment`]: a blank comment counts as none.
+pub fn check_comment(
+    resolution: Resolution,
+    bulk: bool,
+    comment: Option<&str>,
+) -> Result<(), Refusal> {
+    match comment.map(str::trim) {
+        Some(c) if !c.is_empty() => Ok(()),
+        _ if needs_comment(resolution, bulk) => Err(Refusal::CommentRequired),
+        _ => Ok(()),
     }
 }
 
@@ -662,8 +686,38 @@ mod tests {
     }
 
     #[test]
+    fn a_reject_and_every_bulk_action_need_a_comment() {
+        use Resolution as Z;
+        let all = [
+            Z::ConfirmedCrmResult,
+            Z::LinkedExisting,
+            Z::RetryAuthorized,
+            Z::KeptOriginal,
+            Z::AcceptedAsNew,
+            Z::Rejected,
+            Z::CreatedNew,
+        ];
+        for r in all {
+            for bulk in [false, true] {
+                let needed = bulk || r == Z::Rejected;
+                assert_eq!(needs_comment(r, bulk), needed, "{r:?} bulk={bulk}");
+                for blank in [None, Some(""), Some("  \n")] {
+                    let got = check_comment(r, bulk, blank);
+                    assert_eq!(got.is_err(), needed, "{r:?} bulk={bulk} {blank:?}");
+                }
+                assert_eq!(check_comment(r, bulk, Some("outage of 1 Dec")), Ok(()));
+            }
+        }
+        assert_eq!(
+            check_comment(Z::Rejected, false, None),
+            Err(Refusal::CommentRequired)
+        );
+    }
+
+    #[test]
     fn every_refusal_code_is_listed_once() {
         let rest = [
+            Refusal::CommentRequired,
             Refusal::ReviewWhileInFlight,
             Refusal::ConflictPayloadPurged,
             Refusal::AcceptedExists {

@@ -327,6 +327,18 @@ pub struct Resolve {
     pub comment: Option<String>,
     pub action: HumanAction,
     pub now: DateTime<Utc>,
+    /// Part of one action taken on many cases at once (the console's bulk actions):
+    /// recorded on each case's timeline, and it must carry a comment.
+    pub bulk: Option<Bulk>,
+}
+
+/// Which bulk action a resolution belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bulk {
+    /// The bulk run's id, the same on every case it touched.
+    pub id: String,
+    /// How many cases it was started on.
+    pub of: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -554,6 +566,8 @@ pub trait Store: Send + Sync + 'static {
     async fn resolve(&self, request: Resolve) -> Result<Resolved>;
 
     async fn operation(&self, id: &OperationId) -> Result<Option<Operation>>;
+    /// The operations of `ids` that exist, in no particular order (one query per 500).
+    async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>>;
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>>;
     async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>>;
     async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>>;

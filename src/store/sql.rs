@@ -1064,6 +1064,27 @@ macro_rules! sql_store {
                 row.as_ref().map(op_from_row).transpose()
             }
 
+            async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
+                let mut found = vec![];
+                for chunk in ids.chunks(500) {
+                    let marks = (1..=chunk.len())
+                        .map(|i| format!("${i}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let sql = format!(
+                        "select {OP_COLUMNS} from operations where operation_id in ({marks})"
+                    );
+                    let mut q = sqlx::query(&sql);
+                    for id in chunk {
+                        q = q.bind(id.as_str());
+                    }
+                    for row in q.fetch_all(&self.pool).await? {
+                        found.push(op_from_row(&row)?);
+                    }
+                }
+                Ok(found)
+            }
+
             async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
                 let rows = sqlx::query(
                     "select id, at, kind, actor, error_class, detail from timeline \

@@ -272,6 +272,7 @@ each_backend!(
                 comment: None,
                 action: leadgate::store::HumanAction::AuthorizeRetry,
                 now: leadgate::store::now(),
+                bulk: None,
             })
             .await
             .unwrap();
@@ -370,6 +371,7 @@ each_backend!(
                 comment: None,
                 action: leadgate::store::HumanAction::AcceptAsNew,
                 now: store.now(),
+                bulk: None,
             })
             .await
             .unwrap()

@@ -486,7 +486,7 @@ each_backend!(
                 if code == "create_new_not_applicable" && detail.as_deref() == Some("uncertain_outcome")),
             "{refused:?}"
         );
-        // Reject needs a reason.
+        // Reject needs a reason: the store's rule, refused with its code.
         let reject = |comment: Option<&str>| ActionRequest {
             case_id: uncertain.id,
             expected_version: uncertain.version,
@@ -495,7 +495,7 @@ each_backend!(
         };
         let no_reason = console.act("Marina", reject(Some("  "))).await.unwrap_err();
         assert!(
-            matches!(&no_reason, ConsoleError::Invalid { message } if message.contains("comment")),
+            matches!(&no_reason, ConsoleError::Refused { code, .. } if code == "comment_required"),
             "{no_reason:?}"
         );
         let rejected = console
@@ -665,3 +665,250 @@ fn every_refusal_is_translated_in_the_console() {
         }
     }
 }
+
+/// Polls a bulk run until it is over.
+async fn finished(console: &Console, id: &str) -> BulkProgress {
+    for _ in 0..600 {
+        let p = console.bulk_progress(id).unwrap();
+        if p.finished {
+            return p;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!(
+        "bulk run {id} did not finish: {:?}",
+        console.bulk_progress(id)
+    );
+}
+
+fn exhausted_cases() -> Selection {
+    Selection {
+        tab: Tab::NeedsReview,
+        query: QueueQuery {
+            reason: Some("retries_exhausted".into()),
+            ..Default::default()
+        },
+    }
+}
+
+each_backend!(
+    a_bulk_retry_over_an_outage_resolves_each_case_once_and_skips_one_resolved_meanwhile,
+    |db| async move {
+        let store = db.store().await;
+        let ids = leadgate_testkit::seed::outage(&*store, 50).await.unwrap();
+        let console = Console::open(&db.url).await.unwrap();
+
+        let preview = console
+            .bulk_preview(exhausted_cases(), BulkAction::AuthorizeRetry)
+            .await
+            .unwrap();
+        assert_eq!(preview.matched, 50);
+        assert_eq!(preview.items.len(), 50);
+        assert!(preview.refused.is_empty(), "{:?}", preview.refused);
+        assert!(preview.comment_required && !preview.truncated);
+
+        // Meanwhile someone resolves one of them alone.
+        let alone = open_case_of(&console, &ids[17]).await;
+        console
+            .act(
+                "Ivan",
+                ActionRequest {
+                    case_id: alone.id,
+                    expected_version: alone.version,
+                    comment: None,
+                    action: Action::AuthorizeRetry,
+                },
+            )
+            .await
+            .unwrap();
+
+        // A bulk action needs a comment: refused before anything is touched.
+        let request = |comment: Option<&str>| BulkRequest {
+            action: BulkAction::AuthorizeRetry,
+            comment: comment.map(str::to_owned),
+            items: preview.items.clone(),
+        };
+        let refused = console.bulk_start("Olga", request(Some(" "))).await;
+        assert!(
+            matches!(&refused, Err(ConsoleError::Refused { code, .. }) if code == "comment_required"),
+            "{refused:?}"
+        );
+
+        let run = console
+            .bulk_start("Olga", request(Some("CRM outage of 1 Dec is over")))
+            .await
+            .unwrap();
+        let p = finished(&console, &run).await;
+        assert_eq!((p.total, p.done, p.succeeded), (50, 50, 49), "{p:?}");
+        assert_eq!(p.skipped.len(), 1, "{:?}", p.skipped);
+        assert_eq!(p.skipped[0].case_id, alone.id);
+        assert!(
+            matches!(&p.skipped[0].error, ConsoleError::AlreadyResolved { by, .. } if by == "Ivan"),
+            "{:?}",
+            p.skipped[0]
+        );
+
+        // Each case was decided once, on its own timeline, naming the run.
+        for (i, id) in ids.iter().enumerate() {
+            let op = store.operation(id).await.unwrap().unwrap();
+            assert_eq!(op.status, leadgate::domain::Status::Received, "{id}");
+            assert_eq!(op.retry_grants, 1, "{id}");
+            let decisions: Vec<_> = store
+                .timeline(id)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.kind == "human_action")
+                .collect();
+            assert_eq!(decisions.len(), 1, "{id}: {decisions:?}");
+            let d = &decisions[0];
+            if i == 17 {
+                assert_eq!(d.actor, "Ivan");
+                assert!(d.detail["bulk"].is_null());
+            } else {
+                assert_eq!(d.actor, "Olga");
+                assert_eq!(d.detail["bulk"]["id"], run.as_str());
+                assert_eq!(d.detail["bulk"]["of"], 50);
+                assert_eq!(d.detail["comment"], "CRM outage of 1 Dec is over");
+            }
+        }
+        assert_eq!(console.counts().await.unwrap().needs_review, 0);
+        assert!(matches!(
+            console.bulk_progress("bulk-unknown"),
+            Err(ConsoleError::NotFound { .. })
+        ));
+    }
+);
+
+each_backend!(
+    a_bulk_preview_counts_the_cases_the_rules_refuse,
+    |db| async move {
+        let (console, s) = seeded(&db).await;
+        let all = Selection {
+            tab: Tab::NeedsReview,
+            query: QueueQuery::default(),
+        };
+        // Nobody typed a CRM id: a bulk confirm applies only where the operation holds one.
+        let confirm = console
+            .bulk_preview(all.clone(), BulkAction::Confirm)
+            .await
+            .unwrap();
+        assert_eq!(confirm.matched, 3);
+        assert!(confirm.items.is_empty(), "{:?}", confirm.items);
+        assert_eq!(confirm.refused.get("crm_id_required"), Some(&3));
+        // A conflict is never retried.
+        let conflicts = console
+            .bulk_preview(
+                Selection {
+                    tab: Tab::PayloadConflict,
+                    query: QueueQuery::default(),
+                },
+                BulkAction::AuthorizeRetry,
+            )
+            .await
+            .unwrap();
+        assert_eq!(conflicts.refused.get("retry_on_conflict"), Some(&1));
+        // Rejects apply to every open case of the tab.
+        let reject = console.bulk_preview(all, BulkAction::Reject).await.unwrap();
+        let mut ids: Vec<_> = reject
+            .items
+            .iter()
+            .map(|i| i.operation_id.clone())
+            .collect();
+        ids.sort();
+        let mut want = vec![
+            s.uncertain.to_string(),
+            s.cross_channel.to_string(),
+            s.exhausted.to_string(),
+        ];
+        want.sort();
+        assert_eq!(ids, want);
+        let stale = console
+            .bulk_preview(
+                Selection {
+                    tab: Tab::Stale,
+                    query: QueueQuery::default(),
+                },
+                BulkAction::Reject,
+            )
+            .await;
+        assert!(
+            matches!(stale, Err(ConsoleError::Invalid { .. })),
+            "{stale:?}"
+        );
+    }
+);
+
+each_backend!(
+    an_export_is_a_csv_excel_reads_with_cyrillic_names_and_local_times,
+    |db| async move {
+        let store = db.store().await;
+        let ids = leadgate_testkit::seed::outage(&*store, 4).await.unwrap();
+        let console = Console::open(&db.url).await.unwrap();
+        let labels = [
+            ("col.name", "Имя"),
+            ("col.since", "Ждёт с"),
+            ("status.needs_review", "на проверке"),
+            ("reason.retries_exhausted", "попытки исчерпаны"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let req = ExportRequest {
+            tab: Tab::NeedsReview,
+            query: QueueQuery::default(),
+            labels,
+            utc_offset_minutes: 180,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (path, n) = console.export_to(dir.path(), &req).await.unwrap();
+        assert_eq!(n, 4);
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.starts_with(b"\xEF\xBB\xBF"), "no BOM");
+        let mut reader = csv::Reader::from_reader(&bytes[3..]);
+        let header: Vec<String> = reader
+            .headers()
+            .unwrap()
+            .iter()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(header[2], "Имя");
+        assert_eq!(header[9], "Ждёт с (UTC+3)");
+        assert_eq!(
+            header[0], "Case",
+            "an untranslated header falls back to English"
+        );
+        let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 4);
+        for (row, id) in rows.iter().zip(&ids) {
+            let op = store.operation(id).await.unwrap().unwrap();
+            assert_eq!(&row[1], id.as_str());
+            assert!(["Ольга", "Olga"].contains(&&row[2]), "{row:?}");
+            assert_eq!(
+                &row[3],
+                op.payload.as_ref().unwrap()["phone"].as_str().unwrap()
+            );
+            assert_eq!(&row[7], "на проверке");
+            assert_eq!(&row[8], "попытки исчерпаны");
+            // The wait, in Moscow time.
+            let case = open_case_of(&console, id).await;
+            let opened = chrono::DateTime::parse_from_rfc3339(&case.opened_at).unwrap();
+            let moscow = chrono::FixedOffset::east_opt(3 * 3600).unwrap();
+            assert_eq!(
+                &row[9],
+                opened
+                    .with_timezone(&moscow)
+                    .format("%Y-%m-%d %H:%M:%S")
+                    .to_string()
+            );
+        }
+        assert!(rows.iter().any(|r| &r[2] == "Ольга"));
+        let bad = console
+            .export_csv(&ExportRequest {
+                utc_offset_minutes: 100_000,
+                ..req
+            })
+            .await;
+        assert!(matches!(bad, Err(ConsoleError::Invalid { .. })), "{bad:?}");
+    }
+);

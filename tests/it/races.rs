@@ -108,6 +108,7 @@ async fn decide(store: &dyn Store, case_id: i64, action: HumanAction) -> Result<
             comment: None,
             action,
             now: now(),
+            bulk: None,
         })
         .await
 }

@@ -365,6 +365,7 @@ each_backend!(
                 comment: None,
                 action: HumanAction::AuthorizeRetry,
                 now: later,
+                bulk: None,
             })
             .await
             .unwrap_err();
@@ -378,6 +379,7 @@ each_backend!(
                 comment: Some("A merged into B in the CRM".into()),
                 action: HumanAction::ConfirmCrmResult { crm_id: "B".into() },
                 now: later,
+                bulk: None,
             })
             .await
             .unwrap();
@@ -671,6 +673,7 @@ each_backend!(
                 comment: None,
                 action: HumanAction::AuthorizeRetry,
                 now: now(),
+                bulk: None,
             })
             .await
             .unwrap_err();
@@ -822,6 +825,9 @@ impl Store for Hiccup {
     }
     async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
         self.inner.operation(id).await
+    }
+    async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
+        self.inner.operations(ids).await
     }
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
         self.inner.timeline(id).await
@@ -1125,6 +1131,7 @@ each_backend!(
                 comment: None,
                 action: HumanAction::AuthorizeRetry,
                 now: t1,
+                bulk: None,
             })
             .await
             .unwrap();

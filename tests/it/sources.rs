@@ -244,6 +244,7 @@ each_backend!(each_matching_rule, |db| async move {
                 crm_id: crm_id.clone(),
             },
             now: store::now(),
+            bulk: None,
         })
         .await
         .unwrap();
@@ -267,6 +268,7 @@ each_backend!(each_matching_rule, |db| async move {
             comment: None,
             action: HumanAction::CreateNew,
             now: store::now(),
+            bulk: None,
         })
         .await
         .unwrap();

@@ -308,6 +308,7 @@ each_backend!(
                         comment: Some("checked the CRM: nothing there".into()),
                         action: HumanAction::AuthorizeRetry,
                         now: now(),
+                        bulk: None,
                     })
                     .await
             })
@@ -360,6 +361,7 @@ each_backend!(
                     crm_id: "55".into(),
                 },
                 now: now(),
+                bulk: None,
             })
             .await
             .unwrap_err();
@@ -380,6 +382,7 @@ each_backend!(
                     crm_id: "55".into(),
                 },
                 now: now(),
+                bulk: None,
             })
             .await
             .unwrap();
@@ -396,6 +399,7 @@ each_backend!(
                 comment: None,
                 action: HumanAction::AuthorizeRetry,
                 now: now(),
+                bulk: None,
             })
             .await
             .unwrap_err();
@@ -475,6 +479,7 @@ each_backend!(
                 comment: Some("not in the CRM".into()),
                 action: HumanAction::AuthorizeRetry,
                 now: now(),
+                bulk: None,
             })
             .await
             .unwrap();
@@ -802,6 +807,7 @@ each_backend!(payload_conflict_resolutions, |db| async move {
             comment: None,
             action: HumanAction::AuthorizeRetry,
             now: now(),
+            bulk: None,
         })
         .await
         .unwrap_err();
@@ -814,6 +820,7 @@ each_backend!(payload_conflict_resolutions, |db| async move {
             comment: Some("second was a test".into()),
             action: HumanAction::KeepOriginal,
             now: now(),
+            bulk: None,
         })
         .await
         .unwrap();
@@ -841,6 +848,7 @@ each_backend!(payload_conflict_resolutions, |db| async move {
             comment: None,
             action: HumanAction::AcceptAsNew,
             now: now(),
+            bulk: None,
         })
         .await
         .unwrap();
@@ -879,6 +887,7 @@ each_backend!(link_reject_and_invalid_resolutions, |db| async move {
         comment: None,
         action,
         now: now(),
+        bulk: None,
     };
     let e = store
         .resolve(base(HumanAction::LinkExisting {
@@ -921,6 +930,7 @@ each_backend!(link_reject_and_invalid_resolutions, |db| async move {
             comment: Some("spam".into()),
             action: HumanAction::Reject,
             now: now(),
+            bulk: None,
         })
         .await
         .unwrap();

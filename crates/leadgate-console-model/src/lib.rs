@@ -352,6 +352,43 @@ pub struct QueueRow {
     pub attempts: i32,
     pub crm_id: Option<String>,
     pub note: Option<String>,
+    /// Who the lead is, as the queue shows it first.
+    pub lead: LeadSummary,
+}
+
+/// The lead's name, phone, e-mail and form, as far as the payload tells.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct LeadSummary {
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    /// The form (or channel) it came from, when the payload names one.
+    pub form: Option<String>,
+}
+
+impl LeadSummary {
+    /// From the normalized contact keys and the payload's usual top-level fields
+    /// (`name`, `phone`, `email`, `form`/`formname`/`form_name`/`formid`, any case).
+    pub fn of(op: &Operation) -> LeadSummary {
+        let field = |keys: &[&str]| -> Option<String> {
+            let obj = op.payload.as_ref()?.as_object()?;
+            keys.iter().find_map(|k| {
+                obj.iter()
+                    .find(|(name, _)| name.eq_ignore_ascii_case(k))
+                    .and_then(|(_, v)| match v {
+                        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+                        Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+            })
+        };
+        LeadSummary {
+            name: field(&["name", "fio", "full_name"]),
+            phone: op.contact.phone.clone().or_else(|| field(&["phone"])),
+            email: op.contact.email.clone().or_else(|| field(&["email"])),
+            form: field(&["form", "formname", "form_name", "formid"]),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -396,6 +433,7 @@ pub struct OperationView {
     pub retry_grants: i32,
     pub contact_phone: Option<String>,
     pub contact_email: Option<String>,
+    pub lead: LeadSummary,
     #[ts(type = "number")]
     pub version: i64,
     pub created_at: String,
@@ -461,6 +499,8 @@ pub struct CaseDetail {
     /// (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
     /// when the case is resolved.
     pub allowed: Vec<String>,
+    /// Those of `allowed` that need a comment saying why (`rules::needs_comment`).
+    pub needs_comment: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -578,9 +618,15 @@ impl Range {
     }
 }
 
+mod bulk;
+mod export;
+pub use bulk::*;
+pub use export::*;
+
 /// A connected console.
 pub struct Console {
     store: Arc<dyn Store>,
+    bulk_runs: Arc<bulk::Runs>,
     pub connection: Connection,
     /// `in_progress` past its lease by this long counts as stale.
     pub stale_after: Duration,
@@ -640,6 +686,7 @@ impl Console {
                 live: store.backend() == "postgres",
             },
             store,
+            bulk_runs: bulk::runs(),
             stale_after: Duration::from_secs(0),
         })
     }
@@ -730,7 +777,10 @@ impl Console {
                         }
                     })
                     .collect();
-                Ok(QueuePage { rows, next })
+                Ok(QueuePage {
+                    rows: self.with_leads(rows).await?,
+                    next,
+                })
             }
             Tab::FailedTerminal | Tab::Stale => {
                 let after = q
@@ -792,11 +842,36 @@ impl Console {
                         attempts: 0,
                         crm_id: None,
                         note: c.reason,
+                        lead: LeadSummary::default(),
                     })
                     .collect();
                 Ok(QueuePage { rows, next: None })
             }
         }
+    }
+
+    /// Fills each row's lead from its operation (one query for the page).
+    async fn with_leads(&self, mut rows: Vec<QueueRow>) -> ApiResult<Vec<QueueRow>> {
+        let ids: Vec<OperationId> = rows
+            .iter()
+            .filter_map(|r| r.operation_id.clone())
+            .filter_map(|id| OperationId::try_from(id).ok())
+            .collect();
+        let ops: BTreeMap<String, Operation> = self
+            .store
+            .operations(&ids)
+            .await?
+            .into_iter()
+            .map(|o| (o.operation_id.to_string(), o))
+            .collect();
+        for r in &mut rows {
+            if let Some(op) = r.operation_id.as_ref().and_then(|id| ops.get(id)) {
+                r.lead = LeadSummary::of(op);
+                r.crm_id = r.crm_id.take().or_else(|| op.crm_id.clone());
+                r.attempts = op.attempts;
+            }
+        }
+        Ok(rows)
     }
 
     /// Open cases opened after case `after` (all open ones when `None`), oldest first: the
@@ -875,7 +950,16 @@ impl Console {
             }
             _ => vec![],
         };
+        let needs_comment = allowed
+            .iter()
+            .filter(|r| {
+                r.parse::<leadgate::domain::Resolution>()
+                    .is_ok_and(|r| leadgate::domain::rules::needs_comment(r, false))
+            })
+            .cloned()
+            .collect();
         Ok(CaseDetail {
+            needs_comment,
             allowed,
             operation: op_view(op, crm_url_template),
             case: case.map(case_view),
@@ -895,11 +979,6 @@ impl Console {
             .comment
             .map(|c| c.trim().to_owned())
             .filter(|c| !c.is_empty());
-        if req.action == Action::Reject && comment.is_none() {
-            return Err(ConsoleError::Invalid {
-                message: "say in the comment why the lead is rejected".into(),
-            });
-        }
         let action = match req.action {
             Action::Confirm { crm_id } => HumanAction::ConfirmCrmResult { crm_id },
             Action::Link { crm_id } => HumanAction::LinkExisting { crm_id },
@@ -918,6 +997,7 @@ impl Console {
                 comment,
                 action,
                 now: self.store.now(),
+                bulk: None,
             })
             .await?;
         Ok(ActionOutcome {
@@ -1049,11 +1129,13 @@ fn case_row(c: ReviewCase) -> QueueRow {
         attempts: 0,
         crm_id: None,
         note: None,
+        lead: LeadSummary::default(),
     }
 }
 
 fn op_row(o: Operation, since: impl Fn(&Operation) -> DateTime<Utc>) -> QueueRow {
     QueueRow {
+        lead: LeadSummary::of(&o),
         case_id: None,
         since: ts(since(&o)),
         operation_id: Some(o.operation_id.to_string()),
@@ -1085,6 +1167,7 @@ pub fn op_view(o: Operation, crm_url_template: Option<&str>) -> OperationView {
         _ => None,
     };
     OperationView {
+        lead: LeadSummary::of(&o),
         operation_id: o.operation_id.to_string(),
         source: o.source,
         status: o.status.to_string(),
@@ -1144,6 +1227,7 @@ pub fn typescript_bindings() -> String {
         Tab::decl(&cfg),
         QueueQuery::decl(&cfg),
         QueueRow::decl(&cfg),
+        LeadSummary::decl(&cfg),
         QueuePage::decl(&cfg),
         TabCounts::decl(&cfg),
         OperationView::decl(&cfg),
@@ -1159,6 +1243,14 @@ pub fn typescript_bindings() -> String {
         SeriesPointView::decl(&cfg),
         Dashboard::decl(&cfg),
         Range::decl(&cfg),
+        BulkAction::decl(&cfg),
+        Selection::decl(&cfg),
+        BulkItem::decl(&cfg),
+        BulkPreview::decl(&cfg),
+        BulkRequest::decl(&cfg),
+        BulkSkip::decl(&cfg),
+        BulkProgress::decl(&cfg),
+        ExportRequest::decl(&cfg),
     ];
     let mut out = String::from(
         "// Generated from crates/leadgate-console-model/src/lib.rs by ts-rs: do not edit.\n\

@@ -344,3 +344,44 @@ pub async fn seed(store: &dyn Store) -> Result<Seeded> {
         stale,
     })
 }
+
+/// `n` leads of one CRM outage (the `outage` source, keys `outage-1`…): each went to the
+/// CRM once, found it refusing connections and ended in `retries_exhausted` — the cases a
+/// person clears with one bulk retry. Call it before the connector is paused (or on a
+/// store without [`seed`]).
+pub async fn outage(store: &dyn Store, n: u32) -> Result<Vec<OperationId>> {
+    let start = store::now() - TimeDelta::minutes(20);
+    let mut ids = Vec::with_capacity(n as usize);
+    for i in 1..=n {
+        let at = start + TimeDelta::seconds(i as i64);
+        let name = if i % 2 == 0 { "Ольга" } else { "Olga" };
+        let d = lead(
+            "outage",
+            &format!("outage-{i}"),
+            form(20000 + i, name, &format!("+7916{:07}", i)),
+            at,
+        );
+        store.record_delivery(d).await?;
+        ids.push(
+            attempt(store, at, |id| {
+                (
+                    AttemptOutcome::Review {
+                        reason: ReviewReason::RetriesExhausted,
+                        failure: Some(Failure {
+                            class: ErrorClass::NotSent,
+                            message: "connection refused".into(),
+                        }),
+                        detail: json!({"message": "5 of 5 attempts failed: connection refused"}),
+                    },
+                    exchange(
+                        &id,
+                        json!({"error": "connection refused"}),
+                        Some(ErrorClass::NotSent),
+                    ),
+                )
+            })
+            .await?,
+        );
+    }
+    Ok(ids)
+}

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::rules::{decide, may_open_review, Decision};
+use crate::domain::rules::{check_comment, decide, may_open_review, Decision};
 use crate::domain::{OperationId, Refusal, ReviewReason, Status};
 use crate::store::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
 
@@ -47,6 +47,11 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
         });
     }
     let actor = req.actor.trim();
+    check_comment(
+        req.action.resolution(),
+        req.bulk.is_some(),
+        req.comment.as_deref(),
+    )?;
     let decision = match decide(&req.action, actor, case.reason, l.facts(), now) {
         Ok(d) => d,
         Err(Refusal::AttemptInFlight { until }) => {
@@ -110,7 +115,7 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
     let event = NewEvent::new(
         "human_action",
         json!({"case_id": req.case_id, "action": resolution, "comment": req.comment,
-               "crm_id": crm_id_set, "new_operation": new_operation}),
+               "crm_id": crm_id_set, "new_operation": new_operation, "bulk": req.bulk}),
     );
     tx.append(&op_id, actor, &event, now).await?;
     let others_open = tx.open_case_count(&op_id).await?;

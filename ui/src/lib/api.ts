@@ -3,15 +3,21 @@ import { invoke } from "@tauri-apps/api/core";
 import type {
   ActionOutcome,
   ActionRequest,
+  BulkAction,
+  BulkPreview,
+  BulkProgress,
+  BulkRequest,
   CaseDetail,
   Connection,
   ConnectorView,
   ConsoleError,
   Dashboard,
+  ExportRequest,
   QueuePage,
   QueueQuery,
   QueueRow,
   Range,
+  Selection,
   Settings,
   Tab,
   TabCounts,
@@ -48,4 +54,11 @@ export const api = {
   /** A desktop notification, recorded on the timeline of the operations it is about. */
   notify: (title: string, body: string, what: string, operationIds: string[]) =>
     call<null>("notify", { title, body, what, operationIds }),
+  /** What a bulk action would do to every case the tab's filters select. */
+  bulkPreview: (selection: Selection, action: BulkAction) => call<BulkPreview>("bulk_preview", { selection, action }),
+  /** Starts it in the background; answers the run's id. */
+  bulkStart: (request: BulkRequest) => call<string>("bulk_start", { request }),
+  bulkProgress: (id: string) => call<BulkProgress>("bulk_progress", { id }),
+  /** Writes the tab's rows as CSV; answers the file's path and the row count. */
+  exportCsv: (request: ExportRequest) => call<[string, number]>("export_csv", { request }),
 };

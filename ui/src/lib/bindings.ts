@@ -46,7 +46,17 @@ export type QueueRow = { case_id: number | null, operation_id: string | null, so
 /**
  * When it started waiting (case opened, lease expired, failure, connector paused).
  */
-since: string, attempts: number, crm_id: string | null, note: string | null, };
+since: string, attempts: number, crm_id: string | null, note: string | null, 
+/**
+ * Who the lead is, as the queue shows it first.
+ */
+lead: LeadSummary, };
+
+export type LeadSummary = { name: string | null, phone: string | null, email: string | null, 
+/**
+ * The form (or channel) it came from, when the payload names one.
+ */
+form: string | null, };
 
 export type QueuePage = { rows: Array<QueueRow>, next: string | null, };
 
@@ -56,7 +66,7 @@ export type OperationView = { operation_id: string, source: string, status: stri
 /**
  * Opens the entity in the CRM (from the settings' template).
  */
-crm_url: string | null, attempts: number, last_error: string | null, last_error_class: string | null, review_reason: string | null, lease_owner: string | null, lease_expires_at: string | null, retry_grants: number, contact_phone: string | null, contact_email: string | null, version: number, created_at: string, updated_at: string, };
+crm_url: string | null, attempts: number, last_error: string | null, last_error_class: string | null, review_reason: string | null, lease_owner: string | null, lease_expires_at: string | null, retry_grants: number, contact_phone: string | null, contact_email: string | null, lead: LeadSummary, version: number, created_at: string, updated_at: string, };
 
 export type CaseView = { id: number, operation_id: string, reason: string, opened_at: string, resolved_at: string | null, resolution: string | null, resolved_by: string | null, comment: string | null, detail: JsonValue, version: number, };
 
@@ -80,7 +90,11 @@ case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, confl
  * (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
  * when the case is resolved.
  */
-allowed: Array<string>, };
+allowed: Array<string>, 
+/**
+ * Those of `allowed` that need a comment saying why (`rules::needs_comment`).
+ */
+needs_comment: Array<string>, };
 
 export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
 
@@ -103,3 +117,65 @@ export type Dashboard = { unique_operations: number, crm_entities_created: numbe
 unreachable_connectors: { [key in string]: string }, series: Array<SeriesPointView>, };
 
 export type Range = "hour" | "day" | "week" | "month";
+
+export type BulkAction = "authorize_retry" | "reject" | "confirm";
+
+export type Selection = { tab: Tab, query: QueueQuery, };
+
+export type BulkItem = { case_id: number, operation_id: string, 
+/**
+ * The operation's version when the preview read it: the run is refused on a case
+ * that moved since.
+ */
+version: number, 
+/**
+ * The CRM id a bulk confirm confirms.
+ */
+crm_id: string | null, };
+
+export type BulkPreview = { action: BulkAction, 
+/**
+ * Cases the selection matched.
+ */
+matched: number, 
+/**
+ * More than [`MAX_BULK`] matched: only the first ones are in `items`.
+ */
+truncated: boolean, 
+/**
+ * The cases the action is allowed on now.
+ */
+items: Array<BulkItem>, 
+/**
+ * Cases it is not allowed on, by `Refusal::code`.
+ */
+refused: Record<string, number>, 
+/**
+ * Whether the comment is required (always, for a bulk action).
+ */
+comment_required: boolean, };
+
+export type BulkRequest = { action: BulkAction, comment: string | null, 
+/**
+ * The preview's `items`.
+ */
+items: Array<BulkItem>, };
+
+export type BulkSkip = { case_id: number, operation_id: string, error: ConsoleError, };
+
+export type BulkProgress = { id: string, action: BulkAction, by: string, total: number, done: number, succeeded: number, skipped: Array<BulkSkip>, finished: boolean, };
+
+export type ExportRequest = { tab: Tab, 
+/**
+ * The tab's filters (cursor and limit are ignored: every matching row).
+ */
+query: QueueQuery, 
+/**
+ * Headers (`col.<key>`), statuses (`status.<code>`) and reasons or error classes
+ * (`reason.<code>`) in the operator's language.
+ */
+labels: { [key in string]: string }, 
+/**
+ * The operator's offset from UTC, in minutes east (Moscow: 180).
+ */
+utc_offset_minutes: number, };

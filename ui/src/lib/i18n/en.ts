@@ -122,6 +122,7 @@ export const en = {
     review_while_in_flight: (_d: string) => "An attempt is in flight; wait for its outcome.",
     conflict_payload_purged: (_d: string) => "The conflicting delivery's data was already removed by retention.",
     accepted_exists: (d: string) => `\`${d}\` exists already.`,
+    comment_required: (_d: string) => "Say in the comment why.",
   },
   dash: {
     range: "Range",

@@ -123,6 +123,7 @@ export const ru: Strings = {
     review_while_in_flight: (_d: string) => "Попытка ещё выполняется; дождитесь её результата.",
     conflict_payload_purged: (_d: string) => "Данные конфликтующей доставки уже удалены по сроку хранения.",
     accepted_exists: (d: string) => `\`${d}\` уже существует.`,
+    comment_required: (_d: string) => "Напишите в комментарии, почему.",
   },
   dash: {
     range: "Период",

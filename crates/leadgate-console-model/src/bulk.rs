@@ -1,0 +1,322 @@
+//! One decision over every case a filter selects: after a CRM outage, every
+//! `retries_exhausted` case of it gets one retry in one go.
+//!
+//! A preview reads the cases the filter matches and asks the rules (`domain::rules::decide`,
+//! the same function `Store::resolve` applies) whether the action would be allowed on each;
+//! it remembers the operation version each case was read at. The run then resolves the
+//! cases one by one through `Store::resolve` with that version, exactly as if each had
+//! been clicked alone: a case resolved or changed since the preview is skipped and
+//! reported, never decided on data the person did not see. Each resolution carries the
+//! run's id (`store::Bulk`) onto its case's timeline, and a comment, which a bulk action
+//! always needs (`rules::needs_comment`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use leadgate::domain::rules::{check_comment, decide};
+use leadgate::domain::{HumanAction, OperationId, Resolution};
+use leadgate::store::{Bulk, Resolve, Store};
+
+use crate::{ApiResult, Console, ConsoleError, QueueQuery, Tab};
+
+/// At most this many cases in one bulk action (a preview says when more matched).
+pub const MAX_BULK: usize = 1000;
+
+/// What a bulk action does to each case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// Exactly one more attempt each (looked up by key first where one was made).
+    AuthorizeRetry,
+    /// Dropped for good, with the comment as the reason.
+    Reject,
+    /// The CRM id the operation already holds stands (cases without one are not
+    /// applicable).
+    Confirm,
+}
+
+impl BulkAction {
+    fn resolution(self) -> Resolution {
+        match self {
+            BulkAction::AuthorizeRetry => Resolution::RetryAuthorized,
+            BulkAction::Reject => Resolution::Rejected,
+            BulkAction::Confirm => Resolution::ConfirmedCrmResult,
+        }
+    }
+
+    fn human(self, crm_id: Option<&str>) -> HumanAction {
+        match self {
+            BulkAction::AuthorizeRetry => HumanAction::AuthorizeRetry,
+            BulkAction::Reject => HumanAction::Reject,
+            BulkAction::Confirm => HumanAction::ConfirmCrmResult {
+                crm_id: crm_id.unwrap_or_default().to_owned(),
+            },
+        }
+    }
+}
+
+/// Which cases: a queue tab with its filters (the cursor and limit are ignored: every
+/// matching case, up to [`MAX_BULK`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct Selection {
+    pub tab: Tab,
+    pub query: QueueQuery,
+}
+
+/// One case as the preview saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct BulkItem {
+    #[ts(type = "number")]
+    pub case_id: i64,
+    pub operation_id: String,
+    /// The operation's version when the preview read it: the run is refused on a case
+    /// that moved since.
+    #[ts(type = "number")]
+    pub version: i64,
+    /// The CRM id a bulk confirm confirms.
+    pub crm_id: Option<String>,
+}
+
+/// What a bulk action would do, before it is started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct BulkPreview {
+    pub action: BulkAction,
+    /// Cases the selection matched.
+    #[ts(type = "number")]
+    pub matched: i64,
+    /// More than [`MAX_BULK`] matched: only the first ones are in `items`.
+    pub truncated: bool,
+    /// The cases the action is allowed on now.
+    pub items: Vec<BulkItem>,
+    /// Cases it is not allowed on, by `Refusal::code`.
+    #[ts(type = "Record<string, number>")]
+    pub refused: BTreeMap<String, i64>,
+    /// Whether the comment is required (always, for a bulk action).
+    pub comment_required: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct BulkRequest {
+    pub action: BulkAction,
+    pub comment: Option<String>,
+    /// The preview's `items`.
+    pub items: Vec<BulkItem>,
+}
+
+/// A case the run did not resolve, and why (the error a single click would have got).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct BulkSkip {
+    #[ts(type = "number")]
+    pub case_id: i64,
+    pub operation_id: String,
+    pub error: ConsoleError,
+}
+
+/// A bulk run's progress; `finished` with the summary when it is over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct BulkProgress {
+    pub id: String,
+    pub action: BulkAction,
+    pub by: String,
+    #[ts(type = "number")]
+    pub total: i64,
+    #[ts(type = "number")]
+    pub done: i64,
+    #[ts(type = "number")]
+    pub succeeded: i64,
+    pub skipped: Vec<BulkSkip>,
+    pub finished: bool,
+}
+
+/// The runs of this console session, by id.
+#[derive(Default)]
+pub(crate) struct Runs(Mutex<BTreeMap<String, BulkProgress>>);
+
+impl Runs {
+    fn update(&self, id: &str, f: impl FnOnce(&mut BulkProgress)) {
+        if let Some(p) = self.0.lock().expect("bulk runs lock").get_mut(id) {
+            f(p);
+        }
+    }
+}
+
+impl Console {
+    /// Every case `selection` matches, and whether `action` is allowed on each now.
+    pub async fn bulk_preview(
+        &self,
+        selection: Selection,
+        action: BulkAction,
+    ) -> ApiResult<BulkPreview> {
+        if !matches!(selection.tab, Tab::NeedsReview | Tab::PayloadConflict) {
+            return Err(ConsoleError::Invalid {
+                message: "bulk actions apply to review cases (the review and conflict tabs)".into(),
+            });
+        }
+        let mut query = selection.query;
+        query.limit = Some(500);
+        query.cursor = None;
+        let mut rows = vec![];
+        loop {
+            let page = self.queue(selection.tab, query.clone()).await?;
+            rows.extend(page.rows);
+            match page.next {
+                Some(next) if rows.len() <= MAX_BULK => query.cursor = Some(next),
+                _ => break,
+            }
+        }
+        let matched = rows.len() as i64;
+        let truncated = rows.len() > MAX_BULK;
+        rows.truncate(MAX_BULK);
+        let now = self.store.now();
+        let mut items = vec![];
+        let mut refused = BTreeMap::new();
+        for row in rows {
+            let (Some(case_id), Some(op_id)) = (row.case_id, row.operation_id) else {
+                continue;
+            };
+            let id = OperationId::try_from(op_id.clone()).map_err(|e| ConsoleError::Failed {
+                message: e.to_string(),
+            })?;
+            let (Some(op), Some(case)) = (
+                self.store.operation(&id).await?,
+                self.store
+                    .cases_of(&id)
+                    .await?
+                    .into_iter()
+                    .find(|c| c.id == case_id),
+            ) else {
+                continue;
+            };
+            let crm_id = op.crm_id.clone();
+            let verdict = if case.resolved_at.is_some() {
+                Err("already_resolved")
+            } else {
+                decide(
+                    &action.human(crm_id.as_deref()),
+                    "operator",
+                    case.reason,
+                    op.facts(),
+                    now,
+                )
+                .map_err(|r| r.code())
+            };
+            match verdict {
+                Ok(_) => items.push(BulkItem {
+                    case_id,
+                    operation_id: op_id,
+                    version: op.version,
+                    crm_id,
+                }),
+                Err(code) => *refused.entry(code.to_owned()).or_insert(0) += 1,
+            }
+        }
+        Ok(BulkPreview {
+            action,
+            matched,
+            truncated,
+            items,
+            refused,
+            comment_required: true,
+        })
+    }
+
+    /// Starts resolving `request.items` in the background; [`Console::bulk_progress`]
+    /// follows it. Refused at once without a comment.
+    pub async fn bulk_start(&self, operator: &str, mut request: BulkRequest) -> ApiResult<String> {
+        let comment = request
+            .comment
+            .take()
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty());
+        check_comment(request.action.resolution(), true, comment.as_deref())
+            .map_err(|r| ConsoleError::from(leadgate::store::StoreError::Refused(r)))?;
+        if request.items.len() > MAX_BULK {
+            return Err(ConsoleError::Invalid {
+                message: format!("at most {MAX_BULK} cases at once"),
+            });
+        }
+        let now = self.store.now();
+        let id = format!(
+            "bulk-{}-{}",
+            now.format("%Y%m%dT%H%M%S%.3f"),
+            self.bulk_runs.0.lock().expect("bulk runs lock").len() + 1
+        );
+        let total = request.items.len();
+        self.bulk_runs.0.lock().expect("bulk runs lock").insert(
+            id.clone(),
+            BulkProgress {
+                id: id.clone(),
+                action: request.action,
+                by: operator.to_owned(),
+                total: total as i64,
+                done: 0,
+                succeeded: 0,
+                skipped: vec![],
+                finished: false,
+            },
+        );
+        let store = self.store.clone();
+        let runs = self.bulk_runs.clone();
+        let operator = operator.to_owned();
+        let run = id.clone();
+        tokio::spawn(async move {
+            run_bulk(&*store, &runs, &run, &operator, comment, request).await;
+        });
+        Ok(id)
+    }
+
+    pub fn bulk_progress(&self, id: &str) -> ApiResult<BulkProgress> {
+        self.bulk_runs
+            .0
+            .lock()
+            .expect("bulk runs lock")
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ConsoleError::NotFound {
+                message: format!("no bulk action `{id}`"),
+            })
+    }
+}
+
+pub(crate) fn runs() -> Arc<Runs> {
+    Arc::new(Runs::default())
+}
+
+async fn run_bulk(
+    store: &dyn Store,
+    runs: &Runs,
+    id: &str,
+    operator: &str,
+    comment: Option<String>,
+    request: BulkRequest,
+) {
+    let of = request.items.len();
+    for item in request.items {
+        let outcome = store
+            .resolve(Resolve {
+                case_id: item.case_id,
+                expected_version: item.version,
+                actor: operator.to_owned(),
+                comment: comment.clone(),
+                action: request.action.human(item.crm_id.as_deref()),
+                now: store.now(),
+                bulk: Some(Bulk { id: id.into(), of }),
+            })
+            .await;
+        runs.update(id, |p| {
+            p.done += 1;
+            match outcome {
+                Ok(_) => p.succeeded += 1,
+                Err(e) => p.skipped.push(BulkSkip {
+                    case_id: item.case_id,
+                    operation_id: item.operation_id,
+                    error: e.into(),
+                }),
+            }
+        });
+    }
+    runs.update(id, |p| p.finished = true);
+}
