@@ -248,10 +248,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         .await
         .unwrap();
     click(c, "[data-testid=confirm]").await;
-    text_until(c, "[data-testid=op-status]", "completed", |t| {
-        t == "completed"
-    })
-    .await;
+    el(c, "[data-testid=op-status][data-status=completed]").await;
     el(c, "[data-testid=timeline] [data-kind=human_action]").await;
     shot(c, "case-timeline.png").await;
     let o = op(db, &s.uncertain).await;
@@ -269,10 +266,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     open_row(c, s.cross_channel.as_str()).await;
     click(c, "[data-testid=pick-candidate]").await;
     click(c, "[data-testid=link]").await;
-    text_until(c, "[data-testid=op-status]", "completed", |t| {
-        t == "completed"
-    })
-    .await;
+    el(c, "[data-testid=op-status][data-status=completed]").await;
     let o = op(db, &s.cross_channel).await;
     assert_eq!(o.crm_id.as_deref(), Some(s.linked_crm_id.as_str()));
     assert_eq!(o.crm_link.as_deref(), Some("linked"));
@@ -281,10 +275,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     open_row(c, s.exhausted.as_str()).await;
     click(c, "[data-testid=authorize]").await;
     click(c, "[data-testid=authorize-confirm]").await;
-    text_until(c, "[data-testid=op-status]", "received", |t| {
-        t == "received"
-    })
-    .await;
+    el(c, "[data-testid=op-status][data-status=received]").await;
     let o = op(db, &s.exhausted).await;
     assert_eq!((o.status, o.retry_grants), (Status::Received, 1));
     el(c, "[data-testid=resolved-by]").await;
@@ -360,10 +351,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     tab(c, "needs_review").await;
     open_row(c, late.as_str()).await;
     click(c, "[data-testid=create-new]").await;
-    text_until(c, "[data-testid=op-status]", "received", |t| {
-        t == "received"
-    })
-    .await;
+    el(c, "[data-testid=op-status][data-status=received]").await;
     let case = db.cases_of(&late).await.unwrap().pop().unwrap();
     assert_eq!(case.resolution.as_deref(), Some("created_new"));
     assert_eq!(op(db, &late).await.status, Status::Received);
@@ -384,10 +372,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         .await
         .unwrap();
     click(c, "[data-testid=reject]").await;
-    text_until(c, "[data-testid=op-status]", "failed_terminal", |t| {
-        t == "failed_terminal"
-    })
-    .await;
+    el(c, "[data-testid=op-status][data-status=failed_terminal]").await;
     let case = db.cases_of(&s.stale).await.unwrap().pop().unwrap();
     assert_eq!(
         (case.resolution.as_deref(), case.comment.as_deref()),

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { age, count, duration, exactTime } from "./format";
+import { age, count, duration, exactTime, localDateTime, localTime } from "./format";
 
 describe("format", () => {
   it("shows exact times with microseconds", () => {
@@ -28,5 +28,36 @@ describe("format", () => {
     expect(count(1234567)).toBe("1\u2009234\u2009567");
     expect(count(12)).toBe("12");
     expect(count(null)).toBe("—");
+  });
+});
+
+describe("local time with its zone", () => {
+  const at = "2026-11-30T11:03:07.123456Z";
+
+  it("shows the wall clock of the zone and names the zone", () => {
+    expect(localTime(at, "Europe/Moscow")).toBe("14:03:07 GMT+3");
+    expect(localTime(at, "UTC")).toBe("11:03:07 UTC");
+    expect(localTime(at, "Asia/Kolkata")).toBe("16:33:07 GMT+5:30");
+    expect(localTime(at, "America/New_York")).toBe("06:03:07 EST");
+    expect(localTime("2026-07-01T12:00:00Z", "America/New_York")).toBe("08:00:00 EDT");
+  });
+
+  it("uses a 24-hour clock", () => {
+    expect(localTime("2026-11-30T21:00:00Z", "Europe/Moscow")).toBe("00:00:00 GMT+3");
+  });
+
+  it("puts the local date first where asked, which may be another day than UTC's", () => {
+    expect(localDateTime("2026-11-30T22:30:00Z", "Europe/Moscow")).toBe("2026-12-01 01:30:00 GMT+3");
+    expect(localDateTime(at, "UTC")).toBe("2026-11-30 11:03:07 UTC");
+  });
+
+  it("defaults to the machine's zone", () => {
+    const here = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    expect(localTime(at)).toBe(localTime(at, here));
+  });
+
+  it("leaves what is not a time as it is", () => {
+    expect(localTime("garbage", "UTC")).toBe("garbage");
+    expect(localDateTime("", "UTC")).toBe("");
   });
 });

@@ -47,3 +47,38 @@ export function count(n: number | null | undefined): string {
 export function seconds(s: number | null | undefined): string {
   return s === null || s === undefined ? "—" : duration(s * 1000);
 }
+
+/** Year, month, day, hours, minutes, seconds and the zone's short name of `ms` in `timeZone`. */
+function zoned(ms: number, timeZone?: string): Record<string, string> {
+  const f = new Intl.DateTimeFormat("en-US", {
+    timeZone,
+    year: "numeric",
+    month: "2-digit",
+    day: "2-digit",
+    hour: "2-digit",
+    minute: "2-digit",
+    second: "2-digit",
+    hourCycle: "h23",
+    timeZoneName: "short",
+  });
+  return Object.fromEntries(f.formatToParts(new Date(ms)).map((p) => [p.type, p.value]));
+}
+
+/**
+ * The wall-clock time of `rfc3339` in the local time zone (or `timeZone`), with the zone
+ * shown: `14:03:07 GMT+3`, `09:15:00 UTC`. The input as it is when it is not a time.
+ */
+export function localTime(rfc3339: string, timeZone?: string): string {
+  const ms = toMillis(rfc3339);
+  if (!Number.isFinite(ms)) return rfc3339;
+  const p = zoned(ms, timeZone);
+  return `${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`;
+}
+
+/** Like [`localTime`], with the local date first: `2026-11-30 14:03:07 GMT+3`. */
+export function localDateTime(rfc3339: string, timeZone?: string): string {
+  const ms = toMillis(rfc3339);
+  if (!Number.isFinite(ms)) return rfc3339;
+  const p = zoned(ms, timeZone);
+  return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`;
+}

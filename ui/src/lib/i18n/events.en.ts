@@ -1,0 +1,228 @@
+// English words of the case timeline and of the labels every view shows: statuses,
+// review reasons, error classes, resolutions, actors. events.ru.ts has the same keys
+// (checked by its type). The logic (which field says what) is in ../sentences.ts; these
+// functions only put already formatted pieces into words.
+import type { EventKind } from "./event-kinds";
+
+/** ` #47`, or nothing when the number is not known. */
+const no = (n: number | null) => (n === null ? "" : ` #${n}`);
+/** `: «text»`, or nothing. */
+const quoted = (s: string | null, sep = ": ") => (s ? `${sep}«${s}»` : "");
+/** ` — text`, or nothing. */
+const dash = (s: string | null) => (s ? ` — ${s}` : "");
+
+export const eventsEn = {
+  /** The locale that dates and numbers are written in. */
+  locale: "en-GB",
+  status: {
+    received: "received",
+    in_progress: "in progress",
+    completed: "completed",
+    failed_terminal: "failed",
+    needs_review: "needs review",
+  },
+  reason: {
+    payload_conflict: "payload conflict",
+    uncertain_outcome: "uncertain outcome",
+    retries_exhausted: "retries exhausted",
+    ambiguous_match: "ambiguous match",
+    cross_channel_match: "cross-channel match",
+    late_duplicate: "late duplicate",
+  },
+  errorClass: {
+    not_sent: "not sent",
+    rate_limited: "CRM rate limit",
+    uncertain: "outcome unknown",
+    validation: "data refused by the CRM",
+    auth: "credentials rejected",
+    conflict: "payload conflict",
+  },
+  resolution: {
+    confirmed_crm_result: "confirmed CRM result",
+    linked_existing: "linked to existing",
+    retry_authorized: "retry authorized",
+    kept_original: "kept original",
+    accepted_as_new: "accepted as new",
+    rejected: "rejected",
+    created_new: "created as new",
+    superseded: "superseded",
+  },
+  actor: {
+    gateway: "gateway",
+    console: "console",
+    retention: "retention",
+    migration: "migration",
+    claim_api: "claim API",
+    reconciler: "reconciler",
+    worker: (id: string) => `worker ${id}`,
+    reconcilerOf: (id: string) => `reconciler ${id}`,
+  },
+  crm: {
+    bitrix24: "Bitrix24",
+    amocrm: "amoCRM",
+    http: "the HTTP CRM",
+    unknown: "the CRM",
+  },
+  units: { ms: "ms", s: "s", min: "min", h: "h", d: "d", decimal: "." },
+  /** Short names of the kinds, for a detail the sentence cannot be made of. */
+  kinds: {
+    delivery: "Delivery",
+    contact_match: "Contact match",
+    linked: "Linked to an existing entity",
+    accepted_as_new: "Accepted as new",
+    status_changed: "Status changed",
+    review_opened: "Review case opened",
+    review_noted: "Added to the review case",
+    review_superseded: "Review case superseded",
+    claimed: "Claimed",
+    lease_taken_over: "Lease taken over",
+    released_unsent: "Put back unsent",
+    attempt_started: "Attempt started",
+    not_sent: "Not sent",
+    crm_request: "Request to the CRM",
+    crm_response: "Answer of the CRM",
+    reconcile_request: "Lookup by key",
+    reconcile_response: "Answer to the lookup",
+    reconciliation: "Looked up by key",
+    crm_created: "Created in the CRM",
+    recovered: "Found in the CRM",
+    retry_scheduled: "Retry scheduled",
+    verify_scheduled: "Lookup scheduled",
+    failed: "Failed for good",
+    connector_unreachable: "CRM unreachable",
+    connector_paused: "Connector paused",
+    notification: "Notification",
+    late_outcome: "Late report",
+    extra_crm_entity: "Second CRM entity",
+    human_action: "A person's decision",
+    redelivered: "Sent back to the integration",
+    redelivery_failed: "Redelivery failed",
+    purged: "Data removed by retention",
+  } satisfies Record<EventKind, string>,
+  generic: (title: string, fields: string) => (fields ? `${title} (${fields})` : title),
+  unknownKind: (kind: string) => `Event “${kind}”`,
+  ev: {
+    deliveryNew: (n: number | null) => `Delivery${no(n)} — new operation`,
+    deliveryDuplicate: (n: number | null) => `Delivery${no(n)} — same lead again, absorbed`,
+    deliveryConflict: (n: number | null) => `Delivery${no(n)} — same key, different data: payload conflict`,
+    deliveryOther: (n: number | null, outcome: string) => `Delivery${no(n)} — ${outcome}`,
+    viaClaimApi: " (through the claim API)",
+    contactMatch: (count: number, list: string, rule: string) =>
+      `Same phone or e-mail as ${count} earlier ${count === 1 ? "operation" : "operations"}${list ? ` (${list})` : ""}: ${rule}`,
+    rule: {
+      create: "a new CRM entity is created anyway",
+      link: "linked to its CRM entity",
+      review: "a person decides",
+    },
+    ruleOther: (rule: string) => `rule “${rule}”`,
+    linked: (crmId: string) => `Linked to the existing CRM entity ${crmId} (matching rule), no CRM call`,
+    statusChanged: (from: string, to: string) => `Status: ${from} → ${to}`,
+    statusChangedTo: (to: string) => `Status: ${to}`,
+    reviewOpened: (caseNo: number | null, reason: string, extra: string) =>
+      `Case${no(caseNo)} opened: ${reason}${extra ? `; ${extra}` : ""}`,
+    reviewNoted: (caseNo: number | null, reason: string, extra: string) =>
+      `Added to the open case${no(caseNo)}: ${reason}${extra ? `; ${extra}` : ""}`,
+    afterAttempts: (n: number) => `after ${n} ${n === 1 ? "attempt" : "attempts"}`,
+    crmIds: (ids: string) => `CRM ids ${ids}`,
+    lookupSaid: (what: string) => `lookup: ${what}`,
+    comment: (c: string) => `«${c}»`,
+    openedFromConsole: "sent to review from the console",
+    reviewSuperseded: (caseNo: number | null, why: string) => `Case${no(caseNo)} closed as superseded${why ? `: ${why}` : ""}`,
+    supersededByCase: (caseNo: number) => `case #${caseNo} settled the operation`,
+    supersededStatus: (status: string) => `the operation is ${status} already`,
+    claimed: (attempt: number | null, until: string | null, granted: boolean) =>
+      `${attempt === null ? "Claimed" : `Attempt ${attempt} claimed`}${until ? `, lease until ${until}` : ""}${granted ? " — the one retry a person granted" : ""}`,
+    leaseTakenOver: (owner: string | null) =>
+      `${owner ? `The lease of ${owner}` : "The lease"} ran out — taken over to look the key up in the CRM`,
+    releasedUnsent: (owner: string | null, granted: boolean) =>
+      `${owner ? `The lease of ${owner}` : "The lease"} ran out before anything was sent — put back, the attempt${granted ? " and the person's grant" : ""} given back`,
+    attemptStarted: (attempt: number | null, crm: string, batch: number | null) =>
+      `${attempt === null ? "The create goes out" : `Attempt ${attempt}`}: sending to ${crm}${batch && batch > 1 ? ` (one request of ${batch} creates)` : ""}`,
+    crmRequest: (crm: string, method: string | null, batch: number | null) =>
+      `Request to ${crm}${method ? `: ${method}` : ""}${batch && batch > 1 ? ` (${batch} creates in one request)` : ""}`,
+    cutOff: (d: string) => `No answer within ${d} — outcome unknown`,
+    notSentCall: (msg: string | null) => `The request was not sent${dash(msg)}`,
+    answered: (crm: string, status: number | null, d: string | null, id: string | null) =>
+      `${cap(crm)} answered${status !== null ? ` HTTP ${status}` : ""}${d ? ` in ${d}` : ""}${id ? `: id ${id}` : ""}`,
+    answerError: (crm: string, status: number | null, d: string | null, cls: string, msg: string | null) =>
+      `${cap(crm)} answered${status !== null ? ` HTTP ${status}` : ""}${d ? ` in ${d}` : ""}: ${cls}${dash(msg)}`,
+    lookupRequest: (crm: string, keys: number | null) =>
+      `Looking the key up in ${crm}${keys && keys > 1 ? ` (${keys} keys in one request)` : ""}`,
+    lookupAnswered: (d: string | null, found: number, ids: string) =>
+      `The lookup answered${d ? ` in ${d}` : ""}: ${found === 0 ? "nothing found" : `found ${found}${ids ? ` (${ids})` : ""}`}`,
+    lookupError: (d: string | null, cls: string, msg: string | null) =>
+      `The lookup failed${d ? ` after ${d}` : ""}: ${cls}${dash(msg)}`,
+    lookupCutOff: (d: string) => `No answer to the lookup within ${d}`,
+    reconciliation: (verdict: string, notProof: boolean, verifyPass: boolean) =>
+      `Looked up by key${verifyPass ? " before creating again" : ""}: ${verdict}${notProof ? " — this CRM's search may lag, not proof that nothing was created" : ""}`,
+    verdict: {
+      found_one: "found",
+      found_several: "several entities found",
+      not_found: "not found",
+      lookup_failed: "the lookup failed",
+    },
+    crmCreated: (id: string, crm: string, d: string | null, late: boolean) =>
+      `${late ? "A late answer: lead" : "Lead"} ${id} created in ${crm}${d ? ` in ${d}` : ""}`,
+    recovered: (id: string, crm: string, late: boolean) =>
+      `${late ? "A late answer: lead" : "Lead"} ${id} found in ${crm} — the earlier create had landed, nothing created twice`,
+    retry: (n: number | null, of: number | null, inD: string | null, cls: string | null) =>
+      `Retry${n === null ? "" : ` ${n}`}${n !== null && of !== null ? ` of ${of}` : ""} scheduled${inD ? ` ${inD}` : ""}${cls ? ` (${cls})` : ""}`,
+    verify: (inD: string | null, cls: string | null) =>
+      `Outcome unknown${cls ? ` (${cls})` : ""} — the key is looked up again${inD ? ` ${inD}` : ""}, before anything is created`,
+    failed: (cls: string | null, msg: string | null) => `Failed for good${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    unreachable: (crm: string, inD: string | null, verify: boolean) =>
+      `${cap(crm)} does not answer — waiting for its next probe${inD ? ` ${inD}` : ""}; this attempt is not counted${verify ? ", the key is looked up first" : ""}`,
+    paused: (connector: string, cls: string | null, msg: string | null) =>
+      `Connector ${connector} paused${cls ? `: ${cls}` : ""}${dash(msg)}. Nothing is sent to it until someone resumes it`,
+    notifiedPerson: (who: string, channel: string | null, what: string) =>
+      `${who} was notified${channel === "desktop" ? " on the desktop" : channel ? ` (${channel})` : ""}: ${what}`,
+    notified: (what: string) => `Notification: ${what}`,
+    what: {
+      review_opened: "new review case",
+      connector_paused: "connector paused",
+    },
+    connectorPausedNamed: (c: string) => `connector ${c} paused`,
+    lateOutcome: (what: string | null) =>
+      `A late report after the lease was lost${what ? ` (${what})` : ""} — kept on the timeline, nothing changed`,
+    lateOutcomes: {
+      Retry: "retry",
+      Verify: "look up again",
+      Terminal: "failure",
+      Review: "needs review",
+      Outage: "CRM unreachable",
+      PauseConnector: "credentials rejected",
+    },
+    lateSame: (id: string) => `A late answer repeats the known CRM id ${id}`,
+    extraEntity: (id: string, known: string | null) =>
+      `A second CRM entity ${id} was created${known ? ` (${known} was already known)` : ""} — a person decides`,
+    human: {
+      confirmed_crm_result: (who: string, crmId: string | null) => `${who} confirmed the CRM result${crmId ? ` ${crmId}` : ""}`,
+      linked_existing: (who: string, crmId: string | null) => `${who} linked it to the existing entity${crmId ? ` ${crmId}` : ""}`,
+      retry_authorized: (who: string) => `${who} authorized one retry`,
+      kept_original: (who: string) => `${who} kept the original data`,
+      accepted_as_new: (who: string, _crmId: string | null, newOp: string | null) =>
+        `${who} accepted the conflicting delivery as a new operation${newOp ? ` ${newOp}` : ""}`,
+      rejected: (who: string) => `${who} rejected the lead`,
+      created_new: (who: string) => `${who} sent it to the CRM as a new lead`,
+    },
+    humanOther: (who: string, caseNo: number | null, resolution: string) => `${who} resolved case${no(caseNo)}: ${resolution}`,
+    withComment: (s: string, c: string | null) => `${s}${quoted(c)}`,
+    acceptedAsNew: (delivery: number | null, from: string | null, caseNo: number | null) =>
+      `New operation made of delivery${no(delivery)}${from ? ` of ${from}` : ""}, accepted as new${caseNo === null ? "" : ` (case #${caseNo})`}`,
+    redelivered: (n: number | null) => `Sent back to the integration to be claimed again${n === null ? "" : ` (redelivery ${n})`}`,
+    redeliveryFailed: (n: number | null, msg: string | null) =>
+      `Sending back to the integration failed${n === null ? "" : ` (redelivery ${n})`}${dash(msg)}; tried again later`,
+    purged: (before: string | null) =>
+      `Retention removed the payload and contact data${before ? ` (finished before ${before})` : ""}`,
+    notSent: (cls: string | null, msg: string | null) => `Nothing was sent to the CRM${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    /** A delay from the event's time: `in 30 s`, `now`. */
+    inDelay: (d: string) => `in ${d}`,
+    now: "now",
+  },
+};
+
+function cap(s: string): string {
+  return s.charAt(0).toUpperCase() + s.slice(1);
+}
+
+export type EventStrings = typeof eventsEn;

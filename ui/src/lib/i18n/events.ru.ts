@@ -1,0 +1,218 @@
+// Русские слова хронологии кейса и подписей всех экранов: статусы, причины разбора,
+// классы ошибок, решения, исполнители. Ключи те же, что в events.en.ts (проверяется
+// типом). Что из какого поля берётся — в ../sentences.ts; здесь только слова.
+import type { EventStrings } from "./events.en";
+
+/** ` #47` или ничего, если номер неизвестен. */
+const no = (n: number | null) => (n === null ? "" : ` #${n}`);
+/** ` — «текст»` или ничего. */
+const quoted = (s: string | null) => (s ? ` — «${s}»` : "");
+/** ` — текст` или ничего. */
+const dash = (s: string | null) => (s ? ` — ${s}` : "");
+
+export const eventsRu: EventStrings = {
+  locale: "ru-RU",
+  status: {
+    received: "получена",
+    in_progress: "в работе",
+    completed: "завершена",
+    failed_terminal: "не выполнена",
+    needs_review: "на разборе",
+  },
+  reason: {
+    payload_conflict: "конфликт данных",
+    uncertain_outcome: "исход неизвестен",
+    retries_exhausted: "попытки исчерпаны",
+    ambiguous_match: "несколько совпадений",
+    cross_channel_match: "совпадение по каналам",
+    late_duplicate: "поздний дубль",
+  },
+  errorClass: {
+    not_sent: "не отправлено",
+    rate_limited: "лимит запросов CRM",
+    uncertain: "исход неизвестен",
+    validation: "CRM отклонила данные",
+    auth: "доступ отклонён",
+    conflict: "конфликт данных",
+  },
+  resolution: {
+    confirmed_crm_result: "результат в CRM подтверждён",
+    linked_existing: "связано с существующей",
+    retry_authorized: "разрешён повтор",
+    kept_original: "оставлены исходные",
+    accepted_as_new: "принято как новая",
+    rejected: "отклонено",
+    created_new: "создаётся как новая",
+    superseded: "утратил смысл",
+  },
+  actor: {
+    gateway: "шлюз",
+    console: "консоль",
+    retention: "очистка",
+    migration: "миграция",
+    claim_api: "API захвата",
+    reconciler: "сверка",
+    worker: (id: string) => `обработчик ${id}`,
+    reconcilerOf: (id: string) => `сверка ${id}`,
+  },
+  crm: {
+    bitrix24: "Bitrix24",
+    amocrm: "amoCRM",
+    http: "HTTP-CRM",
+    unknown: "CRM",
+  },
+  units: { ms: "мс", s: "с", min: "мин", h: "ч", d: "дн", decimal: "," },
+  kinds: {
+    delivery: "Доставка",
+    contact_match: "Совпадение контакта",
+    linked: "Связано с существующей сущностью",
+    accepted_as_new: "Принято как новая операция",
+    status_changed: "Смена статуса",
+    review_opened: "Открыт кейс разбора",
+    review_noted: "Добавлено в кейс разбора",
+    review_superseded: "Кейс разбора утратил смысл",
+    claimed: "Взято в работу",
+    lease_taken_over: "Аренда перехвачена",
+    released_unsent: "Возвращено без отправки",
+    attempt_started: "Начата попытка",
+    not_sent: "Не отправлено",
+    crm_request: "Запрос в CRM",
+    crm_response: "Ответ CRM",
+    reconcile_request: "Поиск по ключу",
+    reconcile_response: "Ответ на поиск",
+    reconciliation: "Сверка по ключу",
+    crm_created: "Создано в CRM",
+    recovered: "Найдено в CRM",
+    retry_scheduled: "Назначен повтор",
+    verify_scheduled: "Назначена сверка",
+    failed: "Окончательная ошибка",
+    connector_unreachable: "CRM недоступна",
+    connector_paused: "Коннектор приостановлен",
+    notification: "Уведомление",
+    late_outcome: "Поздний отчёт",
+    extra_crm_entity: "Вторая сущность в CRM",
+    human_action: "Решение человека",
+    redelivered: "Отправлено обратно в интеграцию",
+    redelivery_failed: "Повторная отправка не удалась",
+    purged: "Данные удалены очисткой",
+  },
+  generic: (title: string, fields: string) => (fields ? `${title} (${fields})` : title),
+  unknownKind: (kind: string) => `Событие «${kind}»`,
+  ev: {
+    deliveryNew: (n: number | null) => `Доставка${no(n)} — новая операция`,
+    deliveryDuplicate: (n: number | null) => `Доставка${no(n)} — тот же лид повторно, поглощён`,
+    deliveryConflict: (n: number | null) => `Доставка${no(n)} — тот же ключ, другие данные: конфликт`,
+    deliveryOther: (n: number | null, outcome: string) => `Доставка${no(n)} — ${outcome}`,
+    viaClaimApi: " (через API захвата)",
+    contactMatch: (count: number, list: string, rule: string) =>
+      `Тот же телефон или e-mail у более ранних операций: ${count}${list ? ` (${list})` : ""}; ${rule}`,
+    rule: {
+      create: "новая сущность в CRM всё равно создаётся",
+      link: "связывается с их сущностью в CRM",
+      review: "решает человек",
+    },
+    ruleOther: (rule: string) => `правило «${rule}»`,
+    linked: (crmId: string) => `Связано с существующей сущностью CRM ${crmId} (правило сопоставления), без вызова CRM`,
+    statusChanged: (from: string, to: string) => `Статус: ${from} → ${to}`,
+    statusChangedTo: (to: string) => `Статус: ${to}`,
+    reviewOpened: (caseNo: number | null, reason: string, extra: string) =>
+      `Открыт кейс${no(caseNo)}: ${reason}${extra ? `; ${extra}` : ""}`,
+    reviewNoted: (caseNo: number | null, reason: string, extra: string) =>
+      `Добавлено в открытый кейс${no(caseNo)}: ${reason}${extra ? `; ${extra}` : ""}`,
+    afterAttempts: (n: number) => `после попыток: ${n}`,
+    crmIds: (ids: string) => `ID в CRM: ${ids}`,
+    lookupSaid: (what: string) => `поиск: ${what}`,
+    comment: (c: string) => `«${c}»`,
+    openedFromConsole: "отправлено на разбор из консоли",
+    reviewSuperseded: (caseNo: number | null, why: string) => `Кейс${no(caseNo)} закрыт как утративший смысл${why ? `: ${why}` : ""}`,
+    supersededByCase: (caseNo: number) => `операцию решил кейс #${caseNo}`,
+    supersededStatus: (status: string) => `операция уже ${status}`,
+    claimed: (attempt: number | null, until: string | null, granted: boolean) =>
+      `${attempt === null ? "Взято в работу" : `Попытка ${attempt} взята в работу`}${until ? `, аренда до ${until}` : ""}${granted ? " — повтор, разрешённый человеком" : ""}`,
+    leaseTakenOver: (owner: string | null) =>
+      `Аренда${owner ? ` (${owner})` : ""} истекла — перехвачено для поиска по ключу в CRM`,
+    releasedUnsent: (owner: string | null, granted: boolean) =>
+      `Аренда${owner ? ` (${owner})` : ""} истекла до отправки — возвращено в очередь, попытка${granted ? " и разрешение человека" : ""} не израсходованы`,
+    attemptStarted: (attempt: number | null, crm: string, batch: number | null) =>
+      `${attempt === null ? "Создание уходит" : `Попытка ${attempt}`}: отправка в ${crm}${batch && batch > 1 ? ` (один запрос на ${batch} созданий)` : ""}`,
+    crmRequest: (crm: string, method: string | null, batch: number | null) =>
+      `Запрос в ${crm}${method ? `: ${method}` : ""}${batch && batch > 1 ? ` (${batch} созданий одним запросом)` : ""}`,
+    cutOff: (d: string) => `Нет ответа за ${d} — исход неизвестен`,
+    notSentCall: (msg: string | null) => `Запрос не отправлен${dash(msg)}`,
+    answered: (crm: string, status: number | null, d: string | null, id: string | null) =>
+      `Ответ ${crm}${status !== null ? ` HTTP ${status}` : ""}${d ? ` за ${d}` : ""}${id ? `: ID ${id}` : ""}`,
+    answerError: (crm: string, status: number | null, d: string | null, cls: string, msg: string | null) =>
+      `Ответ ${crm}${status !== null ? ` HTTP ${status}` : ""}${d ? ` за ${d}` : ""}: ${cls}${dash(msg)}`,
+    lookupRequest: (crm: string, keys: number | null) =>
+      `Поиск по ключу в ${crm}${keys && keys > 1 ? ` (ключей в одном запросе: ${keys})` : ""}`,
+    lookupAnswered: (d: string | null, found: number, ids: string) =>
+      `Ответ на поиск${d ? ` за ${d}` : ""}: ${found === 0 ? "ничего не найдено" : `найдено ${found}${ids ? ` (${ids})` : ""}`}`,
+    lookupError: (d: string | null, cls: string, msg: string | null) =>
+      `Поиск не удался${d ? ` за ${d}` : ""}: ${cls}${dash(msg)}`,
+    lookupCutOff: (d: string) => `Нет ответа на поиск за ${d}`,
+    reconciliation: (verdict: string, notProof: boolean, verifyPass: boolean) =>
+      `Сверка по ключу${verifyPass ? " перед повторным созданием" : ""}: ${verdict}${notProof ? " — поиск этой CRM может запаздывать, это не доказательство" : ""}`,
+    verdict: {
+      found_one: "найдено",
+      found_several: "найдено несколько сущностей",
+      not_found: "не найдено",
+      lookup_failed: "поиск не удался",
+    },
+    crmCreated: (id: string, crm: string, d: string | null, late: boolean) =>
+      `${late ? "Поздний ответ: лид" : "Лид"} ${id} создан в ${crm}${d ? ` за ${d}` : ""}`,
+    recovered: (id: string, crm: string, late: boolean) =>
+      `${late ? "Поздний ответ: лид" : "Лид"} ${id} найден в ${crm} — прежнее создание прошло, второй раз не создаётся`,
+    retry: (n: number | null, of: number | null, inD: string | null, cls: string | null) =>
+      `Повтор${n === null ? "" : ` ${n}`}${n !== null && of !== null ? ` из ${of}` : ""} назначен${inD ? ` ${inD}` : ""}${cls ? ` (${cls})` : ""}`,
+    verify: (inD: string | null, cls: string | null) =>
+      `Исход неизвестен${cls ? ` (${cls})` : ""} — повторный поиск по ключу${inD ? ` ${inD}` : ""}, до любого нового создания`,
+    failed: (cls: string | null, msg: string | null) => `Окончательная ошибка${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    unreachable: (crm: string, inD: string | null, verify: boolean) =>
+      `Нет ответа от ${crm} — ждём следующей проверки связи${inD ? ` ${inD}` : ""}; попытка не засчитана${verify ? ", сначала поиск по ключу" : ""}`,
+    paused: (connector: string, cls: string | null, msg: string | null) =>
+      `Коннектор ${connector} приостановлен${cls ? `: ${cls}` : ""}${dash(msg)}. Ничего не отправляется, пока его не возобновят`,
+    notifiedPerson: (who: string, channel: string | null, what: string) =>
+      `Уведомление${channel === "desktop" ? " на рабочем столе" : channel ? ` (${channel})` : ""} для ${who}: ${what}`,
+    notified: (what: string) => `Уведомление: ${what}`,
+    what: {
+      review_opened: "новый кейс разбора",
+      connector_paused: "коннектор приостановлен",
+    },
+    connectorPausedNamed: (c: string) => `коннектор ${c} приостановлен`,
+    lateOutcome: (what: string | null) =>
+      `Поздний отчёт после потери аренды${what ? ` (${what})` : ""} — сохранён в хронологии, ничего не изменилось`,
+    lateOutcomes: {
+      Retry: "повтор",
+      Verify: "повторный поиск",
+      Terminal: "ошибка",
+      Review: "нужен разбор",
+      Outage: "CRM недоступна",
+      PauseConnector: "доступ отклонён",
+    },
+    lateSame: (id: string) => `Поздний ответ повторяет известный ID в CRM ${id}`,
+    extraEntity: (id: string, known: string | null) =>
+      `Создана вторая сущность в CRM ${id}${known ? ` (уже известна ${known})` : ""} — решает человек`,
+    human: {
+      confirmed_crm_result: (who: string, crmId: string | null) => `${who}: результат в CRM подтверждён${crmId ? ` — ${crmId}` : ""}`,
+      linked_existing: (who: string, crmId: string | null) => `${who}: связано с существующей сущностью${crmId ? ` ${crmId}` : ""}`,
+      retry_authorized: (who: string) => `${who}: разрешён один повтор`,
+      kept_original: (who: string) => `${who}: оставлены исходные данные`,
+      accepted_as_new: (who: string, _crmId: string | null, newOp: string | null) =>
+        `${who}: конфликтующая доставка принята как новая операция${newOp ? ` ${newOp}` : ""}`,
+      rejected: (who: string) => `${who}: лид отклонён`,
+      created_new: (who: string) => `${who}: отправить в CRM как новый лид`,
+    },
+    humanOther: (who: string, caseNo: number | null, resolution: string) => `${who}: кейс${no(caseNo)} решён — ${resolution}`,
+    withComment: (s: string, c: string | null) => `${s}${quoted(c)}`,
+    acceptedAsNew: (delivery: number | null, from: string | null, caseNo: number | null) =>
+      `Новая операция из доставки${no(delivery)}${from ? ` операции ${from}` : ""}, принятой как новая${caseNo === null ? "" : ` (кейс #${caseNo})`}`,
+    redelivered: (n: number | null) => `Отправлено обратно в интеграцию для повторного захвата${n === null ? "" : ` (переотправка ${n})`}`,
+    redeliveryFailed: (n: number | null, msg: string | null) =>
+      `Отправка обратно в интеграцию не удалась${n === null ? "" : ` (переотправка ${n})`}${dash(msg)}; будет повторена`,
+    purged: (before: string | null) =>
+      `Очистка удалила данные и контакты${before ? ` (завершена до ${before})` : ""}`,
+    notSent: (cls: string | null, msg: string | null) => `В CRM ничего не отправлено${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    inDelay: (d: string) => `через ${d}`,
+    now: "сейчас",
+  },
+};
