@@ -7,7 +7,7 @@ export function errorText(e: ConsoleError, t: Strings): string {
     case "not_connected":
       return t.errors.not_connected;
     case "unreachable":
-      return `${t.errors.unreachable}: ${e.message}`;
+      return `${t.unreachableHints[unreachableCause(e.message)]} ${t.technicalDetail}: ${e.message}`;
     case "schema_missing":
       return t.errors.schema_missing;
     case "schema_too_old":
@@ -27,4 +27,17 @@ export function errorText(e: ConsoleError, t: Strings): string {
     case "failed":
       return e.message;
   }
+}
+
+/** What most likely stands behind a driver's "cannot connect" message, for a sentence
+ *  the operator can act on (the message itself follows as the technical detail). */
+export function unreachableCause(message: string): "refused" | "auth" | "missing" | "timeout" | "tls" | "file" | "other" {
+  const m = message.toLowerCase();
+  if (/password|authentication|no pg_hba|role .* does not exist/.test(m)) return "auth";
+  if (/database .* does not exist/.test(m)) return "missing";
+  if (/refused|no route|unreachable|name or service not known|failed to lookup|dns/.test(m)) return "refused";
+  if (/timed? ?out|timeout/.test(m)) return "timeout";
+  if (/tls|ssl|certificate/.test(m)) return "tls";
+  if (/unable to open database file|sqlite|no such file|permission denied|\(code: 14\)/.test(m)) return "file";
+  return "other";
 }

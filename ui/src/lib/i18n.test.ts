@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { defaultLang, languages } from "./i18n";
-import { errorText } from "./errors";
+import { errorText, unreachableCause } from "./errors";
 
 function keys(o: object, prefix = ""): string[] {
   return Object.entries(o).flatMap(([k, v]) =>
@@ -29,5 +29,23 @@ describe("refusals", () => {
   it("fall back to the store's sentence for a code this console does not know", () => {
     const e = { kind: "refused", code: "from_a_newer_gateway", message: "English", detail: null } as const;
     expect(errorText(e, languages.ru)).toBe("English");
+  });
+});
+
+describe("connection errors", () => {
+  it("say what to check before the driver's words", () => {
+    const cases: [string, string][] = [
+      ["error communicating with database: Connection refused (os error 111)", "refused"],
+      ['password authentication failed for user "olga"', "auth"],
+      ['database "leads" does not exist', "missing"],
+      ["pool timed out while waiting for an open connection", "timeout"],
+      ["error with configuration: invalid certificate: UnknownIssuer", "tls"],
+      ["error returned from database: (code: 14) unable to open database file", "file"],
+      ["something else", "other"],
+    ];
+    for (const [message, cause] of cases) expect(unreachableCause(message), message).toBe(cause);
+    const e = { kind: "unreachable", message: "Connection refused (os error 111)" } as const;
+    expect(errorText(e, languages.ru)).toMatch(/^По этому адресу никто не отвечает.*Connection refused/);
+    expect(errorText(e, languages.en)).toMatch(/^Nothing answers at that address.*Technical detail: Connection refused/);
   });
 });
