@@ -57,6 +57,13 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         .as_ref()
         .context("the configuration has no [crm] section: the worker needs a CRM to talk to")?;
     let crm: Arc<dyn Crm> = crm::from_config(crm_config, Arc::clone(&store))?;
+    // Where the consoles open this CRM: its public pages, published for every console.
+    if let Some(links) = crm::web_links(crm_config) {
+        store
+            .publish_crm_links(&links, store.now())
+            .await
+            .context("publishing the CRM's web links")?;
+    }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 

@@ -16,13 +16,38 @@ pub async fn settings(state: S<'_>) -> ApiResult<Settings> {
 }
 
 #[tauri::command]
-pub async fn save_settings(state: S<'_>, settings: Settings) -> ApiResult<Settings> {
-    state.save_settings(settings).await
+pub async fn save_settings(
+    app: tauri::AppHandle,
+    state: S<'_>,
+    settings: Settings,
+) -> ApiResult<Settings> {
+    let saved = state.save_settings(settings).await?;
+    if state.console().await.is_ok() {
+        grant_crm_origins(&app, &state).await?;
+    }
+    Ok(saved)
 }
 
 #[tauri::command]
-pub async fn connect(state: S<'_>, url: Option<String>) -> ApiResult<Connection> {
-    state.connect(url).await
+pub async fn connect(
+    app: tauri::AppHandle,
+    state: S<'_>,
+    url: Option<String>,
+) -> ApiResult<Connection> {
+    let connection = state.connect(url).await?;
+    grant_crm_origins(&app, &state).await?;
+    Ok(connection)
+}
+
+/// Scopes "open in CRM" to the CRM addresses this database and the settings name.
+async fn grant_crm_origins(app: &tauri::AppHandle, state: &S<'_>) -> ApiResult<()> {
+    let template = state.settings().await.crm_url_template;
+    let origins = state
+        .console()
+        .await?
+        .crm_origins(template.as_deref())
+        .await?;
+    crate::allow_opening(app, &origins).map_err(|message| ConsoleError::Failed { message })
 }
 
 #[tauri::command]

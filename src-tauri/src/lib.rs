@@ -13,6 +13,34 @@ pub fn notify(app: &tauri::AppHandle, title: &str, body: &str) {
     }
 }
 
+/// Lets the window open exactly `origins` (the CRM's pages) in the system browser: a
+/// capability added at run time, since which CRM is only known once connected. The
+/// window's static capability grants the opener nothing, so any other URL is refused.
+pub fn allow_opening(app: &tauri::AppHandle, origins: &[String]) -> Result<(), String> {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static GRANTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let mut granted = GRANTED.lock().expect("granted origins");
+    let new: Vec<&String> = origins.iter().filter(|o| !granted.contains(*o)).collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let allow: Vec<serde_json::Value> = new
+        .iter()
+        .map(|o| serde_json::json!({ "url": format!("{o}/*") }))
+        .collect();
+    let capability = tauri::ipc::CapabilityBuilder::new(format!("crm-opener-{}", granted.len()))
+        .window("main")
+        .permission_scoped(
+            "opener:allow-open-url",
+            allow,
+            Vec::<serde_json::Value>::new(),
+        );
+    app.add_capability(capability).map_err(|e| e.to_string())?;
+    granted.extend(new.into_iter().cloned());
+    Ok(())
+}
+
 /// `--database-url URL` or `--database-url=URL`, else `LEADGATE_DATABASE_URL`.
 pub fn database_url_from(args: impl IntoIterator<Item = String>) -> Option<String> {
     let mut args = args.into_iter();
@@ -31,6 +59,7 @@ pub fn run() {
     let url = database_url_from(std::env::args().skip(1));
     tauri::Builder::default()
         .plugin(tauri_plugin_notification::init())
+        .plugin(tauri_plugin_opener::init())
         .setup(move |app| {
             // LEADGATE_CONSOLE_SETTINGS lets tests use a settings file of their own.
             let settings = match std::env::var_os("LEADGATE_CONSOLE_SETTINGS") {

@@ -40,10 +40,11 @@ impl Drop for Driver {
     }
 }
 
-fn start_driver(settings: &Path) -> Driver {
+fn start_driver(settings: &Path, env: &[(&str, String)]) -> Driver {
     let child =
         Command::new(std::env::var("TAURI_DRIVER").unwrap_or_else(|_| "tauri-driver".into()))
             .args(["--port", &DRIVER_PORT.to_string(), "--native-port", "4445"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("LEADGATE_CONSOLE_SETTINGS", settings)
             .env_remove("LEADGATE_DATABASE_URL")
             .env("DBUS_SESSION_BUS_ADDRESS", "disabled:")
@@ -114,12 +115,14 @@ async fn el(c: &Client, selector: &str) -> Element {
 /// Waits until the element's text satisfies `pred`.
 async fn text_until(c: &Client, selector: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
+    let mut seen = None;
     loop {
         if let Ok(e) = c.find(css(selector)).await {
             if let Ok(t) = e.text().await {
                 if pred(&t) {
                     return t;
                 }
+                seen = Some(t);
             }
         }
         if Instant::now() > deadline {
@@ -127,7 +130,7 @@ async fn text_until(c: &Client, selector: &str, what: &str, pred: impl Fn(&str) 
                 let _ = std::fs::write(std::env::temp_dir().join("leadgate-e2e-failure.png"), png);
             }
             let page = c.source().await.unwrap_or_default();
-            panic!("`{selector}` never showed {what}\npage: {page}");
+            panic!("`{selector}` never showed {what} (last seen: {seen:?})\npage: {page}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -174,7 +177,7 @@ async fn the_console_resolves_every_kind_of_case_in_a_real_window() {
     )
     .unwrap();
 
-    let _driver = start_driver(&settings);
+    let _driver = start_driver(&settings, &[]);
     let c = connect_client().await;
     // Run the steps as a task so a failed step still closes the session (and the app).
     let steps = tokio::spawn({
@@ -217,6 +220,14 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     text_until(c, "[data-testid=count-stale]", "1", |t| t == "1").await;
     text_until(c, "[data-testid=count-failed_terminal]", "1", |t| t == "1").await;
     text_until(c, "[data-testid=count-connectors]", "1", |t| t == "1").await;
+    // The paused connector is a banner saying what to do, not only a count on a tab.
+    text_until(
+        c,
+        "[data-testid=paused-banner][data-connector=bitrix24]",
+        "the reason",
+        |t| t.contains("auth: expired_token") && t.contains("resume"),
+    )
+    .await;
 
     // Keyboard: j moves, Enter opens, Esc closes.
     let body = el(c, "body").await;
@@ -274,7 +285,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     // Authorize one retry: granted once through the dialog...
     open_row(c, s.exhausted.as_str()).await;
     click(c, "[data-testid=authorize]").await;
-    click(c, "[data-testid=authorize-confirm]").await;
+    click(c, "[data-testid=authorize-dialog-yes]").await;
     el(c, "[data-testid=op-status][data-status=received]").await;
     let o = op(db, &s.exhausted).await;
     assert_eq!((o.status, o.retry_grants), (Status::Received, 1));
@@ -318,7 +329,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         .await
         .unwrap();
     click(c, "[data-testid=authorize]").await;
-    click(c, "[data-testid=authorize-confirm]").await;
+    click(c, "[data-testid=authorize-dialog-yes]").await;
     text_until(
         c,
         "[data-testid=action-error]",
@@ -372,6 +383,21 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         .await
         .unwrap();
     click(c, "[data-testid=reject]").await;
+    // Dropping a lead for good asks first; Esc says no.
+    el(c, "[data-testid=action-dialog]").await;
+    el(c, "body").await.send_keys("\u{E00C}").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        c.find(css("[data-testid=action-dialog]")).await.is_err(),
+        "Esc closes the question"
+    );
+    assert_eq!(
+        op(db, &s.stale).await.status,
+        Status::NeedsReview,
+        "Esc rejected nothing"
+    );
+    click(c, "[data-testid=reject]").await;
+    click(c, "[data-testid=action-dialog-yes]").await;
     el(c, "[data-testid=op-status][data-status=failed_terminal]").await;
     let case = db.cases_of(&s.stale).await.unwrap().pop().unwrap();
     assert_eq!(
@@ -385,6 +411,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
     shot(c, "conflict-diff.png").await;
     click(c, "[data-testid=keep-original]").await;
+    click(c, "[data-testid=action-dialog-yes]").await;
     el(c, "[data-testid=resolved-by]").await;
     let case = db.cases_of(&s.conflict).await.unwrap().pop().unwrap();
     assert_eq!(case.resolution.as_deref(), Some("kept_original"));
@@ -398,6 +425,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         "[data-testid=connector-row][data-operation=bitrix24] [data-testid=resume]",
     )
     .await;
+    click(c, "[data-testid=resume-dialog-yes]").await;
     el(c, "[data-testid=flash]").await;
     assert!(!db.connector("bitrix24").await.unwrap().unwrap().paused);
 
@@ -424,4 +452,300 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     tab(c, "failed_terminal").await;
     open_row(c, s.failed.as_str()).await;
     shot(c, "queue-ru.png").await;
+}
+
+/// A stand-in for the system browser: `xdg-open URL` appends the URL to a file.
+fn fake_browser(dir: &Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let opened = dir.join("opened.txt");
+    let script = bin.join("xdg-open");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$1\" >> '{}'\n",
+            opened.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (bin, opened)
+}
+
+async fn opened_urls(file: &Path, at_least: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let urls: Vec<String> = std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        if urls.len() >= at_least || Instant::now() > deadline {
+            return urls;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The console as an all-day tool: leads by name in the queue, the timeline in words in
+/// both languages, the CRM opened in the system browser (and nothing else), a bulk retry
+/// over an outage's 50 cases with one resolved meanwhile, and an export read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_cleared_in_one_bulk_retry_and_exported_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let db = store::connect(&url).await.unwrap();
+    let outage = leadgate_testkit::seed::outage(&*db, 50).await.unwrap();
+    // What the gateway publishes for a Bitrix24 portal (crm::web_links).
+    db.publish_crm_links(
+        &leadgate::store::CrmLinks {
+            connector: "bitrix24".into(),
+            entity_url: "https://acme.bitrix24.ru/crm/lead/details/{id}/".into(),
+            search_url: Some(
+                "https://acme.bitrix24.ru/crm/lead/list/?apply_filter=Y&FIND={q}".into(),
+            ),
+        },
+        store::now(),
+    )
+    .await
+    .unwrap();
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url, "operator": OPERATOR}).to_string(),
+    )
+    .unwrap();
+    let (bin, opened) = fake_browser(dir.path());
+    let exports = dir.path().join("exports");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let _driver = start_driver(
+        &settings,
+        &[
+            ("PATH", path),
+            ("LEADGATE_EXPORT_DIR", exports.display().to_string()),
+        ],
+    );
+    let c = connect_client().await;
+    let steps = tokio::spawn({
+        let c = c.clone();
+        let dirs = (opened.clone(), exports.clone());
+        async move { all_day(&c, &*db, &outage, &url, &dirs.0, &dirs.1).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn all_day(
+    c: &Client,
+    db: &dyn Store,
+    outage: &[OperationId],
+    url: &str,
+    opened: &Path,
+    exports: &Path,
+) {
+    text_until(c, "[data-testid=count-needs_review]", "50", |t| t == "50").await;
+    // Rows name the lead first.
+    let first = &outage[0];
+    text_until(
+        c,
+        &format!("[data-testid=queue-row][data-operation='{first}'] [data-testid=row-name]"),
+        "the lead's name",
+        |t| t == "Olga",
+    )
+    .await;
+
+    // The timeline in words, in English and then in Russian.
+    open_row(c, first.as_str()).await;
+    text_until(
+        c,
+        "[data-testid=timeline] [data-kind=delivery] [data-testid=event-sentence]",
+        "an English sentence",
+        |t| t.starts_with("Delivery") && t.ends_with("new operation"),
+    )
+    .await;
+    el(c, "select[data-testid=language]")
+        .await
+        .select_by_value("ru")
+        .await
+        .unwrap();
+    text_until(
+        c,
+        "[data-testid=timeline] [data-kind=delivery] [data-testid=event-sentence]",
+        "a Russian sentence",
+        |t| t.starts_with("Доставка") && t.ends_with("новая операция"),
+    )
+    .await;
+    text_until(c, "[data-testid=op-status]", "a translated status", |t| {
+        t != "needs_review" && !t.is_empty()
+    })
+    .await;
+    shot(c, "case-timeline-ru.png").await;
+    el(c, "select[data-testid=language]")
+        .await
+        .select_by_value("en")
+        .await
+        .unwrap();
+
+    // Find in CRM before deciding: the system browser opens the portal's list searched
+    // for the lead's phone. Any other address is refused by the opener's scope.
+    click(c, "[data-testid=find-in-crm]").await;
+    let phone = db.operation(first).await.unwrap().unwrap().payload.unwrap()["phone"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let urls = opened_urls(opened, 1).await;
+    assert_eq!(
+        urls,
+        [format!(
+            "https://acme.bitrix24.ru/crm/lead/list/?apply_filter=Y&FIND=%2B{}",
+            &phone[1..]
+        )]
+    );
+    let refused = c
+        .execute_async(
+            "const done = arguments[arguments.length - 1];\
+             window.__TAURI_INTERNALS__.invoke('plugin:opener|open_url', {url: 'https://evil.example/x'})\
+               .then(() => done('opened'), (e) => done('refused: ' + e));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        refused.as_str().is_some_and(|r| r.starts_with("refused")),
+        "{refused:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        opened_urls(opened, 2).await.len(),
+        1,
+        "nothing else was opened"
+    );
+    el(c, "body").await.send_keys("\u{E00C}").await.unwrap();
+
+    // Bulk: every retries_exhausted case of the outage, one retry each.
+    el(c, "select[aria-label='Reason']")
+        .await
+        .select_by_value("retries_exhausted")
+        .await
+        .unwrap();
+    click(c, "[data-testid=bulk-open]").await;
+    el(c, "select[data-testid=bulk-action]")
+        .await
+        .select_by_value("authorize_retry")
+        .await
+        .unwrap();
+    click(c, "[data-testid=bulk-preview]").await;
+    text_until(c, "[data-testid=bulk-applies]", "50 applicable", |t| {
+        t.contains("50")
+    })
+    .await;
+    let start = el(c, "[data-testid=bulk-start]").await;
+    assert!(
+        !start.is_enabled().await.unwrap(),
+        "no bulk action without a comment"
+    );
+    // Meanwhile another operator resolves one of them alone.
+    let console = Console::open(url).await.unwrap();
+    let case = db.cases_of(&outage[17]).await.unwrap().pop().unwrap();
+    console
+        .act(
+            "Ivan",
+            ActionRequest {
+                case_id: case.id,
+                expected_version: case.version,
+                comment: None,
+                action: Action::AuthorizeRetry,
+            },
+        )
+        .await
+        .unwrap();
+    el(c, "[data-testid=bulk-comment]")
+        .await
+        .send_keys("Bitrix24 outage of the morning is over")
+        .await
+        .unwrap();
+    click(c, "[data-testid=bulk-start]").await;
+    let done = el(c, "[data-testid=bulk-done]").await;
+    assert_eq!(
+        done.attr("data-succeeded").await.unwrap().as_deref(),
+        Some("49")
+    );
+    assert_eq!(
+        done.attr("data-skipped").await.unwrap().as_deref(),
+        Some("1")
+    );
+    text_until(
+        c,
+        &format!("[data-testid=bulk-skipped] li[data-case='{}']", case.id),
+        "the skipped case and why",
+        |t| t.contains("already resolved by Ivan"),
+    )
+    .await;
+    shot(c, "bulk.png").await;
+    for id in outage {
+        let o = op(db, id).await;
+        assert_eq!((o.status, o.retry_grants), (Status::Received, 1), "{id}");
+        let decisions = db
+            .timeline(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == "human_action")
+            .count();
+        assert_eq!(decisions, 1, "{id} decided once");
+    }
+    click(c, "[data-testid=bulk-close]").await;
+    text_until(c, "[data-testid=count-needs_review]", "0", |t| t == "0").await;
+
+    // Export what a manager asked for, and read it back.
+    db.open_review(
+        &outage[3],
+        ReviewReason::UncertainOutcome,
+        "worker:1",
+        json!({}),
+        store::now(),
+    )
+    .await
+    .unwrap();
+    el(c, "select[aria-label='Reason']")
+        .await
+        .select_by_value("")
+        .await
+        .unwrap();
+    text_until(c, "[data-testid=count-needs_review]", "1", |t| t == "1").await;
+    click(c, "[data-testid=export]").await;
+    let flash = text_until(c, "[data-testid=flash]", "where the file went", |t| {
+        t.contains(".csv")
+    })
+    .await;
+    let file = std::fs::read_dir(exports)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "csv"))
+        .expect("an exported file");
+    assert!(flash.contains(&file.display().to_string()), "{flash}");
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(bytes.starts_with(b"\xEF\xBB\xBF"), "UTF-8 with BOM");
+    let text = String::from_utf8(bytes[3..].to_vec()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("Case,Operation,Name,Phone"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[1].contains(outage[3].as_str()) && lines[1].contains("Ольга"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[1].contains("uncertain outcome"), "{}", lines[1]);
 }

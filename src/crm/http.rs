@@ -92,6 +92,13 @@ pub struct HttpConfig {
     /// Status code → error class, overriding the defaults.
     #[serde(default)]
     pub errors: BTreeMap<String, ErrorClass>,
+    /// The CRM's page of an entity, `{id}` replaced by its id, for the console's "open in
+    /// CRM" (published to the operations database; never put a secret here).
+    #[serde(default)]
+    pub web_entity_url: Option<String>,
+    /// The CRM's list searched for `{q}` (a phone, e-mail or name), for "find in CRM".
+    #[serde(default)]
+    pub web_search_url: Option<String>,
     /// Requests per second for all calls of this process to this CRM (no limit if unset).
     #[serde(default)]
     pub rate_limit: Option<f64>,

@@ -258,6 +258,47 @@ pub fn connector_name(config: &CrmConfig) -> &'static str {
     }
 }
 
+/// Where a person opens this CRM in a browser: the entity page (`{id}`) and the list
+/// searched for a phone, e-mail or name (`{q}`). Built from the portal's address only —
+/// a Bitrix24 webhook's path holds its secret and never leaves this function. `None` for
+/// an HTTP CRM without `web_entity_url`.
+pub fn web_links(config: &CrmConfig) -> Option<crate::store::CrmLinks> {
+    let (entity_url, search_url) = match config {
+        CrmConfig::Bitrix24 {
+            webhook_url,
+            entity,
+            ..
+        } => {
+            let url = reqwest::Url::parse(webhook_url.expose()).ok()?;
+            let origin = url.origin().ascii_serialization();
+            let kind = match entity {
+                bitrix24::Entity::Lead => "lead",
+                bitrix24::Entity::Deal => "deal",
+            };
+            (
+                format!("{origin}/crm/{kind}/details/{{id}}/"),
+                Some(format!(
+                    "{origin}/crm/{kind}/list/?apply_filter=Y&FIND={{q}}"
+                )),
+            )
+        }
+        CrmConfig::Amocrm { base_url, .. } => {
+            let url = reqwest::Url::parse(base_url).ok()?;
+            let origin = url.origin().ascii_serialization();
+            (
+                format!("{origin}/leads/detail/{{id}}"),
+                Some(format!("{origin}/leads/list/?term={{q}}")),
+            )
+        }
+        CrmConfig::Http(http) => (http.web_entity_url.clone()?, http.web_search_url.clone()),
+    };
+    Some(crate::store::CrmLinks {
+        connector: connector_name(config).to_owned(),
+        entity_url,
+        search_url,
+    })
+}
+
 /// A connector's configuration cannot work (bad URL, TLS setup failed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid CRM configuration: {0}")]
@@ -370,6 +411,51 @@ pub fn classify_transport(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn web_links_keep_the_portal_and_never_the_webhook_secret() {
+        let crm = |text: &str| -> CrmConfig { toml::from_str(text).unwrap() };
+        let b24 = web_links(&crm(
+            "kind = \"bitrix24\"\nwebhook_url = \"https://acme.bitrix24.ru/rest/1/s3cr3tt0ken/\"",
+        ))
+        .unwrap();
+        assert_eq!(b24.connector, "bitrix24");
+        assert_eq!(
+            b24.entity_url,
+            "https://acme.bitrix24.ru/crm/lead/details/{id}/"
+        );
+        assert_eq!(
+            b24.search_url.as_deref(),
+            Some("https://acme.bitrix24.ru/crm/lead/list/?apply_filter=Y&FIND={q}")
+        );
+        assert!(!format!("{b24:?}").contains("s3cr3t"));
+        let deals = web_links(&crm(
+            "kind = \"bitrix24\"\nentity = \"deal\"\nwebhook_url = \"https://b24.example.com:8443/rest/7/k/\"",
+        ))
+        .unwrap();
+        assert_eq!(
+            deals.entity_url,
+            "https://b24.example.com:8443/crm/deal/details/{id}/"
+        );
+        let amo = web_links(&crm(
+            "kind = \"amocrm\"\nbase_url = \"https://acme.amocrm.ru/\"\ntoken = \"t\"\noperation_field_id = 5",
+        ))
+        .unwrap();
+        assert_eq!(amo.entity_url, "https://acme.amocrm.ru/leads/detail/{id}");
+        assert_eq!(
+            amo.search_url.as_deref(),
+            Some("https://acme.amocrm.ru/leads/list/?term={q}")
+        );
+        let http = |extra: &str| {
+            crm(&format!(
+                "kind = \"http\"\ncreate_url = \"https://crm.example/api\"\nbody = \"{{}}\"\nid_pointer = \"/id\"\n{extra}"
+            ))
+        };
+        assert_eq!(web_links(&http("")), None);
+        let own = web_links(&http("web_entity_url = \"https://crm.example/leads/{id}\"")).unwrap();
+        assert_eq!(own.entity_url, "https://crm.example/leads/{id}");
+        assert_eq!(own.search_url, None);
+    }
 
     #[test]
     fn clean_message_strips_tags_redacts_and_caps() {

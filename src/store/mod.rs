@@ -286,6 +286,15 @@ pub struct ReviewCase {
     pub version: i64,
 }
 
+/// A connector's web pages (migration 0013): `{id}` in `entity_url` is the CRM id, `{q}`
+/// in `search_url` what to search for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CrmLinks {
+    pub connector: String,
+    pub entity_url: String,
+    pub search_url: Option<String>,
+}
+
 /// Which review cases to list.
 #[derive(Debug, Clone, Default)]
 pub struct CaseFilter {
@@ -566,6 +575,10 @@ pub trait Store: Send + Sync + 'static {
     async fn resolve(&self, request: Resolve) -> Result<Resolved>;
 
     async fn operation(&self, id: &OperationId) -> Result<Option<Operation>>;
+    /// Publishes where a person opens this connector's CRM (the gateway, at start).
+    async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()>;
+    /// Every connector's published web pages, by connector name.
+    async fn crm_links(&self) -> Result<Vec<CrmLinks>>;
     /// The operations of `ids` that exist, in no particular order (one query per 500).
     async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>>;
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>>;

@@ -1064,6 +1064,39 @@ macro_rules! sql_store {
                 row.as_ref().map(op_from_row).transpose()
             }
 
+            async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into crm_links (connector, entity_url, search_url, updated_at) \
+                     values ($1, $2, $3, $4) on conflict (connector) do update set \
+                     entity_url = excluded.entity_url, search_url = excluded.search_url, \
+                     updated_at = excluded.updated_at",
+                )
+                .bind(&links.connector)
+                .bind(&links.entity_url)
+                .bind(&links.search_url)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
+                let rows = sqlx::query(
+                    "select connector, entity_url, search_url from crm_links order by connector",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(CrmLinks {
+                            connector: r.try_get("connector")?,
+                            entity_url: r.try_get("entity_url")?,
+                            search_url: r.try_get("search_url")?,
+                        })
+                    })
+                    .collect()
+            }
+
             async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
                 let mut found = vec![];
                 for chunk in ids.chunks(500) {

@@ -829,6 +829,16 @@ impl Store for Hiccup {
     async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
         self.inner.operations(ids).await
     }
+    async fn publish_crm_links(
+        &self,
+        links: &leadgate::store::CrmLinks,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.publish_crm_links(links, now).await
+    }
+    async fn crm_links(&self) -> Result<Vec<leadgate::store::CrmLinks>> {
+        self.inner.crm_links().await
+    }
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
         self.inner.timeline(id).await
     }

@@ -422,8 +422,12 @@ pub struct OperationView {
     pub payload: Option<Value>,
     pub crm_id: Option<String>,
     pub crm_link: Option<String>,
-    /// Opens the entity in the CRM (from the settings' template).
+    /// Opens the entity in the CRM (from the settings' template, else the address the
+    /// gateway published for its CRM).
     pub crm_url: Option<String>,
+    /// The CRM's list searched for this lead's phone (else e-mail, else name): to look
+    /// before deciding. Set on a case's own operation only.
+    pub crm_search_url: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub last_error_class: Option<String>,
@@ -695,6 +699,24 @@ impl Console {
         &self.store
     }
 
+    /// The origins a person may open from this console: each published CRM's and the
+    /// settings template's. The desktop shell scopes its opener to exactly these.
+    pub async fn crm_origins(&self, crm_url_template: Option<&str>) -> ApiResult<Vec<String>> {
+        let mut origins: Vec<String> = self
+            .store
+            .crm_links()
+            .await?
+            .iter()
+            .flat_map(|l| [Some(l.entity_url.as_str()), l.search_url.as_deref()])
+            .chain([crm_url_template])
+            .flatten()
+            .filter_map(origin_of)
+            .collect();
+        origins.sort();
+        origins.dedup();
+        Ok(origins)
+    }
+
     fn stale_before(&self) -> DateTime<Utc> {
         self.store.now() - chrono::TimeDelta::from_std(self.stale_after).unwrap_or_default()
     }
@@ -941,6 +963,13 @@ impl Console {
             _ => None,
         };
         let candidates = self.store.link_candidates(&id, 20).await?;
+        // The settings' template wins; else what the gateway published for its CRM.
+        let links = self.store.crm_links().await?;
+        let published = links.first();
+        let template = crm_url_template
+            .filter(|t| !t.trim().is_empty())
+            .or(published.map(|l| l.entity_url.as_str()));
+        let crm_url_template = template;
         let allowed = match &case {
             Some(c) if c.resolved_at.is_none() => {
                 leadgate::domain::rules::allowed_actions(c.reason, op.facts(), self.store.now())
@@ -958,10 +987,21 @@ impl Console {
             })
             .cloned()
             .collect();
+        let mut operation = op_view(op, crm_url_template);
+        let lead = &operation.lead;
+        operation.crm_search_url = published
+            .and_then(|l| l.search_url.as_deref())
+            .zip(
+                lead.phone
+                    .as_ref()
+                    .or(lead.email.as_ref())
+                    .or(lead.name.as_ref()),
+            )
+            .map(|(t, q)| crm_search_url(t, q));
         Ok(CaseDetail {
             needs_comment,
             allowed,
-            operation: op_view(op, crm_url_template),
+            operation,
             case: case.map(case_view),
             cases: cases.into_iter().map(case_view).collect(),
             timeline: timeline.into_iter().map(event_view).collect(),
@@ -1161,12 +1201,33 @@ pub fn crm_url(template: &str, crm_id: &str) -> Option<String> {
     })
 }
 
+/// The CRM's search page: `{q}` replaced by the query, percent-encoded as one value.
+pub fn crm_search_url(template: &str, q: &str) -> String {
+    template.replace(
+        "{q}",
+        &percent_encoding::utf8_percent_encode(q, percent_encoding::NON_ALPHANUMERIC).to_string(),
+    )
+}
+
+/// The scheme, host and port of a URL (`https://acme.bitrix24.ru`), what an opener scope
+/// allows; `None` for anything but http(s).
+pub fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !matches!(scheme, "http" | "https") {
+        return None;
+    }
+    let host = rest.split(['/', '?', '#']).next()?;
+    (!host.is_empty() && !host.contains('@') && !host.contains('{'))
+        .then(|| format!("{scheme}://{host}"))
+}
+
 pub fn op_view(o: Operation, crm_url_template: Option<&str>) -> OperationView {
     let crm_url = match (&o.crm_id, crm_url_template) {
         (Some(id), Some(t)) => crm_url(t, id),
         _ => None,
     };
     OperationView {
+        crm_search_url: None,
         lead: LeadSummary::of(&o),
         operation_id: o.operation_id.to_string(),
         source: o.source,
@@ -1280,6 +1341,32 @@ mod tests {
             committed == generated,
             "ui/src/lib/bindings.ts is stale: run `UPDATE_BINDINGS=1 cargo test -p leadgate-console-model bindings_are_fresh`"
         );
+    }
+
+    #[test]
+    fn searches_encode_the_query_and_origins_refuse_odd_urls() {
+        let t = "https://acme.bitrix24.ru/crm/lead/list/?apply_filter=Y&FIND={q}";
+        assert_eq!(
+            super::crm_search_url(t, "+7 916&x=1"),
+            "https://acme.bitrix24.ru/crm/lead/list/?apply_filter=Y&FIND=%2B7%20916%26x%3D1"
+        );
+        assert_eq!(
+            super::origin_of("https://acme.bitrix24.ru/crm/lead/details/{id}/").as_deref(),
+            Some("https://acme.bitrix24.ru")
+        );
+        assert_eq!(
+            super::origin_of("http://127.0.0.1:8080/x").as_deref(),
+            Some("http://127.0.0.1:8080")
+        );
+        for bad in [
+            "file:///etc/passwd",
+            "javascript:alert(1)",
+            "https://user@evil.example/",
+            "https://{host}/x",
+            "https:///x",
+        ] {
+            assert_eq!(super::origin_of(bad), None, "{bad}");
+        }
     }
 
     #[test]

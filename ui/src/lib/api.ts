@@ -1,5 +1,7 @@
-// The one module that calls `invoke`: every command, typed with the generated bindings.
+// The one module that calls `invoke`: every command, typed with the generated bindings
+// (and the opener plugin, scoped by the shell to the CRM's own address).
 import { invoke } from "@tauri-apps/api/core";
+import { openUrl } from "@tauri-apps/plugin-opener";
 import type {
   ActionOutcome,
   ActionRequest,
@@ -61,4 +63,12 @@ export const api = {
   bulkProgress: (id: string) => call<BulkProgress>("bulk_progress", { id }),
   /** Writes the tab's rows as CSV; answers the file's path and the row count. */
   exportCsv: (request: ExportRequest) => call<[string, number]>("export_csv", { request }),
+  /** Opens a CRM page in the system browser; any other address is refused by the shell. */
+  openInBrowser: async (url: string): Promise<void> => {
+    try {
+      await openUrl(url);
+    } catch (e) {
+      throw asConsoleError(e);
+    }
+  },
 };

@@ -64,9 +64,15 @@ export type TabCounts = { needs_review: number, by_reason: Record<string, number
 
 export type OperationView = { operation_id: string, source: string, status: string, payload_hash: string, payload: JsonValue | null, crm_id: string | null, crm_link: string | null, 
 /**
- * Opens the entity in the CRM (from the settings' template).
+ * Opens the entity in the CRM (from the settings' template, else the address the
+ * gateway published for its CRM).
  */
-crm_url: string | null, attempts: number, last_error: string | null, last_error_class: string | null, review_reason: string | null, lease_owner: string | null, lease_expires_at: string | null, retry_grants: number, contact_phone: string | null, contact_email: string | null, lead: LeadSummary, version: number, created_at: string, updated_at: string, };
+crm_url: string | null, 
+/**
+ * The CRM's list searched for this lead's phone (else e-mail, else name): to look
+ * before deciding. Set on a case's own operation only.
+ */
+crm_search_url: string | null, attempts: number, last_error: string | null, last_error_class: string | null, review_reason: string | null, lease_owner: string | null, lease_expires_at: string | null, retry_grants: number, contact_phone: string | null, contact_email: string | null, lead: LeadSummary, version: number, created_at: string, updated_at: string, };
 
 export type CaseView = { id: number, operation_id: string, reason: string, opened_at: string, resolved_at: string | null, resolution: string | null, resolved_by: string | null, comment: string | null, detail: JsonValue, version: number, };
 

@@ -93,6 +93,7 @@ export const en = {
   done: "Done",
   resolvedBy: (who: string, when: string) => `Resolved by ${who} at ${when}`,
   caseResolved: "This case is resolved.",
+  findInCrm: "Find in CRM",
   openInCrm: "open in CRM",
   errors: {
     not_connected: "Not connected to a database.",

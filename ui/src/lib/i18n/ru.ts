@@ -95,6 +95,7 @@ export const ru: Strings = {
   done: "Готово",
   resolvedBy: (who: string, when: string) => `Решено: ${who}, ${when}`,
   caseResolved: "Кейс решён.",
+  findInCrm: "Найти в CRM",
   openInCrm: "открыть в CRM",
   errors: {
     not_connected: "Нет подключения к базе.",
