@@ -119,7 +119,7 @@ pub fn paragraphs(d: &Digest) -> Vec<Paragraph> {
         } else {
             format!("Cases: {}", listed.join(", "))
         });
-        lines.push("Decide them in the console (Review tab) or with `leadgate ops`.".into());
+        lines.push("Decide them in the console (Review tab).".into());
         out.push(Paragraph {
             headline: format!(
                 "Leadgate: {}",
@@ -334,7 +334,7 @@ mod tests {
              By reason: payload_conflict 20, late_duplicate 10\n\
              By source: site 25, chat 5\n\
              Cases: #1, #2, #3, #4, #5, #6, #7, #8, #9, #10 and 20 more\n\
-             Decide them in the console (Review tab) or with `leadgate ops`."
+             Decide them in the console (Review tab)."
         );
         let one = Digest {
             cases: Some(CaseGroup {

@@ -118,6 +118,9 @@ pub fn send_gate(rules: &Rules, turn: &AlertTurn, now: DateTime<Utc>) -> Option<
     (at > now).then_some(at)
 }
 
+/// Makes a condition's item for the phase it is announced in.
+type ItemOf = Box<dyn Fn(Phase) -> Item>;
+
 /// What a condition's change means for a message: it started, it ended, or it still
 /// holds a `repeat` after it was last announced. `None`: nothing to say.
 pub fn step(
@@ -180,7 +183,7 @@ pub fn compose(
         facts.old_open_cases,
         facts.oldest_open_case_at,
     );
-    let mut current: Vec<(String, bool, Box<dyn Fn(Phase) -> Item>)> = vec![
+    let mut current: Vec<(String, bool, ItemOf)> = vec![
         (
             LOST.into(),
             lost > 0,

@@ -276,7 +276,7 @@ pub fn valid_html(text: &str) -> Result<(), String> {
     let mut rest = text;
     while let Some(i) = rest.find(['<', '&']) {
         let tail = &rest[i..];
-        if tail.starts_with('&') {
+        if let Some(after_amp) = tail.strip_prefix('&') {
             let ok = ["&lt;", "&gt;", "&amp;", "&quot;"]
                 .iter()
                 .any(|e| tail.starts_with(e))
@@ -290,7 +290,7 @@ pub fn valid_html(text: &str) -> Result<(), String> {
             if !ok {
                 return Err("Bad Request: can't parse entities: unsupported entity".into());
             }
-            rest = &tail[1..];
+            rest = after_amp;
             continue;
         }
         let Some(end) = tail.find('>') else {
