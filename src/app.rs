@@ -1,6 +1,6 @@
 //! Assembles a running gateway from its configuration: the store, the CRM adapter, the
-//! intake server and the worker. `leadgate serve`/`worker` and the tests start it the
-//! same way.
+//! intake server, the worker and (with `[alerts]`) the team alerts. `leadgate
+//! serve`/`worker` and the tests start it the same way.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -180,6 +180,21 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             crate::supervise::RESTART_DELAY,
             move || retention_loop(Arc::clone(&retention_store), full, every, rx.clone()),
         ));
+        if let Some(alerts) = &config.alerts {
+            let owner = format!("serve:{}:{}", hostname(), std::process::id());
+            let alerters =
+                crate::alerts::alerters(&store, alerts, config.review.stale_after, &owner)
+                    .map_err(anyhow::Error::msg)?;
+            for alerter in alerters {
+                let rx = shutdown_rx.clone();
+                tasks.spawn(crate::supervise::supervise(
+                    "alerts",
+                    shutdown_rx.clone(),
+                    crate::supervise::RESTART_DELAY,
+                    move || Arc::clone(&alerter).run(rx.clone()),
+                ));
+            }
+        }
         tracing::info!(listen = %bound, database = store.backend(), "leadgate is serving");
     } else {
         tracing::info!(database = store.backend(), "leadgate worker is running");

@@ -1,6 +1,7 @@
 //! Leadgate: one lead in, exactly one CRM result out, however often the request is
 //! retried. See ARCHITECTURE.md for the map.
 
+pub mod alerts;
 pub mod app;
 pub mod attempt;
 pub mod cli;

@@ -34,9 +34,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("intake", &["config", "crm", "domain", "metrics", "store"]),
     ("redeliver", &["config", "domain", "store", "supervise"]),
+    ("alerts", &["config", "domain", "store", "supervise"]),
     (
         "app",
         &[
+            "alerts",
             "config",
             "crm",
             "domain",

@@ -2,6 +2,7 @@
 //! Storage tests run on every backend through `each_backend!`; the harness is the
 //! `leadgate-testkit` crate.
 
+mod alerts;
 mod amocrm;
 mod batch;
 mod boundaries;

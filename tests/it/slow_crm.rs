@@ -997,6 +997,52 @@ impl Store for Hiccup {
             .save_crm_token(connector, token, expected_version)
             .await
     }
+
+    // Team alerts
+    async fn alert_turn(
+        &self,
+        channel: &str,
+        owner: &str,
+        lease_for: Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<leadgate::store::AlertTurn>> {
+        self.inner.alert_turn(channel, owner, lease_for, now).await
+    }
+    async fn alert_arm(
+        &self,
+        channel: &str,
+        token: &str,
+        pending: Option<&leadgate::store::PendingAlert>,
+        lease_for: Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner
+            .alert_arm(channel, token, pending, lease_for, now)
+            .await
+    }
+    async fn alert_done(
+        &self,
+        channel: &str,
+        token: &str,
+        outcome: leadgate::store::AlertOutcome,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.alert_done(channel, token, outcome, now).await
+    }
+    async fn alert_release(&self, channel: &str, token: &str) -> Result<()> {
+        self.inner.alert_release(channel, token).await
+    }
+    async fn alert_facts(
+        &self,
+        after_case: i64,
+        cases_until: chrono::DateTime<chrono::Utc>,
+        stale_before: chrono::DateTime<chrono::Utc>,
+        review_before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<leadgate::store::AlertFacts> {
+        self.inner
+            .alert_facts(after_case, cases_until, stale_before, review_before)
+            .await
+    }
 }
 
 each_backend!(

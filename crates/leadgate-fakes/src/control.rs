@@ -328,6 +328,85 @@ impl Drop for FakeServer {
     }
 }
 
+/// A fake server that can go down (its port refuses connections, and connections kept
+/// alive from before are cut without an answer) and come back on the same address: a
+/// service with an outage.
+pub struct Downable {
+    addr: SocketAddr,
+    make: MakeRouter,
+    server: Mutex<Option<FakeServer>>,
+    down: Arc<AtomicBool>,
+}
+
+type MakeRouter = Arc<dyn Fn(watch::Receiver<bool>) -> axum::Router + Send + Sync>;
+
+/// Whether a [`Downable`] server is down: handlers check it first.
+#[derive(Debug, Clone, Default)]
+pub struct DownFlag(Arc<AtomicBool>);
+
+impl DownFlag {
+    pub fn is_down(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Downable {
+    /// Serves the router `make` builds (again after each [`Downable::come_back`]); its
+    /// handlers get the [`DownFlag`] to check.
+    pub async fn spawn(
+        listen: SocketAddr,
+        make: impl Fn(watch::Receiver<bool>, DownFlag) -> axum::Router + Send + Sync + 'static,
+    ) -> io::Result<Downable> {
+        let down = Arc::new(AtomicBool::new(false));
+        let flag = DownFlag(Arc::clone(&down));
+        let make: MakeRouter = Arc::new(move |rx| make(rx, flag.clone()));
+        let m = Arc::clone(&make);
+        let server = FakeServer::spawn(listen, move |rx| m(rx)).await?;
+        Ok(Downable {
+            addr: server.addr(),
+            make,
+            server: Mutex::new(Some(server)),
+            down,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// From now on connections are refused, and requests on connections opened before
+    /// are cut without an answer.
+    pub fn go_down(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        lock(&self.server).take();
+    }
+
+    /// Listens on the same address again.
+    pub async fn come_back(&self) -> io::Result<()> {
+        let mut tries = 0;
+        let server = loop {
+            let m = Arc::clone(&self.make);
+            match FakeServer::spawn(self.addr, move |rx| m(rx)).await {
+                Ok(s) => break s,
+                // The old listener may take a moment to be closed.
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "fake: rebinding");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        *lock(&self.server) = Some(server);
+        self.down.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+}
+
 /// Never answers (until the server shuts down): a CRM that executed the request and
 /// then went silent.
 pub async fn hang(mut shutdown: watch::Receiver<bool>) {
