@@ -246,6 +246,7 @@ each_backend!(
                 comment: None,
                 action: leadgate::store::HumanAction::KeepOriginal,
                 now: store.now(),
+                bulk: None,
             })
             .await
             .unwrap();
