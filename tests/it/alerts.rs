@@ -253,8 +253,11 @@ each_backend!(
         let cleared = "no open review case is older than 1s any more";
         wait_until("the clear", 10, || count(&f.texts(), cleared) == 1).await;
         conflict(&gw, "old2", lead("old2")).await;
-        wait_until("the age alert again", 10, || count(&f.texts(), age) == 2).await;
-        assert_eq!(count(&f.hook_texts(), age), 2);
+        // Each channel has a loop of its own: wait for both.
+        wait_until("the age alert again", 10, || {
+            count(&f.texts(), age) == 2 && count(&f.hook_texts(), age) == 2
+        })
+        .await;
         assert_eq!(count(&f.hook_texts(), cleared), 1);
         gw.stop().await;
     }

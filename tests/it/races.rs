@@ -105,7 +105,8 @@ async fn decide(store: &dyn Store, case_id: i64, action: HumanAction) -> Result<
             case_id,
             expected_version: case.version,
             actor: "anna".into(),
-            comment: None,
+            // A reject needs its reason (rules::needs_comment).
+            comment: Some("checked by anna".into()),
             action,
             now: now(),
             bulk: None,

@@ -47,11 +47,6 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
         });
     }
     let actor = req.actor.trim();
-    check_comment(
-        req.action.resolution(),
-        req.bulk.is_some(),
-        req.comment.as_deref(),
-    )?;
     let decision = match decide(&req.action, actor, case.reason, l.facts(), now) {
         Ok(d) => d,
         Err(Refusal::AttemptInFlight { until }) => {
@@ -59,6 +54,11 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
         }
         Err(refusal) => return Err(refusal.into()),
     };
+    check_comment(
+        req.action.resolution(),
+        req.bulk.is_some(),
+        req.comment.as_deref(),
+    )?;
     let mut new_operation = None;
     let mut crm_id_set = None;
     match &decision {
