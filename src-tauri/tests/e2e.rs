@@ -118,7 +118,20 @@ async fn text_until(c: &Client, selector: &str, what: &str, pred: impl Fn(&str) 
     let mut seen = None;
     loop {
         if let Ok(e) = c.find(css(selector)).await {
-            if let Ok(t) = e.text().await {
+            if let Ok(mut t) = e.text().await {
+                // WebKitWebDriver reads no text inside a <button> (queue rows are
+                // buttons): the DOM's text content then.
+                if t.is_empty() {
+                    if let Ok(v) = c
+                        .execute(
+                            "const e = document.querySelector(arguments[0]); return e ? e.textContent.trim() : '';",
+                            vec![json!(selector)],
+                        )
+                        .await
+                    {
+                        t = v.as_str().unwrap_or_default().to_owned();
+                    }
+                }
                 if pred(&t) {
                     return t;
                 }
@@ -528,6 +541,8 @@ async fn an_outage_is_cleared_in_one_bulk_retry_and_exported_in_a_real_window() 
         &[
             ("PATH", path),
             ("LEADGATE_EXPORT_DIR", exports.display().to_string()),
+            // An operator in Moscow: times are local, with the zone said.
+            ("TZ", "Europe/Moscow".to_string()),
         ],
     );
     let c = connect_client().await;
@@ -581,6 +596,17 @@ async fn all_day(
         "[data-testid=timeline] [data-kind=delivery] [data-testid=event-sentence]",
         "a Russian sentence",
         |t| t.starts_with("Доставка") && t.ends_with("новая операция"),
+    )
+    .await;
+    // Times in the operator's zone (Moscow), the zone said: not UTC without saying so.
+    let delivered = db.timeline(first).await.unwrap()[0].at;
+    let moscow = delivered.with_timezone(&chrono::FixedOffset::east_opt(3 * 3600).unwrap());
+    let want = format!("{} GMT+3", moscow.format("%H:%M:%S"));
+    text_until(
+        c,
+        "[data-testid=timeline] [data-kind=delivery] time",
+        "the Moscow time",
+        |t| t == want,
     )
     .await;
     text_until(c, "[data-testid=op-status]", "a translated status", |t| {
