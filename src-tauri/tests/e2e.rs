@@ -774,4 +774,29 @@ async fn all_day(
         lines[1]
     );
     assert!(lines[1].contains("uncertain outcome"), "{}", lines[1]);
+
+    // At the app's own minimum size (tauri.conf.json: 960 x 600) nothing spills sideways:
+    // the queue and the open case both stay usable.
+    c.set_window_size(960, 600).await.unwrap();
+    open_row(c, outage[3].as_str()).await;
+    el(c, "[data-testid=actions]").await;
+    let layout = c
+        .execute(
+            "const q = document.querySelector('aside.queue').getBoundingClientRect();\
+             const d = document.querySelector('[data-testid=case-view]').getBoundingClientRect();\
+             return [document.documentElement.scrollWidth, window.innerWidth, q.width, d.width];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let n = |i: usize| layout[i].as_f64().unwrap();
+    assert!(
+        n(0) <= n(1),
+        "no sideways scroll at the minimum size: {layout}"
+    );
+    assert!(
+        n(2) >= 300.0 && n(3) >= 450.0,
+        "queue and case keep their room: {layout}"
+    );
+    shot(c, "minimum-size.png").await;
 }

@@ -226,6 +226,12 @@ pub fn telegram_answer(status: u16, answer: &Value, token: &str) -> Sent {
             .map(|s| Duration::from_secs(s.max(1)).min(MAX_RETRY_AFTER));
         return Sent::Retry { after, error };
     }
+    // A revoked token (401) or a bot removed from the chat (403) is the channel's
+    // trouble, not this message's: every message would be refused alike, so it is tried
+    // again (with backoff) until someone fixes the bot, and nothing is dropped meanwhile.
+    if matches!(status, 401 | 403) || matches!(code, 401 | 403) {
+        return Sent::Retry { after: None, error };
+    }
     if (400..500).contains(&status) && answer["ok"] == false {
         return Sent::Refused { error };
     }
@@ -233,12 +239,14 @@ pub fn telegram_answer(status: u16, answer: &Value, token: &str) -> Sent {
 }
 
 /// A webhook's answer: any 2xx accepted; 429 and 5xx tried again (after `Retry-After`
-/// when given); any other status is refused for good (a wrong URL, a refused body).
+/// when given), and so are 401, 403, 404 and 410 — a revoked or moved endpoint refuses
+/// every message alike, so the messages wait for it to be fixed instead of being
+/// dropped; any other status is refused for good (a refused body).
 pub fn webhook_answer(status: u16, retry_after: Option<Duration>) -> Sent {
     let error = format!("the webhook answered HTTP {status}");
     match status {
         200..=299 => Sent::Accepted,
-        429 | 500..=599 => Sent::Retry {
+        401 | 403 | 404 | 410 | 429 | 500..=599 => Sent::Retry {
             after: retry_after,
             error,
         },
@@ -275,9 +283,15 @@ mod tests {
         );
         let unauthorized = json!({"ok": false, "error_code": 401,
             "description": "Unauthorized for 123:SECRET"});
-        let Sent::Refused { error } = telegram_answer(401, &unauthorized, "123:SECRET") else {
-            panic!("401 is permanent")
+        let Sent::Retry { error, .. } = telegram_answer(401, &unauthorized, "123:SECRET") else {
+            panic!("a revoked token is the channel's trouble: retried, nothing dropped")
         };
+        let kicked = json!({"ok": false, "error_code": 403,
+            "description": "Forbidden: bot was kicked from the group chat"});
+        assert!(matches!(
+            telegram_answer(403, &kicked, "123:tok"),
+            Sent::Retry { .. }
+        ));
         assert!(!error.contains("SECRET"), "{error}");
         for (status, answer) in [
             (502, Value::Null),
@@ -299,7 +313,14 @@ mod tests {
             Sent::Retry { after: Some(d), .. } if d == Duration::from_secs(3)
         ));
         assert!(matches!(webhook_answer(503, None), Sent::Retry { .. }));
-        assert!(matches!(webhook_answer(404, None), Sent::Refused { .. }));
+        for moved_or_revoked in [401, 403, 404, 410] {
+            assert!(
+                matches!(webhook_answer(moved_or_revoked, None), Sent::Retry { .. }),
+                "{moved_or_revoked}"
+            );
+        }
+        assert!(matches!(webhook_answer(400, None), Sent::Refused { .. }));
+        assert!(matches!(webhook_answer(422, None), Sent::Refused { .. }));
         assert!(matches!(webhook_answer(301, None), Sent::Refused { .. }));
     }
 

@@ -36,8 +36,10 @@ pub mod message;
 pub use channel::{Channel, Sent};
 pub use message::{CaseGroup, Digest, Item, Phase};
 
-/// What a turn must cover beyond the call itself: arming it before, recording after.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
+/// What a turn must cover beyond the call itself: arming it before, recording after
+/// (`done` retries a transient database error for up to 3 s: another gateway must not
+/// take the turn and send the message again meanwhile).
+pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// Condition keys.
 pub const LOST: &str = "lost";

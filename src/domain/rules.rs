@@ -51,6 +51,12 @@ pub enum Refusal {
     AcceptedExists { operation_id: String },
     #[error("say in the comment why")]
     CommentRequired,
+    #[error("the lead is in the CRM as {crm_id}: confirm it instead of rejecting")]
+    RejectOverKnownResult { crm_id: String },
+    #[error("a payload conflict is resolved by keeping the original or accepting the new data, not rejected")]
+    RejectOnConflict,
+    #[error("a `{reason}` case needs a person to look at it: decide it alone, not in bulk")]
+    NotInBulk { reason: ReviewReason },
 }
 
 impl Refusal {
@@ -74,20 +80,24 @@ impl Refusal {
         "conflict_payload_purged",
         "accepted_exists",
         "comment_required",
+        "reject_over_known_result",
+        "reject_on_conflict",
+        "not_in_bulk",
     ];
 
     /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
     /// id), for a translated sentence.
     pub fn detail(&self) -> Option<String> {
         match self {
-            Refusal::AlreadyCompleted { crm_id } | Refusal::RetryOverKnownResult { crm_id } => {
-                Some(crm_id.clone())
-            }
+            Refusal::AlreadyCompleted { crm_id }
+            | Refusal::RetryOverKnownResult { crm_id }
+            | Refusal::RejectOverKnownResult { crm_id } => Some(crm_id.clone()),
             Refusal::RetryNotInReview { status } | Refusal::RejectNotInReview { status } => {
                 Some(status.to_string())
             }
             Refusal::NotAPayloadConflict { reason }
-            | Refusal::CreateNewNotApplicable { reason } => Some(reason.to_string()),
+            | Refusal::CreateNewNotApplicable { reason }
+            | Refusal::NotInBulk { reason } => Some(reason.to_string()),
             Refusal::AttemptInFlight { until } => Some(until.to_rfc3339()),
             Refusal::AcceptedExists { operation_id } => Some(operation_id.clone()),
             _ => None,
@@ -115,6 +125,9 @@ impl Refusal {
             Refusal::ConflictPayloadPurged => "conflict_payload_purged",
             Refusal::AcceptedExists { .. } => "accepted_exists",
             Refusal::CommentRequired => "comment_required",
+            Refusal::RejectOverKnownResult { .. } => "reject_over_known_result",
+            Refusal::RejectOnConflict => "reject_on_conflict",
+            Refusal::NotInBulk { .. } => "not_in_bulk",
         }
     }
 }
@@ -283,8 +296,31 @@ pub fn decide(
             if let Some(until) = op.lease_expires_at.filter(|t| *t > now) {
                 return Err(Refusal::AttemptInFlight { until });
             }
+            if reason == ReviewReason::PayloadConflict {
+                return Err(Refusal::RejectOnConflict);
+            }
+            // The create landed (say a late answer while the case was open): the lead is
+            // in the CRM, and a failed operation must never hold a crm_id.
+            if let Some(crm_id) = op.crm_id {
+                return Err(Refusal::RejectOverKnownResult {
+                    crm_id: crm_id.to_owned(),
+                });
+            }
             Ok(Decision::Reject)
         }
+    }
+}
+
+/// Whether an action may be taken in bulk on a case opened for `reason` (on top of what
+/// [`decide`] allows): a payload conflict needs its two payloads compared, and an
+/// ambiguous match needs someone to see which of the CRM's entities stands — neither is
+/// decided for a case nobody opened.
+pub fn bulk_allowed(reason: ReviewReason) -> Result<(), Refusal> {
+    match reason {
+        ReviewReason::PayloadConflict | ReviewReason::AmbiguousMatch => {
+            Err(Refusal::NotInBulk { reason })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -686,6 +722,58 @@ mod tests {
     }
 
     #[test]
+    fn a_reject_never_fails_a_lead_the_crm_holds_nor_a_conflict() {
+        let with_id = OpFacts {
+            crm_id: Some("77"),
+            ..op(S::NeedsReview)
+        };
+        assert_eq!(
+            decide(&A::Reject, "ann", R::UncertainOutcome, with_id, now()),
+            Err(Refusal::RejectOverKnownResult {
+                crm_id: "77".into()
+            })
+        );
+        assert_eq!(
+            decide(
+                &A::Reject,
+                "ann",
+                R::PayloadConflict,
+                op(S::NeedsReview),
+                now()
+            ),
+            Err(Refusal::RejectOnConflict)
+        );
+        assert!(decide(
+            &A::Reject,
+            "ann",
+            R::UncertainOutcome,
+            op(S::NeedsReview),
+            now()
+        )
+        .is_ok());
+        for r in [R::PayloadConflict, R::AmbiguousMatch] {
+            assert_eq!(bulk_allowed(r), Err(Refusal::NotInBulk { reason: r }));
+        }
+        for r in [
+            R::UncertainOutcome,
+            R::RetriesExhausted,
+            R::CrossChannelMatch,
+            R::LateDuplicate,
+        ] {
+            assert_eq!(bulk_allowed(r), Ok(()));
+        }
+        for r in [
+            Refusal::RejectOverKnownResult { crm_id: "1".into() },
+            Refusal::RejectOnConflict,
+            Refusal::NotInBulk {
+                reason: R::AmbiguousMatch,
+            },
+        ] {
+            assert!(Refusal::CODES.contains(&r.code()), "{r:?}");
+        }
+    }
+
+    #[test]
     fn a_reject_and_every_bulk_action_need_a_comment() {
         use Resolution as Z;
         let all = [
@@ -905,7 +993,6 @@ mod tests {
                     Res::LinkedExisting,
                     Res::KeptOriginal,
                     Res::AcceptedAsNew,
-                    Res::Rejected,
                 ],
             ),
             (

@@ -577,7 +577,7 @@ pub trait Store: Send + Sync + 'static {
     async fn operation(&self, id: &OperationId) -> Result<Option<Operation>>;
     /// Publishes where a person opens this connector's CRM (the gateway, at start).
     async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()>;
-    /// Every connector's published web pages, by connector name.
+    /// Every connector's published web pages, the most recently published first.
     async fn crm_links(&self) -> Result<Vec<CrmLinks>>;
     /// The operations of `ids` that exist, in no particular order (one query per 500).
     async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>>;

@@ -1082,7 +1082,8 @@ macro_rules! sql_store {
 
             async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
                 let rows = sqlx::query(
-                    "select connector, entity_url, search_url from crm_links order by connector",
+                    "select connector, entity_url, search_url from crm_links \
+                     order by updated_at desc, connector",
                 )
                 .fetch_all(&self.pool)
                 .await?;

@@ -796,7 +796,7 @@ each_backend!(
         assert_eq!(confirm.matched, 3);
         assert!(confirm.items.is_empty(), "{:?}", confirm.items);
         assert_eq!(confirm.refused.get("crm_id_required"), Some(&3));
-        // A conflict is never retried.
+        // A conflict is never decided in bulk (nor retried at all).
         let conflicts = console
             .bulk_preview(
                 Selection {
@@ -807,7 +807,7 @@ each_backend!(
             )
             .await
             .unwrap();
-        assert_eq!(conflicts.refused.get("retry_on_conflict"), Some(&1));
+        assert_eq!(conflicts.refused.get("not_in_bulk"), Some(&1));
         // Rejects apply to every open case of the tab.
         let reject = console.bulk_preview(all, BulkAction::Reject).await.unwrap();
         let mut ids: Vec<_> = reject
@@ -910,5 +910,140 @@ each_backend!(
             })
             .await;
         assert!(matches!(bad, Err(ConsoleError::Invalid { .. })), "{bad:?}");
+    }
+);
+
+each_backend!(
+    a_lead_the_crm_holds_is_never_rejected_and_conflicts_are_never_decided_in_bulk,
+    |db| async move {
+        use leadgate::store::{AttemptOutcome, Store};
+        let store = db.store().await;
+        // A changed delivery opens a payload conflict while the create is in flight; the
+        // create then lands: the operation holds crm_id 77 and waits in review.
+        store
+            .record_delivery(leadgate_testkit::seed::delivery(
+                "x",
+                serde_json::json!({"name": "Ivan"}),
+            ))
+            .await
+            .unwrap();
+        let claim = store
+            .claim_due(
+                "bitrix24",
+                "w",
+                std::time::Duration::from_secs(30),
+                store.now(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .record_delivery(leadgate_testkit::seed::delivery(
+                "x",
+                serde_json::json!({"name": "Petr"}),
+            ))
+            .await
+            .unwrap();
+        store
+            .finish_attempt(
+                &claim.lease,
+                AttemptOutcome::Created {
+                    crm_id: "77".into(),
+                },
+                vec![],
+                store.now(),
+            )
+            .await
+            .unwrap();
+        let id = OperationId::new("site", "x").unwrap();
+        let console = Console::open(&db.url).await.unwrap();
+        let conflicts = Selection {
+            tab: Tab::PayloadConflict,
+            query: QueueQuery::default(),
+        };
+        for action in [
+            BulkAction::Reject,
+            BulkAction::Confirm,
+            BulkAction::AuthorizeRetry,
+        ] {
+            let p = console
+                .bulk_preview(conflicts.clone(), action)
+                .await
+                .unwrap();
+            assert!(p.items.is_empty(), "{action:?}: {:?}", p.items);
+            assert_eq!(p.refused.get("not_in_bulk"), Some(&1), "{action:?}");
+        }
+        // Alone, the conflict is not rejected either (it is kept or accepted).
+        let case = open_case_of(&console, &id).await;
+        let alone = console
+            .act(
+                "Olga",
+                ActionRequest {
+                    case_id: case.id,
+                    expected_version: case.version,
+                    comment: Some("spam".into()),
+                    action: Action::Reject,
+                },
+            )
+            .await;
+        assert!(
+            matches!(&alone, Err(ConsoleError::Refused { code, .. }) if code == "reject_on_conflict"),
+            "{alone:?}"
+        );
+        // A bulk request made by hand around the preview is refused by the store.
+        let run = console
+            .bulk_start(
+                "Olga",
+                BulkRequest {
+                    action: BulkAction::Confirm,
+                    comment: Some("all fine".into()),
+                    items: vec![BulkItem {
+                        case_id: case.id,
+                        operation_id: id.to_string(),
+                        version: case.version,
+                        crm_id: Some("77".into()),
+                    }],
+                },
+            )
+            .await
+            .unwrap();
+        let p = finished(&console, &run).await;
+        assert_eq!(p.succeeded, 0);
+        assert!(
+            matches!(&p.skipped[0].error, ConsoleError::Refused { code, .. } if code == "not_in_bulk"),
+            "{:?}",
+            p.skipped
+        );
+        let op = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(op.status, leadgate::domain::Status::NeedsReview);
+        assert_eq!(op.crm_id.as_deref(), Some("77"));
+        // An uncertain case whose create landed meanwhile is confirmed, not rejected.
+        store
+            .open_review(
+                &id,
+                leadgate::domain::ReviewReason::UncertainOutcome,
+                "worker:1",
+                serde_json::json!({}),
+                store.now(),
+            )
+            .await
+            .ok();
+        let uncertain = console
+            .bulk_preview(
+                Selection {
+                    tab: Tab::NeedsReview,
+                    query: QueueQuery::default(),
+                },
+                BulkAction::Reject,
+            )
+            .await
+            .unwrap();
+        assert!(uncertain.items.is_empty(), "{:?}", uncertain.items);
+        assert_eq!(
+            uncertain.refused.get("reject_over_known_result"),
+            Some(&1),
+            "{:?}",
+            uncertain.refused
+        );
     }
 );

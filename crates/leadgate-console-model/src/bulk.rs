@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use leadgate::domain::rules::{check_comment, decide};
+use leadgate::domain::rules::{bulk_allowed, check_comment, decide};
 use leadgate::domain::{HumanAction, OperationId, Resolution};
 use leadgate::store::{Bulk, Resolve, Store};
 
@@ -34,7 +34,8 @@ pub enum BulkAction {
     /// Dropped for good, with the comment as the reason.
     Reject,
     /// The CRM id the operation already holds stands (cases without one are not
-    /// applicable).
+    /// applicable, and neither are payload conflicts and ambiguous matches:
+    /// `rules::bulk_allowed`).
     Confirm,
 }
 
@@ -194,14 +195,17 @@ impl Console {
             let verdict = if case.resolved_at.is_some() {
                 Err("already_resolved")
             } else {
-                decide(
-                    &action.human(crm_id.as_deref()),
-                    "operator",
-                    case.reason,
-                    op.facts(),
-                    now,
-                )
-                .map_err(|r| r.code())
+                bulk_allowed(case.reason)
+                    .and_then(|()| {
+                        decide(
+                            &action.human(crm_id.as_deref()),
+                            "operator",
+                            case.reason,
+                            op.facts(),
+                            now,
+                        )
+                    })
+                    .map_err(|r| r.code())
             };
             match verdict {
                 Ok(_) => items.push(BulkItem {
@@ -239,13 +243,15 @@ impl Console {
             });
         }
         let now = self.store.now();
+        let total = request.items.len();
+        // Named and registered under one lock: two runs started at once get two ids.
+        let mut runs = self.bulk_runs.0.lock().expect("bulk runs lock");
         let id = format!(
             "bulk-{}-{}",
             now.format("%Y%m%dT%H%M%S%.3f"),
-            self.bulk_runs.0.lock().expect("bulk runs lock").len() + 1
+            runs.len() + 1
         );
-        let total = request.items.len();
-        self.bulk_runs.0.lock().expect("bulk runs lock").insert(
+        runs.insert(
             id.clone(),
             BulkProgress {
                 id: id.clone(),
@@ -258,6 +264,7 @@ impl Console {
                 finished: false,
             },
         );
+        drop(runs);
         let store = self.store.clone();
         let runs = self.bulk_runs.clone();
         let operator = operator.to_owned();

@@ -134,13 +134,24 @@ impl Console {
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_else(|| "queue".into());
-        let stamp = self.store.now().format("%Y%m%d-%H%M%S");
+        let stamp = self.store.now().format("%Y%m%d-%H%M%S%.3f");
         let path = dir.join(format!("leadgate-{tab}-{stamp}.csv"));
-        std::fs::create_dir_all(dir)
-            .and_then(|_| std::fs::write(&path, bytes))
-            .map_err(|e| ConsoleError::Failed {
-                message: format!("cannot write {}: {e}", path.display()),
-            })?;
+        // Names and phones: readable by the operator only, as the settings file is.
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir)?;
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                options.mode(0o600);
+            }
+            use std::io::Write;
+            options.open(&path)?.write_all(&bytes)
+        };
+        write().map_err(|e| ConsoleError::Failed {
+            message: format!("cannot write {}: {e}", path.display()),
+        })?;
         Ok((path, n))
     }
 }
@@ -168,13 +179,11 @@ fn zone_name(offset: FixedOffset) -> String {
 
 /// A cell a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, a tab or CR first:
 /// a lead's name is whatever a web form sent) is prefixed with `'`, OWASP's advice
-/// against CSV injection. A phone's leading `+` is the one exception kept as it is, when
-/// the rest is digits and spacing.
+/// against CSV injection (and so that `+7 (916) 123-45-67` is not read as arithmetic). A
+/// normalized phone (`+` and digits only) is the one exception kept as it is.
 fn defuse(cell: String) -> String {
-    let phone_like = cell.starts_with('+')
-        && cell[1..]
-            .chars()
-            .all(|c| c.is_ascii_digit() || " ()-".contains(c));
+    let phone_like =
+        cell.len() > 1 && cell.starts_with('+') && cell[1..].chars().all(|c| c.is_ascii_digit());
     match cell.chars().next() {
         Some('=' | '+' | '-' | '@' | '\t' | '\r') if !phone_like => format!("'{cell}"),
         _ => cell,
@@ -191,7 +200,7 @@ mod tests {
         assert_eq!(defuse("@SUM(A1)".into()), "'@SUM(A1)");
         assert_eq!(defuse("-1+2".into()), "'-1+2");
         assert_eq!(defuse("+79161234567".into()), "+79161234567");
-        assert_eq!(defuse("+7 (916) 123-45-67".into()), "+7 (916) 123-45-67");
+        assert_eq!(defuse("+7 (916) 123-45-67".into()), "'+7 (916) 123-45-67");
         assert_eq!(defuse("+1+cmd".into()), "'+1+cmd");
         assert_eq!(defuse("Ольга".into()), "Ольга");
     }

@@ -964,6 +964,7 @@ impl Console {
         };
         let candidates = self.store.link_candidates(&id, 20).await?;
         // The settings' template wins; else what the gateway published for its CRM.
+        // The newest published link: the CRM the gateway talks to now, not one it used to.
         let links = self.store.crm_links().await?;
         let published = links.first();
         let template = crm_url_template
@@ -1216,9 +1217,21 @@ pub fn origin_of(url: &str) -> Option<String> {
     if !matches!(scheme, "http" | "https") {
         return None;
     }
-    let host = rest.split(['/', '?', '#']).next()?;
-    (!host.is_empty() && !host.contains('@') && !host.contains('{'))
-        .then(|| format!("{scheme}://{host}"))
+    let authority = rest.split(['/', '?', '#']).next()?;
+    // The origin becomes a glob pattern in the opener's scope: only a plain host name
+    // (letters, digits, dots, hyphens) and a numeric port, so no `*`, `?`, `[` or `@` can
+    // widen it to other hosts.
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (authority, None),
+    };
+    let plain_host = !host.is_empty()
+        && !host.starts_with(['.', '-'])
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+    let plain_port = port.is_none_or(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+    (plain_host && plain_port).then(|| format!("{scheme}://{}", authority.to_ascii_lowercase()))
 }
 
 pub fn op_view(o: Operation, crm_url_template: Option<&str>) -> OperationView {
@@ -1364,6 +1377,11 @@ mod tests {
             "https://user@evil.example/",
             "https://{host}/x",
             "https:///x",
+            "https://*/leads/{id}",
+            "https://acme.bitrix24.ru*/x",
+            "https://[a-z]cme.ru/x",
+            "https://acme.ru:80a/x",
+            "https://[::1]/x",
         ] {
             assert_eq!(super::origin_of(bad), None, "{bad}");
         }

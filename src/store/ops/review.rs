@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::rules::{check_comment, decide, may_open_review, Decision};
+use crate::domain::rules::{bulk_allowed, check_comment, decide, may_open_review, Decision};
 use crate::domain::{OperationId, Refusal, ReviewReason, Status};
 use crate::store::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
 
@@ -54,6 +54,9 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
         }
         Err(refusal) => return Err(refusal.into()),
     };
+    if req.bulk.is_some() {
+        bulk_allowed(case.reason)?;
+    }
     check_comment(
         req.action.resolution(),
         req.bulk.is_some(),

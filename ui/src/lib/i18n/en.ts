@@ -125,6 +125,9 @@ export const en = {
     conflict_payload_purged: (_d: string) => "The conflicting delivery's data was already removed by retention.",
     accepted_exists: (d: string) => `\`${d}\` exists already.`,
     comment_required: (_d: string) => "Say in the comment why.",
+    reject_over_known_result: (d: string) => `The lead is in the CRM as ${d}: confirm it instead of rejecting.`,
+    reject_on_conflict: (_d: string) => "A payload conflict is resolved by keeping the original or accepting the new data, not rejected.",
+    not_in_bulk: (d: string) => `A case of this kind (${d}) needs a person to look at it: decide it alone, not in bulk.`,
   },
   dash: {
     range: "Range",

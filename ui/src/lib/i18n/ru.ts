@@ -126,6 +126,9 @@ export const ru: Strings = {
     conflict_payload_purged: (_d: string) => "Данные конфликтующей доставки уже удалены по сроку хранения.",
     accepted_exists: (d: string) => `\`${d}\` уже существует.`,
     comment_required: (_d: string) => "Напишите в комментарии, почему.",
+    reject_over_known_result: (d: string) => `Лид уже есть в CRM под id ${d}: подтвердите его, а не отклоняйте.`,
+    reject_on_conflict: (_d: string) => "Конфликт данных решается выбором исходных или новых данных, а не отклонением.",
+    not_in_bulk: (d: string) => `Такой кейс (${d}) требует, чтобы его посмотрел человек: решайте его по одному, не массово.`,
   },
   dash: {
     range: "Период",
