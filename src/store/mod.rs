@@ -89,11 +89,14 @@ impl StoreError {
     }
 }
 
-/// Contact data normalized at intake, kept for cross-channel matching only.
+/// Contact data normalized at intake: phone and e-mail for cross-channel matching and
+/// search, the name for search and display (never matched on). Scrubbed by retention.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ContactKeys {
     pub phone: Option<String>,
     pub email: Option<String>,
+    /// The name as the source's field map reads it (`domain::search::display_name`).
+    pub name: Option<String>,
 }
 
 /// A delivery whose operation key and fingerprint were derived.
@@ -713,6 +716,67 @@ pub trait Store: Send + Sync + 'static {
         token: &CrmToken,
         expected_version: Option<i64>,
     ) -> Result<bool>;
+
+    // Search
+
+    /// Operations of any status matching `query` (`domain::search`), newest first (by
+    /// `created_at`, then `operation_id`), `limit` (1–200) at a time after `after`.
+    /// `plan` chooses how the rows are found; every plan finds the same rows.
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        after: Option<&SearchCursor>,
+        limit: i64,
+        plan: SearchPlan,
+    ) -> Result<SearchPage>;
+}
+
+// Search
+
+pub use crate::domain::search::{MatchedField, SearchCursor, SearchQuery};
+
+/// How [`Store::search`] finds its rows. The results are the same; only the cost differs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SearchPlan {
+    /// `Ranges` unless a key or name range holds [`SEARCH_WALK_AFTER`] rows or more
+    /// (counted in the index first, no further), then `Walk`.
+    #[default]
+    Auto,
+    /// Each index (key prefix, crm_id, name words, phone, e-mail) gives its newest rows
+    /// and the union is sorted: the cost grows with the number of matches.
+    Ranges,
+    /// Operations newest first (`operations_created`), each row tested: the cost grows
+    /// with the number of operations between matches. For queries that match many.
+    Walk,
+}
+
+/// A key prefix or name word matching this many rows makes `SearchPlan::Auto` walk.
+pub const SEARCH_WALK_AFTER: i64 = 5000;
+
+/// One operation found by [`Store::search`]: what a results list shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SearchHit {
+    pub operation_id: String,
+    pub source: String,
+    pub status: Status,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub crm_id: Option<String>,
+    pub review_reason: Option<ReviewReason>,
+    /// The newest open review case of the operation, if any.
+    pub open_case_id: Option<i64>,
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    /// Which field the query matched (the first of key, crm_id, name for text).
+    pub matched: MatchedField,
+}
+
+/// A page of search results; `next` continues after its last row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchPage {
+    pub hits: Vec<SearchHit>,
+    pub next: Option<SearchCursor>,
 }
 
 /// A CRM connector's OAuth tokens as stored (see [`Store::crm_token`]). `Debug` never

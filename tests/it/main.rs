@@ -16,6 +16,7 @@ mod outage;
 mod process;
 mod races;
 mod retention;
+mod search;
 mod security;
 mod self_contained;
 mod slow_crm;

@@ -981,6 +981,18 @@ impl Store for Hiccup {
             .save_crm_token(connector, token, expected_version)
             .await
     }
+
+    // Search
+
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        after: Option<&SearchCursor>,
+        limit: i64,
+        plan: SearchPlan,
+    ) -> Result<SearchPage> {
+        self.inner.search(query, after, limit, plan).await
+    }
 }
 
 each_backend!(
