@@ -1571,26 +1571,36 @@ macro_rules! sql_store {
                         }
                     }
                 };
-                // The longest word is the likeliest to be rare: its range is the index's.
+                // The name's index range is that of one query word (the lead); the others
+                // filter. `Auto` counts each range in its index (up to SEARCH_WALK_AFTER
+                // rows, no further) and leads with the rarest word; a key range or a rarest
+                // word that reaches the cap makes it walk. Forced plans lead with the
+                // longest word.
                 let (text, words) = match query {
                     SearchQuery::Text { text, words } => (Some(text.as_str()), words.as_slice()),
                     _ => (None, &[][..]),
                 };
-                let lead = (0..words.len()).max_by_key(|i| (words[*i].chars().count(), std::cmp::Reverse(*i)));
+                let mut lead = (0..words.len())
+                    .max_by_key(|i| (words[*i].chars().count(), std::cmp::Reverse(*i)));
                 let walk = match (plan, text) {
                     (SearchPlan::Walk, Some(_)) => true,
                     (SearchPlan::Auto, Some(text)) => {
                         let mut q = Q::new("select count(*) from (select 1 from operations o where ");
                         range(&mut q, key, text);
                         q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") k");
-                        let mut n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
-                        if let Some(i) = lead {
+                        let keys: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                        let mut rarest = None;
+                        for (i, w) in words.iter().enumerate() {
                             let mut q = Q::new("select count(*) from (select 1 from operation_names n where ");
-                            range(&mut q, "n.word", &words[i]);
+                            range(&mut q, "n.word", w);
                             q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") w");
-                            n = n.max(q.build_query_scalar().fetch_one(&self.pool).await?);
+                            let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                            if rarest.is_none_or(|(_, m)| n < m) {
+                                rarest = Some((i, n));
+                            }
                         }
-                        n >= SEARCH_WALK_AFTER
+                        lead = rarest.map(|(i, _)| i);
+                        keys.max(rarest.map_or(0, |(_, n)| n)) >= SEARCH_WALK_AFTER
                     }
                     _ => false,
                 };
