@@ -738,20 +738,28 @@ pub use crate::domain::search::{MatchedField, SearchCursor, SearchQuery};
 /// How [`Store::search`] finds its rows. The results are the same; only the cost differs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SearchPlan {
-    /// `Ranges` unless a key or name range holds [`SEARCH_WALK_AFTER`] rows or more
-    /// (counted in the index first, no further), then `Walk`.
+    /// Counts the key range and each name word's range in their indexes (up to
+    /// [`SEARCH_WALK_AFTER`] rows, no further). When neither the key range nor the rarest
+    /// word reaches it: `Ranges`, the rarest word's range leading (the others tested on
+    /// the row). Otherwise `Window(SEARCH_WINDOW)`.
     #[default]
     Auto,
     /// Each index (key prefix, crm_id, name words, phone, e-mail) gives its newest rows
-    /// and the union is sorted: the cost grows with the number of matches.
+    /// and the union is sorted; several name words intersect their ranges. The cost grows
+    /// with the number of rows in the ranges.
     Ranges,
     /// Operations newest first (`operations_created`), each row tested: the cost grows
-    /// with the number of operations between matches. For queries that match many.
+    /// with the number of operations newer than the last match of the page.
     Walk,
+    /// `Walk` over the newest `n` operations only; when they do not hold a full page,
+    /// `Ranges`. Cheap when the query matches many recent operations.
+    Window(i64),
 }
 
 /// A key prefix or name word matching this many rows makes `SearchPlan::Auto` walk.
 pub const SEARCH_WALK_AFTER: i64 = 5000;
+/// How many of the newest operations `SearchPlan::Auto` walks before it ranges instead.
+pub const SEARCH_WINDOW: i64 = 20_000;
 
 /// One operation found by [`Store::search`]: what a results list shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

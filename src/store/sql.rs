@@ -1540,6 +1540,7 @@ macro_rules! sql_store {
                 plan: SearchPlan,
             ) -> Result<SearchPage> {
                 use $crate::domain::search::prefix_end;
+                use $crate::store::sql::like_escape;
                 type Q = sqlx::QueryBuilder<'static, $db>;
                 let limit = limit.clamp(1, 200);
                 // A key prefix is a byte range: SQLite's primary key is BINARY; on
@@ -1562,105 +1563,159 @@ macro_rules! sql_store {
                         q.push(format!(" and {col} < ")).push_bind(end);
                     }
                 };
-                // Every further query word must start a word of the name too.
-                let other_words = |q: &mut Q, words: &[String], skip: Option<usize>| {
-                    for (i, w) in words.iter().enumerate() {
-                        if Some(i) != skip {
-                            q.push(" and o.name_words like ").push_bind(format!("% {}%", $crate::store::sql::like_escape(w)))
-                                .push(" escape '\\'");
+                // The row's name has a word starting with `w` (words are letters and
+                // digits only; escaped all the same).
+                let word_like = |q: &mut Q, w: &str| {
+                    q.push("o.name_words like ").push_bind(format!("% {}%", like_escape(w)))
+                        .push(" escape '\\'");
+                };
+                let select = |q: &mut Q| {
+                    q.push(
+                        "select o.operation_id, o.source, o.status, o.created_at, o.updated_at, o.crm_id, \
+                         o.review_reason, o.contact_name, o.contact_phone, o.contact_email, \
+                         (select max(c.id) from review_cases c where c.operation_id = o.operation_id \
+                           and c.resolved_at is null) as open_case_id from ",
+                    );
+                };
+                let order = |q: &mut Q| {
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                };
+                // Walk: operations newest first (operations_created), each tested; only the
+                // newest `window` of them when given.
+                let walk = |text: &str, words: &[String], window: Option<i64>| {
+                    let mut q = Q::new("");
+                    select(&mut q);
+                    match window {
+                        Some(w) => {
+                            q.push("(select * from operations o where 1 = 1");
+                            keyset(&mut q, "o.created_at", "o.operation_id");
+                            q.push(" order by o.created_at desc, o.operation_id desc limit ")
+                                .push_bind(w)
+                                .push(") o where 1 = 1");
+                        }
+                        None => {
+                            q.push("operations o where 1 = 1");
+                            keyset(&mut q, "o.created_at", "o.operation_id");
                         }
                     }
-                };
-                // The name's index range is that of one query word (the lead); the others
-                // filter. `Auto` counts each range in its index (up to SEARCH_WALK_AFTER
-                // rows, no further) and leads with the rarest word; a key range or a rarest
-                // word that reaches the cap makes it walk. Forced plans lead with the
-                // longest word.
-                let (text, words) = match query {
-                    SearchQuery::Text { text, words } => (Some(text.as_str()), words.as_slice()),
-                    _ => (None, &[][..]),
-                };
-                let mut lead = (0..words.len())
-                    .max_by_key(|i| (words[*i].chars().count(), std::cmp::Reverse(*i)));
-                let walk = match (plan, text) {
-                    (SearchPlan::Walk, Some(_)) => true,
-                    (SearchPlan::Auto, Some(text)) => {
-                        let mut q = Q::new("select count(*) from (select 1 from operations o where ");
-                        range(&mut q, key, text);
-                        q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") k");
-                        let keys: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
-                        let mut rarest = None;
+                    q.push(" and ((");
+                    range(&mut q, key, text);
+                    q.push(") or o.crm_id = ").push_bind(text.to_owned());
+                    if !words.is_empty() {
+                        q.push(" or (");
                         for (i, w) in words.iter().enumerate() {
-                            let mut q = Q::new("select count(*) from (select 1 from operation_names n where ");
-                            range(&mut q, "n.word", w);
-                            q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") w");
-                            let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
-                            if rarest.is_none_or(|(_, m)| n < m) {
-                                rarest = Some((i, n));
-                            }
-                        }
-                        lead = rarest.map(|(i, _)| i);
-                        keys.max(rarest.map_or(0, |(_, n)| n)) >= SEARCH_WALK_AFTER
-                    }
-                    _ => false,
-                };
-                let mut q = Q::new(
-                    "select o.operation_id, o.source, o.status, o.created_at, o.updated_at, o.crm_id, \
-                     o.review_reason, o.contact_name, o.contact_phone, o.contact_email, \
-                     (select max(c.id) from review_cases c where c.operation_id = o.operation_id \
-                       and c.resolved_at is null) as open_case_id \
-                     from operations o where ",
-                );
-                // Ranges: one bounded, newest-first subquery per index, their union sorted.
-                let sub = |q: &mut Q, first: bool, from: &str, at: &str, id: &str, cond: &dyn Fn(&mut Q)| {
-                    q.push(if first { "" } else { " union " });
-                    q.push(format!("select operation_id from (select {id} as operation_id from {from} where "));
-                    cond(q);
-                    keyset(q, at, id);
-                    q.push(format!(" order by {at} desc, {id} desc limit ")).push_bind(limit + 1).push(")");
-                    q.push(if first { " a" } else { " b" });
-                };
-                match query {
-                    SearchQuery::Phone(p) | SearchQuery::Email(p) => {
-                        let col = if matches!(query, SearchQuery::Phone(_)) { "o.contact_phone" } else { "o.contact_email" };
-                        q.push(format!("{col} = ")).push_bind(p.clone());
-                        keyset(&mut q, "o.created_at", "o.operation_id");
-                    }
-                    SearchQuery::Text { text, words } if walk => {
-                        q.push("((");
-                        range(&mut q, key, text);
-                        q.push(") or o.crm_id = ").push_bind(text.clone());
-                        if let Some(i) = lead {
-                            q.push(" or (o.name_words like ").push_bind(format!("% {}%", $crate::store::sql::like_escape(&words[i])))
-                                .push(" escape '\\'");
-                            other_words(&mut q, words, Some(i));
-                            q.push(")");
+                            q.push(if i == 0 { "" } else { " and " });
+                            word_like(&mut q, w);
                         }
                         q.push(")");
+                    }
+                    q.push(")");
+                    order(&mut q);
+                    q
+                };
+                // Ranges: each index (key prefix, crm_id, name words) gives its newest
+                // `limit + 1` rows after the cursor; the union is sorted. The name's rows
+                // are the range of the `lead` word with the others tested on the row, or
+                // (no lead) the intersection of every word's range.
+                let ranges = |text: &str, words: &[String], lead: Option<usize>| {
+                    let mut q = Q::new("");
+                    select(&mut q);
+                    q.push("operations o where o.operation_id in (select operation_id from (");
+                    q.push("select operation_id from (select o.operation_id from operations o where ");
+                    range(&mut q, key, text);
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                    q.push(") k union select operation_id from (select o.operation_id from operations o where o.crm_id = ")
+                        .push_bind(text.to_owned());
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                    q.push(") c");
+                    match lead {
+                        _ if words.is_empty() => {}
+                        Some(l) => {
+                            q.push(" union select operation_id from (select n.operation_id from operation_names n");
+                            if words.len() > 1 {
+                                q.push(" join operations o on o.operation_id = n.operation_id");
+                            }
+                            q.push(" where ");
+                            range(&mut q, "n.word", &words[l]);
+                            for (i, w) in words.iter().enumerate() {
+                                if i != l {
+                                    q.push(" and ");
+                                    word_like(&mut q, w);
+                                }
+                            }
+                            keyset(&mut q, "n.created_at", "n.operation_id");
+                            q.push(" order by n.created_at desc, n.operation_id desc limit ").push_bind(limit + 1);
+                            q.push(") w");
+                        }
+                        None => {
+                            q.push(" union select operation_id from (select operation_id, created_at from (");
+                            for (i, w) in words.iter().enumerate() {
+                                q.push(if i == 0 { "" } else { " intersect " });
+                                q.push("select n.operation_id, n.created_at from operation_names n where ");
+                                range(&mut q, "n.word", w);
+                                keyset(&mut q, "n.created_at", "n.operation_id");
+                            }
+                            q.push(") i order by created_at desc, operation_id desc limit ").push_bind(limit + 1);
+                            q.push(") w");
+                        }
+                    }
+                    q.push(") u)");
+                    order(&mut q);
+                    q
+                };
+                let rows = match query {
+                    SearchQuery::Phone(v) | SearchQuery::Email(v) => {
+                        let col = if matches!(query, SearchQuery::Phone(_)) { "o.contact_phone" } else { "o.contact_email" };
+                        let mut q = Q::new("");
+                        select(&mut q);
+                        q.push(format!("operations o where {col} = ")).push_bind(v.clone());
                         keyset(&mut q, "o.created_at", "o.operation_id");
+                        order(&mut q);
+                        q.build().fetch_all(&self.pool).await?
                     }
                     SearchQuery::Text { text, words } => {
-                        q.push("o.operation_id in (select operation_id from (");
-                        sub(&mut q, true, "operations o", "o.created_at", "o.operation_id", &|q| range(q, key, text));
-                        sub(&mut q, false, "operations o", "o.created_at", "o.operation_id", &|q| {
-                            q.push("o.crm_id = ").push_bind(text.clone());
-                        });
-                        if let Some(i) = lead {
-                            let from = if words.len() > 1 {
-                                "operation_names n join operations o on o.operation_id = n.operation_id"
-                            } else {
-                                "operation_names n"
-                            };
-                            sub(&mut q, false, from, "n.created_at", "n.operation_id", &|q| {
-                                range(q, "n.word", &words[i]);
-                                other_words(q, words, Some(i));
-                            });
+                        // (Window: when the newest `w` operations hold a full page, it is
+                        // the page: every older match is older than all of them.)
+                        let window = |w: i64| async move {
+                            let rows = walk(text, words, Some(w)).build().fetch_all(&self.pool).await?;
+                            if rows.len() as i64 > limit {
+                                return Ok::<_, StoreError>(rows);
+                            }
+                            Ok(ranges(text, words, None).build().fetch_all(&self.pool).await?)
+                        };
+                        match plan {
+                            SearchPlan::Walk => walk(text, words, None).build().fetch_all(&self.pool).await?,
+                            SearchPlan::Ranges => ranges(text, words, None).build().fetch_all(&self.pool).await?,
+                            SearchPlan::Window(w) => window(w.max(1)).await?,
+                            SearchPlan::Auto => {
+                                // Each range counted in its index, up to SEARCH_WALK_AFTER rows
+                                // and no further.
+                                let mut q = Q::new("select count(*) from (select 1 from operations o where ");
+                                range(&mut q, key, text);
+                                q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") k");
+                                let keys: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                                let mut rarest: Option<(usize, i64)> = None;
+                                for (i, w) in words.iter().enumerate() {
+                                    let mut q = Q::new("select count(*) from (select 1 from operation_names n where ");
+                                    range(&mut q, "n.word", w);
+                                    q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") w");
+                                    let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                                    if rarest.is_none_or(|(_, m)| n < m) {
+                                        rarest = Some((i, n));
+                                    }
+                                }
+                                let dense = |n: i64| n >= SEARCH_WALK_AFTER;
+                                if dense(keys) || rarest.is_some_and(|(_, n)| dense(n)) {
+                                    window(SEARCH_WINDOW).await?
+                                } else {
+                                    ranges(text, words, rarest.map(|(i, _)| i)).build().fetch_all(&self.pool).await?
+                                }
+                            }
                         }
-                        q.push(") u)");
                     }
-                }
-                q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
-                let rows = q.build().fetch_all(&self.pool).await?;
+                };
                 let mut hits = rows
                     .iter()
                     .map(|r| {

@@ -15,7 +15,15 @@ use leadgate_testkit::each_backend;
 use leadgate_testkit::gateway::Gateway;
 use leadgate_testkit::seed::lead;
 
-const PLANS: [SearchPlan; 3] = [SearchPlan::Auto, SearchPlan::Ranges, SearchPlan::Walk];
+/// Every plan; the windows are small enough to walk past (`Window(2)` then ranges) or not.
+const PLANS: [SearchPlan; 6] = [
+    SearchPlan::Auto,
+    SearchPlan::Ranges,
+    SearchPlan::Walk,
+    SearchPlan::Window(1),
+    SearchPlan::Window(4),
+    SearchPlan::Window(1000),
+];
 
 /// A lead as the gateway records it: the phone and e-mail normalized as intake does.
 fn person(key: &str, name: &str, phone: &str, email: &str, at: DateTime<Utc>) -> NewDelivery {
