@@ -1585,18 +1585,16 @@ macro_rules! sql_store {
                 let walk = |text: &str, words: &[String], window: Option<i64>| {
                     let mut q = Q::new("");
                     select(&mut q);
-                    match window {
-                        Some(w) => {
-                            q.push("(select * from operations o where 1 = 1");
-                            keyset(&mut q, "o.created_at", "o.operation_id");
-                            q.push(" order by o.created_at desc, o.operation_id desc limit ")
-                                .push_bind(w)
-                                .push(") o where 1 = 1");
-                        }
-                        None => {
-                            q.push("operations o where 1 = 1");
-                            keyset(&mut q, "o.created_at", "o.operation_id");
-                        }
+                    q.push("operations o where 1 = 1");
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    if let Some(w) = window {
+                        // No older than the w-th newest after the cursor (read in the index;
+                        // none when fewer are left: then nothing is walked, and it ranges).
+                        q.push(" and o.created_at >= (select o2.created_at from operations o2 where 1 = 1");
+                        keyset(&mut q, "o2.created_at", "o2.operation_id");
+                        q.push(" order by o2.created_at desc, o2.operation_id desc limit 1 offset ")
+                            .push_bind(w - 1)
+                            .push(")");
                     }
                     q.push(" and ((");
                     range(&mut q, key, text);
