@@ -15,29 +15,122 @@ use leadgate::store;
 use leadgate_console_model::{Console, QueueQuery, Range, Tab};
 use sqlx::Connection;
 
+/// First names (each is every 40th lead: a prefix that matches many), syllables of
+/// surnames and their endings: 40 × 20³ × 4 = 1,280,000 distinct names.
+const FIRST_NAMES: [&str; 40] = [
+    "Иван",
+    "Пётр",
+    "Анна",
+    "Мария",
+    "Алексей",
+    "Елена",
+    "Дмитрий",
+    "Ольга",
+    "Сергей",
+    "Наталья",
+    "Андрей",
+    "Татьяна",
+    "Михаил",
+    "Ирина",
+    "Николай",
+    "Светлана",
+    "Владимир",
+    "Юлия",
+    "Павел",
+    "Екатерина",
+    "Артём",
+    "Ксения",
+    "Роман",
+    "Дарья",
+    "Егор",
+    "Полина",
+    "Кирилл",
+    "Софья",
+    "Максим",
+    "Вера",
+    "Олег",
+    "Алина",
+    "Игорь",
+    "Марина",
+    "Денис",
+    "Людмила",
+    "John",
+    "Emma",
+    "Léa",
+    "Zoë",
+];
+const SYLLABLES: [&str; 20] = [
+    "ба", "ве", "го", "ду", "же", "за", "ки", "ло", "ма", "не", "по", "ру", "са", "те", "фу", "ха",
+    "це", "ча", "ши", "ю",
+];
+const ENDINGS: [&str; 4] = ["ов", "ин", "ев", "ский"];
+
+/// The lookup tables the seed joins: (k, display, search word as `domain::search` makes it).
+fn name_tables() -> Vec<String> {
+    let table = |name: &str, items: &[&str]| {
+        let rows: Vec<String> = items
+            .iter()
+            .enumerate()
+            .map(|(k, v)| {
+                let w = leadgate::domain::search::words(v).join("");
+                format!("({k}, '{v}', '{w}')")
+            })
+            .collect();
+        [
+            format!("create temp table {name} (k integer primary key, v text not null, w text not null)"),
+            format!("insert into {name} (k, v, w) values {}", rows.join(", ")),
+        ]
+    };
+    [
+        table("b_first", &FIRST_NAMES),
+        table("b_syl", &SYLLABLES),
+        table("b_end", &ENDINGS),
+    ]
+    .concat()
+}
+
+/// Lead `i`'s name: first name, surname; the search words of both.
+const NAME_JOINS: &str = "join b_first f on f.k = i % 40 join b_syl s1 on s1.k = (i / 40) % 20 \
+     join b_syl s2 on s2.k = (i / 800) % 20 join b_syl s3 on s3.k = (i / 16000) % 20 \
+     join b_end e on e.k = (i / 320000) % 4";
+const SURNAME: &str = "s1.v || s2.v || s3.v || e.v";
+const SURNAME_WORD: &str = "s1.w || s2.w || s3.w || e.w";
+
 fn seed_sql(pg: bool, n: u64) -> Vec<String> {
-    let (rows, ts) = if pg {
+    // One base time for every statement: an operation's name rows carry its created_at.
+    let base = store::now().format("%Y-%m-%dT%H:%M:%S");
+    let (rows, ts, phone) = if pg {
         (
             format!("select i from generate_series(1, {n}) as s(i)"),
-            "(now() - (i || ' seconds')::interval)".to_string(),
+            format!("(timestamptz '{base}+00:00' - (i || ' seconds')::interval)"),
+            "'+7999' || lpad(i::text, 7, '0')",
         )
     } else {
         (
             format!("with recursive s(i) as (select 1 union all select i + 1 from s where i < {n}) select i from s"),
-            "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '-' || i || ' seconds')".to_string(),
+            format!("strftime('%Y-%m-%dT%H:%M:%f+00:00', '{base}', '-' || i || ' seconds')"),
+            "printf('+7999%07d', i)",
         )
     };
     let status = "case when i % 100 = 0 then 'needs_review' when i % 250 = 1 then 'failed_terminal' else 'completed' end";
-    vec![
+    let mut sql = name_tables();
+    sql.extend([
         format!(
             "insert into operations (operation_id, source, status, payload_hash, payload, crm_id, crm_link, \
-             attempts, review_reason, contact_phone, created_at, updated_at, next_attempt_at) \
+             attempts, review_reason, contact_phone, contact_email, contact_name, name_words, \
+             created_at, updated_at, next_attempt_at) \
              select 'site:b' || i, case when i % 3 = 0 then 'tilda' else 'site' end, {status}, 'h' || i, \
              '{{\"name\":\"Client\",\"phone\":\"+79990000000\"}}', \
              case when i % 100 = 0 or i % 250 = 1 then null else '' || (100000 + i) end, \
              case when i % 100 = 0 or i % 250 = 1 then null else 'created' end, 1, \
-             case when i % 100 = 0 then 'uncertain_outcome' end, '+7999' || (i % 400000), {ts}, {ts}, {ts} \
-             from ({rows}) as q"
+             case when i % 100 = 0 then 'uncertain_outcome' end, {phone}, 'client' || i || '@example.com', \
+             f.v || ' ' || {SURNAME}, ' ' || f.w || ' ' || {SURNAME_WORD} || ' ', {ts}, {ts}, {ts} \
+             from ({rows}) as q {NAME_JOINS}"
+        ),
+        format!(
+            "insert into operation_names (word, created_at, operation_id) \
+             select f.w, {ts}, 'site:b' || i from ({rows}) as q {NAME_JOINS} \
+             union all select {SURNAME_WORD}, {ts}, 'site:b' || i from ({rows}) as q {NAME_JOINS}"
         ),
         format!(
             "insert into deliveries (source, operation_id, received_at, payload, payload_hash, outcome, transform_version) \
@@ -52,7 +145,8 @@ fn seed_sql(pg: bool, n: u64) -> Vec<String> {
             "insert into review_cases (operation_id, reason, opened_at, detail) \
              select 'site:b' || i, 'uncertain_outcome', {ts}, '{{}}' from ({rows}) as q where i % 100 = 0"
         ),
-    ]
+    ]);
+    sql
 }
 
 async fn median<F, Fut, T, E>(what: &str, mut f: F) -> Duration
@@ -173,11 +267,126 @@ async fn run(url: &str, n: u64) {
         s.series(store::now() - chrono::TimeDelta::days(1), store::now(), 48)
     })
     .await;
+    search(&console, n).await;
     println!(
         "{:<34} {:>8.1} ms  (target 250 ms: {})",
         "slowest screen",
         worst.as_secs_f64() * 1000.0,
         if worst <= Duration::from_millis(250) {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+}
+
+/// The first page (50) of each kind of search query, median of 7 runs each, under the
+/// plan `Store::search` chooses (`Auto`) and, for comparison, each plan forced; against a
+/// reference measured in the same run (a primary-key read, `Store::operation`).
+async fn search(console: &Console, n: u64) {
+    use leadgate::domain::contact::Region;
+    use store::{SearchPlan, SearchQuery};
+    let s = console.store();
+    let mid = n / 2 + 3; // completed: i % 100 and i % 250 leave it alone
+    let key: leadgate::domain::OperationId = format!("site:b{mid}").parse().unwrap();
+    let reference = median("reference: one operation by key", || s.operation(&key)).await;
+    // Lead `i` has first name i % 40 and surname syllables (i/40)%20, (i/800)%20, (i/16000)%20.
+    let sur = |i: u64| {
+        let syl = |k: u64| SYLLABLES[(k % 20) as usize];
+        format!(
+            "{}{}{}{}",
+            syl(i / 40),
+            syl(i / 800),
+            syl(i / 16000),
+            ENDINGS[((i / 320_000) % 4) as usize]
+        )
+    };
+    let queries: Vec<(&str, String)> = vec![
+        ("key, exact", format!("site:b{mid}")),
+        ("key prefix (1,111 of 1M)", format!("site:b{}", mid / 1000)),
+        ("key prefix, all match", "site:b".into()),
+        (
+            "phone, another format",
+            format!(
+                "8 (999) {:03}-{:02}-{:02}",
+                mid / 10_000 % 1000,
+                mid / 100 % 100,
+                mid % 100
+            ),
+        ),
+        ("e-mail, upper case", format!("Client{mid}@Example.COM")),
+        ("crm_id", format!("{}", 100_000 + mid)),
+        ("surname, whole (~31)", sur(mid)),
+        (
+            "surname prefix (~1 in 400)",
+            sur(mid).chars().take(4).collect(),
+        ),
+        ("first name (1 in 40)", "иван".into()),
+        ("first-name prefix, many", "м".into()),
+        (
+            "first name + surname prefix",
+            format!("иван {}", sur(40 * 7).chars().take(4).collect::<String>()),
+        ),
+        ("two first names, no lead has both", "иван мария".into()),
+        ("text matching nothing", "zzzzzz".into()),
+        ("phone matching nothing", "+7 999 999-99-99".into()),
+    ];
+    println!(
+        "{:<34} {:>8} {:>8} {:>8} {:>6} {:>8}",
+        "search (first page of 50)", "auto ms", "ranges", "walk", "hits", "× ref"
+    );
+    let mut worst = Duration::ZERO;
+    for (what, raw) in &queries {
+        let q = SearchQuery::parse(raw, Region::default()).expect(what);
+        let mut hits = 0;
+        let mut row = vec![];
+        for plan in [SearchPlan::Auto, SearchPlan::Ranges, SearchPlan::Walk] {
+            let skip_walk = plan == SearchPlan::Walk && !matches!(q, SearchQuery::Text { .. });
+            if skip_walk {
+                row.push(None);
+                continue;
+            }
+            let mut times = vec![];
+            for _ in 0..7 {
+                let t = Instant::now();
+                let page = s.search(&q, None, 50, plan).await.expect(what);
+                times.push(t.elapsed());
+                hits = page.hits.len();
+            }
+            times.sort();
+            row.push(Some(times[3]));
+        }
+        let ms = |d: Option<Duration>| {
+            d.map_or("-".to_string(), |d| {
+                format!("{:.1}", d.as_secs_f64() * 1000.0)
+            })
+        };
+        let auto = row[0].unwrap();
+        worst = worst.max(auto);
+        println!(
+            "  {:<32} {:>8} {:>8} {:>8} {:>6} {:>8.1}",
+            what,
+            ms(row[0]),
+            ms(row[1]),
+            ms(row[2]),
+            hits,
+            auto.as_secs_f64() / reference.as_secs_f64()
+        );
+    }
+    // The next page of a query that matches many.
+    let q = SearchQuery::parse("иван", Region::default()).unwrap();
+    let first = s.search(&q, None, 50, SearchPlan::Auto).await.unwrap();
+    let next = first.next.expect("more than a page");
+    let page2 = median("  first name, page 2", || {
+        s.search(&q, Some(&next), 50, SearchPlan::Auto)
+    })
+    .await;
+    worst = worst.max(page2);
+    println!(
+        "{:<34} {:>8.1} ms  (target 100 ms: {})",
+        "slowest search (auto)",
+        worst.as_secs_f64() * 1000.0,
+        if worst <= Duration::from_millis(100) {
             "met"
         } else {
             "MISSED"

@@ -91,6 +91,23 @@ enum OpsCommand {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Find operations of any status by key (exact or prefix), phone (any format), e-mail,
+    /// crm_id or name (the prefix of any word), newest first.
+    Find {
+        /// What to look for: `site:123`, `8 (999) 123-45-67`, `ivan@example.com`, `Иван`…
+        query: String,
+        /// Results per page (1–200).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(1..=200))]
+        limit: i64,
+        /// Continue after this cursor (printed at the end of the previous page).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+        /// One JSON object: `hits` and `next` (the cursor, or null).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
 }
 
 pub async fn main() -> ExitCode {
@@ -224,6 +241,38 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     eprintln!("leadgate: no operation `{id}`");
                     return Ok(ExitCode::from(2));
                 }
+            }
+        }
+        Command::Ops {
+            command:
+                OpsCommand::Find {
+                    query,
+                    limit,
+                    after,
+                    json,
+                    config,
+                },
+        } => {
+            let config = config.load()?;
+            // Read as intake reads phones: in the configured default region.
+            let region: crate::domain::contact::Region = config
+                .matching
+                .default_region
+                .parse()
+                .map_err(anyhow::Error::msg)?;
+            let query = store::SearchQuery::parse(&query, region)?;
+            let after = after
+                .map(|c| c.parse::<store::SearchCursor>())
+                .transpose()
+                .map_err(|e| anyhow::anyhow!(e))?;
+            let store = open(&config).await?;
+            let page = store
+                .search(&query, after.as_ref(), limit, store::SearchPlan::Auto)
+                .await?;
+            if json {
+                println!("{}", crate::report::search_json(&page));
+            } else {
+                print!("{}", crate::report::search(&page));
             }
         }
     }

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::domain::OperationId;
-use crate::store::{Result, Store};
+use crate::store::{Result, SearchPage, Store};
 
 /// Status, open review cases and the full timeline of one operation, or `None` if the
 /// key is unknown.
@@ -64,4 +64,59 @@ pub async fn operation(store: &dyn Store, id: &OperationId) -> Result<Option<Str
         );
     }
     Ok(Some(out))
+}
+
+/// A page of `ops find` results as a table, newest first, with the cursor of the next
+/// page when there is one.
+pub fn search(page: &SearchPage) -> String {
+    let mut out = String::new();
+    if page.hits.is_empty() {
+        out.push_str("no operations found\n");
+        return out;
+    }
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let _ = writeln!(
+        out,
+        "{:<20} {:<28} {:<15} {:<12} {:<8} {:<12} {:<24} {:<14} email",
+        "created", "operation", "status", "crm_id", "case", "matched", "name", "phone"
+    );
+    for h in &page.hits {
+        let case = h
+            .open_case_id
+            .map(|c| format!("#{c}"))
+            .unwrap_or_else(|| "-".into());
+        let status = match h.review_reason {
+            Some(r) if h.status == crate::domain::Status::NeedsReview => {
+                format!("{} ({r})", h.status)
+            }
+            _ => h.status.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<20} {:<28} {:<15} {:<12} {:<8} {:<12} {:<24} {:<14} {}",
+            h.created_at.format("%Y-%m-%d %H:%M:%S"),
+            h.operation_id,
+            status,
+            opt(&h.crm_id),
+            case,
+            h.matched.as_str(),
+            opt(&h.name),
+            opt(&h.phone),
+            opt(&h.email)
+        );
+    }
+    if let Some(next) = &page.next {
+        // Quoted for a POSIX shell: a key may hold anything a source sent.
+        let quoted = next.to_string().replace('\'', "'\\''");
+        let _ = writeln!(out, "\nmore: --after '{quoted}'");
+    }
+    out
+}
+
+/// A page of `ops find` results as one JSON object: `hits` and `next`.
+pub fn search_json(page: &SearchPage) -> serde_json::Value {
+    serde_json::json!({
+        "hits": page.hits,
+        "next": page.next.as_ref().map(ToString::to_string),
+    })
 }

@@ -12,6 +12,7 @@ pub mod outage;
 pub mod pacing;
 mod review;
 pub mod rules;
+pub mod search;
 mod secret;
 mod status;
 

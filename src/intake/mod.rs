@@ -376,6 +376,10 @@ async fn accept(
             .as_deref()
             .and_then(|p| contact::normalize_phone(p, state.matching.region)),
         email: lead.email.as_deref().and_then(contact::normalize_email),
+        name: lead
+            .name
+            .as_deref()
+            .and_then(crate::domain::search::display_name),
     };
     let matching = Some(Matching {
         rule: source.on_contact_match,

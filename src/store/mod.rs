@@ -89,11 +89,14 @@ impl StoreError {
     }
 }
 
-/// Contact data normalized at intake, kept for cross-channel matching only.
+/// Contact data normalized at intake: phone and e-mail for cross-channel matching and
+/// search, the name for search and display (never matched on). Scrubbed by retention.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ContactKeys {
     pub phone: Option<String>,
     pub email: Option<String>,
+    /// The name as the source's field map reads it (`domain::search::display_name`).
+    pub name: Option<String>,
 }
 
 /// A delivery whose operation key and fingerprint were derived.
@@ -796,6 +799,75 @@ pub trait Store: Send + Sync + 'static {
         stale_before: DateTime<Utc>,
         review_before: DateTime<Utc>,
     ) -> Result<AlertFacts>;
+
+    // Search
+
+    /// Operations of any status matching `query` (`domain::search`), newest first (by
+    /// `created_at`, then `operation_id`), `limit` (1–200) at a time after `after`.
+    /// `plan` chooses how the rows are found; every plan finds the same rows.
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        after: Option<&SearchCursor>,
+        limit: i64,
+        plan: SearchPlan,
+    ) -> Result<SearchPage>;
+}
+
+// Search
+
+pub use crate::domain::search::{MatchedField, SearchCursor, SearchQuery};
+
+/// How [`Store::search`] finds its rows. The results are the same; only the cost differs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SearchPlan {
+    /// Counts the key range and each name word's range in their indexes (up to
+    /// [`SEARCH_WALK_AFTER`] rows, no further). When neither the key range nor the rarest
+    /// word reaches it: `Ranges`, the rarest word's range leading (the others tested on
+    /// the row). Otherwise `Window(SEARCH_WINDOW)`.
+    #[default]
+    Auto,
+    /// Each index (key prefix, crm_id, name words, phone, e-mail) gives its newest rows
+    /// and the union is sorted; several name words intersect their ranges. The cost grows
+    /// with the number of rows in the ranges.
+    Ranges,
+    /// Operations newest first (`operations_created`), each row tested: the cost grows
+    /// with the number of operations newer than the last match of the page.
+    Walk,
+    /// `Walk` over the newest `n` operations only; when they do not hold a full page,
+    /// `Ranges`. Cheap when the query matches many recent operations.
+    Window(i64),
+}
+
+/// A key prefix or name word matching this many rows makes `SearchPlan::Auto` walk.
+pub const SEARCH_WALK_AFTER: i64 = 5000;
+/// How many of the newest operations `SearchPlan::Auto` walks before it ranges instead.
+pub const SEARCH_WINDOW: i64 = 20_000;
+
+/// One operation found by [`Store::search`]: what a results list shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SearchHit {
+    pub operation_id: String,
+    pub source: String,
+    pub status: Status,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub crm_id: Option<String>,
+    pub review_reason: Option<ReviewReason>,
+    /// The newest open review case of the operation, if any.
+    pub open_case_id: Option<i64>,
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    /// Which field the query matched (the first of key, crm_id, name for text).
+    pub matched: MatchedField,
+}
+
+/// A page of search results; `next` continues after its last row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchPage {
+    pub hits: Vec<SearchHit>,
+    pub next: Option<SearchCursor>,
 }
 
 /// A CRM connector's OAuth tokens as stored (see [`Store::crm_token`]). `Debug` never

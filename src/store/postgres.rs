@@ -216,9 +216,10 @@ pub enum IntakePath {
 }
 
 /// The one-statement intake: the delivery's columns, the matching window and lock keys
-/// (`store::ops::intake::one_statement`). Prepared once per connection (sqlx caches it).
+/// (`store::ops::intake::one_statement`), the name and its search words (migration
+/// 0012). Prepared once per connection (sqlx caches it).
 const RECORD_DELIVERY: &str = "select r_outcome, r_delivery_id, r_status, r_crm_id \
-     from leadgate_record_delivery($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+     from leadgate_record_delivery($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
 
 impl PgStore {
     /// One transaction per delivery: concurrent intakes commit together (PostgreSQL's
@@ -271,6 +272,8 @@ impl PgStore {
                 .bind(d.received_at)
                 .bind(since)
                 .bind(keys.unwrap_or_default())
+                .bind(&d.contact.name)
+                .bind(super::sql::name_words(&d.contact))
                 .fetch_one(&self.pool)
                 .await?;
         let corrupt =

@@ -14,7 +14,7 @@
 pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash, payload, crm_id, \
     crm_link, attempts, last_error, last_error_class, review_reason, lease_owner, lease_token, \
     lease_expires_at, next_attempt_at, retry_grants, verify_first, finished_token, quiet_after, contact_phone, \
-    contact_email, event_time, version, created_at, updated_at, purged_at";
+    contact_email, contact_name, event_time, version, created_at, updated_at, purged_at";
 
 /// The worker's next due operation: binds $1 = now, $2 = its connector. Nothing is due
 /// while the connector is paused; externally executed operations are never the
@@ -44,6 +44,15 @@ pub(super) const PICK_REDELIVERY: &str = "select o.operation_id, o.payload, o.ne
 pub(super) const CASE_COLUMNS: &str = "c.id, c.operation_id, o.source, c.reason, o.status, \
     c.opened_at, c.resolved_at, c.resolution, c.resolved_by, c.comment, c.delivery_id, c.detail, \
     o.version";
+
+/// The search words of a contact's name (`operation_names`, migration 0012).
+pub(crate) fn name_words(contact: &super::ContactKeys) -> Vec<String> {
+    contact
+        .name
+        .as_deref()
+        .map(crate::domain::search::words)
+        .unwrap_or_default()
+}
 
 /// One write transaction of a backend, as `store::ops` sees it.
 pub(crate) struct SqlTx<DB: sqlx::Database>(pub(crate) sqlx::Transaction<'static, DB>);
@@ -118,6 +127,7 @@ macro_rules! sql_store {
                 contact: ContactKeys {
                     phone: r.try_get("contact_phone")?,
                     email: r.try_get("contact_email")?,
+                    name: r.try_get("contact_name")?,
                 },
                 event_time: r.try_get("event_time")?,
                 version: r.try_get("version")?,
@@ -252,11 +262,12 @@ macro_rules! sql_store {
                 executor: &str,
                 now: DateTime<Utc>,
             ) -> Result<bool> {
+                let words = $crate::store::sql::name_words(&d.contact);
                 let inserted = sqlx::query(
                     "insert into operations (operation_id, source, status, payload_hash, payload, \
                      contact_phone, contact_email, event_time, executor, next_attempt_at, created_at, \
-                     updated_at) \
-                     values ($1, $2, 'received', $3, $4, $5, $6, $7, $9, $8, $8, $8) \
+                     updated_at, contact_name, name_words) \
+                     values ($1, $2, 'received', $3, $4, $5, $6, $7, $9, $8, $8, $8, $10, $11) \
                      on conflict (operation_id) do nothing returning version",
                 )
                 .bind(d.operation_id.as_str())
@@ -268,8 +279,26 @@ macro_rules! sql_store {
                 .bind(d.event_time)
                 .bind(now)
                 .bind(executor)
+                .bind(&d.contact.name)
+                .bind($crate::domain::search::words_text(&words))
                 .fetch_optional(&mut *self.0)
                 .await?;
+                if inserted.is_some() && !words.is_empty() {
+                    // The name's words, for `Store::search` (migration 0012).
+                    let sql = if $backend == "postgres" {
+                        "insert into operation_names (word, created_at, operation_id) \
+                         select value, $2, $3 from json_array_elements_text(cast($1 as json))"
+                    } else {
+                        "insert into operation_names (word, created_at, operation_id) \
+                         select value, $2, $3 from json_each($1)"
+                    };
+                    sqlx::query(sql)
+                        .bind(serde_json::to_string(&words).map_err(corrupt)?)
+                        .bind(now)
+                        .bind(d.operation_id.as_str())
+                        .execute(&mut *self.0)
+                        .await?;
+                }
                 Ok(inserted.is_some())
             }
 
@@ -741,12 +770,17 @@ macro_rules! sql_store {
             async fn scrub_operation(&mut self, operation_id: &str, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
                     "update operations set payload = null, contact_phone = null, \
-                     contact_email = null, purged_at = $1 where operation_id = $2",
+                     contact_email = null, contact_name = null, name_words = null, purged_at = $1 \
+                     where operation_id = $2",
                 )
                 .bind(now)
                 .bind(operation_id)
                 .execute(&mut *self.0)
                 .await?;
+                sqlx::query("delete from operation_names where operation_id = $1")
+                    .bind(operation_id)
+                    .execute(&mut *self.0)
+                    .await?;
                 Ok(())
             }
 
@@ -1843,7 +1877,243 @@ macro_rules! sql_store {
                 f.connectors = self.connectors().await?;
                 Ok(f)
             }
+
+            // Search
+
+            async fn search(
+                &self,
+                query: &SearchQuery,
+                after: Option<&SearchCursor>,
+                limit: i64,
+                plan: SearchPlan,
+            ) -> Result<SearchPage> {
+                use $crate::domain::search::prefix_end;
+                use $crate::store::sql::like_escape;
+                type Q = sqlx::QueryBuilder<'static, $db>;
+                let limit = limit.clamp(1, 200);
+                // A key prefix is a byte range: SQLite's primary key is BINARY; on
+                // PostgreSQL, whatever the database's collation, the "C" expression index
+                // of migration 0012.
+                let key = if $backend == "postgres" { "(o.operation_id collate \"C\")" } else { "o.operation_id" };
+                // Newest first, after the cursor: `(at, id) < (cursor)`, written so that the
+                // first half is an index bound.
+                let keyset = |q: &mut Q, at: &str, id: &str| {
+                    if let Some(c) = after {
+                        q.push(format!(" and {at} <= ")).push_bind(c.created_at)
+                            .push(format!(" and ({at} < ")).push_bind(c.created_at)
+                            .push(format!(" or {id} < ")).push_bind(c.operation_id.clone())
+                            .push(")");
+                    }
+                };
+                let range = |q: &mut Q, col: &str, prefix: &str| {
+                    q.push(format!("{col} >= ")).push_bind(prefix.to_owned());
+                    if let Some(end) = prefix_end(prefix) {
+                        q.push(format!(" and {col} < ")).push_bind(end);
+                    }
+                };
+                // The row's name has a word starting with `w` (words are letters and
+                // digits only; escaped all the same).
+                let word_like = |q: &mut Q, w: &str| {
+                    q.push("o.name_words like ").push_bind(format!("% {}%", like_escape(w)))
+                        .push(" escape '\\'");
+                };
+                let select = |q: &mut Q| {
+                    q.push(
+                        "select o.operation_id, o.source, o.status, o.created_at, o.updated_at, o.crm_id, \
+                         o.review_reason, o.contact_name, o.contact_phone, o.contact_email, \
+                         (select max(c.id) from review_cases c where c.operation_id = o.operation_id \
+                           and c.resolved_at is null) as open_case_id from ",
+                    );
+                };
+                let order = |q: &mut Q| {
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                };
+                // Walk: operations newest first (operations_created), each tested; only the
+                // newest `window` of them when given.
+                let walk = |text: &str, words: &[String], window: Option<i64>| {
+                    let mut q = Q::new("");
+                    select(&mut q);
+                    q.push("operations o where 1 = 1");
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    if let Some(w) = window {
+                        // No older than the w-th newest after the cursor (read in the index;
+                        // none when fewer are left: then nothing is walked, and it ranges).
+                        q.push(" and o.created_at >= (select o2.created_at from operations o2 where 1 = 1");
+                        keyset(&mut q, "o2.created_at", "o2.operation_id");
+                        q.push(" order by o2.created_at desc, o2.operation_id desc limit 1 offset ")
+                            .push_bind(w - 1)
+                            .push(")");
+                    }
+                    q.push(" and ((");
+                    range(&mut q, key, text);
+                    q.push(") or o.crm_id = ").push_bind(text.to_owned());
+                    if !words.is_empty() {
+                        q.push(" or (");
+                        for (i, w) in words.iter().enumerate() {
+                            q.push(if i == 0 { "" } else { " and " });
+                            word_like(&mut q, w);
+                        }
+                        q.push(")");
+                    }
+                    q.push(")");
+                    order(&mut q);
+                    q
+                };
+                // Ranges: each index (key prefix, crm_id, name words) gives its newest
+                // `limit + 1` rows after the cursor; the union is sorted. The name's rows
+                // are the range of the `lead` word with the others tested on the row, or
+                // (no lead) the intersection of every word's range.
+                let ranges = |text: &str, words: &[String], lead: Option<usize>| {
+                    let mut q = Q::new("");
+                    select(&mut q);
+                    q.push("operations o where o.operation_id in (select operation_id from (");
+                    q.push("select operation_id from (select o.operation_id from operations o where ");
+                    range(&mut q, key, text);
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                    q.push(") k union select operation_id from (select o.operation_id from operations o where o.crm_id = ")
+                        .push_bind(text.to_owned());
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                    q.push(") c");
+                    match lead {
+                        _ if words.is_empty() => {}
+                        Some(l) => {
+                            q.push(" union select operation_id from (select n.operation_id from operation_names n");
+                            if words.len() > 1 {
+                                q.push(" join operations o on o.operation_id = n.operation_id");
+                            }
+                            q.push(" where ");
+                            range(&mut q, "n.word", &words[l]);
+                            for (i, w) in words.iter().enumerate() {
+                                if i != l {
+                                    q.push(" and ");
+                                    word_like(&mut q, w);
+                                }
+                            }
+                            keyset(&mut q, "n.created_at", "n.operation_id");
+                            q.push(" order by n.created_at desc, n.operation_id desc limit ").push_bind(limit + 1);
+                            q.push(") w");
+                        }
+                        None => {
+                            q.push(" union select operation_id from (select operation_id, created_at from (");
+                            for (i, w) in words.iter().enumerate() {
+                                q.push(if i == 0 { "" } else { " intersect " });
+                                q.push("select n.operation_id, n.created_at from operation_names n where ");
+                                range(&mut q, "n.word", w);
+                                keyset(&mut q, "n.created_at", "n.operation_id");
+                            }
+                            q.push(") i order by created_at desc, operation_id desc limit ").push_bind(limit + 1);
+                            q.push(") w");
+                        }
+                    }
+                    q.push(") u)");
+                    order(&mut q);
+                    q
+                };
+                let rows = match query {
+                    SearchQuery::Phone(v) | SearchQuery::Email(v) => {
+                        let col = if matches!(query, SearchQuery::Phone(_)) { "o.contact_phone" } else { "o.contact_email" };
+                        let mut q = Q::new("");
+                        select(&mut q);
+                        q.push(format!("operations o where {col} = ")).push_bind(v.clone());
+                        keyset(&mut q, "o.created_at", "o.operation_id");
+                        order(&mut q);
+                        q.build().fetch_all(&self.pool).await?
+                    }
+                    SearchQuery::Text { text, words } => {
+                        // (Window: when the newest `w` operations hold a full page, it is
+                        // the page: every older match is older than all of them.)
+                        let window = |w: i64| async move {
+                            let rows = walk(text, words, Some(w)).build().fetch_all(&self.pool).await?;
+                            if rows.len() as i64 > limit {
+                                return Ok::<_, StoreError>(rows);
+                            }
+                            Ok(ranges(text, words, None).build().fetch_all(&self.pool).await?)
+                        };
+                        match plan {
+                            SearchPlan::Walk => walk(text, words, None).build().fetch_all(&self.pool).await?,
+                            SearchPlan::Ranges => ranges(text, words, None).build().fetch_all(&self.pool).await?,
+                            SearchPlan::Window(w) => window(w.max(1)).await?,
+                            SearchPlan::Auto => {
+                                // Each range counted in its index, up to SEARCH_WALK_AFTER rows
+                                // and no further.
+                                let mut q = Q::new("select count(*) from (select 1 from operations o where ");
+                                range(&mut q, key, text);
+                                q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") k");
+                                let keys: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                                let mut rarest: Option<(usize, i64)> = None;
+                                for (i, w) in words.iter().enumerate() {
+                                    let mut q = Q::new("select count(*) from (select 1 from operation_names n where ");
+                                    range(&mut q, "n.word", w);
+                                    q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") w");
+                                    let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                                    if rarest.is_none_or(|(_, m)| n < m) {
+                                        rarest = Some((i, n));
+                                    }
+                                }
+                                let dense = |n: i64| n >= SEARCH_WALK_AFTER;
+                                if dense(keys) || rarest.is_some_and(|(_, n)| dense(n)) {
+                                    window(SEARCH_WINDOW).await?
+                                } else {
+                                    ranges(text, words, rarest.map(|(i, _)| i)).build().fetch_all(&self.pool).await?
+                                }
+                            }
+                        }
+                    }
+                };
+                let mut hits = rows
+                    .iter()
+                    .map(|r| {
+                        let operation_id: String = r.try_get("operation_id")?;
+                        let crm_id: Option<String> = r.try_get("crm_id")?;
+                        let matched = match query {
+                            SearchQuery::Phone(_) => MatchedField::Phone,
+                            SearchQuery::Email(_) => MatchedField::Email,
+                            SearchQuery::Text { text, .. } if operation_id.starts_with(text.as_str()) => {
+                                MatchedField::OperationId
+                            }
+                            SearchQuery::Text { text, .. } if crm_id.as_deref() == Some(text.as_str()) => {
+                                MatchedField::CrmId
+                            }
+                            SearchQuery::Text { .. } => MatchedField::Name,
+                        };
+                        Ok(SearchHit {
+                            operation_id,
+                            source: r.try_get("source")?,
+                            status: r.try_get::<String, _>("status")?.parse().map_err(corrupt)?,
+                            created_at: r.try_get("created_at")?,
+                            updated_at: r.try_get("updated_at")?,
+                            crm_id,
+                            review_reason: parse_opt(r.try_get("review_reason")?)?,
+                            open_case_id: r.try_get("open_case_id")?,
+                            name: r.try_get("contact_name")?,
+                            phone: r.try_get("contact_phone")?,
+                            email: r.try_get("contact_email")?,
+                            matched,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let next = (hits.len() as i64 > limit).then(|| {
+                    hits.truncate(limit as usize);
+                    let last = &hits[hits.len() - 1];
+                    SearchCursor { created_at: last.created_at, operation_id: last.operation_id.clone() }
+                });
+                Ok(SearchPage { hits, next })
+            }
         }
     };
 }
 pub(super) use sql_store;
+
+/// `text` with LIKE's wildcards and the escape character escaped (for `escape '\'`).
+pub(crate) fn like_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}

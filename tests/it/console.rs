@@ -916,7 +916,7 @@ each_backend!(
 each_backend!(
     a_lead_the_crm_holds_is_never_rejected_and_conflicts_are_never_decided_in_bulk,
     |db| async move {
-        use leadgate::store::{AttemptOutcome, Store};
+        use leadgate::store::AttemptOutcome;
         let store = db.store().await;
         // A changed delivery opens a payload conflict while the create is in flight; the
         // create then lands: the operation holds crm_id 77 and waits in review.
@@ -1047,3 +1047,71 @@ each_backend!(
         );
     }
 );
+
+each_backend!(search_finds_operations_of_any_status, |db| async move {
+    let (console, s) = seeded(&db).await;
+    // By name (the seeded leads' `name`), with the open case to jump to.
+    let found = console.search("boris", None, None).await.unwrap();
+    assert_eq!(
+        (found.kind.as_str(), found.normalized.as_str()),
+        ("text", "boris")
+    );
+    assert_eq!(found.rows.len(), 1, "{found:?}");
+    let row = &found.rows[0];
+    assert_eq!(row.operation_id, s.uncertain.to_string());
+    assert_eq!(
+        (row.status.as_str(), row.matched.as_str()),
+        ("needs_review", "name")
+    );
+    assert_eq!(row.name.as_deref(), Some("Boris"));
+    let case = open_case_of(&console, &s.uncertain).await;
+    assert_eq!(row.open_case_id, Some(case.id));
+    assert_eq!(row.review_reason.as_deref(), Some("uncertain_outcome"));
+    // A phone in another format than stored; every hit carries it normalized.
+    let found = console
+        .search("8 (916) 123-45-67", None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (found.kind.as_str(), found.normalized.as_str()),
+        ("phone", "+79161234567")
+    );
+    assert!(!found.rows.is_empty());
+    for r in &found.rows {
+        assert_eq!(
+            (r.phone.as_deref(), r.matched.as_str()),
+            (Some("+79161234567"), "phone")
+        );
+    }
+    // Pages, newest first, however the statuses differ.
+    let all = console.search("site:", None, Some(200)).await.unwrap();
+    assert!(all.rows.len() > 3 && all.next.is_none());
+    let statuses: std::collections::BTreeSet<&str> =
+        all.rows.iter().map(|r| r.status.as_str()).collect();
+    assert!(statuses.len() >= 3, "{statuses:?}");
+    let mut paged = vec![];
+    let mut cursor = None;
+    loop {
+        let page = console.search("site:", cursor, Some(2)).await.unwrap();
+        assert!(page.rows.len() <= 2);
+        paged.extend(page.rows);
+        match page.next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(paged, all.rows);
+    assert!(all
+        .rows
+        .windows(2)
+        .all(|w| w[0].created_at >= w[1].created_at));
+    // Bad input is the operator's to fix.
+    for (q, cursor) in [
+        ("", None),
+        ("x@", None),
+        ("boris", Some("nonsense".to_string())),
+    ] {
+        let err = console.search(q, cursor, None).await.err().unwrap();
+        assert!(matches!(err, ConsoleError::Invalid { .. }), "{q}: {err:?}");
+    }
+});

@@ -181,6 +181,7 @@ each_backend!(link_candidates_share_phone_or_email, |db| async move {
         d.contact = ContactKeys {
             phone: phone.map(Into::into),
             email: email.map(Into::into),
+            name: None,
         };
         d
     };

@@ -33,7 +33,10 @@ fn at(t0: DateTime<Utc>, i: usize) -> DateTime<Utc> {
 }
 
 fn lead(key: &str, v: i64) -> NewDelivery {
-    delivery(key, json!({"k": key, "v": v, "name": "Иван \"Ваня\""}))
+    let mut d = delivery(key, json!({"k": key, "v": v, "name": "Иван \"Ваня\""}));
+    // As the gateway maps it: a name for display and search (migration 0012).
+    d.contact.name = Some(format!("Иван Пётр {key}"));
+    d
 }
 
 fn matching(
@@ -45,6 +48,7 @@ fn matching(
     d.contact = ContactKeys {
         phone: phone.map(Into::into),
         email: email.map(Into::into),
+        name: d.contact.name.take(),
     };
     d.matching = Some(Matching {
         rule,
@@ -187,6 +191,10 @@ async fn dump(db: &TestDb) -> Vec<(&'static str, Vec<String>)> {
         (
             "review_cases",
             "select row_to_json(t)::text from review_cases t order by id",
+        ),
+        (
+            "operation_names",
+            "select row_to_json(t)::text from operation_names t order by word, created_at, operation_id",
         ),
         (
             "metric_counters",

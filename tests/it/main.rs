@@ -17,6 +17,7 @@ mod outage;
 mod process;
 mod races;
 mod retention;
+mod search;
 mod security;
 mod self_contained;
 mod slow_crm;

@@ -1043,6 +1043,18 @@ impl Store for Hiccup {
             .alert_facts(after_case, cases_until, stale_before, review_before)
             .await
     }
+
+    // Search
+
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        after: Option<&SearchCursor>,
+        limit: i64,
+        plan: SearchPlan,
+    ) -> Result<SearchPage> {
+        self.inner.search(query, after, limit, plan).await
+    }
 }
 
 each_backend!(

@@ -634,6 +634,9 @@ pub struct Console {
     pub connection: Connection,
     /// `in_progress` past its lease by this long counts as stale.
     pub stale_after: Duration,
+    /// Where a phone searched for without a country code is (intake's `[matching]
+    /// default_region`; RU unless the shell sets it).
+    pub phone_region: leadgate::domain::contact::Region,
 }
 
 fn ts(t: DateTime<Utc>) -> String {
@@ -692,6 +695,7 @@ impl Console {
             store,
             bulk_runs: bulk::runs(),
             stale_after: Duration::from_secs(0),
+            phone_region: Default::default(),
         })
     }
 
@@ -1291,6 +1295,97 @@ fn event_view(e: TimelineEvent) -> EventView {
     }
 }
 
+// Search
+
+/// One operation found by [`Console::search`] (any status, not only open cases).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct SearchRow {
+    pub operation_id: String,
+    pub source: String,
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub crm_id: Option<String>,
+    pub review_reason: Option<String>,
+    /// The newest open review case, to open it in the case view.
+    #[ts(type = "number | null")]
+    pub open_case_id: Option<i64>,
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    /// Which field the query matched.
+    #[ts(type = "\"operation_id\" | \"crm_id\" | \"name\" | \"phone\" | \"email\"")]
+    pub matched: String,
+}
+
+/// A page of search results, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct SearchResults {
+    /// How the query was read: a phone (`normalized` is its E.164 form), an e-mail
+    /// (normalized), or text (key, crm_id and name).
+    #[ts(type = "\"phone\" | \"email\" | \"text\"")]
+    pub kind: String,
+    pub normalized: String,
+    pub rows: Vec<SearchRow>,
+    /// The cursor of the next page; none on the last.
+    pub next: Option<String>,
+}
+
+impl Console {
+    /// Operations of any status matching `query` — a key (exact or prefix), a phone in
+    /// any format, an e-mail, a crm_id or the prefix of a word of the name — newest
+    /// first, `limit` (default 50, at most 200) after `cursor` (the `next` of the page
+    /// before). Phones without a country code are read in [`Console::phone_region`].
+    pub async fn search(
+        &self,
+        query: &str,
+        cursor: Option<String>,
+        limit: Option<i64>,
+    ) -> ApiResult<SearchResults> {
+        use leadgate::store::{SearchCursor, SearchPlan, SearchQuery};
+        let q =
+            SearchQuery::parse(query, self.phone_region).map_err(|e| ConsoleError::Invalid {
+                message: e.to_string(),
+            })?;
+        let after = cursor
+            .filter(|c| !c.is_empty())
+            .map(|c| c.parse::<SearchCursor>().map_err(|_| cursor_err()))
+            .transpose()?;
+        let page = self
+            .store
+            .search(&q, after.as_ref(), limit.unwrap_or(50), SearchPlan::Auto)
+            .await?;
+        let (kind, normalized) = match &q {
+            SearchQuery::Phone(p) => ("phone", p.clone()),
+            SearchQuery::Email(e) => ("email", e.clone()),
+            SearchQuery::Text { text, .. } => ("text", text.clone()),
+        };
+        Ok(SearchResults {
+            kind: kind.into(),
+            normalized,
+            rows: page
+                .hits
+                .into_iter()
+                .map(|h| SearchRow {
+                    operation_id: h.operation_id,
+                    source: h.source,
+                    status: h.status.as_str().into(),
+                    created_at: ts(h.created_at),
+                    updated_at: ts(h.updated_at),
+                    crm_id: h.crm_id,
+                    review_reason: h.review_reason.map(|r| r.as_str().into()),
+                    open_case_id: h.open_case_id,
+                    name: h.name,
+                    phone: h.phone,
+                    email: h.email,
+                    matched: h.matched.as_str().into(),
+                })
+                .collect(),
+            next: page.next.map(|c| c.to_string()),
+        })
+    }
+}
+
 /// The TypeScript declarations of every type above, as `ui/src/lib/bindings.ts` holds them.
 pub fn typescript_bindings() -> String {
     let cfg = ts_rs::Config::default();
@@ -1325,6 +1420,8 @@ pub fn typescript_bindings() -> String {
         BulkSkip::decl(&cfg),
         BulkProgress::decl(&cfg),
         ExportRequest::decl(&cfg),
+        SearchRow::decl(&cfg),
+        SearchResults::decl(&cfg),
     ];
     let mut out = String::from(
         "// Generated from crates/leadgate-console-model/src/lib.rs by ts-rs: do not edit.\n\

@@ -37,6 +37,10 @@ pub struct Seeded {
 
 /// A JSON lead of `source` under `key`, as the gateway would record it.
 pub fn lead(source: &str, key: &str, payload: Value, at: DateTime<Utc>) -> NewDelivery {
+    let name = payload
+        .get("name")
+        .and_then(Value::as_str)
+        .and_then(leadgate::domain::search::display_name);
     NewDelivery {
         operation_id: OperationId::new(source, key).expect("valid key"),
         source: source.into(),
@@ -45,7 +49,12 @@ pub fn lead(source: &str, key: &str, payload: Value, at: DateTime<Utc>) -> NewDe
         payload_hash: fingerprint(&payload, &[]).expect("fingerprint"),
         payload,
         transform_version: 1,
-        contact: ContactKeys::default(),
+        // The gateway reads the name through the source's field map (here the default:
+        // a top-level `name`).
+        contact: ContactKeys {
+            name,
+            ..ContactKeys::default()
+        },
         event_time: None,
         received_at: at,
         review: None,
@@ -170,6 +179,7 @@ pub async fn seed(store: &dyn Store) -> Result<Seeded> {
     target.contact = ContactKeys {
         phone: Some("+79161234567".into()),
         email: Some("anna@example.com".into()),
+        name: None,
     };
     let linked_target = target.operation_id.clone();
     store.record_delivery(target).await?;
@@ -218,6 +228,7 @@ pub async fn seed(store: &dyn Store) -> Result<Seeded> {
     call.contact = ContactKeys {
         phone: Some("+79161234567".into()),
         email: None,
+        name: None,
     };
     call.review = Some(ReviewReason::CrossChannelMatch);
     let cross_channel = call.operation_id.clone();

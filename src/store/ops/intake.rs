@@ -239,6 +239,7 @@ mod tests {
             contact: ContactKeys {
                 phone: phone.map(Into::into),
                 email: email.map(Into::into),
+                name: None,
             },
             event_time: None,
             received_at: crate::store::now(),

@@ -185,3 +185,24 @@ labels: { [key in string]: string },
  * The operator's offset from UTC, in minutes east (Moscow: 180).
  */
 utc_offset_minutes: number, };
+
+export type SearchRow = { operation_id: string, source: string, status: string, created_at: string, updated_at: string, crm_id: string | null, review_reason: string | null, 
+/**
+ * The newest open review case, to open it in the case view.
+ */
+open_case_id: number | null, name: string | null, phone: string | null, email: string | null, 
+/**
+ * Which field the query matched.
+ */
+matched: "operation_id" | "crm_id" | "name" | "phone" | "email", };
+
+export type SearchResults = { 
+/**
+ * How the query was read: a phone (`normalized` is its E.164 form), an e-mail
+ * (normalized), or text (key, crm_id and name).
+ */
+kind: "phone" | "email" | "text", normalized: string, rows: Array<SearchRow>, 
+/**
+ * The cursor of the next page; none on the last.
+ */
+next: string | null, };
