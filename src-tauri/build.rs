@@ -19,6 +19,7 @@ const COMMANDS: &[&str] = &[
     "bulk_start",
     "bulk_progress",
     "export_csv",
+    "search",
 ];
 
 fn main() {

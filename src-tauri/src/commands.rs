@@ -4,7 +4,7 @@
 use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
     CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, ExportRequest,
-    QueuePage, QueueQuery, QueueRow, Range, Selection, Settings, Tab, TabCounts,
+    QueuePage, QueueQuery, QueueRow, Range, SearchResults, Selection, Settings, Tab, TabCounts,
 };
 use tauri::State;
 
@@ -180,4 +180,18 @@ pub async fn export_csv(
         })?;
     let (path, n) = state.console().await?.export_to(&dir, &request).await?;
     Ok((path.display().to_string(), n))
+}
+
+/// Operations of any status by key, phone (any format), e-mail, crm_id or name.
+#[tauri::command]
+pub async fn search(
+    state: S<'_>,
+    query: String,
+    cursor: Option<String>,
+) -> ApiResult<SearchResults> {
+    state
+        .console()
+        .await?
+        .search(&query, cursor, Some(50))
+        .await
 }

@@ -104,6 +104,7 @@ pub fn run() {
             commands::bulk_start,
             commands::bulk_progress,
             commands::export_csv,
+            commands::search,
         ])
         .run(tauri::generate_context!())
         .expect("error while running the Leadgate console");

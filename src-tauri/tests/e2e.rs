@@ -577,6 +577,28 @@ async fn all_day(
     )
     .await;
 
+    // Search by a phone written otherwise than stored (+79160000005): one lead, found
+    // among all operations, opened from the results.
+    let fifth = &outage[4];
+    el(c, "[data-testid=search]")
+        .await
+        .send_keys("8 (916) 000-00-05\u{E007}")
+        .await
+        .unwrap();
+    text_until(
+        c,
+        "[data-testid=search-header]",
+        "the normalized phone",
+        |t| t.contains("+79160000005"),
+    )
+    .await;
+    let found = c.find_all(css("[data-testid=queue-row]")).await.unwrap();
+    assert_eq!(found.len(), 1, "one lead has that phone");
+    open_row(c, fifth.as_str()).await;
+    shot(c, "search.png").await;
+    click(c, "[data-testid=search-clear]").await;
+    text_until(c, "[data-testid=count-needs_review]", "50", |t| t == "50").await;
+
     // The timeline in words, in English and then in Russian.
     open_row(c, first.as_str()).await;
     text_until(

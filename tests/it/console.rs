@@ -688,6 +688,7 @@ fn exhausted_cases() -> Selection {
             reason: Some("retries_exhausted".into()),
             ..Default::default()
         },
+        search: None,
     }
 }
 
@@ -787,6 +788,7 @@ each_backend!(
         let all = Selection {
             tab: Tab::NeedsReview,
             query: QueueQuery::default(),
+            search: None,
         };
         // Nobody typed a CRM id: a bulk confirm applies only where the operation holds one.
         let confirm = console
@@ -802,6 +804,7 @@ each_backend!(
                 Selection {
                     tab: Tab::PayloadConflict,
                     query: QueueQuery::default(),
+                    search: None,
                 },
                 BulkAction::AuthorizeRetry,
             )
@@ -828,6 +831,7 @@ each_backend!(
                 Selection {
                     tab: Tab::Stale,
                     query: QueueQuery::default(),
+                    search: None,
                 },
                 BulkAction::Reject,
             )
@@ -855,8 +859,11 @@ each_backend!(
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         let req = ExportRequest {
-            tab: Tab::NeedsReview,
-            query: QueueQuery::default(),
+            selection: Selection {
+                tab: Tab::NeedsReview,
+                query: QueueQuery::default(),
+                search: None,
+            },
             labels,
             utc_offset_minutes: 180,
         };
@@ -960,6 +967,7 @@ each_backend!(
         let conflicts = Selection {
             tab: Tab::PayloadConflict,
             query: QueueQuery::default(),
+            search: None,
         };
         for action in [
             BulkAction::Reject,
@@ -1033,6 +1041,7 @@ each_backend!(
                 Selection {
                     tab: Tab::NeedsReview,
                     query: QueueQuery::default(),
+                    search: None,
                 },
                 BulkAction::Reject,
             )
@@ -1115,3 +1124,73 @@ each_backend!(search_finds_operations_of_any_status, |db| async move {
         assert!(matches!(err, ConsoleError::Invalid { .. }), "{q}: {err:?}");
     }
 });
+
+each_backend!(
+    a_search_is_a_selection_for_bulk_actions_and_exports,
+    |db| async move {
+        let store = db.store().await;
+        let ids = leadgate_testkit::seed::outage(&*store, 6).await.unwrap();
+        let console = Console::open(&db.url).await.unwrap();
+        // The phone of outage-4 written as a person types it.
+        let phone = store
+            .operation(&ids[3])
+            .await
+            .unwrap()
+            .unwrap()
+            .payload
+            .unwrap()["phone"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let typed = format!(
+            "8 ({}) {}-{}-{}",
+            &phone[2..5],
+            &phone[5..8],
+            &phone[8..10],
+            &phone[10..]
+        );
+        let by_phone = Selection {
+            tab: Tab::Stale,
+            query: QueueQuery::default(),
+            search: Some(typed.clone()),
+        };
+        let preview = console
+            .bulk_preview(by_phone.clone(), BulkAction::AuthorizeRetry)
+            .await
+            .unwrap();
+        assert_eq!(preview.matched, 1, "{typed}");
+        assert_eq!(preview.items[0].operation_id, ids[3].as_str());
+        let dir = tempfile::tempdir().unwrap();
+        let (path, n) = console
+            .export_to(
+                dir.path(),
+                &ExportRequest {
+                    selection: by_phone,
+                    labels: Default::default(),
+                    utc_offset_minutes: 0,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        assert!(path.display().to_string().contains("leadgate-search-"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(ids[3].as_str()) && text.contains(&phone),
+            "{text}"
+        );
+        // A name search selects every lead of that name that has an open case.
+        let olgas = console
+            .bulk_preview(
+                Selection {
+                    tab: Tab::Stale,
+                    query: QueueQuery::default(),
+                    search: Some("ольга".into()),
+                },
+                BulkAction::Reject,
+            )
+            .await
+            .unwrap();
+        assert_eq!(olgas.matched, 3, "{:?}", olgas.items);
+    }
+);

@@ -1,4 +1,4 @@
-//! One decision over every case a filter selects: after a CRM outage, every
+//! One decision over every case a filter or a search selects: after a CRM outage, every
 //! `retries_exhausted` case of it gets one retry in one go.
 //!
 //! A preview reads the cases the filter matches and asks the rules (`domain::rules::decide`,
@@ -20,7 +20,7 @@ use leadgate::domain::rules::{bulk_allowed, check_comment, decide};
 use leadgate::domain::{HumanAction, OperationId, Resolution};
 use leadgate::store::{Bulk, Resolve, Store};
 
-use crate::{ApiResult, Console, ConsoleError, QueueQuery, Tab};
+use crate::{ApiResult, Console, ConsoleError, Selection, Tab};
 
 /// At most this many cases in one bulk action (a preview says when more matched).
 pub const MAX_BULK: usize = 1000;
@@ -57,14 +57,6 @@ impl BulkAction {
             },
         }
     }
-}
-
-/// Which cases: a queue tab with its filters (the cursor and limit are ignored: every
-/// matching case, up to [`MAX_BULK`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-pub struct Selection {
-    pub tab: Tab,
-    pub query: QueueQuery,
 }
 
 /// One case as the preview saw it.
@@ -151,26 +143,21 @@ impl Console {
         selection: Selection,
         action: BulkAction,
     ) -> ApiResult<BulkPreview> {
-        if !matches!(selection.tab, Tab::NeedsReview | Tab::PayloadConflict) {
+        let searching = selection
+            .search
+            .as_deref()
+            .is_some_and(|q| !q.trim().is_empty());
+        if !searching && !matches!(selection.tab, Tab::NeedsReview | Tab::PayloadConflict) {
             return Err(ConsoleError::Invalid {
-                message: "bulk actions apply to review cases (the review and conflict tabs)".into(),
+                message:
+                    "bulk actions apply to review cases (the review and conflict tabs, or a search)"
+                        .into(),
             });
         }
-        let mut query = selection.query;
-        query.limit = Some(500);
-        query.cursor = None;
-        let mut rows = vec![];
-        loop {
-            let page = self.queue(selection.tab, query.clone()).await?;
-            rows.extend(page.rows);
-            match page.next {
-                Some(next) if rows.len() <= MAX_BULK => query.cursor = Some(next),
-                _ => break,
-            }
-        }
+        // A search finds operations of any status: only those with an open case count.
+        let (mut rows, truncated) = self.rows_of(&selection, MAX_BULK).await?;
+        rows.retain(|r| r.case_id.is_some());
         let matched = rows.len() as i64;
-        let truncated = rows.len() > MAX_BULK;
-        rows.truncate(MAX_BULK);
         let now = self.store.now();
         let mut items = vec![];
         let mut refused = BTreeMap::new();

@@ -13,7 +13,7 @@ use chrono::{DateTime, FixedOffset};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use crate::{ApiResult, Console, ConsoleError, QueueQuery, QueueRow, Tab};
+use crate::{ApiResult, Console, ConsoleError, Selection};
 
 /// At most this many rows in one file.
 pub const MAX_EXPORT: usize = 100_000;
@@ -37,9 +37,9 @@ const COLUMNS: &[(&str, &str)] = &[
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct ExportRequest {
-    pub tab: Tab,
-    /// The tab's filters (cursor and limit are ignored: every matching row).
-    pub query: QueueQuery,
+    /// The tab and its filters, or a search (cursor and limit are ignored: every
+    /// matching row).
+    pub selection: Selection,
     /// Headers (`col.<key>`), statuses (`status.<code>`) and reasons or error classes
     /// (`reason.<code>`) in the operator's language.
     pub labels: BTreeMap<String, String>,
@@ -55,19 +55,7 @@ impl Console {
                 message: format!("bad UTC offset: {} minutes", req.utc_offset_minutes),
             }
         })?;
-        let mut query = req.query.clone();
-        query.limit = Some(500);
-        query.cursor = None;
-        let mut rows: Vec<QueueRow> = vec![];
-        loop {
-            let page = self.queue(req.tab, query.clone()).await?;
-            rows.extend(page.rows);
-            match page.next {
-                Some(next) if rows.len() < MAX_EXPORT => query.cursor = Some(next),
-                _ => break,
-            }
-        }
-        rows.truncate(MAX_EXPORT);
+        let (rows, _) = self.rows_of(&req.selection, MAX_EXPORT).await?;
         let label = |key: String, fallback: &str| -> String {
             req.labels
                 .get(&key)
@@ -130,10 +118,13 @@ impl Console {
     /// the file's path and the number of rows.
     pub async fn export_to(&self, dir: &Path, req: &ExportRequest) -> ApiResult<(PathBuf, usize)> {
         let (bytes, n) = self.export_csv(req).await?;
-        let tab = serde_json::to_value(req.tab)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_else(|| "queue".into());
+        let tab = match req.selection.search {
+            Some(_) => "search".to_owned(),
+            None => serde_json::to_value(req.selection.tab)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_else(|| "queue".into()),
+        };
         let stamp = self.store.now().format("%Y%m%d-%H%M%S%.3f");
         let path = dir.join(format!("leadgate-{tab}-{stamp}.csv"));
         // Names and phones: readable by the operator only, as the settings file is.

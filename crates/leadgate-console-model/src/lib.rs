@@ -383,7 +383,11 @@ impl LeadSummary {
             })
         };
         LeadSummary {
-            name: field(&["name", "fio", "full_name"]),
+            name: op
+                .contact
+                .name
+                .clone()
+                .or_else(|| field(&["name", "fio", "full_name"])),
             phone: op.contact.phone.clone().or_else(|| field(&["phone"])),
             email: op.contact.email.clone().or_else(|| field(&["email"])),
             form: field(&["form", "formname", "form_name", "formid"]),
@@ -1331,7 +1335,78 @@ pub struct SearchResults {
     pub next: Option<String>,
 }
 
+/// What a bulk action or an export covers: a queue tab with its filters, or a search
+/// (then the tab and its filters are ignored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct Selection {
+    pub tab: Tab,
+    pub query: QueueQuery,
+    #[serde(default)]
+    pub search: Option<String>,
+}
+
 impl Console {
+    /// Every row `selection` covers, in the queue's order (a search: newest first, as
+    /// queue rows whose case is the open one), at most `max`; and whether more matched.
+    pub async fn rows_of(
+        &self,
+        selection: &Selection,
+        max: usize,
+    ) -> ApiResult<(Vec<QueueRow>, bool)> {
+        let mut rows: Vec<QueueRow> = vec![];
+        match selection
+            .search
+            .as_deref()
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+        {
+            Some(q) => {
+                let mut cursor = None;
+                loop {
+                    let page = self.search(q, cursor, Some(200)).await?;
+                    rows.extend(page.rows.into_iter().map(|r| QueueRow {
+                        case_id: r.open_case_id,
+                        operation_id: Some(r.operation_id),
+                        source: r.source,
+                        status: r.status,
+                        reason: r.review_reason,
+                        since: r.updated_at,
+                        attempts: 0,
+                        crm_id: r.crm_id,
+                        note: None,
+                        lead: LeadSummary {
+                            name: r.name,
+                            phone: r.phone,
+                            email: r.email,
+                            form: None,
+                        },
+                    }));
+                    match page.next {
+                        Some(next) if rows.len() <= max => cursor = Some(next),
+                        _ => break,
+                    }
+                }
+                rows = self.with_leads(rows).await?;
+            }
+            None => {
+                let mut query = selection.query.clone();
+                query.limit = Some(500);
+                query.cursor = None;
+                loop {
+                    let page = self.queue(selection.tab, query.clone()).await?;
+                    rows.extend(page.rows);
+                    match page.next {
+                        Some(next) if rows.len() <= max => query.cursor = Some(next),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        let more = rows.len() > max;
+        rows.truncate(max);
+        Ok((rows, more))
+    }
+
     /// Operations of any status matching `query` — a key (exact or prefix), a phone in
     /// any format, an e-mail, a crm_id or the prefix of a word of the name — newest
     /// first, `limit` (default 50, at most 200) after `cursor` (the `next` of the page

@@ -366,12 +366,19 @@ pub async fn outage(store: &dyn Store, n: u32) -> Result<Vec<OperationId>> {
     for i in 1..=n {
         let at = start + TimeDelta::seconds(i as i64);
         let name = if i % 2 == 0 { "Ольга" } else { "Olga" };
-        let d = lead(
+        let phone = format!("+7916{:07}", i);
+        let mut d = lead(
             "outage",
             &format!("outage-{i}"),
-            form(20000 + i, name, &format!("+7916{:07}", i)),
+            form(20000 + i, name, &phone),
             at,
         );
+        // The contact keys intake derives from the form (normalized phone, e-mail, name).
+        d.contact = ContactKeys {
+            phone: Some(phone),
+            email: Some(format!("{}@example.com", name.to_lowercase())),
+            name: Some(name.to_owned()),
+        };
         store.record_delivery(d).await?;
         ids.push(
             attempt(store, at, |id| {

@@ -19,6 +19,7 @@ import type {
   QueueQuery,
   QueueRow,
   Range,
+  SearchResults,
   Selection,
   Settings,
   Tab,
@@ -63,6 +64,8 @@ export const api = {
   bulkProgress: (id: string) => call<BulkProgress>("bulk_progress", { id }),
   /** Writes the tab's rows as CSV; answers the file's path and the row count. */
   exportCsv: (request: ExportRequest) => call<[string, number]>("export_csv", { request }),
+  /** Operations of any status by key, phone in any format, e-mail, crm_id or name. */
+  search: (query: string, cursor: string | null) => call<SearchResults>("search", { query, cursor }),
   /** Opens a CRM page in the system browser; any other address is refused by the shell. */
   openInBrowser: async (url: string): Promise<void> => {
     try {

@@ -126,7 +126,7 @@ export type Range = "hour" | "day" | "week" | "month";
 
 export type BulkAction = "authorize_retry" | "reject" | "confirm";
 
-export type Selection = { tab: Tab, query: QueueQuery, };
+export type Selection = { tab: Tab, query: QueueQuery, search: string | null, };
 
 export type BulkItem = { case_id: number, operation_id: string, 
 /**
@@ -171,11 +171,12 @@ export type BulkSkip = { case_id: number, operation_id: string, error: ConsoleEr
 
 export type BulkProgress = { id: string, action: BulkAction, by: string, total: number, done: number, succeeded: number, skipped: Array<BulkSkip>, finished: boolean, };
 
-export type ExportRequest = { tab: Tab, 
+export type ExportRequest = { 
 /**
- * The tab's filters (cursor and limit are ignored: every matching row).
+ * The tab and its filters, or a search (cursor and limit are ignored: every
+ * matching row).
  */
-query: QueueQuery, 
+selection: Selection, 
 /**
  * Headers (`col.<key>`), statuses (`status.<code>`) and reasons or error classes
  * (`reason.<code>`) in the operator's language.

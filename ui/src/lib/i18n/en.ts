@@ -157,6 +157,13 @@ export const en = {
     allTime: "all time",
     bySource: "by source",
   },
+  search: {
+    placeholder: "Search: phone, e-mail, name, key or CRM id",
+    results: (q: string) => `Search “${q}”`,
+    kinds: { phone: "phone", email: "e-mail", text: "key, CRM id or name" } as Record<string, string>,
+    matched: "found by",
+    fields: { operation_id: "key", crm_id: "CRM id", name: "name", phone: "phone", email: "e-mail" } as Record<string, string>,
+  },
   bulk: {
     open: "Act on all…",
     title: (n: number) => `All ${n} matching cases`,

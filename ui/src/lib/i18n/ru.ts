@@ -158,6 +158,13 @@ export const ru: Strings = {
     allTime: "за всё время",
     bySource: "по источникам",
   },
+  search: {
+    placeholder: "Поиск: телефон, e-mail, имя, ключ или id в CRM",
+    results: (q: string) => `Поиск «${q}»`,
+    kinds: { phone: "телефон", email: "e-mail", text: "ключ, id в CRM или имя" } as Record<string, string>,
+    matched: "найдено по",
+    fields: { operation_id: "ключу", crm_id: "id в CRM", name: "имени", phone: "телефону", email: "e-mail" } as Record<string, string>,
+  },
   bulk: {
     open: "Действие для всех…",
     title: (n: number) => `Все подходящие кейсы: ${n}`,
