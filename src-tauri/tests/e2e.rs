@@ -285,10 +285,24 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     assert_eq!(human.actor, OPERATOR);
     assert_eq!(human.detail["comment"], "found in Bitrix24 by phone");
     text_until(c, "[data-testid=count-needs_review]", "2", |t| t == "2").await;
+    // The resolved case left the queue and its place went to the next one: `j` opens
+    // that one, it does not skip it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    el(c, "body").await.send_keys("j").await.unwrap();
+    text_until(c, "[data-testid=case-key]", "the case after the resolved one", |t| {
+        t == s.cross_channel.as_str()
+    })
+    .await;
 
-    // Link to an existing crm_id, picked from the candidates sharing the phone.
+    // Link to an existing crm_id, picked from the candidates sharing the phone: Link is
+    // then the primary action, not Confirm.
     open_row(c, s.cross_channel.as_str()).await;
     click(c, "[data-testid=pick-candidate]").await;
+    let classes = |sel: &'static str| async move {
+        el(c, sel).await.attr("class").await.unwrap().unwrap_or_default()
+    };
+    assert!(classes("[data-testid=link]").await.contains("primary"));
+    assert!(!classes("[data-testid=confirm]").await.contains("primary"));
     click(c, "[data-testid=link]").await;
     el(c, "[data-testid=op-status][data-status=completed]").await;
     let o = op(db, &s.cross_channel).await;

@@ -183,6 +183,8 @@ export const ru: Strings = {
     close: "Закрыть",
     nothing: "Делать нечего: действие не применимо ни к одному из этих кейсов.",
   },
+  connectorPaused: "приостановлен",
+  connectorActive: "работает",
   exportCsv: "Экспорт в CSV",
   exported: (n: number, path: string) => `Строк: ${n}, сохранено в ${path}`,
   pausedBanner: (name: string, reason: string) => `Коннектор CRM ${name} приостановлен (${reason}). Новые лиды ждут, в CRM ничего не отправляется, пока его не возобновят: сначала устраните причину (например, обновите токен), затем возобновите.`,
