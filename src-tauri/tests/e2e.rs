@@ -289,9 +289,12 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     // that one, it does not skip it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     el(c, "body").await.send_keys("j").await.unwrap();
-    text_until(c, "[data-testid=case-key]", "the case after the resolved one", |t| {
-        t == s.cross_channel.as_str()
-    })
+    text_until(
+        c,
+        "[data-testid=case-key]",
+        "the case after the resolved one",
+        |t| t == s.cross_channel.as_str(),
+    )
     .await;
 
     // Link to an existing crm_id, picked from the candidates sharing the phone: Link is
@@ -299,7 +302,12 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     open_row(c, s.cross_channel.as_str()).await;
     click(c, "[data-testid=pick-candidate]").await;
     let classes = |sel: &'static str| async move {
-        el(c, sel).await.attr("class").await.unwrap().unwrap_or_default()
+        el(c, sel)
+            .await
+            .attr("class")
+            .await
+            .unwrap()
+            .unwrap_or_default()
     };
     assert!(classes("[data-testid=link]").await.contains("primary"));
     assert!(!classes("[data-testid=confirm]").await.contains("primary"));
