@@ -121,7 +121,7 @@ pub async fn dashboard(state: S<'_>, range: Range) -> ApiResult<Dashboard> {
 }
 
 /// Shows a desktop notification and records it on the timeline of the operations it is
-/// about (`what`: `review_opened`, `connector_paused`).
+/// about (`what`: `review_opened`, `connector_paused`); clicking it opens `open`.
 #[tauri::command]
 pub async fn notify(
     app: tauri::AppHandle,
@@ -130,8 +130,9 @@ pub async fn notify(
     body: String,
     what: String,
     operation_ids: Vec<String>,
+    open: Option<crate::OpenTarget>,
 ) -> ApiResult<()> {
-    crate::notify(&app, &title, &body);
+    crate::notify(&app, &title, &body, open);
     state
         .console()
         .await?

@@ -3,13 +3,76 @@
 mod commands;
 
 use leadgate_console_model::ConsoleState;
+use serde::{Deserialize, Serialize};
 use tauri::{Emitter, Manager};
-use tauri_plugin_notification::NotificationExt;
 
-/// A desktop notification. Without a notification daemon (CI) the plugin returns at once.
-pub fn notify(app: &tauri::AppHandle, title: &str, body: &str) {
-    if let Err(e) = app.notification().builder().title(title).body(body).show() {
-        eprintln!("notification not shown: {e}");
+/// What clicking a desktop notification opens: the window gets it back as a
+/// `leadgate://open` event (`{"case": {...}}` or `{"tab": "connectors"}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenTarget {
+    Case {
+        operation_id: String,
+        case_id: Option<i64>,
+    },
+    Tab(String),
+}
+
+/// A desktop notification; a click on it brings the window to the front and opens `open`.
+/// Without a notification daemon (CI) it only logs that nothing was shown.
+///
+/// On Linux it goes straight through notify-rust (D-Bus `org.freedesktop.Notifications`)
+/// with a default action, waited for on a thread of its own: tauri-plugin-notification
+/// has no click events on the Linux desktop. Elsewhere the plugin shows it.
+pub fn notify(app: &tauri::AppHandle, title: &str, body: &str, open: Option<OpenTarget>) {
+    #[cfg(target_os = "linux")]
+    {
+        let (app, title, body) = (app.clone(), title.to_owned(), body.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("notification".into())
+            .spawn(move || {
+                let shown = notify_rust::Notification::new()
+                    .appname("Leadgate")
+                    .summary(&title)
+                    .body(&body)
+                    .action("default", "Open")
+                    .show();
+                match shown {
+                    // Returns once the notification is clicked, dismissed or expires.
+                    Ok(handle) => handle.wait_for_action(|action| {
+                        if action == "default" {
+                            bring_to_front(&app, open);
+                        }
+                    }),
+                    Err(e) => eprintln!("notification not shown: {e}"),
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("notification not shown: {e}");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use tauri_plugin_notification::NotificationExt;
+        let _ = open;
+        if let Err(e) = app.notification().builder().title(title).body(body).show() {
+            eprintln!("notification not shown: {e}");
+        }
+    }
+}
+
+/// Shows and focuses the main window and tells it what to open.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn bring_to_front(app: &tauri::AppHandle, open: Option<OpenTarget>) {
+    if let Some(w) = app.get_webview_window("main") {
+        let _ = w.unminimize();
+        let _ = w.show();
+        let _ = w.set_focus();
+    }
+    if let Some(target) = open {
+        if let Err(e) = app.emit("leadgate://open", target) {
+            eprintln!("notification click not delivered: {e}");
+        }
     }
 }
 
@@ -112,7 +175,7 @@ pub fn run() {
 
 #[cfg(test)]
 mod tests {
-    use super::database_url_from;
+    use super::{database_url_from, OpenTarget};
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
@@ -128,5 +191,19 @@ mod tests {
             database_url_from(args(&["-x", "--database-url=postgres://h/db"])).as_deref(),
             Some("postgres://h/db")
         );
+    }
+
+    #[test]
+    fn what_a_click_opens_is_what_the_window_listens_for() {
+        let case = OpenTarget::Case {
+            operation_id: "tilda:1".into(),
+            case_id: Some(7),
+        };
+        assert_eq!(
+            serde_json::to_value(&case).unwrap(),
+            serde_json::json!({"case": {"operation_id": "tilda:1", "case_id": 7}})
+        );
+        let tab: OpenTarget = serde_json::from_str(r#"{"tab": "connectors"}"#).unwrap();
+        assert_eq!(tab, OpenTarget::Tab("connectors".into()));
     }
 }

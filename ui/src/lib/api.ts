@@ -1,6 +1,7 @@
-// The one module that calls `invoke`: every command, typed with the generated bindings
-// (and the opener plugin, scoped by the shell to the CRM's own address).
+// The one module that talks to Tauri: every command, typed with the generated bindings,
+// the shell's events, and the opener plugin (scoped by the shell to the CRM's own address).
 import { invoke } from "@tauri-apps/api/core";
+import { listen, type UnlistenFn } from "@tauri-apps/api/event";
 import { openUrl } from "@tauri-apps/plugin-opener";
 import type {
   ActionOutcome,
@@ -25,6 +26,9 @@ import type {
   Tab,
   TabCounts,
 } from "./bindings";
+
+/** What clicking a desktop notification opens; the shell sends it back as `leadgate://open`. */
+export type OpenTarget = { case: { operation_id: string; case_id: number | null } } | { tab: Tab };
 
 async function call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
   try {
@@ -54,9 +58,15 @@ export const api = {
   connectors: () => call<ConnectorView[]>("connectors"),
   casesAfter: (after: number | null) => call<QueueRow[]>("cases_after", { after }),
   dashboard: (range: Range) => call<Dashboard>("dashboard", { range }),
-  /** A desktop notification, recorded on the timeline of the operations it is about. */
-  notify: (title: string, body: string, what: string, operationIds: string[]) =>
-    call<null>("notify", { title, body, what, operationIds }),
+  /** A desktop notification, recorded on the timeline of the operations it is about;
+   *  clicking it brings the window to the front and sends `open` to `onOpen`. */
+  notify: (title: string, body: string, what: string, operationIds: string[], open: OpenTarget | null) =>
+    call<null>("notify", { title, body, what, operationIds, open }),
+  /** The database changed (PostgreSQL pushes it). */
+  onRefresh: (handler: () => void): Promise<UnlistenFn> => listen("leadgate://refresh", () => handler()),
+  /** A desktop notification was clicked. */
+  onOpen: (handler: (target: OpenTarget) => void): Promise<UnlistenFn> =>
+    listen<OpenTarget>("leadgate://open", (e) => handler(e.payload)),
   /** What a bulk action would do to every case the tab's filters select. */
   bulkPreview: (selection: Selection, action: BulkAction) => call<BulkPreview>("bulk_preview", { selection, action }),
   /** Starts it in the background; answers the run's id. */
