@@ -3,6 +3,9 @@
 //! authorize-one-retry / keep-original / resume-connector, each checked on screen and in
 //! the database. Saves the README's screenshots to docs/screenshots/.
 //!
+//! The third test clicks desktop notifications: a private D-Bus session bus with a fake
+//! notification server (tests/fake_notifications.py) stands in for the desktop.
+//!
 //! Run by `make e2e` (which builds the UI first and provides a display with Xvfb):
 //! `cargo test -p leadgate-console --features e2e --test e2e`.
 
@@ -44,11 +47,12 @@ fn start_driver(settings: &Path, env: &[(&str, String)]) -> Driver {
     let child =
         Command::new(std::env::var("TAURI_DRIVER").unwrap_or_else(|_| "tauri-driver".into()))
             .args(["--port", &DRIVER_PORT.to_string(), "--native-port", "4445"])
+            // No session bus unless a test brings its own (`env` comes last).
+            .env("DBUS_SESSION_BUS_ADDRESS", "disabled:")
+            .env("NO_AT_BRIDGE", "1")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("LEADGATE_CONSOLE_SETTINGS", settings)
             .env_remove("LEADGATE_DATABASE_URL")
-            .env("DBUS_SESSION_BUS_ADDRESS", "disabled:")
-            .env("NO_AT_BRIDGE", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -843,4 +847,272 @@ async fn all_day(
         "queue and case keep their room: {layout}"
     );
     shot(c, "minimum-size.png").await;
+}
+
+/// A child process stopped with SIGTERM when dropped.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// The first line a child prints.
+fn first_line(child: &mut Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_owned()
+}
+
+/// A private session bus (no service activation: only what the test starts is on it).
+fn session_bus(dir: &Path) -> (Stopped, String) {
+    let config = dir.join("bus.conf");
+    std::fs::write(
+        &config,
+        format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>"#,
+            dir.join("bus").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new("dbus-daemon")
+        .arg(format!("--config-file={}", config.display()))
+        .args(["--nofork", "--print-address=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dbus-daemon (Debian: dbus-daemon)");
+    let address = first_line(&mut child);
+    assert!(address.starts_with("unix:"), "bus address: {address:?}");
+    (Stopped(child), address)
+}
+
+/// One notification as the fake server received it.
+#[derive(Debug, serde::Deserialize)]
+struct Shown {
+    id: u32,
+    summary: String,
+    body: String,
+    actions: Vec<String>,
+}
+
+/// tests/fake_notifications.py serving org.freedesktop.Notifications on `bus`.
+struct FakeNotifications {
+    _child: Stopped,
+    log: PathBuf,
+    bus: String,
+}
+
+const FAKE_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_notifications.py");
+
+/// Debian's python3, which has python3-dbus and python3-gi (not a pyenv one first on PATH).
+fn python() -> String {
+    std::env::var("LEADGATE_E2E_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into())
+}
+
+impl FakeNotifications {
+    fn start(dir: &Path, bus: &str) -> Self {
+        let log = dir.join("notifications.jsonl");
+        let mut child = Command::new(python())
+            .args([FAKE_SERVER, "serve"])
+            .arg(&log)
+            .env("DBUS_SESSION_BUS_ADDRESS", bus)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 with python3-dbus and python3-gi");
+        assert_eq!(
+            first_line(&mut child),
+            "ready",
+            "the fake notification server"
+        );
+        FakeNotifications {
+            _child: Stopped(child),
+            log,
+            bus: bus.to_owned(),
+        }
+    }
+
+    fn shown(&self) -> Vec<Shown> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The notifications titled `summary`, once there are at least `n` of them.
+    async fn wait_for(&self, summary: &str, n: usize) -> Vec<Shown> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let shown: Vec<Shown> = self
+                .shown()
+                .into_iter()
+                .filter(|s| s.summary == summary)
+                .collect();
+            if shown.len() >= n {
+                return shown;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no notification `{summary}`; shown: {:?}",
+                self.shown()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The operator clicks the notification: ActionInvoked(id, "default").
+    async fn click(&self, n: &Shown) {
+        assert!(
+            n.actions.chunks(2).any(|a| a[0] == "default"),
+            "a default action: {n:?}"
+        );
+        // The console subscribes to the answer right after Notify returns.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let ok = Command::new(python())
+            .args([FAKE_SERVER, "invoke", &n.id.to_string(), "default"])
+            .env("DBUS_SESSION_BUS_ADDRESS", &self.bus)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "invoke {}", n.id);
+    }
+}
+
+/// The lead's own data must not reach a notification: the screen may be shared or locked.
+fn assert_no_personal_data(n: &Shown, lead: &[&str]) {
+    for text in [&n.summary, &n.body] {
+        for x in lead {
+            assert!(!text.contains(x), "`{x}` in a notification: {n:?}");
+        }
+    }
+}
+
+/// Clicking a desktop notification: "New review case" brings the window to the front on
+/// the newest of the new cases; "CRM connector paused" on the Connectors tab.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_on_a_notification_opens_the_new_case_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let db = store::connect(&url).await.unwrap();
+    leadgate_testkit::seed::seed(&*db).await.unwrap();
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url, "operator": OPERATOR}).to_string(),
+    )
+    .unwrap();
+    let (_bus, address) = session_bus(dir.path());
+    let server = FakeNotifications::start(dir.path(), &address);
+    let _driver = start_driver(&settings, &[("DBUS_SESSION_BUS_ADDRESS", address)]);
+    let c = connect_client().await;
+    let steps = tokio::spawn({
+        let c = c.clone();
+        async move { click_through(&c, &*db, &server).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn click_through(c: &Client, db: &dyn Store, server: &FakeNotifications) {
+    text_until(c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
+    // The operator is elsewhere: on the dashboard.
+    click(c, "[data-testid=nav-dashboard]").await;
+    el(c, "[data-testid=m-unique]").await;
+
+    // Two late duplicates arrive together (one SQLite poll, 3 s): one notification, and a
+    // click on it opens the newer.
+    let leads = [
+        ("notify-1", "Vera", "+79991112233", "vera@example.com"),
+        ("notify-2", "Boris", "+79995556677", "boris@example.com"),
+    ];
+    for (key, name, phone, email) in leads {
+        let mut d = leadgate_testkit::seed::lead(
+            "tilda",
+            key,
+            json!({"name": name, "phone": phone, "email": email}),
+            store::now(),
+        );
+        d.review = Some(ReviewReason::LateDuplicate);
+        db.record_delivery(d).await.unwrap();
+    }
+    let newest = OperationId::new("tilda", "notify-2").unwrap();
+    let shown = server.wait_for("New review case", 1).await;
+    // Both in one poll is the rule; should a poll fall between the two inserts, the last
+    // notification is the one about the newer lead alone.
+    let last = shown.last().unwrap();
+    if shown.len() == 1 {
+        assert_eq!(last.body, "2 × late duplicate · tilda", "{last:?}");
+    }
+    let personal = [
+        "Vera",
+        "Boris",
+        "+7999",
+        "79991112233",
+        "79995556677",
+        "@example.com",
+    ];
+    for n in &shown {
+        assert_no_personal_data(n, &personal);
+    }
+    server.click(last).await;
+    text_until(c, "[data-testid=case-key]", "the newest new case", |t| {
+        t == newest.as_str()
+    })
+    .await;
+    el(
+        c,
+        &format!("[data-testid=queue-row][data-operation='{newest}'].open"),
+    )
+    .await;
+    // The notification stays on the timeline of both operations it was about.
+    for key in ["notify-1", "notify-2"] {
+        let id = OperationId::new("tilda", key).unwrap();
+        let notes = db
+            .timeline(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == "notification" && e.detail["what"] == "review_opened")
+            .count();
+        assert_eq!(notes, 1, "{id}");
+    }
+    shot(c, "notification-click.png").await;
+
+    // A connector pauses while the operator works on that case: the click opens the
+    // Connectors tab.
+    db.pause_connector("amocrm", "auth: invalid_grant", "worker:1", store::now())
+        .await
+        .unwrap();
+    let paused = server.wait_for("CRM connector paused", 1).await;
+    assert_eq!(paused.len(), 1, "{paused:?}");
+    assert!(paused[0].body.contains("amocrm"), "{:?}", paused[0]);
+    server.click(&paused[0]).await;
+    el(c, "[data-testid=tab-connectors].active").await;
+    el(
+        c,
+        "[data-testid=connector-row][data-operation=amocrm] [data-testid=resume]",
+    )
+    .await;
 }
