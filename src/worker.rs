@@ -270,8 +270,11 @@ impl Worker {
         weighed.remove(0)
     }
 
-    /// [`weigh`](Worker::weigh) for the outcomes of one request (a batch): the request
-    /// is one call for the connector's health.
+    /// [`weigh`](Worker::weigh) for the outcomes of one request (a batch). A request
+    /// that failed as a whole counts once per lead it carried, up to the breaker's
+    /// threshold: fifty leads refused at once are as much evidence of an outage as fifty
+    /// single refusals, and a lead must not spend an attempt on each of the requests it
+    /// would otherwise take to open the breaker. An answered request is one answer.
     async fn weigh_all(
         &self,
         failed: Option<ErrorClass>,
@@ -281,11 +284,20 @@ impl Worker {
         let now = self.store.now();
         match failed {
             Some(class) if counts_against_connector(class) => {
-                match self
-                    .store
-                    .connector_failed(connector, &self.settings.outage, now)
-                    .await
-                {
+                let times = outcomes
+                    .len()
+                    .clamp(1, self.settings.outage.after_failures.max(1) as usize);
+                let mut recorded = Ok(None);
+                for _ in 0..times {
+                    recorded = self
+                        .store
+                        .connector_failed(connector, &self.settings.outage, now)
+                        .await;
+                    if !matches!(recorded, Ok(None)) {
+                        break;
+                    }
+                }
+                match recorded {
                     Ok(outage) => outcomes
                         .into_iter()
                         .map(|o| during_outage(o, outage, self.settings.outage.limit, now))
