@@ -463,11 +463,7 @@ async fn push_faults(
     State(state): State<AppState>,
     Json(rules): Json<Vec<FaultRule<Fault>>>,
 ) -> Json<Value> {
-    let queued = rules.len();
-    for rule in rules {
-        state.shared.faults.push(rule);
-    }
-    Json(json!({"queued": queued, "pending": state.shared.faults.pending()}))
+    Json(state.shared.faults.push_all(rules))
 }
 
 async fn update_settings(

@@ -124,6 +124,19 @@ impl<F: Clone> FaultQueue<F> {
         lock(&self.queued).clone()
     }
 
+    /// Queues every rule of a control request (`POST /_fake/faults`) and answers what
+    /// each fake's control API answers: how many were queued and what is pending now.
+    pub fn push_all(&self, rules: Vec<FaultRule<F>>) -> serde_json::Value
+    where
+        F: serde::Serialize,
+    {
+        let queued = rules.len();
+        for rule in rules {
+            self.push(rule);
+        }
+        serde_json::json!({"queued": queued, "pending": self.pending()})
+    }
+
     /// Drops the queued faults; the `always` faults stay (they are configuration).
     pub fn clear(&self) {
         lock(&self.queued).clear();
