@@ -162,6 +162,27 @@ async fn open_row(c: &Client, operation: &str) {
     text_until(c, "[data-testid=case-key]", operation, |t| t == operation).await;
 }
 
+/// Picks `value` in the `<select>` at `selector`.
+async fn choose(c: &Client, selector: &str, value: &str) {
+    el(c, selector).await.select_by_value(value).await.unwrap();
+}
+
+/// Another operator, in another console, authorizes a retry on `case` first.
+async fn ivan_grants_a_retry(console: &Console, case: &leadgate::store::ReviewCase) {
+    console
+        .act(
+            "Ivan",
+            ActionRequest {
+                case_id: case.id,
+                expected_version: case.version,
+                comment: None,
+                action: Action::AuthorizeRetry,
+            },
+        )
+        .await
+        .unwrap();
+}
+
 async fn tab(c: &Client, name: &str) {
     click(c, &format!("[data-testid=tab-{name}]")).await;
 }
@@ -355,18 +376,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     })
     .await;
     el(c, "[data-testid=authorize]").await;
-    console
-        .act(
-            "Ivan",
-            ActionRequest {
-                case_id: case.id,
-                expected_version: case.version,
-                comment: None,
-                action: Action::AuthorizeRetry,
-            },
-        )
-        .await
-        .unwrap();
+    ivan_grants_a_retry(&console, &case).await;
     click(c, "[data-testid=authorize]").await;
     click(c, "[data-testid=authorize-dialog-yes]").await;
     text_until(
@@ -478,11 +488,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     shot(c, "dashboard.png").await;
 
     // Russian, remembered in the settings.
-    el(c, "select[data-testid=language]")
-        .await
-        .select_by_value("ru")
-        .await
-        .unwrap();
+    choose(c, "select[data-testid=language]", "ru").await;
     click(c, "[data-testid=nav-queue]").await;
     text_until(c, "[data-testid=tab-needs_review]", "Russian tabs", |t| {
         t.starts_with("На разборе")
@@ -634,11 +640,7 @@ async fn all_day(
         |t| t.starts_with("Delivery") && t.ends_with("new operation"),
     )
     .await;
-    el(c, "select[data-testid=language]")
-        .await
-        .select_by_value("ru")
-        .await
-        .unwrap();
+    choose(c, "select[data-testid=language]", "ru").await;
     text_until(
         c,
         "[data-testid=timeline] [data-kind=delivery] [data-testid=event-sentence]",
@@ -662,11 +664,7 @@ async fn all_day(
     })
     .await;
     shot(c, "case-timeline-ru.png").await;
-    el(c, "select[data-testid=language]")
-        .await
-        .select_by_value("en")
-        .await
-        .unwrap();
+    choose(c, "select[data-testid=language]", "en").await;
 
     // Find in CRM before deciding: the system browser opens the portal's list searched
     // for the lead's phone. Any other address is refused by the opener's scope.
@@ -705,17 +703,9 @@ async fn all_day(
     el(c, "body").await.send_keys("\u{E00C}").await.unwrap();
 
     // Bulk: every retries_exhausted case of the outage, one retry each.
-    el(c, "select[aria-label='Reason']")
-        .await
-        .select_by_value("retries_exhausted")
-        .await
-        .unwrap();
+    choose(c, "select[aria-label='Reason']", "retries_exhausted").await;
     click(c, "[data-testid=bulk-open]").await;
-    el(c, "select[data-testid=bulk-action]")
-        .await
-        .select_by_value("authorize_retry")
-        .await
-        .unwrap();
+    choose(c, "select[data-testid=bulk-action]", "authorize_retry").await;
     click(c, "[data-testid=bulk-preview]").await;
     text_until(c, "[data-testid=bulk-applies]", "50 applicable", |t| {
         t.contains("50")
@@ -729,18 +719,7 @@ async fn all_day(
     // Meanwhile another operator resolves one of them alone.
     let console = Console::open(url).await.unwrap();
     let case = db.cases_of(&outage[17]).await.unwrap().pop().unwrap();
-    console
-        .act(
-            "Ivan",
-            ActionRequest {
-                case_id: case.id,
-                expected_version: case.version,
-                comment: None,
-                action: Action::AuthorizeRetry,
-            },
-        )
-        .await
-        .unwrap();
+    ivan_grants_a_retry(&console, &case).await;
     el(c, "[data-testid=bulk-comment]")
         .await
         .send_keys("Bitrix24 outage of the morning is over")
@@ -789,11 +768,7 @@ async fn all_day(
     )
     .await
     .unwrap();
-    el(c, "select[aria-label='Reason']")
-        .await
-        .select_by_value("")
-        .await
-        .unwrap();
+    choose(c, "select[aria-label='Reason']", "").await;
     text_until(c, "[data-testid=count-needs_review]", "1", |t| t == "1").await;
     click(c, "[data-testid=export]").await;
     let flash = text_until(c, "[data-testid=flash]", "where the file went", |t| {
