@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use leadgate::domain::rules::{bulk_allowed, check_comment, decide};
-use leadgate::domain::{HumanAction, OperationId, Resolution};
+use leadgate::domain::{HumanAction, Resolution};
 use leadgate::store::{Bulk, Resolve, Store};
 
 use crate::{ApiResult, Console, ConsoleError, Selection, Tab};
@@ -161,21 +161,14 @@ impl Console {
         let now = self.store.now();
         let mut items = vec![];
         let mut refused = BTreeMap::new();
+        // The operations in one query; each case read on its own (it may have been
+        // resolved since the list was read).
+        let ops = self.operations_of(&rows).await?;
         for row in rows {
             let (Some(case_id), Some(op_id)) = (row.case_id, row.operation_id) else {
                 continue;
             };
-            let id = OperationId::try_from(op_id.clone()).map_err(|e| ConsoleError::Failed {
-                message: e.to_string(),
-            })?;
-            let (Some(op), Some(case)) = (
-                self.store.operation(&id).await?,
-                self.store
-                    .cases_of(&id)
-                    .await?
-                    .into_iter()
-                    .find(|c| c.id == case_id),
-            ) else {
+            let (Some(op), Some(case)) = (ops.get(&op_id), self.store.case(case_id).await?) else {
                 continue;
             };
             let crm_id = op.crm_id.clone();

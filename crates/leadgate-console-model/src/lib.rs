@@ -880,20 +880,28 @@ impl Console {
         }
     }
 
-    /// Fills each row's lead from its operation (one query for the page).
-    async fn with_leads(&self, mut rows: Vec<QueueRow>) -> ApiResult<Vec<QueueRow>> {
+    /// The operations of `rows`, by key, in one query.
+    pub(crate) async fn operations_of(
+        &self,
+        rows: &[QueueRow],
+    ) -> ApiResult<BTreeMap<String, Operation>> {
         let ids: Vec<OperationId> = rows
             .iter()
             .filter_map(|r| r.operation_id.clone())
             .filter_map(|id| OperationId::try_from(id).ok())
             .collect();
-        let ops: BTreeMap<String, Operation> = self
+        Ok(self
             .store
             .operations(&ids)
             .await?
             .into_iter()
             .map(|o| (o.operation_id.to_string(), o))
-            .collect();
+            .collect())
+    }
+
+    /// Fills each row's lead from its operation (one query for the page).
+    async fn with_leads(&self, mut rows: Vec<QueueRow>) -> ApiResult<Vec<QueueRow>> {
+        let ops = self.operations_of(&rows).await?;
         for r in &mut rows {
             if let Some(op) = r.operation_id.as_ref().and_then(|id| ops.get(id)) {
                 r.lead = LeadSummary::of(op);
@@ -1201,20 +1209,22 @@ fn op_row(o: Operation, since: impl Fn(&Operation) -> DateTime<Utc>) -> QueueRow
 /// percent-encoded — the id is the CRM's (or a person's) text, so it must stay one path
 /// segment or query value and never add a scheme, host or path of its own.
 pub fn crm_url(template: &str, crm_id: &str) -> Option<String> {
-    (!template.is_empty()).then(|| {
-        template.replace(
-            "{id}",
-            &percent_encoding::utf8_percent_encode(crm_id, percent_encoding::NON_ALPHANUMERIC)
-                .to_string(),
-        )
-    })
+    (!template.is_empty()).then(|| fill(template, "{id}", crm_id))
 }
 
 /// The CRM's search page: `{q}` replaced by the query, percent-encoded as one value.
 pub fn crm_search_url(template: &str, q: &str) -> String {
+    fill(template, "{q}", q)
+}
+
+/// `template` with `placeholder` replaced by `value`, every non-alphanumeric byte
+/// percent-encoded: a value from the CRM, a person or a web form stays one path segment or
+/// query value.
+fn fill(template: &str, placeholder: &str, value: &str) -> String {
     template.replace(
-        "{q}",
-        &percent_encoding::utf8_percent_encode(q, percent_encoding::NON_ALPHANUMERIC).to_string(),
+        placeholder,
+        &percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC)
+            .to_string(),
     )
 }
 
