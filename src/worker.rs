@@ -23,6 +23,7 @@ pub use crate::attempt::WorkerSettings;
 use crate::attempt::{cut_off, exchange_events, finish_attempt};
 
 mod batch;
+mod update;
 
 #[derive(Clone)]
 pub struct Worker {
@@ -107,7 +108,10 @@ impl Worker {
             );
         } else if self.crm.batch_limit() > 1 {
             // Waiting work goes out in batches; an outage's probe is one lead.
-            return self.drain().await;
+            if self.drain().await? {
+                return Ok(true);
+            }
+            return self.update_step().await;
         }
         let claim = self
             .store
@@ -119,6 +123,11 @@ impl Worker {
             )
             .await?;
         let Some(claim) = claim else {
+            // Updates a person asked for go out when no create is waiting (and never as
+            // an outage's probe).
+            if gate == Gate::Open {
+                return self.update_step().await;
+            }
             return Ok(false);
         };
         match self.attempt(&claim).await {

@@ -38,7 +38,7 @@ use serde_json::{json, Map, Value};
 use super::rate::{self, RateLimiter};
 use super::{
     classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
-    Exchange, Lead, Lookup,
+    Exchange, Lead, LeadChanges, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::{self, CrmToken, Store};
@@ -58,6 +58,10 @@ const COOL_DOWN: Duration = Duration::from_secs(1);
 const MAX_HOLD: Duration = Duration::from_secs(5);
 
 const CREATE: &str = "POST /api/v4/leads/complex";
+const UPDATE_LEAD: &str = "PATCH /api/v4/leads/{id}";
+const GET_LEAD: &str = "GET /api/v4/leads/{id}?with=contacts";
+const GET_CONTACT: &str = "GET /api/v4/contacts/{id}";
+const UPDATE_CONTACT: &str = "PATCH /api/v4/contacts/{id}";
 const SEARCH: &str = "GET /api/v4/leads";
 const REFRESH: &str = "POST /oauth2/access_token";
 /// An access token is refreshed this long before it expires at most (less for
@@ -1129,6 +1133,86 @@ impl Crm for AmoCrm {
             .collect())
     }
 
+    /// The lead's name with `PATCH /api/v4/leads/{id}`; its contact's name, phone and
+    /// e-mail with `PATCH /api/v4/contacts/{id}` of its main contact (read first, so its
+    /// numbers and addresses stay beside the new one). A comment has no field here: the
+    /// create does not send one either.
+    async fn update(
+        &self,
+        crm_id: &str,
+        later: &Lead,
+        changes: &LeadChanges,
+    ) -> (Result<(), CrmError>, Exchange) {
+        let redact = later.contact_values();
+        let mut steps = Vec::new();
+        let mut sent = Vec::new();
+        let result = async {
+            if !crm_id.bytes().all(|b| b.is_ascii_digit()) || crm_id.is_empty() {
+                return Err(CrmError::new(
+                    ErrorClass::Validation,
+                    format!("{CONNECTOR}: `{crm_id}` is not a lead id"),
+                ));
+            }
+            if let Some(title) = &changes.title {
+                let req = self
+                    .client
+                    .patch(format!("{}/api/v4/leads/{crm_id}", self.base))
+                    .json(&json!({"name": title}));
+                self.update_step(UPDATE_LEAD, req, &redact, &mut steps)
+                    .await?;
+                sent.push("title");
+            }
+            if changes.name.is_none() && changes.phone.is_none() && changes.email.is_none() {
+                return Ok(());
+            }
+            let Some(contact_id) = self.main_contact(crm_id, &redact, &mut steps).await? else {
+                return Err(CrmError::new(
+                    ErrorClass::Validation,
+                    format!("{CONNECTOR}: lead {crm_id} has no contact to update"),
+                ));
+            };
+            let url = format!("{}/api/v4/contacts/{contact_id}", self.base);
+            let contact = self
+                .update_step(GET_CONTACT, self.client.get(&url), &redact, &mut steps)
+                .await?;
+            let mut body = Map::new();
+            if let Some(name) = &changes.name {
+                body.insert("first_name".into(), json!(name));
+                sent.push("name");
+            }
+            let mut fields = Vec::new();
+            if let Some(phone) = &changes.phone {
+                fields.push(with_value_first(&contact, "PHONE", phone));
+                sent.push("phone");
+            }
+            if let Some(email) = &changes.email {
+                fields.push(with_value_first(&contact, "EMAIL", email));
+                sent.push("email");
+            }
+            if !fields.is_empty() {
+                body.insert("custom_fields_values".into(), Value::Array(fields));
+            }
+            let req = self.client.patch(&url).json(&Value::Object(body));
+            self.update_step(UPDATE_CONTACT, req, &redact, &mut steps)
+                .await
+                .map(|_| ())
+        }
+        .await;
+        let ignored: Vec<&str> = changes
+            .fields()
+            .into_iter()
+            .filter(|f| *f == "comment")
+            .collect();
+        (
+            result,
+            Exchange {
+                request: json!({"connector": CONNECTOR, "method": "update", "id": crm_id,
+                                "fields": sent, "not_sent": ignored}),
+                response: json!({"steps": steps}),
+            },
+        )
+    }
+
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {
         let request = json!({
             "connector": CONNECTOR,
@@ -1205,6 +1289,87 @@ impl Crm for AmoCrm {
             },
         )
     }
+}
+
+impl AmoCrm {
+    /// One step of an update: a JSON answer of `request`, or its classified failure.
+    async fn update_step(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+        redact: &[&str],
+        steps: &mut Vec<Value>,
+    ) -> Result<Value, CrmError> {
+        let mut summary = Map::new();
+        summary.insert("method".into(), json!(what));
+        let result = self
+            .call(what, request, redact, &mut summary)
+            .await
+            .and_then(|(status, bytes)| {
+                if status == StatusCode::NO_CONTENT || bytes.iter().all(u8::is_ascii_whitespace) {
+                    // A lead or contact that is gone answers 204 (or 404).
+                    return Err(CrmError::new(
+                        ErrorClass::Validation,
+                        format!("{CONNECTOR} {what}: the entity is not in the account"),
+                    ));
+                }
+                serde_json::from_slice(&bytes).map_err(|_| {
+                    CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!("{CONNECTOR} {what}: the answer is not JSON"),
+                    )
+                })
+            });
+        if let Err(e) = &result {
+            if !summary.contains_key("class") {
+                note_error(&mut summary, e);
+            }
+        }
+        steps.push(Value::Object(summary));
+        result
+    }
+
+    /// The lead's main contact id (`?with=contacts`), if it has one.
+    async fn main_contact(
+        &self,
+        crm_id: &str,
+        redact: &[&str],
+        steps: &mut Vec<Value>,
+    ) -> Result<Option<String>, CrmError> {
+        let url = format!("{}/api/v4/leads/{crm_id}?with=contacts", self.base);
+        let lead = self
+            .update_step(GET_LEAD, self.client.get(url), redact, steps)
+            .await?;
+        let contacts = lead
+            .pointer("/_embedded/contacts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let main = contacts
+            .iter()
+            .find(|c| c.get("is_main").and_then(Value::as_bool) == Some(true))
+            .or_else(|| contacts.first());
+        Ok(main.and_then(|c| c.get("id")).and_then(id_of))
+    }
+}
+
+/// A contact's `custom_fields_values` with `value` first in the field `code` (PHONE or
+/// EMAIL) and the values it had kept after it: amoCRM replaces a field's values with the
+/// list it is sent, so the old number stays only if it is sent again.
+fn with_value_first(contact: &Value, code: &str, value: &str) -> Value {
+    let old: Vec<Value> = contact
+        .get("custom_fields_values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|f| f.get("field_code").and_then(Value::as_str) == Some(code))
+        .flat_map(|f| f.get("values").and_then(Value::as_array).cloned().unwrap_or_default())
+        .filter(|v| v.get("value").and_then(Value::as_str) != Some(value))
+        .map(|v| json!({"value": v.get("value"), "enum_code": v.get("enum_code").cloned().unwrap_or(json!("WORK"))}))
+        .collect();
+    let mut values = vec![json!({"value": value, "enum_code": "WORK"})];
+    values.extend(old);
+    json!({"field_code": code, "values": values})
 }
 
 /// For `fuzz/`: one amoCRM answer through the adapter's parsing (an error answer and a

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::rate::RateLimiter;
 use super::{
     classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
-    Exchange, Lead, Lookup,
+    Exchange, Lead, LeadChanges, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::Store;
@@ -63,6 +63,20 @@ impl Entity {
         match self {
             Entity::Lead => "crm.lead.add",
             Entity::Deal => "crm.deal.add",
+        }
+    }
+
+    fn get_method(self) -> &'static str {
+        match self {
+            Entity::Lead => "crm.lead.get",
+            Entity::Deal => "crm.deal.get",
+        }
+    }
+
+    fn update_method(self) -> &'static str {
+        match self {
+            Entity::Lead => "crm.lead.update",
+            Entity::Deal => "crm.deal.update",
         }
     }
 
@@ -208,17 +222,55 @@ impl Bitrix24 {
                 }
             }
             Entity::Deal => {
-                let lines: Vec<String> = [
-                    ("Name", &lead.name),
-                    ("Phone", &lead.phone),
-                    ("Email", &lead.email),
-                    ("Comment", &lead.comment),
+                if let Some(comments) = deal_comments(lead) {
+                    fields.insert("COMMENTS".into(), json!(comments));
+                }
+            }
+        }
+        Value::Object(fields)
+    }
+
+    /// The `fields` of an update call: the changed values only. A phone or e-mail is
+    /// sent without an `ID`, so Bitrix24 adds it beside the entity's others (none is
+    /// lost); a deal's COMMENTS, which carry its contact data, are written again from
+    /// `later` when any of it changed.
+    fn update_fields(&self, later: &Lead, changes: &LeadChanges) -> Value {
+        let mut fields = serde_json::Map::new();
+        if let Some(title) = &changes.title {
+            fields.insert("TITLE".into(), json!(title));
+        }
+        match self.entity {
+            Entity::Lead => {
+                if let Some(name) = &changes.name {
+                    fields.insert("NAME".into(), json!(name));
+                }
+                if let Some(phone) = &changes.phone {
+                    fields.insert(
+                        "PHONE".into(),
+                        json!([{"VALUE": phone, "VALUE_TYPE": "WORK"}]),
+                    );
+                }
+                if let Some(email) = &changes.email {
+                    fields.insert(
+                        "EMAIL".into(),
+                        json!([{"VALUE": email, "VALUE_TYPE": "WORK"}]),
+                    );
+                }
+                if let Some(comment) = &changes.comment {
+                    fields.insert("COMMENTS".into(), json!(comment));
+                }
+            }
+            Entity::Deal => {
+                let contact_changed = [
+                    &changes.name,
+                    &changes.phone,
+                    &changes.email,
+                    &changes.comment,
                 ]
-                .into_iter()
-                .filter_map(|(label, v)| v.as_ref().map(|v| format!("{label}: {v}")))
-                .collect();
-                if !lines.is_empty() {
-                    fields.insert("COMMENTS".into(), json!(lines.join("\n")));
+                .iter()
+                .any(|v| v.is_some());
+                if let Some(comments) = deal_comments(later).filter(|_| contact_changed) {
+                    fields.insert("COMMENTS".into(), json!(comments));
                 }
             }
         }
@@ -598,6 +650,46 @@ fn retry_after(headers: &HeaderMap, json: Option<&Value>) -> Option<Duration> {
         .map(|d| d.min(MAX_RETRY_AFTER))
 }
 
+/// Whether the entity's multifield `code` (PHONE, EMAIL) holds `value` already, compared
+/// as `key` reads them.
+fn has_value(
+    entity: &Value,
+    code: &str,
+    value: Option<&str>,
+    key: impl Fn(&str) -> String,
+) -> bool {
+    let Some(value) = value else {
+        return false;
+    };
+    let wanted = key(value);
+    entity
+        .get(code)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.get("VALUE").and_then(Value::as_str))
+        .any(|v| key(v) == wanted)
+}
+
+fn digits(v: &str) -> String {
+    v.chars().filter(char::is_ascii_digit).collect()
+}
+
+/// A deal's COMMENTS: its contact data, one `Label: value` line each (deals have no
+/// PHONE/EMAIL of their own).
+fn deal_comments(lead: &Lead) -> Option<String> {
+    let lines: Vec<String> = [
+        ("Name", &lead.name),
+        ("Phone", &lead.phone),
+        ("Email", &lead.email),
+        ("Comment", &lead.comment),
+    ]
+    .into_iter()
+    .filter_map(|(label, v)| v.as_ref().map(|v| format!("{label}: {v}")))
+    .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
 /// The id in an add answer: Bitrix24 sends an integer, some proxies a string.
 fn id_of(v: &Value) -> Option<String> {
     match v {
@@ -670,6 +762,82 @@ impl Crm for Bitrix24 {
             response: Value::Object(summary),
         };
         (result, exchange)
+    }
+
+    /// `crm.lead.update` (or `crm.deal.update`) of the changed fields; Bitrix24 answers
+    /// `result: true`.
+    async fn update(
+        &self,
+        crm_id: &str,
+        later: &Lead,
+        changes: &LeadChanges,
+    ) -> (Result<(), CrmError>, Exchange) {
+        let method = self.entity.update_method();
+        let mut summary = serde_json::Map::new();
+        let redact = later.contact_values();
+        // A phone or e-mail is added beside the entity's others: one it has already (an
+        // earlier try of this update landed after all) is not added twice.
+        let mut changes = changes.clone();
+        if self.entity == Entity::Lead && (changes.phone.is_some() || changes.email.is_some()) {
+            let get = self.entity.get_method();
+            let mut got = serde_json::Map::new();
+            let entity = self
+                .post(get, &json!({"id": crm_id}), crm_id, &redact, &mut got)
+                .await;
+            summary.insert("read".into(), Value::Object(got));
+            match entity {
+                Ok(entity) => {
+                    if has_value(&entity, "PHONE", changes.phone.as_deref(), digits) {
+                        changes.phone = None;
+                    }
+                    if has_value(&entity, "EMAIL", changes.email.as_deref(), |v| {
+                        v.trim().to_lowercase()
+                    }) {
+                        changes.email = None;
+                    }
+                }
+                Err(e) => {
+                    let request = json!({"connector": CONNECTOR, "method": get, "id": crm_id});
+                    return (
+                        Err(e),
+                        Exchange {
+                            request,
+                            response: Value::Object(summary),
+                        },
+                    );
+                }
+            }
+        }
+        let fields = self.update_fields(later, &changes);
+        let field_names: Vec<&String> = fields
+            .as_object()
+            .map(|f| f.keys().collect())
+            .unwrap_or_default();
+        let request = json!({"connector": CONNECTOR, "method": method, "id": crm_id,
+                             "entity": self.entity.as_str(), "fields": field_names});
+        let body = json!({"id": crm_id, "fields": fields, "params": {"REGISTER_SONET_EVENT": "N"}});
+        let result = self
+            .post(method, &body, crm_id, &redact, &mut summary)
+            .await
+            .and_then(|result| match result {
+                Value::Bool(true) => Ok(()),
+                _ => Err(CrmError::new(
+                    ErrorClass::Uncertain,
+                    format!("{CONNECTOR} {method}: the answer is not `true`"),
+                )),
+            });
+        if let Err(e) = &result {
+            if !summary.contains_key("class") {
+                note_error(&mut summary, e);
+            }
+        }
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
     }
 
     /// One `batch` request of `crm.lead.add` (or `crm.deal.add`) commands, `halt: 0`:

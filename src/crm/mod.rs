@@ -21,7 +21,7 @@ pub mod rate;
 mod settings;
 pub mod vault;
 
-pub use crate::domain::{FieldMap, Lead};
+pub use crate::domain::{FieldMap, Lead, LeadChanges};
 pub use settings::CrmConfig;
 
 /// A failed CRM call, classified.
@@ -103,6 +103,33 @@ pub trait Crm: Send + Sync + 'static {
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange);
     /// Finds entities by external key.
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange);
+
+    /// Sets `changes` (what `later`, the lead as a later delivery maps it, changes) on
+    /// the entity `crm_id`, one this connector created: fields it replaces are replaced,
+    /// a phone or e-mail is added beside the ones the entity has. Sending the same update
+    /// twice leaves the entity as sending it once does. A connector that cannot update
+    /// refuses as `validation` without sending anything.
+    async fn update(
+        &self,
+        crm_id: &str,
+        later: &Lead,
+        changes: &LeadChanges,
+    ) -> (Result<(), CrmError>, Exchange) {
+        let _ = (later, changes);
+        (
+            Err(CrmError::new(
+                ErrorClass::Validation,
+                format!(
+                    "the {} connector has no update request configured",
+                    self.connector()
+                ),
+            )),
+            Exchange {
+                request: serde_json::json!({"update": crm_id}),
+                response: serde_json::json!({"sent": false}),
+            },
+        )
+    }
 
     /// The most creates one request may carry: above 1 the worker drains waiting work in
     /// batches through [`create_many`](Crm::create_many).

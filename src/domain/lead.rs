@@ -80,6 +80,65 @@ impl Lead {
     }
 }
 
+/// The fields of a later delivery that differ from the lead as it was created: what an
+/// update of the CRM entity sends. A field the later delivery leaves out is not cleared
+/// (a form that stopped sending the e-mail did not mean "delete it").
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LeadChanges {
+    pub title: Option<String>,
+    pub name: Option<String>,
+    pub phone: Option<String>,
+    pub email: Option<String>,
+    pub comment: Option<String>,
+}
+
+impl Lead {
+    /// What `later` changes in this lead (values it has and this one has otherwise).
+    pub fn changes_to(&self, later: &Lead) -> LeadChanges {
+        let changed = |was: &Option<String>, now: &Option<String>| match now {
+            Some(v) if was.as_ref() != Some(v) => Some(v.clone()),
+            _ => None,
+        };
+        LeadChanges {
+            title: changed(&self.title, &later.title),
+            name: changed(&self.name, &later.name),
+            phone: changed(&self.phone, &later.phone),
+            email: changed(&self.email, &later.email),
+            comment: changed(&self.comment, &later.comment),
+        }
+    }
+}
+
+impl LeadChanges {
+    pub fn is_empty(&self) -> bool {
+        self.fields().is_empty()
+    }
+
+    /// The names of the changed fields (`title`, `name`, `phone`, `email`, `comment`),
+    /// for the timeline: never their values.
+    pub fn fields(&self) -> Vec<&'static str> {
+        [
+            ("title", &self.title),
+            ("name", &self.name),
+            ("phone", &self.phone),
+            ("email", &self.email),
+            ("comment", &self.comment),
+        ]
+        .into_iter()
+        .filter_map(|(n, v)| v.is_some().then_some(n))
+        .collect()
+    }
+
+    /// The contact values it carries, to scrub from anything stored.
+    pub fn contact_values(&self) -> Vec<&str> {
+        [&self.name, &self.phone, &self.email]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 fn scalar_to_string(v: &serde_json::Value) -> Option<String> {
     match v {
         serde_json::Value::String(s) => {
@@ -151,5 +210,29 @@ mod tests {
         let lead = Lead::from_payload(&op(), "web", &json!("text"), &FieldMap::default());
         assert_eq!(lead.name, None);
         assert_eq!(lead.title.as_deref(), Some("Lead tilda:tr-1"));
+    }
+
+    #[test]
+    fn changes_are_the_later_values_that_differ_and_absence_clears_nothing() {
+        let map = FieldMap::default();
+        let was = Lead::from_payload(
+            &op(),
+            "site",
+            &json!({"name": "Иван", "phone": "+79160000001", "email": "a@x.ru", "comment": "call me"}),
+            &map,
+        );
+        let later = Lead::from_payload(
+            &op(),
+            "site",
+            &json!({"name": "Иван", "phone": "+79160000002", "comment": "call me after 6"}),
+            &map,
+        );
+        let changes = was.changes_to(&later);
+        assert_eq!(changes.fields(), ["phone", "comment"]);
+        assert_eq!(changes.phone.as_deref(), Some("+79160000002"));
+        assert_eq!(changes.comment.as_deref(), Some("call me after 6"));
+        assert_eq!(changes.email, None, "an absent e-mail is not cleared");
+        assert_eq!(changes.contact_values(), ["+79160000002"]);
+        assert!(was.changes_to(&was).is_empty());
     }
 }

@@ -15,12 +15,13 @@ pub mod rules;
 pub mod search;
 mod secret;
 mod status;
+pub mod update;
 
 pub use attempt::{AttemptOutcome, Failure, RetryConfig};
 pub use error_class::{ErrorClass, RetryDecision};
 pub use fingerprint::{fingerprint, Fingerprint, FingerprintError};
 pub use ids::{is_valid_source_name, OperationId, OperationIdError};
-pub use lead::{FieldMap, Lead};
+pub use lead::{FieldMap, Lead, LeadChanges};
 pub use review::{HumanAction, MatchRule, Resolution, ReviewReason};
 pub use rules::Refusal;
 pub use secret::Secret;

@@ -39,6 +39,9 @@ pub enum Resolution {
     KeptOriginal,
     /// Payload conflict: the later payload becomes an operation of its own.
     AcceptedAsNew,
+    /// Payload conflict: the first payload stands as the operation, and the CRM entity
+    /// gets the later delivery's changed fields (sent by the worker).
+    UpdatedCrm,
     /// A person rejected the operation for good.
     Rejected,
     /// A cross-channel or late match is a new request after all: create it.
@@ -54,6 +57,7 @@ named_enum!(Resolution, "resolution", {
     RetryAuthorized => "retry_authorized",
     KeptOriginal => "kept_original",
     AcceptedAsNew => "accepted_as_new",
+    UpdatedCrm => "updated_crm",
     Rejected => "rejected",
     CreatedNew => "created_new",
     Superseded => "superseded",
@@ -92,6 +96,9 @@ pub enum HumanAction {
     KeepOriginal,
     /// Payload conflict: the conflicting delivery becomes an operation of its own.
     AcceptAsNew,
+    /// Payload conflict: keep the original, and send the conflicting delivery's changed
+    /// fields to the CRM entity the operation created.
+    UpdateCrm,
     /// The lead is dropped for good.
     Reject,
     /// A cross-channel or late match is a new request after all: send it to the CRM.
@@ -106,6 +113,7 @@ impl HumanAction {
             HumanAction::AuthorizeRetry => Resolution::RetryAuthorized,
             HumanAction::KeepOriginal => Resolution::KeptOriginal,
             HumanAction::AcceptAsNew => Resolution::AcceptedAsNew,
+            HumanAction::UpdateCrm => Resolution::UpdatedCrm,
             HumanAction::Reject => Resolution::Rejected,
             HumanAction::CreateNew => Resolution::CreatedNew,
         }

@@ -57,6 +57,10 @@ pub enum Refusal {
     RejectOnConflict,
     #[error("a `{reason}` case needs a person to look at it: decide it alone, not in bulk")]
     NotInBulk { reason: ReviewReason },
+    #[error("the lead is not in the CRM yet, so there is nothing to update: keep the original or accept the new data as a lead of its own")]
+    UpdateWithoutEntity,
+    #[error("this lead is sent to the CRM by an integration, not by Leadgate: update it there")]
+    UpdateNotOurs,
 }
 
 impl Refusal {
@@ -83,6 +87,8 @@ impl Refusal {
         "reject_over_known_result",
         "reject_on_conflict",
         "not_in_bulk",
+        "update_without_entity",
+        "update_not_ours",
     ];
 
     /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
@@ -128,6 +134,8 @@ impl Refusal {
             Refusal::RejectOverKnownResult { .. } => "reject_over_known_result",
             Refusal::RejectOnConflict => "reject_on_conflict",
             Refusal::NotInBulk { .. } => "not_in_bulk",
+            Refusal::UpdateWithoutEntity => "update_without_entity",
+            Refusal::UpdateNotOurs => "update_not_ours",
         }
     }
 }
@@ -173,11 +181,15 @@ pub enum Decision {
         verify_first: bool,
     },
     /// A payload conflict closed: the operation goes back to `to` (`None`: as it is);
-    /// with `accept_as_new` the conflicting delivery becomes an operation of its own.
+    /// with `accept_as_new` the conflicting delivery becomes an operation of its own;
+    /// with `update_crm` the CRM entity of that id gets the conflicting delivery's
+    /// changed fields (a `crm_updates` row the worker sends).
     ResolveConflict {
         accept_as_new: bool,
+        update_crm: Option<String>,
         to: Option<Status>,
     },
+
     /// A match that is a new request after all: due at once.
     CreateNew { due_at: DateTime<Utc> },
     /// Dropped for good; any ran-out lease is cleared.
@@ -266,12 +278,21 @@ pub fn decide(
                 verify_first: op.attempts > 0,
             })
         }
-        HumanAction::KeepOriginal | HumanAction::AcceptAsNew => {
+        HumanAction::KeepOriginal | HumanAction::AcceptAsNew | HumanAction::UpdateCrm => {
             if reason != ReviewReason::PayloadConflict {
                 return Err(Refusal::NotAPayloadConflict { reason });
             }
+            let update_crm = match action {
+                // Only an entity that exists can be updated: while the create is still
+                // owed (or its outcome unknown) there is nothing to send the fields to.
+                HumanAction::UpdateCrm => {
+                    Some(op.crm_id.ok_or(Refusal::UpdateWithoutEntity)?.to_owned())
+                }
+                _ => None,
+            };
             Ok(Decision::ResolveConflict {
                 accept_as_new: *action == HumanAction::AcceptAsNew,
+                update_crm,
                 to: unblocked_status(op),
             })
         }
@@ -366,6 +387,7 @@ pub fn allowed_actions(
         HumanAction::LinkExisting { crm_id: id() },
         HumanAction::AuthorizeRetry,
         HumanAction::KeepOriginal,
+        HumanAction::UpdateCrm,
         HumanAction::AcceptAsNew,
         HumanAction::CreateNew,
         HumanAction::Reject,
@@ -662,6 +684,25 @@ mod tests {
                 },
             ),
             (
+                A::UpdateCrm,
+                "ann",
+                R::PayloadConflict,
+                op(S::NeedsReview),
+                Refusal::UpdateWithoutEntity,
+            ),
+            (
+                A::UpdateCrm,
+                "ann",
+                R::UncertainOutcome,
+                OpFacts {
+                    crm_id: Some("5"),
+                    ..op(S::Completed)
+                },
+                Refusal::NotAPayloadConflict {
+                    reason: R::UncertainOutcome,
+                },
+            ),
+            (
                 A::CreateNew,
                 "ann",
                 R::UncertainOutcome,
@@ -903,6 +944,7 @@ mod tests {
                 },
                 Decision::ResolveConflict {
                     accept_as_new: false,
+                    update_crm: None,
                     to: Some(S::InProgress),
                 },
                 Some(S::InProgress),
@@ -916,9 +958,24 @@ mod tests {
                 },
                 Decision::ResolveConflict {
                     accept_as_new: true,
+                    update_crm: None,
                     to: Some(S::Completed),
                 },
                 Some(S::Completed),
+            ),
+            (
+                A::UpdateCrm,
+                R::PayloadConflict,
+                OpFacts {
+                    crm_id: Some("5"),
+                    ..op(S::Completed)
+                },
+                Decision::ResolveConflict {
+                    accept_as_new: false,
+                    update_crm: Some("5".into()),
+                    to: None,
+                },
+                None,
             ),
             (
                 A::KeepOriginal,
@@ -926,6 +983,7 @@ mod tests {
                 op(S::Completed),
                 Decision::ResolveConflict {
                     accept_as_new: false,
+                    update_crm: None,
                     to: None,
                 },
                 None,
@@ -994,6 +1052,11 @@ mod tests {
                     Res::KeptOriginal,
                     Res::AcceptedAsNew,
                 ],
+            ),
+            (
+                R::PayloadConflict,
+                ambiguous_done,
+                vec![Res::KeptOriginal, Res::UpdatedCrm, Res::AcceptedAsNew],
             ),
             (
                 R::UncertainOutcome,

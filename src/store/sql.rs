@@ -648,6 +648,73 @@ macro_rules! sql_store {
                     .await?)
             }
 
+            async fn insert_crm_update(
+                &mut self,
+                operation_id: &str,
+                case_id: i64,
+                delivery_id: i64,
+                crm_id: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<Option<i64>> {
+                Ok(sqlx::query_scalar(
+                    "insert into crm_updates (operation_id, case_id, delivery_id, crm_id, \
+                     requested_by, due_at, created_at, updated_at) \
+                     select operation_id, $2, $3, $4, $5, $6, $6, $6 from operations \
+                     where operation_id = $1 and executor = 'worker' returning id",
+                )
+                .bind(operation_id)
+                .bind(case_id)
+                .bind(delivery_id)
+                .bind(crm_id)
+                .bind(actor)
+                .bind(now)
+                .fetch_optional(&mut *self.0)
+                .await?)
+            }
+
+            async fn lock_crm_update(&mut self, id: i64) -> Result<Option<ops::updates::UpdateRow>> {
+                let sql = format!(
+                    "select state, lease_token, delivery_id, crm_id from crm_updates where id = $1{}",
+                    $lock_row
+                );
+                let Some(r) = sqlx::query(&sql).bind(id).fetch_optional(&mut *self.0).await? else {
+                    return Ok(None);
+                };
+                Ok(Some(ops::updates::UpdateRow {
+                    state: r.try_get("state")?,
+                    lease_token: r.try_get("lease_token")?,
+                    delivery_id: r.try_get("delivery_id")?,
+                    crm_id: r.try_get("crm_id")?,
+                }))
+            }
+
+            async fn write_crm_update(
+                &mut self,
+                id: i64,
+                w: &ops::updates::UpdateWrite<'_>,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                sqlx::query(
+                    "update crm_updates set state = $2, due_at = coalesce($3, due_at), \
+                     quiet_after = case when $4 then quiet_after else null end, \
+                     last_error = coalesce($5, last_error), \
+                     last_error_class = coalesce($6, last_error_class), \
+                     lease_owner = null, lease_token = null, lease_expires_at = null, \
+                     updated_at = $7 where id = $1",
+                )
+                .bind(id)
+                .bind(w.state)
+                .bind(w.due_at)
+                .bind(w.keep_quiet)
+                .bind(w.error.map(|(m, _)| m.to_owned()))
+                .bind(w.error.map(|(_, c)| c.as_str()))
+                .bind(now)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
             async fn mark_redelivered(
                 &mut self,
                 operation_id: &str,
@@ -745,6 +812,8 @@ macro_rules! sql_store {
                      where o.status in ('completed', 'failed_terminal') and o.purged_at is null \
                      and o.updated_at < $1 and not exists (select 1 from review_cases c \
                        where c.operation_id = o.operation_id and c.resolved_at is null) \
+                     and not exists (select 1 from crm_updates u \
+                       where u.operation_id = o.operation_id and u.state = 'pending') \
                      order by o.updated_at limit $2",
                 )
                 .bind(finished_before)
@@ -758,7 +827,9 @@ macro_rules! sql_store {
                     "select count(*) from operations o where o.operation_id = $1 \
                      and o.status in ('completed', 'failed_terminal') and o.purged_at is null \
                      and o.updated_at < $2 and not exists (select 1 from review_cases c \
-                       where c.operation_id = o.operation_id and c.resolved_at is null)",
+                       where c.operation_id = o.operation_id and c.resolved_at is null) \
+                     and not exists (select 1 from crm_updates u \
+                       where u.operation_id = o.operation_id and u.state = 'pending')",
                 )
                 .bind(operation_id)
                 .bind(finished_before)
@@ -959,6 +1030,115 @@ macro_rules! sql_store {
 
             async fn resolve(&self, req: Resolve) -> Result<Resolved> {
                 ops::review::resolve(self.write().await?, req).await
+            }
+
+            async fn claim_update(
+                &self,
+                connector: &str,
+                owner: &str,
+                lease_for: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<Option<UpdateClaim>> {
+                let mut tx = self.write().await?;
+                let lock = if $skip_locked.is_empty() { "" } else { " for update of u skip locked" };
+                // The oldest pending update of its operation, past its own quiet window,
+                // and no earlier update of the same operation still pending or possibly
+                // landing: the updates of one entity arrive in the order they were asked.
+                let sql = format!(
+                    "select u.id from crm_updates u join operations o on o.operation_id = u.operation_id \
+                     where u.state = 'pending' and u.due_at <= $1 \
+                     and (u.lease_expires_at is null or u.lease_expires_at <= $1) \
+                     and (u.quiet_after is null or u.quiet_after <= $1) \
+                     and o.executor = 'worker' \
+                     and not exists (select 1 from crm_updates e where e.operation_id = u.operation_id \
+                       and e.id < u.id and (e.state = 'pending' or e.quiet_after > $1)) \
+                     and not exists (select 1 from connectors c where c.name = $2 and c.state = 'paused') \
+                     order by u.due_at, u.id limit 1{lock}"
+                );
+                let Some(id): Option<i64> = sqlx::query_scalar(&sql)
+                    .bind(now)
+                    .bind(connector)
+                    .fetch_optional(&mut *tx.0)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let token = uuid::Uuid::new_v4().to_string();
+                let expires_at = after(now, lease_for);
+                sqlx::query(
+                    "update crm_updates set attempts = attempts + 1, lease_owner = $2, \
+                     lease_token = $3, lease_expires_at = $4, updated_at = $5 where id = $1",
+                )
+                .bind(id)
+                .bind(owner)
+                .bind(&token)
+                .bind(expires_at)
+                .bind(now)
+                .execute(&mut *tx.0)
+                .await?;
+                let r = sqlx::query(
+                    "select u.id, u.operation_id, o.source, u.crm_id, u.case_id, u.delivery_id, \
+                     u.attempts, o.payload as original, d.payload as later \
+                     from crm_updates u join operations o on o.operation_id = u.operation_id \
+                     join deliveries d on d.id = u.delivery_id where u.id = $1",
+                )
+                .bind(id)
+                .fetch_one(&mut *tx.0)
+                .await?;
+                let claim = UpdateClaim {
+                    id,
+                    operation_id: OperationId::try_from(r.try_get::<String, _>("operation_id")?)
+                        .map_err(corrupt)?,
+                    source: r.try_get("source")?,
+                    crm_id: r.try_get("crm_id")?,
+                    case_id: r.try_get("case_id")?,
+                    delivery_id: r.try_get("delivery_id")?,
+                    original: json_text(r.try_get("original")?)?,
+                    later: json_text(r.try_get("later")?)?,
+                    attempts: r.try_get("attempts")?,
+                    owner: owner.to_owned(),
+                    token,
+                    expires_at,
+                };
+                tx.commit().await?;
+                Ok(Some(claim))
+            }
+
+            async fn start_update(
+                &self,
+                claim: &UpdateClaim,
+                lease_for: std::time::Duration,
+                settle: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.write().await?;
+                let done = sqlx::query(
+                    "update crm_updates set lease_expires_at = $3, quiet_after = $4, updated_at = $5 \
+                     where id = $1 and state = 'pending' and lease_token = $2 and lease_expires_at > $5",
+                )
+                .bind(claim.id)
+                .bind(&claim.token)
+                .bind(after(now, lease_for))
+                .bind(after(after(now, lease_for), settle))
+                .bind(now)
+                .execute(&mut *tx.0)
+                .await?;
+                tx.commit().await?;
+                if done.rows_affected() == 1 {
+                    Ok(())
+                } else {
+                    Err(StoreError::LeaseLost(format!("update {}", claim.id)))
+                }
+            }
+
+            async fn finish_update(
+                &self,
+                claim: &UpdateClaim,
+                outcome: UpdateOutcome,
+                events: Vec<NewEvent>,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                ops::updates::finish(self.write().await?, claim, outcome, events, now).await
             }
 
             async fn note(

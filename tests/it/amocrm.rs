@@ -10,7 +10,7 @@ use std::time::Duration;
 use leadgate::app::{self, Mode};
 use leadgate::config::Config;
 use leadgate::store::CrmToken;
-use leadgate_fakes::amocrm::{FakeAmoCrm, Fault, CREATE, FIELD_ID, SEARCH, TOKEN};
+use leadgate_fakes::amocrm::{FakeAmoCrm, Fault, CONTACT_UPDATE, CREATE, FIELD_ID, SEARCH, TOKEN};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -565,6 +565,86 @@ each_backend!(
         assert_eq!(op["status"], "completed", "{op}");
         assert_eq!(keys(&gw.fake), vec!["site:late"]);
         assert_eq!(gw.fake.calls(CREATE), 1);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    amocrm_keep_original_and_update_changes_the_contact_once_through_a_late_answer,
+    |db| async move {
+        // The contact gets the new name and the new phone first, the old phone kept
+        // (amoCRM replaces a field's values with the list it is sent). The PATCH is
+        // executed after the worker gave up; sent again after the settle window, the
+        // phone is not listed twice.
+        let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let text = config_toml(&db.url, &fake).replace("settle = \"300ms\"", "settle = \"1500ms\"");
+        let gw = Gateway::start_with(fake, Config::parse(&text).unwrap()).await;
+        gw.post_json("site", &lead("upd")).await;
+        gw.wait_status("site:upd", "completed").await;
+        let mut later = lead("upd");
+        later["name"] = json!("Иван Петров");
+        later["phone"] = json!("+7 916 000-00-09");
+        let (_, body, _) = gw.post_json("site", &later).await;
+        assert_eq!(body["outcome"], "conflict", "{body}");
+        let id: leadgate::domain::OperationId = "site:upd".parse().unwrap();
+        let case = gw
+            .store()
+            .cases_of(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.resolved_at.is_none())
+            .unwrap();
+        gw.fake
+            .push_fault(CONTACT_UPDATE, Fault::ExecuteLate { ms: 1000 }, 1);
+        gw.store()
+            .resolve(leadgate::store::Resolve {
+                case_id: case.id,
+                expected_version: case.version,
+                actor: "ann".into(),
+                comment: None,
+                action: leadgate::domain::HumanAction::UpdateCrm,
+                now: gw.store().now(),
+                bulk: None,
+            })
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !gw
+            .timeline_kinds("site:upd")
+            .await
+            .iter()
+            .any(|k| k == "crm_updated")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                gw.timeline_kinds("site:upd").await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let kinds = gw.timeline_kinds("site:upd").await;
+        assert!(kinds.iter().any(|k| k == "crm_update_retry"), "{kinds:?}");
+        let contact = &gw.fake.contacts()[0];
+        assert_eq!(contact["first_name"], "Иван Петров");
+        let phones: Vec<&str> = contact["custom_fields_values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["field_code"] == "PHONE")
+            .flat_map(|f| f["values"].as_array().unwrap().iter())
+            .map(|v| v["value"].as_str().unwrap())
+            .collect();
+        assert_eq!(phones, ["+7 916 000-00-09", "+7 999 123-45-67"]);
+        assert_eq!(
+            gw.fake.calls(CONTACT_UPDATE),
+            2,
+            "once, then once more after the window"
+        );
+        assert_eq!(gw.fake.calls(CREATE), 1);
+        assert_eq!(gw.fake.contacts().len(), 1, "no contact created");
         gw.stop().await;
     }
 );

@@ -24,3 +24,4 @@ mod slow_crm;
 mod sources;
 mod store;
 mod tls;
+mod updates;

@@ -1044,6 +1044,36 @@ impl Store for Hiccup {
             .await
     }
 
+    async fn claim_update(
+        &self,
+        connector: &str,
+        owner: &str,
+        lease_for: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<UpdateClaim>> {
+        self.inner
+            .claim_update(connector, owner, lease_for, now)
+            .await
+    }
+    async fn start_update(
+        &self,
+        claim: &UpdateClaim,
+        lease_for: std::time::Duration,
+        settle: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.start_update(claim, lease_for, settle, now).await
+    }
+    async fn finish_update(
+        &self,
+        claim: &UpdateClaim,
+        outcome: UpdateOutcome,
+        events: Vec<NewEvent>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.finish_update(claim, outcome, events, now).await
+    }
+
     // Search
 
     async fn search(

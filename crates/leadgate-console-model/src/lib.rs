@@ -522,6 +522,9 @@ pub enum Action {
     },
     AuthorizeRetry,
     KeepOriginal,
+    /// Keep the original and send the conflicting delivery's changed fields to the CRM
+    /// entity (the worker does, in the background; the timeline shows how it went).
+    UpdateCrm,
     AcceptAsNew,
     /// A cross-channel or late match is a new request after all: send it to the CRM.
     CreateNew,
@@ -1041,6 +1044,7 @@ impl Console {
             Action::Link { crm_id } => HumanAction::LinkExisting { crm_id },
             Action::AuthorizeRetry => HumanAction::AuthorizeRetry,
             Action::KeepOriginal => HumanAction::KeepOriginal,
+            Action::UpdateCrm => HumanAction::UpdateCrm,
             Action::AcceptAsNew => HumanAction::AcceptAsNew,
             Action::CreateNew => HumanAction::CreateNew,
             Action::Reject => HumanAction::Reject,

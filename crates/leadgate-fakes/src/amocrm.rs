@@ -65,6 +65,10 @@ use crate::limit::Window;
 pub const CREATE: &str = "leads.complex";
 pub const SEARCH: &str = "leads.list";
 pub const GET: &str = "leads.get";
+/// `PATCH /api/v4/leads/{id}`, `GET` and `PATCH /api/v4/contacts/{id}`.
+pub const UPDATE: &str = "leads.update";
+pub const CONTACT_GET: &str = "contacts.get";
+pub const CONTACT_UPDATE: &str = "contacts.update";
 /// The fault-queue / call-counter name of `POST /oauth2/access_token`.
 pub const TOKEN: &str = "oauth.token";
 /// The custom text field a fresh fake account has (the operation_id field).
@@ -433,7 +437,11 @@ fn router(state: AppState) -> Router {
     Router::new()
         .route("/api/v4/leads/complex", post(complex))
         .route("/api/v4/leads", get(search))
-        .route("/api/v4/leads/{id}", get(get_lead))
+        .route("/api/v4/leads/{id}", get(get_lead).patch(patch_lead))
+        .route(
+            "/api/v4/contacts/{id}",
+            get(get_contact).patch(patch_contact),
+        )
         .route("/oauth2/access_token", post(access_token))
         .route("/_fake/faults", post(push_faults))
         .route("/_fake/settings", post(update_settings))
@@ -1169,6 +1177,7 @@ async fn get_lead(
     State(state): State<AppState>,
     ConnectInfo(kill): ConnectInfo<ConnKill>,
     Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
     let shared = &state.shared;
@@ -1176,10 +1185,22 @@ async fn get_lead(
         Ok(f) => f,
         Err(resp) => return resp,
     };
+    // As in amoCRM, a lead's contacts come only when asked for (`with=contacts`).
+    let with_contacts = query
+        .get("with")
+        .is_some_and(|w| w.split(',').any(|w| w.trim() == "contacts"));
     let lead = id
         .parse::<u64>()
         .ok()
-        .and_then(|id| lock(&shared.store).leads.get(&id).map(|l| l.lead.clone()));
+        .and_then(|id| lock(&shared.store).leads.get(&id).map(|l| l.lead.clone()))
+        .map(|mut lead| {
+            if !with_contacts {
+                if let Some(Value::Object(e)) = lead.get_mut("_embedded") {
+                    e.remove("contacts");
+                }
+            }
+            lead
+        });
     if let Some(resp) = after_execute(fault, &state, &kill).await {
         return resp;
     }
@@ -1192,6 +1213,157 @@ async fn get_lead(
                 .body(Body::empty())
                 .expect("a 204 response"),
         },
+    }
+}
+
+/// Runs `work` as the fault says: at once, or `ms` later in a task of its own that a
+/// client hanging up does not stop (`ExecuteLate`).
+async fn perform_with<T: Send + 'static>(
+    fault: &Option<Fault>,
+    shared: &Arc<Shared>,
+    work: impl FnOnce(&Shared) -> T + Send + 'static,
+) -> Option<T> {
+    match fault {
+        Some(Fault::ExecuteLate { ms }) => {
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let (shared, ms) = (shared.clone(), *ms);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let _ = done.send(work(&shared));
+            });
+            answer.await.ok()
+        }
+        _ => Some(work(shared)),
+    }
+}
+
+fn object_body(body: &Bytes) -> Option<Map<String, Value>> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// `PATCH /api/v4/leads/{id}`: `name`, `price`, `status_id` and `pipeline_id` as sent.
+async fn patch_lead(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let fault = match preamble(&state.shared, UPDATE, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let (Some(id), Some(changes)) = (id.parse::<u64>().ok(), object_body(&body)) else {
+        return problem(400, "Bad Request", "The body must be a JSON object");
+    };
+    let done = perform_with(&fault, &state.shared, move |shared| {
+        let mut store = lock(&shared.store);
+        let lead = store.leads.get_mut(&id)?;
+        for key in ["name", "price", "status_id", "pipeline_id"] {
+            if let Some(v) = changes.get(key) {
+                lead.lead.insert(key.into(), v.clone());
+            }
+        }
+        let now = chrono::Utc::now().timestamp();
+        lead.lead.insert("updated_at".into(), json!(now));
+        Some(json!({"id": id, "updated_at": now}))
+    })
+    .await;
+    let Some(done) = done else {
+        return problem(500, "Internal Server Error", "Internal server error");
+    };
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    match done {
+        Some(answer) => hal(StatusCode::OK, answer),
+        None => problem(404, "Not Found", "Lead not found"),
+    }
+}
+
+async fn get_contact(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let fault = match preamble(&state.shared, CONTACT_GET, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let contact = id
+        .parse::<u64>()
+        .ok()
+        .and_then(|id| lock(&state.shared.store).contacts.get(&id).cloned());
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    match contact {
+        Some(c) => hal(StatusCode::OK, Value::Object(c)),
+        None => Response::builder()
+            .status(StatusCode::NO_CONTENT)
+            .body(Body::empty())
+            .expect("a 204 response"),
+    }
+}
+
+/// `PATCH /api/v4/contacts/{id}`: `first_name` and `name` as sent; each field of
+/// `custom_fields_values` (by `field_code`) gets the values it is sent, replacing the
+/// ones it had, as amoCRM does.
+async fn patch_contact(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let fault = match preamble(&state.shared, CONTACT_UPDATE, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let (Some(id), Some(changes)) = (id.parse::<u64>().ok(), object_body(&body)) else {
+        return problem(400, "Bad Request", "The body must be a JSON object");
+    };
+    let done = perform_with(&fault, &state.shared, move |shared| {
+        let mut store = lock(&shared.store);
+        let contact = store.contacts.get_mut(&id)?;
+        for key in ["first_name", "last_name", "name"] {
+            if let Some(v) = changes.get(key) {
+                contact.insert(key.into(), v.clone());
+            }
+        }
+        for field in changes
+            .get("custom_fields_values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let code = field.get("field_code").cloned().unwrap_or(Value::Null);
+            let fields = contact
+                .entry("custom_fields_values")
+                .or_insert_with(|| json!([]));
+            if !fields.is_array() {
+                *fields = json!([]);
+            }
+            let list = fields.as_array_mut().expect("an array");
+            list.retain(|f| f.get("field_code") != Some(&code));
+            list.push(field.clone());
+        }
+        Some(json!({"id": id}))
+    })
+    .await;
+    let Some(done) = done else {
+        return problem(500, "Internal Server Error", "Internal server error");
+    };
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    match done {
+        Some(answer) => hal(StatusCode::OK, answer),
+        None => problem(404, "Not Found", "Contact not found"),
     }
 }
 
@@ -1335,6 +1507,12 @@ mod tests {
         assert_eq!(status, 200);
         let body: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["id"], 1);
+        assert!(
+            body["_embedded"].get("contacts").is_none(),
+            "contacts only with=contacts"
+        );
+        let (_, _, body) = send(get("1?with=contacts")).await;
+        let body: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["_embedded"]["contacts"][0]["id"], 1);
         assert!(body["_links"]["self"]["href"]
             .as_str()

@@ -94,6 +94,10 @@ pub const MAX_BATCH: usize = 50;
 const METHODS: &[&str] = &[
     "crm.lead.add",
     "crm.deal.add",
+    "crm.lead.update",
+    "crm.deal.update",
+    "crm.lead.get",
+    "crm.deal.get",
     "crm.lead.list",
     "crm.deal.list",
     "crm.duplicate.findbycomm",
@@ -1118,6 +1122,10 @@ fn execute(shared: &Shared, method: &str, params: &Value) -> Result<Success, Ref
     match method {
         "crm.lead.add" => add(shared, "lead", params),
         "crm.deal.add" => add(shared, "deal", params),
+        "crm.lead.update" => update(shared, "lead", params),
+        "crm.lead.get" => get_entity(shared, "lead", params),
+        "crm.deal.get" => get_entity(shared, "deal", params),
+        "crm.deal.update" => update(shared, "deal", params),
         "crm.lead.list" => list(shared, "lead", params),
         "crm.deal.list" => list(shared, "deal", params),
         "crm.duplicate.findbycomm" => find_by_comm(shared, params),
@@ -1142,6 +1150,81 @@ fn add(shared: &Shared, kind: &str, params: &Value) -> Result<Success, Refusal> 
         .landed
         .insert((kind.to_owned(), id), std::time::Instant::now());
     Ok(Success::plain(json!(id)))
+}
+
+/// `crm.*.get`: the entity's fields, or 400 `Not found`.
+fn get_entity(shared: &Shared, kind: &str, params: &Value) -> Result<Success, Refusal> {
+    let Some(id) = params
+        .get("id")
+        .map(text_of)
+        .and_then(|id| id.trim().parse::<u64>().ok())
+    else {
+        return Err(refuse(400, "", "ID is not defined or invalid."));
+    };
+    match lock(&shared.store).entities.get(&(kind.to_owned(), id)) {
+        Some(fields) => Ok(Success::plain(Value::Object(fields.clone()))),
+        None => Err(refuse(400, "", "Not found")),
+    }
+}
+
+/// `crm.*.update`: the fields given replace the entity's; a PHONE or EMAIL item without
+/// an `ID` is added beside the entity's others, one with the `ID` of an item replaces it
+/// (an empty `VALUE` deletes it), as Bitrix24 does. An unknown id is 400 `Not found`.
+fn update(shared: &Shared, kind: &str, params: &Value) -> Result<Success, Refusal> {
+    let Some(id) = params
+        .get("id")
+        .map(text_of)
+        .and_then(|id| id.trim().parse::<u64>().ok())
+    else {
+        return Err(refuse(400, "", "ID is not defined or invalid."));
+    };
+    let Some(fields) = params.get("fields").and_then(Value::as_object) else {
+        return Err(refuse(400, "", "Parameter 'fields' must be array."));
+    };
+    let mut store = lock(&shared.store);
+    let Some(entity) = store.entities.get_mut(&(kind.to_owned(), id)) else {
+        return Err(refuse(400, "", "Not found"));
+    };
+    for (name, value) in fields {
+        if name == "ID" {
+            continue;
+        }
+        if matches!(name.as_str(), "PHONE" | "EMAIL") {
+            let mut items: Vec<Value> = entity
+                .get(name)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for item in value.as_array().into_iter().flatten() {
+                let item_id = item.get("ID").map(text_of).filter(|i| !i.is_empty());
+                let blank = item
+                    .get("VALUE")
+                    .map(text_of)
+                    .unwrap_or_default()
+                    .is_empty();
+                match item_id {
+                    Some(item_id) => {
+                        let at = items
+                            .iter()
+                            .position(|i| i.get("ID").map(text_of).as_deref() == Some(&item_id));
+                        match (at, blank) {
+                            (Some(at), true) => {
+                                items.remove(at);
+                            }
+                            (Some(at), false) => items[at] = item.clone(),
+                            (None, _) => {}
+                        }
+                    }
+                    None if !blank => items.push(item.clone()),
+                    None => {}
+                }
+            }
+            entity.insert(name.clone(), Value::Array(items));
+        } else {
+            entity.insert(name.clone(), value.clone());
+        }
+    }
+    Ok(Success::plain(json!(true)))
 }
 
 fn text_of(v: &Value) -> String {

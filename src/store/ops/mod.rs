@@ -33,6 +33,7 @@ pub(super) mod outage;
 pub(super) mod pacing;
 pub(super) mod retention;
 pub(super) mod review;
+pub(super) mod updates;
 
 /// The operation together with what only the store sees of it, as read under its row
 /// lock.
@@ -174,6 +175,32 @@ pub(crate) trait WriteTx: Send {
         &mut self,
         operation_id: &str,
     ) -> impl Future<Output = Result<Option<(String, String)>>> + Send;
+
+    // updates of CRM entities (migration 0014)
+    /// A pending update of `operation_id`'s entity `crm_id`, asked for on `case_id` with
+    /// the fields of `delivery_id`, due now: false (nothing written) when the operation
+    /// is not the worker's to send (claim API).
+    fn insert_crm_update(
+        &mut self,
+        operation_id: &str,
+        case_id: i64,
+        delivery_id: i64,
+        crm_id: &str,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
+    /// The update, locked until commit.
+    fn lock_crm_update(
+        &mut self,
+        id: i64,
+    ) -> impl Future<Output = Result<Option<updates::UpdateRow>>> + Send;
+    /// Writes how an update's try ended and drops its lease.
+    fn write_crm_update(
+        &mut self,
+        id: i64,
+        w: &updates::UpdateWrite<'_>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
 
     // request pacing
     /// An account's pacing `tat` (ms), locked until commit where the row exists.

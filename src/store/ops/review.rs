@@ -64,6 +64,7 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
     )?;
     let mut new_operation = None;
     let mut crm_id_set = None;
+    let mut update = None;
     match &decision {
         Decision::SettleCrmId { crm_id, link } => {
             if let Some(link) = link {
@@ -82,7 +83,20 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
             l.op.verify_first = *verify_first;
             clear_lease(&mut l);
         }
-        Decision::ResolveConflict { accept_as_new, .. } => {
+        Decision::ResolveConflict {
+            accept_as_new,
+            update_crm,
+            ..
+        } => {
+            if let Some(crm_id) = update_crm {
+                let delivery_id = case.delivery_id.ok_or_else(|| {
+                    StoreError::Corrupt("payload conflict without its delivery".into())
+                })?;
+                update = Some(
+                    request_update(&mut tx, &l, req.case_id, delivery_id, crm_id, actor, now)
+                        .await?,
+                );
+            }
             if *accept_as_new {
                 let delivery_id = case.delivery_id.ok_or_else(|| {
                     StoreError::Corrupt("payload conflict without its delivery".into())
@@ -121,6 +135,14 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
                "crm_id": crm_id_set, "new_operation": new_operation, "bulk": req.bulk}),
     );
     tx.append(&op_id, actor, &event, now).await?;
+    if let Some((update_id, crm_id, delivery_id)) = update {
+        let event = NewEvent::new(
+            "crm_update_requested",
+            json!({"update_id": update_id, "case_id": req.case_id, "crm_id": crm_id,
+                   "delivery_id": delivery_id}),
+        );
+        tx.append(&op_id, actor, &event, now).await?;
+    }
     let others_open = tx.open_case_count(&op_id).await?;
     if let Some(to) = decision.target() {
         // Another open case still holds the operation, unless the person settled the CRM
@@ -139,6 +161,28 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
         operation: l.op,
         new_operation,
     })
+}
+
+/// Queues the update of entity `crm_id` with the fields of the conflicting delivery: due
+/// now, sent by the worker (`store::ops::updates`).
+async fn request_update<T: WriteTx>(
+    tx: &mut T,
+    l: &super::Locked,
+    case_id: i64,
+    delivery_id: i64,
+    crm_id: &str,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> Result<(i64, String, i64)> {
+    let data = tx.delivery_data(delivery_id).await?;
+    if data.payload.is_none() || l.op.payload.is_none() {
+        return Err(Refusal::ConflictPayloadPurged.into());
+    }
+    let id = tx
+        .insert_crm_update(l.id(), case_id, delivery_id, crm_id, actor, now)
+        .await?
+        .ok_or(Refusal::UpdateNotOurs)?;
+    Ok((id, crm_id.to_owned(), delivery_id))
 }
 
 /// Makes the conflicting delivery of a payload-conflict case an operation of its own,

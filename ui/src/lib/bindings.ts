@@ -102,7 +102,7 @@ allowed: Array<string>,
  */
 needs_comment: Array<string>, };
 
-export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
+export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "update_crm" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
 
 export type ActionRequest = { case_id: number, 
 /**

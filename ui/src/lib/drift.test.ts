@@ -46,6 +46,7 @@ const INDIRECT: Record<string, { vars: string[]; literals: [string, RegExp][] }>
       ["src/worker.rs", EXCHANGE],
       ["src/worker/batch.rs", EXCHANGE],
       ["src/reconcile.rs", EXCHANGE],
+      ["src/worker/update.rs", EXCHANGE],
     ],
   },
   // failure_event("retry_scheduled", …) and late_outcome's (crm_id, "crm_created", "created").

@@ -317,6 +317,68 @@ const TABLE: Row[] = [
     ru: "Отправка обратно в интеграцию не удалась (переотправка 2) — the webhook answered 502; будет повторена",
   },
   {
+    // store/ops/review.rs
+    kind: "crm_update_requested",
+    detail: { update_id: 3, case_id: 12, crm_id: "5555", delivery_id: 49 },
+    more: { actor: "ann" },
+    en: "The CRM entity 5555 is to get the changed fields of delivery #49; the worker sends them",
+    ru: "Сущность CRM 5555 получит изменённые поля доставки #49; их отправит воркер",
+  },
+  {
+    // worker/update.rs (Bitrix24's request summary)
+    kind: "crm_update_request",
+    detail: { connector: "bitrix24", method: "crm.lead.update", id: "5555", entity: "lead", fields: ["PHONE", "COMMENTS"] },
+    en: "Update sent to Bitrix24: crm.lead.update (PHONE, COMMENTS)",
+    ru: "Обновление отправлено в Bitrix24: crm.lead.update (PHONE, COMMENTS)",
+  },
+  {
+    kind: "crm_update_request",
+    detail: { connector: "amocrm", method: "update", id: "77", fields: ["name", "phone"], not_sent: [] },
+    en: "Update sent to amoCRM: update (name, phone)",
+    ru: "Обновление отправлено в amoCRM: update (имя, телефон)",
+  },
+  {
+    kind: "crm_update_response",
+    detail: { status: 200, duration_ms: 310 },
+    ctx: { connector: "bitrix24" },
+    en: "Bitrix24 answered HTTP 200 in 310 ms",
+    ru: "Ответ Bitrix24 HTTP 200 за 310 мс",
+  },
+  {
+    kind: "crm_update_response",
+    detail: { cut_after_ms: 10000, class: "uncertain", error: "no answer within 10000 ms" },
+    more: { error_class: "uncertain" },
+    en: "No answer within 10 s — outcome unknown",
+    ru: "Нет ответа за 10 с — исход неизвестен",
+  },
+  {
+    // store/ops/updates.rs
+    kind: "crm_updated",
+    detail: { update_id: 3, crm_id: "5555", case_id: 12, fields: ["phone", "comment"] },
+    en: "CRM entity 5555 updated: phone, comment",
+    ru: "Сущность CRM 5555 обновлена: телефон, комментарий",
+  },
+  {
+    kind: "crm_update_skipped",
+    detail: { update_id: 3, crm_id: "5555", case_id: 12, fields: [] },
+    en: "Nothing the CRM holds differs in the later delivery: no update sent",
+    ru: "В поздней доставке нет отличий в полях, которые есть в CRM: обновление не отправлено",
+  },
+  {
+    kind: "crm_update_retry",
+    detail: { update_id: 3, crm_id: "5555", case_id: 12, class: "uncertain", error: "no answer", due_at: plus(30) },
+    more: { error_class: "uncertain" },
+    en: "The update was not confirmed (outcome unknown) — sent again in 30 s",
+    ru: "Обновление не подтверждено (исход неизвестен) — будет отправлено снова через 30 с",
+  },
+  {
+    kind: "crm_update_failed",
+    detail: { update_id: 3, crm_id: "5555", case_id: 12, class: "validation", error: "bitrix24 crm.lead.update: Not found", review_case: 14 },
+    more: { error_class: "validation" },
+    en: "The update of 5555 failed: data refused by the CRM — bitrix24 crm.lead.update: Not found; case #14 asks a person again",
+    ru: "Обновление 5555 не удалось: CRM отклонила данные — bitrix24 crm.lead.update: Not found; кейс #14 снова ждёт решения",
+  },
+  {
     kind: "purged",
     detail: { finished_before: "2026-08-30T11:00:00Z" },
     more: { actor: "retention" },

@@ -137,6 +137,12 @@ function cutOrUnsent(d: Obj, s: Sentences, cut: (d: string) => string): string |
   return null;
 }
 
+/** The changed fields' names, in words (`phone, comment`). */
+const fieldNames = (v: JsonValue | undefined, s: Sentences) =>
+  strings(v)
+    .map((f) => (Object.hasOwn(s.L.ev.field, f) ? pick(s.L.ev.field, f) : f))
+    .join(", ");
+
 const DESCRIBERS: Record<EventKind, Describer> = {
   delivery: (_e, d, { L }) => {
     const n = num(d.delivery_id);
@@ -210,6 +216,23 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     if (c !== null) return s.L.ev.answerError(who, status, took, errorClassLabel(c, s.lang), message(d));
     return s.L.ev.answered(who, status, took, str(d.id) ?? str(d.result));
   },
+  crm_update_requested: (_e, d, { L }) => L.ev.updateRequested(str(d.crm_id), num(d.delivery_id)),
+  crm_update_request: (_e, d, s) => s.L.ev.updateRequest(crm(d, s), str(d.method) ?? str(d.call), fieldNames(d.fields, s)),
+  crm_update_response: (e, d, s) => {
+    const early = cutOrUnsent(d, s, s.L.ev.cutOff);
+    if (early !== null) return early;
+    const c = cls(e, d);
+    const who = crmLabel(s.ctx.connector, s.lang);
+    const status = num(d.status);
+    const took = dur(num(d.duration_ms), s);
+    if (c !== null) return s.L.ev.answerError(who, status, took, errorClassLabel(c, s.lang), message(d));
+    return s.L.ev.answered(who, status, took, null);
+  },
+  crm_updated: (_e, d, s) => s.L.ev.updated(str(d.crm_id), fieldNames(d.fields, s)),
+  crm_update_skipped: (_e, _d, { L }) => L.ev.updateSkipped,
+  crm_update_retry: (e, d, s) => s.L.ev.updateRetry(clsLabel(cls(e, d), s), delay(e, d.due_at, s)),
+  crm_update_failed: (e, d, s) =>
+    s.L.ev.updateFailed(str(d.crm_id), clsLabel(cls(e, d), s), message(d), num(d.review_case)),
   reconcile_request: (_e, d, s) => {
     const keys = strings(d.origin_ids).length || null;
     return s.L.ev.lookupRequest(crm(d, s), keys);
@@ -335,6 +358,7 @@ function learn(ctx: Context, e: EventView): Context {
       return { ...ctx, attempt: num(d.attempt) ?? ctx.attempt, connector: str(d.connector) ?? ctx.connector };
     case "crm_request":
     case "reconcile_request":
+    case "crm_update_request":
       return { ...ctx, connector: str(d.connector) ?? ctx.connector };
     case "crm_response":
       return { ...ctx, durationMs: num(d.duration_ms) };

@@ -40,6 +40,15 @@ export const EVENT_KINDS = [
   // claim-API redelivery (store/ops/claim_api.rs, redeliver.rs)
   "redelivered",
   "redelivery_failed",
+  // updates of CRM entities a person asked for (store/ops/review.rs, store/ops/updates.rs,
+  // worker/update.rs)
+  "crm_update_requested",
+  "crm_update_request",
+  "crm_update_response",
+  "crm_updated",
+  "crm_update_skipped",
+  "crm_update_retry",
+  "crm_update_failed",
   // retention (store/ops/retention.rs)
   "purged",
 ] as const;

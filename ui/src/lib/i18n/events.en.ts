@@ -43,6 +43,7 @@ export const eventsEn = {
     retry_authorized: "retry authorized",
     kept_original: "kept original",
     accepted_as_new: "accepted as new",
+    updated_crm: "kept original, CRM updated",
     rejected: "rejected",
     created_new: "created as new",
     superseded: "superseded",
@@ -98,6 +99,13 @@ export const eventsEn = {
     redelivered: "Sent back to the integration",
     redelivery_failed: "Redelivery failed",
     purged: "Data removed by retention",
+    crm_update_requested: "CRM update requested",
+    crm_update_request: "Update sent to the CRM",
+    crm_update_response: "Answer to the update",
+    crm_updated: "Updated in the CRM",
+    crm_update_skipped: "Update not needed",
+    crm_update_retry: "Update retried",
+    crm_update_failed: "Update failed",
   } satisfies Record<EventKind, string>,
   generic: (title: string, fields: string) => (fields ? `${title} (${fields})` : title),
   unknownKind: (kind: string) => `Event “${kind}”`,
@@ -202,6 +210,8 @@ export const eventsEn = {
       kept_original: (who: string) => `${who} kept the original data`,
       accepted_as_new: (who: string, _crmId: string | null, newOp: string | null) =>
         `${who} accepted the conflicting delivery as a new operation${newOp ? ` ${newOp}` : ""}`,
+      updated_crm: (who: string, crmId: string | null) =>
+        `${who} kept the original data and asked for the CRM entity${crmId ? ` ${crmId}` : ""} to get the changed fields`,
       rejected: (who: string) => `${who} rejected the lead`,
       created_new: (who: string) => `${who} sent it to the CRM as a new lead`,
     },
@@ -215,6 +225,18 @@ export const eventsEn = {
     purged: (before: string | null) =>
       `Retention removed the payload and contact data${before ? ` (finished before ${before})` : ""}`,
     notSent: (cls: string | null, msg: string | null) => `Nothing was sent to the CRM${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    field: { title: "title", name: "name", phone: "phone", email: "e-mail", comment: "comment" },
+    updateRequested: (crmId: string | null, delivery: number | null) =>
+      `The CRM entity${crmId ? ` ${crmId}` : ""} is to get the changed fields of delivery${no(delivery)}; the worker sends them`,
+    updateRequest: (crm: string, method: string | null, fields: string) =>
+      `Update sent to ${crm}${method ? `: ${method}` : ""}${fields ? ` (${fields})` : ""}`,
+    updated: (crmId: string | null, fields: string) =>
+      `CRM entity${crmId ? ` ${crmId}` : ""} updated${fields ? `: ${fields}` : ""}`,
+    updateSkipped: "Nothing the CRM holds differs in the later delivery: no update sent",
+    updateRetry: (cls: string | null, inD: string | null) =>
+      `The update was not confirmed${cls ? ` (${cls})` : ""} — sent again${inD ? ` ${inD}` : ""}`,
+    updateFailed: (crmId: string | null, cls: string | null, msg: string | null, caseNo: number | null) =>
+      `The update of${crmId ? ` ${crmId}` : " the CRM entity"} failed${cls ? `: ${cls}` : ""}${dash(msg)}${caseNo === null ? "" : `; case #${caseNo} asks a person again`}`,
     /** A delay from the event's time: `in 30 s`, `now`. */
     inDelay: (d: string) => `in ${d}`,
     now: "now",

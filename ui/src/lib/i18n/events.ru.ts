@@ -40,6 +40,7 @@ export const eventsRu: EventStrings = {
     linked_existing: "связано с существующей",
     retry_authorized: "разрешён повтор",
     kept_original: "оставлены исходные",
+    updated_crm: "оставлены исходные, CRM обновлена",
     accepted_as_new: "принято как новая",
     rejected: "отклонено",
     created_new: "создаётся как новая",
@@ -95,6 +96,13 @@ export const eventsRu: EventStrings = {
     redelivered: "Отправлено обратно в интеграцию",
     redelivery_failed: "Повторная отправка не удалась",
     purged: "Данные удалены очисткой",
+    crm_update_requested: "Запрошено обновление в CRM",
+    crm_update_request: "Обновление отправлено в CRM",
+    crm_update_response: "Ответ на обновление",
+    crm_updated: "Обновлено в CRM",
+    crm_update_skipped: "Обновление не нужно",
+    crm_update_retry: "Обновление повторяется",
+    crm_update_failed: "Обновление не удалось",
   },
   generic: (title: string, fields: string) => (fields ? `${title} (${fields})` : title),
   unknownKind: (kind: string) => `Событие «${kind}»`,
@@ -199,6 +207,8 @@ export const eventsRu: EventStrings = {
       kept_original: (who: string) => `${who}: оставлены исходные данные`,
       accepted_as_new: (who: string, _crmId: string | null, newOp: string | null) =>
         `${who}: конфликтующая доставка принята как новая операция${newOp ? ` ${newOp}` : ""}`,
+      updated_crm: (who: string, crmId: string | null) =>
+        `${who}: оставлены исходные данные, изменённые поля отправляются в сущность CRM${crmId ? ` ${crmId}` : ""}`,
       rejected: (who: string) => `${who}: лид отклонён`,
       created_new: (who: string) => `${who}: отправить в CRM как новый лид`,
     },
@@ -212,6 +222,18 @@ export const eventsRu: EventStrings = {
     purged: (before: string | null) =>
       `Очистка удалила данные и контакты${before ? ` (завершена до ${before})` : ""}`,
     notSent: (cls: string | null, msg: string | null) => `В CRM ничего не отправлено${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    field: { title: "название", name: "имя", phone: "телефон", email: "e-mail", comment: "комментарий" },
+    updateRequested: (crmId: string | null, delivery: number | null) =>
+      `Сущность CRM${crmId ? ` ${crmId}` : ""} получит изменённые поля доставки${no(delivery)}; их отправит воркер`,
+    updateRequest: (crm: string, method: string | null, fields: string) =>
+      `Обновление отправлено в ${crm}${method ? `: ${method}` : ""}${fields ? ` (${fields})` : ""}`,
+    updated: (crmId: string | null, fields: string) =>
+      `Сущность CRM${crmId ? ` ${crmId}` : ""} обновлена${fields ? `: ${fields}` : ""}`,
+    updateSkipped: "В поздней доставке нет отличий в полях, которые есть в CRM: обновление не отправлено",
+    updateRetry: (cls: string | null, inD: string | null) =>
+      `Обновление не подтверждено${cls ? ` (${cls})` : ""} — будет отправлено снова${inD ? ` ${inD}` : ""}`,
+    updateFailed: (crmId: string | null, cls: string | null, msg: string | null, caseNo: number | null) =>
+      `Обновление${crmId ? ` ${crmId}` : " сущности CRM"} не удалось${cls ? `: ${cls}` : ""}${dash(msg)}${caseNo === null ? "" : `; кейс #${caseNo} снова ждёт решения`}`,
     inDelay: (d: string) => `через ${d}`,
     now: "сейчас",
   },

@@ -1,0 +1,31 @@
+-- Keep original and update the CRM: a person decided a payload conflict by keeping the
+-- original operation and sending the conflicting delivery's changed fields to the CRM
+-- entity the operation has. The worker sends each row; the updates of one operation go
+-- out one at a time, oldest first, and nothing more goes to the entity until the settle
+-- window after an answer that did not come is over (an older update must never land
+-- after a newer one).
+create table crm_updates (
+    id               integer primary key autoincrement,
+    operation_id     text not null references operations (operation_id),
+    -- the payload-conflict case it decided, and the delivery whose fields it sends
+    case_id          integer not null references review_cases (id),
+    delivery_id      integer not null references deliveries (id),
+    -- the entity it updates
+    crm_id           text not null,
+    requested_by     text not null,
+    state            text not null default 'pending'
+                     check (state in ('pending', 'done', 'skipped', 'failed')),
+    attempts         integer not null default 0,
+    due_at           text not null,
+    lease_owner      text,
+    lease_token      text,
+    lease_expires_at text,
+    -- until when a call sent under the last lease may still land
+    quiet_after      text,
+    last_error       text,
+    last_error_class text,
+    created_at       text not null,
+    updated_at       text not null
+);
+create index crm_updates_pending on crm_updates (due_at) where state = 'pending';
+create index crm_updates_operation on crm_updates (operation_id, id);

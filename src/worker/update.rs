@@ -1,0 +1,183 @@
+//! Updates of CRM entities a person asked for (*Keep original and update the CRM*): the
+//! worker sends them as it sends creates, one due update at a time, under a lease. An
+//! update names its entity by id, so an answer that did not come is simply sent again,
+//! but only after the settle window (`domain::update`): an older update must never land
+//! after a newer one.
+
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::attempt::{cut_off, exchange_events};
+use crate::crm::{CrmError, Lead};
+use crate::domain::outage::counts_against_connector;
+use crate::domain::update::{after_failed_update, UpdateNext};
+use crate::domain::ErrorClass;
+use crate::store::{Failure, NewEvent, StoreError, UpdateClaim, UpdateOutcome};
+
+use super::{not_sent_event, Worker};
+
+impl Worker {
+    /// Sends one due update of a CRM entity; false when none was due.
+    pub async fn update_step(&self) -> Result<bool, StoreError> {
+        let claim = self
+            .store
+            .claim_update(
+                self.crm.connector(),
+                &self.owner,
+                self.settings.lease,
+                self.store.now(),
+            )
+            .await?;
+        let Some(claim) = claim else {
+            return Ok(false);
+        };
+        let span =
+            tracing::info_span!("update", operation_id = %claim.operation_id, update = claim.id);
+        match self.update(&claim).instrument(span).await {
+            Ok(()) | Err(StoreError::LeaseLost(_)) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn update(&self, claim: &UpdateClaim) -> Result<(), StoreError> {
+        let fields = self
+            .settings
+            .fields
+            .get(&claim.source)
+            .cloned()
+            .unwrap_or_default();
+        let (Some(original), Some(later)) = (&claim.original, &claim.later) else {
+            let failure = Failure {
+                class: ErrorClass::Validation,
+                message: "the lead's data was removed by retention: nothing to send".into(),
+            };
+            return self
+                .finish_update(claim, UpdateOutcome::Failed { failure }, vec![])
+                .await;
+        };
+        let was = Lead::from_payload(&claim.operation_id, &claim.source, original, &fields);
+        let later = Lead::from_payload(&claim.operation_id, &claim.source, later, &fields);
+        let changes = was.changes_to(&later);
+        if changes.is_empty() {
+            tracing::info!("nothing the CRM holds changed: no update sent");
+            return self
+                .finish_update(claim, UpdateOutcome::Skipped, vec![])
+                .await;
+        }
+        if let Err(e) = self.crm.pace().await {
+            // Nothing was sent.
+            let outcome = self.after_update_failed(claim, &e);
+            return self
+                .finish_update(claim, outcome, vec![not_sent_event(&e)])
+                .await;
+        }
+        let armed_at = Instant::now();
+        match self
+            .store
+            .start_update(
+                claim,
+                self.settings.lease_for_call(),
+                self.settings.settle,
+                self.store.now(),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::LeaseLost(_)) => {
+                tracing::warn!("the update's lease ran out before the call: not calling the CRM");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        let budget = self.settings.call_timeout;
+        let (result, exchange) = match tokio::time::timeout_at(
+            (armed_at + budget).into(),
+            crate::crm::rate::prepaid(self.crm.update(&claim.crm_id, &later, &changes)),
+        )
+        .await
+        {
+            Ok(answer) => answer,
+            Err(_) => cut_off("update", budget),
+        };
+        let events = exchange_events(
+            "crm_update_request",
+            "crm_update_response",
+            &exchange,
+            result.as_ref().err(),
+        );
+        let outcome = match &result {
+            Ok(()) => {
+                tracing::info!(crm_id = %claim.crm_id, "updated in the CRM");
+                self.answered().await;
+                UpdateOutcome::Done {
+                    fields: changes.fields().into_iter().map(str::to_owned).collect(),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(class = %e.class, "CRM update failed");
+                if counts_against_connector(e.class) {
+                    let now = self.store.now();
+                    if let Err(err) = self
+                        .store
+                        .connector_failed(self.crm.connector(), &self.settings.outage, now)
+                        .await
+                    {
+                        tracing::error!(error = %err, "recording the connector's failure failed");
+                    }
+                } else {
+                    self.answered().await;
+                }
+                self.after_update_failed(claim, e)
+            }
+        };
+        self.finish_update(claim, outcome, events).await
+    }
+
+    fn after_update_failed(&self, claim: &UpdateClaim, e: &CrmError) -> UpdateOutcome {
+        let failure = Failure::from(e);
+        match after_failed_update(
+            e.class,
+            claim.attempts,
+            false,
+            e.retry_after,
+            &self.settings.retry,
+            self.settings.settle,
+            self.store.now(),
+        ) {
+            UpdateNext::Retry { at } => UpdateOutcome::Retry { at, failure },
+            UpdateNext::Fail => UpdateOutcome::Failed { failure },
+        }
+    }
+
+    /// Records the outcome, through transient database errors for as long as the lease
+    /// and the settle window last (as an attempt's outcome is).
+    async fn finish_update(
+        &self,
+        claim: &UpdateClaim,
+        outcome: UpdateOutcome,
+        events: Vec<NewEvent>,
+    ) -> Result<(), StoreError> {
+        let give_up = Instant::now() + self.settings.keep_trying();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match self
+                .store
+                .finish_update(claim, outcome.clone(), events.clone(), self.store.now())
+                .await
+            {
+                Err(e) if e.is_transient() && Instant::now() + delay < give_up => {
+                    tracing::warn!(error = %e, "recording the update failed; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                other => {
+                    if let Err(e) = &other {
+                        tracing::warn!(error = %e, "the update's outcome was not recorded");
+                    }
+                    return other;
+                }
+            }
+        }
+    }
+}
