@@ -123,12 +123,9 @@ impl Worker {
             )
             .await?;
         let Some(claim) = claim else {
-            // Updates a person asked for go out when no create is waiting (and never as
-            // an outage's probe).
-            if gate == Gate::Open {
-                return self.update_step().await;
-            }
-            return Ok(false);
+            // Updates a person asked for go out when no create is waiting; while the CRM
+            // is unreachable one may be the probe.
+            return self.update_step().await;
         };
         match self.attempt(&claim).await {
             Ok(()) | Err(StoreError::LeaseLost(_)) => Ok(true),

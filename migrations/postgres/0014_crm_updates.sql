@@ -1,9 +1,9 @@
 -- Keep original and update the CRM: a person decided a payload conflict by keeping the
 -- original operation and sending the conflicting delivery's changed fields to the CRM
--- entity the operation has. The worker sends each row; the updates of one operation go
--- out one at a time, oldest first, and nothing more goes to the entity until the settle
--- window after an answer that did not come is over (an older update must never land
--- after a newer one).
+-- entity the operation has. The worker sends each row; the updates of one entity (several
+-- operations may share it: a link, a merge) go out one at a time in the order of their
+-- deliveries, and nothing more goes to the entity until the settle window after an answer
+-- that did not come is over (an older update must never land after a newer one).
 create table crm_updates (
     id               bigserial primary key,
     operation_id     text not null references operations (operation_id),
@@ -29,3 +29,5 @@ create table crm_updates (
 );
 create index crm_updates_pending on crm_updates (due_at) where state = 'pending';
 create index crm_updates_operation on crm_updates (operation_id, id);
+-- the updates of one entity, in the order of the deliveries they carry
+create index crm_updates_entity on crm_updates (crm_id, delivery_id, id);

@@ -3,6 +3,9 @@
 //! authorize-one-retry / keep-original / resume-connector, each checked on screen and in
 //! the database. Saves the README's screenshots to docs/screenshots/.
 //!
+//! The fourth test keeps the original of a payload conflict and updates the CRM: a real
+//! gateway and worker on the same database send the changed phone to a fake Bitrix24.
+//!
 //! The third test clicks desktop notifications: a private D-Bus session bus with a fake
 //! notification server (tests/fake_notifications.py) stands in for the desktop.
 //!
@@ -1008,6 +1011,89 @@ async fn a_click_on_a_notification_opens_the_new_case_in_a_real_window() {
     if let Err(e) = steps {
         std::panic::resume_unwind(e.into_panic());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_original_and_update_sends_the_changed_phone_to_the_crm_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let gw = leadgate_testkit::gateway::Gateway::start_on(&url, "").await;
+    // The lead, created by the worker; then the customer corrects the phone and the form
+    // sends the same submission again.
+    let first = leadgate_testkit::gateway::lead("e2e-upd");
+    gw.post_json("site", &first).await;
+    gw.wait_status("site:e2e-upd", "completed").await;
+    let mut later = first.clone();
+    later["phone"] = json!("+7 916 555-44-33");
+    later["comment"] = json!("please call after 6 pm");
+    let (_, body, _) = gw.post_json("site", &later).await;
+    assert_eq!(body["outcome"], "conflict", "{body}");
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url, "operator": OPERATOR}).to_string(),
+    )
+    .unwrap();
+    let _driver = start_driver(&settings, &[]);
+    let c = connect_client().await;
+    let steps = tokio::spawn({
+        let c = c.clone();
+        let store = gw.store();
+        async move { update_crm(&c, &*store).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+    let entity = &gw.fake.entities()[0];
+    let phones: Vec<&str> = entity.fields["PHONE"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["VALUE"].as_str().unwrap())
+        .collect();
+    assert_eq!(phones, ["+7 999 123-45-67", "+7 916 555-44-33"]);
+    assert_eq!(entity.fields["COMMENTS"], "please call after 6 pm");
+    assert_eq!(gw.fake.calls("crm.lead.update"), 1);
+    assert_eq!(gw.fake.calls("crm.lead.add"), 1, "nothing created twice");
+    gw.stop().await;
+}
+
+async fn update_crm(c: &Client, db: &dyn Store) {
+    tab(c, "payload_conflict").await;
+    open_row(c, "site:e2e-upd").await;
+    el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
+    click(c, "[data-testid=update-crm]").await;
+    text_until(
+        c,
+        "[data-testid=action-dialog]",
+        "the update question",
+        |t| t.contains("send the changed fields"),
+    )
+    .await;
+    click(c, "[data-testid=action-dialog-yes]").await;
+    el(c, "[data-testid=resolved-by]").await;
+    // The worker sends it; the case's timeline says so in words (the console polls).
+    let said = text_until(
+        c,
+        "[data-kind=crm_updated] [data-testid=event-sentence]",
+        "the update's sentence",
+        |t| t.contains("updated: phone, comment"),
+    )
+    .await;
+    assert!(said.starts_with("CRM entity 1 updated"), "{said}");
+    c.execute(
+        "document.querySelector('[data-kind=crm_update_requested]').scrollIntoView({block: 'start'})",
+        vec![],
+    )
+    .await
+    .unwrap();
+    shot(c, "conflict-update.png").await;
+    let id: OperationId = "site:e2e-upd".parse().unwrap();
+    let case = db.cases_of(&id).await.unwrap().pop().unwrap();
+    assert_eq!(case.resolution.as_deref(), Some("updated_crm"));
+    assert_eq!(case.resolved_by.as_deref(), Some(OPERATOR));
 }
 
 async fn click_through(c: &Client, db: &dyn Store, server: &FakeNotifications) {

@@ -38,7 +38,7 @@ use serde_json::{json, Map, Value};
 use super::rate::{self, RateLimiter};
 use super::{
     classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
-    Exchange, Lead, LeadChanges, Lookup,
+    EntityUpdate, Exchange, Lead, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::{self, CrmToken, Store};
@@ -1137,13 +1137,13 @@ impl Crm for AmoCrm {
     /// e-mail with `PATCH /api/v4/contacts/{id}` of its main contact (read first, so its
     /// numbers and addresses stay beside the new one). A comment has no field here: the
     /// create does not send one either.
-    async fn update(
-        &self,
-        crm_id: &str,
-        later: &Lead,
-        changes: &LeadChanges,
-    ) -> (Result<(), CrmError>, Exchange) {
-        let redact = later.contact_values();
+    fn update_calls(&self) -> u32 {
+        4
+    }
+
+    async fn update(&self, u: &EntityUpdate) -> (Result<Vec<String>, CrmError>, Exchange) {
+        let (crm_id, changes) = (u.crm_id.as_str(), &u.changes);
+        let mut redact: Vec<String> = u.redact.clone();
         let mut steps = Vec::new();
         let mut sent = Vec::new();
         let result = async {
@@ -1158,14 +1158,17 @@ impl Crm for AmoCrm {
                     .client
                     .patch(format!("{}/api/v4/leads/{crm_id}", self.base))
                     .json(&json!({"name": title}));
-                self.update_step(UPDATE_LEAD, req, &redact, &mut steps)
+                self.update_step(UPDATE_LEAD, req, &strs(&redact), &mut steps)
                     .await?;
                 sent.push("title");
             }
             if changes.name.is_none() && changes.phone.is_none() && changes.email.is_none() {
                 return Ok(());
             }
-            let Some(contact_id) = self.main_contact(crm_id, &redact, &mut steps).await? else {
+            let contact_id = self
+                .main_contact(crm_id, &strs(&redact), &mut steps)
+                .await?;
+            let Some(contact_id) = contact_id else {
                 return Err(CrmError::new(
                     ErrorClass::Validation,
                     format!("{CONNECTOR}: lead {crm_id} has no contact to update"),
@@ -1173,8 +1176,16 @@ impl Crm for AmoCrm {
             };
             let url = format!("{}/api/v4/contacts/{contact_id}", self.base);
             let contact = self
-                .update_step(GET_CONTACT, self.client.get(&url), &redact, &mut steps)
+                .update_step(
+                    GET_CONTACT,
+                    self.client.get(&url),
+                    &strs(&redact),
+                    &mut steps,
+                )
                 .await?;
+            // The values it sends again (the contact's numbers and addresses) are scrubbed
+            // from an error that echoes them, as the new ones are.
+            redact.extend(values_of(&contact));
             let mut body = Map::new();
             if let Some(name) = &changes.name {
                 body.insert("first_name".into(), json!(name));
@@ -1193,12 +1204,18 @@ impl Crm for AmoCrm {
                 body.insert("custom_fields_values".into(), Value::Array(fields));
             }
             let req = self.client.patch(&url).json(&Value::Object(body));
-            self.update_step(UPDATE_CONTACT, req, &redact, &mut steps)
+            self.update_step(UPDATE_CONTACT, req, &strs(&redact), &mut steps)
                 .await
                 .map(|_| ())
         }
         .await;
-        let ignored: Vec<&str> = changes
+        let result = result.map(|()| {
+            sent.iter()
+                .map(|f| (*f).to_owned())
+                .collect::<Vec<String>>()
+        });
+        // amoCRM has no field the create puts a comment in: a changed comment is not sent.
+        let not_sent: Vec<&str> = changes
             .fields()
             .into_iter()
             .filter(|f| *f == "comment")
@@ -1207,7 +1224,7 @@ impl Crm for AmoCrm {
             result,
             Exchange {
                 request: json!({"connector": CONNECTOR, "method": "update", "id": crm_id,
-                                "fields": sent, "not_sent": ignored}),
+                                "fields": sent, "not_sent": not_sent}),
                 response: json!({"steps": steps}),
             },
         )
@@ -1351,6 +1368,42 @@ impl AmoCrm {
             .or_else(|| contacts.first());
         Ok(main.and_then(|c| c.get("id")).and_then(id_of))
     }
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Every name and custom-field value of a contact.
+fn values_of(contact: &Value) -> Vec<String> {
+    let mut out: Vec<String> = ["name", "first_name", "last_name"]
+        .iter()
+        .filter_map(|k| contact.get(*k).and_then(Value::as_str))
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+        .collect();
+    for f in contact
+        .get("custom_fields_values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for v in f
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(s) = v
+                .get("value")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
+                out.push(s.to_owned());
+            }
+        }
+    }
+    out
 }
 
 /// A contact's `custom_fields_values` with `value` first in the field `code` (PHONE or

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::rate::RateLimiter;
 use super::{
     classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
-    Exchange, Lead, LeadChanges, Lookup,
+    EntityUpdate, Exchange, Lead, LeadChanges, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::Store;
@@ -766,18 +766,18 @@ impl Crm for Bitrix24 {
 
     /// `crm.lead.update` (or `crm.deal.update`) of the changed fields; Bitrix24 answers
     /// `result: true`.
-    async fn update(
-        &self,
-        crm_id: &str,
-        later: &Lead,
-        changes: &LeadChanges,
-    ) -> (Result<(), CrmError>, Exchange) {
+    fn update_calls(&self) -> u32 {
+        2
+    }
+
+    async fn update(&self, u: &EntityUpdate) -> (Result<Vec<String>, CrmError>, Exchange) {
+        let (crm_id, later) = (u.crm_id.as_str(), &u.target);
         let method = self.entity.update_method();
         let mut summary = serde_json::Map::new();
-        let redact = later.contact_values();
+        let redact = u.redact();
         // A phone or e-mail is added beside the entity's others: one it has already (an
         // earlier try of this update landed after all) is not added twice.
-        let mut changes = changes.clone();
+        let mut changes = u.changes.clone();
         if self.entity == Entity::Lead && (changes.phone.is_some() || changes.email.is_some()) {
             let get = self.entity.get_method();
             let mut got = serde_json::Map::new();
@@ -820,7 +820,7 @@ impl Crm for Bitrix24 {
             .post(method, &body, crm_id, &redact, &mut summary)
             .await
             .and_then(|result| match result {
-                Value::Bool(true) => Ok(()),
+                Value::Bool(true) => Ok(changes.fields().into_iter().map(str::to_owned).collect()),
                 _ => Err(CrmError::new(
                     ErrorClass::Uncertain,
                     format!("{CONNECTOR} {method}: the answer is not `true`"),
@@ -1182,6 +1182,46 @@ mod tests {
         let (found, _) = crm.find("tilda:deal-1").await;
         assert_eq!(found.unwrap(), Lookup::One(id));
         assert_eq!(fake.calls("crm.deal.list"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_deal_update_writes_its_comments_from_the_lead_as_it_stands_now() {
+        // The later delivery changes the phone and sends no e-mail: the deal's COMMENTS
+        // keep the e-mail of the lead as created, with the new phone.
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Deal, Duration::from_secs(5));
+        let was = lead("tilda:deal-2");
+        let id = crm.create(&was).await.0.unwrap();
+        let later = Lead {
+            phone: Some("+79990003344".into()),
+            email: None,
+            ..was.clone()
+        };
+        let changes = was.changes_to(&later);
+        let update = EntityUpdate {
+            crm_id: id.clone(),
+            target: was.overlaid(&changes),
+            changes,
+            redact: vec![],
+        };
+        let (sent, ex) = crm.update(&update).await;
+        assert_eq!(sent.unwrap(), ["phone"]);
+        assert_eq!(ex.request["method"], "crm.deal.update");
+        assert_eq!(fake.calls("crm.deal.get"), 0, "a deal has no PHONE to read");
+        let f = &fake.entities()[0].fields;
+        assert_eq!(
+            f["COMMENTS"],
+            "Name: Ivan Petrov\nPhone: +79990003344\nEmail: ivan@example.ru\nComment: call me"
+        );
+        assert_exchange_clean(&ex);
+        // An entity that is gone: refused as the data's fault, nothing stored with secrets.
+        let missing = EntityUpdate {
+            crm_id: "999".into(),
+            ..update
+        };
+        let (err, ex) = crm.update(&missing).await;
+        assert_eq!(err.unwrap_err().class, ErrorClass::Validation);
+        assert_exchange_clean(&ex);
     }
 
     #[tokio::test]

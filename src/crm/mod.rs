@@ -84,6 +84,25 @@ pub struct Exchange {
     pub response: serde_json::Value,
 }
 
+/// What an update of an entity sends ([`Crm::update`]).
+#[derive(Debug, Clone, Default)]
+pub struct EntityUpdate {
+    pub crm_id: String,
+    /// The lead as the entity should hold it now: the lead as created with `changes`
+    /// laid over it (a deal's COMMENTS are written from it).
+    pub target: Lead,
+    pub changes: LeadChanges,
+    /// The contact values and comments of the original and the later delivery: scrubbed
+    /// from anything stored (a CRM may echo what it was sent in an error).
+    pub redact: Vec<String>,
+}
+
+impl EntityUpdate {
+    pub fn redact(&self) -> Vec<&str> {
+        self.redact.iter().map(String::as_str).collect()
+    }
+}
+
 /// A CRM connector.
 #[async_trait::async_trait]
 pub trait Crm: Send + Sync + 'static {
@@ -104,18 +123,20 @@ pub trait Crm: Send + Sync + 'static {
     /// Finds entities by external key.
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange);
 
-    /// Sets `changes` (what `later`, the lead as a later delivery maps it, changes) on
-    /// the entity `crm_id`, one this connector created: fields it replaces are replaced,
-    /// a phone or e-mail is added beside the ones the entity has. Sending the same update
-    /// twice leaves the entity as sending it once does. A connector that cannot update
-    /// refuses as `validation` without sending anything.
-    async fn update(
-        &self,
-        crm_id: &str,
-        later: &Lead,
-        changes: &LeadChanges,
-    ) -> (Result<(), CrmError>, Exchange) {
-        let _ = (later, changes);
+    /// At most how many requests one [`update`](Crm::update) makes (a read before the
+    /// write, a contact's and its lead's): the call's budget is that many calls.
+    fn update_calls(&self) -> u32 {
+        1
+    }
+
+    /// Sets `u.changes` on the entity `u.crm_id`, one this connector created: fields it
+    /// replaces are replaced, a phone or e-mail is added beside the ones the entity has.
+    /// Sending the same update twice leaves the entity as sending it once does. `Ok`: the
+    /// fields it sent (`title`, `name`, `phone`, `email`, `comment`; a CRM without a place
+    /// for one leaves it out). A connector that cannot update refuses as `validation`
+    /// without sending anything.
+    async fn update(&self, u: &EntityUpdate) -> (Result<Vec<String>, CrmError>, Exchange) {
+        let crm_id = &u.crm_id;
         (
             Err(CrmError::new(
                 ErrorClass::Validation,

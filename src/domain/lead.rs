@@ -93,18 +93,45 @@ pub struct LeadChanges {
 }
 
 impl Lead {
-    /// What `later` changes in this lead (values it has and this one has otherwise).
+    /// What `later` changes in this lead (values it has and this one has otherwise). A
+    /// title the later delivery does not send is not a change (the placeholder `Lead
+    /// <key>` is no title); a phone written differently with the same digits, or an
+    /// e-mail in other case, is the same value.
     pub fn changes_to(&self, later: &Lead) -> LeadChanges {
-        let changed = |was: &Option<String>, now: &Option<String>| match now {
-            Some(v) if was.as_ref() != Some(v) => Some(v.clone()),
-            _ => None,
-        };
+        fn changed(
+            was: &Option<String>,
+            now: &Option<String>,
+            key: impl Fn(&str) -> String,
+        ) -> Option<String> {
+            match now {
+                Some(v) if was.as_deref().map(&key) != Some(key(v)) => Some(v.clone()),
+                _ => None,
+            }
+        }
+        let same = |v: &str| v.to_owned();
+        let placeholder = format!("Lead {}", later.operation_id);
+        let title = later.title.clone().filter(|t| *t != placeholder);
         LeadChanges {
-            title: changed(&self.title, &later.title),
-            name: changed(&self.name, &later.name),
-            phone: changed(&self.phone, &later.phone),
-            email: changed(&self.email, &later.email),
-            comment: changed(&self.comment, &later.comment),
+            title: changed(&self.title, &title, same),
+            name: changed(&self.name, &later.name, same),
+            phone: changed(&self.phone, &later.phone, |p| {
+                p.chars().filter(char::is_ascii_digit).collect()
+            }),
+            email: changed(&self.email, &later.email, |e| e.trim().to_lowercase()),
+            comment: changed(&self.comment, &later.comment, same),
+        }
+    }
+
+    /// This lead with `changes` laid over it: what the entity should hold now.
+    pub fn overlaid(&self, changes: &LeadChanges) -> Lead {
+        let pick = |c: &Option<String>, was: &Option<String>| c.clone().or_else(|| was.clone());
+        Lead {
+            title: pick(&changes.title, &self.title),
+            name: pick(&changes.name, &self.name),
+            phone: pick(&changes.phone, &self.phone),
+            email: pick(&changes.email, &self.email),
+            comment: pick(&changes.comment, &self.comment),
+            ..self.clone()
         }
     }
 }
@@ -234,5 +261,30 @@ mod tests {
         assert_eq!(changes.email, None, "an absent e-mail is not cleared");
         assert_eq!(changes.contact_values(), ["+79160000002"]);
         assert!(was.changes_to(&was).is_empty());
+        let target = was.overlaid(&changes);
+        assert_eq!(
+            target.email.as_deref(),
+            Some("a@x.ru"),
+            "kept from the original"
+        );
+        assert_eq!(target.phone.as_deref(), Some("+79160000002"));
+        // No title in either: the placeholder is not sent over a title set in the CRM.
+        let titled = Lead {
+            title: Some("Ремонт".into()),
+            ..was.clone()
+        };
+        assert_eq!(titled.changes_to(&later).title, None);
+        // The same phone and e-mail written differently are no change.
+        let respelled = Lead::from_payload(
+            &op(),
+            "site",
+            &json!({"name": "Иван", "phone": "+7 (916) 000-00-01", "email": "A@X.RU", "comment": "call me"}),
+            &map,
+        );
+        assert!(
+            was.changes_to(&respelled).is_empty(),
+            "{:?}",
+            was.changes_to(&respelled)
+        );
     }
 }

@@ -61,6 +61,8 @@ pub enum Refusal {
     UpdateWithoutEntity,
     #[error("this lead is sent to the CRM by an integration, not by Leadgate: update it there")]
     UpdateNotOurs,
+    #[error("a later delivery's changes were already sent to this CRM entity (or are on their way): keep the original, or accept this delivery as new")]
+    UpdateSuperseded,
 }
 
 impl Refusal {
@@ -89,6 +91,7 @@ impl Refusal {
         "not_in_bulk",
         "update_without_entity",
         "update_not_ours",
+        "update_superseded",
     ];
 
     /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
@@ -136,6 +139,7 @@ impl Refusal {
             Refusal::NotInBulk { .. } => "not_in_bulk",
             Refusal::UpdateWithoutEntity => "update_without_entity",
             Refusal::UpdateNotOurs => "update_not_ours",
+            Refusal::UpdateSuperseded => "update_superseded",
         }
     }
 }
@@ -286,7 +290,12 @@ pub fn decide(
                 // Only an entity that exists can be updated: while the create is still
                 // owed (or its outcome unknown) there is nothing to send the fields to.
                 HumanAction::UpdateCrm => {
-                    Some(op.crm_id.ok_or(Refusal::UpdateWithoutEntity)?.to_owned())
+                    let crm_id = op.crm_id.ok_or(Refusal::UpdateWithoutEntity)?;
+                    // The lead as created is what the changes are read against.
+                    if !op.has_payload {
+                        return Err(Refusal::ConflictPayloadPurged);
+                    }
+                    Some(crm_id.to_owned())
                 }
                 _ => None,
             };

@@ -271,8 +271,13 @@ pub enum UpdateOutcome {
     Done { fields: Vec<String> },
     /// Nothing the CRM was sent at creation differs: no call was made.
     Skipped,
-    /// Send it again, not before `at`.
-    Retry { at: DateTime<Utc>, failure: Failure },
+    /// Send it again, not before `at`; with `refund` the try is not counted (the
+    /// connector's outage or pause, not the update's).
+    Retry {
+        at: DateTime<Utc>,
+        failure: Failure,
+        refund: bool,
+    },
     /// Given up: the payload-conflict question goes back to a person (a new case on the
     /// same delivery, saying why).
     Failed { failure: Failure },

@@ -673,6 +673,18 @@ macro_rules! sql_store {
                 .await?)
             }
 
+            async fn newer_update_of_entity(&mut self, crm_id: &str, delivery_id: i64) -> Result<bool> {
+                let n: i64 = sqlx::query_scalar(
+                    "select count(*) from crm_updates where crm_id = $1 and delivery_id > $2 \
+                     and state in ('pending', 'done')",
+                )
+                .bind(crm_id)
+                .bind(delivery_id)
+                .fetch_one(&mut *self.0)
+                .await?;
+                Ok(n > 0)
+            }
+
             async fn lock_crm_update(&mut self, id: i64) -> Result<Option<ops::updates::UpdateRow>> {
                 let sql = format!(
                     "select state, lease_token, delivery_id, crm_id from crm_updates where id = $1{}",
@@ -701,6 +713,7 @@ macro_rules! sql_store {
                      last_error = coalesce($5, last_error), \
                      last_error_class = coalesce($6, last_error_class), \
                      lease_owner = null, lease_token = null, lease_expires_at = null, \
+                     attempts = attempts - case when $8 then 1 else 0 end, \
                      updated_at = $7 where id = $1",
                 )
                 .bind(id)
@@ -710,6 +723,7 @@ macro_rules! sql_store {
                 .bind(w.error.map(|(m, _)| m.to_owned()))
                 .bind(w.error.map(|(_, c)| c.as_str()))
                 .bind(now)
+                .bind(w.refund)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -1039,22 +1053,33 @@ macro_rules! sql_store {
                 lease_for: std::time::Duration,
                 now: DateTime<Utc>,
             ) -> Result<Option<UpdateClaim>> {
-                let mut tx = self.write().await?;
-                let lock = if $skip_locked.is_empty() { "" } else { " for update of u skip locked" };
-                // The oldest pending update of its operation, past its own quiet window,
-                // and no earlier update of the same operation still pending or possibly
-                // landing: the updates of one entity arrive in the order they were asked.
-                let sql = format!(
-                    "select u.id from crm_updates u join operations o on o.operation_id = u.operation_id \
+                // The first pending update of its entity (several operations may share
+                // one: a link, a merge), in the order of the deliveries they carry, past
+                // its own quiet window, with no earlier one of the entity still pending or
+                // possibly landing: an older update never lands after a newer one.
+                let pick = "select u.id from crm_updates u join operations o on o.operation_id = u.operation_id \
                      where u.state = 'pending' and u.due_at <= $1 \
                      and (u.lease_expires_at is null or u.lease_expires_at <= $1) \
                      and (u.quiet_after is null or u.quiet_after <= $1) \
                      and o.executor = 'worker' \
-                     and not exists (select 1 from crm_updates e where e.operation_id = u.operation_id \
-                       and e.id < u.id and (e.state = 'pending' or e.quiet_after > $1)) \
+                     and not exists (select 1 from crm_updates e where e.crm_id = u.crm_id \
+                       and e.id <> u.id \
+                       and (e.delivery_id < u.delivery_id or (e.delivery_id = u.delivery_id and e.id < u.id)) \
+                       and (e.state = 'pending' or e.quiet_after > $1)) \
                      and not exists (select 1 from connectors c where c.name = $2 and c.state = 'paused') \
-                     order by u.due_at, u.id limit 1{lock}"
-                );
+                     order by u.due_at, u.id limit 1";
+                // A read first: an idle poll takes no write lock (SQLite has one writer).
+                let due: Option<i64> = sqlx::query_scalar(pick)
+                    .bind(now)
+                    .bind(connector)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                if due.is_none() {
+                    return Ok(None);
+                }
+                let mut tx = self.write().await?;
+                let lock = if $skip_locked.is_empty() { "" } else { " for update of u skip locked" };
+                let sql = format!("{pick}{lock}");
                 let Some(id): Option<i64> = sqlx::query_scalar(&sql)
                     .bind(now)
                     .bind(connector)

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::attempt::{cut_off, exchange_events};
-use crate::crm::{CrmError, Lead};
+use crate::config::LEASE_MARGIN;
+use crate::crm::{CrmError, EntityUpdate, Lead};
 use crate::domain::outage::counts_against_connector;
 use crate::domain::update::{after_failed_update, UpdateNext};
-use crate::domain::ErrorClass;
+use crate::domain::{ErrorClass, RetryDecision};
 use crate::store::{Failure, NewEvent, StoreError, UpdateClaim, UpdateOutcome};
 
 use super::{not_sent_event, Worker};
@@ -59,7 +60,19 @@ impl Worker {
         let was = Lead::from_payload(&claim.operation_id, &claim.source, original, &fields);
         let later = Lead::from_payload(&claim.operation_id, &claim.source, later, &fields);
         let changes = was.changes_to(&later);
-        if changes.is_empty() {
+        let mut redact: Vec<String> = [&was, &later]
+            .iter()
+            .flat_map(|l| l.contact_values().into_iter().chain(l.comment.as_deref()))
+            .map(str::to_owned)
+            .collect();
+        redact.dedup();
+        let update = EntityUpdate {
+            crm_id: claim.crm_id.clone(),
+            target: was.overlaid(&changes),
+            changes,
+            redact,
+        };
+        if update.changes.is_empty() {
             tracing::info!("nothing the CRM holds changed: no update sent");
             return self
                 .finish_update(claim, UpdateOutcome::Skipped, vec![])
@@ -67,20 +80,19 @@ impl Worker {
         }
         if let Err(e) = self.crm.pace().await {
             // Nothing was sent.
-            let outcome = self.after_update_failed(claim, &e);
+            let outcome = self.after_update_failed(claim, &e).await;
             return self
                 .finish_update(claim, outcome, vec![not_sent_event(&e)])
                 .await;
         }
+        // An update may take several requests (a read, then the write): its budget is
+        // that many calls, and its lease covers the whole of it.
+        let budget = self.settings.call_timeout * self.crm.update_calls().max(1);
+        let lease_for = self.settings.lease.max(budget + LEASE_MARGIN);
         let armed_at = Instant::now();
         match self
             .store
-            .start_update(
-                claim,
-                self.settings.lease_for_call(),
-                self.settings.settle,
-                self.store.now(),
-            )
+            .start_update(claim, lease_for, self.settings.settle, self.store.now())
             .await
         {
             Ok(()) => {}
@@ -90,10 +102,9 @@ impl Worker {
             }
             Err(e) => return Err(e),
         }
-        let budget = self.settings.call_timeout;
         let (result, exchange) = match tokio::time::timeout_at(
             (armed_at + budget).into(),
-            crate::crm::rate::prepaid(self.crm.update(&claim.crm_id, &later, &changes)),
+            crate::crm::rate::prepaid(self.crm.update(&update)),
         )
         .await
         {
@@ -106,36 +117,74 @@ impl Worker {
             &exchange,
             result.as_ref().err(),
         );
-        let outcome = match &result {
-            Ok(()) => {
+        let outcome = match result {
+            Ok(fields) => {
                 tracing::info!(crm_id = %claim.crm_id, "updated in the CRM");
                 self.answered().await;
-                UpdateOutcome::Done {
-                    fields: changes.fields().into_iter().map(str::to_owned).collect(),
-                }
+                UpdateOutcome::Done { fields }
             }
             Err(e) => {
                 tracing::warn!(class = %e.class, "CRM update failed");
-                if counts_against_connector(e.class) {
-                    let now = self.store.now();
-                    if let Err(err) = self
-                        .store
-                        .connector_failed(self.crm.connector(), &self.settings.outage, now)
-                        .await
-                    {
-                        tracing::error!(error = %err, "recording the connector's failure failed");
-                    }
-                } else {
-                    self.answered().await;
-                }
-                self.after_update_failed(claim, e)
+                self.after_update_failed(claim, &e).await
             }
         };
         self.finish_update(claim, outcome, events).await
     }
 
-    fn after_update_failed(&self, claim: &UpdateClaim, e: &CrmError) -> UpdateOutcome {
+    /// What follows a failed update. The CRM's own trouble is the connector's, as for
+    /// creates: counted against it (an outage opens the breaker, whose probes then carry
+    /// the update too), and the try is given back; refused credentials pause the
+    /// connector until a person resumes it. Otherwise `domain::update` decides.
+    async fn after_update_failed(&self, claim: &UpdateClaim, e: &CrmError) -> UpdateOutcome {
         let failure = Failure::from(e);
+        let now = self.store.now();
+        if e.class.decision() == RetryDecision::PauseConnector {
+            let connector = self.crm.connector();
+            if let Err(err) = self
+                .store
+                .pause_connector(connector, &e.message, &self.owner, now)
+                .await
+            {
+                tracing::error!(error = %err, "pausing the connector failed");
+            }
+            return UpdateOutcome::Retry {
+                at: now,
+                failure,
+                refund: true,
+            };
+        }
+        if counts_against_connector(e.class) {
+            match self
+                .store
+                .connector_failed(self.crm.connector(), &self.settings.outage, now)
+                .await
+            {
+                Ok(Some(outage))
+                    if now < crate::store::after(outage.since, self.settings.outage.limit) =>
+                {
+                    // Unreachable: the update waits for the next probe, not counted (an
+                    // answer that did not come: not before its settle window either).
+                    let at = if e.class.may_have_executed() {
+                        outage
+                            .probe_at
+                            .max(crate::store::after(now, self.settings.settle))
+                    } else {
+                        outage.probe_at
+                    };
+                    return UpdateOutcome::Retry {
+                        at,
+                        failure,
+                        refund: true,
+                    };
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::error!(error = %err, "recording the connector's failure failed")
+                }
+            }
+        } else {
+            self.answered().await;
+        }
         match after_failed_update(
             e.class,
             claim.attempts,
@@ -145,7 +194,11 @@ impl Worker {
             self.settings.settle,
             self.store.now(),
         ) {
-            UpdateNext::Retry { at } => UpdateOutcome::Retry { at, failure },
+            UpdateNext::Retry { at } => UpdateOutcome::Retry {
+                at,
+                failure,
+                refund: false,
+            },
             UpdateNext::Fail => UpdateOutcome::Failed { failure },
         }
     }

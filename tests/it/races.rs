@@ -1216,3 +1216,47 @@ async fn two_redelivery_loops_send_a_lead_back_once() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_worker_skips_an_update_another_worker_is_taking_and_takes_it_once_free() {
+    postgres_only(|db| async move {
+        let store = db.store().await;
+        complete(&*store, "upd").await;
+        let DeliveryOutcome::Conflict { case_id, .. } = store
+            .record_delivery(delivery("upd", json!({"k": "changed"})))
+            .await
+            .unwrap()
+            .outcome
+        else {
+            panic!("a conflict")
+        };
+        decide(&*store, case_id, HumanAction::UpdateCrm)
+            .await
+            .unwrap();
+        // Another worker's claim holds the row (its transaction has not committed).
+        let mut other = PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("begin").execute(&mut other).await.unwrap();
+        sqlx::query("select id from crm_updates for update")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        let skipped = tokio::time::timeout(
+            Duration::from_secs(5),
+            store.claim_update(CRM, "w2", LEASE, now()),
+        )
+        .await
+        .expect("skipped, not waited for")
+        .unwrap();
+        assert!(skipped.is_none(), "the held row is not taken twice");
+        sqlx::query("commit").execute(&mut other).await.unwrap();
+        let taken = store.claim_update(CRM, "w2", LEASE, now()).await.unwrap();
+        assert_eq!(taken.unwrap().attempts, 1);
+        // And once taken, nobody else gets it while the lease is live.
+        assert!(store
+            .claim_update(CRM, "w3", LEASE, now())
+            .await
+            .unwrap()
+            .is_none());
+    })
+    .await
+}

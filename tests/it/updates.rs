@@ -600,3 +600,148 @@ each_backend!(
         assert!(o.purged_at.is_some(), "purged once the update is done");
     }
 );
+
+/// Resolves `case_id` with *update the CRM* at the version it has now.
+async fn update_crm(store: &dyn Store, case_id: i64) -> Result<Resolved> {
+    let case = store.case(case_id).await.unwrap().unwrap();
+    store
+        .resolve(Resolve {
+            case_id,
+            expected_version: case.version,
+            actor: "ann".into(),
+            comment: None,
+            action: HumanAction::UpdateCrm,
+            now: now(),
+            bulk: None,
+        })
+        .await
+}
+
+/// A new conflicting delivery of `key` (its case id).
+async fn conflicting(store: &dyn Store, key: &str, payload: Value) -> i64 {
+    let DeliveryOutcome::Conflict { case_id, .. } = store
+        .record_delivery(delivery(key, payload))
+        .await
+        .unwrap()
+        .outcome
+    else {
+        panic!("a conflict")
+    };
+    case_id
+}
+
+each_backend!(
+    an_older_delivery_is_not_sent_over_a_newer_one,
+    |db| async move {
+        let store = db.store().await;
+        let (_, _) = requested(store.as_ref(), "o1").await;
+        // requested() sent delivery 2's fields; delivery 3 is newer still, delivery 4
+        // newer again. A person decides 4 first, then 3: 3's fields would land over 4's.
+        let three = conflicting(store.as_ref(), "o1", json!({"name": "C", "phone": "1"})).await;
+        let four = conflicting(store.as_ref(), "o1", json!({"name": "D", "phone": "1"})).await;
+        update_crm(store.as_ref(), four).await.unwrap();
+        let err = update_crm(store.as_ref(), three).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Refused(Refusal::UpdateSuperseded)),
+            "{err}"
+        );
+        let case = store.case(three).await.unwrap().unwrap();
+        assert!(case.resolved_at.is_none(), "refused: the case stays open");
+    }
+);
+
+each_backend!(
+    two_operations_on_one_entity_update_it_in_delivery_order,
+    |db| async move {
+        // A second operation that landed on the same entity (amoCRM merging it into the
+        // existing lead, or a link): the updates of entity 77 go one at a time.
+        let store = db.store().await;
+        requested(store.as_ref(), "e1").await;
+        store
+            .record_delivery(delivery("e2", json!({"name": "X", "phone": "2"})))
+            .await
+            .unwrap();
+        let claim = store
+            .claim_due("bitrix24", "w", Duration::from_secs(30), now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(claim.operation.operation_id, op("e2"));
+        store
+            .finish_attempt(
+                &claim.lease,
+                AttemptOutcome::Created {
+                    crm_id: "77".into(),
+                },
+                vec![],
+                now(),
+            )
+            .await
+            .unwrap();
+        let case = conflicting(store.as_ref(), "e2", json!({"name": "Y", "phone": "2"})).await;
+        update_crm(store.as_ref(), case).await.unwrap();
+        let first = store
+            .claim_update("bitrix24", "w1", Duration::from_secs(5), now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.operation_id, op("e1"), "the older delivery first");
+        assert!(
+            store
+                .claim_update("bitrix24", "w2", Duration::from_secs(5), now())
+                .await
+                .unwrap()
+                .is_none(),
+            "the other operation's update of the same entity waits"
+        );
+        store
+            .finish_update(
+                &first,
+                UpdateOutcome::Done {
+                    fields: vec!["name".into()],
+                },
+                vec![],
+                now(),
+            )
+            .await
+            .unwrap();
+        let second = store
+            .claim_update("bitrix24", "w2", Duration::from_secs(5), now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(second.operation_id, op("e2"));
+    }
+);
+
+each_backend!(
+    refused_credentials_pause_the_connector_and_the_update_waits_uncounted,
+    |db| async move {
+        let gw = gateway(&db, "500ms", "300ms").await;
+        let case = conflict(&gw, "a1", json!({"comment": "new"})).await;
+        gw.fake.push_fault(UPDATE, Fault::ExpiredToken, 5);
+        decide(&gw, &case, HumanAction::UpdateCrm).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gw
+            .store()
+            .connector("bitrix24")
+            .await
+            .unwrap()
+            .is_some_and(|c| c.paused)
+        {
+            assert!(Instant::now() < deadline, "never paused");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(gw.fake.calls(UPDATE), 1, "nothing more while paused");
+        gw.fake.clear_faults();
+        gw.store()
+            .resume_connector("bitrix24", "ann", now())
+            .await
+            .unwrap();
+        let t = events(&gw, "site:a1", "crm_updated", 1, Duration::from_secs(10)).await;
+        assert!(!t.iter().any(|e| e.kind == "crm_update_failed"));
+        assert_eq!(gw.fake.entities()[0].fields["COMMENTS"], "new");
+        gw.stop().await;
+    }
+);

@@ -120,10 +120,15 @@ impl Gateway {
     /// [`Gateway::start`] with `extra` TOML appended to the test configuration (tables of
     /// its own, e.g. `[outage]`).
     pub async fn start_extended(db: &TestDb, extra: &str) -> Gateway {
+        Gateway::start_on(&db.url, extra).await
+    }
+
+    /// [`Gateway::start_extended`] on the database at `url` (one a console also opens).
+    pub async fn start_on(url: &str, extra: &str) -> Gateway {
         let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        let toml = format!("{}\n{extra}", config_toml(&db.url, &fake.webhook_url()));
+        let toml = format!("{}\n{extra}", config_toml(url, &fake.webhook_url()));
         Gateway::start_with(fake, Config::parse(&toml).unwrap()).await
     }
 }

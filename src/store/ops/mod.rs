@@ -189,6 +189,13 @@ pub(crate) trait WriteTx: Send {
         actor: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Option<i64>>> + Send;
+    /// Whether entity `crm_id` already has an update (pending or sent) carrying a delivery
+    /// newer than `delivery_id`.
+    fn newer_update_of_entity(
+        &mut self,
+        crm_id: &str,
+        delivery_id: i64,
+    ) -> impl Future<Output = Result<bool>> + Send;
     /// The update, locked until commit.
     fn lock_crm_update(
         &mut self,

@@ -132,7 +132,8 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
     let event = NewEvent::new(
         "human_action",
         json!({"case_id": req.case_id, "action": resolution, "comment": req.comment,
-               "crm_id": crm_id_set, "new_operation": new_operation, "bulk": req.bulk}),
+               "crm_id": crm_id_set.or_else(|| update.as_ref().map(|u| u.1.clone())),
+               "new_operation": new_operation, "bulk": req.bulk}),
     );
     tx.append(&op_id, actor, &event, now).await?;
     if let Some((update_id, crm_id, delivery_id)) = update {
@@ -177,6 +178,11 @@ async fn request_update<T: WriteTx>(
     let data = tx.delivery_data(delivery_id).await?;
     if data.payload.is_none() || l.op.payload.is_none() {
         return Err(Refusal::ConflictPayloadPurged.into());
+    }
+    // The entity holds a newer delivery's fields already (or will): sending this older
+    // one's would put older data over newer.
+    if tx.newer_update_of_entity(crm_id, delivery_id).await? {
+        return Err(Refusal::UpdateSuperseded.into());
     }
     let id = tx
         .insert_crm_update(l.id(), case_id, delivery_id, crm_id, actor, now)

@@ -27,6 +27,8 @@ pub(crate) struct UpdateWrite<'a> {
     /// Keep `quiet_after`: the last call may still land.
     pub keep_quiet: bool,
     pub error: Option<(&'a str, ErrorClass)>,
+    /// Give the try back (not counted against `max_attempts`).
+    pub refund: bool,
 }
 
 pub(crate) async fn finish<T: WriteTx>(
@@ -68,10 +70,19 @@ pub(crate) async fn finish<T: WriteTx>(
             let event = NewEvent::new("crm_update_skipped", with(json!({"fields": []})));
             tx.append(&id, actor, &event, now).await?;
         }
-        UpdateOutcome::Retry { at, failure } => {
-            let keep = failure.class.may_have_executed();
-            let error = Some((failure.message.as_str(), failure.class));
-            write(&mut tx, claim.id, "pending", Some(*at), keep, error, now).await?;
+        UpdateOutcome::Retry {
+            at,
+            failure,
+            refund,
+        } => {
+            let w = UpdateWrite {
+                state: "pending",
+                due_at: Some(*at),
+                keep_quiet: failure.class.may_have_executed(),
+                error: Some((failure.message.as_str(), failure.class)),
+                refund: *refund,
+            };
+            tx.write_crm_update(claim.id, &w, now).await?;
             let mut event = NewEvent::new(
                 "crm_update_retry",
                 with(json!({"class": failure.class, "error": failure.message, "due_at": at})),
@@ -124,6 +135,7 @@ async fn write<T: WriteTx>(
         due_at,
         keep_quiet,
         error,
+        refund: false,
     };
     tx.write_crm_update(id, &w, now).await
 }

@@ -133,6 +133,7 @@ export const en = {
     reject_over_known_result: (d: string) => `The lead is in the CRM as ${d}: confirm it instead of rejecting.`,
     reject_on_conflict: (_d: string) => "A payload conflict is resolved by keeping the original or accepting the new data, not rejected.",
     update_without_entity: (_d: string) => "The lead is not in the CRM yet, so there is nothing to update: keep the original or accept the new data as a lead of its own.",
+    update_superseded: (_d: string) => "A later delivery's changes were already sent to this CRM entity (or are on their way): keep the original, or accept this delivery as new.",
     update_not_ours: (_d: string) => "This lead is sent to the CRM by an integration, not by Leadgate: update it there.",
     not_in_bulk: (d: string) => `A case of this kind (${d}) needs a person to look at it: decide it alone, not in bulk.`,
   },
