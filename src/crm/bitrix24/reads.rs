@@ -168,3 +168,32 @@ impl Bitrix24 {
         Ok(rows)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_method_that_is_not_a_read_is_refused_unsent() {
+        // Nothing listens on the discard port: a call that went out would fail as a
+        // transport error, not be refused.
+        let crm = Bitrix24::new(
+            "http://127.0.0.1:9/rest/1/secret/",
+            super::super::Entity::Lead,
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        for method in [
+            "crm.lead.add",
+            "crm.lead.update",
+            "crm.entity.mergeBatch",
+            "batch",
+        ] {
+            let e = crm.read(method, &json!({})).await.unwrap_err();
+            assert_eq!(e.class, ErrorClass::Validation, "{method}");
+            assert!(e.message.contains("never writes"), "{method}: {e}");
+        }
+        let e = crm.read("crm.lead.list", &json!({})).await.unwrap_err();
+        assert_ne!(e.class, ErrorClass::Validation, "a read goes out: {e}");
+    }
+}
