@@ -91,9 +91,15 @@ struct DiagnoseArgs {
     /// The time zone of an export's times that carry none, as an offset.
     #[arg(long, default_value = "+03:00", value_name = "OFFSET")]
     export_offset: String,
-    /// n8n's SQLite database (`~/.n8n/database.sqlite`), read-only.
-    #[arg(long, value_name = "PATH")]
-    n8n_database: Option<PathBuf>,
+    /// n8n's database, read-only: its SQLite file (`~/.n8n/database.sqlite`) or a
+    /// `postgres://` URL (prefer `LEADGATE_DIAGNOSE_N8N_DATABASE` for one with a password).
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        env = "LEADGATE_DIAGNOSE_N8N_DATABASE",
+        hide_env_values = true
+    )]
+    n8n_database: Option<String>,
     /// Only this n8n workflow's executions.
     #[arg(long, value_name = "ID")]
     n8n_workflow: Option<String>,

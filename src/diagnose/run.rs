@@ -47,8 +47,9 @@ pub struct Request {
     pub period: Option<(DateTime<Utc>, DateTime<Utc>)>,
     /// Leadgate's operations database, if there is one.
     pub store: Option<Arc<dyn Store>>,
-    /// n8n's SQLite database and, optionally, the one workflow to read.
-    pub n8n: Option<(PathBuf, Option<String>)>,
+    /// n8n's database (the path of its SQLite file or a `postgres://` URL) and,
+    /// optionally, the one workflow to read.
+    pub n8n: Option<(String, Option<String>)>,
     pub options: Options,
 }
 
@@ -113,16 +114,16 @@ pub async fn run(
         }
     };
     let executions = match &request.n8n {
-        Some((path, workflow)) => {
+        Some((source, workflow)) => {
             let (from, to) = request.period.unwrap_or_else(|| {
                 let times = entities.iter().filter_map(|e| e.created);
                 let from = times.clone().min().unwrap_or_else(Utc::now);
                 let to = times.max().unwrap_or_else(Utc::now);
                 (from - TimeDelta::days(1), to + TimeDelta::days(1))
             });
-            let found = crate::store::n8n::executions(path, workflow.as_deref(), from, to)
+            let found = crate::store::n8n::executions(source, workflow.as_deref(), from, to)
                 .await
-                .with_context(|| format!("reading n8n's database {}", path.display()))?;
+                .with_context(|| format!("reading n8n's database {}", shown(source)))?;
             progress(format!("read {} n8n executions", found.len()));
             Some(found)
         }
@@ -176,4 +177,15 @@ async fn older_duplicates(
         ids.len()
     ));
     Ok(crm.leads_by_id(&ids).await?)
+}
+
+/// A database named for a message: a URL without its password.
+fn shown(source: &str) -> String {
+    match reqwest::Url::parse(source) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("***"));
+            url.to_string()
+        }
+        _ => source.to_owned(),
+    }
 }

@@ -1,5 +1,6 @@
 //! n8n's execution history, read from n8n's own SQLite database (read-only) for
-//! `leadgate diagnose`: which workflow runs there were, when, in which mode (`webhook`,
+//! `leadgate diagnose` (or from its PostgreSQL database, in a read-only transaction):
+//! which workflow runs there were, when, in which mode (`webhook`,
 //! `retry`, `manual`, …), which one retried which, and the data each run carried.
 //!
 //! The tables are n8n's (1.x, `packages/@n8n/db` entities `ExecutionEntity` and
@@ -52,9 +53,84 @@ fn n8n_text(at: DateTime<Utc>) -> String {
 }
 
 /// The executions started in `[from, to)` (of `workflow` only, when given), oldest
-/// first, with their data, from the n8n SQLite database at `path`, opened read-only.
-/// Soft-deleted executions are left out.
+/// first, with their data, from n8n's database: `source` is a `postgres://` URL or the
+/// path of its SQLite file (opened read-only). Soft-deleted executions are left out.
 pub async fn executions(
+    source: &str,
+    workflow: Option<&str>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<N8nExecution>> {
+    if source.starts_with("postgres://") || source.starts_with("postgresql://") {
+        postgres_executions(source, workflow, from, to).await
+    } else {
+        sqlite_executions(Path::new(source), workflow, from, to).await
+    }
+}
+
+/// n8n on PostgreSQL: times are `timestamptz` (older schemas: `timestamp`, UTC), read as
+/// epoch seconds with the session in UTC; the whole read is one read-only transaction.
+async fn postgres_executions(
+    url: &str,
+    workflow: Option<&str>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<N8nExecution>> {
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("set session characteristics as transaction read only")
+        .execute(&mut conn)
+        .await?;
+    sqlx::query("set time zone 'UTC'")
+        .execute(&mut conn)
+        .await?;
+    type Row = (
+        i32,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<f64>,
+        Option<f64>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        r#"select e.id, e."workflowId", e.status, e.mode, e."retryOf",
+                  extract(epoch from e."startedAt")::float8, extract(epoch from e."stoppedAt")::float8,
+                  d.data
+           from execution_entity e
+           left join execution_data d on d."executionId" = e.id
+           where e."deletedAt" is null
+             and e."startedAt" >= $1 and e."startedAt" < $2
+             and ($3::text is null or e."workflowId" = $3)
+           order by e."startedAt", e.id"#,
+    )
+    .bind(from.naive_utc())
+    .bind(to.naive_utc())
+    .bind(workflow)
+    .fetch_all(&mut conn)
+    .await?;
+    conn.close().await?;
+    let at = |secs: Option<f64>| {
+        secs.and_then(|s| DateTime::from_timestamp_micros((s * 1e6).round() as i64))
+    };
+    Ok(rows
+        .into_iter()
+        .map(
+            |(id, workflow_id, status, mode, retry_of, started, stopped, data)| N8nExecution {
+                id: id.to_string(),
+                workflow_id: workflow_id.unwrap_or_default(),
+                status: status.unwrap_or_default(),
+                mode: mode.unwrap_or_default(),
+                retry_of: retry_of.filter(|r| !r.trim().is_empty()),
+                started_at: at(started),
+                stopped_at: at(stopped),
+                data,
+            },
+        )
+        .collect())
+}
+
+async fn sqlite_executions(
     path: &Path,
     workflow: Option<&str>,
     from: DateTime<Utc>,

@@ -538,6 +538,21 @@ struct Run<'a> {
     crm_answer: Option<Value>,
 }
 
+/// The run data n8n keeps for `r`, flatted: the webhook's item, then the CRM node's.
+fn flatted_data(r: &Run<'_>) -> String {
+    let mut run_data = json!({
+        "Webhook": [{"startTime": 1, "executionTime": 3, "data": {"main": [[{"json": {
+            "headers": {"user-agent": "Tilda.cc"}, "params": {}, "query": {}, "body": r.body}}]]}}]
+    });
+    if let Some(answer) = &r.crm_answer {
+        run_data["Bitrix24 crm.lead.add"] = json!([{"startTime": 5, "executionTime": 200,
+            "data": {"main": [[{"json": answer}]]}}]);
+    }
+    let data = json!({"startData": {}, "resultData": {"runData": run_data,
+        "lastNodeExecuted": if r.crm_answer.is_some() { "Bitrix24 crm.lead.add" } else { "Webhook" }}});
+    flatten(&data)
+}
+
 /// An n8n database with these executions of workflow `wf-leads` (and a soft-deleted
 /// one that must not count).
 async fn n8n_database(dir: &Path, runs: &[Run<'_>]) -> PathBuf {
@@ -551,16 +566,7 @@ async fn n8n_database(dir: &Path, runs: &[Run<'_>]) -> PathBuf {
         sqlx::query(ddl).execute(&mut conn).await.unwrap();
     }
     for r in runs {
-        let mut run_data = json!({
-            "Webhook": [{"startTime": 1, "executionTime": 3, "data": {"main": [[{"json": {
-                "headers": {"user-agent": "Tilda.cc"}, "params": {}, "query": {}, "body": r.body}}]]}}]
-        });
-        if let Some(answer) = &r.crm_answer {
-            run_data["Bitrix24 crm.lead.add"] = json!([{"startTime": 5, "executionTime": 200,
-                "data": {"main": [[{"json": answer}]]}}]);
-        }
-        let data = json!({"startData": {}, "resultData": {"runData": run_data,
-            "lastNodeExecuted": if r.crm_answer.is_some() { "Bitrix24 crm.lead.add" } else { "Webhook" }}});
+        let data = flatted_data(r);
         let stopped = r.started.replace(".000", ".900");
         sqlx::query(
             r#"insert into execution_entity (id, "workflowId", finished, mode, "retryOf", "startedAt", "stoppedAt", status)
@@ -578,7 +584,7 @@ async fn n8n_database(dir: &Path, runs: &[Run<'_>]) -> PathBuf {
         .unwrap();
         sqlx::query(r#"insert into execution_data ("executionId", "workflowData", data) values ($1, '{}', $2)"#)
             .bind(r.id)
-            .bind(flatten(&data))
+            .bind(&data)
             .execute(&mut conn)
             .await
             .unwrap();
@@ -603,7 +609,7 @@ const N8N_EXPORT: &str = "ID,Title,Created,Phone,Source\n\
     801,Form A,2026-11-20 12:00:05,+7 999 000-80-01,WEB\n\
     802,Form B,2026-11-20 12:01:05,+7 999 000-80-01,WEB\n";
 
-async fn n8n_fixture(dir: &Path) -> (PathBuf, PathBuf) {
+fn n8n_runs() -> Vec<Run<'static>> {
     let body = |tranid: Option<&str>, phone: &str| {
         let mut b = json!({"name": "Елена", "phone": phone, "formname": "Trial"});
         if let Some(t) = tranid {
@@ -611,7 +617,7 @@ async fn n8n_fixture(dir: &Path) -> (PathBuf, PathBuf) {
         }
         b
     };
-    let runs = [
+    vec![
         // The CRM call timed out after the lead had landed; the retry created it again.
         Run {
             id: 41,
@@ -669,19 +675,22 @@ async fn n8n_fixture(dir: &Path) -> (PathBuf, PathBuf) {
             body: body(None, "+7 999 000-80-01"),
             crm_answer: Some(json!({"result": 802})),
         },
-    ];
-    let db = n8n_database(dir, &runs).await;
+    ]
+}
+
+async fn n8n_fixture(dir: &Path) -> (PathBuf, PathBuf) {
+    let db = n8n_database(dir, &n8n_runs()).await;
     let csv = dir.join("leads.csv");
     std::fs::write(&csv, N8N_EXPORT).unwrap();
     (db, csv)
 }
 
-#[tokio::test]
-async fn an_n8n_history_names_retries_redeliveries_and_missing_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let (db, csv) = n8n_fixture(dir.path()).await;
+/// What the n8n history of [`n8n_runs`] must show for the six leads of [`N8N_EXPORT`].
+async fn the_n8n_history_is_read(dir: &Path, n8n: String) {
+    let csv = dir.join("n8n-leads.csv");
+    std::fs::write(&csv, N8N_EXPORT).unwrap();
     let mut request = csv_request(csv, FixedOffset::east_opt(0).unwrap());
-    request.n8n = Some((db, Some("wf-leads".into())));
+    request.n8n = Some((n8n, Some("wf-leads".into())));
     let d = run(&request, &mut |_| {}).await.unwrap();
     assert_eq!(
         d.executions_read,
@@ -721,6 +730,75 @@ async fn an_n8n_history_names_retries_redeliveries_and_missing_keys() {
         "{html}"
     );
     assert!(html.contains("n8n execution 42 ended `success` after nodes Webhook → Bitrix24 crm.lead.add; the CRM answered id 602"));
+    assert!(
+        html.contains("<td>2026-11-20 10:05:00 UTC</td><td class=\"origin\">n8n</td><td>602</td>"),
+        "n8n's UTC times"
+    );
+}
+
+#[tokio::test]
+async fn an_n8n_sqlite_history_names_retries_redeliveries_and_missing_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = n8n_database(dir.path(), &n8n_runs()).await;
+    the_n8n_history_is_read(dir.path(), db.display().to_string()).await;
+}
+
+/// n8n 1.x's execution tables on PostgreSQL.
+const N8N_PG_SCHEMA: &[&str] = &[
+    r#"CREATE TABLE execution_entity (id SERIAL PRIMARY KEY, "workflowId" varchar(36) NOT NULL,
+        finished boolean NOT NULL, mode varchar NOT NULL, "retryOf" varchar, "retrySuccessId" varchar,
+        "startedAt" timestamp(3) with time zone, "stoppedAt" timestamp(3) with time zone,
+        "waitTill" timestamp(3) with time zone, status varchar NOT NULL,
+        "deletedAt" timestamp(3) with time zone,
+        "createdAt" timestamp(3) with time zone NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"#,
+    r#"CREATE TABLE execution_data ("executionId" integer PRIMARY KEY
+        REFERENCES execution_entity (id) ON DELETE CASCADE, "workflowData" json NOT NULL, data text NOT NULL)"#,
+];
+
+#[tokio::test]
+async fn an_n8n_postgres_history_reads_the_same() {
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        // n8n's own session zone is not ours: times are stored with their offset.
+        sqlx::query("set time zone 'Europe/Moscow'").execute(&mut conn).await.unwrap();
+        for ddl in N8N_PG_SCHEMA {
+            sqlx::query(ddl).execute(&mut conn).await.unwrap();
+        }
+        for r in n8n_runs() {
+            sqlx::query(
+                r#"insert into execution_entity (id, "workflowId", finished, mode, "retryOf", "startedAt", "stoppedAt", status)
+                   values ($1, 'wf-leads', $2, $3, $4, ($5 || '+00')::timestamptz, ($6 || '+00')::timestamptz, $7)"#,
+            )
+            .bind(r.id as i32)
+            .bind(r.status == "success")
+            .bind(r.mode)
+            .bind(r.retry_of)
+            .bind(r.started)
+            .bind(r.started.replace(".000", ".900"))
+            .bind(r.status)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            sqlx::query(r#"insert into execution_data ("executionId", "workflowData", data) values ($1, '{}', $2)"#)
+                .bind(r.id as i32)
+                .bind(flatted_data(&r))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        sqlx::query(
+            r#"insert into execution_entity (id, "workflowId", finished, mode, "startedAt", status, "deletedAt")
+               values (99, 'wf-leads', true, 'webhook', '2026-11-20 10:05:30+00', 'success', '2026-11-21 00:00:00+00')"#,
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        the_n8n_history_is_read(dir.path(), db.url.clone()).await;
+    })
+    .await;
 }
 
 #[tokio::test]
