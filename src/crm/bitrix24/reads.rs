@@ -83,8 +83,8 @@ impl Bitrix24 {
         loop {
             let body = json!({
                 "filter": {
-                    ">=DATE_CREATE": from.to_rfc3339_opts(SecondsFormat::Secs, true),
-                    "<DATE_CREATE": to.to_rfc3339_opts(SecondsFormat::Secs, true),
+                    ">=DATE_CREATE": from.to_rfc3339_opts(SecondsFormat::Secs, false),
+                    "<DATE_CREATE": to.to_rfc3339_opts(SecondsFormat::Secs, false),
                 },
                 "select": LEAD_FIELDS,
                 "order": {"ID": "ASC"},
