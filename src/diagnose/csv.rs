@@ -365,6 +365,24 @@ mod tests {
     }
 
     #[test]
+    fn an_amocrm_deals_export_with_contact_columns_and_a_deal_on_two_lines() {
+        let text = "ID,Название сделки,Дата создания,Основной контакт,Рабочий телефон (контакт),\
+                    Мобильный телефон (контакт),Рабочий email (контакт),utm_source,Теги\n\
+                    9001,Заявка с сайта,2026-11-20 10:15:00,Ирина Соколова,\"+7 (912) 345-67-89\",,irina@example.ru,google,сайт\n\
+                    9001,,,,,\"8 912 000 11 22; +7 912 345 67 89\",,,\n\
+                    9002,Звонок,2026-11-20 12:00:00,Ирина,,,Irina@Example.ru,,звонок\n";
+        let e = read(text.as_bytes(), Region::default(), msk()).unwrap();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].id, "9001");
+        assert_eq!(e[0].title.as_deref(), Some("Заявка с сайта"));
+        assert_eq!(e[0].name.as_deref(), Some("Ирина Соколова"));
+        assert_eq!(e[0].phones, ["+79120001122", "+79123456789"]);
+        assert_eq!(e[0].utm.get("source").map(String::as_str), Some("google"));
+        assert_eq!(e[0].created, Some("2026-11-20T07:15:00Z".parse().unwrap()));
+        assert_eq!(e[1].emails, ["irina@example.ru"]);
+    }
+
+    #[test]
     fn a_bom_phones_in_any_format_and_repeated_ids() {
         let text = "\u{feff}ID,Дата создания,Рабочий телефон,Мобильный телефон,E-mail,Источник\n\
                     7,20.11.2026 10:15,8 (999) 111-22-33,,Ivan@Mail.RU,Сайт\n\
