@@ -64,6 +64,59 @@ enum Command {
         #[command(subcommand)]
         command: OpsCommand,
     },
+    /// Find the duplicates the CRM already has and name each pair's cause (read-only).
+    Diagnose(Box<DiagnoseArgs>),
+}
+
+#[derive(Debug, clap::Args)]
+struct DiagnoseArgs {
+    /// A CSV export of the CRM's leads or deals (Bitrix24's or amoCRM's, `;` or `,`).
+    #[arg(long, value_name = "PATH", required_unless_present = "bitrix24")]
+    csv: Option<PathBuf>,
+    /// Read Bitrix24 over its API instead, read-only, at the portal's pace (the webhook
+    /// from `--bitrix24-webhook` or the configuration's `[crm]`).
+    #[arg(long, conflicts_with = "csv")]
+    bitrix24: bool,
+    /// The Bitrix24 incoming-webhook URL (it holds a secret: prefer the environment).
+    #[arg(
+        long,
+        env = "LEADGATE_DIAGNOSE_BITRIX24_WEBHOOK",
+        hide_env_values = true
+    )]
+    bitrix24_webhook: Option<String>,
+    /// The entities created this long ago until now (default for the API: 30 days; for
+    /// a CSV export: every row).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    since: Option<std::time::Duration>,
+    /// The time zone of an export's times that carry none, as an offset.
+    #[arg(long, default_value = "+03:00", value_name = "OFFSET")]
+    export_offset: String,
+    /// n8n's database, read-only: its SQLite file (`~/.n8n/database.sqlite`) or a
+    /// `postgres://` URL (prefer `LEADGATE_DIAGNOSE_N8N_DATABASE` for one with a password).
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        env = "LEADGATE_DIAGNOSE_N8N_DATABASE",
+        hide_env_values = true
+    )]
+    n8n_database: Option<String>,
+    /// Only this n8n workflow's executions.
+    #[arg(long, value_name = "ID")]
+    n8n_workflow: Option<String>,
+    /// The same content this close together counts as one submission.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    window: std::time::Duration,
+    /// Where the HTML report goes.
+    #[arg(long, default_value = "leadgate-diagnosis.html", value_name = "PATH")]
+    html: PathBuf,
+    /// Where the Markdown report goes (none if not given).
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+    /// Leave Leadgate's journal out even if a database is configured.
+    #[arg(long)]
+    no_journal: bool,
+    #[command(flatten)]
+    config: ConfigArg,
 }
 
 #[derive(Debug, Subcommand)]
@@ -275,6 +328,103 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print!("{}", crate::report::search(&page));
             }
         }
+        Command::Diagnose(args) => diagnose(*args).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `leadgate diagnose`: the journal when a database is configured, progress on stderr,
+/// the reports written, the totals printed.
+async fn diagnose(a: DiagnoseArgs) -> anyhow::Result<()> {
+    use crate::diagnose::{report, run};
+    let configured =
+        a.config.config.is_some() || std::env::var_os("LEADGATE_DATABASE_URL").is_some();
+    let config = if configured {
+        Some(a.config.load()?)
+    } else {
+        None
+    };
+    let region: crate::domain::contact::Region = match &config {
+        Some(c) => c
+            .matching
+            .default_region
+            .parse()
+            .map_err(anyhow::Error::msg)?,
+        None => Default::default(),
+    };
+    let store = match (&config, a.no_journal) {
+        (Some(c), false) => Some(store::open(c.database.url.expose()).await?),
+        _ => None,
+    };
+    let now = store::now();
+    let since = a
+        .since
+        .map(|s| chrono::TimeDelta::from_std(s).map_err(anyhow::Error::msg))
+        .transpose()?;
+    let crm = match a.csv {
+        Some(path) => run::CrmInput::Csv {
+            path,
+            offset: a
+                .export_offset
+                .parse::<chrono::FixedOffset>()
+                .map_err(|e| anyhow::anyhow!("--export-offset `{}`: {e}", a.export_offset))?,
+        },
+        None => {
+            let from_config = config.as_ref().and_then(|c| match &c.crm {
+                Some(crate::crm::CrmConfig::Bitrix24 {
+                    webhook_url,
+                    rate_limit,
+                    burst,
+                    ..
+                }) => Some((webhook_url.expose().to_owned(), *rate_limit, *burst)),
+                _ => None,
+            });
+            match (a.bitrix24_webhook, from_config) {
+                (Some(url), _) => run::CrmInput::bitrix24(&url),
+                (None, Some((url, rate_limit, burst))) => run::CrmInput::Bitrix24 {
+                    webhook_url: url,
+                    rate_limit,
+                    burst,
+                    find_older: true,
+                },
+                (None, None) => anyhow::bail!(
+                    "--bitrix24 needs --bitrix24-webhook (or LEADGATE_DIAGNOSE_BITRIX24_WEBHOOK) or a [crm] of kind bitrix24"
+                ),
+            }
+        }
+    };
+    let period = match (&crm, since) {
+        (_, Some(s)) => Some((now - s, now)),
+        (run::CrmInput::Bitrix24 { .. }, None) => Some((now - chrono::TimeDelta::days(30), now)),
+        (run::CrmInput::Csv { .. }, None) => None,
+    };
+    let request = run::Request {
+        crm,
+        period,
+        store,
+        n8n: a.n8n_database.map(|p| (p, a.n8n_workflow)),
+        options: crate::diagnose::Options {
+            region,
+            window: chrono::TimeDelta::from_std(a.window).map_err(anyhow::Error::msg)?,
+        },
+    };
+    let d = run::run(&request, &mut |line| eprintln!("leadgate diagnose: {line}")).await?;
+    std::fs::write(&a.html, report::to_html(&d))?;
+    if let Some(path) = &a.markdown {
+        std::fs::write(path, report::to_markdown(&d))?;
+    }
+    let t = report::totals(&d);
+    println!("{} duplicate groups, {} pairs", d.groups.len(), t.pairs);
+    for v in crate::diagnose::verdict::Verdict::ALL {
+        println!(
+            "  {:<40} {}",
+            v.title(),
+            t.per_verdict.get(&v).copied().unwrap_or(0)
+        );
+    }
+    println!("report: {}", a.html.display());
+    if let Some(path) = &a.markdown {
+        println!("markdown: {}", path.display());
+    }
+    Ok(())
 }

@@ -7,6 +7,7 @@ pub mod attempt;
 pub mod cli;
 pub mod config;
 pub mod crm;
+pub mod diagnose;
 pub mod domain;
 pub mod intake;
 pub mod metrics;

@@ -22,6 +22,9 @@ use super::{
 use crate::domain::ErrorClass;
 use crate::store::Store;
 
+/// Read-only calls for `leadgate diagnose`.
+pub mod reads;
+
 /// The connector name: what gets paused when the credentials stop working.
 pub const CONNECTOR: &str = "bitrix24";
 /// The `ORIGINATOR_ID` of every entity Leadgate creates: the external-key namespace.

@@ -35,6 +35,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("intake", &["config", "crm", "domain", "metrics", "store"]),
     ("redeliver", &["config", "domain", "store", "supervise"]),
     ("alerts", &["config", "domain", "store", "supervise"]),
+    ("diagnose", &["crm", "domain", "store"]),
     (
         "app",
         &[
@@ -53,7 +54,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "app", "config", "crm", "domain", "metrics", "report", "store",
+            "app", "config", "crm", "diagnose", "domain", "metrics", "report", "store",
         ],
     ),
 ];

@@ -10,6 +10,7 @@ mod claim_api;
 mod clock;
 mod console;
 mod console_store;
+mod diagnose;
 mod gateway;
 mod intake_paths;
 mod metrics;

@@ -9,7 +9,8 @@
 //!   parameters parsed as PHP parses them (`fields[TITLE]=x&select[]=ID`, see `batch`);
 //! - `crm.lead.add`, `crm.deal.add` → `{"result": <id>}`;
 //! - `crm.lead.list`, `crm.deal.list` with `filter` (`=`/no prefix: equal, an array
-//!   meaning any of; `!=`/`!`: not equal; `@`: in the array of values; `!@`: not in it),
+//!   meaning any of; `!=`/`!`: not equal; `@`: in the array of values; `!@`: not in it;
+//!   `>=`, `>`, `<=`, `<`: ranges, dates compared as times),
 //!   `select`, `start` (50 rows a page, `total`, `next`; `start=-1` omits `total`);
 //! - `crm.duplicate.findbycomm` (`[]` when nothing matches, `{"LEAD":[ids]}` else);
 //! - every success carries the `time` object; errors are
@@ -83,6 +84,9 @@ use crate::control::{
     hang, lock, present, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule, RandomFault,
 };
 use crate::limit::LeakyBucket;
+
+/// Range filters, seeded leads and the write count for `leadgate diagnose`.
+mod diagnose;
 
 /// Rows per page of a list call, as in Bitrix24.
 pub const PAGE_SIZE: usize = 50;
@@ -1239,6 +1243,9 @@ fn text_of(v: &Value) -> String {
 /// array means "any of"), `!=KEY`/`!KEY` (not equal; an array: none of), `@KEY` (in the
 /// array of values; a single value is a list of one) and `!@KEY` (not in it).
 fn matches(fields: &Map<String, Value>, key: &str, wanted: &Value) -> Result<bool, String> {
+    if let Some(in_range) = diagnose::range(fields, key, wanted) {
+        return in_range;
+    }
     // Longest prefixes first: `!@` before `!`.
     let (negate, name) = if let Some(k) = key.strip_prefix("!@") {
         (true, k)

@@ -1,0 +1,850 @@
+//! `leadgate diagnose`: duplicate groups from a CSV export and from the fake Bitrix24
+//! over real HTTP (paged, paced, read-only), tied to Leadgate's journal on both
+//! backends and to an n8n execution history in a database with n8n 1.x's schema; each
+//! verdict proven; the report's HTML and Markdown checked; the real binary run once.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, FixedOffset, SecondsFormat, TimeDelta, Utc};
+use serde_json::{json, Value};
+
+use leadgate::diagnose::run::{run, CrmInput, Request};
+use leadgate::diagnose::verdict::{Trigger, Verdict};
+use leadgate::diagnose::{report, Diagnosis, Options};
+use leadgate::domain::{ErrorClass, Failure};
+use leadgate::store::{self, AttemptOutcome, NewEvent, Store};
+use leadgate_fakes::bitrix24::{FakeBitrix24, RequestLimit};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::seed::lead;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/diagnose-bitrix24-leads.csv")
+}
+
+fn msk() -> FixedOffset {
+    FixedOffset::east_opt(3 * 3600).unwrap()
+}
+
+/// The verdict and trigger of the pair (earlier, later), by CRM ids.
+fn verdict_of(d: &Diagnosis, earlier: &str, later: &str) -> (Verdict, Option<Trigger>) {
+    for g in &d.groups {
+        for p in &g.pairs {
+            if g.members[p.earlier].entity.id == earlier && g.members[p.later].entity.id == later {
+                return (p.finding.verdict, p.finding.trigger);
+            }
+        }
+    }
+    panic!("no pair {earlier} → {later} in {:#?}", pairs(d));
+}
+
+fn pairs(d: &Diagnosis) -> Vec<(String, String, Verdict)> {
+    d.groups
+        .iter()
+        .flat_map(|g| {
+            g.pairs.iter().map(|p| {
+                (
+                    g.members[p.earlier].entity.id.clone(),
+                    g.members[p.later].entity.id.clone(),
+                    p.finding.verdict,
+                )
+            })
+        })
+        .collect()
+}
+
+fn csv_request(path: PathBuf, offset: FixedOffset) -> Request {
+    Request {
+        crm: CrmInput::Csv { path, offset },
+        period: None,
+        store: None,
+        n8n: None,
+        options: Options::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_bitrix24_csv_export_with_cyrillic_names_gives_each_pair_its_verdict() {
+    let mut lines = vec![];
+    let d = run(&csv_request(fixture(), msk()), &mut |l| lines.push(l))
+        .await
+        .unwrap();
+    assert_eq!(d.entities_read, 10);
+    assert!(
+        lines.iter().any(|l| l.contains("read 10 entities")),
+        "{lines:?}"
+    );
+    assert_eq!(d.groups.len(), 4, "{:#?}", pairs(&d));
+    assert_eq!(pairs(&d).len(), 5);
+    assert_eq!(
+        verdict_of(&d, "101", "102"),
+        (Verdict::SameSubmissionNoKey, None)
+    );
+    assert_eq!(verdict_of(&d, "102", "103"), (Verdict::CrossChannel, None));
+    assert_eq!(verdict_of(&d, "201", "202"), (Verdict::NewRequest, None));
+    assert_eq!(verdict_of(&d, "301", "302"), (Verdict::CannotTie, None));
+    assert_eq!(
+        verdict_of(&d, "401", "402"),
+        (Verdict::Technical, Some(Trigger::SameKeyTwice))
+    );
+    // The export's Moscow times are read as such.
+    let first = &d.groups[0].members[0].entity;
+    assert_eq!(first.id, "101");
+    assert_eq!(first.created, Some("2026-11-20T07:00:00Z".parse().unwrap()));
+
+    let html = report::to_html(&d);
+    assert!(html.contains("id=\"per-verdict\""));
+    for v in Verdict::ALL {
+        assert!(html.contains(v.title()), "{}", v.title());
+    }
+    assert_eq!(html.matches("<section class=\"pair\"").count(), 5);
+    assert!(html.contains("data-verdict=\"same_submission_without_key\""));
+    assert!(html.contains("the same content (CRM fields)"));
+    assert!(html.contains("different sources: Веб-сайт, then Звонок"));
+    assert!(html.contains("both carry ORIGIN_ID site:77"));
+    assert!(html.contains("+7999•••33"), "contacts are masked");
+    assert!(!html.contains("+79991112233"), "no phone in clear");
+    assert!(!html.contains("<script"), "no markup from the CRM");
+    let md = report::to_markdown(&d);
+    assert!(md.contains("### Pair 1: entity 101 and entity 102"), "{md}");
+    assert!(md.contains("| Cross-channel overlap | 1 |"), "{md}");
+}
+
+/// A lead in the fake portal as an existing portal holds it.
+fn portal_lead(
+    fake: &FakeBitrix24,
+    at: DateTime<Utc>,
+    phone: Option<&str>,
+    email: Option<&str>,
+    source: &str,
+    origin: Option<&str>,
+    title: &str,
+) -> String {
+    let mut f = json!({
+        "TITLE": title,
+        "DATE_CREATE": at.with_timezone(&msk()).to_rfc3339_opts(SecondsFormat::Secs, false),
+        "SOURCE_ID": source,
+    });
+    if let Some(p) = phone {
+        f["PHONE"] = json!([{"VALUE": p, "VALUE_TYPE": "WORK"}]);
+    }
+    if let Some(e) = email {
+        f["EMAIL"] = json!([{"VALUE": e, "VALUE_TYPE": "WORK"}]);
+    }
+    if let Some(o) = origin {
+        f["ORIGINATOR_ID"] = json!("leadgate");
+        f["ORIGIN_ID"] = json!(o);
+    }
+    fake.seed_lead(f).to_string()
+}
+
+/// One attempt on the due operation: its exchange (answer `class` if it failed) and
+/// outcome.
+async fn attempt(
+    store: &dyn Store,
+    at: DateTime<Utc>,
+    worker: &str,
+    outcome: AttemptOutcome,
+    class: Option<ErrorClass>,
+) {
+    let claim = store
+        .claim_due("bitrix24", worker, Duration::from_secs(30), at)
+        .await
+        .unwrap()
+        .expect("a due operation");
+    let started = NewEvent::new(
+        "attempt_started",
+        json!({"connector": "bitrix24", "attempt": claim.operation.attempts}),
+    );
+    store
+        .start_attempt(
+            &claim.lease,
+            Duration::from_secs(30),
+            Duration::from_secs(75),
+            vec![started],
+            at,
+        )
+        .await
+        .unwrap();
+    let mut response = NewEvent::new(
+        "crm_response",
+        json!({"status": if class.is_some() { 504 } else { 200 }}),
+    );
+    response.error_class = class;
+    let events = vec![
+        NewEvent::new("crm_request", json!({"method": "crm.lead.add"})),
+        response,
+    ];
+    store
+        .finish_attempt(&claim.lease, outcome, events, at + TimeDelta::seconds(1))
+        .await
+        .unwrap();
+}
+
+/// An operation of the `site` source created in the CRM as `crm_id`.
+async fn created(store: &dyn Store, key: &str, payload: Value, at: DateTime<Utc>, crm_id: &str) {
+    store
+        .record_delivery(lead("site", key, payload, at))
+        .await
+        .unwrap();
+    attempt(
+        store,
+        at,
+        "worker:a",
+        AttemptOutcome::Created {
+            crm_id: crm_id.into(),
+        },
+        None,
+    )
+    .await;
+}
+
+each_backend!(
+    bitrix24_over_the_api_tied_to_the_journal_every_verdict_read_only,
+    |db| async move {
+        let store = db.store().await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        fake.set_request_limit(Some(RequestLimit {
+            per_second: 2.0,
+            burst: 50,
+        }));
+        let now = store::now();
+        let t = |hours: i64| now - TimeDelta::days(9) + TimeDelta::hours(hours);
+
+        // Technical: one operation, the first create timed out after it had landed,
+        // the second went out after the settle window.
+        let a = portal_lead(
+            &fake,
+            t(0) + TimeDelta::seconds(1),
+            Some("+79990001001"),
+            None,
+            "WEB",
+            Some("site:1001"),
+            "Lead site:1001",
+        );
+        let b = portal_lead(
+            &fake,
+            t(0) + TimeDelta::seconds(81),
+            Some("+79990001001"),
+            None,
+            "WEB",
+            Some("site:1001"),
+            "Lead site:1001",
+        );
+        store
+            .record_delivery(lead(
+                "site",
+                "1001",
+                json!({"name": "Анна", "phone": "+79990001001"}),
+                t(0),
+            ))
+            .await
+            .unwrap();
+        let failure = Failure {
+            class: ErrorClass::Uncertain,
+            message: "bitrix24 crm.lead.add: timed out".into(),
+        };
+        attempt(
+            &*store,
+            t(0),
+            "worker:a",
+            AttemptOutcome::Verify {
+                failure: Some(failure),
+                at: t(0) + TimeDelta::seconds(75),
+            },
+            Some(ErrorClass::Uncertain),
+        )
+        .await;
+        attempt(
+            &*store,
+            t(0) + TimeDelta::seconds(80),
+            "worker:a",
+            AttemptOutcome::Created { crm_id: b.clone() },
+            None,
+        )
+        .await;
+
+        // Same submission, two keys: one payload under two operation keys a minute apart.
+        let same = json!({"name": "Борис", "phone": "+79990002002", "form": "trial"});
+        let c = portal_lead(
+            &fake,
+            t(1),
+            Some("+79990002002"),
+            None,
+            "WEB",
+            Some("site:2001"),
+            "Lead site:2001",
+        );
+        let d_ = portal_lead(
+            &fake,
+            t(1) + TimeDelta::minutes(1),
+            Some("+79990002002"),
+            None,
+            "WEB",
+            Some("site:2002"),
+            "Lead site:2002",
+        );
+        created(&*store, "2001", same.clone(), t(1), &c).await;
+        created(&*store, "2002", same, t(1) + TimeDelta::minutes(1), &d_).await;
+
+        // Cross-channel: the form through Leadgate, then a call typed in by hand (its
+        // source is untrusted text with markup in it).
+        let e = portal_lead(
+            &fake,
+            t(2),
+            Some("+79990003003"),
+            None,
+            "WEB",
+            Some("site:3001"),
+            "Lead site:3001",
+        );
+        let f = portal_lead(
+            &fake,
+            t(4),
+            Some("8 (999) 000-30-03"),
+            None,
+            "CALL<img src=x onerror=alert(1)>",
+            None,
+            "Звонок",
+        );
+        created(
+            &*store,
+            "3001",
+            json!({"name": "Вера", "phone": "+79990003003"}),
+            t(2),
+            &e,
+        )
+        .await;
+
+        // A new request from a known client: two operations two days apart.
+        let g = portal_lead(
+            &fake,
+            t(5),
+            None,
+            Some("gleb@example.ru"),
+            "WEB",
+            Some("site:4001"),
+            "Lead site:4001",
+        );
+        let h = portal_lead(
+            &fake,
+            t(53),
+            None,
+            Some("Gleb@Example.RU"),
+            "WEB",
+            Some("site:4002"),
+            "Lead site:4002",
+        );
+        created(
+            &*store,
+            "4001",
+            json!({"name": "Глеб", "email": "gleb@example.ru", "form": "trial"}),
+            t(5),
+            &g,
+        )
+        .await;
+        created(
+            &*store,
+            "4002",
+            json!({"name": "Глеб", "email": "gleb@example.ru", "form": "order"}),
+            t(53),
+            &h,
+        )
+        .await;
+
+        // Cannot be tied: two leads made by hand, no key anywhere.
+        let i = portal_lead(
+            &fake,
+            t(6),
+            Some("+79990005005"),
+            None,
+            "WEB",
+            None,
+            "Заявка",
+        );
+        let j = portal_lead(
+            &fake,
+            t(9),
+            Some("+79990005005"),
+            None,
+            "WEB",
+            None,
+            "Ещё заявка",
+        );
+
+        // An older lead outside the period, found by crm.duplicate.findbycomm.
+        let k = portal_lead(
+            &fake,
+            now - TimeDelta::days(40),
+            Some("+79990006006"),
+            None,
+            "WEB",
+            None,
+            "Старая",
+        );
+        let l = portal_lead(
+            &fake,
+            t(10),
+            Some("+79990006006"),
+            None,
+            "WEB",
+            None,
+            "Новая",
+        );
+
+        // Enough other leads for the list to take several pages.
+        for n in 0..120 {
+            portal_lead(
+                &fake,
+                t(11) + TimeDelta::minutes(n),
+                Some(&format!("+7999100{n:04}")),
+                None,
+                "WEB",
+                None,
+                "Другой клиент",
+            );
+        }
+
+        let request = Request {
+            crm: CrmInput::bitrix24(&fake.webhook_url()),
+            period: Some((now - TimeDelta::days(10), now)),
+            store: Some(store.clone()),
+            n8n: None,
+            options: Options::default(),
+        };
+        let mut lines = vec![];
+        let d = run(&request, &mut |line| lines.push(line)).await.unwrap();
+
+        assert_eq!(
+            d.entities_read,
+            12 + 120,
+            "the period's leads and the older one"
+        );
+        assert_eq!(
+            fake.calls("crm.lead.list"),
+            3 + 1,
+            "three pages and the older leads by id"
+        );
+        assert!(
+            fake.calls("crm.duplicate.findbycomm") >= 7,
+            "every phone and e-mail, 20 a call"
+        );
+        assert_eq!(fake.refused(), 0, "paced under the portal's limit");
+        assert_eq!(fake.writes(), 0, "a diagnosis never writes to the CRM");
+        assert!(
+            lines.iter().any(|l| l.contains("page 3, 131 leads of 131")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("1 older leads")),
+            "{lines:?}"
+        );
+
+        assert_eq!(
+            verdict_of(&d, &a, &b),
+            (Verdict::Technical, Some(Trigger::TimeoutAfterCreate))
+        );
+        assert_eq!(
+            verdict_of(&d, &c, &d_),
+            (Verdict::SameSubmissionNoKey, None)
+        );
+        assert_eq!(verdict_of(&d, &e, &f), (Verdict::CrossChannel, None));
+        assert_eq!(verdict_of(&d, &g, &h), (Verdict::NewRequest, None));
+        assert_eq!(verdict_of(&d, &i, &j), (Verdict::CannotTie, None));
+        assert_eq!(verdict_of(&d, &k, &l), (Verdict::CannotTie, None));
+        assert_eq!(pairs(&d).len(), 6);
+
+        // The technical pair's timeline has the journal's story in it.
+        let g0 = d
+            .groups
+            .iter()
+            .find(|g| g.members[0].entity.id == a)
+            .unwrap();
+        let story: Vec<String> = g0
+            .merged_timeline(&g0.pairs[0])
+            .into_iter()
+            .map(|e| e.text)
+            .collect();
+        assert!(
+            story
+                .iter()
+                .any(|l| l.contains("site:1001 verify scheduled")),
+            "{story:#?}"
+        );
+        assert!(
+            story
+                .iter()
+                .any(|l| l.contains(&format!("crm created by worker:a (crm_id {b})"))),
+            "{story:#?}"
+        );
+
+        let html = report::to_html(&d);
+        assert!(html.contains("Technical duplicate: timeout after a successful create"));
+        assert!(html.contains("both belong to Leadgate operation site:1001"));
+        assert!(html.contains("the same content (payload hash)"));
+        assert!(html.contains("CALL&lt;img src=x onerror=alert(1)&gt;"));
+        assert!(!html.contains("<img"), "CRM data is escaped");
+        assert!(html.contains("Leadgate&#39;s journal"));
+    }
+);
+
+/// n8n 1.x's two execution tables (packages/@n8n/db: ExecutionEntity, ExecutionData),
+/// as its SQLite migrations leave them.
+const N8N_SCHEMA: &[&str] = &[
+    r#"CREATE TABLE "execution_entity" ("id" integer PRIMARY KEY AUTOINCREMENT NOT NULL,
+        "workflowId" varchar(36) NOT NULL, "finished" boolean NOT NULL, "mode" varchar NOT NULL,
+        "retryOf" varchar, "retrySuccessId" varchar, "startedAt" datetime, "stoppedAt" datetime,
+        "waitTill" datetime, "status" varchar NOT NULL, "deletedAt" datetime(3),
+        "createdAt" datetime(3) NOT NULL DEFAULT (STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW')))"#,
+    r#"CREATE INDEX "IDX_execution_entity_workflowId_id" ON "execution_entity" ("workflowId", "id")"#,
+    r#"CREATE TABLE "execution_data" ("executionId" int PRIMARY KEY NOT NULL,
+        "workflowData" text NOT NULL, "data" text NOT NULL,
+        FOREIGN KEY ("executionId") REFERENCES "execution_entity" ("id") ON DELETE CASCADE)"#,
+];
+
+/// flatted.stringify: every object, array and string an element of one array.
+fn flatten(v: &Value) -> String {
+    fn put(v: &Value, parts: &mut Vec<Value>) -> Value {
+        match v {
+            Value::String(_) | Value::Object(_) | Value::Array(_) => {
+                let i = parts.len();
+                parts.push(Value::Null);
+                parts[i] = match v {
+                    Value::Object(m) => {
+                        Value::Object(m.iter().map(|(k, v)| (k.clone(), put(v, parts))).collect())
+                    }
+                    Value::Array(a) => Value::Array(a.iter().map(|v| put(v, parts)).collect()),
+                    s => s.clone(),
+                };
+                Value::String(i.to_string())
+            }
+            other => other.clone(),
+        }
+    }
+    let mut parts = vec![];
+    put(v, &mut parts);
+    Value::Array(parts).to_string()
+}
+
+struct Run<'a> {
+    id: i64,
+    mode: &'a str,
+    status: &'a str,
+    retry_of: Option<&'a str>,
+    started: &'a str,
+    body: Value,
+    crm_answer: Option<Value>,
+}
+
+/// The run data n8n keeps for `r`, flatted: the webhook's item, then the CRM node's.
+fn flatted_data(r: &Run<'_>) -> String {
+    let mut run_data = json!({
+        "Webhook": [{"startTime": 1, "executionTime": 3, "data": {"main": [[{"json": {
+            "headers": {"user-agent": "Tilda.cc"}, "params": {}, "query": {}, "body": r.body}}]]}}]
+    });
+    if let Some(answer) = &r.crm_answer {
+        run_data["Bitrix24 crm.lead.add"] = json!([{"startTime": 5, "executionTime": 200,
+            "data": {"main": [[{"json": answer}]]}}]);
+    }
+    let data = json!({"startData": {}, "resultData": {"runData": run_data,
+        "lastNodeExecuted": if r.crm_answer.is_some() { "Bitrix24 crm.lead.add" } else { "Webhook" }}});
+    flatten(&data)
+}
+
+/// An n8n database with these executions of workflow `wf-leads` (and a soft-deleted
+/// one that must not count).
+async fn n8n_database(dir: &Path, runs: &[Run<'_>]) -> PathBuf {
+    use sqlx::Connection;
+    let path = dir.join("database.sqlite");
+    let mut conn =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+            .await
+            .unwrap();
+    for ddl in N8N_SCHEMA {
+        sqlx::query(ddl).execute(&mut conn).await.unwrap();
+    }
+    for r in runs {
+        let data = flatted_data(r);
+        let stopped = r.started.replace(".000", ".900");
+        sqlx::query(
+            r#"insert into execution_entity (id, "workflowId", finished, mode, "retryOf", "startedAt", "stoppedAt", status)
+               values ($1, 'wf-leads', $2, $3, $4, $5, $6, $7)"#,
+        )
+        .bind(r.id)
+        .bind(r.status == "success")
+        .bind(r.mode)
+        .bind(r.retry_of)
+        .bind(r.started)
+        .bind(stopped)
+        .bind(r.status)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(r#"insert into execution_data ("executionId", "workflowData", data) values ($1, '{}', $2)"#)
+            .bind(r.id)
+            .bind(&data)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        r#"insert into execution_entity (id, "workflowId", finished, mode, "startedAt", status, "deletedAt")
+           values (99, 'wf-leads', 1, 'webhook', '2026-11-20 10:05:30.000', 'success', '2026-11-21 00:00:00.000')"#,
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    path
+}
+
+/// Six leads of an n8n workflow and the export of them (times in UTC).
+const N8N_EXPORT: &str = "ID,Title,Created,Phone,Source\n\
+    601,Form,2026-11-20 10:00:30,+7 999 000-60-01,WEB\n\
+    602,Form,2026-11-20 10:05:10,+7 999 000-60-01,WEB\n\
+    701,Form,2026-11-20 11:00:05,+7 999 000-70-01,WEB\n\
+    702,Form,2026-11-20 11:00:35,+7 999 000-70-01,WEB\n\
+    801,Form A,2026-11-20 12:00:05,+7 999 000-80-01,WEB\n\
+    802,Form B,2026-11-20 12:01:05,+7 999 000-80-01,WEB\n";
+
+fn n8n_runs() -> Vec<Run<'static>> {
+    let body = |tranid: Option<&str>, phone: &str| {
+        let mut b = json!({"name": "Елена", "phone": phone, "formname": "Trial"});
+        if let Some(t) = tranid {
+            b["tranid"] = json!(t);
+        }
+        b
+    };
+    vec![
+        // The CRM call timed out after the lead had landed; the retry created it again.
+        Run {
+            id: 41,
+            mode: "webhook",
+            status: "error",
+            retry_of: None,
+            started: "2026-11-20 10:00:00.000",
+            body: body(Some("7741:41"), "+7 999 000-60-01"),
+            crm_answer: None,
+        },
+        Run {
+            id: 42,
+            mode: "retry",
+            status: "success",
+            retry_of: Some("41"),
+            started: "2026-11-20 10:05:00.000",
+            body: body(Some("7741:41"), "+7 999 000-60-01"),
+            crm_answer: Some(json!({"result": 602})),
+        },
+        // The source delivered the same submission twice.
+        Run {
+            id: 50,
+            mode: "webhook",
+            status: "success",
+            retry_of: None,
+            started: "2026-11-20 11:00:00.000",
+            body: body(Some("7741:50"), "+7 999 000-70-01"),
+            crm_answer: Some(json!({"result": 701})),
+        },
+        Run {
+            id: 51,
+            mode: "webhook",
+            status: "success",
+            retry_of: None,
+            started: "2026-11-20 11:00:30.000",
+            body: body(Some("7741:50"), "+7 999 000-70-01"),
+            crm_answer: Some(json!({"result": 702})),
+        },
+        // The same body twice, without a submission id.
+        Run {
+            id: 60,
+            mode: "webhook",
+            status: "success",
+            retry_of: None,
+            started: "2026-11-20 12:00:00.000",
+            body: body(None, "+7 999 000-80-01"),
+            crm_answer: Some(json!({"result": 801})),
+        },
+        Run {
+            id: 61,
+            mode: "webhook",
+            status: "success",
+            retry_of: None,
+            started: "2026-11-20 12:01:00.000",
+            body: body(None, "+7 999 000-80-01"),
+            crm_answer: Some(json!({"result": 802})),
+        },
+    ]
+}
+
+async fn n8n_fixture(dir: &Path) -> (PathBuf, PathBuf) {
+    let db = n8n_database(dir, &n8n_runs()).await;
+    let csv = dir.join("leads.csv");
+    std::fs::write(&csv, N8N_EXPORT).unwrap();
+    (db, csv)
+}
+
+/// What the n8n history of [`n8n_runs`] must show for the six leads of [`N8N_EXPORT`].
+async fn the_n8n_history_is_read(dir: &Path, n8n: String) {
+    let csv = dir.join("n8n-leads.csv");
+    std::fs::write(&csv, N8N_EXPORT).unwrap();
+    let mut request = csv_request(csv, FixedOffset::east_opt(0).unwrap());
+    request.n8n = Some((n8n, Some("wf-leads".into())));
+    let d = run(&request, &mut |_| {}).await.unwrap();
+    assert_eq!(
+        d.executions_read,
+        Some(6),
+        "the soft-deleted execution is left out"
+    );
+    assert_eq!(
+        verdict_of(&d, "601", "602"),
+        (Verdict::Technical, Some(Trigger::RetryExecution))
+    );
+    assert_eq!(
+        verdict_of(&d, "701", "702"),
+        (Verdict::Technical, Some(Trigger::Redelivery))
+    );
+    assert_eq!(
+        verdict_of(&d, "801", "802"),
+        (Verdict::SameSubmissionNoKey, None)
+    );
+    let md = report::to_markdown(&d);
+    assert!(
+        md.contains("n8n execution 42 \\(retry\\) is a retry of execution 41 \\(error\\)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("n8n executions 50 and 51 both carry submission 7741:50"),
+        "{md}"
+    );
+    assert!(
+        md.contains("the same content \\(n8n request body\\)"),
+        "{md}"
+    );
+    let html = report::to_html(&d);
+    assert!(
+        html.contains(
+            "n8n execution 41 of workflow wf-leads started (webhook): submission 7741:41"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("n8n execution 42 ended `success` after nodes Webhook → Bitrix24 crm.lead.add; the CRM answered id 602"));
+    assert!(
+        html.contains("<td>2026-11-20 10:05:00 UTC</td><td class=\"origin\">n8n</td><td>602</td>"),
+        "n8n's UTC times"
+    );
+}
+
+#[tokio::test]
+async fn an_n8n_sqlite_history_names_retries_redeliveries_and_missing_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = n8n_database(dir.path(), &n8n_runs()).await;
+    the_n8n_history_is_read(dir.path(), db.display().to_string()).await;
+}
+
+/// n8n 1.x's execution tables on PostgreSQL.
+const N8N_PG_SCHEMA: &[&str] = &[
+    r#"CREATE TABLE execution_entity (id SERIAL PRIMARY KEY, "workflowId" varchar(36) NOT NULL,
+        finished boolean NOT NULL, mode varchar NOT NULL, "retryOf" varchar, "retrySuccessId" varchar,
+        "startedAt" timestamp(3) with time zone, "stoppedAt" timestamp(3) with time zone,
+        "waitTill" timestamp(3) with time zone, status varchar NOT NULL,
+        "deletedAt" timestamp(3) with time zone,
+        "createdAt" timestamp(3) with time zone NOT NULL DEFAULT CURRENT_TIMESTAMP(3))"#,
+    r#"CREATE TABLE execution_data ("executionId" integer PRIMARY KEY
+        REFERENCES execution_entity (id) ON DELETE CASCADE, "workflowData" json NOT NULL, data text NOT NULL)"#,
+];
+
+#[tokio::test]
+async fn an_n8n_postgres_history_reads_the_same() {
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        // n8n's own session zone is not ours: times are stored with their offset.
+        sqlx::query("set time zone 'Europe/Moscow'").execute(&mut conn).await.unwrap();
+        for ddl in N8N_PG_SCHEMA {
+            sqlx::query(ddl).execute(&mut conn).await.unwrap();
+        }
+        for r in n8n_runs() {
+            sqlx::query(
+                r#"insert into execution_entity (id, "workflowId", finished, mode, "retryOf", "startedAt", "stoppedAt", status)
+                   values ($1, 'wf-leads', $2, $3, $4, ($5 || '+00')::timestamptz, ($6 || '+00')::timestamptz, $7)"#,
+            )
+            .bind(r.id as i32)
+            .bind(r.status == "success")
+            .bind(r.mode)
+            .bind(r.retry_of)
+            .bind(r.started)
+            .bind(r.started.replace(".000", ".900"))
+            .bind(r.status)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            sqlx::query(r#"insert into execution_data ("executionId", "workflowData", data) values ($1, '{}', $2)"#)
+                .bind(r.id as i32)
+                .bind(flatted_data(&r))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        sqlx::query(
+            r#"insert into execution_entity (id, "workflowId", finished, mode, "startedAt", status, "deletedAt")
+               values (99, 'wf-leads', true, 'webhook', '2026-11-20 10:05:30+00', 'success', '2026-11-21 00:00:00+00')"#,
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        the_n8n_history_is_read(dir.path(), db.url.clone()).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_binary_writes_both_reports_from_an_export_and_n8n() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, csv) = n8n_fixture(dir.path()).await;
+    let html = dir.path().join("report.html");
+    let md = dir.path().join("report.md");
+    let out = leadgate_testkit::process::command(
+        env!("CARGO_BIN_EXE_leadgate"),
+        &[
+            "diagnose",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--export-offset",
+            "+00:00",
+            "--n8n-database",
+            db.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+            "--markdown",
+            md.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("3 duplicate groups, 3 pairs"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Technical", "duplicate", "2"]),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("leadgate diagnose: read 6 n8n executions"),
+        "{stderr}"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(
+        page.contains("default-src 'none'"),
+        "self-contained, nothing loaded"
+    );
+    assert_eq!(page.matches("<section class=\"pair\"").count(), 3);
+    assert!(std::fs::read_to_string(&md).unwrap().contains("## Pairs"));
+}
