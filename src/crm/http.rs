@@ -12,6 +12,9 @@
 //! lookup_ids_pointer = "/items"                     # the array of matches ("" = the answer)
 //! lookup_id_pointer = "/id"                         # the id in each match (default /id)
 //! lookup_authoritative = true                       # "not found" proves nothing was created
+//! update_url = "https://crm.example/api/leads/{{crm_id}}"   # optional: Keep original, update CRM
+//! update_method = "PATCH"                           # default
+//! update_body = '''{"name": "{{name}}", "phone": "{{phone}}", "note": "{{comment}}"}'''
 //! timeout = "10s"
 //! [crm.headers]
 //! Authorization = "env:MYCRM_AUTH"                  # read from the environment, never logged
@@ -26,6 +29,11 @@
 //! that is a whole value becomes `null` when the lead has no such field; inside a longer
 //! string it becomes empty. Placeholders: `operation_id`, `name`, `phone`, `email`,
 //! `comment`, `title`, `source`. In `lookup_url`, `{{operation_id}}` is URL-encoded.
+//!
+//! An update (*Keep original, update CRM*) renders `update_body` with the lead as it
+//! should stand now (the lead as created with the later delivery's changes laid over
+//! it), so sending it twice sets the same values; in `update_url`, `{{crm_id}}` (the only
+//! placeholder there) is URL-encoded. Without `update_url` the connector cannot update.
 //!
 //! Default classification of a non-2xx answer (a `[crm.errors]` entry overrides it):
 //! 429 → rate_limited (honours `Retry-After`), 401/403 → auth, 400/422 and other 4xx →
@@ -42,8 +50,8 @@ use serde_json::{json, Map, Value};
 
 use super::rate::{self, RateLimiter};
 use super::{
-    classify_transport, clean_message, note_error, ConfigError, Crm, CrmError, Exchange, Lead,
-    Lookup,
+    classify_transport, clean_message, note_error, ConfigError, Crm, CrmError, EntityUpdate,
+    Exchange, Lead, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::domain::Secret;
@@ -89,6 +97,14 @@ pub struct HttpConfig {
     /// Whether an empty lookup proves that nothing was created.
     #[serde(default)]
     pub lookup_authoritative: bool,
+    /// URL template of an update of entity `{{crm_id}}`; without it nothing is updated.
+    #[serde(default)]
+    pub update_url: Option<String>,
+    #[serde(default = "default_update_method")]
+    pub update_method: String,
+    /// The JSON body template of an update (the create's placeholders).
+    #[serde(default)]
+    pub update_body: Option<String>,
     /// Status code → error class, overriding the defaults.
     #[serde(default)]
     pub errors: BTreeMap<String, ErrorClass>,
@@ -114,6 +130,10 @@ fn default_method() -> String {
     "POST".into()
 }
 
+fn default_update_method() -> String {
+    "PATCH".into()
+}
+
 fn default_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -132,6 +152,8 @@ pub struct HttpCrm {
     lookup_ids_pointer: String,
     lookup_id_pointer: Option<String>,
     lookup_authoritative: bool,
+    /// `(method, URL template, body template)` of an update.
+    update: Option<(Method, String, Value)>,
     errors: BTreeMap<u16, ErrorClass>,
     limiter: Option<Arc<RateLimiter>>,
     client: reqwest::Client,
@@ -219,6 +241,29 @@ impl HttpCrm {
         } else if config.lookup_authoritative {
             return Err(bad("lookup_authoritative needs a lookup_url"));
         }
+        let update = match (&config.update_url, &config.update_body) {
+            (None, None) => None,
+            (Some(url), Some(body)) => {
+                for name in placeholders(url) {
+                    if name != "crm_id" {
+                        return Err(bad(format!(
+                            "update_url: only {{{{crm_id}}}} can be used, not {{{{{name}}}}}"
+                        )));
+                    }
+                }
+                http_url("update_url", &lookup_target(url, "1"))?;
+                let method =
+                    Method::from_bytes(config.update_method.trim().to_uppercase().as_bytes())
+                        .map_err(|_| {
+                            bad(format!(
+                                "update_method `{}` is not an HTTP method",
+                                config.update_method
+                            ))
+                        })?;
+                Some((method, url.clone(), parse_template(body)?))
+            }
+            _ => return Err(bad("update_url and update_body go together")),
+        };
         let mut errors = BTreeMap::new();
         for (code, class) in &config.errors {
             let status = code
@@ -263,6 +308,7 @@ impl HttpCrm {
             lookup_ids_pointer: config.lookup_ids_pointer.clone(),
             lookup_id_pointer: config.lookup_id_pointer.clone(),
             lookup_authoritative: config.lookup_authoritative,
+            update,
             errors,
             limiter,
             client,
@@ -606,6 +652,68 @@ impl Crm for HttpCrm {
         )
     }
 
+    async fn update(&self, u: &EntityUpdate) -> (Result<Vec<String>, CrmError>, Exchange) {
+        let Some((method, url, body)) = &self.update else {
+            return (
+                Err(CrmError::new(
+                    ErrorClass::Validation,
+                    format!(
+                        "{CONNECTOR}: no update_url is configured, so this CRM cannot be updated"
+                    ),
+                )),
+                Exchange {
+                    request: json!({"connector": CONNECTOR, "endpoint": "update", "id": u.crm_id}),
+                    response: json!({"sent": false}),
+                },
+            );
+        };
+        let what = format!("{method} update");
+        let request = json!({
+            "connector": CONNECTOR,
+            "method": method.as_str(),
+            "endpoint": "update",
+            "id": u.crm_id,
+        });
+        let mut summary = Map::new();
+        let target = match reqwest::Url::parse(&lookup_target(url, &u.crm_id)) {
+            Ok(t) => t,
+            Err(e) => {
+                let e = CrmError::new(ErrorClass::Validation, format!("{CONNECTOR} {what}: {e}"));
+                note_error(&mut summary, &e);
+                return (
+                    Err(e),
+                    Exchange {
+                        request,
+                        response: Value::Object(summary),
+                    },
+                );
+            }
+        };
+        let req = self
+            .client
+            .request(method.clone(), target)
+            .json(&render(body, &u.target));
+        let used = placeholders(&body.to_string());
+        let result = self
+            .call(&what, req, &u.redact(), &mut summary)
+            .await
+            .map(|_| {
+                u.changes
+                    .fields()
+                    .into_iter()
+                    .filter(|f| used.iter().any(|p| p == f))
+                    .map(str::to_owned)
+                    .collect()
+            });
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
+    }
+
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {
         let what = "GET lookup";
         let request = json!({
@@ -786,11 +894,32 @@ mod tests {
         Json(json!({"items": items})).into_response()
     }
 
+    /// `PATCH /api/leads/{id}`: the body's fields replace the lead's.
+    async fn patch_lead(
+        State(fake): State<Arc<Fake>>,
+        axum::extract::Path(id): axum::extract::Path<u64>,
+        Json(body): Json<Value>,
+    ) -> Response {
+        let mut leads = fake.leads.lock().unwrap();
+        let Some(lead) = leads.iter_mut().find(|l| l["id"] == json!(id)) else {
+            return (
+                StatusCode::NOT_FOUND,
+                Json(json!({"message": "no such lead"})),
+            )
+                .into_response();
+        };
+        for (k, v) in body.as_object().unwrap() {
+            lead[k] = v.clone();
+        }
+        Json(json!({"ok": true})).into_response()
+    }
+
     async fn spawn() -> (String, Arc<Fake>) {
         let fake = Arc::new(Fake::default());
         let app = Router::new()
             .route("/api/leads", post(create))
             .route("/api/leads", get(lookup))
+            .route("/api/leads/{id}", axum::routing::patch(patch_lead))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -854,6 +983,61 @@ X-Client = "leadgate"
     fn assert_clean(text: &str) {
         for needle in [KEY, "Ivan", "79990001122"] {
             assert!(!text.contains(needle), "{needle:?} leaked into {text:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn updates_from_its_template_with_the_lead_as_it_stands_now() {
+        let (base, fake) = spawn().await;
+        let extra = format!(
+            "update_url = \"{base}/api/leads/{{{{crm_id}}}}\"\n\
+             update_body = '''{{\"name\": \"{{{{name}}}}\", \"phone\": {{{{phone}}}}}}'''"
+        );
+        let crm = HttpCrm::new(&config(&toml(&base, &key_var("upd"), &extra))).unwrap();
+        let was = lead("site:u");
+        let id = crm.create(&was).await.0.unwrap();
+        let later = Lead {
+            phone: Some("+79990003344".into()),
+            comment: Some("later".into()),
+            ..was.clone()
+        };
+        let changes = was.changes_to(&later);
+        let update = EntityUpdate {
+            crm_id: id.clone(),
+            target: was.overlaid(&changes),
+            changes,
+            redact: vec!["+79990003344".into()],
+        };
+        let (sent, ex) = crm.update(&update).await;
+        // The comment has no place in this template: not said to be sent.
+        assert_eq!(sent.unwrap(), ["phone"]);
+        assert_eq!(ex.request["method"], "PATCH");
+        let stored = fake.leads.lock().unwrap()[0].clone();
+        assert_eq!(stored["phone"], "+79990003344");
+        assert_eq!(
+            stored["name"], "Ivan \"Vanya\"\nPetrov",
+            "unchanged, sent as it was"
+        );
+        // A lead that is gone: the data's fault.
+        let gone = EntityUpdate {
+            crm_id: "99".into(),
+            ..update
+        };
+        let (err, ex) = crm.update(&gone).await;
+        assert_eq!(err.unwrap_err().class, ErrorClass::Validation);
+        assert_clean(&ex.response.to_string());
+        // Without update_url nothing is sent.
+        let plain = HttpCrm::new(&config(&toml(&base, &key_var("upd2"), ""))).unwrap();
+        let (err, ex) = plain.update(&gone).await;
+        assert_eq!(err.unwrap_err().class, ErrorClass::Validation);
+        assert_eq!(ex.response["sent"], false);
+        // Only {{crm_id}} in the URL, and both settings or neither.
+        for bad in [
+            format!("update_url = \"{base}/x/{{{{name}}}}\"\nupdate_body = '{{}}'"),
+            format!("update_url = \"{base}/x/{{{{crm_id}}}}\""),
+        ] {
+            let text = toml(&base, &key_var("upd3"), &bad);
+            assert!(HttpCrm::new(&config(&text)).is_err(), "{bad}");
         }
     }
 
