@@ -1,10 +1,11 @@
 -- Issue 15, point 3 (PostgreSQL's twin has the same version): index entries that intake
--- wrote for nobody. Two indexes nothing reads, which every delivery and every timeline
--- event paid for: `timeline_kind` (kind, at): every timeline query is by operation
--- (`timeline_operation`). `deliveries_received`
--- (received_at): its only reader, retention's scrub of rejected deliveries, also filters
--- on `raw_body is not null or payload is not null` and is served by
--- `deliveries_unscrubbed` (0006) on the same column.
+-- wrote for nobody.
+--
+-- Two indexes nothing reads, which every delivery and every timeline event paid for:
+-- `timeline_kind` (kind, at) — every timeline query is by operation
+-- (`timeline_operation`) — and `deliveries_received` (received_at), whose only reader,
+-- retention's scrub of rejected deliveries, also filters on `raw_body is not null or
+-- payload is not null` and is served by `deliveries_unscrubbed` (0006) on the same column.
 drop index timeline_kind;
 drop index deliveries_received;
 
