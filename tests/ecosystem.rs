@@ -605,12 +605,16 @@ async fn the_dashboard_and_the_alert_rules_query_what_a_real_gateway_exports() {
         "{}",
         a.text
     );
-    assert!(
-        !b.text
-            .contains("leadgate_connector_unreachable_since_seconds{connector=\"bitrix24\"} 0"),
-        "{}",
-        b.text
-    );
+    let since: f64 = b
+        .text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("leadgate_connector_unreachable_since_seconds{connector=\"bitrix24\"} ")
+        })
+        .unwrap_or_else(|| panic!("no unreachable gauge in\n{}", b.text))
+        .parse()
+        .unwrap();
+    assert!(since > 1.7e9, "unreachable since {since}");
     // Between them the two scrapes have a sample of every family, so a name that exists
     // only as `# TYPE` is caught too.
     let mut samples = a.samples.clone();
@@ -834,8 +838,33 @@ fn stat(path: &str) -> String {
         .to_owned()
 }
 
+/// `dpkg ARGS`, which must succeed; waited for while another dpkg or apt holds dpkg's lock
+/// (dpkg itself does not wait), for a minute at most.
+fn dpkg(args: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new("dpkg")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && err.contains("lock") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            continue;
+        }
+        assert!(
+            out.status.success(),
+            "dpkg {args:?} failed ({}):\n{}\n{err}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        return;
+    }
+}
+
 fn purge() {
-    run(Command::new("dpkg").args(["--purge", "leadgate"]));
+    dpkg(&["--purge", "leadgate"]);
 }
 
 /// Holds an exclusive lock (flock(1)) while alive, so two runs on one machine do not
@@ -965,9 +994,7 @@ async fn the_deb_installs_runs_as_its_user_and_purges_clean() {
     }
     // Install.
     let installed = Installed;
-    run(Command::new("dpkg")
-        .args(["--install", &deb])
-        .env("DEBIAN_FRONTEND", "noninteractive"));
+    dpkg(&["--install", &deb]);
     let (status, version) = package_state().unwrap();
     assert_eq!((status.as_str(), version.as_str()), ("ii", TEST_VERSION));
     let conffiles = stdout(Command::new("dpkg-query").args(["-W", "-f=${Conffiles}", "leadgate"]));
@@ -1123,9 +1150,7 @@ async fn the_deb_installs_runs_as_its_user_and_purges_clean() {
         .unwrap()
         .write_all(b"# changed by the operator\n")
         .unwrap();
-    run(Command::new("dpkg")
-        .args(["--install", "--force-confold", &deb])
-        .env("DEBIAN_FRONTEND", "noninteractive"));
+    dpkg(&["--install", "--force-confold", &deb]);
     assert!(std::fs::read_to_string("/etc/leadgate/leadgate.toml")
         .unwrap()
         .ends_with("# changed by the operator\n"));
@@ -1136,7 +1161,7 @@ async fn the_deb_installs_runs_as_its_user_and_purges_clean() {
     );
 
     // dpkg -r: the program goes, the configuration and the database stay.
-    run(Command::new("dpkg").args(["--remove", "leadgate"]));
+    dpkg(&["--remove", "leadgate"]);
     assert_eq!(package_state().unwrap().0, "rc");
     for gone in ["/usr/bin/leadgate", unit_path] {
         assert!(!exists(gone), "{gone} is still there after dpkg -r");
