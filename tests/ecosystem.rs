@@ -875,7 +875,7 @@ impl MachineLock {
     fn take() -> MachineLock {
         let mut child = Command::new("flock")
             .args([
-                "/run/lock/leadgate-packaging-test.lock",
+                "/tmp/leadgate-packaging-test.lock",
                 "-c",
                 "echo locked; cat >/dev/null",
             ])
