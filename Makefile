@@ -69,7 +69,8 @@ unit: ecosystem-deps
 
 ## The .deb of `leadgate` (release build): $CARGO_TARGET_DIR/debian/leadgate_<version>_<arch>.deb
 ## (default target/debian/), built by scripts/package-deb.sh from packaging/deb/.
-package: ecosystem-deps
+package:
+	scripts/install-ecosystem-deps.sh --packaging
 	scripts/package-deb.sh
 
 ## Only tests/ecosystem.rs (part of `unit`): the Grafana dashboard and alert rules against a
