@@ -61,3 +61,23 @@ fuzz:
 	scripts/fuzz.sh
 
 include console.mk
+
+# Packages and the examples around the gateway (issue 21). tests/ecosystem.rs, part of
+# `unit`, needs what ecosystem-deps installs (promtool, dpkg-dev, systemd-analyze).
+.PHONY: package test-ecosystem ecosystem-deps
+unit: ecosystem-deps
+
+## The .deb of `leadgate` (release build): $CARGO_TARGET_DIR/debian/leadgate_<version>_<arch>.deb
+## (default target/debian/), built by scripts/package-deb.sh from packaging/deb/.
+package:
+	scripts/install-ecosystem-deps.sh --packaging
+	scripts/package-deb.sh
+
+## Only tests/ecosystem.rs (part of `unit`): the Grafana dashboard and alert rules against a
+## real gateway's /metrics and promtool, and the .deb built from the debug binary, installed
+## with dpkg, run, verified with systemd-analyze and purged.
+test-ecosystem: ecosystem-deps
+	cargo test --locked --test ecosystem -- --nocapture
+
+ecosystem-deps:
+	scripts/install-ecosystem-deps.sh
