@@ -57,18 +57,36 @@ async fn repeat(gw: &Gateway, key: &str, changes: Value) -> ReviewCase {
 }
 
 async fn decide(gw: &Gateway, case: &ReviewCase, action: HumanAction) -> Result<Resolved> {
-    let current = gw.store().case(case.id).await.unwrap().unwrap();
-    gw.store()
+    resolve(gw.store().as_ref(), case.id, action).await
+}
+
+/// Resolves `case_id` with `action` at the version the case has now, as ann.
+async fn resolve(store: &dyn Store, case_id: i64, action: HumanAction) -> Result<Resolved> {
+    let case = store.case(case_id).await.unwrap().unwrap();
+    store
         .resolve(Resolve {
-            case_id: case.id,
-            expected_version: current.version,
+            case_id,
+            expected_version: case.version,
             actor: "ann".into(),
             comment: None,
             action,
-            now: gw.store().now(),
+            now: store.now(),
             bulk: None,
         })
         .await
+}
+
+/// A new conflicting delivery of `key` (its case id).
+async fn conflicting(store: &dyn Store, key: &str, payload: Value) -> i64 {
+    let DeliveryOutcome::Conflict { case_id, .. } = store
+        .record_delivery(delivery(key, payload))
+        .await
+        .unwrap()
+        .outcome
+    else {
+        panic!("a conflict")
+    };
+    case_id
 }
 
 /// Waits until the operation's timeline has `n` events of `kind`; returns the timeline.
@@ -291,25 +309,8 @@ each_backend!(
             .record_delivery(delivery("n1", json!({"phone": "1"})))
             .await
             .unwrap();
-        let DeliveryOutcome::Conflict { case_id, .. } = store
-            .record_delivery(delivery("n1", json!({"phone": "2"})))
-            .await
-            .unwrap()
-            .outcome
-        else {
-            panic!("a conflict")
-        };
-        let case = store.case(case_id).await.unwrap().unwrap();
-        let err = store
-            .resolve(Resolve {
-                case_id,
-                expected_version: case.version,
-                actor: "ann".into(),
-                comment: None,
-                action: HumanAction::UpdateCrm,
-                now: now(),
-                bulk: None,
-            })
+        let case_id = conflicting(store.as_ref(), "n1", json!({"phone": "2"})).await;
+        let err = resolve(store.as_ref(), case_id, HumanAction::UpdateCrm)
             .await
             .unwrap_err();
         assert!(
@@ -350,25 +351,8 @@ async fn requested(store: &dyn Store, key: &str) -> (i64, OperationId) {
         )
         .await
         .unwrap();
-    let DeliveryOutcome::Conflict { case_id, .. } = store
-        .record_delivery(delivery(key, json!({"name": "B", "phone": "1"})))
-        .await
-        .unwrap()
-        .outcome
-    else {
-        panic!("a conflict")
-    };
-    let case = store.case(case_id).await.unwrap().unwrap();
-    store
-        .resolve(Resolve {
-            case_id,
-            expected_version: case.version,
-            actor: "ann".into(),
-            comment: None,
-            action: HumanAction::UpdateCrm,
-            now: now(),
-            bulk: None,
-        })
+    let case_id = conflicting(store, key, json!({"name": "B", "phone": "1"})).await;
+    resolve(store, case_id, HumanAction::UpdateCrm)
         .await
         .unwrap();
     (case_id, id)
@@ -496,25 +480,8 @@ each_backend!(
         let store = db.store().await;
         let (case_a, _) = requested(store.as_ref(), "p1").await;
         // A second conflict on the same operation, also kept with an update.
-        let DeliveryOutcome::Conflict { case_id, .. } = store
-            .record_delivery(delivery("p1", json!({"name": "C", "phone": "1"})))
-            .await
-            .unwrap()
-            .outcome
-        else {
-            panic!("a conflict")
-        };
-        let case = store.case(case_id).await.unwrap().unwrap();
-        store
-            .resolve(Resolve {
-                case_id,
-                expected_version: case.version,
-                actor: "ann".into(),
-                comment: None,
-                action: HumanAction::UpdateCrm,
-                now: now(),
-                bulk: None,
-            })
+        let case_id = conflicting(store.as_ref(), "p1", json!({"name": "C", "phone": "1"})).await;
+        resolve(store.as_ref(), case_id, HumanAction::UpdateCrm)
             .await
             .unwrap();
         store
@@ -601,35 +568,6 @@ each_backend!(
     }
 );
 
-/// Resolves `case_id` with *update the CRM* at the version it has now.
-async fn update_crm(store: &dyn Store, case_id: i64) -> Result<Resolved> {
-    let case = store.case(case_id).await.unwrap().unwrap();
-    store
-        .resolve(Resolve {
-            case_id,
-            expected_version: case.version,
-            actor: "ann".into(),
-            comment: None,
-            action: HumanAction::UpdateCrm,
-            now: now(),
-            bulk: None,
-        })
-        .await
-}
-
-/// A new conflicting delivery of `key` (its case id).
-async fn conflicting(store: &dyn Store, key: &str, payload: Value) -> i64 {
-    let DeliveryOutcome::Conflict { case_id, .. } = store
-        .record_delivery(delivery(key, payload))
-        .await
-        .unwrap()
-        .outcome
-    else {
-        panic!("a conflict")
-    };
-    case_id
-}
-
 each_backend!(
     an_older_delivery_is_not_sent_over_a_newer_one,
     |db| async move {
@@ -639,8 +577,12 @@ each_backend!(
         // newer again. A person decides 4 first, then 3: 3's fields would land over 4's.
         let three = conflicting(store.as_ref(), "o1", json!({"name": "C", "phone": "1"})).await;
         let four = conflicting(store.as_ref(), "o1", json!({"name": "D", "phone": "1"})).await;
-        update_crm(store.as_ref(), four).await.unwrap();
-        let err = update_crm(store.as_ref(), three).await.unwrap_err();
+        resolve(store.as_ref(), four, HumanAction::UpdateCrm)
+            .await
+            .unwrap();
+        let err = resolve(store.as_ref(), three, HumanAction::UpdateCrm)
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, StoreError::Refused(Refusal::UpdateSuperseded)),
             "{err}"
@@ -679,7 +621,9 @@ each_backend!(
             .await
             .unwrap();
         let case = conflicting(store.as_ref(), "e2", json!({"name": "Y", "phone": "2"})).await;
-        update_crm(store.as_ref(), case).await.unwrap();
+        resolve(store.as_ref(), case, HumanAction::UpdateCrm)
+            .await
+            .unwrap();
         let first = store
             .claim_update("bitrix24", "w1", Duration::from_secs(5), now())
             .await
