@@ -60,13 +60,27 @@ pub async fn finish_attempt(
     events: Vec<NewEvent>,
     keep_trying: Duration,
 ) -> Result<Operation, StoreError> {
+    through_hiccups(keep_trying, || {
+        store.finish_attempt(lease, outcome.clone(), events.clone(), store.now())
+    })
+    .await
+}
+
+/// Runs `record` (a store write that is safe to repeat) until it succeeds or fails for
+/// good, trying again with backoff for up to `keep_trying` when the database fails
+/// transiently.
+pub async fn through_hiccups<T, F, Fut>(
+    keep_trying: Duration,
+    mut record: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
     let give_up = Instant::now() + keep_trying;
     let mut delay = Duration::from_millis(50);
     loop {
-        match store
-            .finish_attempt(lease, outcome.clone(), events.clone(), store.now())
-            .await
-        {
+        match record().await {
             Err(e) if e.is_transient() && Instant::now() + delay < give_up => {
                 tracing::warn!(error = %e, "recording the outcome failed; trying again");
                 tokio::time::sleep(delay).await;

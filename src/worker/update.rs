@@ -4,11 +4,11 @@
 //! but only after the settle window (`domain::update`): an older update must never land
 //! after a newer one.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::Instrument;
 
-use crate::attempt::{cut_off, exchange_events};
+use crate::attempt::{cut_off, exchange_events, through_hiccups};
 use crate::config::LEASE_MARGIN;
 use crate::crm::{CrmError, EntityUpdate, Lead};
 use crate::domain::outage::counts_against_connector;
@@ -211,26 +211,14 @@ impl Worker {
         outcome: UpdateOutcome,
         events: Vec<NewEvent>,
     ) -> Result<(), StoreError> {
-        let give_up = Instant::now() + self.settings.keep_trying();
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match self
-                .store
+        let recorded = through_hiccups(self.settings.keep_trying(), || {
+            self.store
                 .finish_update(claim, outcome.clone(), events.clone(), self.store.now())
-                .await
-            {
-                Err(e) if e.is_transient() && Instant::now() + delay < give_up => {
-                    tracing::warn!(error = %e, "recording the update failed; trying again");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                }
-                other => {
-                    if let Err(e) = &other {
-                        tracing::warn!(error = %e, "the update's outcome was not recorded");
-                    }
-                    return other;
-                }
-            }
+        })
+        .await;
+        if let Err(e) = &recorded {
+            tracing::warn!(error = %e, "the update's outcome was not recorded");
         }
+        recorded
     }
 }
