@@ -674,10 +674,6 @@ fn has_value(
         .any(|v| key(v) == wanted)
 }
 
-fn digits(v: &str) -> String {
-    v.chars().filter(char::is_ascii_digit).collect()
-}
-
 /// A deal's COMMENTS: its contact data, one `Label: value` line each (deals have no
 /// PHONE/EMAIL of their own).
 fn deal_comments(lead: &Lead) -> Option<String> {
@@ -790,12 +786,20 @@ impl Crm for Bitrix24 {
             summary.insert("read".into(), Value::Object(got));
             match entity {
                 Ok(entity) => {
-                    if has_value(&entity, "PHONE", changes.phone.as_deref(), digits) {
+                    if has_value(
+                        &entity,
+                        "PHONE",
+                        changes.phone.as_deref(),
+                        LeadChanges::phone_key,
+                    ) {
                         changes.phone = None;
                     }
-                    if has_value(&entity, "EMAIL", changes.email.as_deref(), |v| {
-                        v.trim().to_lowercase()
-                    }) {
+                    if has_value(
+                        &entity,
+                        "EMAIL",
+                        changes.email.as_deref(),
+                        LeadChanges::email_key,
+                    ) {
                         changes.email = None;
                     }
                 }

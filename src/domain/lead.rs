@@ -114,10 +114,8 @@ impl Lead {
         LeadChanges {
             title: changed(&self.title, &title, same),
             name: changed(&self.name, &later.name, same),
-            phone: changed(&self.phone, &later.phone, |p| {
-                p.chars().filter(char::is_ascii_digit).collect()
-            }),
-            email: changed(&self.email, &later.email, |e| e.trim().to_lowercase()),
+            phone: changed(&self.phone, &later.phone, LeadChanges::phone_key),
+            email: changed(&self.email, &later.email, LeadChanges::email_key),
             comment: changed(&self.comment, &later.comment, same),
         }
     }
@@ -137,6 +135,16 @@ impl Lead {
 }
 
 impl LeadChanges {
+    /// What two phones must share to be the same phone here: their digits.
+    pub fn phone_key(phone: &str) -> String {
+        phone.chars().filter(char::is_ascii_digit).collect()
+    }
+
+    /// What two e-mails must share to be the same e-mail here: the address, any case.
+    pub fn email_key(email: &str) -> String {
+        email.trim().to_lowercase()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.fields().is_empty()
     }
