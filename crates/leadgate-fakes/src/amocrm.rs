@@ -1244,6 +1244,27 @@ fn object_body(body: &Bytes) -> Option<Map<String, Value>> {
     }
 }
 
+/// The answer to a PATCH whose work was `done` (`None`: the late task was lost; `Some(None)`:
+/// no such entity, `missing` says which), after the fault's part that follows executing.
+async fn patched(
+    done: Option<Option<Value>>,
+    fault: Option<Fault>,
+    state: &AppState,
+    kill: &ConnKill,
+    missing: &str,
+) -> Response {
+    let Some(done) = done else {
+        return problem(500, "Internal Server Error", "Internal server error");
+    };
+    if let Some(resp) = after_execute(fault, state, kill).await {
+        return resp;
+    }
+    match done {
+        Some(answer) => hal(StatusCode::OK, answer),
+        None => problem(404, "Not Found", missing),
+    }
+}
+
 /// `PATCH /api/v4/leads/{id}`: `name`, `price`, `status_id` and `pipeline_id` as sent.
 async fn patch_lead(
     State(state): State<AppState>,
@@ -1272,16 +1293,7 @@ async fn patch_lead(
         Some(json!({"id": id, "updated_at": now}))
     })
     .await;
-    let Some(done) = done else {
-        return problem(500, "Internal Server Error", "Internal server error");
-    };
-    if let Some(resp) = after_execute(fault, &state, &kill).await {
-        return resp;
-    }
-    match done {
-        Some(answer) => hal(StatusCode::OK, answer),
-        None => problem(404, "Not Found", "Lead not found"),
-    }
+    patched(done, fault, &state, &kill, "Lead not found").await
 }
 
 async fn get_contact(
@@ -1355,16 +1367,7 @@ async fn patch_contact(
         Some(json!({"id": id}))
     })
     .await;
-    let Some(done) = done else {
-        return problem(500, "Internal Server Error", "Internal server error");
-    };
-    if let Some(resp) = after_execute(fault, &state, &kill).await {
-        return resp;
-    }
-    match done {
-        Some(answer) => hal(StatusCode::OK, answer),
-        None => problem(404, "Not Found", "Contact not found"),
-    }
+    patched(done, fault, &state, &kill, "Contact not found").await
 }
 
 #[cfg(test)]
