@@ -89,6 +89,16 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     };
     let owner = worker.owner.clone();
     tasks.spawn(worker.run(shutdown_rx.clone()));
+    if store.backend() == "postgres" {
+        // Consoles with personal logins ask; any running gateway applies.
+        let (requests_store, rx) = (Arc::clone(&store), shutdown_rx.clone());
+        tasks.spawn(crate::supervise::supervise(
+            "requests",
+            shutdown_rx.clone(),
+            crate::supervise::RESTART_DELAY,
+            move || requests_loop(Arc::clone(&requests_store), rx.clone()),
+        ));
+    }
     if let Some(url) = &config.claim_api.redeliver_url {
         let token = config.api.integration_token.clone().context(
             "[claim_api] redeliver_url is set but there is no [api] integration_token \
@@ -205,6 +215,30 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         shutdown,
         tasks,
     })
+}
+
+/// How often a gateway looks for people's requests (a console waits about this long
+/// for an action's answer).
+pub const REQUESTS_POLL: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Applies the requests of people's consoles (PostgreSQL personal logins), oldest first.
+async fn requests_loop(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        match store.apply_next_request(store.now()).await {
+            Ok(Some(id)) => {
+                tracing::debug!(request = id, "applied a person's request");
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "applying a person's request failed; trying again")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(REQUESTS_POLL) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
 }
 
 /// Scrubs finished operations older than `full`, every `every`, and compacts the

@@ -66,6 +66,36 @@ enum Command {
     },
     /// Find the duplicates the CRM already has and name each pair's cause (read-only).
     Diagnose(Box<DiagnoseArgs>),
+    /// The people who use the console: PostgreSQL logins in Leadgate's roles.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Create a person's login with a generated password, and print how to connect.
+    Add {
+        /// The login, e.g. `anna.petrova`.
+        name: String,
+        /// support, sales_ops, manager or admin.
+        #[arg(long)]
+        role: crate::domain::roles::Role,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// List the people's logins and their roles.
+    List {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Drop a person's login (what they did stays on the timelines, under their name).
+    Remove {
+        name: String,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -329,8 +359,60 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Diagnose(args) => diagnose(*args).await?,
+        Command::User { command } => return user(command).await,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `leadgate user`: PostgreSQL only (SQLite is one operator's file).
+async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
+    let config = match &command {
+        UserCommand::Add { config, .. }
+        | UserCommand::List { config }
+        | UserCommand::Remove { config, .. } => config.load()?,
+    };
+    let url = config.database.url.expose();
+    if !url.starts_with("postgres") {
+        anyhow::bail!(
+            "people's logins are PostgreSQL's: on SQLite the console runs in local \
+             single-operator mode, with the OS user as the actor"
+        );
+    }
+    let store = store::postgres::PgStore::connect(url).await?;
+    match command {
+        UserCommand::Add { name, role, .. } => {
+            let password = store.add_user(&name, role).await?;
+            println!("created the login `{name}` with the role {role}; its password (shown once):");
+            println!("  {password}");
+            println!("connect the console with:");
+            println!("  {}", console_url(url, &name, &password));
+        }
+        UserCommand::List { .. } => {
+            for u in store.users().await? {
+                println!("{:<24} {}", u.login, u.role);
+            }
+        }
+        UserCommand::Remove { name, .. } => {
+            if !store.remove_user(&name).await? {
+                eprintln!("leadgate: `{name}` is not a login in one of Leadgate's roles");
+                return Ok(ExitCode::from(2));
+            }
+            println!("dropped the login `{name}`");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The gateway's database URL with a person's login instead of the gateway's.
+fn console_url(url: &str, login: &str, password: &str) -> String {
+    let fallback = || format!("postgres://{login}:{password}@HOST:5432/DATABASE");
+    let Ok(mut u) = reqwest::Url::parse(url) else {
+        return fallback();
+    };
+    if u.set_username(login).is_err() || u.set_password(Some(password)).is_err() {
+        return fallback();
+    }
+    u.to_string()
 }
 
 /// `leadgate diagnose`: the journal when a database is configured, progress on stderr,

@@ -25,7 +25,10 @@ use leadgate::store::{self, Store};
 use leadgate_console_model::{Action, ActionRequest, Console};
 
 const DRIVER_PORT: u16 = 4444;
-const OPERATOR: &str = "E2E Operator";
+/// Who the console acts as on SQLite: the OS user (local single-operator mode).
+fn operator() -> String {
+    leadgate_console_model::os_user()
+}
 
 /// tauri-driver, stopped with SIGTERM (SIGKILL would leave WebKitWebDriver running).
 struct Driver(Child);
@@ -234,7 +237,8 @@ async fn the_console_resolves_every_kind_of_case_in_a_real_window() {
 }
 
 async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url: &str) {
-    // First run: the connection screen, then the operator's name, asked once.
+    // First run: the connection screen; who acts is the OS user (local mode), not a name
+    // typed in.
     el(c, "[data-testid=connect-screen]").await;
     el(c, "[data-testid=db-url]")
         .await
@@ -247,13 +251,15 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     input.clear().await.unwrap();
     input.send_keys(url).await.unwrap();
     click(c, "[data-testid=connect-screen] button[type=submit]").await;
-    el(c, "[data-testid=operator-name]")
-        .await
-        .send_keys(OPERATOR)
-        .await
-        .unwrap();
-    click(c, "[data-testid=operator-screen] button[type=submit]").await;
-    text_until(c, "[data-testid=operator]", OPERATOR, |t| t == OPERATOR).await;
+    let me = operator();
+    text_until(c, "[data-testid=operator]", &me, |t| t == me).await;
+    text_until(
+        c,
+        "[data-testid=role][data-mode=local]",
+        "local mode",
+        |t| t == "local single-operator mode",
+    )
+    .await;
 
     // The queue with live counts per tab.
     text_until(c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
@@ -310,7 +316,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     );
     let human = db.timeline(&s.uncertain).await.unwrap();
     let human = human.iter().find(|e| e.kind == "human_action").unwrap();
-    assert_eq!(human.actor, OPERATOR);
+    assert_eq!(human.actor, operator());
     assert_eq!(human.detail["comment"], "found in Bitrix24 by phone");
     text_until(c, "[data-testid=count-needs_review]", "2", |t| t == "2").await;
     // The resolved case left the queue and its place went to the next one: `j` opens
@@ -467,7 +473,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     el(c, "[data-testid=resolved-by]").await;
     let case = db.cases_of(&s.conflict).await.unwrap().pop().unwrap();
     assert_eq!(case.resolution.as_deref(), Some("kept_original"));
-    assert_eq!(case.resolved_by.as_deref(), Some(OPERATOR));
+    assert_eq!(case.resolved_by, Some(operator()));
     assert_ne!(op(db, &s.conflict).await.status, Status::NeedsReview);
 
     // Resume the paused connector.
@@ -561,7 +567,7 @@ async fn an_outage_is_cleared_in_one_bulk_retry_and_exported_in_a_real_window() 
     let settings = dir.path().join("settings.json");
     std::fs::write(
         &settings,
-        json!({"language": "en", "database_url": url, "operator": OPERATOR}).to_string(),
+        json!({"language": "en", "database_url": url}).to_string(),
     )
     .unwrap();
     let (bin, opened) = fake_browser(dir.path());
@@ -995,7 +1001,7 @@ async fn a_click_on_a_notification_opens_the_new_case_in_a_real_window() {
     let settings = dir.path().join("settings.json");
     std::fs::write(
         &settings,
-        json!({"language": "en", "database_url": url, "operator": OPERATOR}).to_string(),
+        json!({"language": "en", "database_url": url}).to_string(),
     )
     .unwrap();
     let (_bus, address) = session_bus(dir.path());
@@ -1031,7 +1037,7 @@ async fn keep_original_and_update_sends_the_changed_phone_to_the_crm_in_a_real_w
     let settings = dir.path().join("settings.json");
     std::fs::write(
         &settings,
-        json!({"language": "en", "database_url": url, "operator": OPERATOR}).to_string(),
+        json!({"language": "en", "database_url": url}).to_string(),
     )
     .unwrap();
     let _driver = start_driver(&settings, &[]);
@@ -1093,7 +1099,7 @@ async fn update_crm(c: &Client, db: &dyn Store) {
     let id: OperationId = "site:e2e-upd".parse().unwrap();
     let case = db.cases_of(&id).await.unwrap().pop().unwrap();
     assert_eq!(case.resolution.as_deref(), Some("updated_crm"));
-    assert_eq!(case.resolved_by.as_deref(), Some(OPERATOR));
+    assert_eq!(case.resolved_by, Some(operator()));
 }
 
 async fn click_through(c: &Client, db: &dyn Store, server: &FakeNotifications) {
@@ -1175,5 +1181,115 @@ async fn click_through(c: &Client, db: &dyn Store, server: &FakeNotifications) {
         c,
         "[data-testid=connector-row][data-operation=amocrm] [data-testid=resume]",
     )
+    .await;
+}
+
+/// Issue 17: people log in with PostgreSQL logins of their own. A `support` login sees
+/// the dashboard and no queue; a `sales_ops` login works the queue, decides an uncertain
+/// outcome (a gateway applies it, under the login) and is offered nothing on a
+/// cross-channel match, which is a manager's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_window() {
+    use leadgate::domain::roles::Role;
+    use leadgate_testkit::people::{gateway, People};
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        let store = db.store().await;
+        let s = leadgate_testkit::seed::seed(&*store).await.unwrap();
+        let people = People::new(&db.url).await;
+        let gw = gateway(store.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let settings = dir.path().join("settings.json");
+
+        // support: figures only.
+        std::fs::write(
+            &settings,
+            json!({"language": "en", "database_url": people.url(Role::Support)}).to_string(),
+        )
+        .unwrap();
+        {
+            let _driver = start_driver(&settings, &[]);
+            let c = connect_client().await;
+            let steps = tokio::spawn({
+                let c = c.clone();
+                let login = people.login(Role::Support).to_owned();
+                async move {
+                    text_until(&c, "[data-testid=operator]", &login, |t| t == login).await;
+                    text_until(&c, "[data-testid=role][data-mode=person]", "support", |t| {
+                        t == "support"
+                    })
+                    .await;
+                    el(&c, "[data-testid=dashboard]").await;
+                    text_until(&c, "[data-testid=dashboard]", "figures", |t| !t.is_empty()).await;
+                    assert!(
+                        c.find(css("[data-testid=nav-queue]")).await.is_err(),
+                        "no queue for support"
+                    );
+                    assert!(
+                        c.find(css("[data-testid=search]")).await.is_err(),
+                        "no search for support"
+                    );
+                    shot(&c, "support-view.png").await;
+                }
+            })
+            .await;
+            let _ = c.close().await;
+            if let Err(e) = steps {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+
+        // sales_ops: the queue, its actions, not a manager's case.
+        std::fs::write(
+            &settings,
+            json!({"language": "en", "database_url": people.url(Role::SalesOps)}).to_string(),
+        )
+        .unwrap();
+        let _driver = start_driver(&settings, &[]);
+        let c = connect_client().await;
+        let steps = tokio::spawn({
+            let c = c.clone();
+            let login = people.login(Role::SalesOps).to_owned();
+            let s = s.clone();
+            async move {
+                text_until(
+                    &c,
+                    "[data-testid=role][data-mode=person]",
+                    "sales ops",
+                    |t| t == "sales ops",
+                )
+                .await;
+                text_until(&c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
+                open_row(&c, s.cross_channel.as_str()).await;
+                el(&c, "[data-testid=not-your-case]").await;
+                assert!(c.find(css("[data-testid=link]")).await.is_err());
+                open_row(&c, s.uncertain.as_str()).await;
+                el(&c, "[data-testid=crm-id-input]")
+                    .await
+                    .send_keys("5555")
+                    .await
+                    .unwrap();
+                click(&c, "[data-testid=confirm]").await;
+                el(&c, "[data-testid=op-status][data-status=completed]").await;
+                text_until(&c, "[data-testid=resolved-by]", &login, |t| {
+                    t.contains(&login)
+                })
+                .await;
+            }
+        })
+        .await;
+        let _ = c.close().await;
+        if let Err(e) = steps {
+            std::panic::resume_unwind(e.into_panic());
+        }
+        let timeline = store.timeline(&s.uncertain).await.unwrap();
+        let human = timeline
+            .iter()
+            .rev()
+            .find(|e| e.kind == "human_action")
+            .unwrap();
+        assert_eq!(human.actor, people.login(Role::SalesOps));
+        gw.abort();
+        people.drop_all().await;
+    })
     .await;
 }

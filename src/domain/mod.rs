@@ -11,6 +11,7 @@ mod lead;
 pub mod outage;
 pub mod pacing;
 mod review;
+pub mod roles;
 pub mod rules;
 pub mod search;
 mod secret;

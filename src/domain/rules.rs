@@ -11,7 +11,8 @@ use super::{HumanAction, MatchRule, Resolution, ReviewReason, Status};
 /// Why a person's action (or a request to open a review) was refused. Each has a stable
 /// [`code`](Refusal::code) the console translates, and an English sentence for the CLI
 /// and logs.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
 pub enum Refusal {
     #[error("the operator's name is required")]
     ActorRequired,

@@ -49,6 +49,15 @@ impl Changes {
 }
 
 impl StoreError {
+    /// PostgreSQL refused this login what it asked (`42501`: no privilege on a table or
+    /// column, or a row-level security policy): the database's message.
+    pub fn forbidden(&self) -> Option<String> {
+        let StoreError::Database(sqlx::Error::Database(d)) = self else {
+            return None;
+        };
+        (d.code().as_deref() == Some("42501")).then(|| d.message().to_owned())
+    }
+
     /// The database cannot be reached at all — no connection could be had (refused,
     /// timed out, TLS), the file cannot be opened, the database does not exist, or the
     /// credentials were refused — with the driver's message; `None` for any other error.

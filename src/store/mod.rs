@@ -23,10 +23,12 @@ mod console;
 pub mod n8n;
 mod ops;
 pub mod postgres;
+mod requests;
 mod sql;
 pub mod sqlite;
 
 pub use console::*;
+pub use requests::{ask_and_wait, Answer, Ask, Identity};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -60,6 +62,9 @@ pub enum StoreError {
     SchemaTooNew { found: i64, known: i64 },
     #[error("stored data is not valid: {0}")]
     Corrupt(String),
+    /// A gateway could not apply a person's request (`store::Ask`), or none did in time.
+    #[error("{0}")]
+    NotApplied(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
@@ -686,6 +691,26 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<()>;
     /// Resumes a paused connector; returns false if it was not paused.
     async fn resume_connector(&self, name: &str, actor: &str, now: DateTime<Utc>) -> Result<bool>;
+
+    /// Who this connection acts as: SQLite is local; on PostgreSQL the login decides
+    /// (migration 0017).
+    async fn identity(&self) -> Result<Identity>;
+    /// A personal login's request to a gateway (PostgreSQL): its id. The database
+    /// refuses what the login's role may not ask (`domain::roles::may_ask`), and records
+    /// the login as the one who asked.
+    async fn ask(&self, ask: &Ask) -> Result<i64>;
+    /// A gateway's answer to request `id`: `None` while none has applied it; the answer,
+    /// or the store's error for why it was not applied.
+    async fn answer(&self, id: i64) -> Result<Option<Result<Answer>>>;
+    /// Withdraws request `id` unless a gateway applied it (one applying it now finishes
+    /// first). True: withdrawn, nothing of it happened.
+    async fn withdraw(&self, id: i64) -> Result<bool>;
+    /// Does what `ask` asks, directly, as `actor`: what a gateway does with a person's
+    /// request, for those who may write (the CLI, SQLite, the schema owner's login).
+    async fn perform(&self, actor: &str, ask: Ask, now: DateTime<Utc>) -> Result<Answer>;
+    /// Applies the oldest waiting request (the gateway, on PostgreSQL), with its login as
+    /// the actor; its id, or `None` when none waits.
+    async fn apply_next_request(&self, now: DateTime<Utc>) -> Result<Option<i64>>;
 
     async fn metrics(
         &self,

@@ -12,6 +12,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
 use super::sql::sql_store;
+use crate::domain::roles::Role;
 
 pub struct PgStore {
     pool: PgPool,
@@ -81,7 +82,11 @@ impl DbClock {
 impl PgStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
         let store = Self::open(url).await?;
+        let before = store.applied_version().await?;
         super::migrate(&store.pool, sqlx::migrate!("migrations/postgres")).await?;
+        if store.applied_version().await? > before {
+            store.refresh_role_grants().await?;
+        }
         Ok(store)
     }
 
@@ -99,6 +104,104 @@ impl PgStore {
             syncing: AtomicBool::new(false),
         });
         Ok(PgStore { pool, clock })
+    }
+
+    async fn applied_version(&self) -> Result<Option<i64>, super::StoreError> {
+        let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+            .fetch_one(&self.pool)
+            .await?;
+        if !exists {
+            return Ok(None);
+        }
+        Ok(
+            sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Gives the people's roles what they may read of the tables a migration just added
+    /// (`leadgate_install_roles`, migration 0017), when this login may manage roles and
+    /// they are installed; otherwise `leadgate user add` does it.
+    async fn refresh_role_grants(&self) -> Result<(), super::StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // One process at a time: concurrent GRANTs on one table can fail.
+        sqlx::query("select pg_advisory_xact_lock(7417001)")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "select leadgate_install_roles() from pg_roles \
+             where rolname = current_user and (rolsuper or rolcreaterole) \
+               and exists (select 1 from pg_roles where rolname = 'leadgate_support')",
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Creates the login of a person in `role` (and the roles and grants first, which
+    /// needs a login that may create roles: the gateway's). Returns its password.
+    pub async fn add_user(&self, login: &str, role: Role) -> Result<String, super::StoreError> {
+        check_login(login)?;
+        sqlx::query("select leadgate_install_roles()")
+            .execute(&self.pool)
+            .await?;
+        let password = rand::distr::SampleString::sample_string(
+            &rand::distr::Alphanumeric,
+            &mut rand::rng(),
+            24,
+        );
+        let create: String = sqlx::query_scalar(
+            "select format('create role %I login password %L in role %I', $1, $2, $3)",
+        )
+        .bind(login)
+        .bind(&password)
+        .bind(role.group())
+        .fetch_one(&self.pool)
+        .await?;
+        match sqlx::raw_sql(&create).execute(&self.pool).await {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42710") => Err(
+                super::StoreError::NotApplied(format!("a login `{login}` exists already")),
+            ),
+            other => other.map(|_| password).map_err(Into::into),
+        }
+    }
+
+    /// The people's logins (members of Leadgate's roles, superusers left out).
+    pub async fn users(&self) -> Result<Vec<User>, super::StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "select rolname::text, leadgate_role_of(rolname) from pg_roles \
+             where rolcanlogin and not rolsuper and leadgate_role_of(rolname) is not null \
+             order by rolname",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(login, role)| {
+                Ok(User {
+                    login,
+                    role: role
+                        .trim_start_matches("leadgate_")
+                        .parse()
+                        .map_err(|e| super::StoreError::Corrupt(format!("{e}")))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Drops a person's login; false if there is no such person (a login in none of
+    /// Leadgate's roles is never dropped from here).
+    pub async fn remove_user(&self, login: &str) -> Result<bool, super::StoreError> {
+        if !self.users().await?.iter().any(|u| u.login == login) {
+            return Ok(false);
+        }
+        let drop: String = sqlx::query_scalar("select format('drop role %I', $1)")
+            .bind(login)
+            .fetch_one(&self.pool)
+            .await?;
+        sqlx::raw_sql(&drop).execute(&self.pool).await?;
+        Ok(true)
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -201,6 +304,33 @@ sql_store! {
                            from review_cases where resolved_at is not null",
     // held until commit, so a concurrent intake with the same contact sees this one
     lock_contact: "select pg_advisory_xact_lock($1)",
+}
+
+/// A person's login (`leadgate user list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub login: String,
+    pub role: Role,
+}
+
+/// A login name `leadgate user add` accepts: lower case, no room for confusion with
+/// PostgreSQL's or Leadgate's own roles.
+fn check_login(login: &str) -> Result<(), super::StoreError> {
+    let ok = (1..=63).contains(&login.len())
+        && login.starts_with(|c: char| c.is_ascii_lowercase())
+        && login
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c))
+        && !login.starts_with("pg_")
+        && !login.starts_with("leadgate_");
+    if ok {
+        Ok(())
+    } else {
+        Err(super::StoreError::NotApplied(format!(
+            "`{login}` is not a login name Leadgate creates: 1–63 of a–z, 0–9, `_`, `.`, `-`, \
+             starting with a letter, and not `pg_…` or `leadgate_…`"
+        )))
+    }
 }
 
 /// How PostgreSQL records a delivery (see [`PgStore::record_delivery_by`]).

@@ -41,6 +41,11 @@ pub(super) const PICK_REDELIVERY: &str = "select o.operation_id, o.payload, o.ne
     and not exists (select 1 from connectors c where c.name = $1 and c.state = 'paused') \
     order by o.next_attempt_at limit $3";
 
+/// A person's request as `store::ops::requests` reads it (migration 0017).
+pub(super) const REQUEST_COLUMNS: &str =
+    "select id, actor, kind, case_id, operation_id, connector, \
+     expected_version, body from human_requests";
+
 pub(super) const CASE_COLUMNS: &str = "c.id, c.operation_id, o.source, c.reason, o.status, \
     c.opened_at, c.resolved_at, c.resolution, c.resolved_by, c.comment, c.delivery_id, c.detail, \
     o.version";
@@ -84,8 +89,9 @@ macro_rules! sql_store {
             self, CaseRow, ContactMatch, DeliveryData, Locked, RedeliveryRow, WriteTx,
         };
         use $crate::store::sql::{
-            SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_REDELIVERY, PICK_STALE,
+            SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_REDELIVERY, PICK_STALE, REQUEST_COLUMNS,
         };
+        use $crate::store::requests::outcome_of as requests_outcome_of;
         use $crate::store::*;
 
         type Tx = sqlx::Transaction<'static, $db>;
@@ -103,6 +109,23 @@ macro_rules! sql_store {
 
         fn json_text(v: Option<String>) -> Result<Option<Value>> {
             v.map(|s| serde_json::from_str(&s).map_err(corrupt)).transpose()
+        }
+
+        fn request_from_row(r: &$row) -> Result<ops::requests::RequestRow> {
+            let kind: String = r.try_get("kind")?;
+            let body: String = r.try_get("body")?;
+            Ok(ops::requests::RequestRow {
+                id: r.try_get("id")?,
+                actor: r.try_get("actor")?,
+                ask: Ask::from_row(
+                    &kind,
+                    r.try_get("case_id")?,
+                    r.try_get("operation_id")?,
+                    r.try_get("connector")?,
+                    r.try_get("expected_version")?,
+                    &body,
+                ),
+            })
         }
 
         fn op_from_row(r: &$row) -> Result<Operation> {
@@ -629,6 +652,49 @@ macro_rules! sql_store {
                 .bind(actor)
                 .execute(&mut *self.0)
                 .await?;
+                Ok(())
+            }
+
+            async fn resume_connector(
+                &mut self,
+                name: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
+                let done = sqlx::query(
+                    "update connectors set state = 'active', reason = null, since = $1, \
+                     changed_by = $2 where name = $3 and state = 'paused'",
+                )
+                .bind(now)
+                .bind(actor)
+                .bind(name)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn lock_waiting_request(&mut self) -> Result<Option<ops::requests::RequestRow>> {
+                let sql = format!(
+                    "{REQUEST_COLUMNS} where applied_at is null order by id limit 1{}",
+                    $skip_locked
+                );
+                let row = sqlx::query(&sql).fetch_optional(&mut *self.0).await?;
+                row.as_ref().map(request_from_row).transpose()
+            }
+
+            async fn lock_request(&mut self, id: i64) -> Result<Option<ops::requests::RequestRow>> {
+                let sql = format!("{REQUEST_COLUMNS} where id = $1 and applied_at is null{}", $lock_row);
+                let row = sqlx::query(&sql).bind(id).fetch_optional(&mut *self.0).await?;
+                row.as_ref().map(request_from_row).transpose()
+            }
+
+            async fn answer_request(&mut self, id: i64, outcome: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query("update human_requests set applied_at = $1, outcome = $2 where id = $3")
+                    .bind(now)
+                    .bind(outcome)
+                    .bind(id)
+                    .execute(&mut *self.0)
+                    .await?;
                 Ok(())
             }
 
@@ -1647,18 +1713,92 @@ macro_rules! sql_store {
                 actor: &str,
                 now: DateTime<Utc>,
             ) -> Result<bool> {
-                let mut tx = self.begin_write().await?;
-                let done = sqlx::query(
-                    "update connectors set state = 'active', reason = null, since = $1, \
-                     changed_by = $2 where name = $3 and state = 'paused'",
-                )
-                .bind(now)
-                .bind(actor)
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
+                let mut tx = self.write().await?;
+                let done = tx.resume_connector(name, actor, now).await?;
                 tx.commit().await?;
+                Ok(done)
+            }
+
+            async fn identity(&self) -> Result<Identity> {
+                if $backend == "sqlite" {
+                    return Ok(Identity::Local);
+                }
+                let (login, role, owner): (String, Option<String>, bool) = sqlx::query_as(
+                    "select session_user::text, leadgate_role_of(session_user), \
+                     pg_has_role(session_user, (select tableowner from pg_tables \
+                       where schemaname = current_schema() and tablename = 'operations'), 'member')",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(match (owner, role) {
+                    (true, _) => Identity::Owner { login },
+                    (false, Some(r)) => Identity::Person {
+                        login,
+                        role: r.trim_start_matches("leadgate_").parse().map_err(corrupt)?,
+                    },
+                    (false, None) => Identity::Nobody { login },
+                })
+            }
+
+            async fn ask(&self, ask: &Ask) -> Result<i64> {
+                let (case_id, version, operation_id, connector) = match ask {
+                    Ask::Resolve { case_id, expected_version, .. } => {
+                        (Some(*case_id), Some(*expected_version), None, None)
+                    }
+                    Ask::OpenReview { operation_id, .. } | Ask::Notified { operation_id, .. } => {
+                        (None, None, Some(operation_id.to_string()), None)
+                    }
+                    Ask::ResumeConnector { name } => (None, None, None, Some(name.clone())),
+                };
+                Ok(sqlx::query_scalar(
+                    "insert into human_requests (kind, case_id, expected_version, operation_id, \
+                     connector, body) values ($1, $2, $3, $4, $5, $6) returning id",
+                )
+                .bind(ask.kind_name())
+                .bind(case_id)
+                .bind(version)
+                .bind(operation_id)
+                .bind(connector)
+                .bind(ask.body())
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn answer(&self, id: i64) -> Result<Option<Result<Answer>>> {
+                let outcome: Option<Option<String>> =
+                    sqlx::query_scalar("select outcome from human_requests where id = $1")
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                match outcome {
+                    None => Err(StoreError::NotApplied(format!("request #{id} was withdrawn"))),
+                    Some(None) => Ok(None),
+                    Some(Some(text)) => requests_outcome_of(&text).map(Some),
+                }
+            }
+
+            async fn withdraw(&self, id: i64) -> Result<bool> {
+                let done = sqlx::query("delete from human_requests where id = $1 and applied_at is null")
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
                 Ok(done.rows_affected() == 1)
+            }
+
+            async fn perform(&self, actor: &str, ask: Ask, now: DateTime<Utc>) -> Result<Answer> {
+                ops::requests::perform(self.write().await?, actor, ask, now).await
+            }
+
+            async fn apply_next_request(&self, now: DateTime<Utc>) -> Result<Option<i64>> {
+                use ops::requests::Applied;
+                match ops::requests::apply_next(self.write().await?, now).await? {
+                    Applied::Nothing => Ok(None),
+                    Applied::Done(id) => Ok(Some(id)),
+                    Applied::Declined(id, why) => {
+                        ops::requests::decline(self.write().await?, id, why, now).await?;
+                        Ok(Some(id))
+                    }
+                }
             }
 
             async fn metrics(

@@ -344,7 +344,7 @@ each_backend!(dashboard_has_cards_and_series, |db| async move {
 });
 
 each_backend!(
-    settings_remember_the_connection_and_operator,
+    settings_remember_the_connection_and_the_actor_is_who_the_database_says,
     |db| async move {
         drop(db.store().await);
         let dir = tempfile::tempdir().unwrap();
@@ -354,26 +354,37 @@ each_backend!(
             state.connect(None).await.unwrap_err(),
             ConsoleError::NotConnected
         );
-        assert!(matches!(
-            state.operator().await,
-            Err(ConsoleError::Invalid { .. })
-        ));
-        state.connect(Some(db.url.clone())).await.unwrap();
-        state
-            .save_settings(Settings {
-                operator: Some("  Olga ".into()),
-                ..state.settings().await
-            })
-            .await
-            .unwrap();
+        assert_eq!(
+            state.operator().await.unwrap_err(),
+            ConsoleError::NotConnected
+        );
+        // An older console's settings file named the operator: the name is not read.
+        std::fs::write(
+            &path,
+            serde_json::json!({"database_url": db.url, "operator": "Somebody Else"}).to_string(),
+        )
+        .unwrap();
         let again = ConsoleState::new(path, None);
         assert_eq!(
             again.settings().await.database_url.as_deref(),
             Some(db.url.as_str())
         );
-        assert_eq!(again.operator().await.unwrap(), "Olga");
-        again.connect(None).await.unwrap();
-        assert!(again.console().await.is_ok());
+        let connection = again.connect(None).await.unwrap();
+        let (mode, actor) = if db.url.starts_with("sqlite") {
+            ("local", leadgate_console_model::os_user())
+        } else {
+            // The test database's login owns the schema.
+            ("owner", "postgres".to_owned())
+        };
+        assert_eq!(
+            (connection.mode.as_str(), connection.actor.as_str()),
+            (mode, actor.as_str())
+        );
+        assert_eq!(connection.role, None);
+        assert!(
+            connection.may.read_cases && connection.may.cross_channel && connection.may.connectors
+        );
+        assert_eq!(again.operator().await.unwrap(), actor);
     }
 );
 
@@ -577,7 +588,7 @@ each_backend!(
         let note = timeline.last().unwrap();
         assert_eq!(
             (note.kind.as_str(), note.actor.as_str()),
-            ("notification", "console")
+            ("notification", "Olga")
         );
         assert_eq!(note.detail["what"], "review_opened");
         assert_eq!(note.detail["to"], "Olga");

@@ -18,6 +18,7 @@ mod outage;
 mod process;
 mod races;
 mod retention;
+mod roles;
 mod search;
 mod security;
 mod self_contained;

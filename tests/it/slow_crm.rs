@@ -928,6 +928,29 @@ impl Store for Hiccup {
     ) -> Result<bool> {
         self.inner.resume_connector(name, actor, now).await
     }
+    async fn identity(&self) -> Result<Identity> {
+        self.inner.identity().await
+    }
+    async fn ask(&self, ask: &Ask) -> Result<i64> {
+        self.inner.ask(ask).await
+    }
+    async fn answer(&self, id: i64) -> Result<Option<Result<Answer>>> {
+        self.inner.answer(id).await
+    }
+    async fn withdraw(&self, id: i64) -> Result<bool> {
+        self.inner.withdraw(id).await
+    }
+    async fn perform(
+        &self,
+        actor: &str,
+        ask: Ask,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Answer> {
+        self.inner.perform(actor, ask, now).await
+    }
+    async fn apply_next_request(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Option<i64>> {
+        self.inner.apply_next_request(now).await
+    }
     async fn metrics(
         &self,
         now: chrono::DateTime<chrono::Utc>,

@@ -18,7 +18,7 @@ use ts_rs::TS;
 
 use leadgate::domain::rules::{bulk_allowed, check_comment, decide};
 use leadgate::domain::{HumanAction, Resolution};
-use leadgate::store::{Bulk, Resolve, Store};
+use leadgate::store::{Ask, Bulk};
 
 use crate::{ApiResult, Console, ConsoleError, Selection, Tab};
 
@@ -245,12 +245,12 @@ impl Console {
             },
         );
         drop(runs);
-        let store = self.store.clone();
+        let performer = self.performer.clone();
         let runs = self.bulk_runs.clone();
         let operator = operator.to_owned();
         let run = id.clone();
         tokio::spawn(async move {
-            run_bulk(&*store, &runs, &run, &operator, comment, request).await;
+            run_bulk(&performer, &runs, &run, &operator, comment, request).await;
         });
         Ok(id)
     }
@@ -273,7 +273,7 @@ pub(crate) fn runs() -> Arc<Runs> {
 }
 
 async fn run_bulk(
-    store: &dyn Store,
+    performer: &crate::Performer,
     runs: &Runs,
     id: &str,
     operator: &str,
@@ -282,17 +282,14 @@ async fn run_bulk(
 ) {
     let of = request.items.len();
     for item in request.items {
-        let outcome = store
-            .resolve(Resolve {
-                case_id: item.case_id,
-                expected_version: item.version,
-                actor: operator.to_owned(),
-                comment: comment.clone(),
-                action: request.action.human(item.crm_id.as_deref()),
-                now: store.now(),
-                bulk: Some(Bulk { id: id.into(), of }),
-            })
-            .await;
+        let ask = Ask::Resolve {
+            case_id: item.case_id,
+            expected_version: item.version,
+            action: request.action.human(item.crm_id.as_deref()),
+            comment: comment.clone(),
+            bulk: Some(Bulk { id: id.into(), of }),
+        };
+        let outcome = performer.perform(operator, ask).await;
         runs.update(id, |p| {
             p.done += 1;
             match outcome {
@@ -300,7 +297,7 @@ async fn run_bulk(
                 Err(e) => p.skipped.push(BulkSkip {
                     case_id: item.case_id,
                     operation_id: item.operation_id,
-                    error: e.into(),
+                    error: e,
                 }),
             }
         });

@@ -21,10 +21,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
+use leadgate::domain::roles::{may_ask, AskKind, Role};
 use leadgate::domain::{OperationId, ReviewReason, Status};
 use leadgate::store::{
-    self, CaseFilter, HumanAction, Operation, OperationPage, Page, Resolve, ReviewCase, Store,
-    StoreError, TimelineEvent,
+    self, Answer, Ask, CaseFilter, HumanAction, Identity, Operation, OperationPage, Page,
+    ReviewCase, Store, StoreError, TimelineEvent,
 };
 
 /// Everything a command can answer instead of a result; the UI switches on `kind`.
@@ -76,6 +77,9 @@ pub enum ConsoleError {
     },
     #[error("{message}")]
     NotFound { message: String },
+    /// The database refused this login (its role may not read or ask for this).
+    #[error("your role may not do this: {message}")]
+    Forbidden { message: String },
     #[error("{message}")]
     Failed { message: String },
 }
@@ -116,9 +120,11 @@ impl From<StoreError> for ConsoleError {
             e @ StoreError::UnknownScheme(_) => ConsoleError::Invalid {
                 message: e.to_string(),
             },
-            e => match e.unreachable() {
-                Some(message) => ConsoleError::Unreachable { message },
-                None => ConsoleError::Failed {
+            StoreError::NotApplied(message) => ConsoleError::Failed { message },
+            e => match (e.unreachable(), e.forbidden()) {
+                (Some(message), _) => ConsoleError::Unreachable { message },
+                (None, Some(message)) => ConsoleError::Forbidden { message },
+                (None, None) => ConsoleError::Failed {
                     message: e.to_string(),
                 },
             },
@@ -135,7 +141,6 @@ pub use leadgate::store::changes::CHANGES_CHANNEL;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 pub struct Settings {
     pub database_url: Option<String>,
-    pub operator: Option<String>,
     /// `ru` or `en`; none: follow the system locale.
     pub language: Option<String>,
     /// How to open a CRM entity: `{id}` is replaced by the `crm_id`.
@@ -188,6 +193,106 @@ pub struct Connection {
     /// The database pushes changes (PostgreSQL LISTEN/NOTIFY, `leadgate://refresh`
     /// events); otherwise the console polls (SQLite).
     pub live: bool,
+    /// `local` (SQLite: one machine, one operator, the OS user), `owner` (PostgreSQL with
+    /// the gateway's own login: everything, written directly), `person` (a personal login
+    /// in `role`: a gateway applies each action), `nobody` (a login in no Leadgate role).
+    pub mode: String,
+    /// Who every action is recorded as.
+    pub actor: String,
+    /// `support`, `sales_ops`, `manager` or `admin`: a personal login's role.
+    pub role: Option<String>,
+    /// What this console may show and do; the database refuses the rest.
+    pub may: Permissions,
+}
+
+/// What a connection's identity may see and do (`domain::roles`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct Permissions {
+    /// The queue, the cases, their timelines, payloads and contact data.
+    pub read_cases: bool,
+    /// Decide review cases (other than cross-channel matches).
+    pub resolve: bool,
+    /// Decide cross-channel matches, and *Create new*.
+    pub cross_channel: bool,
+    /// Resume a paused connector.
+    pub connectors: bool,
+}
+
+impl Permissions {
+    fn of(identity: &Identity) -> Permissions {
+        let role = match identity {
+            Identity::Local | Identity::Owner { .. } => {
+                return Permissions {
+                    read_cases: true,
+                    resolve: true,
+                    cross_channel: true,
+                    connectors: true,
+                }
+            }
+            Identity::Nobody { .. } => {
+                return Permissions {
+                    read_cases: false,
+                    resolve: false,
+                    cross_channel: false,
+                    connectors: false,
+                }
+            }
+            Identity::Person { role, .. } => *role,
+        };
+        use leadgate::domain::Resolution as Res;
+        Permissions {
+            read_cases: role.reads_cases(),
+            resolve: may_ask(
+                role,
+                AskKind::Resolve(ReviewReason::UncertainOutcome, Res::ConfirmedCrmResult),
+            ),
+            cross_channel: may_ask(
+                role,
+                AskKind::Resolve(ReviewReason::CrossChannelMatch, Res::LinkedExisting),
+            ),
+            connectors: may_ask(role, AskKind::ResumeConnector),
+        }
+    }
+}
+
+/// Who carries out a person's action: a gateway, for a personal login (the database
+/// records the login), or this console directly, as the given operator.
+#[derive(Clone)]
+pub(crate) struct Performer {
+    store: Arc<dyn Store>,
+    identity: Identity,
+}
+
+impl Performer {
+    pub(crate) async fn perform(&self, operator: &str, ask: Ask) -> ApiResult<Answer> {
+        Ok(match &self.identity {
+            Identity::Person { .. } => store::ask_and_wait(&*self.store, &ask, ACTION_WAIT).await?,
+            Identity::Nobody { login } => {
+                return Err(ConsoleError::Forbidden {
+                    message: format!("the login `{login}` is in none of Leadgate's roles"),
+                })
+            }
+            Identity::Local | Identity::Owner { .. } => {
+                self.store.perform(operator, ask, self.store.now()).await?
+            }
+        })
+    }
+
+    /// The role a personal login has (`None`: local or owner, who may do everything).
+    fn role(&self) -> Option<Role> {
+        match &self.identity {
+            Identity::Person { role, .. } => Some(*role),
+            _ => None,
+        }
+    }
+}
+
+/// How long a personal login's action waits for a gateway to apply it.
+pub const ACTION_WAIT: Duration = Duration::from_secs(10);
+
+/// The OS user: who acts in local single-operator mode.
+pub fn os_user() -> String {
+    whoami::username()
 }
 
 /// The console's connection and preferences; the desktop shell holds one.
@@ -252,11 +357,7 @@ impl ConsoleState {
 
     pub async fn save_settings(&self, settings: Settings) -> ApiResult<Settings> {
         let mut inner = self.inner.write().await;
-        let mut s = settings;
-        s.operator = s
-            .operator
-            .map(|o| o.trim().to_owned())
-            .filter(|o| !o.is_empty());
+        let s = settings;
         s.save(&self.settings_path)?;
         inner.0 = s;
         drop(inner);
@@ -296,17 +397,10 @@ impl ConsoleState {
             .ok_or(ConsoleError::NotConnected)
     }
 
-    /// The operator's name, required for every action.
+    /// Who this console's actions are recorded as: the database login, or the OS user
+    /// on SQLite (`Connection::actor`). Never a name typed in.
     pub async fn operator(&self) -> ApiResult<String> {
-        self.inner
-            .read()
-            .await
-            .0
-            .operator
-            .clone()
-            .ok_or(ConsoleError::Invalid {
-                message: "set the operator's name first".into(),
-            })
+        Ok(self.console().await?.connection.actor.clone())
     }
 }
 
@@ -507,6 +601,9 @@ pub struct CaseDetail {
     /// (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
     /// when the case is resolved.
     pub allowed: Vec<String>,
+    /// False when this person's role decides no case of this reason (a cross-channel
+    /// match is a manager's): the console says whose it is instead of offering buttons.
+    pub role_decides: bool,
     /// Those of `allowed` that need a comment saying why (`rules::needs_comment`).
     pub needs_comment: Vec<String>,
 }
@@ -637,6 +734,7 @@ pub use export::*;
 /// A connected console.
 pub struct Console {
     store: Arc<dyn Store>,
+    performer: Performer,
     bulk_runs: Arc<bulk::Runs>,
     pub connection: Connection,
     /// `in_progress` past its lease by this long counts as stale.
@@ -670,6 +768,12 @@ fn parse_operation_id(id: &str) -> ApiResult<OperationId> {
     })
 }
 
+fn unexpected_answer() -> ConsoleError {
+    ConsoleError::Failed {
+        message: "the gateway answered a different request".into(),
+    }
+}
+
 fn cursor_err() -> ConsoleError {
     ConsoleError::Invalid {
         message: "bad page cursor".into(),
@@ -692,12 +796,27 @@ impl Console {
         if found > known {
             return Err(ConsoleError::SchemaTooNew { found, known });
         }
+        let identity = store.identity().await?;
+        let (mode, actor, role) = match &identity {
+            Identity::Local => ("local", os_user(), None),
+            Identity::Owner { login } => ("owner", login.clone(), None),
+            Identity::Person { login, role } => ("person", login.clone(), Some(role.to_string())),
+            Identity::Nobody { login } => ("nobody", login.clone(), None),
+        };
         Ok(Console {
             connection: Connection {
                 backend: store.backend().to_owned(),
                 display_url: without_password(url),
                 schema_version: found,
                 live: store.backend() == "postgres",
+                mode: mode.to_owned(),
+                actor,
+                role,
+                may: Permissions::of(&identity),
+            },
+            performer: Performer {
+                store: store.clone(),
+                identity,
             },
             store,
             bulk_runs: bulk::runs(),
@@ -994,10 +1113,24 @@ impl Console {
             Some(c) if c.resolved_at.is_none() => {
                 leadgate::domain::rules::allowed_actions(c.reason, op.facts(), self.store.now())
                     .into_iter()
+                    // What this person's role may ask for (the database checks it too).
+                    .filter(|r| {
+                        self.performer
+                            .role()
+                            .is_none_or(|role| may_ask(role, AskKind::Resolve(c.reason, *r)))
+                    })
                     .map(|r| r.as_str().to_owned())
                     .collect()
             }
             _ => vec![],
+        };
+        // Whether this person's role decides this kind of case at all (a manager decides
+        // cross-channel matches; support and admin decide none).
+        let role_decides = match (&case, self.performer.role()) {
+            (Some(c), Some(role)) => leadgate::domain::Resolution::ALL
+                .iter()
+                .any(|r| may_ask(role, AskKind::Resolve(c.reason, *r))),
+            _ => true,
         };
         let needs_comment = allowed
             .iter()
@@ -1020,6 +1153,7 @@ impl Console {
             .map(|(t, q)| crm_search_url(t, q));
         Ok(CaseDetail {
             needs_comment,
+            role_decides,
             allowed,
             operation,
             case: case.map(case_view),
@@ -1033,7 +1167,10 @@ impl Console {
         })
     }
 
-    /// A person's decision, through `Store::resolve` (guarded by the version they saw).
+    /// A person's decision (`Store::resolve`'s rules, guarded by the version they saw).
+    /// `operator`: who a direct write is recorded as (the shell passes
+    /// `Connection::actor`); a personal login's is recorded under the login whatever it
+    /// says.
     pub async fn act(&self, operator: &str, req: ActionRequest) -> ApiResult<ActionOutcome> {
         let comment = req
             .comment
@@ -1049,21 +1186,31 @@ impl Console {
             Action::CreateNew => HumanAction::CreateNew,
             Action::Reject => HumanAction::Reject,
         };
-        let resolved = self
+        let ask = Ask::Resolve {
+            case_id: req.case_id,
+            expected_version: req.expected_version,
+            action,
+            comment,
+            bulk: None,
+        };
+        let Answer::Resolved {
+            operation_id,
+            new_operation,
+        } = self.performer.perform(operator, ask).await?
+        else {
+            return Err(unexpected_answer());
+        };
+        let id = parse_operation_id(&operation_id)?;
+        let operation = self
             .store
-            .resolve(Resolve {
-                case_id: req.case_id,
-                expected_version: req.expected_version,
-                actor: operator.to_owned(),
-                comment,
-                action,
-                now: self.store.now(),
-                bulk: None,
-            })
-            .await?;
+            .operation(&id)
+            .await?
+            .ok_or_else(|| ConsoleError::NotFound {
+                message: format!("no operation `{operation_id}`"),
+            })?;
         Ok(ActionOutcome {
-            operation: op_view(resolved.operation, None),
-            new_operation: resolved.new_operation.map(|o| o.to_string()),
+            operation: op_view(operation, None),
+            new_operation,
         })
     }
 
@@ -1074,18 +1221,22 @@ impl Console {
         operation_id: &str,
         comment: Option<String>,
     ) -> ApiResult<i64> {
-        let id = parse_operation_id(operation_id)?;
+        let operation_id = parse_operation_id(operation_id)?;
         let detail = serde_json::json!({"opened_from": "console", "comment": comment});
-        Ok(self
-            .store
-            .open_review(
-                &id,
-                ReviewReason::UncertainOutcome,
+        match self
+            .performer
+            .perform(
                 operator,
-                detail,
-                self.store.now(),
+                Ask::OpenReview {
+                    operation_id,
+                    detail,
+                },
             )
-            .await?)
+            .await?
+        {
+            Answer::CaseOpened { case_id } => Ok(case_id),
+            _ => Err(unexpected_answer()),
+        }
     }
 
     /// Puts "this operator was notified" on the timeline of each operation a desktop
@@ -1097,14 +1248,15 @@ impl Console {
         operation_ids: &[String],
     ) -> ApiResult<()> {
         for id in operation_ids {
-            let id = parse_operation_id(id)?;
+            let operation_id = parse_operation_id(id)?;
             let detail = serde_json::json!({"what": what, "channel": "desktop", "to": operator});
-            self.store
-                .note(
-                    &id,
-                    "console",
-                    store::NewEvent::new("notification", detail),
-                    self.store.now(),
+            self.performer
+                .perform(
+                    operator,
+                    Ask::Notified {
+                        operation_id,
+                        detail,
+                    },
                 )
                 .await?;
         }
@@ -1112,10 +1264,19 @@ impl Console {
     }
 
     pub async fn resume_connector(&self, operator: &str, name: &str) -> ApiResult<bool> {
-        Ok(self
-            .store
-            .resume_connector(name, operator, self.store.now())
-            .await?)
+        match self
+            .performer
+            .perform(
+                operator,
+                Ask::ResumeConnector {
+                    name: name.to_owned(),
+                },
+            )
+            .await?
+        {
+            Answer::Resumed { resumed } => Ok(resumed),
+            _ => Err(unexpected_answer()),
+        }
     }
 
     pub async fn connectors(&self) -> ApiResult<Vec<ConnectorView>> {
@@ -1482,6 +1643,7 @@ pub fn typescript_bindings() -> String {
         ConsoleError::decl(&cfg),
         Settings::decl(&cfg),
         Connection::decl(&cfg),
+        Permissions::decl(&cfg),
         Tab::decl(&cfg),
         QueueQuery::decl(&cfg),
         QueueRow::decl(&cfg),

@@ -13,6 +13,7 @@
 pub mod db;
 pub mod demo;
 pub mod gateway;
+pub mod people;
 pub mod process;
 pub mod seed;
 

@@ -477,7 +477,17 @@ pub(crate) async fn note<T: WriteTx>(
     event: &NewEvent,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    must_lock(&mut tx, id).await?;
-    tx.append(id, actor, event, now).await?;
+    note_in(&mut tx, id, actor, event, now).await?;
     tx.commit().await
+}
+
+pub(crate) async fn note_in<T: WriteTx>(
+    tx: &mut T,
+    id: &str,
+    actor: &str,
+    event: &NewEvent,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    must_lock(tx, id).await?;
+    tx.append(id, actor, event, now).await
 }

@@ -15,6 +15,7 @@
 //! - [`review`]: review cases and a person's decisions.
 //! - [`claim_api`]: operations an external integration executes.
 //! - [`retention`]: scrubbing finished operations down to tombstones.
+//! - [`requests`]: a person's requests a gateway applies (PostgreSQL personal logins).
 
 use std::future::Future;
 
@@ -31,6 +32,7 @@ pub(super) mod claim_api;
 pub(super) mod intake;
 pub(super) mod outage;
 pub(super) mod pacing;
+pub(super) mod requests;
 pub(super) mod retention;
 pub(super) mod review;
 pub(super) mod updates;
@@ -277,6 +279,32 @@ pub(crate) trait WriteTx: Send {
         name: &str,
         reason: &str,
         actor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Resumes a paused connector; false if it was not paused.
+    fn resume_connector(
+        &mut self,
+        name: &str,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    // a person's requests (PostgreSQL, migration 0017)
+    /// The oldest request no gateway has applied, locked; one another gateway is
+    /// applying is skipped.
+    fn lock_waiting_request(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<requests::RequestRow>>> + Send;
+    /// Request `id`, locked, unless a gateway applied it already.
+    fn lock_request(
+        &mut self,
+        id: i64,
+    ) -> impl Future<Output = Result<Option<requests::RequestRow>>> + Send;
+    /// Writes the answer (`store::requests::outcome_text`) and marks it applied.
+    fn answer_request(
+        &mut self,
+        id: i64,
+        outcome: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 

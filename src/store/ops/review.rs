@@ -18,15 +18,33 @@ pub(crate) async fn open_review<T: WriteTx>(
     detail: Value,
     now: DateTime<Utc>,
 ) -> Result<i64> {
-    let mut l = must_lock(&mut tx, operation_id.as_str()).await?;
-    may_open_review(l.facts(), now)?;
-    let id = open_case(&mut tx, &mut l, reason, None, actor, detail, now).await?;
-    save(&mut tx, &mut l, now).await?;
+    let id = open_review_in(&mut tx, operation_id, reason, actor, detail, now).await?;
     tx.commit().await?;
     Ok(id)
 }
 
+pub(crate) async fn open_review_in<T: WriteTx>(
+    tx: &mut T,
+    operation_id: &OperationId,
+    reason: ReviewReason,
+    actor: &str,
+    detail: Value,
+    now: DateTime<Utc>,
+) -> Result<i64> {
+    let mut l = must_lock(tx, operation_id.as_str()).await?;
+    may_open_review(l.facts(), now)?;
+    let id = open_case(tx, &mut l, reason, None, actor, detail, now).await?;
+    save(tx, &mut l, now).await?;
+    Ok(id)
+}
+
 pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resolved> {
+    let resolved = resolve_in(&mut tx, req).await?;
+    tx.commit().await?;
+    Ok(resolved)
+}
+
+pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<Resolved> {
     let now = req.now;
     let case = tx
         .lock_case(req.case_id)
@@ -39,7 +57,7 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
         ));
     }
     let op_id = case.operation_id;
-    let mut l = must_lock(&mut tx, &op_id).await?;
+    let mut l = must_lock(tx, &op_id).await?;
     if l.op.version != req.expected_version {
         return Err(StoreError::StaleVersion {
             expected: req.expected_version,
@@ -93,8 +111,7 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
                     StoreError::Corrupt("payload conflict without its delivery".into())
                 })?;
                 update = Some(
-                    request_update(&mut tx, &l, req.case_id, delivery_id, crm_id, actor, now)
-                        .await?,
+                    request_update(tx, &l, req.case_id, delivery_id, crm_id, actor, now).await?,
                 );
             }
             if *accept_as_new {
@@ -102,8 +119,7 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
                     StoreError::Corrupt("payload conflict without its delivery".into())
                 })?;
                 new_operation = Some(
-                    accept_delivery_as_new(&mut tx, &l.op, delivery_id, actor, req.case_id, now)
-                        .await?,
+                    accept_delivery_as_new(tx, &l.op, delivery_id, actor, req.case_id, now).await?,
                 );
             }
         }
@@ -149,15 +165,14 @@ pub(crate) async fn resolve<T: WriteTx>(mut tx: T, req: Resolve) -> Result<Resol
         // Another open case still holds the operation, unless the person settled the CRM
         // result itself.
         if (others_open == 0 || to == Status::Completed) && l.op.status != to {
-            set_status(&mut tx, &mut l, to, actor, now).await?;
+            set_status(tx, &mut l, to, actor, now).await?;
         }
     }
     if l.op.status.is_final() {
         let why = format!("case #{} settled the operation", req.case_id);
-        supersede_open_cases(&mut tx, &l, actor, Some(req.case_id), &why, now).await?;
+        supersede_open_cases(tx, &l, actor, Some(req.case_id), &why, now).await?;
     }
-    save(&mut tx, &mut l, now).await?;
-    tx.commit().await?;
+    save(tx, &mut l, now).await?;
     Ok(Resolved {
         operation: l.op,
         new_operation,

@@ -3,9 +3,9 @@
 
 export type JsonValue = number | string | boolean | Array<JsonValue> | { [key in string]?: JsonValue } | null;
 
-export type ConsoleError = { "kind": "not_connected" } | { "kind": "unreachable", message: string, } | { "kind": "schema_missing" } | { "kind": "schema_too_old", found: number, known: number, } | { "kind": "schema_too_new", found: number, known: number, } | { "kind": "already_resolved", case_id: number, by: string, } | { "kind": "changed", expected: number, current: number, } | { "kind": "invalid", message: string, } | { "kind": "refused", code: string, message: string, detail: string | null, } | { "kind": "not_found", message: string, } | { "kind": "failed", message: string, };
+export type ConsoleError = { "kind": "not_connected" } | { "kind": "unreachable", message: string, } | { "kind": "schema_missing" } | { "kind": "schema_too_old", found: number, known: number, } | { "kind": "schema_too_new", found: number, known: number, } | { "kind": "already_resolved", case_id: number, by: string, } | { "kind": "changed", expected: number, current: number, } | { "kind": "invalid", message: string, } | { "kind": "refused", code: string, message: string, detail: string | null, } | { "kind": "not_found", message: string, } | { "kind": "forbidden", message: string, } | { "kind": "failed", message: string, };
 
-export type Settings = { database_url: string | null, operator: string | null, 
+export type Settings = { database_url: string | null, 
 /**
  * `ru` or `en`; none: follow the system locale.
  */
@@ -24,7 +24,43 @@ display_url: string, schema_version: number,
  * The database pushes changes (PostgreSQL LISTEN/NOTIFY, `leadgate://refresh`
  * events); otherwise the console polls (SQLite).
  */
-live: boolean, };
+live: boolean, 
+/**
+ * `local` (SQLite: one machine, one operator, the OS user), `owner` (PostgreSQL with
+ * the gateway's own login: everything, written directly), `person` (a personal login
+ * in `role`: a gateway applies each action), `nobody` (a login in no Leadgate role).
+ */
+mode: string, 
+/**
+ * Who every action is recorded as.
+ */
+actor: string, 
+/**
+ * `support`, `sales_ops`, `manager` or `admin`: a personal login's role.
+ */
+role: string | null, 
+/**
+ * What this console may show and do; the database refuses the rest.
+ */
+may: Permissions, };
+
+export type Permissions = { 
+/**
+ * The queue, the cases, their timelines, payloads and contact data.
+ */
+read_cases: boolean, 
+/**
+ * Decide review cases (other than cross-channel matches).
+ */
+resolve: boolean, 
+/**
+ * Decide cross-channel matches, and *Create new*.
+ */
+cross_channel: boolean, 
+/**
+ * Resume a paused connector.
+ */
+connectors: boolean, };
 
 export type Tab = "needs_review" | "payload_conflict" | "stale" | "failed_terminal" | "connectors";
 
@@ -97,6 +133,11 @@ case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, confl
  * when the case is resolved.
  */
 allowed: Array<string>, 
+/**
+ * False when this person's role decides no case of this reason (a cross-channel
+ * match is a manager's): the console says whose it is instead of offering buttons.
+ */
+role_decides: boolean, 
 /**
  * Those of `allowed` that need a comment saying why (`rules::needs_comment`).
  */

@@ -22,6 +22,8 @@ export function errorText(e: ConsoleError, t: Strings): string {
       const say = (t.refusals as Record<string, ((d: string) => string) | undefined>)[e.code];
       return say ? say(e.detail ?? "") : e.message;
     }
+    case "forbidden":
+      return `${t.errors.forbidden} ${t.technicalDetail}: ${e.message}`;
     case "invalid":
     case "not_found":
     case "failed":

@@ -9,12 +9,19 @@ export const en = {
   databaseUrl: "Database URL",
   connect: "Connect",
   connecting: "Connecting…",
-  operatorTitle: "Who is working?",
-  operatorHint: "Your name is recorded on every action you take.",
-  operatorName: "Your name",
   save: "Save",
   cancel: "Cancel",
-  operator: "Operator",
+  notYourCase: "Your role does not decide this kind of case: a manager decides cross-channel matches.",
+  identity: {
+    modes: { local: "local single-operator mode", owner: "database owner: full access", nobody: "no Leadgate role" },
+    roles: { support: "support", sales_ops: "sales ops", manager: "manager", admin: "administrator" },
+    hint: {
+      local: "One machine's SQLite file: your OS user is recorded on every action.",
+      owner: "Connected with the gateway's own login. Give each person a login of their own: leadgate user add NAME --role ROLE",
+      person: "Your database login is recorded on every action; a running gateway applies it.",
+      nobody: "This login is in none of Leadgate's roles: ask an administrator for one.",
+    },
+  },
   language: "Language",
   crmUrlTemplate: "CRM link template ({id} is replaced)",
   tabs: {
@@ -102,6 +109,7 @@ export const en = {
   findInCrm: "Find in CRM",
   openInCrm: "open in CRM",
   errors: {
+    forbidden: "Your role may not do this; the database refused it.",
     not_connected: "Not connected to a database.",
     unreachable: "The database cannot be reached",
     schema_missing: "This database has no Leadgate schema yet. Run `leadgate migrate` first.",

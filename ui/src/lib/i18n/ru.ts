@@ -11,12 +11,19 @@ export const ru: Strings = {
   databaseUrl: "Адрес базы",
   connect: "Подключить",
   connecting: "Подключение…",
-  operatorTitle: "Кто работает?",
-  operatorHint: "Ваше имя записывается в каждое ваше действие.",
-  operatorName: "Ваше имя",
   save: "Сохранить",
   cancel: "Отмена",
-  operator: "Оператор",
+  notYourCase: "Ваша роль не решает такие случаи: совпадения по разным каналам решает менеджер.",
+  identity: {
+    modes: { local: "локальный режим, один оператор", owner: "владелец базы: полный доступ", nobody: "нет роли Leadgate" },
+    roles: { support: "поддержка", sales_ops: "отдел продаж", manager: "менеджер", admin: "администратор" },
+    hint: {
+      local: "Файл SQLite одной машины: в каждое действие записывается ваш пользователь ОС.",
+      owner: "Подключено под логином самого шлюза. Дайте каждому свой логин: leadgate user add ИМЯ --role РОЛЬ",
+      person: "В каждое действие записывается ваш логин базы; применяет его работающий шлюз.",
+      nobody: "Этот логин не входит ни в одну роль Leadgate: попросите роль у администратора.",
+    },
+  },
   language: "Язык",
   crmUrlTemplate: "Шаблон ссылки в CRM ({id} заменяется)",
   tabs: {
@@ -104,6 +111,7 @@ export const ru: Strings = {
   findInCrm: "Найти в CRM",
   openInCrm: "открыть в CRM",
   errors: {
+    forbidden: "Вашей роли это не разрешено; база данных отказала.",
     not_connected: "Нет подключения к базе.",
     unreachable: "База недоступна",
     schema_missing: "В базе ещё нет схемы Leadgate. Сначала выполните `leadgate migrate`.",

@@ -1,0 +1,134 @@
+//! A person's requests (PostgreSQL personal logins, migration 0017): a gateway applies
+//! the oldest waiting one through the same functions the CLI calls, in one transaction
+//! with the answer, the person's login as the actor. A request the rules refuse is
+//! answered in a transaction of its own, so nothing of it is written.
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::ReviewReason;
+use crate::store::requests::{outcome_text, Answer, Ask};
+use crate::store::{NewEvent, Resolve, Result, StoreError};
+
+use super::{attempts, review, WriteTx};
+
+/// One row of `human_requests` no gateway has applied yet.
+pub(crate) struct RequestRow {
+    pub id: i64,
+    pub actor: String,
+    /// A body that does not read back is declined, not retried forever.
+    pub ask: Result<Ask>,
+}
+
+pub(crate) enum Applied {
+    Nothing,
+    Done(i64),
+    /// Refused: to be answered by [`decline`] (the transaction that tried was rolled back).
+    Declined(i64, StoreError),
+}
+
+/// Applies the oldest waiting request, skipping one another gateway is applying.
+pub(crate) async fn apply_next<T: WriteTx>(mut tx: T, now: DateTime<Utc>) -> Result<Applied> {
+    let Some(row) = tx.lock_waiting_request().await? else {
+        return Ok(Applied::Nothing);
+    };
+    let outcome = match row.ask {
+        Ok(ask) => apply(&mut tx, &row.actor, ask, now).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(answer) => {
+            tx.answer_request(row.id, &outcome_text(&Ok(answer)), now)
+                .await?;
+            tx.commit().await?;
+            Ok(Applied::Done(row.id))
+        }
+        // The database failed, not the request: tried again on the next round.
+        Err(e) if e.is_transient() => Err(e),
+        Err(e) => Ok(Applied::Declined(row.id, e)),
+    }
+}
+
+/// Does what `ask` asks, directly, as `actor` (the CLI, the owner's console, SQLite).
+pub(crate) async fn perform<T: WriteTx>(
+    mut tx: T,
+    actor: &str,
+    ask: Ask,
+    now: DateTime<Utc>,
+) -> Result<Answer> {
+    let answer = apply(&mut tx, actor, ask, now).await?;
+    tx.commit().await?;
+    Ok(answer)
+}
+
+/// Answers request `id` with why it was not applied, unless a gateway applied it since.
+pub(crate) async fn decline<T: WriteTx>(
+    mut tx: T,
+    id: i64,
+    why: StoreError,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    if tx.lock_request(id).await?.is_some() {
+        tx.answer_request(id, &outcome_text(&Err(why)), now).await?;
+    }
+    tx.commit().await
+}
+
+async fn apply<T: WriteTx>(
+    tx: &mut T,
+    actor: &str,
+    ask: Ask,
+    now: DateTime<Utc>,
+) -> Result<Answer> {
+    Ok(match ask {
+        Ask::Resolve {
+            case_id,
+            expected_version,
+            action,
+            comment,
+            bulk,
+        } => {
+            let r = review::resolve_in(
+                tx,
+                Resolve {
+                    case_id,
+                    expected_version,
+                    actor: actor.to_owned(),
+                    comment,
+                    action,
+                    now,
+                    bulk,
+                },
+            )
+            .await?;
+            Answer::Resolved {
+                operation_id: r.operation.operation_id.to_string(),
+                new_operation: r.new_operation.map(|o| o.to_string()),
+            }
+        }
+        Ask::OpenReview {
+            operation_id,
+            detail,
+        } => Answer::CaseOpened {
+            case_id: review::open_review_in(
+                tx,
+                &operation_id,
+                ReviewReason::UncertainOutcome,
+                actor,
+                detail,
+                now,
+            )
+            .await?,
+        },
+        Ask::Notified {
+            operation_id,
+            detail,
+        } => {
+            let event = NewEvent::new("notification", detail);
+            attempts::note_in(tx, operation_id.as_str(), actor, &event, now).await?;
+            Answer::Noted
+        }
+        Ask::ResumeConnector { name } => Answer::Resumed {
+            resumed: tx.resume_connector(&name, actor, now).await?,
+        },
+    })
+}

@@ -1,0 +1,463 @@
+//! Who may do what (issue 17): people connect with PostgreSQL logins of their own, in
+//! one of Leadgate's roles (migration 0017). Each role is tried twice, through the
+//! console and through raw SQL with the same login, and the database must answer both
+//! the same way: a person who opens psql can do no more than the console lets them. The
+//! recorded actor is the login as PostgreSQL knows it.
+//!
+//! Roles are PostgreSQL's: on SQLite the console is in local single-operator mode
+//! (`tests/it/console.rs`, `settings_remember_the_connection_and_the_actor_is_who_the_database_says`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{Connection, PgConnection};
+
+use leadgate::domain::roles::{may_ask, AskKind, Role};
+use leadgate::domain::{Resolution, ReviewReason};
+use leadgate::store::postgres::PgStore;
+use leadgate::store::{self, Ask, Store, StoreError};
+use leadgate_console_model::*;
+use leadgate_testkit::people::{gateway, url_as, People};
+use leadgate_testkit::seed::{seed, Seeded, CONNECTOR};
+use leadgate_testkit::{run, Backend, TestDb};
+
+async fn console(people: &People, role: Role) -> Console {
+    Console::open(people.url(role)).await.unwrap()
+}
+
+/// The SQLSTATE a statement failed with, or "ok".
+async fn sqlstate(conn: &mut PgConnection, sql: &str) -> String {
+    match sqlx::raw_sql(sql).execute(&mut *conn).await {
+        Ok(_) => "ok".into(),
+        Err(sqlx::Error::Database(e)) => e.code().unwrap_or_default().into_owned(),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+async fn case_of(console: &Console, id: &leadgate::domain::OperationId) -> CaseView {
+    console
+        .case_detail(id.as_str(), None, None)
+        .await
+        .unwrap()
+        .case
+        .expect("an open case")
+}
+
+fn forbidden<T: std::fmt::Debug>(r: ApiResult<T>) -> bool {
+    matches!(r, Err(ConsoleError::Forbidden { .. }))
+}
+
+async fn seeded(db: &TestDb) -> (Arc<dyn Store>, Seeded) {
+    let store = db.store().await;
+    let s = seed(&*store).await.unwrap();
+    (store, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_more() {
+    run(Backend::Postgres, |db| async move {
+        let (store, s) = seeded(&db).await;
+        let people = People::new(&db.url).await;
+        let gw = gateway(store.clone());
+        let owner_console = Console::open(&db.url).await.unwrap();
+
+        // support: the figures, nothing a lead said, no action.
+        let support = console(&people, Role::Support).await;
+        let c = &support.connection;
+        assert_eq!(
+            (c.mode.as_str(), c.actor.as_str(), c.role.as_deref()),
+            ("person", people.login(Role::Support), Some("support"))
+        );
+        assert!(!c.may.read_cases && !c.may.resolve && !c.may.connectors);
+        assert!(support.counts().await.unwrap().needs_review > 0);
+        let d = support.dashboard(Range::Day).await.unwrap();
+        assert!(d.unique_operations > 0 && !d.open_cases_by_reason.is_empty());
+        assert!(!support.connectors().await.unwrap().is_empty());
+        assert!(forbidden(support.queue(Tab::NeedsReview, QueueQuery::default()).await));
+        assert!(forbidden(support.case_detail(s.uncertain.as_str(), None, None).await));
+        let case = case_of(&owner_console, &s.uncertain).await;
+        let confirm = |case: &CaseView| ActionRequest {
+            case_id: case.id,
+            expected_version: case.version,
+            comment: None,
+            action: Action::Confirm {
+                crm_id: "5555".into(),
+            },
+        };
+        assert!(forbidden(support.act("anyone", confirm(&case)).await));
+        assert!(forbidden(support.resume_connector("anyone", CONNECTOR).await));
+        let mut sql = people.sql(Role::Support).await;
+        for denied in [
+            "select payload from operations",
+            "select * from deliveries",
+            "select detail from timeline",
+            "select detail from review_cases",
+            "select access_token from crm_tokens",
+            "update operations set status = 'completed'",
+            "alter table timeline disable trigger timeline_append_only",
+        ] {
+            assert_eq!(sqlstate(&mut sql, denied).await, "42501", "support: {denied}");
+        }
+        assert_eq!(
+            sqlstate(&mut sql, "select count(*) from operations where status = 'completed'").await,
+            "ok"
+        );
+
+        // sales_ops: the cases and their actions, but not cross-channel matches.
+        let sales = console(&people, Role::SalesOps).await;
+        assert!(sales.connection.may.read_cases && !sales.connection.may.cross_channel);
+        assert!(!sales.queue(Tab::NeedsReview, QueueQuery::default()).await.unwrap().rows.is_empty());
+        let cross = sales.case_detail(s.cross_channel.as_str(), None, None).await.unwrap();
+        assert!(cross.allowed.is_empty(), "{:?}", cross.allowed);
+        let owner_cross = owner_console
+            .case_detail(s.cross_channel.as_str(), None, None)
+            .await
+            .unwrap();
+        assert!(owner_cross.allowed.contains(&"linked_existing".to_owned()));
+        let cross_case = owner_cross.case.unwrap();
+        let link = ActionRequest {
+            case_id: cross_case.id,
+            expected_version: cross_case.version,
+            comment: None,
+            action: Action::Link {
+                crm_id: s.linked_crm_id.clone(),
+            },
+        };
+        assert!(forbidden(sales.act("a name the client sends", link.clone()).await));
+        assert!(forbidden(sales.resume_connector("x", CONNECTOR).await));
+        // Confirm goes through a gateway, under the login, whatever name is passed.
+        let done = sales.act("a name the client sends", confirm(&case)).await.unwrap();
+        assert_eq!(done.operation.status, "completed");
+        let detail = owner_console
+            .case_detail(s.uncertain.as_str(), Some(case.id), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            detail.cases.iter().find(|c| c.id == case.id).unwrap().resolved_by.as_deref(),
+            Some(people.login(Role::SalesOps))
+        );
+        let human = detail.timeline.iter().rev().find(|e| e.kind == "human_action").unwrap();
+        assert_eq!(human.actor, people.login(Role::SalesOps));
+        // A refusal comes back as the rules' refusal.
+        let again = sales.act("x", confirm(&case)).await.unwrap_err();
+        assert!(matches!(again, ConsoleError::AlreadyResolved { .. } | ConsoleError::Changed { .. }), "{again:?}");
+
+        let mut sql = people.sql(Role::SalesOps).await;
+        assert_eq!(sqlstate(&mut sql, "select payload from operations").await, "ok");
+        for denied in [
+            "select access_token from crm_tokens".to_owned(),
+            "update operations set status = 'completed'".into(),
+            "delete from timeline".into(),
+            "insert into review_cases (operation_id, reason, opened_at) values ('x', 'uncertain_outcome', now())".into(),
+            "alter table timeline disable trigger timeline_append_only".into(),
+            // asking as someone else
+            format!(
+                "insert into human_requests (actor, kind, case_id, expected_version, body) values \
+                 ('{}', 'resolve', {}, 1, '{{\"resolution\":\"rejected\"}}')",
+                people.login(Role::Manager),
+                cross_case.id
+            ),
+            // asking what the role may not
+            format!(
+                "insert into human_requests (kind, case_id, expected_version, body) values \
+                 ('resolve', {}, {}, '{{\"resolution\":\"linked_existing\",\"crm_id\":\"1\"}}')",
+                cross_case.id, cross_case.version
+            ),
+            "insert into human_requests (kind, connector) values ('resume_connector', 'bitrix24')".into(),
+            // a request that looks applied already
+            "insert into human_requests (kind, operation_id, applied_at) values ('notified', 'site:x', now())".into(),
+        ] {
+            assert_eq!(sqlstate(&mut sql, &denied).await, "42501", "sales_ops: {denied}");
+        }
+        // What the console may, psql may too: a retry asked for by hand is applied by the
+        // gateway, under the login.
+        let exhausted = case_of(&owner_console, &s.exhausted).await;
+        let id: i64 = sqlx::query_scalar(
+            "insert into human_requests (kind, case_id, expected_version, body) \
+             values ('resolve', $1, $2, '{\"resolution\":\"retry_authorized\"}') returning id",
+        )
+        .bind(exhausted.id)
+        .bind(exhausted.version)
+        .fetch_one(&mut sql)
+        .await
+        .unwrap();
+        let answered = loop {
+            let outcome: Option<String> =
+                sqlx::query_scalar("select outcome from human_requests where id = $1")
+                    .bind(id)
+                    .fetch_one(&mut sql)
+                    .await
+                    .unwrap();
+            if let Some(o) = outcome {
+                break o;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(answered.contains("\"ok\""), "{answered}");
+        let timeline = store.timeline(&s.exhausted).await.unwrap();
+        let human = timeline.iter().rev().find(|e| e.kind == "human_action").unwrap();
+        assert_eq!(human.actor, people.login(Role::SalesOps));
+        // Each sees their own requests only.
+        let theirs: i64 = sqlx::query_scalar("select count(*) from human_requests where actor <> session_user")
+            .fetch_one(&mut sql)
+            .await
+            .unwrap();
+        assert_eq!(theirs, 0);
+
+        // manager: cross-channel matches too.
+        let manager = console(&people, Role::Manager).await;
+        assert!(manager
+            .case_detail(s.cross_channel.as_str(), None, None)
+            .await
+            .unwrap()
+            .allowed
+            .contains(&"linked_existing".to_owned()));
+        let linked = manager.act("x", link).await.unwrap();
+        assert_eq!(linked.operation.crm_id.as_deref(), Some(s.linked_crm_id.as_str()));
+        assert!(forbidden(manager.resume_connector("x", CONNECTOR).await));
+
+        // admin: the connectors and the figures.
+        let admin = console(&people, Role::Admin).await;
+        assert!(admin.connection.may.connectors && !admin.connection.may.read_cases);
+        assert!(forbidden(admin.queue(Tab::NeedsReview, QueueQuery::default()).await));
+        assert!(admin.resume_connector("x", CONNECTOR).await.unwrap());
+        let c = store.connector(CONNECTOR).await.unwrap().unwrap();
+        assert!(!c.paused);
+        assert_eq!(c.changed_by, people.login(Role::Admin));
+        let exhausted_now = case_of(&owner_console, &s.conflict).await;
+        assert!(forbidden(
+            admin
+                .act(
+                    "x",
+                    ActionRequest {
+                        case_id: exhausted_now.id,
+                        expected_version: exhausted_now.version,
+                        comment: None,
+                        action: Action::KeepOriginal,
+                    }
+                )
+                .await
+        ));
+        let mut sql = people.sql(Role::Admin).await;
+        assert_eq!(sqlstate(&mut sql, "select payload from operations").await, "42501");
+        assert_eq!(sqlstate(&mut sql, "select access_token from crm_tokens").await, "42501");
+
+        gw.abort();
+        people.drop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
+    run(Backend::Postgres, |db| async move {
+        let (_store, s) = seeded(&db).await;
+        let people = People::new(&db.url).await;
+        let owner = Console::open(&db.url).await.unwrap();
+        let mut cases = vec![];
+        for id in [&s.uncertain, &s.cross_channel, &s.exhausted, &s.conflict] {
+            let c = case_of(&owner, id).await;
+            cases.push((c.id, c.reason.parse::<ReviewReason>().unwrap()));
+        }
+        let resolutions = Resolution::ALL
+            .iter()
+            .copied()
+            .filter(|r| *r != Resolution::Superseded);
+        let mut tried = 0;
+        for role in Role::ALL {
+            let mut sql = people.sql(*role).await;
+            for (case_id, reason) in &cases {
+                for resolution in resolutions.clone() {
+                    let body =
+                        serde_json::json!({"resolution": resolution, "crm_id": "1"}).to_string();
+                    let mut tx = sql.begin().await.unwrap();
+                    let allowed = sqlx::query(
+                        "insert into human_requests (kind, case_id, expected_version, body) \
+                         values ('resolve', $1, 1, $2)",
+                    )
+                    .bind(case_id)
+                    .bind(&body)
+                    .execute(&mut *tx)
+                    .await
+                    .is_ok();
+                    tx.rollback().await.ok();
+                    let want = may_ask(*role, AskKind::Resolve(*reason, resolution));
+                    assert_eq!(
+                        allowed, want,
+                        "{role} asking {resolution} on a {reason} case"
+                    );
+                    tried += 1;
+                }
+            }
+            for (kind, column, value, ask) in [
+                (
+                    "open_review",
+                    "operation_id",
+                    s.stale.to_string(),
+                    AskKind::OpenReview,
+                ),
+                (
+                    "notified",
+                    "operation_id",
+                    s.stale.to_string(),
+                    AskKind::Notified,
+                ),
+                (
+                    "resume_connector",
+                    "connector",
+                    CONNECTOR.to_owned(),
+                    AskKind::ResumeConnector,
+                ),
+            ] {
+                let mut tx = sql.begin().await.unwrap();
+                let allowed = sqlx::query(&format!(
+                    "insert into human_requests (kind, {column}) values ($1, $2)"
+                ))
+                .bind(kind)
+                .bind(&value)
+                .execute(&mut *tx)
+                .await
+                .is_ok();
+                tx.rollback().await.ok();
+                assert_eq!(allowed, may_ask(*role, ask), "{role} asking {kind}");
+                tried += 1;
+            }
+        }
+        assert_eq!(tried, 4 * (4 * 8 + 3));
+        people.drop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_no_gateway_applies_is_withdrawn_and_changes_nothing() {
+    run(Backend::Postgres, |db| async move {
+        let (store, s) = seeded(&db).await;
+        let people = People::new(&db.url).await;
+        let owner = Console::open(&db.url).await.unwrap();
+        let case = case_of(&owner, &s.uncertain).await;
+        // No gateway runs: the person's store asks, waits, and takes the request back.
+        let person = store::open(people.url(Role::SalesOps)).await.unwrap();
+        let ask = Ask::Resolve {
+            case_id: case.id,
+            expected_version: case.version,
+            action: leadgate::domain::HumanAction::ConfirmCrmResult {
+                crm_id: "5555".into(),
+            },
+            comment: None,
+            bulk: None,
+        };
+        let err = store::ask_and_wait(&*person, &ask, Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::NotApplied(m) if m.contains("no gateway")),
+            "{err}"
+        );
+        let waiting: i64 = sqlx::query_scalar("select count(*) from human_requests")
+            .fetch_one(&mut PgConnection::connect(&db.url).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(waiting, 0, "the withdrawn request is gone");
+        // A gateway that starts later finds nothing to do: the case is still open.
+        assert_eq!(store.apply_next_request(store.now()).await.unwrap(), None);
+        assert!(case_of(&owner, &s.uncertain).await.resolved_at.is_none());
+        people.drop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gateways_apply_each_request_once() {
+    run(Backend::Postgres, |db| async move {
+        let (store, s) = seeded(&db).await;
+        let people = People::new(&db.url).await;
+        let second = store::connect(&db.url).await.unwrap();
+        let (a, b) = (gateway(store.clone()), gateway(second));
+        // Many people at once: each authorizes a retry on the one exhausted case, and
+        // notes a notification; every request gets one answer, and one retry is granted.
+        let owner = Console::open(&db.url).await.unwrap();
+        let case = case_of(&owner, &s.exhausted).await;
+        let mut asks = vec![];
+        for role in [Role::SalesOps, Role::Manager] {
+            for _ in 0..5 {
+                let person = console(&people, role).await;
+                let req = ActionRequest {
+                    case_id: case.id,
+                    expected_version: case.version,
+                    comment: None,
+                    action: Action::AuthorizeRetry,
+                };
+                asks.push(tokio::spawn(async move { person.act("x", req).await }));
+            }
+        }
+        let mut granted = 0;
+        for a in asks {
+            match a.await.unwrap() {
+                Ok(_) => granted += 1,
+                Err(ConsoleError::AlreadyResolved { .. } | ConsoleError::Changed { .. }) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(granted, 1);
+        let timeline = store.timeline(&s.exhausted).await.unwrap();
+        assert_eq!(
+            timeline.iter().filter(|e| e.kind == "human_action").count(),
+            1
+        );
+        let mut conn = PgConnection::connect(&db.url).await.unwrap();
+        let (all, answered): (i64, i64) =
+            sqlx::query_as("select count(*), count(outcome) from human_requests")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!((all, answered), (10, 10));
+        a.abort();
+        b.abort();
+        people.drop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn users_are_added_listed_and_removed_and_bad_names_are_refused() {
+    run(Backend::Postgres, |db| async move {
+        let owner = PgStore::connect(&db.url).await.unwrap();
+        let login = format!("lgt_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let password = owner.add_user(&login, Role::Manager).await.unwrap();
+        let again = owner.add_user(&login, Role::Support).await.unwrap_err();
+        assert!(again.to_string().contains("exists already"), "{again}");
+        for bad in [
+            "Anna",
+            "pg_monitor",
+            "leadgate_admin",
+            "a;drop role postgres",
+            "",
+        ] {
+            let e = owner.add_user(bad, Role::Support).await.unwrap_err();
+            assert!(e.to_string().contains("not a login name"), "{bad}: {e}");
+        }
+        let users = owner.users().await.unwrap();
+        assert!(
+            users
+                .iter()
+                .any(|u| u.login == login && u.role == Role::Manager),
+            "{users:?}"
+        );
+        let console = Console::open(&url_as(&db.url, &login, &password))
+            .await
+            .unwrap();
+        assert_eq!(console.connection.role.as_deref(), Some("manager"));
+        drop(console);
+        assert!(owner.remove_user(&login).await.unwrap());
+        assert!(!owner.remove_user(&login).await.unwrap());
+        // A login in none of Leadgate's roles is never dropped from here.
+        assert!(!owner.remove_user("postgres").await.unwrap());
+        let gone = Console::open(&url_as(&db.url, &login, &password))
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(gone, ConsoleError::Unreachable { .. }), "{gone:?}");
+    })
+    .await;
+}
