@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::sources::{self, BodyKind, TRANSFORM_VERSION};
-use super::{parse_id, ApiError, ErrorBody, IntakeState};
+use super::{ApiError, ErrorBody, IdPath, IntakeState};
 use crate::domain::{
     fingerprint, ErrorClass, OperationId, OperationIdError, RetryDecision, ReviewReason, Status,
 };
@@ -75,7 +75,7 @@ pub struct Replayed {
     path = "/v1/operations",
     tag = "claim",
     params(("Idempotency-Key" = String, Header, description = "The lead's key (e.g. the form's submission id); the operation is `<[claim_api] source>:<key>`", example = "lead-1")),
-    request_body(description = "The lead, as JSON: fingerprinted, so a repeat must send the same body", content = Object, content_type = "application/json",
+    request_body(description = "The lead, as JSON: fingerprinted, so a repeat must send the same body", content = Value, content_type = "application/json",
         example = json!({"submission_id": "lead-1", "name": "Ivan", "phone": "+79991234567"})),
     responses(
         (status = 201, description = "Claimed: call the CRM, then report", body = Claimed),
@@ -233,13 +233,14 @@ pub struct Complete {
 #[derive(Deserialize, ToSchema)]
 pub struct Fail {
     /// `validation` ends the operation, `auth` pauses the connector, `rate_limited` and
-    /// `not_sent` make it due again, `uncertain` opens a review case.
+    /// `not_sent` make it due again, `uncertain` and `conflict` open a review case.
     class: ErrorClass,
     /// What the CRM said (markup is stripped, the length bounded).
     error: String,
     /// The claim's `lease_token`.
     lease_token: String,
-    /// Seconds the CRM asked to wait (its `Retry-After`).
+    /// Seconds the CRM asked to wait (its `Retry-After`); at most an hour counts, as
+    /// for a CRM's own answer.
     #[serde(default)]
     retry_after: Option<u64>,
 }
@@ -336,10 +337,9 @@ async fn finish(
 )]
 pub(super) async fn complete(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
     let c: Complete = json_body(&body)?;
     let crm_id = c.crm_id.trim().to_owned();
     if crm_id.is_empty() {
@@ -374,10 +374,9 @@ pub(super) async fn complete(
 )]
 pub(super) async fn fail(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
     let f: Fail = json_body(&body)?;
     let now = state.store.now();
     // The same message hygiene as CRM errors: no HTML, bounded length.
@@ -415,7 +414,10 @@ pub(super) async fn fail(
             failure,
             attempts,
             granted,
-            f.retry_after.map(Duration::from_secs),
+            // Capped as a CRM's own Retry-After is: a huge value would make the lead
+            // due only in a year no timestamp can print (never, in practice).
+            f.retry_after
+                .map(|s| Duration::from_secs(s).min(crate::crm::rate::MAX_RETRY_AFTER)),
             &state.claim_api.source,
             json!({"reported_by": "claim_api"}),
             now,

@@ -371,7 +371,7 @@ pub enum IntakeOk {
     request_body(
         description = "The lead as the source sends it: JSON, or a form (Tilda, Bitrix24)",
         content(
-            (Object = "application/json",
+            (Value = "application/json",
                 example = json!({"submission_id": "lead-1", "name": "Ivan", "phone": "+79991234567"})),
             (HashMap<String, String> = "application/x-www-form-urlencoded"),
         )
@@ -392,12 +392,15 @@ pub enum IntakeOk {
 )]
 async fn intake(
     State(state): State<IntakeState>,
-    Path(source_name): Path<String>,
+    source_name: Result<Path<String>, axum::extract::rejection::PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let received_at = state.store.now();
+    // A name that does not percent-decode to UTF-8 names no configured source: it is
+    // answered and journaled as an unknown one (axum's rejection would skip the journal).
+    let source_name = source_name.map(|Path(name)| name).unwrap_or_default();
     let content_type = content_type(&headers);
     // Only configured names are journaled as sources.
     let journal_source = if state.sources.contains_key(&source_name) {
@@ -597,6 +600,33 @@ pub(crate) fn parse_id(id: &str) -> Result<OperationId, ApiError> {
         .map_err(|e| ApiError::bad("invalid_key", format!("`{id}` is not an operation id: {e}")))
 }
 
+/// The `{id}` of a path as an operation id. A segment that does not percent-decode to
+/// UTF-8 is a `400 invalid_key` error body like any other bad id (axum's own rejection
+/// would be plain text, which the API never answers).
+pub(crate) struct IdPath(pub OperationId);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| {
+                ApiError::bad(
+                    "invalid_key",
+                    format!(
+                        "the operation id in the path is not valid: {}",
+                        e.body_text()
+                    ),
+                )
+            })?;
+        parse_id(&id).map(IdPath)
+    }
+}
+
 /// An operation as the read API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct OperationView {
@@ -638,9 +668,8 @@ pub struct OpenCase {
 )]
 async fn operation(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
 ) -> Result<Json<OperationView>, ApiError> {
-    let id = parse_id(&id)?;
     let op = state
         .store
         .operation(&id)
@@ -729,9 +758,8 @@ impl From<store::TimelineEvent> for TimelineEvent {
 )]
 async fn timeline(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
 ) -> Result<Json<Timeline>, ApiError> {
-    let id = parse_id(&id)?;
     if state.store.operation(&id).await?.is_none() {
         return Err(ApiError::NotFound(format!("no operation `{id}`")));
     }
