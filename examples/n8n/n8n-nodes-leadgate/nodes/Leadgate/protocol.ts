@@ -4,8 +4,8 @@
  * here, so every rule is tested on its own.
  */
 
-/** The classes a report may carry (Leadgate's `ErrorClass`, less `conflict`, which only
- * Leadgate itself gives). */
+/** The classes of a failed CRM call (Leadgate's `ErrorClass` less `conflict`, which is
+ * about the key, not the call; the claim API takes it too, and opens a review case). */
 export const ERROR_CLASSES = ['not_sent', 'rate_limited', 'uncertain', 'validation', 'auth'] as const;
 export type ErrorClass = (typeof ERROR_CLASSES)[number];
 
