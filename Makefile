@@ -4,11 +4,12 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit test-n8n demo bench chaos fuzz
+.PHONY: test check lint unit test-n8n test-api test-n8n-node demo bench chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
-## PostgreSQL, the UI's type check and unit tests, and the console in a real window.
-test: lint unit test-console e2e
+## PostgreSQL, the UI's type check and unit tests, the console in a real window, the
+## HTTP contract fuzzed against a live gateway and the n8n community node's tests.
+test: lint unit test-console e2e test-api test-n8n-node
 
 ## The workspace includes the console, so these need WebKitGTK: installed when missing.
 lint:
@@ -31,6 +32,17 @@ test-n8n:
 	scripts/ensure-postgres.sh
 	scripts/install-n8n.sh >/dev/null
 	cargo test --locked --test n8n -- --nocapture
+
+## Schemathesis (pinned, from PyPI, into a virtualenv under /var/tmp) against a live
+## `leadgate serve` on SQLite with a fake Bitrix24, from the gateway's own /openapi.json:
+## a bounded number of requests per endpoint, no 5xx, every answer as documented.
+test-api:
+	scripts/contract-test.sh
+
+## The n8n community node (examples/n8n/n8n-nodes-leadgate): npm ci, tsc, and its vitest
+## tests against a live gateway.
+test-n8n-node:
+	scripts/test-n8n-node.sh
 
 ## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
 demo:

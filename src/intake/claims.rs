@@ -7,17 +7,18 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 use super::sources::{self, BodyKind, TRANSFORM_VERSION};
-use super::{parse_id, ApiError, IntakeState};
+use super::{ApiError, ErrorBody, IdPath, IntakeState};
 use crate::domain::{
-    fingerprint, ErrorClass, OperationId, OperationIdError, RetryDecision, ReviewReason,
+    fingerprint, ErrorClass, OperationId, OperationIdError, RetryDecision, ReviewReason, Status,
 };
 use crate::store::{
     self, AttemptOutcome, ExternalClaim, ExternalClaimOutcome, Failure, Lease, NewDelivery,
@@ -39,6 +40,57 @@ fn with_header(mut res: Response, name: &'static str, value: String) -> Response
     res
 }
 
+/// `201`: this caller, and only this one, may call the CRM for the key now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Claimed {
+    pub operation_id: OperationId,
+    /// Report `complete` or `fail` with it.
+    pub lease_token: String,
+    /// Until then the lease holds; a report after it is kept as a late answer.
+    pub lease_expires_at: chrono::DateTime<chrono::Utc>,
+    /// This attempt's number (1 for the first).
+    pub attempt: i32,
+}
+
+/// `200`: the key was done before; the saved result (`Idempotent-Replayed: true`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Replayed {
+    pub operation_id: OperationId,
+    /// `completed` or `failed_terminal`.
+    pub status: Status,
+    /// A completed operation's CRM id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crm_id: Option<String>,
+    /// A failed operation's reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// Claims an operation key before calling the CRM. Repeats follow
+/// draft-ietf-httpapi-idempotency-key-header: a finished key answers with the saved result,
+/// one in flight or not due yet with `409` and `Retry-After`, the same key with another
+/// body with `422`.
+#[utoipa::path(
+    post,
+    path = "/v1/operations",
+    tag = "claim",
+    params(("Idempotency-Key" = String, Header, description = "The lead's key (e.g. the form's submission id); the operation is `<[claim_api] source>:<key>`", example = "lead-1")),
+    request_body(description = "The lead, as JSON: fingerprinted, so a repeat must send the same body", content = Value, content_type = "application/json",
+        example = json!({"submission_id": "lead-1", "name": "Ivan", "phone": "+79991234567"})),
+    responses(
+        (status = 201, description = "Claimed: call the CRM, then report", body = Claimed),
+        (status = 200, description = "Done before: the saved result",
+            headers(("Idempotent-Replayed" = String, description = "`true`")), body = Replayed),
+        (status = 400, description = "No Idempotency-Key, an invalid key, a body that is not JSON, a NUL character", body = ErrorBody),
+        (status = 401, description = "No integration token", body = ErrorBody),
+        (status = 409, description = "`in_flight` (another lease holds it, or it is not due yet; `Retry-After`) or `needs_review` (a person decides)",
+            headers(("Retry-After" = Option<u64>, description = "Seconds, with `in_flight`")), body = ErrorBody),
+        (status = 422, description = "`key_reused`: the key came with a different body; a review case was opened", body = ErrorBody),
+        (status = 503, description = "`connector_paused` (an auth failure was reported; a person resumes it) or `unavailable` (the database)",
+            headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
+    ),
+    security(("integration_token" = []))
+)]
 pub(super) async fn claim(
     State(state): State<IntakeState>,
     headers: HeaderMap,
@@ -98,74 +150,110 @@ pub(super) async fn claim(
         .await?;
     tracing::info!(operation_id = %operation_id, outcome = ?std::mem::discriminant(&outcome), "claim");
     let id = &operation_id;
+    let refusal = |status, error, message: &str| {
+        (status, Json(ErrorBody::new(error, message).about(id))).into_response()
+    };
     Ok(match outcome {
         ExternalClaimOutcome::Claimed { lease, attempts } => (
             StatusCode::CREATED,
-            Json(json!({"operation_id": id, "lease_token": lease.token,
-                        "lease_expires_at": lease.expires_at, "attempt": attempts})),
+            Json(Claimed {
+                operation_id: id.clone(),
+                lease_token: lease.token,
+                lease_expires_at: lease.expires_at,
+                attempt: attempts,
+            }),
         )
             .into_response(),
-        ExternalClaimOutcome::Completed { crm_id } => replayed(json!({
-            "operation_id": id, "status": "completed", "crm_id": crm_id})),
-        ExternalClaimOutcome::Failed { last_error } => replayed(json!({
-            "operation_id": id, "status": "failed_terminal", "last_error": last_error})),
+        ExternalClaimOutcome::Completed { crm_id } => replayed(Replayed {
+            operation_id: id.clone(),
+            status: Status::Completed,
+            crm_id,
+            last_error: None,
+        }),
+        ExternalClaimOutcome::Failed { last_error } => replayed(Replayed {
+            operation_id: id.clone(),
+            status: Status::FailedTerminal,
+            crm_id: None,
+            last_error,
+        }),
         ExternalClaimOutcome::InFlight { until } => with_header(
-            (
+            refusal(
                 StatusCode::CONFLICT,
-                Json(json!({"error": "in_flight", "operation_id": id,
-                            "message": "this key is being processed; retry after the indicated time"})),
-            )
-                .into_response(),
+                "in_flight",
+                "this key is being processed; retry after the indicated time",
+            ),
             "retry-after",
             seconds_until(until).to_string(),
         ),
-        ExternalClaimOutcome::Conflict => (
+        ExternalClaimOutcome::Conflict => refusal(
             StatusCode::UNPROCESSABLE_ENTITY,
-            Json(json!({"error": "key_reused", "operation_id": id,
-                        "message": "this Idempotency-Key was used with a different body; a review case was opened"})),
-        )
-            .into_response(),
-        ExternalClaimOutcome::NeedsReview { reason } => (
-            StatusCode::CONFLICT,
-            Json(json!({"error": "needs_review", "operation_id": id, "status": "needs_review",
-                        "review_reason": reason,
-                        "message": "the outcome of an earlier attempt is unknown or disputed; a person decides in the console"})),
-        )
-            .into_response(),
-        ExternalClaimOutcome::ConnectorPaused => with_header(
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": "connector_paused", "operation_id": id,
-                            "message": "the integration reported an auth failure; resume the connector after fixing the credentials"})),
+            "key_reused",
+            "this Idempotency-Key was used with a different body; a review case was opened",
+        ),
+        ExternalClaimOutcome::NeedsReview { reason } => {
+            let mut body = ErrorBody::new(
+                "needs_review",
+                "the outcome of an earlier attempt is unknown or disputed; a person decides in the console",
             )
-                .into_response(),
+            .about(id);
+            body.status = Some(Status::NeedsReview);
+            body.review_reason = reason;
+            (StatusCode::CONFLICT, Json(body)).into_response()
+        }
+        ExternalClaimOutcome::ConnectorPaused => with_header(
+            refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "connector_paused",
+                "the integration reported an auth failure; resume the connector after fixing the credentials",
+            ),
             "retry-after",
             "60".into(),
         ),
     })
 }
 
-fn replayed(body: Value) -> Response {
+fn replayed(body: Replayed) -> Response {
     let mut res = (StatusCode::OK, Json(body)).into_response();
     res.headers_mut()
         .insert("idempotent-replayed", HeaderValue::from_static("true"));
     res
 }
 
-#[derive(Deserialize)]
-pub(super) struct Complete {
+/// The CRM created the entity.
+#[derive(Deserialize, ToSchema)]
+pub struct Complete {
+    /// The CRM entity's id.
+    #[schema(min_length = 1)]
     crm_id: String,
+    /// The claim's `lease_token`.
     lease_token: String,
 }
 
-#[derive(Deserialize)]
-pub(super) struct Fail {
+/// The CRM call failed, or got no answer.
+#[derive(Deserialize, ToSchema)]
+pub struct Fail {
+    /// `validation` ends the operation, `auth` pauses the connector, `rate_limited` and
+    /// `not_sent` make it due again, `uncertain` and `conflict` open a review case.
     class: ErrorClass,
+    /// What the CRM said (markup is stripped, the length bounded).
     error: String,
+    /// The claim's `lease_token`.
     lease_token: String,
-    /// Seconds the CRM asked to wait (its `Retry-After`).
+    /// Seconds the CRM asked to wait (its `Retry-After`); at most an hour counts, as
+    /// for a CRM's own answer.
     #[serde(default)]
     retry_after: Option<u64>,
+}
+
+/// A report applied: the operation as it is now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Reported {
+    pub operation_id: OperationId,
+    pub status: Status,
+    pub crm_id: Option<String>,
+    /// When it is due again (`received` after a retryable failure).
+    pub next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub review_reason: Option<ReviewReason>,
 }
 
 fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
@@ -197,20 +285,29 @@ async fn finish(
     {
         Ok(op) => Ok((
             StatusCode::OK,
-            Json(json!({"operation_id": id, "status": op.status, "crm_id": op.crm_id,
-                        "next_attempt_at": op.next_attempt_at, "review_reason": op.review_reason})),
+            Json(Reported {
+                operation_id: id.clone(),
+                status: op.status,
+                crm_id: op.crm_id,
+                next_attempt_at: op.next_attempt_at,
+                review_reason: op.review_reason,
+            }),
         )
             .into_response()),
         Err(StoreError::LeaseLost(_)) => Ok((
             StatusCode::CONFLICT,
-            Json(json!({"error": "lease_lost", "operation_id": id,
-                        "message": "this lease token does not hold the operation (expired, or reported already); the report was kept on the timeline"})),
+            Json(ErrorBody::new(
+                "lease_lost",
+                "this lease token does not hold the operation (expired, or reported already); the report was kept on the timeline",
+            ).about(id)),
         )
             .into_response()),
         Err(StoreError::UnknownLease(_)) => Ok((
             StatusCode::CONFLICT,
-            Json(json!({"error": "unknown_lease", "operation_id": id,
-                        "message": "this lease token was never issued for this operation; nothing was recorded"})),
+            Json(ErrorBody::new(
+                "unknown_lease",
+                "this lease token was never issued for this operation; nothing was recorded",
+            ).about(id)),
         )
             .into_response()),
         Err(StoreError::UnknownOperation(_)) => {
@@ -220,12 +317,29 @@ async fn finish(
     }
 }
 
+/// Reports that the CRM created the entity.
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/complete",
+    tag = "claim",
+    params(("id" = String, Path, description = "The claim's `operation_id`", example = "n8n:lead-1")),
+    request_body(content = Complete, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recorded: the operation as it is now", body = Reported),
+        (status = 400, description = "Not an operation id, a malformed body, a NUL character", body = ErrorBody),
+        (status = 401, description = "No integration token", body = ErrorBody),
+        (status = 404, description = "No such operation", body = ErrorBody),
+        (status = 409, description = "`lease_lost` (expired or reported already; kept on the timeline) or `unknown_lease` (never issued; nothing recorded)", body = ErrorBody),
+        (status = 503, description = "The operations database is not available",
+            headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
+    ),
+    security(("integration_token" = []))
+)]
 pub(super) async fn complete(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
     let c: Complete = json_body(&body)?;
     let crm_id = c.crm_id.trim().to_owned();
     if crm_id.is_empty() {
@@ -240,12 +354,29 @@ pub(super) async fn complete(
     .await
 }
 
+/// Reports a failed CRM call with its error class; Leadgate decides what follows.
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/fail",
+    tag = "claim",
+    params(("id" = String, Path, description = "The claim's `operation_id`", example = "n8n:lead-1")),
+    request_body(content = Fail, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recorded: the operation as it is now", body = Reported),
+        (status = 400, description = "Not an operation id, a malformed body, a NUL character", body = ErrorBody),
+        (status = 401, description = "No integration token", body = ErrorBody),
+        (status = 404, description = "No such operation", body = ErrorBody),
+        (status = 409, description = "`lease_lost` (expired or reported already; kept on the timeline) or `unknown_lease` (never issued; nothing recorded)", body = ErrorBody),
+        (status = 503, description = "The operations database is not available",
+            headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
+    ),
+    security(("integration_token" = []))
+)]
 pub(super) async fn fail(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
     let f: Fail = json_body(&body)?;
     let now = state.store.now();
     // The same message hygiene as CRM errors: no HTML, bounded length.
@@ -283,7 +414,10 @@ pub(super) async fn fail(
             failure,
             attempts,
             granted,
-            f.retry_after.map(Duration::from_secs),
+            // Capped as a CRM's own Retry-After is: a huge value would make the lead
+            // due only in a year no timestamp can print (never, in practice).
+            f.retry_after
+                .map(|s| Duration::from_secs(s).min(crate::crm::rate::MAX_RETRY_AFTER)),
             &state.claim_api.source,
             json!({"reported_by": "claim_api"}),
             now,

@@ -3,8 +3,10 @@
 //! here (amoCRM waits 2 s, Tilda 5 s).
 
 mod claims;
+pub mod openapi;
 pub mod sources;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -12,11 +14,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::domain::{contact, fingerprint, OperationId};
+use crate::domain::{contact, fingerprint, OperationId, ReviewReason, Status};
 use crate::store::{
     self, ContactKeys, DeliveryOutcome, Matching, NewDelivery, RejectedDelivery, Store, StoreError,
 };
@@ -117,34 +122,56 @@ async fn require(
     res
 }
 
+/// The routes anyone may call (intake checks each source's own credentials).
+fn public_routes() -> OpenApiRouter<IntakeState> {
+    OpenApiRouter::with_openapi(<openapi::ApiDoc as utoipa::OpenApi>::openapi())
+        .routes(routes!(intake))
+        .routes(routes!(healthz))
+        .routes(routes!(openapi::openapi_json))
+}
+
+/// The claim API: `Scope::Integration`.
+fn integration_routes() -> OpenApiRouter<IntakeState> {
+    OpenApiRouter::new()
+        .routes(routes!(claims::claim))
+        .routes(routes!(claims::complete))
+        .routes(routes!(claims::fail))
+}
+
+/// Reads: `Scope::Read`.
+fn read_routes() -> OpenApiRouter<IntakeState> {
+    OpenApiRouter::new()
+        .routes(routes!(operation))
+        .routes(routes!(timeline))
+        .routes(routes!(metrics))
+}
+
+/// The OpenAPI document of exactly the routes [`router`] serves.
+fn api_routes_document() -> utoipa::openapi::OpenApi {
+    public_routes()
+        .merge(integration_routes())
+        .merge(read_routes())
+        .into_openapi()
+}
+
 pub fn router(state: IntakeState) -> Router {
     use axum::middleware::from_fn_with_state;
-    let integration = Router::new()
-        .route("/v1/operations", post(claims::claim))
-        .route("/v1/operations/{id}/complete", post(claims::complete))
-        .route("/v1/operations/{id}/fail", post(claims::fail))
-        .route_layer(from_fn_with_state(
-            state.clone(),
-            |State(s): State<IntakeState>, req, next| async move {
-                require(&s, Scope::Integration, req, next).await
-            },
-        ));
-    let read = Router::new()
-        .route("/v1/operations/{id}", get(operation))
-        .route("/v1/operations/{id}/timeline", get(timeline))
-        .route("/metrics", get(metrics))
-        .route_layer(from_fn_with_state(
-            state.clone(),
-            |State(s): State<IntakeState>, req, next| async move {
-                require(&s, Scope::Read, req, next).await
-            },
-        ));
-    Router::new()
-        .route("/v1/intake/{source}", post(intake))
-        .route("/healthz", get(healthz))
-        .merge(integration)
-        .merge(read)
-        .with_state(state)
+    let (integration, _) = integration_routes().split_for_parts();
+    let integration = integration.route_layer(from_fn_with_state(
+        state.clone(),
+        |State(s): State<IntakeState>, req, next| async move {
+            require(&s, Scope::Integration, req, next).await
+        },
+    ));
+    let (read, _) = read_routes().split_for_parts();
+    let read = read.route_layer(from_fn_with_state(
+        state.clone(),
+        |State(s): State<IntakeState>, req, next| async move {
+            require(&s, Scope::Read, req, next).await
+        },
+    ));
+    let (public, _) = public_routes().split_for_parts();
+    public.merge(integration).merge(read).with_state(state)
 }
 
 /// The source name journaled for a delivery to a name that is not configured: the path
@@ -152,7 +179,43 @@ pub fn router(state: IntakeState) -> Router {
 /// Not a valid source name, so it cannot clash with a configured one.
 pub const UNKNOWN_SOURCE: &str = "(unknown)";
 
-/// Every error answer: `{"error": "<code>", "message": "<human sentence>"}`.
+/// Every error answer: `{"error": "<code>", "message": "<human sentence>"}`; the claim
+/// API's refusals of a key also name the operation (and, for `needs_review`, its state).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// A stable code, e.g. `unauthorized`, `bad_signature`, `missing_key`,
+    /// `malformed_body`, `not_found`, `unavailable`, `in_flight`, `lease_lost`.
+    #[schema(example = "not_found")]
+    pub error: Cow<'static, str>,
+    /// A sentence for a person; it never repeats a secret or the lead's data.
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<OperationId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review_reason: Option<ReviewReason>,
+}
+
+impl ErrorBody {
+    pub(crate) fn new(error: &'static str, message: impl Into<String>) -> Self {
+        ErrorBody {
+            error: Cow::Borrowed(error),
+            message: message.into(),
+            operation_id: None,
+            status: None,
+            review_reason: None,
+        }
+    }
+
+    /// A refusal concerning one operation.
+    pub(crate) fn about(mut self, id: &OperationId) -> Self {
+        self.operation_id = Some(id.clone());
+        self
+    }
+}
+
+/// What went wrong with a request, as a status code and an [`ErrorBody`].
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{message}")]
@@ -213,7 +276,7 @@ impl IntoResponse for ApiError {
         }
         let mut res = (
             self.status_code(),
-            Json(json!({"error": self.code(), "message": self.to_string()})),
+            Json(ErrorBody::new(self.code(), self.to_string())),
         )
             .into_response();
         if matches!(self, ApiError::Unavailable(_)) {
@@ -253,14 +316,91 @@ async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes,
     })
 }
 
+/// A delivery recorded: the operation's key and what the delivery was to it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Recorded {
+    pub operation_id: OperationId,
+    pub outcome: IntakeOutcome,
+    pub status: Status,
+    /// A duplicate of a completed operation: its CRM id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crm_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IntakeOutcome {
+    /// A new key: journaled and claimed.
+    New,
+    /// The same key with the same payload: nothing new is done.
+    Duplicate,
+    /// The same key with another payload: a review case was opened.
+    Conflict,
+}
+
+/// A CRM's connection check (an empty or test delivery): nothing was recorded.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConnectionCheck {
+    pub outcome: ConnectionCheckOutcome,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionCheckOutcome {
+    ConnectionCheck,
+}
+
+/// A `200` JSON answer of the intake.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum IntakeOk {
+    Recorded(Recorded),
+    ConnectionCheck(ConnectionCheck),
+}
+
+/// Takes a delivery from a lead source: journaled (rejected ones too, with the
+/// reason) and its operation claimed before the answer. A source configured with
+/// `reply = "ok"` gets `200 ok` as text instead of the JSON answers.
+#[utoipa::path(
+    post,
+    path = "/v1/intake/{source}",
+    tag = "intake",
+    params(
+        ("source" = String, Path, description = "A configured source's name", example = "web"),
+    ),
+    request_body(
+        description = "The lead as the source sends it: JSON, or a form (Tilda, Bitrix24)",
+        content(
+            (Value = "application/json",
+                example = json!({"submission_id": "lead-1", "name": "Ivan", "phone": "+79991234567"})),
+            (HashMap<String, String> = "application/x-www-form-urlencoded"),
+        )
+    ),
+    responses(
+        (status = 200, description = "A duplicate of a known key (the saved result; `Idempotent-Replayed: true`), a connection check, or `ok` for a `reply = \"ok\"` source",
+            headers(("Idempotent-Replayed" = String, description = "`true` on a duplicate")),
+            content((IntakeOk = "application/json"), (String = "text/plain"))),
+        (status = 202, description = "A new key (claimed; the worker calls the CRM) or a conflict (a review case was opened)", body = Recorded),
+        (status = 400, description = "Unreadable, malformed or unsupported body, no key, an invalid key, a NUL character", body = ErrorBody),
+        (status = 401, description = "The source's credentials are missing or wrong", body = ErrorBody),
+        (status = 404, description = "No such source is configured", body = ErrorBody),
+        (status = 413, description = "The body is larger than `[server] max_body`", body = ErrorBody),
+        (status = 503, description = "The operations database is not available: nothing was accepted",
+            headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
+    ),
+    security(("source_token" = []), ("source_token_query" = []), ("source_signature" = []), ())
+)]
 async fn intake(
     State(state): State<IntakeState>,
-    Path(source_name): Path<String>,
+    source_name: Result<Path<String>, axum::extract::rejection::PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let received_at = state.store.now();
+    // A name that does not percent-decode to UTF-8 names no configured source: it is
+    // answered and journaled as an unknown one (axum's rejection would skip the journal).
+    let source_name = source_name.map(|Path(name)| name).unwrap_or_default();
     let content_type = content_type(&headers);
     // Only configured names are journaled as sources.
     let journal_source = if state.sources.contains_key(&source_name) {
@@ -339,7 +479,13 @@ async fn accept(
     let payload =
         sources::parse_body(kind, body).map_err(|m| ApiError::bad("malformed_body", m))?;
     if sources::is_connection_check(kind, &payload) {
-        return Ok((StatusCode::OK, Json(json!({"outcome": "connection_check"}))).into_response());
+        return Ok((
+            StatusCode::OK,
+            Json(IntakeOk::ConnectionCheck(ConnectionCheck {
+                outcome: ConnectionCheckOutcome::ConnectionCheck,
+            })),
+        )
+            .into_response());
     }
     if !source.application_token_ok(&payload) {
         return Err(ApiError::Unauthorized {
@@ -406,18 +552,20 @@ async fn accept(
     }
     tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
     let status = record.outcome.status();
+    let recorded = |outcome, crm_id| Recorded {
+        operation_id: operation_id.clone(),
+        outcome,
+        status,
+        crm_id,
+    };
     let res = match record.outcome {
         DeliveryOutcome::New { .. } => (
             StatusCode::ACCEPTED,
-            Json(json!({"operation_id": operation_id, "outcome": "new", "status": status})),
+            Json(recorded(IntakeOutcome::New, None)),
         )
             .into_response(),
         DeliveryOutcome::Duplicate { crm_id, .. } => {
-            let mut body =
-                json!({"operation_id": operation_id, "outcome": "duplicate", "status": status});
-            if let Some(crm_id) = crm_id {
-                body["crm_id"] = Value::String(crm_id);
-            }
+            let body = IntakeOk::Recorded(recorded(IntakeOutcome::Duplicate, crm_id));
             let mut res = (StatusCode::OK, Json(body)).into_response();
             res.headers_mut()
                 .insert("idempotent-replayed", HeaderValue::from_static("true"));
@@ -425,7 +573,7 @@ async fn accept(
         }
         DeliveryOutcome::Conflict { .. } => (
             StatusCode::ACCEPTED,
-            Json(json!({"operation_id": operation_id, "outcome": "conflict", "status": status})),
+            Json(recorded(IntakeOutcome::Conflict, None)),
         )
             .into_response(),
     };
@@ -452,57 +600,216 @@ pub(crate) fn parse_id(id: &str) -> Result<OperationId, ApiError> {
         .map_err(|e| ApiError::bad("invalid_key", format!("`{id}` is not an operation id: {e}")))
 }
 
+/// The `{id}` of a path as an operation id. A segment that does not percent-decode to
+/// UTF-8 is a `400 invalid_key` error body like any other bad id (axum's own rejection
+/// would be plain text, which the API never answers).
+pub(crate) struct IdPath(pub OperationId);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| {
+                ApiError::bad(
+                    "invalid_key",
+                    format!(
+                        "the operation id in the path is not valid: {}",
+                        e.body_text()
+                    ),
+                )
+            })?;
+        parse_id(&id).map(IdPath)
+    }
+}
+
+/// An operation as the read API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OperationView {
+    pub operation_id: OperationId,
+    pub source: String,
+    pub status: Status,
+    /// The CRM entity's id once it is known.
+    pub crm_id: Option<String>,
+    /// CRM attempts so far.
+    pub attempts: i32,
+    /// The last failure's message (scrubbed of secrets and contact data).
+    pub last_error: Option<String>,
+    pub review_reason: Option<ReviewReason>,
+    /// The review cases not yet decided.
+    pub open_cases: Vec<OpenCase>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OpenCase {
+    pub id: i64,
+    pub reason: ReviewReason,
+}
+
+/// Reads an operation.
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}",
+    tag = "read",
+    params(("id" = String, Path, description = "The operation id, `<source>:<key>`", example = "web:lead-1")),
+    responses(
+        (status = 200, description = "The operation", body = OperationView),
+        (status = 400, description = "Not an operation id", body = ErrorBody),
+        (status = 401, description = "No read or integration token", body = ErrorBody),
+        (status = 404, description = "No such operation", body = ErrorBody),
+        (status = 503, description = "The operations database is not available", body = ErrorBody),
+    ),
+    security(("read_token" = []), ("integration_token" = []))
+)]
 async fn operation(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id)?;
+    IdPath(id): IdPath,
+) -> Result<Json<OperationView>, ApiError> {
     let op = state
         .store
         .operation(&id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?;
-    let open_cases: Vec<Value> = state
+    let open_cases = state
         .store
         .cases_of(&id)
         .await?
         .into_iter()
         .filter(|c| c.resolved_at.is_none())
-        .map(|c| json!({"id": c.id, "reason": c.reason}))
+        .map(|c| OpenCase {
+            id: c.id,
+            reason: c.reason,
+        })
         .collect();
-    Ok(Json(json!({
-        "operation_id": op.operation_id,
-        "source": op.source,
-        "status": op.status,
-        "crm_id": op.crm_id,
-        "attempts": op.attempts,
-        "last_error": op.last_error,
-        "review_reason": op.review_reason,
-        "open_cases": open_cases,
-        "updated_at": op.updated_at,
-    })))
+    Ok(Json(OperationView {
+        operation_id: op.operation_id,
+        source: op.source,
+        status: op.status,
+        crm_id: op.crm_id,
+        attempts: op.attempts,
+        last_error: op.last_error,
+        review_reason: op.review_reason,
+        open_cases,
+        updated_at: op.updated_at,
+    }))
 }
 
+/// An operation's timeline, oldest event first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Timeline {
+    pub operation_id: OperationId,
+    pub events: Vec<TimelineEvent>,
+}
+
+/// One event of the append-only timeline.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TimelineEvent {
+    pub id: i64,
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// What happened, e.g. `received`, `claimed`, `crm_created`, `status_changed`.
+    pub kind: String,
+    /// Who did it: `intake`, a worker, `claim_api`, a person.
+    pub actor: String,
+    pub error_class: Option<String>,
+    /// The event's details; their fields depend on `kind`.
+    pub detail: Value,
+}
+
+impl From<store::TimelineEvent> for TimelineEvent {
+    fn from(e: store::TimelineEvent) -> Self {
+        let store::TimelineEvent {
+            id,
+            at,
+            kind,
+            actor,
+            error_class,
+            detail,
+        } = e;
+        TimelineEvent {
+            id,
+            at,
+            kind,
+            actor,
+            error_class,
+            detail,
+        }
+    }
+}
+
+/// Reads an operation's timeline.
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}/timeline",
+    tag = "read",
+    params(("id" = String, Path, description = "The operation id, `<source>:<key>`", example = "web:lead-1")),
+    responses(
+        (status = 200, description = "The timeline", body = Timeline),
+        (status = 400, description = "Not an operation id", body = ErrorBody),
+        (status = 401, description = "No read or integration token", body = ErrorBody),
+        (status = 404, description = "No such operation", body = ErrorBody),
+        (status = 503, description = "The operations database is not available", body = ErrorBody),
+    ),
+    security(("read_token" = []), ("integration_token" = []))
+)]
 async fn timeline(
     State(state): State<IntakeState>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id)?;
+    IdPath(id): IdPath,
+) -> Result<Json<Timeline>, ApiError> {
     if state.store.operation(&id).await?.is_none() {
         return Err(ApiError::NotFound(format!("no operation `{id}`")));
     }
     let events = state.store.timeline(&id).await?;
-    Ok(Json(json!({"operation_id": id, "events": events})))
+    Ok(Json(Timeline {
+        operation_id: id,
+        events: events.into_iter().map(Into::into).collect(),
+    }))
 }
 
-async fn healthz(State(state): State<IntakeState>) -> Result<Json<Value>, ApiError> {
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    #[schema(example = "ok")]
+    pub status: &'static str,
+    /// `sqlite` or `postgres`.
+    #[schema(example = "sqlite")]
+    pub database: &'static str,
+}
+
+/// Whether the operations database answers; nothing else.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "meta",
+    responses(
+        (status = 200, description = "The database answers", body = Health),
+        (status = 503, description = "The operations database is not available", body = ErrorBody),
+    ),
+    security(())
+)]
+async fn healthz(State(state): State<IntakeState>) -> Result<Json<Health>, ApiError> {
     state.store.ping().await?;
-    Ok(Json(
-        json!({"status": "ok", "database": state.store.backend()}),
-    ))
+    Ok(Json(Health {
+        status: "ok",
+        database: state.store.backend(),
+    }))
 }
 
 /// The metrics of docs/SPEC.md in the Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "read",
+    responses(
+        (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String),
+        (status = 401, description = "No read or integration token", body = ErrorBody),
+        (status = 503, description = "The operations database is not available", body = ErrorBody),
+    ),
+    security(("read_token" = []), ("integration_token" = []))
+)]
 async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError> {
     let snapshot = state
         .store

@@ -14,6 +14,7 @@ mod diagnose;
 mod gateway;
 mod intake_paths;
 mod metrics;
+mod openapi;
 mod outage;
 mod process;
 mod races;

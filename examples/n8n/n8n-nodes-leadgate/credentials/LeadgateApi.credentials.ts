@@ -1,0 +1,59 @@
+import type {
+	ICredentialDataDecryptedObject,
+	ICredentialTestRequest,
+	ICredentialType,
+	IHttpRequestOptions,
+	INodeProperties,
+} from 'n8n-workflow';
+
+/** Where Leadgate listens and its `[api] integration_token`. */
+export class LeadgateApi implements ICredentialType {
+	name = 'leadgateApi';
+
+	displayName = 'Leadgate API';
+
+	properties: INodeProperties[] = [
+		{
+			displayName: 'URL',
+			name: 'url',
+			type: 'string',
+			default: 'http://localhost:8080',
+			placeholder: 'http://leadgate:8080',
+			description: 'Where Leadgate listens (its [server] listen, or the proxy in front of it)',
+			required: true,
+		},
+		{
+			displayName: 'Integration Token',
+			name: 'integrationToken',
+			type: 'string',
+			typeOptions: { password: true },
+			default: '',
+			description:
+				"Leadgate's [api] integration_token (or its LEADGATE_INTEGRATION_TOKEN); without it the claim API answers 401",
+			required: true,
+		},
+	];
+
+	/** `Authorization: Bearer <integration token>` on every request. */
+	async authenticate(
+		credentials: ICredentialDataDecryptedObject,
+		requestOptions: IHttpRequestOptions,
+	): Promise<IHttpRequestOptions> {
+		return {
+			...requestOptions,
+			headers: {
+				...(requestOptions.headers ?? {}),
+				Authorization: `Bearer ${credentials.integrationToken as string}`,
+			},
+		};
+	}
+
+	/** The integration token opens the reads too: `/metrics` answers 200 only with it. */
+	test: ICredentialTestRequest = {
+		request: {
+			baseURL: '={{$credentials.url.replace(/\\/+$/, "")}}',
+			url: '/metrics',
+			method: 'GET',
+		},
+	};
+}

@@ -1,0 +1,209 @@
+/**
+ * Leadgate's claim API (src/intake/claims.rs, docs/openapi.json) as plain functions: what
+ * an answer means for the workflow, and which error class a failed CRM call has. No n8n
+ * here, so every rule is tested on its own.
+ */
+
+/** The classes of a failed CRM call (Leadgate's `ErrorClass` less `conflict`, which is
+ * about the key, not the call; the claim API takes it too, and opens a review case). */
+export const ERROR_CLASSES = ['not_sent', 'rate_limited', 'uncertain', 'validation', 'auth'] as const;
+export type ErrorClass = (typeof ERROR_CLASSES)[number];
+
+export interface HttpAnswer {
+	statusCode: number;
+	headers: Record<string, string | string[] | undefined>;
+	body: unknown;
+}
+
+/** What a claim answered. `claimed` is the one case in which the workflow calls the CRM. */
+export type ClaimOutcome =
+	| 'claimed'
+	| 'done'
+	| 'in_flight'
+	| 'needs_review'
+	| 'key_reused'
+	| 'connector_paused';
+
+export interface ClaimResult {
+	outcome: ClaimOutcome;
+	/** Call the CRM now, then report with `lease_token`. */
+	claimed: boolean;
+	operation_id: string;
+	lease_token?: string;
+	lease_expires_at?: string;
+	attempt?: number;
+	/** `done`: `completed` or `failed_terminal`; `needs_review`: `needs_review`. */
+	status?: string;
+	crm_id?: string;
+	last_error?: string;
+	review_reason?: string;
+	/** Seconds Leadgate asked to wait (`in_flight`, `connector_paused`). */
+	retry_after?: number;
+	message?: string;
+}
+
+export interface ReportResult {
+	/** The report was applied; `false` when the lease did not hold (`lease_lost`, kept on
+	 * Leadgate's timeline) or was never issued (`unknown_lease`). */
+	reported: boolean;
+	operation_id: string;
+	status?: string;
+	crm_id?: string | null;
+	next_attempt_at?: string | null;
+	review_reason?: string | null;
+	error?: string;
+	message?: string;
+}
+
+/** An answer the protocol does not expect (400, 401, 404, a database outage...): the node
+ * fails with it. */
+export class UnexpectedAnswer extends Error {
+	constructor(
+		readonly statusCode: number,
+		readonly body: Record<string, unknown>,
+	) {
+		super(
+			typeof body.message === 'string'
+				? `Leadgate answered ${statusCode} ${String(body.error ?? '')}: ${body.message}`
+				: `Leadgate answered ${statusCode}`,
+		);
+	}
+}
+
+function object(body: unknown): Record<string, unknown> {
+	if (typeof body === 'string') {
+		try {
+			return object(JSON.parse(body));
+		} catch {
+			return { message: body };
+		}
+	}
+	return body !== null && typeof body === 'object' ? (body as Record<string, unknown>) : {};
+}
+
+function header(answer: HttpAnswer, name: string): string | undefined {
+	const v = answer.headers[name] ?? answer.headers[name.toLowerCase()];
+	return Array.isArray(v) ? v[0] : v;
+}
+
+function retryAfter(answer: HttpAnswer): number | undefined {
+	const v = header(answer, 'retry-after');
+	const n = v === undefined ? NaN : Number(v);
+	return Number.isFinite(n) ? n : undefined;
+}
+
+const CLAIM_REFUSALS: Record<string, ClaimOutcome> = {
+	in_flight: 'in_flight',
+	needs_review: 'needs_review',
+	key_reused: 'key_reused',
+	connector_paused: 'connector_paused',
+};
+
+/** What a `POST /v1/operations` answer means. Throws [`UnexpectedAnswer`] for anything
+ * but the protocol's answers. */
+export function claimResult(answer: HttpAnswer): ClaimResult {
+	const body = object(answer.body);
+	const s = answer.statusCode;
+	const str = (k: string) => (typeof body[k] === 'string' ? (body[k] as string) : undefined);
+	if (s === 201) {
+		return {
+			outcome: 'claimed',
+			claimed: true,
+			operation_id: str('operation_id')!,
+			lease_token: str('lease_token'),
+			lease_expires_at: str('lease_expires_at'),
+			attempt: typeof body.attempt === 'number' ? body.attempt : undefined,
+		};
+	}
+	if (s === 200) {
+		return {
+			outcome: 'done',
+			claimed: false,
+			operation_id: str('operation_id')!,
+			status: str('status'),
+			crm_id: str('crm_id'),
+			last_error: str('last_error'),
+		};
+	}
+	const code = str('error');
+	const outcome = code === undefined ? undefined : CLAIM_REFUSALS[code];
+	if ((s === 409 || s === 422 || s === 503) && outcome !== undefined) {
+		return {
+			outcome,
+			claimed: false,
+			operation_id: str('operation_id')!,
+			status: str('status'),
+			review_reason: str('review_reason'),
+			retry_after: retryAfter(answer),
+			message: str('message'),
+		};
+	}
+	throw new UnexpectedAnswer(s, body);
+}
+
+/** What a `complete` or `fail` answer means. */
+export function reportResult(answer: HttpAnswer): ReportResult {
+	const body = object(answer.body);
+	const s = answer.statusCode;
+	if (s === 200) {
+		return {
+			reported: true,
+			operation_id: body.operation_id as string,
+			status: body.status as string,
+			crm_id: (body.crm_id as string | null) ?? null,
+			next_attempt_at: (body.next_attempt_at as string | null) ?? null,
+			review_reason: (body.review_reason as string | null) ?? null,
+		};
+	}
+	if (s === 409 && (body.error === 'lease_lost' || body.error === 'unknown_lease')) {
+		return {
+			reported: false,
+			operation_id: body.operation_id as string,
+			error: body.error,
+			message: body.message as string,
+		};
+	}
+	throw new UnexpectedAnswer(s, body);
+}
+
+/**
+ * The class of a CRM answer that created nothing, from its HTTP status, as Leadgate's own
+ * adapters classify (examples/n8n/README.md): 401/402/403 and 3xx → `auth`, 408 →
+ * `not_sent`, 429 → `rate_limited`, other 4xx → `validation`, everything else, 5xx
+ * included, → `uncertain` (the CRM may have executed it).
+ */
+export function classifyHttpStatus(status: number): ErrorClass {
+	if (!Number.isInteger(status) || status < 100 || status > 599) {
+		throw new RangeError(`${status} is not an HTTP status`);
+	}
+	if (status === 401 || status === 402 || status === 403 || (status >= 300 && status < 400)) {
+		return 'auth';
+	}
+	if (status === 408) return 'not_sent';
+	if (status === 429) return 'rate_limited';
+	if (status >= 400 && status < 500) return 'validation';
+	return 'uncertain';
+}
+
+/** Errors raised before anything reached the CRM (nothing can have been created). */
+const NOT_SENT_CODES = new Set([
+	'ECONNREFUSED',
+	'ENOTFOUND',
+	'EAI_AGAIN',
+	'EHOSTUNREACH',
+	'ENETUNREACH',
+	'CERT_HAS_EXPIRED',
+	'DEPTH_ZERO_SELF_SIGNED_CERT',
+	'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+	'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/**
+ * The class of a CRM call that got no answer, from the transport error's code (n8n's
+ * `error.code`): refused or unresolvable before sending → `not_sent`; anything else (a
+ * timeout, `ECONNABORTED`, a reset after sending) → `uncertain`, which goes to a person
+ * instead of to a second create.
+ */
+export function classifyTransportError(code: string): ErrorClass {
+	return NOT_SENT_CODES.has(code.trim().toUpperCase()) ? 'not_sent' : 'uncertain';
+}

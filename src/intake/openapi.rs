@@ -1,0 +1,186 @@
+//! The OpenAPI 3.1 document of the gateway's HTTP surface, generated from the handlers'
+//! `#[utoipa::path]` annotations and the answer types (utoipa, through utoipa-axum's
+//! router, so a route and its description are registered by the same line). Served at
+//! `/openapi.json` without credentials and committed as `docs/openapi.json`
+//! (`tests/it/openapi.rs` fails when the two differ; `UPDATE_OPENAPI=1` rewrites it).
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::RefOr;
+use utoipa::{Modify, OpenApi};
+
+use crate::domain::{ErrorClass, OperationId, ReviewReason, Status};
+
+/// The bearer schemes the annotations name (`security(("integration_token" = []))`).
+const INTEGRATION: &str = "integration_token";
+const READ: &str = "read_token";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Leadgate",
+        description = "One lead in, exactly one CRM result out. Lead sources deliver to the intake; \
+integrations that call the CRM themselves use the claim API (claim, then complete or fail with the \
+lease token); monitoring reads operations, timelines and metrics. Every error answer is an \
+`ErrorBody`. The rules behind each answer are in docs/SPEC.md."
+    ),
+    modifiers(&SecuritySchemes),
+    components(schemas(super::ErrorBody)),
+    tags(
+        (name = "intake", description = "Deliveries from lead sources"),
+        (name = "claim", description = "The claim API, for integrations that call the CRM themselves"),
+        (name = "read", description = "Operations, timelines and metrics"),
+        (name = "meta", description = "Health and this document"),
+    )
+)]
+pub(super) struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let c = doc.components.get_or_insert_with(Default::default);
+        let bearer = |what: &str| {
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(what))
+                    .build(),
+            )
+        };
+        c.add_security_scheme(
+            INTEGRATION,
+            bearer(
+                "`Authorization: Bearer <[api] integration_token>`: the claim API, and every read",
+            ),
+        );
+        c.add_security_scheme(
+            READ,
+            bearer("`Authorization: Bearer <[api] read_token>`: operation and timeline reads, /metrics"),
+        );
+        c.add_security_scheme(
+            "source_token",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Leadgate-Token",
+                "A source configured with `token`: the token in this header (or the `token` query parameter)",
+            ))),
+        );
+        c.add_security_scheme(
+            "source_token_query",
+            SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::with_description(
+                "token",
+                "A source configured with `token`, for senders that cannot set headers (Tilda)",
+            ))),
+        );
+        c.add_security_scheme(
+            "source_signature",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Leadgate-Signature",
+                "A source configured with `secret`: hex HMAC-SHA256 over `<X-Leadgate-Timestamp>.<raw body>` \
+with the source's secret, the timestamp (Unix seconds) in X-Leadgate-Timestamp within the source's \
+replay window. Bitrix24 sources instead carry `auth[application_token]` in the body; a source with \
+`auth = \"none\"` needs nothing",
+            ))),
+        );
+    }
+}
+
+/// The document, built once.
+pub fn document() -> &'static utoipa::openapi::OpenApi {
+    static DOC: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(super::api_routes_document);
+    &DOC
+}
+
+/// The document as the gateway serves it and as `docs/openapi.json` holds it (pretty,
+/// with a final newline).
+pub fn document_json() -> &'static str {
+    static JSON: LazyLock<String> = LazyLock::new(|| {
+        let mut s = document()
+            .to_pretty_json()
+            .expect("the OpenAPI document serializes");
+        s.push('\n');
+        s
+    });
+    &JSON
+}
+
+/// The OpenAPI document of this gateway's HTTP API. It holds no secret and no
+/// configuration (source names included), so it needs no credentials.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "meta",
+    responses((status = 200, description = "This document (OpenAPI 3.1)", content_type = "application/json", body = Object)),
+    security(())
+)]
+pub(super) async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document_json(),
+    )
+        .into_response()
+}
+
+/// A string schema whose values are exactly `names`.
+fn names_schema(names: impl IntoIterator<Item = &'static str>, description: &str) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(names))
+        .description(Some(description))
+        .into()
+}
+
+/// The domain's named enums as string enums of their stable names (`ALL`), so the
+/// document lists exactly the values the code writes.
+macro_rules! named_schema {
+    ($ty:ty, $name:literal, $description:literal) => {
+        impl utoipa::PartialSchema for $ty {
+            fn schema() -> RefOr<Schema> {
+                names_schema(<$ty>::ALL.iter().map(|v| v.as_str()), $description)
+            }
+        }
+        impl utoipa::ToSchema for $ty {
+            fn name() -> Cow<'static, str> {
+                Cow::Borrowed($name)
+            }
+        }
+    };
+}
+
+named_schema!(
+    Status,
+    "Status",
+    "The operation's state (docs/SPEC.md, States)"
+);
+named_schema!(
+    ErrorClass,
+    "ErrorClass",
+    "What kind of failure a CRM call had; it decides what happens next (docs/SPEC.md, Error classes)"
+);
+named_schema!(
+    ReviewReason,
+    "ReviewReason",
+    "Why an operation waits for a person"
+);
+
+impl utoipa::PartialSchema for OperationId {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .max_length(Some(OperationId::MAX_LEN))
+            .description(Some("`<source>:<key>`"))
+            .examples(["web:lead-1"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for OperationId {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("OperationId")
+    }
+}
