@@ -353,6 +353,7 @@ pub fn from_config(
             refresh_token,
             operation_field_id,
             pipeline_id,
+            link_contacts,
             rate_limit,
             timeout,
             token_key_file,
@@ -387,6 +388,7 @@ pub fn from_config(
                     rate_limit: *rate_limit,
                     timeout: *timeout,
                 })?
+                .with_contact_links(*link_contacts)
                 .paced_in(store),
             )
         }

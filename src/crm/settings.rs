@@ -64,6 +64,11 @@ pub enum CrmConfig {
         operation_field_id: u64,
         #[serde(default)]
         pipeline_id: Option<u64>,
+        /// Look each lead's contact up by phone and e-mail before `leads/complex` and
+        /// attach the one found (the newest) by id instead of creating a new contact;
+        /// creates then go one lead a request.
+        #[serde(default)]
+        link_contacts: bool,
         /// Requests per second sent to the account by every process on the operations
         /// database together (amoCRM: 7).
         #[serde(default = "default_amocrm_rate_limit")]

@@ -78,7 +78,7 @@ async fn existing_contact(fake: &FakeBitrix24, phone: &str, email: &str) -> Stri
 }
 
 /// Waits (up to `limit`) until the operation has `status`.
-async fn status_within(gw: &Gateway, id: &str, status: &str, limit: Duration) -> Value {
+async fn status_within<F>(gw: &Gateway<F>, id: &str, status: &str, limit: Duration) -> Value {
     let deadline = Instant::now() + limit;
     loop {
         let o = gw.operation(id).await;
@@ -165,8 +165,9 @@ each_backend!(a_new_client_gets_a_contact_and_a_deal_linked_to_it, |db| async mo
 
 each_backend!(a_known_client_is_linked_and_gets_one_deal, |db| async move {
     let gw = gateway(&db, FakeConfig::default(), ("500ms", "2s", "300ms"), "").await;
-    // The phone written otherwise, the e-mail in other case: the same client.
-    let known = existing_contact(&gw.fake, "8 (999) 123-45-67", "IVAN@example.com").await;
+    // The phone written otherwise (the search gets it normalized, +79991234567): the
+    // same client, though the e-mail differs.
+    let known = existing_contact(&gw.fake, "+7 (999) 123 45 67", "ivan.p@example.org").await;
     gw.post_json("site", &lead("known1")).await;
     let o = gw.wait_status("site:known1", "completed").await;
     assert_eq!(gw.fake.calls(CONTACT_ADD), 1, "only the seeded contact was added");
@@ -184,8 +185,9 @@ each_backend!(a_known_client_is_linked_and_gets_one_deal, |db| async move {
 each_backend!(several_matching_contacts_link_the_newest, |db| async move {
     let gw = gateway(&db, FakeConfig::default(), ("500ms", "2s", "300ms"), "").await;
     // One shares the phone, a newer one the e-mail, a third neither.
+    // The e-mail in other case is the same e-mail.
     let older = existing_contact(&gw.fake, "+79991234567", "other@example.com").await;
-    let newer = existing_contact(&gw.fake, "+79990000000", "ivan@example.com").await;
+    let newer = existing_contact(&gw.fake, "+79990000000", "IVAN@example.com").await;
     existing_contact(&gw.fake, "+79990000001", "third@example.com").await;
     assert!(newer.parse::<u64>().unwrap() > older.parse::<u64>().unwrap());
     gw.post_json("site", &lead("many1")).await;
@@ -421,3 +423,103 @@ each_backend!(a_worker_killed_between_the_steps_resumes_at_the_deal, |db| async 
         .collect();
     assert!(kinds.contains(&"lease_taken_over".to_owned()), "{kinds:?}");
 });
+
+// amoCRM with `link_contacts = true`: the contact is looked up by phone and e-mail
+// before `leads/complex` and attached by id; otherwise the lead and its contact are
+// created in one call as before.
+
+type AmoGateway = Gateway<leadgate_fakes::amocrm::FakeAmoCrm>;
+
+async fn amocrm(db: &leadgate_testkit::TestDb, settle: &str) -> AmoGateway {
+    let fake = leadgate_fakes::amocrm::FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let text = crate::amocrm::config_toml(&db.url, &fake)
+        .replace("settle = \"300ms\"", &format!("settle = \"{settle}\""))
+        + "link_contacts = true\n";
+    Gateway::start_with(fake, Config::parse(&text).unwrap()).await
+}
+
+/// A contact already in the account, made through its API.
+async fn amocrm_contact(fake: &leadgate_fakes::amocrm::FakeAmoCrm, phone: &str) -> u64 {
+    let res: Value = reqwest::Client::new()
+        .post(format!("{}/api/v4/contacts", fake.base_url()))
+        .bearer_auth(fake.token())
+        .json(&json!([{"first_name": "Known", "custom_fields_values": [
+            {"field_code": "PHONE", "values": [{"value": phone}]}]}]))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    res["_embedded"]["contacts"][0]["id"].as_u64().unwrap()
+}
+
+/// The ids of the contacts the lead `crm_id` is attached to.
+fn attached(fake: &leadgate_fakes::amocrm::FakeAmoCrm, crm_id: &Value) -> Vec<u64> {
+    let lead = fake
+        .leads()
+        .into_iter()
+        .find(|l| l["id"].to_string() == crm_id.as_str().unwrap_or_default())
+        .unwrap_or_else(|| panic!("no lead {crm_id}"));
+    lead["_embedded"]["contacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect()
+}
+
+each_backend!(amocrm_a_known_client_is_attached_by_id_not_created_again, |db| async move {
+    use leadgate_fakes::amocrm::{CONTACT_SEARCH, CREATE};
+    let gw = amocrm(&db, "300ms").await;
+    let older = amocrm_contact(&gw.fake, "+7 999 123 45 67").await;
+    let newer = amocrm_contact(&gw.fake, "+7 (999) 123-45-67").await;
+    amocrm_contact(&gw.fake, "+7 999 000 00 00").await;
+    gw.post_json("site", &lead("amo-known")).await;
+    let o = gw.wait_status("site:amo-known", "completed").await;
+    assert!(newer > older);
+    assert_eq!(attached(&gw.fake, &o["crm_id"]), vec![newer], "the newest match");
+    assert_eq!(gw.fake.contacts().len(), 3, "no contact created");
+    assert_eq!(gw.fake.calls(CONTACT_SEARCH), 2, "by phone, then by e-mail");
+    assert_eq!(gw.fake.calls(CREATE), 1);
+    gw.stop().await;
+});
+
+each_backend!(amocrm_a_new_client_gets_its_contact_in_the_same_call, |db| async move {
+    use leadgate_fakes::amocrm::CREATE;
+    let gw = amocrm(&db, "300ms").await;
+    amocrm_contact(&gw.fake, "+7 999 000 00 00").await;
+    gw.post_json("site", &lead("amo-new")).await;
+    let o = gw.wait_status("site:amo-new", "completed").await;
+    let contacts = gw.fake.contacts();
+    assert_eq!(contacts.len(), 2, "{contacts:?}");
+    let ids = attached(&gw.fake, &o["crm_id"]);
+    assert_eq!(ids.len(), 1);
+    assert_ne!(ids[0], 1, "not the unrelated contact");
+    assert_eq!(gw.fake.calls(CREATE), 1);
+    gw.stop().await;
+});
+
+each_backend!(
+    amocrm_a_create_that_lands_after_the_worker_gave_up_keeps_the_attached_contact,
+    |db| async move {
+        use leadgate_fakes::amocrm::{Fault as AmoFault, CREATE};
+        // The account executes the lead 1.5 s after it arrived (the worker gave up at
+        // 500 ms); the search after the settle window (3 s) finds it: one lead, on the
+        // known contact, no contact created.
+        let gw = amocrm(&db, "3s").await;
+        let known = amocrm_contact(&gw.fake, "+79991234567").await;
+        gw.fake.push_fault(CREATE, AmoFault::ExecuteLate { ms: 1500 }, 1);
+        gw.post_json("site", &lead("amo-late")).await;
+        let o = status_within(&gw, "site:amo-late", "completed", Duration::from_secs(20)).await;
+        assert_eq!(gw.fake.leads().len(), 1, "one lead");
+        assert_eq!(gw.fake.calls(CREATE), 1, "no second create");
+        assert_eq!(attached(&gw.fake, &o["crm_id"]), vec![known]);
+        assert_eq!(gw.fake.contacts().len(), 1);
+        let kinds = gw.timeline_kinds("site:amo-late").await;
+        assert!(kinds.contains(&"recovered".to_owned()), "{kinds:?}");
+        gw.stop().await;
+    }
+);
