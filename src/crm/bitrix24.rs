@@ -1009,10 +1009,10 @@ impl Crm for Bitrix24 {
         }
     }
 
-    fn steps(&self) -> &'static [&'static str] {
+    fn steps(&self) -> Vec<&str> {
         match self.entity {
-            Entity::ContactDeal => &[CONTACT_STEP],
-            _ => &[],
+            Entity::ContactDeal => vec![CONTACT_STEP],
+            _ => Vec::new(),
         }
     }
 

@@ -164,8 +164,8 @@ pub trait Crm: Send + Sync + 'static {
 
     /// The steps a create takes before its final entity, in order (Bitrix24
     /// `contact_deal`: `["contact"]`); empty (the default): the create is one call.
-    fn steps(&self) -> &'static [&'static str] {
-        &[]
+    fn steps(&self) -> Vec<&str> {
+        Vec::new()
     }
 
     /// The kind of entity a stepped create makes last (Bitrix24 `contact_deal`: `deal`).

@@ -59,7 +59,7 @@ impl Worker {
         let may_exist = op.attempts > 1 || op.verify_first || claim.granted;
         let mut first = true;
         for step in self.crm.steps() {
-            if done.iter().any(|d| d.step == *step) {
+            if done.iter().any(|d| d.step == step) {
                 continue;
             }
             let call = self.crm.step(step, lead, &search, &done, may_exist);
