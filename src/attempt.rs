@@ -44,7 +44,8 @@ impl WorkerSettings {
     /// What a lease that may see `calls` CRM calls in a row (the steps of one create)
     /// is armed for: all of them plus the margin.
     pub fn lease_for_calls(&self, calls: u32) -> Duration {
-        self.lease.max(self.call_timeout * calls.max(1) + LEASE_MARGIN)
+        self.lease
+            .max(self.call_timeout * calls.max(1) + LEASE_MARGIN)
     }
 
     /// How long recording an outcome is tried through database hiccups: while the lease

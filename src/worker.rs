@@ -242,7 +242,11 @@ impl Worker {
                 AttemptOutcome::Created { crm_id }
             }
             Err(StepError::Ambiguous { step, ids }) => {
-                tracing::warn!(step, count = ids.len(), "several entities match: a person decides");
+                tracing::warn!(
+                    step,
+                    count = ids.len(),
+                    "several entities match: a person decides"
+                );
                 AttemptOutcome::Review {
                     reason: ReviewReason::AmbiguousMatch,
                     failure: None,

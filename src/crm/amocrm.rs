@@ -377,7 +377,10 @@ impl AmoCrm {
                     &mut call,
                 )
                 .await;
-            summary.insert(format!("contacts_by_{}", code.to_lowercase()), Value::Object(call));
+            summary.insert(
+                format!("contacts_by_{}", code.to_lowercase()),
+                Value::Object(call),
+            );
             let (status, bytes) = answer?;
             if status == StatusCode::NO_CONTENT || bytes.iter().all(u8::is_ascii_whitespace) {
                 continue;
@@ -1155,7 +1158,10 @@ impl Crm for AmoCrm {
             request
         };
         for round in 0..2 {
-            let bodies: Vec<Value> = pending.iter().map(|&i| self.lead_body(&leads[i], None)).collect();
+            let bodies: Vec<Value> = pending
+                .iter()
+                .map(|&i| self.lead_body(&leads[i], None))
+                .collect();
             let mut summary = Map::new();
             let req = self
                 .client
@@ -1505,7 +1511,12 @@ fn values_of_code(contact: &Value, code: &str) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter(|f| f.get("field_code").and_then(Value::as_str) == Some(code))
-        .flat_map(|f| f.get("values").and_then(Value::as_array).cloned().unwrap_or_default())
+        .flat_map(|f| {
+            f.get("values")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
         .filter_map(|v| v.get("value").and_then(Value::as_str).map(str::to_owned))
         .collect()
 }

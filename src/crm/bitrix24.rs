@@ -436,7 +436,11 @@ impl Bitrix24 {
     }
 
     /// One add of the entity; a deal of `contact_deal` linked to `contact`.
-    async fn add(&self, lead: &Lead, contact: Option<&str>) -> (Result<String, CrmError>, Exchange) {
+    async fn add(
+        &self,
+        lead: &Lead,
+        contact: Option<&str>,
+    ) -> (Result<String, CrmError>, Exchange) {
         let method = self.entity.add_method();
         let mut body = self.add_params(lead);
         if let (Some(contact), Value::Object(fields)) = (contact, &mut body["fields"]) {
@@ -497,9 +501,7 @@ impl Bitrix24 {
             "select": ["ID"],
             "start": -1,
         });
-        let rows = self
-            .post(method, &body, operation_id, &[], summary)
-            .await?;
+        let rows = self.post(method, &body, operation_id, &[], summary).await?;
         rows.as_array()
             .and_then(|rows| {
                 rows.iter()
@@ -540,9 +542,11 @@ impl Bitrix24 {
             Value::Array(a) if a.is_empty() => Ok(vec![]),
             Value::Object(m) => match m.get("CONTACT") {
                 None => Ok(vec![]),
-                Some(Value::Array(ids)) => {
-                    ids.iter().map(id_of).collect::<Option<Vec<_>>>().ok_or_else(bad)
-                }
+                Some(Value::Array(ids)) => ids
+                    .iter()
+                    .map(id_of)
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(bad),
                 Some(_) => Err(bad()),
             },
             _ => Err(bad()),

@@ -291,14 +291,22 @@ impl HttpCrm {
                     "steps: `{name}` must be a new name of lower-case letters, digits and _"
                 )));
             }
-            let method = Method::from_bytes(step.method.trim().to_uppercase().as_bytes())
-                .map_err(|_| bad(format!("steps.{name}: `{}` is not an HTTP method", step.method)))?;
+            let method =
+                Method::from_bytes(step.method.trim().to_uppercase().as_bytes()).map_err(|_| {
+                    bad(format!(
+                        "steps.{name}: `{}` is not an HTTP method",
+                        step.method
+                    ))
+                })?;
             check_pointer("steps.id_pointer", &step.id_pointer)?;
             check_pointer("steps.lookup_ids_pointer", &step.lookup_ids_pointer)?;
             if let Some(p) = &step.lookup_id_pointer {
                 check_pointer("steps.lookup_id_pointer", p)?;
             }
-            if placeholders(&step.lookup_url).iter().any(|p| p != "operation_id") {
+            if placeholders(&step.lookup_url)
+                .iter()
+                .any(|p| p != "operation_id")
+            {
                 return Err(bad(format!(
                     "steps.{name}.lookup_url: only {{{{operation_id}}}} can be used"
                 )));
@@ -655,14 +663,13 @@ fn render_with(template: &Value, lead: &Lead, done: &[super::StepDone]) -> Value
         Value::String(s) => match segments(s.trim()).as_slice() {
             // A placeholder that is the whole value: the field, or null when absent.
             [(true, name)] => value(name).map_or(Value::Null, |v| json!(v)),
-            _ => Value::String(substitute(s, |name| value(name).unwrap_or_default().to_owned())),
+            _ => Value::String(substitute(s, |name| {
+                value(name).unwrap_or_default().to_owned()
+            })),
         },
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|i| render_with(i, lead, done))
-                .collect(),
-        ),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|i| render_with(i, lead, done)).collect())
+        }
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| (k.clone(), render_with(v, lead, done)))
@@ -1029,7 +1036,6 @@ impl HttpCrm {
             })?;
         Ok(made(id, "created"))
     }
-
 }
 
 /// The ids of a lookup answer; `None` when it does not have the configured shape.
@@ -1265,16 +1271,25 @@ X-Client = "leadgate"
         let (id, _) = crm.create_after(&lead, std::slice::from_ref(&made)).await;
         assert_eq!(id.unwrap(), "2");
         let rows = fake.leads.lock().unwrap().clone();
-        assert_eq!(rows[1]["contact"], "1", "the lead names the step's id: {rows:?}");
+        assert_eq!(
+            rows[1]["contact"], "1",
+            "the lead names the step's id: {rows:?}"
+        );
         assert_eq!(rows[0]["external_id"], "c-site:s1");
         // After an attempt that may have sent it, the step is found by its own key.
         let (again, ex) = crm.step("contact", &lead, &search, &[], true).await;
         let again = again.unwrap();
-        assert_eq!((again.crm_id.as_str(), again.how.as_str()), ("1", "recovered"));
+        assert_eq!(
+            (again.crm_id.as_str(), again.how.as_str()),
+            ("1", "recovered")
+        );
         assert_eq!(ex.request["by_key_first"], true);
         assert_eq!(fake.leads.lock().unwrap().len(), 2, "nothing created again");
         // The lead's own lookup sees the lead only.
-        assert_eq!(crm.find("site:s1").await.0.unwrap(), Lookup::One("2".into()));
+        assert_eq!(
+            crm.find("site:s1").await.0.unwrap(),
+            Lookup::One("2".into())
+        );
         // A template may only name steps before it; names are checked.
         for bad in [
             text.replace("\"contact\": {{contact_id}}", "\"contact\": {{company_id}}"),

@@ -149,9 +149,7 @@ mod tests {
 
     #[test]
     fn recorded_steps_are_read_from_the_timeline_first_one_standing() {
-        let step = |id: &str, how: &str| {
-            json!({"step": "contact", "entity": "contact", "crm_id": id, "how": how})
-        };
+        let step = |id: &str, how: &str| json!({"step": "contact", "entity": "contact", "crm_id": id, "how": how});
         let timeline = vec![
             event("claimed", json!({})),
             event("crm_step", step("7", "created")),

@@ -450,10 +450,7 @@ fn router(state: AppState) -> Router {
         .route("/api/v4/leads/complex", post(complex))
         .route("/api/v4/leads", get(search))
         .route("/api/v4/leads/{id}", get(get_lead).patch(patch_lead))
-        .route(
-            "/api/v4/contacts",
-            get(search_contacts).post(add_contacts),
-        )
+        .route("/api/v4/contacts", get(search_contacts).post(add_contacts))
         .route(
             "/api/v4/contacts/{id}",
             get(get_contact).patch(patch_contact),
@@ -1350,7 +1347,11 @@ async fn add_contacts(
         Err(resp) => return resp,
     };
     let Ok(Value::Array(contacts)) = serde_json::from_slice::<Value>(&body) else {
-        return problem(400, "Bad Request", "The body must be a JSON array of contacts");
+        return problem(
+            400,
+            "Bad Request",
+            "The body must be a JSON array of contacts",
+        );
     };
     let mut created = Vec::new();
     {
