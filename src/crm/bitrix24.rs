@@ -1425,6 +1425,41 @@ mod tests {
         Bitrix24::new(&fake.webhook_url(), entity, timeout).unwrap()
     }
 
+    #[test]
+    fn deal_settings_need_contact_deal_and_a_stage_id_that_is_one() {
+        let new = |entity| Bitrix24::new("https://p.bitrix24.ru/rest/1/s/", entity, MAX_TIMEOUT);
+        let deals = |stage: Option<&str>, rule| DealSettings {
+            category_id: Some(3),
+            stage_id: stage.map(str::to_owned),
+            contact_match: rule,
+        };
+        let ok = new(Entity::ContactDeal)
+            .unwrap()
+            .with_deals(deals(Some("C3:NEW"), ContactMatch::Review))
+            .unwrap();
+        assert_eq!(ok.steps(), [CONTACT_STEP]);
+        assert_eq!(ok.batch_limit(), 1, "one operation at a time");
+        assert_eq!(ok.create_calls(), 5);
+        let refused = new(Entity::Deal)
+            .unwrap()
+            .with_deals(deals(None, ContactMatch::Newest))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("contact_deal"), "{refused}");
+        for stage in ["", "NEW STAGE", "C3:NEW\"x"] {
+            let refused = new(Entity::ContactDeal)
+                .unwrap()
+                .with_deals(deals(Some(stage), ContactMatch::Newest))
+                .unwrap_err()
+                .to_string();
+            assert!(refused.contains("deal_stage_id"), "{refused}");
+        }
+        // Leads and plain deals take no steps and keep their batches.
+        let lead = new(Entity::Lead).unwrap();
+        assert!(lead.steps().is_empty());
+        assert_eq!(lead.batch_limit(), MAX_BATCH);
+    }
+
     fn lead(op: &str) -> Lead {
         Lead {
             operation_id: op.into(),
