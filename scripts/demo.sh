@@ -74,6 +74,15 @@ timeout = "1s"
 settle = "2s"
 TOML
 
+# A second gateway on the same fake portal makes contacts and deals (scenario 9), on its
+# own database so the two workers never take each other's leads.
+DEALS_PORT="${DEMO_DEALS_PORT:-18081}"
+sed -e "s#$DIR/leadgate.db#$DIR/leadgate-deals.db#" -e "s#127.0.0.1:$GATEWAY_PORT#127.0.0.1:$DEALS_PORT#" \
+  "$DIR/leadgate.toml" > "$DIR/deals.toml"
+printf 'entity = "contact_deal"\n' >> "$DIR/deals.toml"
+chmod 600 "$DIR/deals.toml"
+rm -f "$DIR"/leadgate-deals.db "$DIR"/leadgate-deals.db-wal "$DIR"/leadgate-deals.db-shm
+
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -97,11 +106,15 @@ pids+=($!)
 wait_http "$GATEWAY_PORT"
 "$BIN" worker --config "$DIR/leadgate.toml" >"$DIR/worker.log" 2>&1 &
 pids+=($!)
+echo "== starting a contact + deal gateway on 127.0.0.1:$DEALS_PORT (SQLite: $DIR/leadgate-deals.db)"
+"$BIN" serve --config "$DIR/deals.toml" >"$DIR/deals.log" 2>&1 &
+pids+=($!)
+wait_http "$DEALS_PORT"
 
 echo "== playing the eight pilot scenarios of docs/SPEC.md"
 status=0
 "$DEV" demo --gateway "http://127.0.0.1:$GATEWAY_PORT" --crm "http://127.0.0.1:$CRM_PORT" \
-  --config "$DIR/leadgate.toml" || status=$?
+  --deals-gateway "http://127.0.0.1:$DEALS_PORT" --config "$DIR/leadgate.toml" || status=$?
 
 echo
 echo "== metrics (leadgate metrics --config $DIR/leadgate.toml)"

@@ -38,7 +38,14 @@ pub struct WorkerSettings {
 impl WorkerSettings {
     /// What a lease that may see a CRM call is armed for: the whole call plus the margin.
     pub fn lease_for_call(&self) -> Duration {
-        self.lease.max(self.call_timeout + LEASE_MARGIN)
+        self.lease_for_calls(1)
+    }
+
+    /// What a lease that may see `calls` CRM calls in a row (the steps of one create)
+    /// is armed for: all of them plus the margin.
+    pub fn lease_for_calls(&self, calls: u32) -> Duration {
+        self.lease
+            .max(self.call_timeout * calls.max(1) + LEASE_MARGIN)
     }
 
     /// How long recording an outcome is tried through database hiccups: while the lease

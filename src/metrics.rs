@@ -78,6 +78,15 @@ pub fn exposition(m: &MetricsSnapshot, connectors: &[crate::store::Connector]) -
     );
     counter_family(
         &mut reg,
+        "crm_steps",
+        "Entities the steps of contact-and-deal creates produced, by kind and how \
+         (contact: created, linked, recovered; deal: created, recovered)",
+        m.crm_steps
+            .iter()
+            .map(|((e, h), n)| (vec![("entity", e.clone()), ("how", h.clone())], n)),
+    );
+    counter_family(
+        &mut reg,
         "duplicates_absorbed",
         "Repeated deliveries answered with the saved result, by source",
         m.duplicates_absorbed
@@ -180,6 +189,9 @@ pub fn table(m: &MetricsSnapshot) -> String {
     };
     row("unique operations", m.unique_operations.to_string());
     row("CRM entities created", m.crm_entities_created.to_string());
+    for ((e, h), n) in &m.crm_steps {
+        row(&format!("  {e}s {h}"), n.to_string());
+    }
     let absorbed: i64 = m.duplicates_absorbed.values().sum();
     row("duplicates absorbed", absorbed.to_string());
     for (s, n) in &m.duplicates_absorbed {

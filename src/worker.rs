@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::crm::{Crm, CrmError, Lead, Lookup};
+use crate::crm::{Crm, CrmError, Lead, Lookup, StepError};
 use crate::domain::outage::{counts_against_connector, during_outage, Gate};
 use crate::domain::{ErrorClass, RetryDecision, ReviewReason};
 use crate::reconcile;
@@ -23,6 +23,7 @@ pub use crate::attempt::WorkerSettings;
 use crate::attempt::{cut_off, exchange_events, finish_attempt};
 
 mod batch;
+mod steps;
 mod update;
 
 #[derive(Clone)]
@@ -186,12 +187,15 @@ impl Worker {
         // shows that a create may have reached the CRM. The lease is extended to cover
         // the whole call; a holder whose lease ran out does not call at all.
         before.push(self.attempt_started(claim, None));
+        // A create of several steps is several calls: its budget and its lease cover
+        // them all.
+        let calls = self.crm.create_calls().max(1);
         let armed_at = Instant::now();
         let lease = match self
             .store
             .start_attempt(
                 &claim.lease,
-                self.settings.lease_for_call(),
+                self.settings.lease_for_calls(calls),
                 self.settings.settle,
                 before,
                 self.store.now(),
@@ -205,30 +209,51 @@ impl Worker {
             }
             Err(e) => return Err(e),
         };
-        let budget = self.settings.call_timeout;
-        let (result, exchange) = match tokio::time::timeout_at(
-            (armed_at + budget).into(),
-            crate::crm::rate::prepaid(self.crm.create(&lead)),
-        )
-        .await
-        {
-            Ok(answer) => answer,
-            Err(_) => cut_off("create", budget),
+        let budget = self.settings.call_timeout * calls;
+        let (result, mut events) = if self.crm.steps().is_empty() {
+            let (result, exchange) = match tokio::time::timeout_at(
+                (armed_at + budget).into(),
+                crate::crm::rate::prepaid(self.crm.create(&lead)),
+            )
+            .await
+            {
+                Ok(answer) => answer,
+                Err(_) => cut_off("create", budget),
+            };
+            let events = exchange_events(
+                "crm_request",
+                "crm_response",
+                &exchange,
+                result.as_ref().err(),
+            );
+            (result.map_err(StepError::Crm), events)
+        } else {
+            self.stepped(claim, &lease, &lead, armed_at + budget, budget)
+                .await?
         };
-        let mut events = exchange_events(
-            "crm_request",
-            "crm_response",
-            &exchange,
-            result.as_ref().err(),
-        );
         let now = self.store.now();
-        let mut failed = result.as_ref().err().map(|e| e.class);
+        let mut failed = match &result {
+            Err(StepError::Crm(e)) => Some(e.class),
+            _ => None,
+        };
         let outcome = match result {
             Ok(crm_id) => {
                 tracing::info!(crm_id = %crm_id, "created in the CRM");
                 AttemptOutcome::Created { crm_id }
             }
-            Err(e) => {
+            Err(StepError::Ambiguous { step, ids }) => {
+                tracing::warn!(
+                    step,
+                    count = ids.len(),
+                    "several entities match: a person decides"
+                );
+                AttemptOutcome::Review {
+                    reason: ReviewReason::AmbiguousMatch,
+                    failure: None,
+                    detail: json!({"step": step, "matches": ids}),
+                }
+            }
+            Err(StepError::Crm(e)) => {
                 tracing::warn!(class = %e.class, "CRM attempt failed");
                 let next = self.settings.retry.after_failed_call(
                     Failure::from(&e),
@@ -429,8 +454,9 @@ impl Worker {
         &self,
         lease: &Lease,
         outcome: AttemptOutcome,
-        events: Vec<NewEvent>,
+        mut events: Vec<NewEvent>,
     ) -> Result<(), StoreError> {
+        events.extend(self.final_step(&outcome));
         finish_attempt(
             self.store.as_ref(),
             lease,

@@ -38,7 +38,7 @@ use serde_json::{json, Map, Value};
 use super::rate::{self, RateLimiter};
 use super::{
     classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
-    EntityUpdate, Exchange, Lead, Lookup,
+    EntityUpdate, Exchange, Lead, LeadChanges, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::{self, CrmToken, Store};
@@ -63,6 +63,7 @@ const GET_LEAD: &str = "GET /api/v4/leads/{id}?with=contacts";
 const GET_CONTACT: &str = "GET /api/v4/contacts/{id}";
 const UPDATE_CONTACT: &str = "PATCH /api/v4/contacts/{id}";
 const SEARCH: &str = "GET /api/v4/leads";
+const CONTACT_SEARCH: &str = "GET /api/v4/contacts";
 const REFRESH: &str = "POST /oauth2/access_token";
 /// An access token is refreshed this long before it expires at most (less for
 /// short-lived tokens: a tenth of the time it had left when it was obtained).
@@ -229,6 +230,9 @@ pub struct AmoCrm {
     credentials: Credentials,
     field_id: u64,
     pipeline_id: Option<u64>,
+    /// Look the lead's contact up by phone and e-mail before the create and attach the
+    /// one found by id (`link_contacts`).
+    link_contacts: bool,
     limiter: Arc<RateLimiter>,
     rate_limit: f64,
     client: reqwest::Client,
@@ -317,6 +321,7 @@ impl AmoCrm {
             credentials,
             field_id: settings.operation_field_id,
             pipeline_id: settings.pipeline_id,
+            link_contacts: false,
             client,
         })
     }
@@ -326,6 +331,88 @@ impl AmoCrm {
     pub fn paced_in(mut self, store: Arc<dyn Store>) -> Self {
         self.limiter = Arc::new(RateLimiter::in_store(store, &self.base, self.rate_limit, 1));
         self
+    }
+
+    /// With `on`, every create first looks the lead's contact up by phone and e-mail
+    /// and attaches the one found by id instead of creating a new one.
+    pub fn with_contact_links(mut self, on: bool) -> Self {
+        self.link_contacts = on;
+        self
+    }
+
+    /// Finds the lead's contact before the create (`GET /api/v4/contacts?query=`, by
+    /// the phone's digits, then by the e-mail), matched exactly as
+    /// [`LeadChanges::phone_key`] and [`LeadChanges::email_key`] compare them: the
+    /// newest (highest id) of those found. Every id found is listed in `summary`.
+    async fn existing_contact(
+        &self,
+        lead: &Lead,
+        summary: &mut Map<String, Value>,
+    ) -> Result<Option<String>, CrmError> {
+        let wanted = [
+            ("PHONE", lead.phone.as_deref().map(LeadChanges::phone_key)),
+            ("EMAIL", lead.email.as_deref().map(LeadChanges::email_key)),
+        ];
+        let mut found: Vec<u64> = Vec::new();
+        for (code, key) in wanted {
+            let Some(key) = key.filter(|k| !k.is_empty()) else {
+                continue;
+            };
+            let url = reqwest::Url::parse_with_params(
+                &format!("{}/api/v4/contacts", self.base),
+                &[("query", key.as_str()), ("limit", "50")],
+            )
+            .map_err(|e| {
+                CrmError::new(
+                    ErrorClass::Auth,
+                    format!("{CONNECTOR} {CONTACT_SEARCH}: invalid base URL: {e}"),
+                )
+            })?;
+            let mut call = Map::new();
+            let answer = self
+                .call(
+                    CONTACT_SEARCH,
+                    self.client.get(url),
+                    &lead.contact_values(),
+                    &mut call,
+                )
+                .await;
+            summary.insert(
+                format!("contacts_by_{}", code.to_lowercase()),
+                Value::Object(call),
+            );
+            let (status, bytes) = answer?;
+            if status == StatusCode::NO_CONTENT || bytes.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let json: Value = serde_json::from_slice(&bytes).map_err(|_| {
+                CrmError::new(
+                    ErrorClass::Uncertain,
+                    format!("{CONNECTOR} {CONTACT_SEARCH}: the answer is not JSON"),
+                )
+            })?;
+            for contact in json
+                .pointer("/_embedded/contacts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let holds = values_of_code(contact, code).iter().any(|v| {
+                    let k = match code {
+                        "PHONE" => LeadChanges::phone_key(v),
+                        _ => LeadChanges::email_key(v),
+                    };
+                    k == key
+                });
+                if let Some(id) = contact.get("id").and_then(Value::as_u64).filter(|_| holds) {
+                    if !found.contains(&id) {
+                        found.push(id);
+                    }
+                }
+            }
+        }
+        summary.insert("contacts_found".into(), json!(found));
+        Ok(found.iter().max().map(u64::to_string))
     }
 
     /// The timeline's summary of one lead's create (which contact fields it had, never
@@ -346,8 +433,9 @@ impl AmoCrm {
         })
     }
 
-    /// The one lead of a `leads/complex` call, with its one embedded contact.
-    fn lead_body(&self, lead: &Lead) -> Value {
+    /// The one lead of a `leads/complex` call, with its one embedded contact: a new
+    /// one, or the existing `contact` attached by id.
+    fn lead_body(&self, lead: &Lead, existing: Option<&str>) -> Value {
         let op = &lead.operation_id;
         let mut body = Map::new();
         body.insert(
@@ -381,6 +469,10 @@ impl AmoCrm {
         }
         if !comms.is_empty() {
             contact.insert("custom_fields_values".into(), Value::Array(comms));
+        }
+        if let Some(id) = existing.and_then(|id| id.parse::<u64>().ok()) {
+            contact = Map::new();
+            contact.insert("id".into(), json!(id));
         }
         if !contact.is_empty() {
             embedded.insert("contacts".into(), json!([contact]));
@@ -979,9 +1071,28 @@ impl Crm for AmoCrm {
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
-        let body = self.lead_body(lead);
-        let request = self.create_request(lead);
+        let mut request = self.create_request(lead);
         let mut summary = Map::new();
+        let mut existing = None;
+        if self.link_contacts {
+            // A read: if it fails, nothing was created.
+            match self.existing_contact(lead, &mut summary).await {
+                Ok(found) => existing = found,
+                Err(e) => {
+                    let e = not_sent(e);
+                    note_error(&mut summary, &e);
+                    return (
+                        Err(e),
+                        Exchange {
+                            request,
+                            response: Value::Object(summary),
+                        },
+                    );
+                }
+            }
+            request["contact"]["linked"] = json!(existing);
+        }
+        let body = self.lead_body(lead, existing.as_deref());
         let req = self
             .client
             .post(format!("{}/api/v4/leads/complex", self.base))
@@ -1016,7 +1127,21 @@ impl Crm for AmoCrm {
     }
 
     fn batch_limit(&self) -> usize {
-        MAX_COMPLEX
+        // Each lead's contact is looked up first: one lead a request.
+        if self.link_contacts {
+            1
+        } else {
+            MAX_COMPLEX
+        }
+    }
+
+    /// With `link_contacts`, the phone and e-mail searches before the create.
+    fn create_calls(&self) -> u32 {
+        if self.link_contacts {
+            3
+        } else {
+            1
+        }
     }
 
     /// One `leads/complex` request with every lead (`request_id` = its operation id).
@@ -1033,7 +1158,10 @@ impl Crm for AmoCrm {
             request
         };
         for round in 0..2 {
-            let bodies: Vec<Value> = pending.iter().map(|&i| self.lead_body(&leads[i])).collect();
+            let bodies: Vec<Value> = pending
+                .iter()
+                .map(|&i| self.lead_body(&leads[i], None))
+                .collect();
             let mut summary = Map::new();
             let req = self
                 .client
@@ -1375,6 +1503,24 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 /// Every name and custom-field value of a contact.
+/// The values of a contact's multifield `code` (`PHONE`, `EMAIL`).
+fn values_of_code(contact: &Value, code: &str) -> Vec<String> {
+    contact
+        .get("custom_fields_values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|f| f.get("field_code").and_then(Value::as_str) == Some(code))
+        .flat_map(|f| {
+            f.get("values")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|v| v.get("value").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
 fn values_of(contact: &Value) -> Vec<String> {
     let mut out: Vec<String> = ["name", "first_name", "last_name"]
         .iter()

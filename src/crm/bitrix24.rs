@@ -58,42 +58,68 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 pub enum Entity {
     #[default]
     Lead,
+    /// A deal carrying the contact data in its COMMENTS (no client card).
     Deal,
+    /// A contact found by phone or e-mail (`crm.duplicate.findbycomm`) or created, then
+    /// a deal linked to it (`CONTACT_IDS`): two steps, each committed before the next.
+    ContactDeal,
 }
+
+/// Which contact a lead is linked to when several carry its phone or e-mail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContactMatch {
+    /// The newest of them (the highest id: Bitrix24 ids grow with every create).
+    #[default]
+    Newest,
+    /// None: the operation goes to a person as `ambiguous_match`.
+    Review,
+}
+
+/// How `entity = "contact_deal"` makes its deal and picks its contact.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DealSettings {
+    pub category_id: Option<u64>,
+    pub stage_id: Option<String>,
+    pub contact_match: ContactMatch,
+}
+
+/// The contact step's name, and the one entity kind a step of this adapter makes.
+pub const CONTACT_STEP: &str = "contact";
 
 impl Entity {
     fn add_method(self) -> &'static str {
         match self {
             Entity::Lead => "crm.lead.add",
-            Entity::Deal => "crm.deal.add",
+            Entity::Deal | Entity::ContactDeal => "crm.deal.add",
         }
     }
 
     fn get_method(self) -> &'static str {
         match self {
             Entity::Lead => "crm.lead.get",
-            Entity::Deal => "crm.deal.get",
+            Entity::Deal | Entity::ContactDeal => "crm.deal.get",
         }
     }
 
     fn update_method(self) -> &'static str {
         match self {
             Entity::Lead => "crm.lead.update",
-            Entity::Deal => "crm.deal.update",
+            Entity::Deal | Entity::ContactDeal => "crm.deal.update",
         }
     }
 
     fn list_method(self) -> &'static str {
         match self {
             Entity::Lead => "crm.lead.list",
-            Entity::Deal => "crm.deal.list",
+            Entity::Deal | Entity::ContactDeal => "crm.deal.list",
         }
     }
 
     fn as_str(self) -> &'static str {
         match self {
             Entity::Lead => "lead",
-            Entity::Deal => "deal",
+            Entity::Deal | Entity::ContactDeal => "deal",
         }
     }
 }
@@ -106,6 +132,7 @@ pub struct Bitrix24 {
     /// defence.
     secret: String,
     entity: Entity,
+    deals: DealSettings,
     timeout: Duration,
     client: reqwest::Client,
     /// The portal's request pace; none: unpaced (adapter tests).
@@ -155,10 +182,39 @@ impl Bitrix24 {
             webhook_url,
             secret,
             entity,
+            deals: DealSettings::default(),
             timeout,
             client,
             limiter: None,
         })
+    }
+
+    /// The deal's pipeline, stage and contact rule for `entity = "contact_deal"`; a
+    /// stage that is blank or not a Bitrix24 status id is refused.
+    pub fn with_deals(mut self, deals: DealSettings) -> Result<Self, ConfigError> {
+        if let Some(stage) = &deals.stage_id {
+            let ok = !stage.is_empty()
+                && stage.len() <= 50
+                && stage
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'-'));
+            if !ok {
+                return Err(ConfigError(format!(
+                    "crm.deal_stage_id {stage:?} is not a Bitrix24 stage id (like NEW or C3:NEW)"
+                )));
+            }
+        }
+        let deal_settings = deals.category_id.is_some()
+            || deals.stage_id.is_some()
+            || deals.contact_match != ContactMatch::default();
+        if deal_settings && self.entity != Entity::ContactDeal {
+            return Err(ConfigError(
+                "crm.deal_category_id, deal_stage_id and contact_match need entity = \"contact_deal\""
+                    .into(),
+            ));
+        }
+        self.deals = deals;
+        Ok(self)
     }
 
     /// Paces every request to the portal at `per_second` with `burst` at once, the
@@ -229,6 +285,18 @@ impl Bitrix24 {
                     fields.insert("COMMENTS".into(), json!(comments));
                 }
             }
+            Entity::ContactDeal => {
+                // The contact holds the name, phone and e-mail; the deal the comment.
+                if let Some(comment) = &lead.comment {
+                    fields.insert("COMMENTS".into(), json!(comment));
+                }
+                if let Some(category) = self.deals.category_id {
+                    fields.insert("CATEGORY_ID".into(), json!(category));
+                }
+                if let Some(stage) = &self.deals.stage_id {
+                    fields.insert("STAGE_ID".into(), json!(stage));
+                }
+            }
         }
         Value::Object(fields)
     }
@@ -274,6 +342,11 @@ impl Bitrix24 {
                 .any(|v| v.is_some());
                 if let Some(comments) = deal_comments(later).filter(|_| contact_changed) {
                     fields.insert("COMMENTS".into(), json!(comments));
+                }
+            }
+            Entity::ContactDeal => {
+                if let Some(comment) = &changes.comment {
+                    fields.insert("COMMENTS".into(), json!(comment));
                 }
             }
         }
@@ -362,9 +435,221 @@ impl Bitrix24 {
         result
     }
 
+    /// One add of the entity; a deal of `contact_deal` linked to `contact`.
+    async fn add(
+        &self,
+        lead: &Lead,
+        contact: Option<&str>,
+    ) -> (Result<String, CrmError>, Exchange) {
+        let method = self.entity.add_method();
+        let mut body = self.add_params(lead);
+        if let (Some(contact), Value::Object(fields)) = (contact, &mut body["fields"]) {
+            fields.insert("CONTACT_IDS".into(), json!([contact]));
+        }
+        let mut request = self.create_request(lead, &body["fields"]);
+        if let Some(contact) = contact {
+            request.insert("contact_id".into(), json!(contact));
+        }
+        let request = Value::Object(request);
+        let mut summary = serde_json::Map::new();
+        let result = self
+            .post(
+                method,
+                &body,
+                &lead.operation_id,
+                &lead.contact_values(),
+                &mut summary,
+            )
+            .await
+            .and_then(|result| {
+                id_of(&result).ok_or_else(|| {
+                    CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!("{CONNECTOR} {method}: the answer has no entity id"),
+                    )
+                })
+            });
+        match &result {
+            Ok(id) => {
+                summary.insert("id".into(), json!(id));
+            }
+            Err(e) if !summary.contains_key("class") => note_error(&mut summary, e),
+            Err(_) => {}
+        }
+        let exchange = Exchange {
+            request,
+            response: Value::Object(summary),
+        };
+        (result, exchange)
+    }
+
     /// The add call's parameters.
     fn add_params(&self, lead: &Lead) -> Value {
         json!({"fields": self.fields(lead), "params": {"REGISTER_SONET_EVENT": "N"}})
+    }
+
+    /// The ids of the contacts carrying `operation_id` as their external key: an earlier
+    /// attempt's contact create that may have landed.
+    async fn contacts_by_key(
+        &self,
+        operation_id: &str,
+        summary: &mut serde_json::Map<String, Value>,
+    ) -> Result<Vec<String>, CrmError> {
+        let method = "crm.contact.list";
+        let body = json!({
+            "filter": {"=ORIGINATOR_ID": ORIGINATOR_ID, "=ORIGIN_ID": operation_id},
+            "select": ["ID"],
+            "start": -1,
+        });
+        let rows = self.post(method, &body, operation_id, &[], summary).await?;
+        rows.as_array()
+            .and_then(|rows| {
+                rows.iter()
+                    .map(|row| row.get("ID").and_then(id_of))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| {
+                CrmError::new(
+                    ErrorClass::Uncertain,
+                    format!("{CONNECTOR} {method}: the answer is not a list of rows with an ID"),
+                )
+            })
+    }
+
+    /// The ids of the contacts whose phone (`kind = "PHONE"`) or e-mail (`EMAIL`) is
+    /// `value` (`crm.duplicate.findbycomm`).
+    async fn contacts_by_comm(
+        &self,
+        kind: &str,
+        value: &str,
+        operation_id: &str,
+        redact: &[&str],
+        summary: &mut serde_json::Map<String, Value>,
+    ) -> Result<Vec<String>, CrmError> {
+        let method = "crm.duplicate.findbycomm";
+        let body = json!({"entity_type": "CONTACT", "type": kind, "values": [value]});
+        let result = self
+            .post(method, &body, operation_id, redact, summary)
+            .await?;
+        let bad = || {
+            CrmError::new(
+                ErrorClass::Uncertain,
+                format!("{CONNECTOR} {method}: unexpected answer"),
+            )
+        };
+        match result {
+            // Nothing matches: Bitrix24 answers an empty array.
+            Value::Array(a) if a.is_empty() => Ok(vec![]),
+            Value::Object(m) => match m.get("CONTACT") {
+                None => Ok(vec![]),
+                Some(Value::Array(ids)) => ids
+                    .iter()
+                    .map(id_of)
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(bad),
+                Some(_) => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+
+    /// The contact step: the contact an earlier attempt created (by its key, when one
+    /// may have), else the contacts carrying the lead's phone or e-mail (the newest, or
+    /// a person decides), else a new contact carrying the operation's key.
+    async fn contact_step(
+        &self,
+        lead: &Lead,
+        search: &super::ContactSearch,
+        may_exist: bool,
+        summary: &mut serde_json::Map<String, Value>,
+    ) -> Result<super::StepDone, super::StepError> {
+        let op = lead.operation_id.as_str();
+        let mut redact = lead.contact_values();
+        redact.extend(search.phone.as_deref());
+        redact.extend(search.email.as_deref());
+        let done = |crm_id: String, how: &str| super::StepDone {
+            step: CONTACT_STEP.into(),
+            entity: "contact".into(),
+            crm_id,
+            how: how.into(),
+        };
+        if may_exist {
+            let mut call = serde_json::Map::new();
+            let found = self.contacts_by_key(op, &mut call).await;
+            summary.insert("by_key".into(), Value::Object(call));
+            let found = found?;
+            summary.insert("by_key_found".into(), json!(found));
+            match found.len() {
+                0 => {}
+                1 => return Ok(done(found[0].clone(), "recovered")),
+                _ => {
+                    return Err(super::StepError::Ambiguous {
+                        step: CONTACT_STEP.into(),
+                        ids: found,
+                    })
+                }
+            }
+        }
+        let mut matches: Vec<String> = Vec::new();
+        for (kind, value) in [("PHONE", &search.phone), ("EMAIL", &search.email)] {
+            let Some(value) = value else { continue };
+            let mut call = serde_json::Map::new();
+            let found = self
+                .contacts_by_comm(kind, value, op, &redact, &mut call)
+                .await;
+            summary.insert(kind.to_lowercase(), Value::Object(call));
+            for id in found? {
+                if !matches.contains(&id) {
+                    matches.push(id);
+                }
+            }
+        }
+        summary.insert("matched".into(), json!(matches));
+        if matches.len() > 1 && self.deals.contact_match == ContactMatch::Review {
+            return Err(super::StepError::Ambiguous {
+                step: CONTACT_STEP.into(),
+                ids: matches,
+            });
+        }
+        // The newest: Bitrix24 ids grow with every create.
+        if let Some(newest) = matches
+            .iter()
+            .max_by_key(|id| id.parse::<u64>().unwrap_or_default())
+        {
+            return Ok(done(newest.clone(), "linked"));
+        }
+        let method = "crm.contact.add";
+        let mut fields = serde_json::Map::new();
+        if let Some(name) = &lead.name {
+            fields.insert("NAME".into(), json!(name));
+        }
+        if let Some(phone) = &lead.phone {
+            fields.insert(
+                "PHONE".into(),
+                json!([{"VALUE": phone, "VALUE_TYPE": "WORK"}]),
+            );
+        }
+        if let Some(email) = &lead.email {
+            fields.insert(
+                "EMAIL".into(),
+                json!([{"VALUE": email, "VALUE_TYPE": "WORK"}]),
+            );
+        }
+        fields.insert("ORIGINATOR_ID".into(), json!(ORIGINATOR_ID));
+        fields.insert("ORIGIN_ID".into(), json!(op));
+        fields.insert("SOURCE_DESCRIPTION".into(), json!(lead.source));
+        summary.insert("fields".into(), json!(fields.keys().collect::<Vec<_>>()));
+        let body = json!({"fields": fields, "params": {"REGISTER_SONET_EVENT": "N"}});
+        let mut call = serde_json::Map::new();
+        let created = self.post(method, &body, op, &redact, &mut call).await;
+        summary.insert("add".into(), Value::Object(call));
+        let id = id_of(&created?).ok_or_else(|| {
+            CrmError::new(
+                ErrorClass::Uncertain,
+                format!("{CONNECTOR} {method}: the answer has no entity id"),
+            )
+        })?;
+        Ok(done(id, "created"))
     }
 
     /// The timeline's summary of one create's request (no contact data).
@@ -720,7 +1005,108 @@ impl Crm for Bitrix24 {
     }
 
     fn batch_limit(&self) -> usize {
-        MAX_BATCH
+        // A contact and a deal are two steps, each committed before the next: one
+        // operation at a time.
+        match self.entity {
+            Entity::ContactDeal => 1,
+            _ => MAX_BATCH,
+        }
+    }
+
+    fn steps(&self) -> Vec<&str> {
+        match self.entity {
+            Entity::ContactDeal => vec![CONTACT_STEP],
+            _ => Vec::new(),
+        }
+    }
+
+    fn final_entity(&self) -> &'static str {
+        self.entity.as_str()
+    }
+
+    /// The contact's key lookup, its phone and e-mail searches and its add, then the
+    /// deal's add.
+    fn create_calls(&self) -> u32 {
+        match self.entity {
+            Entity::ContactDeal => 5,
+            _ => 1,
+        }
+    }
+
+    async fn step(
+        &self,
+        step: &str,
+        lead: &Lead,
+        search: &super::ContactSearch,
+        _done: &[super::StepDone],
+        may_exist: bool,
+    ) -> (Result<super::StepDone, super::StepError>, Exchange) {
+        let request = json!({
+            "connector": CONNECTOR,
+            "step": step,
+            "entity": "contact",
+            "originator_id": ORIGINATOR_ID,
+            "origin_id": lead.operation_id,
+            "by_key_first": may_exist,
+            "match_rule": match self.deals.contact_match {
+                ContactMatch::Newest => "newest",
+                ContactMatch::Review => "review",
+            },
+        });
+        let mut summary = serde_json::Map::new();
+        let result = if step == CONTACT_STEP && self.entity == Entity::ContactDeal {
+            self.contact_step(lead, search, may_exist, &mut summary)
+                .await
+        } else {
+            Err(super::StepError::Crm(CrmError::new(
+                ErrorClass::Validation,
+                format!("{CONNECTOR}: no step {step:?} for this entity"),
+            )))
+        };
+        match &result {
+            Ok(done) => {
+                summary.insert("id".into(), json!(done.crm_id));
+                summary.insert("how".into(), json!(done.how));
+            }
+            Err(super::StepError::Crm(e)) => note_error(&mut summary, e),
+            Err(super::StepError::Ambiguous { ids, .. }) => {
+                summary.insert("ambiguous".into(), json!(ids));
+            }
+        }
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
+    }
+
+    /// `crm.deal.add` linked to the contact step's contact (`CONTACT_IDS`), carrying the
+    /// operation's key in the deal list (`ORIGIN_ID`), where `find` looks it up.
+    async fn create_after(
+        &self,
+        lead: &Lead,
+        done: &[super::StepDone],
+    ) -> (Result<String, CrmError>, Exchange) {
+        let contact = done
+            .iter()
+            .find(|d| d.step == CONTACT_STEP)
+            .map(|d| d.crm_id.clone());
+        match (self.entity, contact) {
+            (Entity::ContactDeal, Some(contact)) => self.add(lead, Some(&contact)).await,
+            (Entity::ContactDeal, None) => (
+                Err(CrmError::new(
+                    ErrorClass::Validation,
+                    format!("{CONNECTOR}: a deal needs its contact step first"),
+                )),
+                Exchange {
+                    request: json!({"connector": CONNECTOR, "method": "crm.deal.add"}),
+                    response: json!({"sent": false}),
+                },
+            ),
+            _ => self.create(lead).await,
+        }
     }
 
     fn lookup_batch_limit(&self) -> usize {
@@ -728,39 +1114,7 @@ impl Crm for Bitrix24 {
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
-        let method = self.entity.add_method();
-        let body = self.add_params(lead);
-        let request = Value::Object(self.create_request(lead, &body["fields"]));
-        let mut summary = serde_json::Map::new();
-        let result = self
-            .post(
-                method,
-                &body,
-                &lead.operation_id,
-                &lead.contact_values(),
-                &mut summary,
-            )
-            .await
-            .and_then(|result| {
-                id_of(&result).ok_or_else(|| {
-                    CrmError::new(
-                        ErrorClass::Uncertain,
-                        format!("{CONNECTOR} {method}: the answer has no entity id"),
-                    )
-                })
-            });
-        match &result {
-            Ok(id) => {
-                summary.insert("id".into(), json!(id));
-            }
-            Err(e) if !summary.contains_key("class") => note_error(&mut summary, e),
-            Err(_) => {}
-        }
-        let exchange = Exchange {
-            request,
-            response: Value::Object(summary),
-        };
-        (result, exchange)
+        self.add(lead, None).await
     }
 
     /// `crm.lead.update` (or `crm.deal.update`) of the changed fields; Bitrix24 answers
@@ -1069,6 +1423,41 @@ mod tests {
 
     fn adapter(fake: &FakeBitrix24, entity: Entity, timeout: Duration) -> Bitrix24 {
         Bitrix24::new(&fake.webhook_url(), entity, timeout).unwrap()
+    }
+
+    #[test]
+    fn deal_settings_need_contact_deal_and_a_stage_id_that_is_one() {
+        let new = |entity| Bitrix24::new("https://p.bitrix24.ru/rest/1/s/", entity, MAX_TIMEOUT);
+        let deals = |stage: Option<&str>, rule| DealSettings {
+            category_id: Some(3),
+            stage_id: stage.map(str::to_owned),
+            contact_match: rule,
+        };
+        let ok = new(Entity::ContactDeal)
+            .unwrap()
+            .with_deals(deals(Some("C3:NEW"), ContactMatch::Review))
+            .unwrap();
+        assert_eq!(ok.steps(), [CONTACT_STEP]);
+        assert_eq!(ok.batch_limit(), 1, "one operation at a time");
+        assert_eq!(ok.create_calls(), 5);
+        let refused = new(Entity::Deal)
+            .unwrap()
+            .with_deals(deals(None, ContactMatch::Newest))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("contact_deal"), "{refused}");
+        for stage in ["", "NEW STAGE", "C3:NEW\"x"] {
+            let refused = new(Entity::ContactDeal)
+                .unwrap()
+                .with_deals(deals(Some(stage), ContactMatch::Newest))
+                .unwrap_err()
+                .to_string();
+            assert!(refused.contains("deal_stage_id"), "{refused}");
+        }
+        // Leads and plain deals take no steps and keep their batches.
+        let lead = new(Entity::Lead).unwrap();
+        assert!(lead.steps().is_empty());
+        assert_eq!(lead.batch_limit(), MAX_BATCH);
     }
 
     fn lead(op: &str) -> Lead {

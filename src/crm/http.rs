@@ -35,6 +35,23 @@
 //! it), so sending it twice sets the same values; in `update_url`, `{{crm_id}}` (the only
 //! placeholder there) is URL-encoded. Without `update_url` the connector cannot update.
 //!
+//! Steps (optional): entities created before the lead, each by a templated request whose
+//! extracted id the later templates use as `{{<name>_id}}`, each committed by the worker
+//! before the next call (a recovery point per step):
+//!
+//! ```toml
+//! [[crm.steps]]
+//! name = "contact"                                  # the next templates get {{contact_id}}
+//! url = "https://crm.example/api/contacts"
+//! body = '{"external_id": "{{operation_id}}", "phone": "{{phone}}"}'
+//! id_pointer = "/id"
+//! lookup_url = "https://crm.example/api/contacts?external_id={{operation_id}}"
+//! lookup_ids_pointer = "/items"
+//! ```
+//!
+//! Each step must carry the operation's key and be found by it (`lookup_url`): after an
+//! attempt that may have sent it, the step is looked up before it is created again.
+//!
 //! Default classification of a non-2xx answer (a `[crm.errors]` entry overrides it):
 //! 429 → rate_limited (honours `Retry-After`), 401/403 → auth, 400/422 and other 4xx →
 //! validation, 408 → not_sent, 3xx → auth (a redirect is not followed: the URL needs a
@@ -124,6 +141,42 @@ pub struct HttpConfig {
     /// 120 s): set it to at least the server's own request time limit.
     #[serde(default, with = "humantime_serde")]
     pub settle: Option<Duration>,
+    /// Entities created before the lead, in order (see the module documentation).
+    #[serde(default)]
+    pub steps: Vec<HttpStep>,
+}
+
+/// `[[crm.steps]]`: one entity created before the lead.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpStep {
+    /// Lower-case letters, digits and `_`; later templates use `{{<name>_id}}`.
+    pub name: String,
+    pub url: String,
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// The JSON body template: the lead's placeholders and earlier steps' ids.
+    pub body: String,
+    /// Pointer to the new entity's id in the answer ("" = the answer).
+    pub id_pointer: String,
+    /// GET URL template finding the step's entity by `{{operation_id}}`.
+    pub lookup_url: String,
+    #[serde(default)]
+    pub lookup_ids_pointer: String,
+    #[serde(default)]
+    pub lookup_id_pointer: Option<String>,
+}
+
+/// A configured step.
+struct Step {
+    name: String,
+    method: Method,
+    url: reqwest::Url,
+    body: Value,
+    id_pointer: String,
+    lookup_url: String,
+    lookup_ids_pointer: String,
+    lookup_id_pointer: Option<String>,
 }
 
 fn default_method() -> String {
@@ -154,6 +207,7 @@ pub struct HttpCrm {
     lookup_authoritative: bool,
     /// `(method, URL template, body template)` of an update.
     update: Option<(Method, String, Value)>,
+    steps: Vec<Step>,
     errors: BTreeMap<u16, ErrorClass>,
     limiter: Option<Arc<RateLimiter>>,
     client: reqwest::Client,
@@ -223,7 +277,54 @@ impl HttpCrm {
             }
             headers.insert(header, hv);
         }
-        let body = parse_template(&config.body)?;
+        let mut step_ids: Vec<String> = Vec::new();
+        let mut steps = Vec::new();
+        for step in &config.steps {
+            let name = step.name.trim();
+            let well_formed = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            let id = format!("{name}_id");
+            if !well_formed || PLACEHOLDERS.contains(&id.as_str()) || step_ids.contains(&id) {
+                return Err(bad(format!(
+                    "steps: `{name}` must be a new name of lower-case letters, digits and _"
+                )));
+            }
+            let method =
+                Method::from_bytes(step.method.trim().to_uppercase().as_bytes()).map_err(|_| {
+                    bad(format!(
+                        "steps.{name}: `{}` is not an HTTP method",
+                        step.method
+                    ))
+                })?;
+            check_pointer("steps.id_pointer", &step.id_pointer)?;
+            check_pointer("steps.lookup_ids_pointer", &step.lookup_ids_pointer)?;
+            if let Some(p) = &step.lookup_id_pointer {
+                check_pointer("steps.lookup_id_pointer", p)?;
+            }
+            if placeholders(&step.lookup_url)
+                .iter()
+                .any(|p| p != "operation_id")
+            {
+                return Err(bad(format!(
+                    "steps.{name}.lookup_url: only {{{{operation_id}}}} can be used"
+                )));
+            }
+            http_url("steps.lookup_url", &lookup_target(&step.lookup_url, "x"))?;
+            steps.push(Step {
+                name: name.to_owned(),
+                method,
+                url: http_url("steps.url", &step.url)?,
+                body: parse_template(&step.body, &step_ids)?,
+                id_pointer: step.id_pointer.clone(),
+                lookup_url: step.lookup_url.clone(),
+                lookup_ids_pointer: step.lookup_ids_pointer.clone(),
+                lookup_id_pointer: step.lookup_id_pointer.clone(),
+            });
+            step_ids.push(id);
+        }
+        let body = parse_template(&config.body, &step_ids)?;
         check_pointer("id_pointer", &config.id_pointer)?;
         check_pointer("lookup_ids_pointer", &config.lookup_ids_pointer)?;
         if let Some(p) = &config.lookup_id_pointer {
@@ -260,7 +361,7 @@ impl HttpCrm {
                                 config.update_method
                             ))
                         })?;
-                Some((method, url.clone(), parse_template(body)?))
+                Some((method, url.clone(), parse_template(body, &[])?))
             }
             _ => return Err(bad("update_url and update_body go together")),
         };
@@ -309,6 +410,7 @@ impl HttpCrm {
             lookup_id_pointer: config.lookup_id_pointer.clone(),
             lookup_authoritative: config.lookup_authoritative,
             update,
+            steps,
             errors,
             limiter,
             client,
@@ -465,8 +567,9 @@ fn substitute(text: &str, value: impl Fn(&str) -> String) -> String {
 }
 
 /// Parses a body template: placeholders standing alone outside JSON strings are quoted
-/// first, then the whole must be JSON and name only known placeholders.
-fn parse_template(template: &str) -> Result<Value, ConfigError> {
+/// first, then the whole must be JSON and name only known placeholders (the lead's and
+/// `step_ids`).
+fn parse_template(template: &str, step_ids: &[String]) -> Result<Value, ConfigError> {
     let mut quoted = String::with_capacity(template.len() + 16);
     let mut in_string = false;
     let mut escaped = false;
@@ -506,7 +609,7 @@ fn parse_template(template: &str) -> Result<Value, ConfigError> {
     let mut unknown = Vec::new();
     visit_strings(&body, &mut |s| {
         for name in placeholders(s) {
-            if !PLACEHOLDERS.contains(&name.as_str()) {
+            if !PLACEHOLDERS.contains(&name.as_str()) && !step_ids.contains(&name) {
                 unknown.push(name);
             }
         }
@@ -544,18 +647,32 @@ fn field<'a>(lead: &'a Lead, name: &str) -> Option<&'a str> {
 
 /// Fills the template with the lead's values, as JSON strings.
 pub fn render(template: &Value, lead: &Lead) -> Value {
+    render_with(template, lead, &[])
+}
+
+/// [`render`] with the ids of earlier steps (`{{<step>_id}}`).
+fn render_with(template: &Value, lead: &Lead, done: &[super::StepDone]) -> Value {
+    let value = |name: &str| {
+        field(lead, name).or_else(|| {
+            done.iter()
+                .find(|d| name.strip_suffix("_id") == Some(d.step.as_str()))
+                .map(|d| d.crm_id.as_str())
+        })
+    };
     match template {
         Value::String(s) => match segments(s.trim()).as_slice() {
             // A placeholder that is the whole value: the field, or null when absent.
-            [(true, name)] => field(lead, name).map_or(Value::Null, |v| json!(v)),
+            [(true, name)] => value(name).map_or(Value::Null, |v| json!(v)),
             _ => Value::String(substitute(s, |name| {
-                field(lead, name).unwrap_or_default().to_owned()
+                value(name).unwrap_or_default().to_owned()
             })),
         },
-        Value::Array(items) => Value::Array(items.iter().map(|i| render(i, lead)).collect()),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|i| render_with(i, lead, done)).collect())
+        }
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), render(v, lead)))
+                .map(|(k, v)| (k.clone(), render_with(v, lead, done)))
                 .collect(),
         ),
         other => other.clone(),
@@ -608,6 +725,63 @@ impl Crm for HttpCrm {
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
+        self.create_after(lead, &[]).await
+    }
+
+    fn steps(&self) -> Vec<&str> {
+        self.steps.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    /// Per step a lookup and a create, then the lead.
+    fn create_calls(&self) -> u32 {
+        1 + 2 * self.steps.len() as u32
+    }
+
+    async fn step(
+        &self,
+        step: &str,
+        lead: &Lead,
+        _search: &super::ContactSearch,
+        done: &[super::StepDone],
+        may_exist: bool,
+    ) -> (Result<super::StepDone, super::StepError>, Exchange) {
+        let request = json!({"connector": CONNECTOR, "step": step, "by_key_first": may_exist,
+                             "operation_id": lead.operation_id});
+        let mut summary = Map::new();
+        let result = match self.steps.iter().find(|s| s.name == step) {
+            None => Err(super::StepError::Crm(CrmError::new(
+                ErrorClass::Validation,
+                format!("{CONNECTOR}: no step {step:?} is configured"),
+            ))),
+            Some(s) => self.run_step(s, lead, done, may_exist, &mut summary).await,
+        };
+        match &result {
+            Ok(d) => {
+                summary.insert("id".into(), json!(d.crm_id));
+                summary.insert("how".into(), json!(d.how));
+            }
+            Err(super::StepError::Crm(e)) if !summary.contains_key("class") => {
+                note_error(&mut summary, e)
+            }
+            Err(super::StepError::Ambiguous { ids, .. }) => {
+                summary.insert("ambiguous".into(), json!(ids));
+            }
+            Err(_) => {}
+        }
+        (
+            result,
+            Exchange {
+                request,
+                response: Value::Object(summary),
+            },
+        )
+    }
+
+    async fn create_after(
+        &self,
+        lead: &Lead,
+        done: &[super::StepDone],
+    ) -> (Result<String, CrmError>, Exchange) {
         let what = format!("{} create", self.method);
         let request = json!({
             "connector": CONNECTOR,
@@ -616,7 +790,7 @@ impl Crm for HttpCrm {
             "operation_id": lead.operation_id,
         });
         let mut summary = Map::new();
-        let body = render(&self.body, lead);
+        let body = render_with(&self.body, lead, done);
         let req = self
             .client
             .request(self.method.clone(), self.create_url.clone())
@@ -715,7 +889,6 @@ impl Crm for HttpCrm {
     }
 
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange) {
-        let what = "GET lookup";
         let request = json!({
             "connector": CONNECTOR,
             "method": "GET",
@@ -737,33 +910,15 @@ impl Crm for HttpCrm {
                 },
             );
         };
-        let url = lookup_target(template, operation_id);
-        let result = match self
-            .call(what, self.client.get(url), &[], &mut summary)
-            .await
-        {
-            Ok((StatusCode::NO_CONTENT, _)) => Ok(Lookup::NotFound),
-            Ok((_, bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(Lookup::NotFound),
-            Ok((_, bytes)) => self.ids(&bytes).map(Lookup::from_ids).ok_or_else(|| {
-                let e = CrmError::new(
-                    ErrorClass::Uncertain,
-                    format!(
-                        "{CONNECTOR} {what}: no list of ids at `{}`",
-                        self.lookup_ids_pointer
-                    ),
-                );
-                note_error(&mut summary, &e);
-                e
-            }),
-            // A lookup by key that says "no such thing".
-            Err(e) if summary.get("status") == Some(&json!(404)) => {
-                summary.remove("class");
-                summary.remove("message");
-                drop(e);
-                Ok(Lookup::NotFound)
-            }
-            Err(e) => Err(e),
-        };
+        let result = self
+            .lookup_by(
+                template,
+                &self.lookup_ids_pointer,
+                self.lookup_id_pointer.as_deref(),
+                operation_id,
+                &mut summary,
+            )
+            .await;
         if let Ok(lookup) = &result {
             let ids = match lookup {
                 Lookup::NotFound => vec![],
@@ -784,19 +939,117 @@ impl Crm for HttpCrm {
 }
 
 impl HttpCrm {
-    /// The ids of a lookup answer; `None` when it does not have the configured shape.
-    fn ids(&self, body: &[u8]) -> Option<Vec<String>> {
-        let json: Value = serde_json::from_slice(body).ok()?;
-        let items = pointer(&json, &self.lookup_ids_pointer)?.as_array()?;
-        items
-            .iter()
-            .map(|item| match &self.lookup_id_pointer {
-                Some(p) => pointer(item, p).and_then(id_of),
-                None if item.is_object() => item.get("id").and_then(id_of),
-                None => id_of(item),
-            })
-            .collect()
+    /// A GET of `template` for `operation_id`: the ids of the answer at the pointers; a
+    /// 404 (or an empty answer) is "not found".
+    async fn lookup_by(
+        &self,
+        template: &str,
+        ids_pointer: &str,
+        id_pointer: Option<&str>,
+        operation_id: &str,
+        summary: &mut Map<String, Value>,
+    ) -> Result<Lookup, CrmError> {
+        let what = "GET lookup";
+        let url = lookup_target(template, operation_id);
+        match self.call(what, self.client.get(url), &[], summary).await {
+            Ok((StatusCode::NO_CONTENT, _)) => Ok(Lookup::NotFound),
+            Ok((_, bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(Lookup::NotFound),
+            Ok((_, bytes)) => ids_at(&bytes, ids_pointer, id_pointer)
+                .map(Lookup::from_ids)
+                .ok_or_else(|| {
+                    let e = CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!("{CONNECTOR} {what}: no list of ids at `{ids_pointer}`"),
+                    );
+                    note_error(summary, &e);
+                    e
+                }),
+            // A lookup by key that says "no such thing".
+            Err(_) if summary.get("status") == Some(&json!(404)) => {
+                summary.remove("class");
+                summary.remove("message");
+                Ok(Lookup::NotFound)
+            }
+            Err(e) => Err(e),
+        }
     }
+
+    /// One step: found by its key first when an earlier attempt may have sent it, else
+    /// created from its template with the earlier steps' ids.
+    async fn run_step(
+        &self,
+        step: &Step,
+        lead: &Lead,
+        done: &[super::StepDone],
+        may_exist: bool,
+        summary: &mut Map<String, Value>,
+    ) -> Result<super::StepDone, super::StepError> {
+        let made = |crm_id: String, how: &str| super::StepDone {
+            step: step.name.clone(),
+            entity: step.name.clone(),
+            crm_id,
+            how: how.into(),
+        };
+        if may_exist {
+            let mut call = Map::new();
+            let found = self
+                .lookup_by(
+                    &step.lookup_url,
+                    &step.lookup_ids_pointer,
+                    step.lookup_id_pointer.as_deref(),
+                    &lead.operation_id,
+                    &mut call,
+                )
+                .await;
+            summary.insert("by_key".into(), Value::Object(call));
+            match found? {
+                Lookup::One(id) => return Ok(made(id, "recovered")),
+                Lookup::Many(ids) => {
+                    return Err(super::StepError::Ambiguous {
+                        step: step.name.clone(),
+                        ids,
+                    })
+                }
+                Lookup::NotFound => {}
+            }
+        }
+        let what = format!("{} step {}", step.method, step.name);
+        let body = render_with(&step.body, lead, done);
+        let req = self
+            .client
+            .request(step.method.clone(), step.url.clone())
+            .json(&body);
+        let (_, bytes) = self
+            .call(&what, req, &lead.contact_values(), summary)
+            .await?;
+        let id = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|json| pointer(&json, &step.id_pointer).and_then(id_of))
+            .ok_or_else(|| {
+                CrmError::new(
+                    ErrorClass::Uncertain,
+                    format!(
+                        "{CONNECTOR} {what}: the answer has no id at `{}`",
+                        step.id_pointer
+                    ),
+                )
+            })?;
+        Ok(made(id, "created"))
+    }
+}
+
+/// The ids of a lookup answer; `None` when it does not have the configured shape.
+fn ids_at(body: &[u8], ids_pointer: &str, id_pointer: Option<&str>) -> Option<Vec<String>> {
+    let json: Value = serde_json::from_slice(body).ok()?;
+    let items = pointer(&json, ids_pointer)?.as_array()?;
+    items
+        .iter()
+        .map(|item| match id_pointer {
+            Some(p) => pointer(item, p).and_then(id_of),
+            None if item.is_object() => item.get("id").and_then(id_of),
+            None => id_of(item),
+        })
+        .collect()
 }
 
 /// For `fuzz/`: one answer of a home-grown CRM through the adapter's parsing (the error
@@ -920,6 +1173,9 @@ mod tests {
             .route("/api/leads", post(create))
             .route("/api/leads", get(lookup))
             .route("/api/leads/{id}", axum::routing::patch(patch_lead))
+            // Contacts share the store; their key is `c-<operation_id>`.
+            .route("/api/contacts", post(create))
+            .route("/api/contacts", get(lookup))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -983,6 +1239,64 @@ X-Client = "leadgate"
     fn assert_clean(text: &str) {
         for needle in [KEY, "Ivan", "79990001122"] {
             assert!(!text.contains(needle), "{needle:?} leaked into {text:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn steps_go_in_order_with_the_earlier_ids_and_find_their_own_key_first() {
+        let (base, fake) = spawn().await;
+        let steps = format!(
+            "[[crm.steps]]\nname = \"contact\"\nurl = \"{base}/api/contacts\"\n\
+             body = '{{\"external_id\": \"c-{{{{operation_id}}}}\", \"phone\": {{{{phone}}}}}}'\n\
+             id_pointer = \"/data/id\"\n\
+             lookup_url = \"{base}/api/contacts?external_id=c-{{{{operation_id}}}}\"\n\
+             lookup_ids_pointer = \"/items\"\n"
+        );
+        let text = toml(&base, &key_var("steps"), "").replace(
+            "\"fixed\": [1, true, \"x\"]",
+            "\"fixed\": [1, true, \"x\"], \"contact\": {{contact_id}}",
+        );
+        // The steps' tables come after every key of [crm].
+        let text = text.replace("[crm.headers]", &format!("{steps}[crm.headers]"));
+        let crm = HttpCrm::new(&config(&text)).unwrap();
+        assert_eq!(crm.steps(), ["contact"]);
+        assert_eq!(crm.create_calls(), 3);
+        let lead = lead("site:s1");
+        let search = super::super::ContactSearch::default();
+        let (made, ex) = crm.step("contact", &lead, &search, &[], false).await;
+        let made = made.unwrap();
+        assert_eq!((made.crm_id.as_str(), made.how.as_str()), ("1", "created"));
+        assert_clean(&ex.request.to_string());
+        assert_clean(&ex.response.to_string());
+        let (id, _) = crm.create_after(&lead, std::slice::from_ref(&made)).await;
+        assert_eq!(id.unwrap(), "2");
+        let rows = fake.leads.lock().unwrap().clone();
+        assert_eq!(
+            rows[1]["contact"], "1",
+            "the lead names the step's id: {rows:?}"
+        );
+        assert_eq!(rows[0]["external_id"], "c-site:s1");
+        // After an attempt that may have sent it, the step is found by its own key.
+        let (again, ex) = crm.step("contact", &lead, &search, &[], true).await;
+        let again = again.unwrap();
+        assert_eq!(
+            (again.crm_id.as_str(), again.how.as_str()),
+            ("1", "recovered")
+        );
+        assert_eq!(ex.request["by_key_first"], true);
+        assert_eq!(fake.leads.lock().unwrap().len(), 2, "nothing created again");
+        // The lead's own lookup sees the lead only.
+        assert_eq!(
+            crm.find("site:s1").await.0.unwrap(),
+            Lookup::One("2".into())
+        );
+        // A template may only name steps before it; names are checked.
+        for bad in [
+            text.replace("\"contact\": {{contact_id}}", "\"contact\": {{company_id}}"),
+            text.replace("name = \"contact\"", "name = \"Contact\""),
+            text.replace("lookup_url = \"", "lookup_url = \"{{name}}"),
+        ] {
+            assert!(HttpCrm::new(&config(&bad)).is_err(), "{bad}");
         }
     }
 
@@ -1264,6 +1578,7 @@ X-Client = "leadgate"
     fn templates_render_whole_values_and_embedded_placeholders() {
         let t = parse_template(
             r#"{"id": {{operation_id}}, "e": {{email}}, "s": "[{{email}}]", "n": "{{ name }}", "k": ["{{title}}", 3]}"#,
+            &[],
         )
         .unwrap();
         let out = render(&t, &lead("op-1"));
@@ -1272,7 +1587,7 @@ X-Client = "leadgate"
             json!({"id": "op-1", "e": null, "s": "[]", "n": "Ivan \"Vanya\"\nPetrov", "k": ["Form", 3]})
         );
         // Braces inside string literals of the template are left alone.
-        let t = parse_template(r#"{"raw": "a {b} \" {{source}}"}"#).unwrap();
+        let t = parse_template(r#"{"raw": "a {b} \" {{source}}"}"#, &[]).unwrap();
         assert_eq!(render(&t, &lead("x")), json!({"raw": "a {b} \" site"}));
         assert_eq!(
             lookup_target("http://h/l?k={{operation_id}}", "site:a b/é"),

@@ -76,6 +76,45 @@ impl Lookup {
     }
 }
 
+/// One step of a create that takes several calls (Bitrix24 `contact_deal`: the contact,
+/// then the deal), as the worker commits it (a `crm_step` timeline event) before the next call: the recovery point an
+/// attempt after a crash or a lost answer resumes from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepDone {
+    /// The step's name (`contact`).
+    pub step: String,
+    /// The CRM entity kind it produced (`contact`).
+    pub entity: String,
+    pub crm_id: String,
+    /// `created` (this step's create), `linked` (an entity that was there already,
+    /// found by phone or e-mail) or `recovered` (found again by the step's own key after
+    /// an earlier attempt's answer was lost).
+    pub how: String,
+}
+
+/// What the phone and e-mail search of a step looks for: the operation's normalized
+/// contact keys (E.164 phone, lower-cased e-mail).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContactSearch {
+    pub phone: Option<String>,
+    pub email: Option<String>,
+}
+
+/// A step that did not produce its entity.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepError {
+    /// The call failed, classified as any call.
+    Crm(CrmError),
+    /// Several entities match and the rule is to ask a person: the step and their ids.
+    Ambiguous { step: String, ids: Vec<String> },
+}
+
+impl From<CrmError> for StepError {
+    fn from(e: CrmError) -> Self {
+        StepError::Crm(e)
+    }
+}
+
 /// Summaries of one CRM call for the timeline: method, status, duration_ms, error
 /// code; no secrets, no contact data.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -122,6 +161,59 @@ pub trait Crm: Send + Sync + 'static {
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange);
     /// Finds entities by external key.
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange);
+
+    /// The steps a create takes before its final entity, in order (Bitrix24
+    /// `contact_deal`: `["contact"]`); empty (the default): the create is one call.
+    fn steps(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    /// The kind of entity a stepped create makes last (Bitrix24 `contact_deal`: `deal`).
+    fn final_entity(&self) -> &'static str {
+        "lead"
+    }
+
+    /// At most how many requests one whole create makes, its steps included: its
+    /// budget is that many calls.
+    fn create_calls(&self) -> u32 {
+        1
+    }
+
+    /// Makes step `step` of `lead`'s create: finds or creates its entity. `done` are the
+    /// earlier steps' results; with `may_exist` an earlier attempt may have sent this
+    /// step's create, so the step looks its own external key up before anything else
+    /// (never a blind second create).
+    async fn step(
+        &self,
+        step: &str,
+        lead: &Lead,
+        search: &ContactSearch,
+        done: &[StepDone],
+        may_exist: bool,
+    ) -> (Result<StepDone, StepError>, Exchange) {
+        let _ = (lead, search, done, may_exist);
+        (
+            Err(StepError::Crm(CrmError::new(
+                ErrorClass::Validation,
+                format!("the {} connector has no step {step}", self.connector()),
+            ))),
+            Exchange {
+                request: serde_json::json!({"step": step}),
+                response: serde_json::json!({"sent": false}),
+            },
+        )
+    }
+
+    /// The final create of a stepped create, linked to the entities of `done`: what
+    /// [`find`](Crm::find) looks up afterwards. One-call CRMs: [`create`](Crm::create).
+    async fn create_after(
+        &self,
+        lead: &Lead,
+        done: &[StepDone],
+    ) -> (Result<String, CrmError>, Exchange) {
+        let _ = done;
+        self.create(lead).await
+    }
 
     /// At most how many requests one [`update`](Crm::update) makes (a read before the
     /// write, a contact's and its lead's): the call's budget is that many calls.
@@ -227,6 +319,9 @@ pub fn from_config(
         CrmConfig::Bitrix24 {
             webhook_url,
             entity,
+            deal_category_id,
+            deal_stage_id,
+            contact_match,
             timeout,
             rate_limit,
             burst,
@@ -240,11 +335,13 @@ pub fn from_config(
                 ));
             }
             std::sync::Arc::new(
-                bitrix24::Bitrix24::new(webhook_url.expose(), *entity, *timeout)?.paced_in(
-                    store,
-                    *rate_limit,
-                    *burst,
-                ),
+                bitrix24::Bitrix24::new(webhook_url.expose(), *entity, *timeout)?
+                    .with_deals(bitrix24::DealSettings {
+                        category_id: *deal_category_id,
+                        stage_id: deal_stage_id.clone(),
+                        contact_match: *contact_match,
+                    })?
+                    .paced_in(store, *rate_limit, *burst),
             )
         }
         CrmConfig::Amocrm {
@@ -256,6 +353,7 @@ pub fn from_config(
             refresh_token,
             operation_field_id,
             pipeline_id,
+            link_contacts,
             rate_limit,
             timeout,
             token_key_file,
@@ -290,6 +388,7 @@ pub fn from_config(
                     rate_limit: *rate_limit,
                     timeout: *timeout,
                 })?
+                .with_contact_links(*link_contacts)
                 .paced_in(store),
             )
         }
@@ -321,7 +420,7 @@ pub fn web_links(config: &CrmConfig) -> Option<crate::store::CrmLinks> {
             let origin = url.origin().ascii_serialization();
             let kind = match entity {
                 bitrix24::Entity::Lead => "lead",
-                bitrix24::Entity::Deal => "deal",
+                bitrix24::Entity::Deal | bitrix24::Entity::ContactDeal => "deal",
             };
             (
                 format!("{origin}/crm/{kind}/details/{{id}}/"),

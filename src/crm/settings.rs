@@ -14,6 +14,19 @@ pub enum CrmConfig {
         webhook_url: Secret,
         #[serde(default)]
         entity: super::bitrix24::Entity,
+        /// `entity = "contact_deal"`: the deal's pipeline (`CATEGORY_ID`; none: the
+        /// portal's general pipeline) ...
+        #[serde(default)]
+        deal_category_id: Option<u64>,
+        /// ... and its stage (`STAGE_ID`, e.g. `NEW` or `C3:NEW`; none: the pipeline's
+        /// first stage).
+        #[serde(default)]
+        deal_stage_id: Option<String>,
+        /// `entity = "contact_deal"`: which contact a lead whose phone or e-mail several
+        /// contacts carry is linked to: `newest` (the highest id) or `review` (a person
+        /// decides, `ambiguous_match`).
+        #[serde(default)]
+        contact_match: super::bitrix24::ContactMatch,
         #[serde(default = "default_crm_timeout", with = "humantime_serde")]
         timeout: Duration,
         /// How long after an unknown outcome a create may still land (default 75 s:
@@ -51,6 +64,11 @@ pub enum CrmConfig {
         operation_field_id: u64,
         #[serde(default)]
         pipeline_id: Option<u64>,
+        /// Look each lead's contact up by phone and e-mail before `leads/complex` and
+        /// attach the one found (the newest) by id instead of creating a new contact;
+        /// creates then go one lead a request.
+        #[serde(default)]
+        link_contacts: bool,
         /// Requests per second sent to the account by every process on the operations
         /// database together (amoCRM: 7).
         #[serde(default = "default_amocrm_rate_limit")]

@@ -423,6 +423,10 @@ pub struct MetricsSnapshot {
     pub unique_operations: i64,
     /// Entities the CRM created for operations (created or found again by key).
     pub crm_entities_created: i64,
+    /// `(entity, how) -> count` of the entities the steps of stepped creates produced
+    /// (Bitrix24 `contact_deal`): contacts `created`, `linked` or `recovered`, deals
+    /// `created` or `recovered`.
+    pub crm_steps: BTreeMap<(String, String), i64>,
     /// `(source, outcome) -> count` of journaled deliveries.
     pub deliveries: BTreeMap<(String, String), i64>,
     /// `source -> count` of deliveries answered with the saved result.
@@ -593,6 +597,16 @@ pub trait Store: Send + Sync + 'static {
         settle: std::time::Duration,
         now: DateTime<Utc>,
     ) -> Result<Vec<Result<Lease>>>;
+
+    /// Commits one step of a multi-step create (`events`: its exchange and its
+    /// `crm_step` result) under the lease armed for the call, before the next step is
+    /// called. `LeaseLost` (nothing written) when the lease is no longer held or ran out.
+    async fn record_step(
+        &self,
+        lease: &Lease,
+        events: Vec<NewEvent>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
 
     /// Applies the outcome of an attempt, guarded by the lease: only the lease holder may
     /// report. `events` (the CRM request and answer) are appended first, in the same

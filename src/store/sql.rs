@@ -1086,6 +1086,15 @@ macro_rules! sql_store {
                 ops::attempts::start_attempts(self.write().await?, leases, lease_for, settle, now).await
             }
 
+            async fn record_step(
+                &self,
+                lease: &Lease,
+                events: Vec<NewEvent>,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                ops::attempts::record_step(self.write().await?, lease, &events, now).await
+            }
+
             async fn finish_attempt(
                 &self,
                 lease: &Lease,
@@ -1830,6 +1839,9 @@ macro_rules! sql_store {
                         }
                         "retries" if n != 0 => {
                             m.retries_by_class.insert(label, n);
+                        }
+                        "crm_steps" if n != 0 => {
+                            m.crm_steps.insert((label, label2), n);
                         }
                         "crm_entities" => m.crm_entities_created = n,
                         "lost" => m.lost = n,

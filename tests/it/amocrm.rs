@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use leadgate_testkit::each_backend;
 use leadgate_testkit::TestDb;
 
-fn config_toml(db_url: &str, fake: &FakeAmoCrm) -> String {
+pub(crate) fn config_toml(db_url: &str, fake: &FakeAmoCrm) -> String {
     format!(
         r#"
 [database]

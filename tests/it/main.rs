@@ -25,6 +25,7 @@ mod security;
 mod self_contained;
 mod slow_crm;
 mod sources;
+mod steps;
 mod store;
 mod tls;
 mod updates;

@@ -725,6 +725,14 @@ impl Store for Hiccup {
         }
         done
     }
+    async fn record_step(
+        &self,
+        lease: &Lease,
+        events: Vec<NewEvent>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.record_step(lease, events, now).await
+    }
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }

@@ -7,6 +7,13 @@
 //!   "request_id": [..], "merged"}]`. With duplicate control switched on, a lead whose
 //!   contact phone (by digits) or e-mail (case-insensitively) matches an EXISTING
 //!   contact is not created: its answer is the existing lead with `"merged": true`.
+//! - An embedded contact given as `{"id": N}` attaches that existing contact instead of
+//!   creating one (an unknown id is a 400 `NotFound`).
+//! - `POST /api/v4/contacts` — an array of contacts (`first_name`, `custom_fields_values`
+//!   by `field_code`) → `{"_embedded":{"contacts":[{"id","request_id"}]}}`.
+//! - `GET /api/v4/contacts?query=` — contacts whose name, e-mail or phone contains the
+//!   query (phones by digits); `_embedded.contacts`, 204 when empty; lags as the lead
+//!   search does (`search_lag_ms`). Counted and faulted as `contacts.list`.
 //! - `GET /api/v4/leads?query=&limit=&page=` — substring search over the lead name,
 //!   custom field values and tags; HAL answer with `_page`, `_links`, `_embedded.leads`;
 //!   an empty result is **204 with no body**. With `search_lag`, leads created in the
@@ -68,6 +75,9 @@ pub const GET: &str = "leads.get";
 /// `PATCH /api/v4/leads/{id}`, `GET` and `PATCH /api/v4/contacts/{id}`.
 pub const UPDATE: &str = "leads.update";
 pub const CONTACT_GET: &str = "contacts.get";
+/// `GET /api/v4/contacts?query=` and `POST /api/v4/contacts`.
+pub const CONTACT_SEARCH: &str = "contacts.list";
+pub const CONTACT_ADD: &str = "contacts.add";
 pub const CONTACT_UPDATE: &str = "contacts.update";
 /// The fault-queue / call-counter name of `POST /oauth2/access_token`.
 pub const TOKEN: &str = "oauth.token";
@@ -220,6 +230,8 @@ struct Store {
     tags: BTreeMap<String, u64>,
     last_lead: u64,
     last_contact: u64,
+    /// When each contact was created, for `search_lag_ms`.
+    contact_created: BTreeMap<u64, Instant>,
 }
 
 /// The OAuth side of the account: which refresh token works now, which access tokens
@@ -438,6 +450,7 @@ fn router(state: AppState) -> Router {
         .route("/api/v4/leads/complex", post(complex))
         .route("/api/v4/leads", get(search))
         .route("/api/v4/leads/{id}", get(get_lead).patch(patch_lead))
+        .route("/api/v4/contacts", get(search_contacts).post(add_contacts))
         .route(
             "/api/v4/contacts/{id}",
             get(get_contact).patch(patch_contact),
@@ -938,6 +951,23 @@ fn create_leads(shared: &Shared, leads: &[Value]) -> Result<Value, Box<Response>
                 "At most one contact per lead.".into(),
             ));
         }
+        let attached = obj
+            .get("_embedded")
+            .and_then(|e| e.get("contacts"))
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+            .and_then(|c| c.get("id"))
+            .map(|id| id.as_u64());
+        if let Some(id) = attached {
+            if id.is_none_or(|id| !lock(&shared.store).contacts.contains_key(&id)) {
+                errors.push((
+                    rid.clone(),
+                    "NotFound",
+                    "_embedded.contacts.0.id".into(),
+                    "The contact does not exist.".into(),
+                ));
+            }
+        }
     }
     if !errors.is_empty() {
         return Err(Box::new(validation(errors)));
@@ -979,14 +1009,23 @@ fn create_leads(shared: &Shared, leads: &[Value]) -> Result<Value, Box<Response>
         }
         store.last_lead += 1;
         let id = store.last_lead;
-        let contact_id = contact.map(|mut c| {
-            store.last_contact += 1;
-            let cid = store.last_contact;
-            c.insert("id".into(), json!(cid));
-            store.contacts.insert(cid, c);
-            store.lead_of_contact.insert(cid, id);
-            cid
-        });
+        let existing_contact = contact
+            .as_ref()
+            .and_then(|c| c.get("id"))
+            .and_then(Value::as_u64);
+        let contact_id = match existing_contact {
+            // An existing contact attached by id (checked above).
+            Some(cid) => Some(cid),
+            None => contact.map(|mut c| {
+                store.last_contact += 1;
+                let cid = store.last_contact;
+                c.insert("id".into(), json!(cid));
+                store.contacts.insert(cid, c);
+                store.lead_of_contact.insert(cid, id);
+                store.contact_created.insert(cid, Instant::now());
+                cid
+            }),
+        };
         let mut tags = Vec::new();
         for t in embedded
             .get("tags")
@@ -1294,6 +1333,102 @@ async fn patch_lead(
     })
     .await;
     patched(done, fault, &state, &kill, "Lead not found").await
+}
+
+/// `POST /api/v4/contacts`: creates each contact of the array as sent.
+async fn add_contacts(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let fault = match preamble(&state.shared, CONTACT_ADD, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let Ok(Value::Array(contacts)) = serde_json::from_slice::<Value>(&body) else {
+        return problem(
+            400,
+            "Bad Request",
+            "The body must be a JSON array of contacts",
+        );
+    };
+    let mut created = Vec::new();
+    {
+        let mut store = lock(&state.shared.store);
+        for (i, c) in contacts.into_iter().enumerate() {
+            let Value::Object(mut c) = c else {
+                return problem(400, "Bad Request", "A contact must be an object");
+            };
+            store.last_contact += 1;
+            let cid = store.last_contact;
+            c.insert("id".into(), json!(cid));
+            store.contacts.insert(cid, c);
+            store.contact_created.insert(cid, Instant::now());
+            created.push(json!({"id": cid, "request_id": i.to_string()}));
+        }
+    }
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    hal(StatusCode::OK, json!({"_embedded": {"contacts": created}}))
+}
+
+/// `GET /api/v4/contacts?query=`: contacts whose name, e-mail or phone (by digits)
+/// contains the query, once the search index has them.
+async fn search_contacts(
+    State(state): State<AppState>,
+    ConnectInfo(kill): ConnectInfo<ConnKill>,
+    Query(params): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &state.shared;
+    let fault = match preamble(shared, CONTACT_SEARCH, &headers).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let query = params
+        .get("query")
+        .map(|q| q.trim().to_lowercase())
+        .unwrap_or_default();
+    let digits: String = query.chars().filter(char::is_ascii_digit).collect();
+    let lag = Duration::from_millis(lock(&shared.settings).search_lag_ms);
+    let rows: Vec<Value> = {
+        let store = lock(&shared.store);
+        store
+            .contacts
+            .iter()
+            .filter(|(id, _)| {
+                store
+                    .contact_created
+                    .get(id)
+                    .is_none_or(|at| at.elapsed() >= lag)
+            })
+            .filter(|(_, c)| {
+                if query.is_empty() {
+                    return true;
+                }
+                let name = c.get("first_name").map(text_of).unwrap_or_default();
+                name.to_lowercase().contains(&query)
+                    || comm_keys(c).iter().any(|k| match k.split_once(':') {
+                        Some(("PHONE", v)) => digits.len() >= 5 && v.contains(&digits),
+                        Some((_, v)) => v.contains(&query),
+                        None => false,
+                    })
+            })
+            .map(|(_, c)| Value::Object(c.clone()))
+            .collect()
+    };
+    if let Some(resp) = after_execute(fault, &state, &kill).await {
+        return resp;
+    }
+    if rows.is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    hal(
+        StatusCode::OK,
+        json!({"_page": 1, "_embedded": {"contacts": rows}}),
+    )
 }
 
 async fn get_contact(

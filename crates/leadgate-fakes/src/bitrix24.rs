@@ -7,12 +7,15 @@
 //!
 //! - `POST|GET /rest/{user}/{secret}/{method}[.json]` with a JSON body, or form / query
 //!   parameters parsed as PHP parses them (`fields[TITLE]=x&select[]=ID`, see `batch`);
-//! - `crm.lead.add`, `crm.deal.add` → `{"result": <id>}`;
-//! - `crm.lead.list`, `crm.deal.list` with `filter` (`=`/no prefix: equal, an array
+//! - `crm.lead.add`, `crm.deal.add`, `crm.contact.add` → `{"result": <id>}` (ids count
+//!   per kind from 1; a deal keeps its `CONTACT_IDS`, `CATEGORY_ID`, `STAGE_ID` as sent);
+//! - `crm.lead.list`, `crm.deal.list`, `crm.contact.list` with `filter` (`=`/no prefix: equal, an array
 //!   meaning any of; `!=`/`!`: not equal; `@`: in the array of values; `!@`: not in it;
 //!   `>=`, `>`, `<=`, `<`: ranges, dates compared as times),
 //!   `select`, `start` (50 rows a page, `total`, `next`; `start=-1` omits `total`);
-//! - `crm.duplicate.findbycomm` (`[]` when nothing matches, `{"LEAD":[ids]}` else);
+//! - `crm.duplicate.findbycomm` with `entity_type` `LEAD` or `CONTACT` (none: both) (`[]`
+//!   when nothing matches, `{"LEAD":[ids],"CONTACT":[ids]}` with the kinds that matched
+//!   else; it lags behind creates as lists do, `search_lag`);
 //! - every success carries the `time` object; errors are
 //!   `{"error":"CODE","error_description":"text"}`; an unknown method is 404
 //!   `ERROR_METHOD_NOT_FOUND`, a wrong secret 401 `NO_AUTH_FOUND`.
@@ -104,6 +107,9 @@ const METHODS: &[&str] = &[
     "crm.deal.get",
     "crm.lead.list",
     "crm.deal.list",
+    "crm.contact.add",
+    "crm.contact.get",
+    "crm.contact.list",
     "crm.duplicate.findbycomm",
     "batch",
 ];
@@ -202,7 +208,7 @@ impl Default for FakeConfig {
 /// One entity held by the fake.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct FakeEntity {
-    /// `lead` or `deal`.
+    /// `lead`, `deal` or `contact`.
     pub kind: String,
     pub id: u64,
     /// The fields as sent, plus `ID` (a string, as Bitrix24 lists it).
@@ -1132,6 +1138,9 @@ fn execute(shared: &Shared, method: &str, params: &Value) -> Result<Success, Ref
         "crm.deal.update" => update(shared, "deal", params),
         "crm.lead.list" => list(shared, "lead", params),
         "crm.deal.list" => list(shared, "deal", params),
+        "crm.contact.add" => add(shared, "contact", params),
+        "crm.contact.get" => get_entity(shared, "contact", params),
+        "crm.contact.list" => list(shared, "contact", params),
         "crm.duplicate.findbycomm" => find_by_comm(shared, params),
         _ => Err(refuse(404, "ERROR_METHOD_NOT_FOUND", "Method not found!")),
     }
@@ -1385,38 +1394,48 @@ fn find_by_comm(shared: &Shared, params: &Value) -> Result<Success, Refusal> {
         .map(text_of)
         .unwrap_or_default()
         .to_uppercase();
-    // Only leads hold PHONE/EMAIL in this fake (deals have none in Bitrix24 either).
-    if !entity_type.is_empty() && entity_type != "LEAD" {
-        return Ok(Success::plain(json!([])));
-    }
+    let kinds: &[(&str, &str)] = match entity_type.as_str() {
+        "" => &[("LEAD", "lead"), ("CONTACT", "contact")],
+        "LEAD" => &[("LEAD", "lead")],
+        "CONTACT" => &[("CONTACT", "contact")],
+        // Deals and companies hold no PHONE/EMAIL of their own in this fake.
+        _ => &[],
+    };
     let wanted: Vec<String> = values
         .iter()
         .map(|v| comm_key(&kind, v))
         .filter(|v| !v.is_empty())
         .collect();
     let store = lock(&shared.store);
-    let ids: Vec<u64> = store
-        .entities
-        .iter()
-        .filter(|((k, _), _)| k == "lead")
-        .filter(|(_, fields)| {
-            fields
-                .get(&kind)
-                .and_then(Value::as_array)
-                .is_some_and(|multi| {
-                    multi.iter().any(|m| {
-                        let v = m.get("VALUE").map(text_of).unwrap_or_default();
-                        wanted.contains(&comm_key(&kind, &v))
+    let lag = *lock(&shared.search_lag);
+    let mut found = Map::new();
+    for (label, entity) in kinds {
+        let ids: Vec<u64> = store
+            .entities
+            .iter()
+            .filter(|((k, id), _)| k == entity && visible(&store, lag, k, *id))
+            .filter(|(_, fields)| {
+                fields
+                    .get(&kind)
+                    .and_then(Value::as_array)
+                    .is_some_and(|multi| {
+                        multi.iter().any(|m| {
+                            let v = m.get("VALUE").map(text_of).unwrap_or_default();
+                            wanted.contains(&comm_key(&kind, &v))
+                        })
                     })
-                })
-        })
-        .map(|((_, id), _)| *id)
-        .collect();
-    if ids.is_empty() {
+            })
+            .map(|((_, id), _)| *id)
+            .collect();
+        if !ids.is_empty() {
+            found.insert((*label).to_owned(), json!(ids));
+        }
+    }
+    if found.is_empty() {
         // Bitrix24 answers an empty *array* here, not an empty object.
         Ok(Success::plain(json!([])))
     } else {
-        Ok(Success::plain(json!({"LEAD": ids})))
+        Ok(Success::plain(Value::Object(found)))
     }
 }
 

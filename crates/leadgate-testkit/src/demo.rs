@@ -22,6 +22,9 @@ pub struct Demo {
     site_secret: leadgate::config::Secret,
     /// Reads operations with `[api] read_token` (or the integration token).
     read_token: leadgate::config::Secret,
+    /// A second gateway on the same fake portal with `entity = "contact_deal"` (its own
+    /// database, the same sources and tokens): scenario 9 plays against it.
+    deals: Option<String>,
 }
 
 struct Row {
@@ -61,7 +64,14 @@ impl Demo {
             run: store::now().format("%H%M%S").to_string(),
             site_secret,
             read_token,
+            deals: None,
         })
+    }
+
+    /// Plays the contact-and-deal scenario against `gateway` (see [`Demo::deals`]).
+    pub fn with_deals(mut self, gateway: Option<&str>) -> Demo {
+        self.deals = gateway.map(|g| g.trim_end_matches('/').to_owned());
+        self
     }
 
     fn key(&self, name: &str) -> String {
@@ -75,13 +85,17 @@ impl Demo {
     }
 
     async fn post(&self, body: &Value) -> anyhow::Result<(u16, Value)> {
+        self.post_to(&self.gateway, body).await
+    }
+
+    async fn post_to(&self, gateway: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         let body = serde_json::to_vec(body)?;
         let now = store::now().timestamp();
         let signature =
             leadgate::intake::sources::sign(self.site_secret.expose().as_bytes(), now, &body);
         let res = self
             .http
-            .post(format!("{}/v1/intake/site", self.gateway))
+            .post(format!("{gateway}/v1/intake/site"))
             .header("content-type", "application/json")
             .header(leadgate::intake::sources::TIMESTAMP_HEADER, now.to_string())
             .header(leadgate::intake::sources::SIGNATURE_HEADER, signature)
@@ -92,10 +106,14 @@ impl Demo {
     }
 
     async fn operation(&self, key: &str) -> anyhow::Result<Value> {
+        self.operation_at(&self.gateway, key).await
+    }
+
+    async fn operation_at(&self, gateway: &str, key: &str) -> anyhow::Result<Value> {
         let id = format!("site:{key}");
         let url = format!(
             "{}/v1/operations/{}",
-            self.gateway,
+            gateway,
             percent_encoding::utf8_percent_encode(&id, percent_encoding::NON_ALPHANUMERIC)
         );
         Ok(self
@@ -109,9 +127,18 @@ impl Demo {
     }
 
     async fn wait_status(&self, key: &str, status: &str) -> anyhow::Result<Value> {
+        self.wait_status_at(&self.gateway, key, status).await
+    }
+
+    async fn wait_status_at(
+        &self,
+        gateway: &str,
+        key: &str,
+        status: &str,
+    ) -> anyhow::Result<Value> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let op = self.operation(key).await?;
+            let op = self.operation_at(gateway, key).await?;
             if op["status"] == status {
                 return Ok(op);
             }
@@ -123,8 +150,12 @@ impl Demo {
     }
 
     async fn fault(&self, fault: Value, times: u32) -> anyhow::Result<()> {
+        self.fault_on(CREATE, fault, times).await
+    }
+
+    async fn fault_on(&self, method: &str, fault: Value, times: u32) -> anyhow::Result<()> {
         let mut rule = fault;
-        rule["method"] = json!(CREATE);
+        rule["method"] = json!(method);
         rule["times"] = json!(times);
         self.http
             .post(format!("{}/_fake/faults", self.crm))
@@ -246,8 +277,83 @@ impl Demo {
             "the tombstone answers, or review",
             self.s8()
         );
+        if let Some(deals) = &self.deals {
+            scenario!(
+                "9 contact + deal: answer lost, then a known client",
+                "one contact, recovered by its key; each lead one deal linked to it",
+                self.s9(deals)
+            );
+        }
         print_table(&rows);
         Ok((rows.iter().filter(|r| r.pass).count(), rows.len()))
+    }
+
+    /// Contact + deal (`entity = "contact_deal"`): the contact's create executes and its
+    /// answer is lost; after the settle window the contact is found by its key and the
+    /// deal made once. A second lead from the same phone is linked to that contact.
+    async fn s9(&self, deals: &str) -> anyhow::Result<(bool, String)> {
+        let phone = format!("+7 999 0{}", self.run);
+        let lead = |name: &str| {
+            let mut l = self.lead(name, "Olga");
+            l["phone"] = json!(phone);
+            l["email"] = json!(format!("olga.{}@example.com", self.run));
+            l
+        };
+        self.fault_on("crm.contact.add", json!({"fault": "lost_answer_hang"}), 1)
+            .await?;
+        self.post_to(deals, &lead("s9a")).await?;
+        let first = self
+            .wait_status_at(deals, &self.key("s9a"), "completed")
+            .await?;
+        self.post_to(deals, &lead("s9b")).await?;
+        let second = self
+            .wait_status_at(deals, &self.key("s9b"), "completed")
+            .await?;
+        let state = self.crm_state().await?;
+        let entities = state["entities"].as_array().cloned().unwrap_or_default();
+        let of = |kind: &str, key: &str| -> Vec<Value> {
+            entities
+                .iter()
+                .filter(|e| {
+                    e["kind"] == kind
+                        && e["fields"]["ORIGIN_ID"] == format!("site:{}", self.key(key)).as_str()
+                })
+                .cloned()
+                .collect()
+        };
+        let contacts = of("contact", "s9a");
+        let (deal_a, deal_b) = (of("deal", "s9a"), of("deal", "s9b"));
+        let contact_id = contacts.first().map(|c| c["id"].to_string());
+        let linked_to = |deals: &[Value]| {
+            deals
+                .first()
+                .and_then(|d| d["fields"]["CONTACT_IDS"][0].as_str().map(str::to_owned))
+        };
+        // The fake is fresh for every demo and only this scenario makes contacts: one
+        // add (the lost one), and the contact found again by its key.
+        let adds = state["calls"]["crm.contact.add"].as_u64().unwrap_or(0);
+        let by_key = state["calls"]["crm.contact.list"].as_u64().unwrap_or(0);
+        let pass = contacts.len() == 1
+            && adds == 1
+            && by_key >= 1
+            && of("contact", "s9b").is_empty()
+            && deal_a.len() == 1
+            && deal_b.len() == 1
+            && linked_to(&deal_a) == contact_id
+            && linked_to(&deal_b) == contact_id
+            && first["crm_id"] == json!(deal_a[0]["id"].to_string())
+            && second["crm_id"] == json!(deal_b[0]["id"].to_string());
+        Ok((
+            pass,
+            format!(
+                "contacts {} (id {}, 1 add, looked up by key {by_key}x), deals {} + {}, both linked to it: {}",
+                contacts.len(),
+                contact_id.unwrap_or_default(),
+                deal_a.len(),
+                deal_b.len(),
+                linked_to(&deal_a) == linked_to(&deal_b)
+            ),
+        ))
     }
 
     async fn s1(&self) -> anyhow::Result<(bool, String)> {

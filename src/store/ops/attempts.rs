@@ -216,6 +216,29 @@ pub(crate) async fn start_attempts<T: WriteTx>(
     Ok(started)
 }
 
+/// Commits the result of one step of a create (and the step's exchange) under the
+/// lease that armed the call: the recovery point the next step, or the next attempt,
+/// starts from. A lease no longer held (or run out) writes nothing: its step's entity
+/// carries the operation's key and is found by it.
+pub(crate) async fn record_step<T: WriteTx>(
+    mut tx: T,
+    lease: &Lease,
+    events: &[NewEvent],
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let id = lease.operation_id.as_str();
+    let mut l = must_lock(&mut tx, id).await?;
+    if l.lease_token.as_deref() != Some(lease.token.as_str())
+        || l.op.status != Status::InProgress
+        || l.op.lease_expires_at.is_none_or(|t| t <= now)
+    {
+        return Err(StoreError::LeaseLost(id.to_owned()));
+    }
+    append_all(&mut tx, id, &lease.owner, events, now).await?;
+    save(&mut tx, &mut l, now).await?;
+    tx.commit().await
+}
+
 pub(crate) async fn finish_attempt<T: WriteTx>(
     mut tx: T,
     lease: &Lease,

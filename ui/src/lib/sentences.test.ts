@@ -278,6 +278,24 @@ const TABLE: Row[] = [
     ru: "Поздний ответ повторяет известный ID в CRM 5555",
   },
   {
+    kind: "crm_step",
+    detail: { step: "contact", entity: "contact", crm_id: "41", how: "linked" },
+    en: "Contact 41 linked: the client is known in the CRM (found by phone or e-mail)",
+    ru: "Контакт 41 привязан: клиент уже есть в CRM (найден по телефону или e-mail)",
+  },
+  {
+    kind: "crm_step",
+    detail: { step: "final", entity: "deal", crm_id: "7", how: "recovered" },
+    en: "Deal 7 found again by its key — the earlier create had landed, nothing created twice",
+    ru: "Сделка 7 найдена по ключу — прежнее создание прошло, второй раз не создаётся",
+  },
+  {
+    kind: "crm_step",
+    detail: { step: "contact", entity: "contact", crm_id: "42", how: "created" },
+    en: "Contact 42 created",
+    ru: "Контакт 42 создан",
+  },
+  {
     kind: "extra_crm_entity",
     detail: { crm_id: "5556", known_crm_id: "5555" },
     en: "A second CRM entity 5556 was created (5555 was already known) — a person decides",

@@ -294,6 +294,11 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     const word = /^[A-Za-z]+/.exec(str(d.outcome) ?? "")?.[0] ?? null;
     return L.ev.lateOutcome(word === null ? null : Object.hasOwn(L.ev.lateOutcomes, word) ? pick(L.ev.lateOutcomes, word) : word);
   },
+  crm_step: (_e, d, { L }) => {
+    const id = str(d.crm_id);
+    const entity = str(d.entity);
+    return id === null || entity === null ? null : L.ev.step(entity, id, str(d.how) ?? "created");
+  },
   extra_crm_entity: (_e, d, { L }) => {
     const id = str(d.crm_id);
     return id === null ? null : L.ev.extraEntity(id, str(d.known_crm_id));

@@ -27,6 +27,10 @@ enum Command {
         /// The fake CRM's base URL.
         #[arg(long, default_value = "http://127.0.0.1:18091")]
         crm: String,
+        /// A second gateway on the same fake CRM with `entity = "contact_deal"`: plays
+        /// the contact-and-deal scenario against it.
+        #[arg(long)]
+        deals_gateway: Option<String>,
         /// The gateway's configuration file (TOML). `LEADGATE_DATABASE_URL` overrides its
         /// database URL.
         #[arg(long, short = 'c', value_name = "PATH")]
@@ -72,12 +76,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo {
             gateway,
             crm,
+            deals_gateway,
             config,
         } => {
             let config = leadgate::config::Config::load(config.as_deref())?;
             let store = leadgate::store::connect(config.database.url.expose()).await?;
             let (passed, total) =
                 leadgate_testkit::demo::Demo::new(&gateway, &crm, store, &config)?
+                    .with_deals(deals_gateway.as_deref())
                     .play()
                     .await?;
             if passed != total {

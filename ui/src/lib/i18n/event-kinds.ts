@@ -35,6 +35,8 @@ export const EVENT_KINDS = [
   "notification",
   "late_outcome",
   "extra_crm_entity",
+  // steps of a contact-and-deal create (worker/steps.rs)
+  "crm_step",
   // people (store/ops/review.rs, console model)
   "human_action",
   // claim-API redelivery (store/ops/claim_api.rs, redeliver.rs)

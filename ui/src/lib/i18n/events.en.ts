@@ -95,6 +95,7 @@ export const eventsEn = {
     notification: "Notification",
     late_outcome: "Late report",
     extra_crm_entity: "Second CRM entity",
+    crm_step: "Step done in the CRM",
     human_action: "A person's decision",
     redelivered: "Sent back to the integration",
     redelivery_failed: "Redelivery failed",
@@ -173,6 +174,14 @@ export const eventsEn = {
       `${late ? "A late answer: lead" : "Lead"} ${id} created in ${crm}${d ? ` in ${d}` : ""}`,
     recovered: (id: string, crm: string, late: boolean) =>
       `${late ? "A late answer: lead" : "Lead"} ${id} found in ${crm} — the earlier create had landed, nothing created twice`,
+    step: (entity: string, id: string, how: string) =>
+      `${entity === "contact" ? "Contact" : entity === "deal" ? "Deal" : cap(entity)} ${id} ${
+        how === "linked"
+          ? "linked: the client is known in the CRM (found by phone or e-mail)"
+          : how === "recovered"
+            ? "found again by its key — the earlier create had landed, nothing created twice"
+            : "created"
+      }`,
     retry: (n: number | null, of: number | null, inD: string | null, cls: string | null) =>
       `Retry${n === null ? "" : ` ${n}`}${n !== null && of !== null ? ` of ${of}` : ""} scheduled${inD ? ` ${inD}` : ""}${cls ? ` (${cls})` : ""}`,
     verify: (inD: string | null, cls: string | null) =>

@@ -92,6 +92,7 @@ export const eventsRu: EventStrings = {
     notification: "Уведомление",
     late_outcome: "Поздний отчёт",
     extra_crm_entity: "Вторая сущность в CRM",
+    crm_step: "Шаг выполнен в CRM",
     human_action: "Решение человека",
     redelivered: "Отправлено обратно в интеграцию",
     redelivery_failed: "Повторная отправка не удалась",
@@ -170,6 +171,16 @@ export const eventsRu: EventStrings = {
       `${late ? "Поздний ответ: лид" : "Лид"} ${id} создан в ${crm}${d ? ` за ${d}` : ""}`,
     recovered: (id: string, crm: string, late: boolean) =>
       `${late ? "Поздний ответ: лид" : "Лид"} ${id} найден в ${crm} — прежнее создание прошло, второй раз не создаётся`,
+    step: (entity: string, id: string, how: string) =>
+      `${entity === "contact" ? "Контакт" : entity === "deal" ? "Сделка" : entity} ${id} ${
+        how === "linked"
+          ? "привязан: клиент уже есть в CRM (найден по телефону или e-mail)"
+          : how === "recovered"
+            ? (entity === "deal" ? "найдена" : "найден") + " по ключу — прежнее создание прошло, второй раз не создаётся"
+            : entity === "deal"
+              ? "создана"
+              : "создан"
+      }`,
     retry: (n: number | null, of: number | null, inD: string | null, cls: string | null) =>
       `Повтор${n === null ? "" : ` ${n}`}${n !== null && of !== null ? ` из ${of}` : ""} назначен${inD ? ` ${inD}` : ""}${cls ? ` (${cls})` : ""}`,
     verify: (inD: string | null, cls: string | null) =>

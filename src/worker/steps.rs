@@ -1,0 +1,169 @@
+//! A create that takes several steps (Bitrix24 `contact_deal`: find or create the
+//! contact, then the deal linked to it), with a recovery point per step.
+//!
+//! Each step's result is committed (`Store::record_step`, a `crm_step` event) before the
+//! next call goes out, under the lease armed for the whole create. A later attempt —
+//! after a crash, a kill, a lost answer — reads the recorded steps from the timeline and
+//! resumes at the first step without one, with the saved ids. A step whose answer was
+//! lost is never sent blindly again: the attempt that follows an unknown outcome comes
+//! after the settle window (the operation's usual `Verify`), and the step looks its own
+//! external key up first (`may_exist`).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::attempt::{cut_off, exchange_events, through_hiccups};
+use crate::crm::{ContactSearch, StepDone, StepError};
+use crate::store::{AttemptOutcome, Claim, Lease, NewEvent, StoreError, TimelineEvent};
+
+use super::Worker;
+
+/// The step results recorded on an operation's timeline, oldest first; of two for one
+/// step (which the lease makes impossible) the first stands.
+pub fn recorded_steps(timeline: &[TimelineEvent]) -> Vec<StepDone> {
+    let mut done: Vec<StepDone> = Vec::new();
+    for e in timeline.iter().filter(|e| e.kind == "crm_step") {
+        if let Ok(step) = serde_json::from_value::<StepDone>(e.detail.clone()) {
+            if !done.iter().any(|d| d.step == step.step) && step.step != FINAL_STEP {
+                done.push(step);
+            }
+        }
+    }
+    done
+}
+
+/// The name the final entity's `crm_step` event carries.
+pub const FINAL_STEP: &str = "final";
+
+impl Worker {
+    /// Runs the steps of `lead`'s create not yet recorded, each committed before the
+    /// next, then the final create, all before `deadline`. The answer is the final
+    /// entity's id or the first failure, with the events not yet committed.
+    pub(super) async fn stepped(
+        &self,
+        claim: &Claim,
+        lease: &Lease,
+        lead: &crate::crm::Lead,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<(Result<String, StepError>, Vec<NewEvent>), StoreError> {
+        let op = &claim.operation;
+        let mut done = recorded_steps(&self.store.timeline(&op.operation_id).await?);
+        let search = ContactSearch {
+            phone: op.contact.phone.clone(),
+            email: op.contact.email.clone(),
+        };
+        // An earlier attempt (or the holder before a takeover) may have sent a step's
+        // create: its key is looked up before anything is created again.
+        let may_exist = op.attempts > 1 || op.verify_first || claim.granted;
+        let mut first = true;
+        for step in self.crm.steps() {
+            if done.iter().any(|d| d.step == step) {
+                continue;
+            }
+            let call = self.crm.step(step, lead, &search, &done, may_exist);
+            let answer = if std::mem::take(&mut first) {
+                tokio::time::timeout_at(deadline.into(), crate::crm::rate::prepaid(call)).await
+            } else {
+                tokio::time::timeout_at(deadline.into(), call).await
+            };
+            let (result, exchange) = match answer {
+                Ok(answer) => answer,
+                Err(_) => {
+                    let (r, e) = cut_off::<StepDone>(step, budget);
+                    (r.map_err(StepError::Crm), e)
+                }
+            };
+            let error = match &result {
+                Err(StepError::Crm(e)) => Some(e),
+                _ => None,
+            };
+            let mut events = exchange_events("crm_request", "crm_response", &exchange, error);
+            match result {
+                Ok(step_done) => {
+                    tracing::info!(step, crm_id = %step_done.crm_id, how = %step_done.how, "step done");
+                    events.push(NewEvent::new("crm_step", json!(step_done)));
+                    // The recovery point: committed before the next call goes out.
+                    through_hiccups(self.settings.keep_trying(), || {
+                        self.store
+                            .record_step(lease, events.clone(), self.store.now())
+                    })
+                    .await?;
+                    done.push(step_done);
+                }
+                Err(e) => return Ok((Err(e), events)),
+            }
+        }
+        let call = self.crm.create_after(lead, &done);
+        let answer = if first {
+            tokio::time::timeout_at(deadline.into(), crate::crm::rate::prepaid(call)).await
+        } else {
+            tokio::time::timeout_at(deadline.into(), call).await
+        };
+        let (result, exchange) = answer.unwrap_or_else(|_| cut_off("create", budget));
+        let events = exchange_events(
+            "crm_request",
+            "crm_response",
+            &exchange,
+            result.as_ref().err(),
+        );
+        Ok((result.map_err(StepError::Crm), events))
+    }
+
+    /// The `crm_step` event of a stepped create's final entity, when `outcome` settles
+    /// it (created, or found again by its key).
+    pub(super) fn final_step(&self, outcome: &AttemptOutcome) -> Option<NewEvent> {
+        if self.crm.steps().is_empty() {
+            return None;
+        }
+        let (crm_id, how) = match outcome {
+            AttemptOutcome::Created { crm_id } => (crm_id, "created"),
+            AttemptOutcome::Recovered { crm_id } => (crm_id, "recovered"),
+            _ => return None,
+        };
+        let step = StepDone {
+            step: FINAL_STEP.into(),
+            entity: self.crm.final_entity().into(),
+            crm_id: crm_id.clone(),
+            how: how.into(),
+        };
+        Some(NewEvent::new("crm_step", json!(step)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: &str, detail: serde_json::Value) -> TimelineEvent {
+        TimelineEvent {
+            id: 1,
+            at: chrono::Utc::now(),
+            kind: kind.into(),
+            actor: "worker:test".into(),
+            error_class: None,
+            detail,
+        }
+    }
+
+    #[test]
+    fn recorded_steps_are_read_from_the_timeline_first_one_standing() {
+        let step = |id: &str, how: &str| json!({"step": "contact", "entity": "contact", "crm_id": id, "how": how});
+        let timeline = vec![
+            event("claimed", json!({})),
+            event("crm_step", step("7", "created")),
+            event("crm_step", step("8", "linked")),
+            event(
+                "crm_step",
+                json!({"step": "final", "entity": "deal", "crm_id": "3", "how": "created"}),
+            ),
+            event("crm_step", json!({"broken": true})),
+        ];
+        let done = recorded_steps(&timeline);
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0].crm_id, "7");
+        assert_eq!(done[0].how, "created");
+        assert!(recorded_steps(&timeline[..1]).is_empty());
+    }
+}
