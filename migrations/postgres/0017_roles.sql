@@ -32,13 +32,15 @@ create table human_requests (
     requested_at     timestamptz not null default clock_timestamp(),
     applied_at       timestamptz,
     -- what the gateway answered (JSON text): {"ok": {...}} or {"error": {...}}
-    outcome          text
+    outcome          text,
+    -- a request is a few fields, not a store for data
+    constraint human_requests_body_size check (octet_length(body) <= 16384)
 );
 create index human_requests_waiting on human_requests (id) where applied_at is null;
 
 -- Which of the four group roles a login is in (a login is given one; the first wins).
 create function leadgate_role_of(login name) returns text
-language sql stable security definer set search_path = pg_catalog, public as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
     select r from unnest(array['leadgate_admin', 'leadgate_manager', 'leadgate_sales_ops', 'leadgate_support']) r
     where exists (select 1 from pg_roles g where g.rolname = r)
       and pg_has_role(login, r, 'member')
@@ -47,8 +49,10 @@ $$;
 
 -- May the session's login ask for this? The same answer the console's buttons give
 -- (domain::roles::may_ask), checked where a request is written, so psql cannot ask for more.
+-- Security definer: its search path is pg_catalog, then pg_temp last (a person's temporary
+-- table must never stand in for review_cases), and every table is schema-qualified.
 create function leadgate_may_request(kind text, case_id bigint, body text) returns boolean
-language plpgsql stable security definer set search_path = pg_catalog, public as $$
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 declare
     role text := leadgate_role_of(session_user);
     reason text;
@@ -66,7 +70,7 @@ begin
         return true;
     end if;
     -- sales_ops: not a cross-channel match, and never "create new"
-    select c.reason into reason from review_cases c where c.id = case_id;
+    select c.reason into reason from public.review_cases c where c.id = case_id;
     return reason is distinct from 'cross_channel_match'
        and coalesce((body::jsonb) ->> 'resolution', '') <> 'created_new';
 end
@@ -77,9 +81,19 @@ create policy human_requests_own on human_requests for select using (actor = ses
 create policy human_requests_ask on human_requests for insert
     with check (actor = session_user and applied_at is null and outcome is null
                 and leadgate_may_request(kind, case_id, body));
--- a console that gave up waiting withdraws what no gateway has applied yet
-create policy human_requests_withdraw on human_requests for delete
-    using (actor = session_user and applied_at is null);
+
+-- A console that gave up waiting withdraws what no gateway has applied yet (waiting for a
+-- gateway applying it right then). A function, not a DELETE grant: DELETE would also let a
+-- person LOCK the table and stall every gateway.
+create function leadgate_withdraw(request bigint) returns boolean
+language sql security definer set search_path = pg_catalog, pg_temp as $$
+    with gone as (
+        delete from public.human_requests
+        where id = request and actor = session_user and applied_at is null
+        returning 1
+    )
+    select exists (select 1 from gone)
+$$;
 
 -- The grants, from nothing: run by this migration when its role may create roles, and
 -- by `leadgate user add` (which needs that anyway). Idempotent; a later migration that
@@ -116,12 +130,17 @@ begin
              and tablename not in ('crm_tokens', 'human_requests') loop
         execute format('grant select on %I to %s', t, casework);
     end loop;
-    -- asking: row-level security says who may ask what
-    execute 'grant select, insert, delete on human_requests to ' || everyone;
+    -- asking: row-level security says who may ask what; only the columns of the ask (the
+    -- id, the actor, the times and the answer are the database's and the gateway's)
+    execute 'grant select on human_requests to ' || everyone;
+    execute 'grant insert (kind, case_id, operation_id, connector, expected_version, body) '
+         || 'on human_requests to ' || everyone;
     execute 'grant usage on sequence human_requests_id_seq to ' || everyone;
+    execute 'grant execute on function leadgate_withdraw(bigint) to ' || everyone;
 end
 $$;
 revoke all on function leadgate_install_roles() from public;
+revoke all on function leadgate_withdraw(bigint) from public;
 
 do $$
 begin

@@ -559,6 +559,7 @@ async fn an_outage_is_cleared_in_one_bulk_retry_and_exported_in_a_real_window() 
             search_url: Some(
                 "https://acme.bitrix24.ru/crm/lead/list/?apply_filter=Y&FIND={q}".into(),
             ),
+            contact_url: None,
         },
         store::now(),
     )

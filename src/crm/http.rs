@@ -1010,6 +1010,18 @@ impl HttpCrm {
                         ids,
                     })
                 }
+                // Not proof where the CRM's search may lag behind its creates: the step
+                // is not sent again; a person decides (confirm or link the final entity).
+                Lookup::NotFound if !self.lookup_authoritative => {
+                    return Err(super::StepError::Crm(CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!(
+                            "{CONNECTOR} step {}: an earlier attempt may have created it and its \
+                             lookup is not authoritative (lookup_authoritative = false)",
+                            step.name
+                        ),
+                    )))
+                }
                 Lookup::NotFound => {}
             }
         }

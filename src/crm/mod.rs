@@ -410,7 +410,7 @@ pub fn connector_name(config: &CrmConfig) -> &'static str {
 /// a Bitrix24 webhook's path holds its secret and never leaves this function. `None` for
 /// an HTTP CRM without `web_entity_url`.
 pub fn web_links(config: &CrmConfig) -> Option<crate::store::CrmLinks> {
-    let (entity_url, search_url) = match config {
+    let (entity_url, search_url, contact_url) = match config {
         CrmConfig::Bitrix24 {
             webhook_url,
             entity,
@@ -427,6 +427,7 @@ pub fn web_links(config: &CrmConfig) -> Option<crate::store::CrmLinks> {
                 Some(format!(
                     "{origin}/crm/{kind}/list/?apply_filter=Y&FIND={{q}}"
                 )),
+                Some(format!("{origin}/crm/contact/details/{{id}}/")),
             )
         }
         CrmConfig::Amocrm { base_url, .. } => {
@@ -435,14 +436,16 @@ pub fn web_links(config: &CrmConfig) -> Option<crate::store::CrmLinks> {
             (
                 format!("{origin}/leads/detail/{{id}}"),
                 Some(format!("{origin}/leads/list/?term={{q}}")),
+                Some(format!("{origin}/contacts/detail/{{id}}")),
             )
         }
-        CrmConfig::Http(http) => (http.web_entity_url.clone()?, http.web_search_url.clone()),
+        CrmConfig::Http(http) => (http.web_entity_url.clone()?, http.web_search_url.clone(), None),
     };
     Some(crate::store::CrmLinks {
         connector: connector_name(config).to_owned(),
         entity_url,
         search_url,
+        contact_url,
     })
 }
 

@@ -62,6 +62,9 @@ pub enum StoreError {
     SchemaTooNew { found: i64, known: i64 },
     #[error("stored data is not valid: {0}")]
     Corrupt(String),
+    /// The person's role may not ask for this (checked again by the gateway).
+    #[error("{0}")]
+    Forbidden(String),
     /// A gateway could not apply a person's request (`store::Ask`), or none did in time.
     #[error("{0}")]
     NotApplied(String),
@@ -342,6 +345,8 @@ pub struct CrmLinks {
     pub connector: String,
     pub entity_url: String,
     pub search_url: Option<String>,
+    /// The contact page (`{id}`), for the contact of a contact-and-deal create.
+    pub contact_url: Option<String>,
 }
 
 /// Which review cases to list.

@@ -322,13 +322,17 @@ fn check_login(login: &str) -> Result<(), super::StoreError> {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c))
         && !login.starts_with("pg_")
-        && !login.starts_with("leadgate_");
+        && !login.starts_with("leadgate")
+        // the names the system itself acts under on timelines
+        && !["gateway", "worker", "claim_api", "console", "cli", "reconciler", "retention", "system", "postgres"]
+            .contains(&login);
     if ok {
         Ok(())
     } else {
         Err(super::StoreError::NotApplied(format!(
             "`{login}` is not a login name Leadgate creates: 1–63 of a–z, 0–9, `_`, `.`, `-`, \
-             starting with a letter, and not `pg_…` or `leadgate_…`"
+             starting with a letter, not `pg_…` or `leadgate…`, and not a name the system acts \
+             under (`gateway`, `worker`, `claim_api`, `console`, `cli`, …)"
         )))
     }
 }

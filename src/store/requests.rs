@@ -213,6 +213,9 @@ pub(crate) enum Declined {
     Refused {
         refusal: Refusal,
     },
+    Forbidden {
+        message: String,
+    },
     Failed {
         message: String,
     },
@@ -238,6 +241,9 @@ impl From<&StoreError> for Declined {
                 until: *until,
             },
             StoreError::Refused(r) => Declined::Refused { refusal: r.clone() },
+            StoreError::Forbidden(message) => Declined::Forbidden {
+                message: message.clone(),
+            },
             other => Declined::Failed {
                 message: other.to_string(),
             },
@@ -263,6 +269,7 @@ impl From<Declined> for StoreError {
                 until,
             } => StoreError::AttemptInFlight(operation_id, until),
             Declined::Refused { refusal } => StoreError::Refused(refusal),
+            Declined::Forbidden { message } => StoreError::Forbidden(message),
             Declined::Failed { message } => StoreError::NotApplied(message),
         }
     }

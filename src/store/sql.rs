@@ -688,6 +688,15 @@ macro_rules! sql_store {
                 row.as_ref().map(request_from_row).transpose()
             }
 
+            async fn role_of(&mut self, login: &str) -> Result<Option<$crate::domain::roles::Role>> {
+                let role: Option<String> = sqlx::query_scalar("select leadgate_role_of($1)")
+                    .bind(login)
+                    .fetch_one(&mut *self.0)
+                    .await?;
+                role.map(|r| r.trim_start_matches("leadgate_").parse().map_err(corrupt))
+                    .transpose()
+            }
+
             async fn answer_request(&mut self, id: i64, outcome: &str, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query("update human_requests set applied_at = $1, outcome = $2 where id = $3")
                     .bind(now)
@@ -1380,14 +1389,15 @@ macro_rules! sql_store {
 
             async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
-                    "insert into crm_links (connector, entity_url, search_url, updated_at) \
-                     values ($1, $2, $3, $4) on conflict (connector) do update set \
+                    "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at) \
+                     values ($1, $2, $3, $4, $5) on conflict (connector) do update set \
                      entity_url = excluded.entity_url, search_url = excluded.search_url, \
-                     updated_at = excluded.updated_at",
+                     contact_url = excluded.contact_url, updated_at = excluded.updated_at",
                 )
                 .bind(&links.connector)
                 .bind(&links.entity_url)
                 .bind(&links.search_url)
+                .bind(&links.contact_url)
                 .bind(now)
                 .execute(&self.pool)
                 .await?;
@@ -1396,7 +1406,7 @@ macro_rules! sql_store {
 
             async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
                 let rows = sqlx::query(
-                    "select connector, entity_url, search_url from crm_links \
+                    "select connector, entity_url, search_url, contact_url from crm_links \
                      order by updated_at desc, connector",
                 )
                 .fetch_all(&self.pool)
@@ -1407,6 +1417,7 @@ macro_rules! sql_store {
                             connector: r.try_get("connector")?,
                             entity_url: r.try_get("entity_url")?,
                             search_url: r.try_get("search_url")?,
+                            contact_url: r.try_get("contact_url")?,
                         })
                     })
                     .collect()
@@ -1734,8 +1745,8 @@ macro_rules! sql_store {
                 }
                 let (login, role, owner): (String, Option<String>, bool) = sqlx::query_as(
                     "select session_user::text, leadgate_role_of(session_user), \
-                     pg_has_role(session_user, (select tableowner from pg_tables \
-                       where schemaname = current_schema() and tablename = 'operations'), 'member')",
+                     pg_has_role(session_user, (select relowner from pg_class \
+                       where oid = 'public.operations'::regclass), 'member')",
                 )
                 .fetch_one(&self.pool)
                 .await?;
@@ -1787,11 +1798,10 @@ macro_rules! sql_store {
             }
 
             async fn withdraw(&self, id: i64) -> Result<bool> {
-                let done = sqlx::query("delete from human_requests where id = $1 and applied_at is null")
+                Ok(sqlx::query_scalar("select leadgate_withdraw($1)")
                     .bind(id)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(done.rows_affected() == 1)
+                    .fetch_one(&self.pool)
+                    .await?)
             }
 
             async fn perform(&self, actor: &str, ask: Ask, now: DateTime<Utc>) -> Result<Answer> {

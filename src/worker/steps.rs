@@ -49,14 +49,24 @@ impl Worker {
         budget: Duration,
     ) -> Result<(Result<String, StepError>, Vec<NewEvent>), StoreError> {
         let op = &claim.operation;
-        let mut done = recorded_steps(&self.store.timeline(&op.operation_id).await?);
+        let timeline = self.store.timeline(&op.operation_id).await?;
+        let mut done = recorded_steps(&timeline);
         let search = ContactSearch {
             phone: op.contact.phone.clone(),
             email: op.contact.email.clone(),
         };
         // An earlier attempt (or the holder before a takeover) may have sent a step's
-        // create: its key is looked up before anything is created again.
-        let may_exist = op.attempts > 1 || op.verify_first || claim.granted;
+        // create: its key is looked up before anything is created again. Judged by the
+        // timeline, not by counters: an outage hands the attempt back and a verify pass
+        // clears `verify_first`, while the contact's create may still have landed.
+        let attempts_started = timeline
+            .iter()
+            .filter(|e| e.kind == "attempt_started")
+            .count();
+        let may_exist = attempts_started > 1
+            || timeline.iter().any(|e| e.kind == "lease_taken_over")
+            || op.verify_first
+            || claim.granted;
         let mut first = true;
         for step in self.crm.steps() {
             if done.iter().any(|d| d.step == step) {

@@ -1205,3 +1205,76 @@ each_backend!(
         assert_eq!(olgas.matched, 3, "{:?}", olgas.items);
     }
 );
+
+each_backend!(
+    a_contact_and_a_deal_show_as_two_entities_with_their_crm_pages,
+    |db| async move {
+        let (console, s) = seeded(&db).await;
+        let store = db.store().await;
+        let now = store.now();
+        store
+            .publish_crm_links(
+                &store::CrmLinks {
+                    connector: "bitrix24".into(),
+                    entity_url: "https://acme.bitrix24.ru/crm/deal/details/{id}/".into(),
+                    search_url: None,
+                    contact_url: Some("https://acme.bitrix24.ru/crm/contact/details/{id}/".into()),
+                },
+                now,
+            )
+            .await
+            .unwrap();
+        // What a stepped create commits (`Store::record_step`): the contact, found again by
+        // its key after a lost answer, then the deal.
+        for (entity, crm_id, how) in [
+            ("contact", "70", "created"),
+            ("contact", "77", "recovered"),
+            ("deal", "88", "created"),
+        ] {
+            store
+                .note(
+                    &s.uncertain,
+                    "worker",
+                    store::NewEvent::new(
+                        "crm_step",
+                        serde_json::json!({"entity": entity, "crm_id": crm_id, "how": how}),
+                    ),
+                    now,
+                )
+                .await
+                .unwrap();
+        }
+        let d = console
+            .case_detail(s.uncertain.as_str(), None, None)
+            .await
+            .unwrap();
+        let view = |entity: &str, crm_id: &str, how: &str, url: &str| CrmEntityView {
+            entity: entity.into(),
+            crm_id: crm_id.into(),
+            how: how.into(),
+            url: Some(url.into()),
+        };
+        assert_eq!(
+            d.crm_entities,
+            [
+                view("contact", "77", "recovered", "https://acme.bitrix24.ru/crm/contact/details/77/"),
+                view("deal", "88", "created", "https://acme.bitrix24.ru/crm/deal/details/88/"),
+            ]
+        );
+        let dash = console.dashboard(Range::Day).await.unwrap();
+        assert_eq!(
+            (
+                dash.crm_steps.get("contact:created"),
+                dash.crm_steps.get("contact:recovered"),
+                dash.crm_steps.get("deal:created")
+            ),
+            (Some(&1), Some(&1), Some(&1))
+        );
+        // An operation without steps has none.
+        let plain = console
+            .case_detail(s.exhausted.as_str(), None, None)
+            .await
+            .unwrap();
+        assert!(plain.crm_entities.is_empty());
+    }
+);

@@ -169,6 +169,45 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
         ] {
             assert_eq!(sqlstate(&mut sql, &denied).await, "42501", "sales_ops: {denied}");
         }
+        for denied in [
+            "insert into human_requests (id, kind, operation_id) values (-5, 'notified', 'site:x')",
+            "insert into human_requests (kind, operation_id, requested_at) values ('notified', 'site:x', '1970-01-01')",
+            "delete from human_requests",
+            "update human_requests set outcome = '{}'",
+        ] {
+            assert_eq!(sqlstate(&mut sql, denied).await, "42501", "sales_ops: {denied}");
+        }
+        // No stalling every gateway with a lock, and no temporary table standing in for
+        // review_cases in the role check (each on a connection of its own: a failed
+        // statement inside BEGIN leaves that connection's transaction aborted).
+        let mut locker = people.sql(Role::SalesOps).await;
+        assert_eq!(
+            sqlstate(&mut locker, "begin; lock table human_requests in share mode").await,
+            "42501"
+        );
+        let mut spoof = people.sql(Role::SalesOps).await;
+        sqlx::raw_sql(&format!(
+            "create temp table review_cases (id bigint, reason text); \
+             insert into review_cases values ({}, 'uncertain_outcome'); \
+             grant select on review_cases to public",
+            cross_case.id
+        ))
+        .execute(&mut spoof)
+        .await
+        .unwrap();
+        assert_eq!(
+            sqlstate(
+                &mut spoof,
+                &format!(
+                    "insert into public.human_requests (kind, case_id, expected_version, body) values \
+                     ('resolve', {}, {}, '{{\"resolution\":\"linked_existing\",\"crm_id\":\"1\"}}')",
+                    cross_case.id, cross_case.version
+                )
+            )
+            .await,
+            "42501",
+            "a temporary review_cases must not pass for the real one"
+        );
         // What the console may, psql may too: a retry asked for by hand is applied by the
         // gateway, under the login.
         let exhausted = case_of(&owner_console, &s.exhausted).await;
@@ -361,6 +400,45 @@ async fn a_request_no_gateway_applies_is_withdrawn_and_changes_nothing() {
         assert_eq!(waiting, 0, "the withdrawn request is gone");
         // A gateway that starts later finds nothing to do: the case is still open.
         assert_eq!(store.apply_next_request(store.now()).await.unwrap(), None);
+        assert!(case_of(&owner, &s.uncertain).await.resolved_at.is_none());
+        people.drop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_role_lowered_after_asking_is_refused_when_the_gateway_applies() {
+    run(Backend::Postgres, |db| async move {
+        let (store, s) = seeded(&db).await;
+        let people = People::new(&db.url).await;
+        let owner = Console::open(&db.url).await.unwrap();
+        let case = case_of(&owner, &s.uncertain).await;
+        let mut sql = people.sql(Role::SalesOps).await;
+        let id: i64 = sqlx::query_scalar(
+            "insert into human_requests (kind, case_id, expected_version, body) values \
+             ('resolve', $1, $2, '{\"resolution\":\"confirmed_crm_result\",\"crm_id\":\"5555\"}') returning id",
+        )
+        .bind(case.id)
+        .bind(case.version)
+        .fetch_one(&mut sql)
+        .await
+        .unwrap();
+        // The administrator makes them support before any gateway got to it.
+        let login = people.login(Role::SalesOps);
+        let mut admin = PgConnection::connect(&db.url).await.unwrap();
+        sqlx::raw_sql(&format!(
+            "revoke leadgate_sales_ops from \"{login}\"; grant leadgate_support to \"{login}\""
+        ))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        assert_eq!(store.apply_next_request(store.now()).await.unwrap(), Some(id));
+        let outcome: String = sqlx::query_scalar("select outcome from human_requests where id = $1")
+            .bind(id)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        assert!(outcome.contains("forbidden"), "{outcome}");
         assert!(case_of(&owner, &s.uncertain).await.resolved_at.is_none());
         people.drop_all().await;
     })

@@ -299,6 +299,33 @@ each_backend!(
 );
 
 each_backend!(
+    an_outage_between_the_attempts_does_not_hide_a_contact_whose_answer_was_lost,
+    |db| async move {
+        // Found by a review: the contact's add lands but its answer is lost; the deal
+        // lookup right after is refused (rate limit, so the connector is unreachable and
+        // the attempt is handed back); the probe finds no deal and clears `verify_first`,
+        // and its contact-key lookup is refused too (handed back again). Counted by
+        // attempts, the third attempt looked like a first one and made a second contact;
+        // the timeline says two attempts started before it, so the key is looked up first.
+        // The lead has no phone or e-mail: no duplicate search would find the contact.
+        let outage = "\n[outage]\nafter_failures = 1\nprobes = [\"300ms\"]\nlimit = \"1h\"\n";
+        let gw = gateway(&db, FakeConfig::default(), ("500ms", "3s", "1s"), outage).await;
+        gw.fake.push_fault(CONTACT_ADD, Fault::LostAnswerHang, 1);
+        gw.fake
+            .push_fault(DEAL_LIST, Fault::RateLimit { retry_after_secs: None }, 1);
+        gw.fake
+            .push_fault(CONTACT_LIST, Fault::RateLimit { retry_after_secs: None }, 1);
+        gw.post_json("site", &json!({"submission_id": "twice", "name": "Ivan"}))
+            .await;
+        let o = status_within(&gw, "site:twice", "completed", Duration::from_secs(30)).await;
+        assert_eq!(of_kind(&gw.fake, "contact").len(), 1, "no second contact");
+        assert_eq!(gw.fake.calls(CONTACT_ADD), 1);
+        one_contact_one_deal(&gw.fake, "twice", &o);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
     a_contact_create_the_crm_finishes_after_the_worker_gave_up_behind_a_lagging_search_is_not_repeated,
     |db| async move {
         // The portal executes the contact's add 1.5 s after it arrived (the worker gave

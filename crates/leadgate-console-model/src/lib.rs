@@ -121,6 +121,7 @@ impl From<StoreError> for ConsoleError {
                 message: e.to_string(),
             },
             StoreError::NotApplied(message) => ConsoleError::Failed { message },
+            StoreError::Forbidden(message) => ConsoleError::Forbidden { message },
             e => match (e.unreachable(), e.forbidden()) {
                 (Some(message), _) => ConsoleError::Unreachable { message },
                 (None, Some(message)) => ConsoleError::Forbidden { message },
@@ -597,6 +598,9 @@ pub struct CaseDetail {
     pub timeline: Vec<EventView>,
     pub conflict: Option<Conflict>,
     pub candidates: Vec<OperationView>,
+    /// What the steps of a stepped create (contact + deal) found or made, each entity
+    /// once (its latest `crm_step` event), with the CRM page to open it on.
+    pub crm_entities: Vec<CrmEntityView>,
     /// What a person may do on `case` now, as the resolution each would record
     /// (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
     /// when the case is resolved.
@@ -674,6 +678,46 @@ pub struct SeriesPointView {
     pub retries_by_class: BTreeMap<String, i64>,
 }
 
+/// One CRM entity a step of a create found or made (a `crm_step` event).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct CrmEntityView {
+    /// `contact`, `deal`, `lead` or an HTTP CRM step's name.
+    pub entity: String,
+    pub crm_id: String,
+    /// `created`, `linked` (an existing one was found) or `recovered` (found by its key
+    /// after an answer that did not come).
+    pub how: String,
+    pub url: Option<String>,
+}
+
+/// Each entity's latest `crm_step`, in the order the steps first ran; the contact opens on
+/// `contact_url`, any other entity on the operation's own entity page.
+fn crm_entities(
+    timeline: &[TimelineEvent],
+    contact_url: Option<&str>,
+    entity_url: Option<&str>,
+) -> Vec<CrmEntityView> {
+    let mut out: Vec<CrmEntityView> = vec![];
+    for e in timeline.iter().filter(|e| e.kind == "crm_step") {
+        let text = |k: &str| e.detail.get(k).and_then(Value::as_str).map(str::to_owned);
+        let (Some(entity), Some(crm_id)) = (text("entity"), text("crm_id")) else {
+            continue;
+        };
+        let template = if entity == "contact" { contact_url } else { entity_url };
+        let view = CrmEntityView {
+            url: template.and_then(|t| crm_url(t, &crm_id)),
+            how: text("how").unwrap_or_else(|| "created".into()),
+            entity,
+            crm_id,
+        };
+        match out.iter_mut().find(|v| v.entity == view.entity) {
+            Some(v) => *v = view,
+            None => out.push(view),
+        }
+    }
+    out
+}
+
 /// docs/SPEC.md "Metrics" now, and over the chosen range.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct Dashboard {
@@ -704,6 +748,10 @@ pub struct Dashboard {
     /// Connectors whose CRM does not answer, and since when (leads wait for its probes).
     pub unreachable_connectors: BTreeMap<String, String>,
     pub series: Vec<SeriesPointView>,
+    /// Entities made or found by stepped creates (contact + deal), all time:
+    /// `"<entity>:<how>"` (`contact:created`, `contact:linked`, `deal:created`, …).
+    #[ts(type = "Record<string, number>")]
+    pub crm_steps: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
@@ -1151,7 +1199,13 @@ impl Console {
                     .or(lead.name.as_ref()),
             )
             .map(|(t, q)| crm_search_url(t, q));
+        let crm_entities = crm_entities(
+            &timeline,
+            published.and_then(|l| l.contact_url.as_deref()),
+            template,
+        );
         Ok(CaseDetail {
+            crm_entities,
             needs_comment,
             role_decides,
             allowed,
@@ -1317,6 +1371,11 @@ impl Console {
             mean_seconds_to_resolve: m.mean_seconds_to_resolve,
             unreconstructable: m.unreconstructable,
             paused_connectors: m.paused_connectors,
+            crm_steps: m
+                .crm_steps
+                .iter()
+                .map(|((entity, how), n)| (format!("{entity}:{how}"), *n))
+                .collect(),
             unreachable_connectors: m
                 .unreachable_connectors
                 .into_iter()
@@ -1656,6 +1715,7 @@ pub fn typescript_bindings() -> String {
         DeliveryPayload::decl(&cfg),
         Conflict::decl(&cfg),
         CaseDetail::decl(&cfg),
+        CrmEntityView::decl(&cfg),
         Action::decl(&cfg),
         ActionRequest::decl(&cfg),
         ActionOutcome::decl(&cfg),

@@ -300,6 +300,11 @@ pub(crate) trait WriteTx: Send {
         &mut self,
         id: i64,
     ) -> impl Future<Output = Result<Option<requests::RequestRow>>> + Send;
+    /// The Leadgate role `login` is in now (`leadgate_role_of`).
+    fn role_of(
+        &mut self,
+        login: &str,
+    ) -> impl Future<Output = Result<Option<crate::domain::roles::Role>>> + Send;
     /// Writes the answer (`store::requests::outcome_text`) and marks it applied.
     fn answer_request(
         &mut self,

@@ -5,6 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::roles::may_ask;
 use crate::domain::ReviewReason;
 use crate::store::requests::{outcome_text, Answer, Ask};
 use crate::store::{NewEvent, Resolve, Result, StoreError};
@@ -32,7 +33,10 @@ pub(crate) async fn apply_next<T: WriteTx>(mut tx: T, now: DateTime<Utc>) -> Res
         return Ok(Applied::Nothing);
     };
     let outcome = match row.ask {
-        Ok(ask) => apply(&mut tx, &row.actor, ask, now).await,
+        Ok(ask) => match may_still_ask(&mut tx, &row.actor, &ask).await {
+            Ok(()) => apply(&mut tx, &row.actor, ask, now).await,
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     match outcome {
@@ -58,6 +62,29 @@ pub(crate) async fn perform<T: WriteTx>(
     let answer = apply(&mut tx, actor, ask, now).await?;
     tx.commit().await?;
     Ok(answer)
+}
+
+/// The database checked the role when the request was written; checked again here, under
+/// the case's lock, with the role the login has now (one lowered since is refused).
+async fn may_still_ask<T: WriteTx>(tx: &mut T, actor: &str, ask: &Ask) -> Result<()> {
+    let role = tx.role_of(actor).await?;
+    let reason = match ask {
+        Ask::Resolve { case_id, .. } => tx.lock_case(*case_id).await?.map(|c| c.reason),
+        _ => None,
+    };
+    let allowed = match (role, ask.kind(reason)) {
+        (Some(role), Some(kind)) => may_ask(role, kind),
+        // An unknown case: the rules say so when it is applied.
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(StoreError::Forbidden(format!(
+            "the role of `{actor}` may not ask for this"
+        )))
+    }
 }
 
 /// Answers request `id` with why it was not applied, unless a gateway applied it since.

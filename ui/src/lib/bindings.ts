@@ -128,6 +128,11 @@ export type CaseDetail = { operation: OperationView,
  */
 case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, conflict: Conflict | null, candidates: Array<OperationView>, 
 /**
+ * What the steps of a stepped create (contact + deal) found or made, each entity
+ * once (its latest `crm_step` event), with the CRM page to open it on.
+ */
+crm_entities: Array<CrmEntityView>, 
+/**
  * What a person may do on `case` now, as the resolution each would record
  * (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
  * when the case is resolved.
@@ -142,6 +147,17 @@ role_decides: boolean,
  * Those of `allowed` that need a comment saying why (`rules::needs_comment`).
  */
 needs_comment: Array<string>, };
+
+export type CrmEntityView = { 
+/**
+ * `contact`, `deal`, `lead` or an HTTP CRM step's name.
+ */
+entity: string, crm_id: string, 
+/**
+ * `created`, `linked` (an existing one was found) or `recovered` (found by its key
+ * after an answer that did not come).
+ */
+how: string, url: string | null, };
 
 export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "update_crm" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
 
@@ -161,7 +177,12 @@ export type Dashboard = { unique_operations: number, crm_entities_created: numbe
 /**
  * Connectors whose CRM does not answer, and since when (leads wait for its probes).
  */
-unreachable_connectors: { [key in string]: string }, series: Array<SeriesPointView>, };
+unreachable_connectors: { [key in string]: string }, series: Array<SeriesPointView>, 
+/**
+ * Entities made or found by stepped creates (contact + deal), all time:
+ * `"<entity>:<how>"` (`contact:created`, `contact:linked`, `deal:created`, …).
+ */
+crm_steps: Record<string, number>, };
 
 export type Range = "hour" | "day" | "week" | "month";
 

@@ -12,6 +12,8 @@ export const en = {
   save: "Save",
   cancel: "Cancel",
   notYourCase: "Your role does not decide this kind of case: a manager decides cross-channel matches.",
+  stepEntity: (e: string) => ({ contact: "Contact", deal: "Deal", lead: "Lead" } as Record<string, string>)[e] ?? e,
+  stepHow: (h: string) => ({ created: "created", linked: "existing, linked", recovered: "found by its key" } as Record<string, string>)[h] ?? h,
   identity: {
     modes: { local: "local single-operator mode", owner: "database owner: full access", nobody: "no Leadgate role" },
     roles: { support: "support", sales_ops: "sales ops", manager: "manager", admin: "administrator" },
@@ -146,6 +148,8 @@ export const en = {
     not_in_bulk: (d: string) => `A case of this kind (${d}) needs a person to look at it: decide it alone, not in bulk.`,
   },
   dash: {
+    steps: "Contacts and deals (contact + deal creates, all time)",
+    stepKinds: { "contact:created": "contacts created", "contact:linked": "contacts linked", "contact:recovered": "contacts found by key", "deal:created": "deals created", "deal:recovered": "deals found by key" } as Record<string, string>,
     range: "Range",
     ranges: { hour: "1 hour", day: "24 hours", week: "7 days", month: "30 days" } as Record<string, string>,
     unique: "Unique operations",

@@ -14,6 +14,8 @@ export const ru: Strings = {
   save: "Сохранить",
   cancel: "Отмена",
   notYourCase: "Ваша роль не решает такие случаи: совпадения по разным каналам решает менеджер.",
+  stepEntity: (e: string) => ({ contact: "Контакт", deal: "Сделка", lead: "Лид" } as Record<string, string>)[e] ?? e,
+  stepHow: (h: string) => ({ created: "создан", linked: "существующий, привязан", recovered: "найден по ключу" } as Record<string, string>)[h] ?? h,
   identity: {
     modes: { local: "локальный режим, один оператор", owner: "владелец базы: полный доступ", nobody: "нет роли Leadgate" },
     roles: { support: "поддержка", sales_ops: "отдел продаж", manager: "менеджер", admin: "администратор" },
@@ -147,6 +149,8 @@ export const ru: Strings = {
     not_in_bulk: (d: string) => `Такой кейс (${d}) требует, чтобы его посмотрел человек: решайте его по одному, не массово.`,
   },
   dash: {
+    steps: "Контакты и сделки (создание контакта и сделки, за всё время)",
+    stepKinds: { "contact:created": "контактов создано", "contact:linked": "контактов привязано", "contact:recovered": "контактов найдено по ключу", "deal:created": "сделок создано", "deal:recovered": "сделок найдено по ключу" } as Record<string, string>,
     range: "Период",
     ranges: { hour: "1 час", day: "24 часа", week: "7 дней", month: "30 дней" },
     unique: "Уникальные операции",
