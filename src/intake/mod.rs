@@ -311,42 +311,18 @@ async fn journal_rejection(state: &IntakeState, reject: RejectedDelivery, e: Api
     }
 }
 
-async fn accept(
+/// A parsed, authenticated delivery of `source` as the store records it: the key, the
+/// fingerprint, the event time and the contact keys. HTTP deliveries and pulled events
+/// (`record_pulled`) go through the same steps.
+fn delivery(
     state: &IntakeState,
-    source_name: &str,
-    query: Option<&str>,
+    source: &Source,
+    payload: Value,
     headers: &HeaderMap,
-    body: &Bytes,
+    body: &[u8],
+    content_type: Option<String>,
     received_at: chrono::DateTime<chrono::Utc>,
-) -> Result<Response, ApiError> {
-    let source = state
-        .sources
-        .get(source_name)
-        .ok_or(ApiError::UnknownSource)?;
-    source
-        .authenticate(headers, query, body, received_at)
-        .map_err(|f| ApiError::Unauthorized {
-            code: f.code,
-            message: f.message.into(),
-        })?;
-    let content_type = content_type(headers);
-    let kind = BodyKind::detect(content_type.as_deref(), body).ok_or_else(|| {
-        ApiError::bad(
-            "unsupported_media_type",
-            "send application/json or application/x-www-form-urlencoded",
-        )
-    })?;
-    let payload =
-        sources::parse_body(kind, body).map_err(|m| ApiError::bad("malformed_body", m))?;
-    if sources::is_connection_check(kind, &payload) {
-        return Ok((StatusCode::OK, Json(json!({"outcome": "connection_check"}))).into_response());
-    }
-    if !source.application_token_ok(&payload) {
-        return Err(ApiError::Unauthorized {
-            code: "bad_application_token",
-            message: "auth[application_token] is missing or does not match".into(),
-        });
-    }
+) -> Result<NewDelivery, ApiError> {
     reject_nul(&payload)?;
     let key = source.key(&payload, headers).ok_or_else(|| {
         ApiError::bad(
@@ -385,7 +361,7 @@ async fn accept(
         rule: source.on_contact_match,
         since: store::before(received_at, state.matching.window),
     });
-    let delivery = NewDelivery {
+    Ok(NewDelivery {
         operation_id: operation_id.clone(),
         source: source.name.clone(),
         content_type,
@@ -398,7 +374,55 @@ async fn accept(
         received_at,
         review,
         matching,
-    };
+    })
+}
+
+async fn accept(
+    state: &IntakeState,
+    source_name: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: &Bytes,
+    received_at: chrono::DateTime<chrono::Utc>,
+) -> Result<Response, ApiError> {
+    let source = state
+        .sources
+        .get(source_name)
+        .ok_or(ApiError::UnknownSource)?;
+    source
+        .authenticate(headers, query, body, received_at)
+        .map_err(|f| ApiError::Unauthorized {
+            code: f.code,
+            message: f.message.into(),
+        })?;
+    let content_type = content_type(headers);
+    let kind = BodyKind::detect(content_type.as_deref(), body).ok_or_else(|| {
+        ApiError::bad(
+            "unsupported_media_type",
+            "send application/json or application/x-www-form-urlencoded",
+        )
+    })?;
+    let payload =
+        sources::parse_body(kind, body).map_err(|m| ApiError::bad("malformed_body", m))?;
+    if sources::is_connection_check(kind, &payload) {
+        return Ok((StatusCode::OK, Json(json!({"outcome": "connection_check"}))).into_response());
+    }
+    if !source.application_token_ok(&payload) {
+        return Err(ApiError::Unauthorized {
+            code: "bad_application_token",
+            message: "auth[application_token] is missing or does not match".into(),
+        });
+    }
+    let delivery = delivery(
+        state,
+        source,
+        payload,
+        headers,
+        body,
+        content_type,
+        received_at,
+    )?;
+    let operation_id = delivery.operation_id.clone();
     let record = state.store.record_delivery(delivery).await?;
     if source.reply == crate::config::Reply::Ok {
         tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
@@ -430,6 +454,63 @@ async fn accept(
             .into_response(),
     };
     Ok(res)
+}
+
+/// What became of an event a pull source fetched.
+#[derive(Debug)]
+pub enum Pulled {
+    Recorded(DeliveryOutcome),
+    /// Journaled as rejected (no key, a NUL character, …): nothing to retry, so the
+    /// event may be acknowledged.
+    Rejected(String),
+}
+
+/// Journals and claims an event that the gateway pulled from `source`'s sender (src/pull)
+/// exactly as an HTTP delivery of that source would be: `Ok` once it is recorded (or its
+/// rejection is journaled), so the puller may acknowledge it; `Err` when the database is
+/// not available, and the event must stay unacknowledged.
+pub async fn record_pulled(
+    state: &IntakeState,
+    source_name: &str,
+    raw_body: Vec<u8>,
+    payload: Value,
+) -> Result<Pulled, StoreError> {
+    let received_at = state.store.now();
+    let content_type = Some("application/json".to_owned());
+    let Some(source) = state.sources.get(source_name) else {
+        return Ok(Pulled::Rejected(ApiError::UnknownSource.to_string()));
+    };
+    let built = delivery(
+        state,
+        source,
+        payload,
+        &HeaderMap::new(),
+        &raw_body,
+        content_type.clone(),
+        received_at,
+    );
+    match built {
+        Ok(d) => {
+            let record = state.store.record_delivery(d).await?;
+            Ok(Pulled::Recorded(record.outcome))
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            state
+                .store
+                .record_rejected(RejectedDelivery {
+                    source: source.name.clone(),
+                    operation_id: None,
+                    content_type,
+                    raw_body,
+                    reason: reason.clone(),
+                    received_at,
+                    transform_version: TRANSFORM_VERSION,
+                })
+                .await?;
+            Ok(Pulled::Rejected(reason))
+        }
+    }
 }
 
 /// PostgreSQL stores no NUL character in text or JSON: refused here, with a clear

@@ -73,6 +73,8 @@ pub enum Auth {
     /// Bitrix24's `auth[application_token]`, checked once the body is parsed.
     ApplicationToken(Secret),
     None,
+    /// A pulled source (`src/pull`): its intake URL takes nothing.
+    Pull,
 }
 
 /// The header of a signature's timestamp (Unix seconds) and of the signature.
@@ -152,6 +154,7 @@ impl Source {
                 Auth::ApplicationToken(c.application_token.clone().ok_or_else(missing)?)
             }
             SourceAuth::None => Auth::None,
+            SourceAuth::Pull => Auth::Pull,
         };
         if match &auth {
             Auth::Hmac { secrets, .. } | Auth::Token(secrets) => secrets.is_empty(),
@@ -185,6 +188,10 @@ impl Source {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         match &self.auth {
             Auth::None | Auth::ApplicationToken(_) => Ok(()),
+            Auth::Pull => Err(failure(
+                "pulled_source",
+                "this source is pulled by the gateway from its sender; it takes no deliveries",
+            )),
             Auth::Token(tokens) => {
                 let from_query = || {
                     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query?).ok()?;

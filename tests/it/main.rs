@@ -16,6 +16,7 @@ mod intake_paths;
 mod metrics;
 mod outage;
 mod process;
+mod pull;
 mod races;
 mod retention;
 mod search;

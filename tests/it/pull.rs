@@ -1,0 +1,228 @@
+//! Pull sources over their real protocols, on both backends: Bitrix24's offline-event
+//! queue (a fake portal speaking `event.bind` / `event.offline.get` /
+//! `event.offline.clear`), including a gateway killed with SIGKILL between "recorded" and
+//! "cleared".
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use leadgate::config::Config;
+use leadgate_fakes::bitrix24::{FakeBitrix24, Fault};
+use serde_json::json;
+
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{config_toml, origin_ids, Gateway, CREATE};
+use leadgate_testkit::process::{free_port, wait_healthy, GatewayFile, Process, SiteAuth};
+
+const SOURCE: &str = "b24-offline";
+
+/// The pulled source, on the portal at `webhook`.
+fn offline_source(webhook: &str) -> String {
+    format!(
+        "[[source]]\nname = \"{SOURCE}\"\npreset = \"bitrix24-offline\"\n\
+         [source.pull]\nurl = \"{webhook}\"\nevents = [\"ONCRMLEADADD\"]\n\
+         every = \"50ms\"\nbatch = 2\ntimeout = \"1s\"\n"
+    )
+}
+
+async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `(new, duplicate)` deliveries journaled for the pulled source.
+async fn journaled(store: &dyn leadgate::store::Store) -> (i64, i64) {
+    let m = store
+        .metrics(leadgate::store::now(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let n = |outcome: &str| {
+        m.deliveries
+            .get(&(SOURCE.to_owned(), outcome.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
+    (n("new"), n("duplicate"))
+}
+
+fn key(id: u64) -> String {
+    format!("{SOURCE}:ONCRMLEADADD:{id}")
+}
+
+each_backend!(
+    bitrix24_offline_events_are_cleared_only_once_recorded,
+    |db| async move {
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            offline_source(&fake.webhook_url())
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        until(
+            "the event is bound offline",
+            Duration::from_secs(10),
+            || gw.fake.offline_bound() == ["ONCRMLEADADD"],
+        )
+        .await;
+        // The first clear fails: that batch stays in the queue, is taken again and is
+        // absorbed by its keys.
+        gw.fake
+            .push_fault("event.offline.clear", Fault::ServerError, 1);
+        let ids: Vec<u64> = (1..=5)
+            .map(|n| {
+                gw.fake
+                    .raise_offline("ONCRMLEADADD", json!({"FIELDS": {"ID": 100 + n}}))
+                    .unwrap()
+            })
+            .collect();
+        until("the queue is drained", Duration::from_secs(10), || {
+            gw.fake.offline_queue().is_empty()
+        })
+        .await;
+        for id in &ids {
+            gw.wait_status(&key(*id), "completed").await;
+        }
+        let (new, duplicate) = journaled(gw.store().as_ref()).await;
+        assert_eq!(new, 5, "one operation per queued event");
+        // The batch whose clear failed (one or two events, as the poller found them)
+        // came back once.
+        assert!((1..=2).contains(&duplicate), "{duplicate} repeats");
+        let mut origins = origin_ids(&gw.fake);
+        origins.sort();
+        let mut expected: Vec<String> = ids.iter().map(|id| key(*id)).collect();
+        expected.sort();
+        assert_eq!(origins, expected, "one CRM lead per event, none twice");
+        assert_eq!(gw.fake.calls(CREATE), 5);
+        // The payload is the queue record as the portal handed it out.
+        let op = gw
+            .store()
+            .operation(&key(ids[0]).parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.source, SOURCE);
+        // The intake URL of a pulled source takes nothing.
+        let res = gw
+            .http
+            .post(gw.intake_url(SOURCE))
+            .json(&json!({"EVENT_NAME": "ONCRMLEADADD", "ID": "999"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 401);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    a_gateway_killed_between_recorded_and_cleared_loses_and_doubles_nothing,
+    |db| async move {
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // The clear is held back long enough for the kill to come first.
+        fake.push_fault("event.offline.clear", Fault::LatencyMs { ms: 60_000 }, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut toml = GatewayFile {
+            db_url: &db.url,
+            webhook_url: &fake.webhook_url(),
+            port,
+            lease: "4s",
+            concurrency: None,
+            retry: None,
+            read_token: None,
+            site: SiteAuth::Token("site-token"),
+            crm_timeout: "3s",
+            settle: None,
+        }
+        .toml();
+        toml += &offline_source(&fake.webhook_url());
+        let config = dir.path().join("leadgate.toml");
+        std::fs::write(&config, toml).unwrap();
+        let config = config.display().to_string();
+        let serve = || {
+            Process(
+                crate::process::leadgate(&["serve", "--config", &config])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("spawn leadgate serve"),
+            )
+        };
+        let mut first = serve();
+        wait_healthy(&base, Duration::from_secs(20), None).await;
+        until(
+            "the event is bound offline",
+            Duration::from_secs(10),
+            || fake.offline_bound() == ["ONCRMLEADADD"],
+        )
+        .await;
+        let ids: Vec<u64> = (1..=2)
+            .map(|n| {
+                fake.raise_offline("ONCRMLEADADD", json!({"FIELDS": {"ID": n}}))
+                    .unwrap()
+            })
+            .collect();
+        until("the gateway asks to clear", Duration::from_secs(10), || {
+            fake.calls("event.offline.clear") >= 1
+        })
+        .await;
+        // SIGKILL while the clear is on its way: recorded, never cleared.
+        first.kill();
+        let store = db.store().await;
+        let queue = fake.offline_queue();
+        assert_eq!(queue.len(), 2, "nothing was cleared: {queue:?}");
+        let mark = store.pull_mark(SOURCE).await.unwrap();
+        assert!(
+            mark.is_some(),
+            "the process id was saved before the batch was taken"
+        );
+        // The batch the killed gateway took (both events, or the first alone when the
+        // second was raised after its take) is hidden under its mark, and all of it
+        // was recorded before the clear went out.
+        let taken = queue.iter().filter(|r| r.process_id == mark).count() as i64;
+        assert!(taken >= 1, "{queue:?}");
+        assert_eq!(
+            journaled(store.as_ref()).await,
+            (taken, 0),
+            "recorded first"
+        );
+
+        let _second = serve();
+        wait_healthy(&base, Duration::from_secs(20), None).await;
+        until("the queue is drained", Duration::from_secs(15), || {
+            fake.offline_queue().is_empty()
+        })
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for id in &ids {
+            loop {
+                let op = store.operation(&key(*id).parse().unwrap()).await.unwrap();
+                if op.is_some_and(|o| o.status.as_str() == "completed") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{} never completed", key(*id));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        assert_eq!(
+            journaled(store.as_ref()).await,
+            (2, taken),
+            "the re-read batch was absorbed by its keys"
+        );
+        let mut origins = origin_ids(&fake);
+        origins.sort();
+        assert_eq!(
+            origins,
+            vec![key(ids[0]), key(ids[1])],
+            "no loss, no duplicate"
+        );
+    }
+);
