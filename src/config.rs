@@ -144,14 +144,23 @@ pub enum Preset {
     /// `event_type=offline`, then `event.offline.get` / `event.offline.clear`): keyed by
     /// event name and queue record id; a batch is cleared only once all of it is recorded.
     Bitrix24Offline,
+    /// Telegram bot webhook updates: JSON keyed by `update_id`; `token` is the webhook's
+    /// `secret_token`, checked in `X-Telegram-Bot-Api-Secret-Token`.
+    TelegramWebhook,
+    /// Telegram bot updates pulled with `getUpdates` (`[source.pull]` with `bot_token`),
+    /// for bots without a public address: keyed by `update_id` as the webhook.
+    TelegramUpdates,
 }
 
 impl Preset {
     /// Whether sources of this preset are pulled by the gateway rather than pushed to it.
     pub fn is_pulled(self) -> bool {
-        matches!(self, Preset::Bitrix24Offline)
+        matches!(self, Preset::Bitrix24Offline | Preset::TelegramUpdates)
     }
 }
+
+/// The header Telegram carries a webhook's `secret_token` in.
+pub const TELEGRAM_SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
 /// How a source proves that a delivery comes from it. Every source has one: a
 /// configuration without it is refused at start.
@@ -225,7 +234,28 @@ impl SourceConfig {
             // A re-read after a crash carries the record's newer TIMESTAMP_X when the
             // portal coalesced a change into it: the same event, not a conflict.
             Preset::Bitrix24Offline => ("form:EVENT_NAME+ID", &["/TIMESTAMP_X"], Reply::Json),
+            Preset::TelegramWebhook | Preset::TelegramUpdates => {
+                ("json:/update_id", &[], Reply::Json)
+            }
         };
+        if matches!(preset, Preset::TelegramWebhook | Preset::TelegramUpdates) {
+            if self.event_time.is_none() {
+                self.event_time = Some("json:/message/date".into());
+            }
+            let f = &mut self.fields;
+            if f.title.is_none()
+                && f.name.is_none()
+                && f.phone.is_none()
+                && f.email.is_none()
+                && f.comment.is_none()
+            {
+                // The sender's name, the phone of a shared contact, the text. The chat and
+                // message ids stay in the stored update.
+                f.name = Some("/message/from/first_name".into());
+                f.phone = Some("/message/contact/phone_number".into());
+                f.comment = Some("/message/text".into());
+            }
+        }
         if preset == Preset::Bitrix24Offline && self.event_time.is_none() {
             self.event_time = Some("json:/TIMESTAMP_X".into());
         }
@@ -460,6 +490,8 @@ pub struct PullConfig {
     /// Bitrix24: the application's access token, sent as `auth` with every call (the
     /// `event.*` methods want an application's authorization).
     pub access_token: Option<Secret>,
+    /// Telegram: the bot's token (`env:NAME`), the secret part of every Bot API URL.
+    pub bot_token: Option<Secret>,
     /// Bitrix24: the events bound offline and drained (default `ONCRMLEADADD`).
     #[serde(default = "default_pull_events")]
     pub events: Vec<String>,
@@ -494,7 +526,29 @@ impl PullConfig {
     fn validate(&self, name: &str, preset: Option<Preset>) -> Result<(), String> {
         if !preset.is_some_and(Preset::is_pulled) {
             return Err(format!(
-                "source `{name}`: [source.pull] needs a pulled preset (`bitrix24-offline`)"
+                "source `{name}`: [source.pull] needs a pulled preset (`bitrix24-offline`, `telegram-updates`)"
+            ));
+        }
+        let telegram = preset == Some(Preset::TelegramUpdates);
+        match &self.bot_token {
+            None if telegram => {
+                return Err(format!(
+                    "source `{name}`: the telegram-updates preset needs pull.bot_token (env:NAME)"
+                ))
+            }
+            Some(_) if !telegram => {
+                return Err(format!(
+                    "source `{name}`: pull.bot_token is for the telegram-updates preset"
+                ))
+            }
+            Some(t) if t.expose().trim().is_empty() || t.expose().trim() == "env:" => {
+                return Err(format!("source `{name}`: pull.bot_token is empty"))
+            }
+            _ => {}
+        }
+        if telegram && self.access_token.is_some() {
+            return Err(format!(
+                "source `{name}`: pull.access_token is for the bitrix24-offline preset"
             ));
         }
         let url = self.url.expose().trim();
@@ -518,8 +572,9 @@ impl PullConfig {
                 "source `{name}`: pull.events must name at least one event, none blank"
             ));
         }
-        if !(1..=50).contains(&self.batch) {
-            return Err(format!("source `{name}`: pull.batch must be 1 to 50"));
+        let most = if telegram { 100 } else { 50 };
+        if !(1..=most).contains(&self.batch) {
+            return Err(format!("source `{name}`: pull.batch must be 1 to {most}"));
         }
         if self.every.is_zero() || self.timeout.is_zero() {
             return Err(format!(
@@ -853,6 +908,24 @@ impl Config {
                 ));
             }
             s.validate_auth().map_err(ConfigError::Invalid)?;
+            if s.preset == Some(Preset::TelegramWebhook) {
+                // setWebhook's secret_token: 1-256 characters A-Z, a-z, 0-9, `_` and `-`.
+                let fits = |t: &Secret| {
+                    let t = t.expose();
+                    (1..=256).contains(&t.len())
+                        && t.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                };
+                if s.auth != Some(SourceAuth::Token)
+                    || !s.token.iter().chain(s.previous_token.iter()).all(fits)
+                {
+                    return invalid(format!(
+                        "source `{}`: the telegram-webhook preset needs token = the webhook's secret_token \
+                         (1-256 characters: letters, digits, `_`, `-`), checked in X-Telegram-Bot-Api-Secret-Token",
+                        s.name
+                    ));
+                }
+            }
             if !["json:", "header:", "form:"]
                 .iter()
                 .any(|p| s.key.starts_with(p))
@@ -1331,6 +1404,12 @@ blocks = true
             ("name = \"p\"\npreset = \"bitrix24-offline\"\ntoken = \"t\"\n[source.pull]\nurl = \"env:B24\"\n", "source `p`: token is set but auth = \"pull\""),
             ("name = \"p\"\nkey = \"json:/id\"\ntoken = \"t\"\nauth = \"token\"\n[source.pull]\nurl = \"env:B24\"\n", "[source.pull] is set but auth = \"token\""),
             ("name = \"p\"\nkey = \"json:/id\"\n[source.pull]\nurl = \"env:B24\"\n", "[source.pull] needs a pulled preset"),
+            ("name = \"tg\"\npreset = \"telegram-webhook\"\n", "source `tg` has no authentication"),
+            ("name = \"tg\"\npreset = \"telegram-webhook\"\ntoken = \"has space\"\n", "the telegram-webhook preset needs token"),
+            ("name = \"tg\"\npreset = \"telegram-webhook\"\nsecret = \"k\"\n", "the telegram-webhook preset needs token"),
+            ("name = \"tp\"\npreset = \"telegram-updates\"\n[source.pull]\nurl = \"https://api.telegram.org\"\n", "needs pull.bot_token"),
+            ("name = \"tp\"\npreset = \"telegram-updates\"\n[source.pull]\nurl = \"https://api.telegram.org\"\nbot_token = \"env:\"\n", "pull.bot_token is empty"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\nbot_token = \"x\"\n", "pull.bot_token is for the telegram-updates preset"),
         ];
         for (source, needle) in cases {
             let err = Config::parse(&format!("{base}[[source]]\n{source}"))

@@ -70,6 +70,11 @@ pub enum Auth {
     },
     /// A shared token in `X-Leadgate-Token` or the `token` query parameter.
     Token(Vec<Secret>),
+    /// A shared token in this header only (Telegram's webhook `secret_token`).
+    HeaderToken {
+        header: &'static str,
+        tokens: Vec<Secret>,
+    },
     /// Bitrix24's `auth[application_token]`, checked once the body is parsed.
     ApplicationToken(Secret),
     None,
@@ -149,6 +154,12 @@ impl Source {
                 secrets: two(&c.secret, &c.previous_secret),
                 window: c.replay_window,
             },
+            SourceAuth::Token if c.preset == Some(crate::config::Preset::TelegramWebhook) => {
+                Auth::HeaderToken {
+                    header: crate::config::TELEGRAM_SECRET_HEADER,
+                    tokens: two(&c.token, &c.previous_token),
+                }
+            }
             SourceAuth::Token => Auth::Token(two(&c.token, &c.previous_token)),
             SourceAuth::ApplicationToken => {
                 Auth::ApplicationToken(c.application_token.clone().ok_or_else(missing)?)
@@ -157,7 +168,11 @@ impl Source {
             SourceAuth::Pull => Auth::Pull,
         };
         if match &auth {
-            Auth::Hmac { secrets, .. } | Auth::Token(secrets) => secrets.is_empty(),
+            Auth::Hmac { secrets, .. }
+            | Auth::Token(secrets)
+            | Auth::HeaderToken {
+                tokens: secrets, ..
+            } => secrets.is_empty(),
             _ => false,
         } {
             return Err(missing());
@@ -192,6 +207,14 @@ impl Source {
                 "pulled_source",
                 "this source is pulled by the gateway from its sender; it takes no deliveries",
             )),
+            Auth::HeaderToken { header: name, tokens } => match header(name) {
+                None => Err(failure(
+                    "missing_token",
+                    "this source needs its secret token in the X-Telegram-Bot-Api-Secret-Token header",
+                )),
+                Some(t) if matches_any(t.as_bytes(), tokens) => Ok(()),
+                Some(_) => Err(failure("bad_token", "the secret token does not match")),
+            },
             Auth::Token(tokens) => {
                 let from_query = || {
                     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query?).ok()?;

@@ -6,8 +6,11 @@
 //!
 //! - `bitrix24_offline`: Bitrix24's offline-event queue (`event.bind` with
 //!   `event_type=offline`, `event.offline.get` with `clear=0`, `event.offline.clear`).
+//! - `telegram`: a bot's updates by `getUpdates`, the offset advanced only past what is
+//!   recorded.
 
 pub mod bitrix24_offline;
+pub mod telegram;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,12 +56,14 @@ pub(crate) async fn pause(d: Duration, shutdown: &mut watch::Receiver<bool>) -> 
 #[derive(Clone)]
 pub enum Puller {
     Bitrix24Offline(Arc<bitrix24_offline::OfflineQueue>),
+    TelegramUpdates(Arc<telegram::UpdatesPoll>),
 }
 
 impl Puller {
     pub async fn run(self, state: IntakeState, shutdown: watch::Receiver<bool>) {
         match self {
             Puller::Bitrix24Offline(q) => q.run(state, shutdown).await,
+            Puller::TelegramUpdates(t) => t.run(state, shutdown).await,
         }
     }
 }
@@ -78,6 +83,10 @@ pub fn pullers(
             Preset::Bitrix24Offline => {
                 let q = bitrix24_offline::OfflineQueue::new(&source.name, pull, env)?;
                 out.push((source.name.clone(), Puller::Bitrix24Offline(Arc::new(q))));
+            }
+            Preset::TelegramUpdates => {
+                let t = telegram::UpdatesPoll::new(&source.name, pull, env)?;
+                out.push((source.name.clone(), Puller::TelegramUpdates(Arc::new(t))));
             }
             other => {
                 return Err(format!(

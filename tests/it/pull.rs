@@ -1,13 +1,14 @@
-//! Pull sources over their real protocols, on both backends: Bitrix24's offline-event
-//! queue (a fake portal speaking `event.bind` / `event.offline.get` /
-//! `event.offline.clear`), including a gateway killed with SIGKILL between "recorded" and
-//! "cleared".
+//! Sources over their real protocols, on both backends: Bitrix24's offline-event queue (a
+//! fake portal speaking `event.bind` / `event.offline.get` / `event.offline.clear`) and a
+//! Telegram bot's updates (a fake Bot API: its webhook deliveries, `getUpdates`), each with
+//! a gateway killed with SIGKILL between "recorded" and "acknowledged".
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use leadgate::config::Config;
 use leadgate_fakes::bitrix24::{FakeBitrix24, Fault};
+use leadgate_fakes::telegram::{FakeTelegram, Fault as TgFault};
 use serde_json::json;
 
 use leadgate_testkit::each_backend;
@@ -224,5 +225,216 @@ each_backend!(
             vec![key(ids[0]), key(ids[1])],
             "no loss, no duplicate"
         );
+    }
+);
+
+/// A user's message to the bot, sharing their contact.
+fn telegram_message(message_id: u64, phone: &str) -> serde_json::Value {
+    json!({
+        "message_id": message_id,
+        "from": {"id": 5550001, "is_bot": false, "first_name": "Olga"},
+        "chat": {"id": 5550001, "type": "private", "first_name": "Olga"},
+        "date": chrono::Utc::now().timestamp(),
+        "text": "Хочу консультацию",
+        "contact": {"phone_number": phone, "first_name": "Olga", "user_id": 5550001},
+    })
+}
+
+each_backend!(
+    telegram_webhook_updates_are_keyed_by_update_id_behind_the_secret_token,
+    |db| async move {
+        let tg = FakeTelegram::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n[[source]]\nname = \"tg\"\npreset = \"telegram-webhook\"\ntoken = \"hook-Secret_1\"\n",
+            config_toml(&db.url, &fake.webhook_url()),
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let set_webhook = |secret: &'static str| {
+            let http = gw.http.clone();
+            let url = format!("{}/bot{}/setWebhook", tg.api_base(), tg.token());
+            let hook = format!("{}/v1/intake/tg", gw.base);
+            async move {
+                let res = http
+                    .post(url)
+                    .json(&json!({"url": hook, "secret_token": secret}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(res.status(), 200);
+            }
+        };
+        // A wrong secret: refused (and journaled), so Telegram keeps redelivering.
+        set_webhook("wrong-secret").await;
+        let message = telegram_message(11, "+7 (912) 000-11-22");
+        let update_id = tg.user_sends(message.clone());
+        until("Telegram tried twice", Duration::from_secs(10), || {
+            tg.webhook_posts() >= 2
+        })
+        .await;
+        assert_eq!(tg.pending_updates().len(), 1, "not confirmed while refused");
+        // The right secret: the same update is recorded once and confirmed.
+        set_webhook("hook-Secret_1").await;
+        until("the update is confirmed", Duration::from_secs(10), || {
+            tg.pending_updates().is_empty()
+        })
+        .await;
+        let id = format!("tg:{update_id}");
+        gw.wait_status(&id, "completed").await;
+        let op = gw
+            .store()
+            .operation(&id.parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            op.contact.phone.as_deref(),
+            Some("+79120001122"),
+            "normalized for matching"
+        );
+        let m = gw
+            .store()
+            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(m.deliveries[&("tg".to_owned(), "rejected".to_owned())] >= 2);
+        assert_eq!(m.deliveries[&("tg".to_owned(), "new".to_owned())], 1);
+        // Telegram's redelivery of the same update is the duplicate it is.
+        let update = json!({"update_id": update_id, "message": message});
+        let res = gw
+            .http
+            .post(format!("{}/v1/intake/tg", gw.base))
+            .header("X-Telegram-Bot-Api-Secret-Token", "hook-Secret_1")
+            .json(&update)
+            .send()
+            .await
+            .unwrap();
+        let (status, body, replayed) = leadgate_testkit::gateway::answer(res).await;
+        assert_eq!((status.as_u16(), replayed), (200, true), "{body}");
+        // The token in the query string is not the Telegram secret's place.
+        let res = gw
+            .http
+            .post(format!("{}/v1/intake/tg?token=hook-Secret_1", gw.base))
+            .json(&update)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 401);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    telegram_polling_advances_the_offset_only_past_recorded_updates_even_across_kill_9,
+    |db| async move {
+        let tg = FakeTelegram::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // The first getUpdates answers at once; the next one (which would confirm what the
+        // first returned) is held back until the kill.
+        tg.push_fault_on("getUpdates", TgFault::LatencyMs { ms: 0 }, 1);
+        tg.push_fault_on("getUpdates", TgFault::LatencyMs { ms: 60_000 }, 1);
+        let ids = [
+            tg.user_sends(telegram_message(1, "+79120000001")),
+            tg.user_sends(telegram_message(2, "+79120000002")),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut toml = GatewayFile {
+            db_url: &db.url,
+            webhook_url: &fake.webhook_url(),
+            port,
+            lease: "4s",
+            concurrency: None,
+            retry: None,
+            read_token: None,
+            site: SiteAuth::Token("site-token"),
+            crm_timeout: "3s",
+            settle: None,
+        }
+        .toml();
+        toml += &format!(
+            "[[source]]\nname = \"tg-poll\"\npreset = \"telegram-updates\"\n\
+             [source.pull]\nurl = \"{}\"\nbot_token = \"env:TEST_TG_BOT_TOKEN\"\nevery = \"50ms\"\n",
+            tg.api_base()
+        );
+        let config = dir.path().join("leadgate.toml");
+        std::fs::write(&config, toml).unwrap();
+        let config = config.display().to_string();
+        let serve = |token: Option<&str>| {
+            let mut cmd = crate::process::leadgate(&["serve", "--config", &config]);
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+            if let Some(t) = token {
+                cmd.env("TEST_TG_BOT_TOKEN", t);
+            }
+            cmd.spawn().expect("spawn leadgate serve")
+        };
+        // Without its credentials the source refuses to start, naming the variable.
+        let out = serve(None).wait_with_output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("TEST_TG_BOT_TOKEN"), "{err}");
+        assert!(err.contains("tg-poll"), "{err}");
+
+        let mut first = Process(serve(Some(tg.token())));
+        wait_healthy(&base, Duration::from_secs(20), None).await;
+        until(
+            "the confirming getUpdates is on its way",
+            Duration::from_secs(10),
+            || tg.calls_of("getUpdates") >= 2,
+        )
+        .await;
+        let store = db.store().await;
+        let count = |m: &leadgate::store::MetricsSnapshot, outcome: &str| {
+            m.deliveries
+                .get(&("tg-poll".to_owned(), outcome.to_owned()))
+                .copied()
+                .unwrap_or(0)
+        };
+        let m = store
+            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(count(&m, "new"), 2, "both recorded before the offset moved");
+        first.kill();
+        assert_eq!(tg.pending_updates().len(), 2, "never confirmed");
+
+        let _second = Process(serve(Some(tg.token())));
+        wait_healthy(&base, Duration::from_secs(20), None).await;
+        until("the updates are confirmed", Duration::from_secs(15), || {
+            tg.pending_updates().is_empty()
+        })
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for id in ids {
+            let id: leadgate::domain::OperationId = format!("tg-poll:{id}").parse().unwrap();
+            while !store
+                .operation(&id)
+                .await
+                .unwrap()
+                .is_some_and(|o| o.status.as_str() == "completed")
+            {
+                assert!(Instant::now() < deadline, "{id} never completed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let m = store
+            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            (count(&m, "new"), count(&m, "duplicate")),
+            (2, 2),
+            "re-read, absorbed"
+        );
+        assert_eq!(fake.calls(CREATE), 2, "one lead per update");
     }
 );
