@@ -147,6 +147,17 @@ pub enum Preset {
     /// Telegram bot webhook updates: JSON keyed by `update_id`; `token` is the webhook's
     /// `secret_token`, checked in `X-Telegram-Bot-Api-Secret-Token`.
     TelegramWebhook,
+    /// Call webhooks of any telephony (JSON): keyed by `call_id`, the caller in `caller`;
+    /// the events of one call (ringing, answered, finished) are one operation: the fields
+    /// that change between them are left out of the fingerprint.
+    CallWebhook,
+    /// As `call-webhook`, but every event of a call is an operation of its own (keyed by
+    /// `call_id` + `event`).
+    CallWebhookEvents,
+    /// Zadarma's PBX notifications (`NOTIFY_START`, `NOTIFY_END`: form-urlencoded, keyed by
+    /// `pbx_call_id`, one operation per call), signed in the `Signature` header with the
+    /// API secret (`auth = "zadarma_signature"`, set by `secret`); answers `zd_echo`.
+    Zadarma,
     /// Telegram bot updates pulled with `getUpdates` (`[source.pull]` with `bot_token`),
     /// for bots without a public address: keyed by `update_id` as the webhook.
     TelegramUpdates,
@@ -158,6 +169,16 @@ impl Preset {
         matches!(self, Preset::Bitrix24Offline | Preset::TelegramUpdates)
     }
 }
+
+/// What changes between the events of one call, left out of `call-webhook`'s fingerprint.
+const CALL_PROGRESS: &[&str] = &[
+    "/event",
+    "/status",
+    "/duration",
+    "/answered_at",
+    "/ended_at",
+    "/record_url",
+];
 
 /// The header Telegram carries a webhook's `secret_token` in.
 pub const TELEGRAM_SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -179,6 +200,9 @@ pub enum SourceAuth {
     /// No authentication: anyone who reaches the port may deliver. Logged as a
     /// warning at every start.
     None,
+    /// Zadarma: `Signature: base64(hex(HMAC-SHA1(caller_id + called_did + call_start)))`
+    /// with `secret`, the API secret key.
+    ZadarmaSignature,
     /// A pulled source (`[source.pull]`): nothing is delivered to the intake URL, which
     /// refuses every request; the gateway authenticates to the sender with the pull's
     /// credentials instead.
@@ -193,6 +217,7 @@ impl SourceAuth {
             SourceAuth::ApplicationToken => "application_token",
             SourceAuth::None => "none",
             SourceAuth::Pull => "pull",
+            SourceAuth::ZadarmaSignature => "zadarma_signature",
         }
     }
 }
@@ -237,7 +262,43 @@ impl SourceConfig {
             Preset::TelegramWebhook | Preset::TelegramUpdates => {
                 ("json:/update_id", &[], Reply::Json)
             }
+            Preset::CallWebhook => ("json:/call_id", CALL_PROGRESS, Reply::Json),
+            Preset::CallWebhookEvents => ("form:call_id+event", &[], Reply::Json),
+            Preset::Zadarma => (
+                "form:pbx_call_id",
+                &[
+                    "/event",
+                    "/internal",
+                    "/destination",
+                    "/duration",
+                    "/disposition",
+                    "/status_code",
+                    "/is_recorded",
+                    "/call_id_with_rec",
+                    "/last_internal",
+                    "/calltype",
+                ],
+                Reply::Json,
+            ),
         };
+        let call = |phone: &str, name: Option<&str>, f: &mut crate::domain::FieldMap| {
+            if f.title.is_none()
+                && f.name.is_none()
+                && f.phone.is_none()
+                && f.email.is_none()
+                && f.comment.is_none()
+            {
+                f.phone = Some(phone.into());
+                f.name = name.map(str::to_owned);
+            }
+        };
+        match preset {
+            Preset::CallWebhook | Preset::CallWebhookEvents => {
+                call("/caller", Some("/caller_name"), &mut self.fields)
+            }
+            Preset::Zadarma => call("/caller_id", None, &mut self.fields),
+            _ => {}
+        }
         if matches!(preset, Preset::TelegramWebhook | Preset::TelegramUpdates) {
             if self.event_time.is_none() {
                 self.event_time = Some("json:/message/date".into());
@@ -278,6 +339,8 @@ impl SourceConfig {
         }
         self.auth = if self.preset.is_some_and(Preset::is_pulled) || self.pull.is_some() {
             Some(SourceAuth::Pull)
+        } else if self.preset == Some(Preset::Zadarma) && self.secret.is_some() {
+            Some(SourceAuth::ZadarmaSignature)
         } else if self.preset == Some(Preset::Bitrix24Event) || self.application_token.is_some() {
             Some(SourceAuth::ApplicationToken)
         } else if self.secret.is_some() {
@@ -316,7 +379,8 @@ impl SourceConfig {
                 if v.expose().trim().is_empty() {
                     return Err(format!("source `{name}`: {field} is empty"));
                 }
-                if *method != auth {
+                let zadarma = auth == SourceAuth::ZadarmaSignature && *field == "secret";
+                if *method != auth && !zadarma {
                     return Err(format!(
                         "source `{name}`: {field} is set but auth = \"{}\"; remove it or set auth = \"{}\"",
                         auth.name(),
@@ -329,6 +393,7 @@ impl SourceConfig {
             SourceAuth::Hmac => Some(("secret", &self.secret)),
             SourceAuth::Token => Some(("token", &self.token)),
             SourceAuth::ApplicationToken => Some(("application_token", &self.application_token)),
+            SourceAuth::ZadarmaSignature => Some(("secret", &self.secret)),
             SourceAuth::None | SourceAuth::Pull => None,
         };
         if let Some((field, None)) = needs {
@@ -908,6 +973,13 @@ impl Config {
                 ));
             }
             s.validate_auth().map_err(ConfigError::Invalid)?;
+            if s.preset == Some(Preset::Zadarma) && s.auth != Some(SourceAuth::ZadarmaSignature) {
+                return invalid(format!(
+                    "source `{}`: the zadarma preset needs secret = the API secret key (Zadarma signs \
+                     every notification with it; it sends the Signature header once API keys exist)",
+                    s.name
+                ));
+            }
             if s.preset == Some(Preset::TelegramWebhook) {
                 // setWebhook's secret_token: 1-256 characters A-Z, a-z, 0-9, `_` and `-`.
                 let fits = |t: &Secret| {
@@ -1405,6 +1477,9 @@ blocks = true
             ("name = \"p\"\nkey = \"json:/id\"\ntoken = \"t\"\nauth = \"token\"\n[source.pull]\nurl = \"env:B24\"\n", "[source.pull] is set but auth = \"token\""),
             ("name = \"p\"\nkey = \"json:/id\"\n[source.pull]\nurl = \"env:B24\"\n", "[source.pull] needs a pulled preset"),
             ("name = \"tg\"\npreset = \"telegram-webhook\"\n", "source `tg` has no authentication"),
+            ("name = \"zd\"\npreset = \"zadarma\"\n", "source `zd` has no authentication"),
+            ("name = \"zd\"\npreset = \"zadarma\"\ntoken = \"t\"\n", "the zadarma preset needs secret"),
+            ("name = \"zd\"\npreset = \"zadarma\"\nauth = \"zadarma_signature\"\n", "needs secret"),
             ("name = \"tg\"\npreset = \"telegram-webhook\"\ntoken = \"has space\"\n", "the telegram-webhook preset needs token"),
             ("name = \"tg\"\npreset = \"telegram-webhook\"\nsecret = \"k\"\n", "the telegram-webhook preset needs token"),
             ("name = \"tp\"\npreset = \"telegram-updates\"\n[source.pull]\nurl = \"https://api.telegram.org\"\n", "needs pull.bot_token"),

@@ -140,7 +140,7 @@ pub fn router(state: IntakeState) -> Router {
             },
         ));
     Router::new()
-        .route("/v1/intake/{source}", post(intake))
+        .route("/v1/intake/{source}", post(intake).get(zd_echo))
         .route("/healthz", get(healthz))
         .merge(integration)
         .merge(read)
@@ -413,6 +413,12 @@ async fn accept(
             message: "auth[application_token] is missing or does not match".into(),
         });
     }
+    if !source.zadarma_signature_ok(headers, &payload) {
+        return Err(ApiError::Unauthorized {
+            code: "bad_signature",
+            message: "the Signature header is missing or does not match caller_id, called_did and call_start".into(),
+        });
+    }
     let delivery = delivery(
         state,
         source,
@@ -454,6 +460,34 @@ async fn accept(
             .into_response(),
     };
     Ok(res)
+}
+
+/// Zadarma checks a notification URL with `GET ?zd_echo=<random>` and wants the value
+/// back. Answered for sources of the zadarma preset only; nothing is journaled (no event).
+async fn zd_echo(
+    State(state): State<IntakeState>,
+    Path(source_name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let echo = query
+        .as_deref()
+        .and_then(|q| serde_urlencoded::from_str::<Vec<(String, String)>>(q).ok())
+        .and_then(|pairs| {
+            pairs
+                .into_iter()
+                .find(|(k, _)| k == "zd_echo")
+                .map(|(_, v)| v)
+        });
+    match (state.sources.get(&source_name), echo) {
+        (Some(s), Some(v)) if s.answers_zd_echo() => {
+            if v.is_empty() || v.len() > 128 || !v.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return ApiError::bad("bad_echo", "zd_echo must be 1-128 letters and digits")
+                    .into_response();
+            }
+            (StatusCode::OK, v).into_response()
+        }
+        _ => ApiError::NotFound("deliveries are POSTed to this URL".into()).into_response(),
+    }
 }
 
 /// What became of an event a pull source fetched.

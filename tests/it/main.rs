@@ -6,6 +6,7 @@ mod alerts;
 mod amocrm;
 mod batch;
 mod boundaries;
+mod calls;
 mod claim_api;
 mod clock;
 mod console;
