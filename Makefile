@@ -32,7 +32,7 @@ test-n8n:
 	scripts/install-n8n.sh >/dev/null
 	cargo test --locked --test n8n -- --nocapture
 
-## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
+## The eight pilot scenarios (and a cross-channel one) against a fake Bitrix24 on embedded SQLite, as a table.
 demo:
 	scripts/demo.sh
 

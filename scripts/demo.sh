@@ -30,6 +30,7 @@ cargo build --locked -p leadgate --bin leadgate -p leadgate-testkit --bin leadga
 # Fresh random credentials for this run (the file is the demo's own, readable by its owner only).
 rand_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 SITE_SECRET="$(rand_hex)"; TILDA_TOKEN="$(rand_hex)"; READ_TOKEN="$(rand_hex)"
+ZADARMA_SECRET="$(rand_hex)"; TELEGRAM_SECRET="$(rand_hex)"
 
 mkdir -p "$DIR"
 rm -f "$DIR"/leadgate.db "$DIR"/leadgate.db-wal "$DIR"/leadgate.db-shm "$DIR"/*.log
@@ -61,6 +62,18 @@ secret = "$SITE_SECRET"            # deliveries are signed (HMAC-SHA256 over tim
 name = "tilda"
 key = "form:tranid"
 token = "$TILDA_TOKEN"             # Tilda cannot sign: a secret token in the intake URL
+
+[[source]]
+name = "calls"
+preset = "zadarma"                 # Zadarma's NOTIFY_START / NOTIFY_END, signed with the API secret
+secret = "$ZADARMA_SECRET"
+on_contact_match = "link"          # a call from someone we know joins their CRM record
+
+[[source]]
+name = "tg"
+preset = "telegram-webhook"        # the bot's webhook updates, X-Telegram-Bot-Api-Secret-Token
+token = "$TELEGRAM_SECRET"
+on_contact_match = "review"        # a message from someone we know: a manager decides
 
 [api]
 read_token = "$READ_TOKEN"         # GET /v1/operations/..., /metrics
@@ -98,7 +111,7 @@ wait_http "$GATEWAY_PORT"
 "$BIN" worker --config "$DIR/leadgate.toml" >"$DIR/worker.log" 2>&1 &
 pids+=($!)
 
-echo "== playing the eight pilot scenarios of docs/SPEC.md"
+echo "== playing the eight pilot scenarios of docs/SPEC.md and the cross-channel one"
 status=0
 "$DEV" demo --gateway "http://127.0.0.1:$GATEWAY_PORT" --crm "http://127.0.0.1:$CRM_PORT" \
   --config "$DIR/leadgate.toml" || status=$?

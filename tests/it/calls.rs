@@ -193,3 +193,70 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+each_backend!(
+    the_demo_cross_channel_scenario_ends_as_one_match_for_a_manager,
+    |db| async move {
+        let fake = leadgate_fakes::bitrix24::FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let crm = format!("http://{}", fake.addr());
+        // The demo's sources (scripts/demo.sh), on the test database.
+        let toml = format!(
+            r#"
+[database]
+url = "{}"
+[server]
+listen = "127.0.0.1:0"
+[worker]
+poll_interval = "20ms"
+lease = "2s"
+[[source]]
+name = "site"
+key = "json:/submission_id"
+ignore = ["/sent_at"]
+secret = "demo-site-secret"
+[[source]]
+name = "calls"
+preset = "zadarma"
+secret = "demo-zadarma-secret"
+on_contact_match = "link"
+[[source]]
+name = "tg"
+preset = "telegram-webhook"
+token = "demo-telegram-secret"
+on_contact_match = "review"
+[api]
+read_token = "demo-read"
+[crm]
+kind = "bitrix24"
+webhook_url = "{}"
+timeout = "1s"
+settle = "300ms"
+"#,
+            db.url,
+            fake.webhook_url()
+        );
+        let config = leadgate::config::Config::parse(&toml).unwrap();
+        let gw = Gateway::start_with(fake, config.clone()).await;
+        let demo = leadgate_testkit::demo::Demo::new(&gw.base, &crm, gw.store(), &config).unwrap();
+        let (pass, observed) = demo.cross_channel().await.unwrap();
+        assert!(pass, "{observed}");
+        // What a manager sees: the one case, on the message, naming the form and the call.
+        let open: Vec<_> = gw
+            .store()
+            .metrics(leadgate::store::now(), std::time::Duration::from_secs(60))
+            .await
+            .unwrap()
+            .open_cases_by_reason
+            .into_iter()
+            .collect();
+        assert_eq!(open, vec![("cross_channel_match".to_owned(), 1)]);
+        assert_eq!(
+            gw.fake.calls("crm.lead.add"),
+            1,
+            "one CRM record for the person"
+        );
+        gw.stop().await;
+    }
+);
