@@ -49,6 +49,20 @@ async fn journaled(store: &dyn leadgate::store::Store) -> (i64, i64) {
     (n("new"), n("duplicate"))
 }
 
+/// Waits (15 s at most) until the operation `id` is completed, read from the database.
+async fn wait_completed(store: &dyn leadgate::store::Store, id: &str) {
+    let op_id: leadgate::domain::OperationId = id.parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let op = store.operation(&op_id).await.unwrap();
+        if op.is_some_and(|o| o.status.as_str() == "completed") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{id} never completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn key(id: u64) -> String {
     format!("{SOURCE}:ONCRMLEADADD:{id}")
 }
@@ -202,16 +216,8 @@ each_backend!(
             fake.offline_queue().is_empty()
         })
         .await;
-        let deadline = Instant::now() + Duration::from_secs(15);
         for id in &ids {
-            loop {
-                let op = store.operation(&key(*id).parse().unwrap()).await.unwrap();
-                if op.is_some_and(|o| o.status.as_str() == "completed") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "{} never completed", key(*id));
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            wait_completed(store.as_ref(), &key(*id)).await;
         }
         assert_eq!(
             journaled(store.as_ref()).await,
@@ -413,18 +419,8 @@ each_backend!(
             tg.pending_updates().is_empty()
         })
         .await;
-        let deadline = Instant::now() + Duration::from_secs(15);
         for id in ids {
-            let id: leadgate::domain::OperationId = format!("tg-poll:{id}").parse().unwrap();
-            while !store
-                .operation(&id)
-                .await
-                .unwrap()
-                .is_some_and(|o| o.status.as_str() == "completed")
-            {
-                assert!(Instant::now() < deadline, "{id} never completed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            wait_completed(store.as_ref(), &format!("tg-poll:{id}")).await;
         }
         let m = store
             .metrics(leadgate::store::now(), Duration::from_secs(60))
