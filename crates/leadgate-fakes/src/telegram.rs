@@ -1,5 +1,6 @@
 //! A fake Telegram Bot API: a real HTTP server answering `sendMessage` as the Bot API
-//! documents, recording every message, with injectable faults and an outage.
+//! documents, recording every message, with injectable faults and an outage; and handing
+//! a bot its users' updates by `getUpdates` or by webhook ([`updates`]).
 //!
 //! - `POST /bot{token}/sendMessage` with JSON (or a form) `chat_id`, `text`, optional
 //!   `parse_mode`; success is `{"ok":true,"result":{"message_id":N,"chat":{"id":…},

@@ -206,3 +206,68 @@ pub(super) fn reset(shared: &Shared) {
         ..Updates::default()
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn call(tg: &FakeTelegram, method: &str, body: Value) -> (u16, Value) {
+        let res = reqwest::Client::new()
+            .post(format!("{}/bot{}/{method}", tg.api_base(), tg.token()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (res.status().as_u16(), res.json().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn get_updates_confirms_below_the_offset_and_refuses_while_a_webhook_is_set() {
+        let tg = FakeTelegram::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let a = tg.user_sends(json!({"message_id": 1, "text": "a"}));
+        let b = tg.user_sends(json!({"message_id": 2, "text": "b"}));
+        assert!(b > a);
+        let (_, got) = call(&tg, "getUpdates", json!({})).await;
+        assert_eq!(got["ok"], true);
+        assert_eq!(got["result"].as_array().unwrap().len(), 2);
+        // Read again without an offset: nothing was confirmed.
+        let (_, again) = call(&tg, "getUpdates", json!({"limit": 1})).await;
+        assert_eq!(again["result"][0]["update_id"], a);
+        // An offset past `a` confirms it and only it.
+        let (_, after) = call(&tg, "getUpdates", json!({"offset": a + 1})).await;
+        assert_eq!(after["result"][0]["update_id"], b);
+        assert_eq!(tg.pending_updates().len(), 1);
+        // Long polling returns as soon as an update comes.
+        let waiting = tokio::spawn({
+            let url = format!("{}/bot{}/getUpdates", tg.api_base(), tg.token());
+            async move {
+                reqwest::Client::new()
+                    .post(url)
+                    .json(&json!({"offset": b + 1, "timeout": 5}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let c = tg.user_sends(json!({"message_id": 3, "text": "c"}));
+        let got = waiting.await.unwrap();
+        assert_eq!(got["result"][0]["update_id"], c);
+        let (_, set) = call(&tg, "setWebhook", json!({"url": "http://127.0.0.1:9/none"})).await;
+        assert_eq!(set["result"], true);
+        let (status, refused) = call(&tg, "getUpdates", json!({})).await;
+        assert_eq!(status, 409);
+        assert!(refused["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Conflict"));
+        call(&tg, "deleteWebhook", json!({})).await;
+        let (status, _) = call(&tg, "getUpdates", json!({})).await;
+        assert_eq!(status, 200);
+    }
+}
