@@ -2,7 +2,7 @@
 # `make demo`: builds Leadgate and its developer tools, starts a fake Bitrix24
 # (`leadgate-dev fake-crm`, with faults injected per scenario) and `leadgate serve` plus
 # a second `leadgate worker` on an embedded SQLite file, plays the eight pilot scenarios
-# of docs/SPEC.md as real HTTP traffic (`leadgate-dev demo`), prints the results and the
+# of docs/SPEC.md and the cross-channel one as real HTTP traffic (`leadgate-dev demo`), prints the results and the
 # metrics, and leaves the database for the console. No display and no PostgreSQL needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
