@@ -135,6 +135,88 @@ each_backend!(
     }
 );
 
+/// Makes the database refuse (or, with `false`, take again) every delivery of the pulled
+/// source: an outage of the operations database as the intake sees it.
+async fn refuse_deliveries(db: &leadgate_testkit::TestDb, refuse: bool) {
+    use leadgate_testkit::Backend;
+    let statements: &[&str] = match (db.backend, refuse) {
+        (Backend::Sqlite, true) => &["create trigger test_refuse before insert on deliveries \
+              when new.source = 'b24-offline' begin select raise(abort, 'database refuses'); end"],
+        (Backend::Sqlite, false) => &["drop trigger test_refuse"],
+        (Backend::Postgres, true) => &[
+            "create function test_refuse() returns trigger language plpgsql as \
+             $$ begin raise exception 'database refuses'; end $$",
+            "create trigger test_refuse before insert on deliveries for each row \
+             when (new.source = 'b24-offline') execute function test_refuse()",
+        ],
+        (Backend::Postgres, false) => &["drop trigger test_refuse on deliveries"],
+    };
+    for sql in statements {
+        match db.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+        }
+    }
+}
+
+each_backend!(
+    bitrix24_offline_events_wait_in_the_queue_while_the_database_refuses_them,
+    |db| async move {
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            offline_source(&fake.webhook_url())
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        until(
+            "the event is bound offline",
+            Duration::from_secs(10),
+            || gw.fake.offline_bound() == ["ONCRMLEADADD"],
+        )
+        .await;
+        refuse_deliveries(&db, true).await;
+        let ids: Vec<u64> = (1..=3)
+            .map(|n| {
+                gw.fake
+                    .raise_offline("ONCRMLEADADD", json!({"FIELDS": {"ID": 500 + n}}))
+                    .unwrap()
+            })
+            .collect();
+        // The gateway takes the batch again and again, and clears nothing.
+        let takes = gw.fake.calls("event.offline.get");
+        until(
+            "the gateway tried several times",
+            Duration::from_secs(10),
+            || gw.fake.calls("event.offline.get") >= takes + 4,
+        )
+        .await;
+        assert_eq!(gw.fake.calls("event.offline.clear"), 0);
+        assert_eq!(gw.fake.offline_queue().len(), 3, "nothing lost");
+        assert_eq!(journaled(gw.store().as_ref()).await, (0, 0));
+        // The database is back: every event is recorded once, then cleared.
+        refuse_deliveries(&db, false).await;
+        until("the queue is drained", Duration::from_secs(10), || {
+            gw.fake.offline_queue().is_empty()
+        })
+        .await;
+        for id in &ids {
+            gw.wait_status(&key(*id), "completed").await;
+        }
+        assert_eq!(journaled(gw.store().as_ref()).await.0, 3);
+        assert_eq!(gw.fake.calls(CREATE), 3);
+        gw.stop().await;
+    }
+);
+
 each_backend!(
     a_gateway_killed_between_recorded_and_cleared_loses_and_doubles_nothing,
     |db| async move {
