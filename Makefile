@@ -44,7 +44,7 @@ test-api:
 test-n8n-node:
 	scripts/test-n8n-node.sh
 
-## The eight pilot scenarios against a fake Bitrix24 on embedded SQLite, as a table.
+## The eight pilot scenarios (and a cross-channel one) against a fake Bitrix24 on embedded SQLite, as a table.
 demo:
 	scripts/demo.sh
 

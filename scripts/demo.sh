@@ -2,7 +2,7 @@
 # `make demo`: builds Leadgate and its developer tools, starts a fake Bitrix24
 # (`leadgate-dev fake-crm`, with faults injected per scenario) and `leadgate serve` plus
 # a second `leadgate worker` on an embedded SQLite file, plays the eight pilot scenarios
-# of docs/SPEC.md as real HTTP traffic (`leadgate-dev demo`), prints the results and the
+# of docs/SPEC.md and the cross-channel one as real HTTP traffic (`leadgate-dev demo`), prints the results and the
 # metrics, and leaves the database for the console. No display and no PostgreSQL needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,7 @@ cargo build --locked -p leadgate --bin leadgate -p leadgate-testkit --bin leadga
 # Fresh random credentials for this run (the file is the demo's own, readable by its owner only).
 rand_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 SITE_SECRET="$(rand_hex)"; TILDA_TOKEN="$(rand_hex)"; READ_TOKEN="$(rand_hex)"
+ZADARMA_SECRET="$(rand_hex)"; TELEGRAM_SECRET="$(rand_hex)"
 
 mkdir -p "$DIR"
 rm -f "$DIR"/leadgate.db "$DIR"/leadgate.db-wal "$DIR"/leadgate.db-shm "$DIR"/*.log
@@ -62,6 +63,18 @@ name = "tilda"
 key = "form:tranid"
 token = "$TILDA_TOKEN"             # Tilda cannot sign: a secret token in the intake URL
 
+[[source]]
+name = "calls"
+preset = "zadarma"                 # Zadarma's NOTIFY_START / NOTIFY_END, signed with the API secret
+secret = "$ZADARMA_SECRET"
+on_contact_match = "link"          # a call from someone we know joins their CRM record
+
+[[source]]
+name = "tg"
+preset = "telegram-webhook"        # the bot's webhook updates, X-Telegram-Bot-Api-Secret-Token
+token = "$TELEGRAM_SECRET"
+on_contact_match = "review"        # a message from someone we know: a manager decides
+
 [api]
 read_token = "$READ_TOKEN"         # GET /v1/operations/..., /metrics
 
@@ -74,7 +87,7 @@ timeout = "1s"
 settle = "2s"
 TOML
 
-# A second gateway on the same fake portal makes contacts and deals (scenario 9), on its
+# A second gateway on the same fake portal makes contacts and deals (scenario 10), on its
 # own database so the two workers never take each other's leads.
 DEALS_PORT="${DEMO_DEALS_PORT:-18081}"
 sed -e "s#$DIR/leadgate.db#$DIR/leadgate-deals.db#" -e "s#127.0.0.1:$GATEWAY_PORT#127.0.0.1:$DEALS_PORT#" \
@@ -111,7 +124,7 @@ echo "== starting a contact + deal gateway on 127.0.0.1:$DEALS_PORT (SQLite: $DI
 pids+=($!)
 wait_http "$DEALS_PORT"
 
-echo "== playing the eight pilot scenarios of docs/SPEC.md"
+echo "== playing the eight pilot scenarios of docs/SPEC.md, the cross-channel one and contact + deal"
 status=0
 "$DEV" demo --gateway "http://127.0.0.1:$GATEWAY_PORT" --crm "http://127.0.0.1:$CRM_PORT" \
   --deals-gateway "http://127.0.0.1:$DEALS_PORT" --config "$DIR/leadgate.toml" || status=$?

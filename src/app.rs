@@ -163,6 +163,21 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 window: config.matching.window,
             },
         };
+        // Pull sources: refused here, before anything listens, when one lacks credentials.
+        let pullers =
+            crate::pull::pullers(config, |v| std::env::var(v).ok()).map_err(anyhow::Error::msg)?;
+        for (name, puller) in pullers {
+            let (state, rx) = (state.clone(), shutdown_rx.clone());
+            tasks.spawn(async move {
+                crate::supervise::supervise(
+                    &format!("pull:{name}"),
+                    rx.clone(),
+                    crate::supervise::RESTART_DELAY,
+                    move || puller.clone().run(state.clone(), rx.clone()),
+                )
+                .await
+            });
+        }
         let listener = tokio::net::TcpListener::bind(&config.server.listen)
             .await
             .with_context(|| format!("listening on {}", config.server.listen))?;

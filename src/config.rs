@@ -140,7 +140,48 @@ pub enum Preset {
     Bitrix24Event,
     /// Any JSON sender: key by JSON pointer or `Idempotency-Key`, optional HMAC.
     GenericJson,
+    /// Bitrix24 offline events, pulled (`[source.pull]`: `event.bind` with
+    /// `event_type=offline`, then `event.offline.get` / `event.offline.clear`): keyed by
+    /// event name and queue record id; a batch is cleared only once all of it is recorded.
+    Bitrix24Offline,
+    /// Telegram bot webhook updates: JSON keyed by `update_id`; `token` is the webhook's
+    /// `secret_token`, checked in `X-Telegram-Bot-Api-Secret-Token`.
+    TelegramWebhook,
+    /// Call webhooks of any telephony (JSON): keyed by `call_id`, the caller in `caller`;
+    /// the events of one call (ringing, answered, finished) are one operation: the fields
+    /// that change between them are left out of the fingerprint.
+    CallWebhook,
+    /// As `call-webhook`, but every event of a call is an operation of its own (keyed by
+    /// `call_id` + `event`).
+    CallWebhookEvents,
+    /// Zadarma's PBX notifications (`NOTIFY_START`, `NOTIFY_END`: form-urlencoded, keyed by
+    /// `pbx_call_id`, one operation per call), signed in the `Signature` header with the
+    /// API secret (`auth = "zadarma_signature"`, set by `secret`); answers `zd_echo`.
+    Zadarma,
+    /// Telegram bot updates pulled with `getUpdates` (`[source.pull]` with `bot_token`),
+    /// for bots without a public address: keyed by `update_id` as the webhook.
+    TelegramUpdates,
 }
+
+impl Preset {
+    /// Whether sources of this preset are pulled by the gateway rather than pushed to it.
+    pub fn is_pulled(self) -> bool {
+        matches!(self, Preset::Bitrix24Offline | Preset::TelegramUpdates)
+    }
+}
+
+/// What changes between the events of one call, left out of `call-webhook`'s fingerprint.
+const CALL_PROGRESS: &[&str] = &[
+    "/event",
+    "/status",
+    "/duration",
+    "/answered_at",
+    "/ended_at",
+    "/record_url",
+];
+
+/// The header Telegram carries a webhook's `secret_token` in.
+pub const TELEGRAM_SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
 /// How a source proves that a delivery comes from it. Every source has one: a
 /// configuration without it is refused at start.
@@ -159,6 +200,13 @@ pub enum SourceAuth {
     /// No authentication: anyone who reaches the port may deliver. Logged as a
     /// warning at every start.
     None,
+    /// Zadarma: `Signature: base64(hex(HMAC-SHA1(caller_id + called_did + call_start)))`
+    /// with `secret`, the API secret key.
+    ZadarmaSignature,
+    /// A pulled source (`[source.pull]`): nothing is delivered to the intake URL, which
+    /// refuses every request; the gateway authenticates to the sender with the pull's
+    /// credentials instead.
+    Pull,
 }
 
 impl SourceAuth {
@@ -168,6 +216,8 @@ impl SourceAuth {
             SourceAuth::Token => "token",
             SourceAuth::ApplicationToken => "application_token",
             SourceAuth::None => "none",
+            SourceAuth::Pull => "pull",
+            SourceAuth::ZadarmaSignature => "zadarma_signature",
         }
     }
 }
@@ -206,7 +256,70 @@ impl SourceConfig {
                 Reply::Json,
             ),
             Preset::GenericJson => ("header:Idempotency-Key", &[], Reply::Json),
+            // A re-read after a crash carries the record's newer TIMESTAMP_X when the
+            // portal coalesced a change into it: the same event, not a conflict.
+            Preset::Bitrix24Offline => ("form:EVENT_NAME+ID", &["/TIMESTAMP_X"], Reply::Json),
+            Preset::TelegramWebhook | Preset::TelegramUpdates => {
+                ("json:/update_id", &[], Reply::Json)
+            }
+            Preset::CallWebhook => ("json:/call_id", CALL_PROGRESS, Reply::Json),
+            Preset::CallWebhookEvents => ("form:call_id+event", &[], Reply::Json),
+            Preset::Zadarma => (
+                "form:pbx_call_id",
+                &[
+                    "/event",
+                    "/internal",
+                    "/destination",
+                    "/duration",
+                    "/disposition",
+                    "/status_code",
+                    "/is_recorded",
+                    "/call_id_with_rec",
+                    "/last_internal",
+                    "/calltype",
+                ],
+                Reply::Json,
+            ),
         };
+        let call = |phone: &str, name: Option<&str>, f: &mut crate::domain::FieldMap| {
+            if f.title.is_none()
+                && f.name.is_none()
+                && f.phone.is_none()
+                && f.email.is_none()
+                && f.comment.is_none()
+            {
+                f.phone = Some(phone.into());
+                f.name = name.map(str::to_owned);
+            }
+        };
+        match preset {
+            Preset::CallWebhook | Preset::CallWebhookEvents => {
+                call("/caller", Some("/caller_name"), &mut self.fields)
+            }
+            Preset::Zadarma => call("/caller_id", None, &mut self.fields),
+            _ => {}
+        }
+        if matches!(preset, Preset::TelegramWebhook | Preset::TelegramUpdates) {
+            if self.event_time.is_none() {
+                self.event_time = Some("json:/message/date".into());
+            }
+            let f = &mut self.fields;
+            if f.title.is_none()
+                && f.name.is_none()
+                && f.phone.is_none()
+                && f.email.is_none()
+                && f.comment.is_none()
+            {
+                // The sender's name, the phone of a shared contact, the text. The chat and
+                // message ids stay in the stored update.
+                f.name = Some("/message/from/first_name".into());
+                f.phone = Some("/message/contact/phone_number".into());
+                f.comment = Some("/message/text".into());
+            }
+        }
+        if preset == Preset::Bitrix24Offline && self.event_time.is_none() {
+            self.event_time = Some("json:/TIMESTAMP_X".into());
+        }
         if self.key.is_empty() {
             self.key = key.into();
         }
@@ -224,16 +337,19 @@ impl SourceConfig {
         if self.auth.is_some() {
             return;
         }
-        self.auth =
-            if self.preset == Some(Preset::Bitrix24Event) || self.application_token.is_some() {
-                Some(SourceAuth::ApplicationToken)
-            } else if self.secret.is_some() {
-                Some(SourceAuth::Hmac)
-            } else if self.token.is_some() {
-                Some(SourceAuth::Token)
-            } else {
-                None
-            };
+        self.auth = if self.preset.is_some_and(Preset::is_pulled) || self.pull.is_some() {
+            Some(SourceAuth::Pull)
+        } else if self.preset == Some(Preset::Zadarma) && self.secret.is_some() {
+            Some(SourceAuth::ZadarmaSignature)
+        } else if self.preset == Some(Preset::Bitrix24Event) || self.application_token.is_some() {
+            Some(SourceAuth::ApplicationToken)
+        } else if self.secret.is_some() {
+            Some(SourceAuth::Hmac)
+        } else if self.token.is_some() {
+            Some(SourceAuth::Token)
+        } else {
+            None
+        };
     }
 
     /// Fail closed: a method, its credentials, no credentials of another method, and
@@ -263,7 +379,8 @@ impl SourceConfig {
                 if v.expose().trim().is_empty() {
                     return Err(format!("source `{name}`: {field} is empty"));
                 }
-                if *method != auth {
+                let zadarma = auth == SourceAuth::ZadarmaSignature && *field == "secret";
+                if *method != auth && !zadarma {
                     return Err(format!(
                         "source `{name}`: {field} is set but auth = \"{}\"; remove it or set auth = \"{}\"",
                         auth.name(),
@@ -276,13 +393,29 @@ impl SourceConfig {
             SourceAuth::Hmac => Some(("secret", &self.secret)),
             SourceAuth::Token => Some(("token", &self.token)),
             SourceAuth::ApplicationToken => Some(("application_token", &self.application_token)),
-            SourceAuth::None => None,
+            SourceAuth::ZadarmaSignature => Some(("secret", &self.secret)),
+            SourceAuth::None | SourceAuth::Pull => None,
         };
         if let Some((field, None)) = needs {
             return Err(format!(
                 "source `{name}`: auth = \"{}\" needs {field}",
                 auth.name()
             ));
+        }
+        match (&self.pull, auth) {
+            (Some(pull), SourceAuth::Pull) => pull.validate(name, self.preset)?,
+            (None, SourceAuth::Pull) => {
+                return Err(format!(
+                    "source `{name}`: auth = \"pull\" needs a [source.pull] table with the sender's address and credentials"
+                ))
+            }
+            (Some(_), other) => {
+                return Err(format!(
+                    "source `{name}`: [source.pull] is set but auth = \"{}\"; a pulled source takes no deliveries (leave auth out)",
+                    other.name()
+                ))
+            }
+            (None, _) => {}
         }
         if auth == SourceAuth::Hmac && self.replay_window.is_zero() {
             return Err(format!(
@@ -363,7 +496,8 @@ impl Default for ClaimApiConfig {
 pub struct SourceConfig {
     pub name: String,
     /// A starting point for a known sender (`tilda`, `amocrm-webhook`,
-    /// `bitrix24-event`, `generic-json`); what the table sets overrides it.
+    /// `bitrix24-event`, `generic-json`, `bitrix24-offline`); what the table sets
+    /// overrides it.
     pub preset: Option<Preset>,
     /// Where the event key is: `json:/pointer`, `header:Name` or `form:field`
     /// (`form:a+b` joins several fields, `form:a|b` takes the first present).
@@ -404,6 +538,116 @@ pub struct SourceConfig {
     /// top-level `name`, `phone`, `email`, `comment`, `title`, in any letter case.
     #[serde(default)]
     pub fields: crate::domain::FieldMap,
+    /// A pulled source: where the gateway fetches its events and with what credentials.
+    pub pull: Option<PullConfig>,
+}
+
+/// `[source.pull]`: a source the gateway polls (src/pull). Secrets may be written
+/// `env:NAME` to be read from the environment at start; a pull without its credentials
+/// refuses to start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullConfig {
+    /// The sender's REST base. Bitrix24: the portal's incoming webhook
+    /// (`https://acme.bitrix24.ru/rest/1/<secret>/`), or its REST endpoint
+    /// (`https://acme.bitrix24.ru/rest/`) together with `access_token`.
+    pub url: Secret,
+    /// Bitrix24: the application's access token, sent as `auth` with every call (the
+    /// `event.*` methods want an application's authorization).
+    pub access_token: Option<Secret>,
+    /// Telegram: the bot's token (`env:NAME`), the secret part of every Bot API URL.
+    pub bot_token: Option<Secret>,
+    /// Bitrix24: the events bound offline and drained (default `ONCRMLEADADD`).
+    #[serde(default = "default_pull_events")]
+    pub events: Vec<String>,
+    /// How long to wait after the queue was found empty (or the sender failed).
+    #[serde(default = "default_pull_every", with = "humantime_serde")]
+    pub every: Duration,
+    /// Events taken per call (Bitrix24: at most 50).
+    #[serde(default = "default_pull_batch")]
+    pub batch: u32,
+    /// The cut-off of one call to the sender.
+    #[serde(default = "default_pull_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+fn default_pull_events() -> Vec<String> {
+    vec!["ONCRMLEADADD".into()]
+}
+
+fn default_pull_every() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_pull_batch() -> u32 {
+    50
+}
+
+fn default_pull_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl PullConfig {
+    fn validate(&self, name: &str, preset: Option<Preset>) -> Result<(), String> {
+        if !preset.is_some_and(Preset::is_pulled) {
+            return Err(format!(
+                "source `{name}`: [source.pull] needs a pulled preset (`bitrix24-offline`, `telegram-updates`)"
+            ));
+        }
+        let telegram = preset == Some(Preset::TelegramUpdates);
+        match &self.bot_token {
+            None if telegram => {
+                return Err(format!(
+                    "source `{name}`: the telegram-updates preset needs pull.bot_token (env:NAME)"
+                ))
+            }
+            Some(_) if !telegram => {
+                return Err(format!(
+                    "source `{name}`: pull.bot_token is for the telegram-updates preset"
+                ))
+            }
+            Some(t) if t.expose().trim().is_empty() || t.expose().trim() == "env:" => {
+                return Err(format!("source `{name}`: pull.bot_token is empty"))
+            }
+            _ => {}
+        }
+        if telegram && self.access_token.is_some() {
+            return Err(format!(
+                "source `{name}`: pull.access_token is for the bitrix24-offline preset"
+            ));
+        }
+        let url = self.url.expose().trim();
+        if url.is_empty() || url == "env:" {
+            return Err(format!("source `{name}`: pull.url is empty"));
+        }
+        if !(url.starts_with("env:") || url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(format!(
+                "source `{name}`: pull.url must be an http:// or https:// URL or env:NAME"
+            ));
+        }
+        if self
+            .access_token
+            .as_ref()
+            .is_some_and(|t| t.expose().trim().is_empty() || t.expose().trim() == "env:")
+        {
+            return Err(format!("source `{name}`: pull.access_token is empty"));
+        }
+        if self.events.is_empty() || self.events.iter().any(|e| e.trim().is_empty()) {
+            return Err(format!(
+                "source `{name}`: pull.events must name at least one event, none blank"
+            ));
+        }
+        let most = if telegram { 100 } else { 50 };
+        if !(1..=most).contains(&self.batch) {
+            return Err(format!("source `{name}`: pull.batch must be 1 to {most}"));
+        }
+        if self.every.is_zero() || self.timeout.is_zero() {
+            return Err(format!(
+                "source `{name}`: pull.every and pull.timeout must be more than 0"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `[alerts]`: what `serve` tells the team, and where (see src/alerts and README "Team
@@ -729,6 +973,31 @@ impl Config {
                 ));
             }
             s.validate_auth().map_err(ConfigError::Invalid)?;
+            if s.preset == Some(Preset::Zadarma) && s.auth != Some(SourceAuth::ZadarmaSignature) {
+                return invalid(format!(
+                    "source `{}`: the zadarma preset needs secret = the API secret key (Zadarma signs \
+                     every notification with it; it sends the Signature header once API keys exist)",
+                    s.name
+                ));
+            }
+            if s.preset == Some(Preset::TelegramWebhook) {
+                // setWebhook's secret_token: 1-256 characters A-Z, a-z, 0-9, `_` and `-`.
+                let fits = |t: &Secret| {
+                    let t = t.expose();
+                    (1..=256).contains(&t.len())
+                        && t.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                };
+                if s.auth != Some(SourceAuth::Token)
+                    || !s.token.iter().chain(s.previous_token.iter()).all(fits)
+                {
+                    return invalid(format!(
+                        "source `{}`: the telegram-webhook preset needs token = the webhook's secret_token \
+                         (1-256 characters: letters, digits, `_`, `-`), checked in X-Telegram-Bot-Api-Secret-Token",
+                        s.name
+                    ));
+                }
+            }
             if !["json:", "header:", "form:"]
                 .iter()
                 .any(|p| s.key.starts_with(p))
@@ -1198,6 +1467,24 @@ blocks = true
             ("name = \"m\"\nkey = \"json:/id\"\nauth = \"none\"\nsecret = \"k\"\n", "source `m`: secret is set but auth = \"none\""),
             ("name = \"m\"\nkey = \"json:/id\"\nauth = \"token\"\ntoken = \"t\"\nsecret = \"k\"\n", "source `m`: secret is set"),
             ("name = \"w\"\nkey = \"json:/id\"\nsecret = \"k\"\nreplay_window = \"0s\"\n", "replay_window"),
+            // A pulled source needs its sender's address and credentials.
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n", "source `p`: auth = \"pull\" needs a [source.pull] table"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"\"\n", "source `p`: pull.url is empty"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"portal/rest\"\n", "pull.url must be an http"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\naccess_token = \"env:\"\n", "pull.access_token is empty"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\nbatch = 51\n", "pull.batch must be 1 to 50"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\ntoken = \"t\"\n[source.pull]\nurl = \"env:B24\"\n", "source `p`: token is set but auth = \"pull\""),
+            ("name = \"p\"\nkey = \"json:/id\"\ntoken = \"t\"\nauth = \"token\"\n[source.pull]\nurl = \"env:B24\"\n", "[source.pull] is set but auth = \"token\""),
+            ("name = \"p\"\nkey = \"json:/id\"\n[source.pull]\nurl = \"env:B24\"\n", "[source.pull] needs a pulled preset"),
+            ("name = \"tg\"\npreset = \"telegram-webhook\"\n", "source `tg` has no authentication"),
+            ("name = \"zd\"\npreset = \"zadarma\"\n", "source `zd` has no authentication"),
+            ("name = \"zd\"\npreset = \"zadarma\"\ntoken = \"t\"\n", "the zadarma preset needs secret"),
+            ("name = \"zd\"\npreset = \"zadarma\"\nauth = \"zadarma_signature\"\n", "needs secret"),
+            ("name = \"tg\"\npreset = \"telegram-webhook\"\ntoken = \"has space\"\n", "the telegram-webhook preset needs token"),
+            ("name = \"tg\"\npreset = \"telegram-webhook\"\nsecret = \"k\"\n", "the telegram-webhook preset needs token"),
+            ("name = \"tp\"\npreset = \"telegram-updates\"\n[source.pull]\nurl = \"https://api.telegram.org\"\n", "needs pull.bot_token"),
+            ("name = \"tp\"\npreset = \"telegram-updates\"\n[source.pull]\nurl = \"https://api.telegram.org\"\nbot_token = \"env:\"\n", "pull.bot_token is empty"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\nbot_token = \"x\"\n", "pull.bot_token is for the telegram-updates preset"),
         ];
         for (source, needle) in cases {
             let err = Config::parse(&format!("{base}[[source]]\n{source}"))

@@ -11,6 +11,7 @@ pub mod diagnose;
 pub mod domain;
 pub mod intake;
 pub mod metrics;
+pub mod pull;
 pub mod reconcile;
 pub mod redeliver;
 pub mod report;

@@ -69,20 +69,9 @@ pub fn resolve(
     value: &Secret,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Secret, String> {
-    match value.expose().strip_prefix("env:") {
-        None => Ok(value.clone()),
-        Some(var) => match env(var.trim()) {
-            Some(v) if !v.trim().is_empty() => Ok(Secret::new(v.trim())),
-            Some(_) => Err(format!(
-                "alerts channel `{channel}`: {field}: the environment variable `{}` is empty",
-                var.trim()
-            )),
-            None => Err(format!(
-                "alerts channel `{channel}`: {field}: the environment variable `{}` is not set",
-                var.trim()
-            )),
-        },
-    }
+    value
+        .resolve(env)
+        .map_err(|e| format!("alerts channel `{channel}`: {field}: {e}"))
 }
 
 impl Channel {

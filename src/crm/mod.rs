@@ -439,7 +439,11 @@ pub fn web_links(config: &CrmConfig) -> Option<crate::store::CrmLinks> {
                 Some(format!("{origin}/contacts/detail/{{id}}")),
             )
         }
-        CrmConfig::Http(http) => (http.web_entity_url.clone()?, http.web_search_url.clone(), None),
+        CrmConfig::Http(http) => (
+            http.web_entity_url.clone()?,
+            http.web_search_url.clone(),
+            None,
+        ),
     };
     Some(crate::store::CrmLinks {
         connector: connector_name(config).to_owned(),

@@ -125,7 +125,7 @@ async fn require(
 /// The routes anyone may call (intake checks each source's own credentials).
 fn public_routes() -> OpenApiRouter<IntakeState> {
     OpenApiRouter::with_openapi(<openapi::ApiDoc as utoipa::OpenApi>::openapi())
-        .routes(routes!(intake))
+        .routes(routes!(intake, zd_echo))
         .routes(routes!(healthz))
         .routes(routes!(openapi::openapi_json))
 }
@@ -451,6 +451,72 @@ async fn journal_rejection(state: &IntakeState, reject: RejectedDelivery, e: Api
     }
 }
 
+/// A parsed, authenticated delivery of `source` as the store records it: the key, the
+/// fingerprint, the event time and the contact keys. HTTP deliveries and pulled events
+/// (`record_pulled`) go through the same steps.
+fn delivery(
+    state: &IntakeState,
+    source: &Source,
+    payload: Value,
+    headers: &HeaderMap,
+    body: &[u8],
+    content_type: Option<String>,
+    received_at: chrono::DateTime<chrono::Utc>,
+) -> Result<NewDelivery, ApiError> {
+    reject_nul(&payload)?;
+    let key = source.key(&payload, headers).ok_or_else(|| {
+        ApiError::bad(
+            "missing_key",
+            format!(
+                "the delivery has no operation key: {} is missing or empty",
+                source.key.describe()
+            ),
+        )
+    })?;
+    let operation_id = OperationId::new(&source.name, &key)
+        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+    let payload_hash = fingerprint(&payload, &source.ignore)
+        .map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
+    let event_time = source.event_time(&payload);
+    let horizon = store::before(received_at, state.tombstone);
+    // Applies only if the key turns out to be new: a known key is answered as usual.
+    let review = event_time
+        .filter(|t| *t < horizon)
+        .map(|_| crate::domain::ReviewReason::LateDuplicate);
+    // Contact keys for cross-channel matching, from the same field mapping the CRM gets.
+    let lead =
+        crate::crm::Lead::from_payload(&operation_id, &source.name, &payload, &source.fields);
+    let contact = ContactKeys {
+        phone: lead
+            .phone
+            .as_deref()
+            .and_then(|p| contact::normalize_phone(p, state.matching.region)),
+        email: lead.email.as_deref().and_then(contact::normalize_email),
+        name: lead
+            .name
+            .as_deref()
+            .and_then(crate::domain::search::display_name),
+    };
+    let matching = Some(Matching {
+        rule: source.on_contact_match,
+        since: store::before(received_at, state.matching.window),
+    });
+    Ok(NewDelivery {
+        operation_id: operation_id.clone(),
+        source: source.name.clone(),
+        content_type,
+        raw_body: body.to_vec(),
+        payload,
+        payload_hash,
+        transform_version: TRANSFORM_VERSION,
+        contact,
+        event_time,
+        received_at,
+        review,
+        matching,
+    })
+}
+
 async fn accept(
     state: &IntakeState,
     source_name: &str,
@@ -493,58 +559,22 @@ async fn accept(
             message: "auth[application_token] is missing or does not match".into(),
         });
     }
-    reject_nul(&payload)?;
-    let key = source.key(&payload, headers).ok_or_else(|| {
-        ApiError::bad(
-            "missing_key",
-            format!(
-                "the delivery has no operation key: {} is missing or empty",
-                source.key.describe()
-            ),
-        )
-    })?;
-    let operation_id = OperationId::new(&source.name, &key)
-        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
-    let payload_hash = fingerprint(&payload, &source.ignore)
-        .map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
-    let event_time = source.event_time(&payload);
-    let horizon = store::before(received_at, state.tombstone);
-    // Applies only if the key turns out to be new: a known key is answered as usual.
-    let review = event_time
-        .filter(|t| *t < horizon)
-        .map(|_| crate::domain::ReviewReason::LateDuplicate);
-    // Contact keys for cross-channel matching, from the same field mapping the CRM gets.
-    let lead =
-        crate::crm::Lead::from_payload(&operation_id, &source.name, &payload, &source.fields);
-    let contact = ContactKeys {
-        phone: lead
-            .phone
-            .as_deref()
-            .and_then(|p| contact::normalize_phone(p, state.matching.region)),
-        email: lead.email.as_deref().and_then(contact::normalize_email),
-        name: lead
-            .name
-            .as_deref()
-            .and_then(crate::domain::search::display_name),
-    };
-    let matching = Some(Matching {
-        rule: source.on_contact_match,
-        since: store::before(received_at, state.matching.window),
-    });
-    let delivery = NewDelivery {
-        operation_id: operation_id.clone(),
-        source: source.name.clone(),
-        content_type,
-        raw_body: body.to_vec(),
+    if !source.zadarma_signature_ok(headers, &payload) {
+        return Err(ApiError::Unauthorized {
+            code: "bad_signature",
+            message: "the Signature header is missing or does not match caller_id, called_did and call_start".into(),
+        });
+    }
+    let delivery = delivery(
+        state,
+        source,
         payload,
-        payload_hash,
-        transform_version: TRANSFORM_VERSION,
-        contact,
-        event_time,
+        headers,
+        body,
+        content_type,
         received_at,
-        review,
-        matching,
-    };
+    )?;
+    let operation_id = delivery.operation_id.clone();
     let record = state.store.record_delivery(delivery).await?;
     if source.reply == crate::config::Reply::Ok {
         tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
@@ -578,6 +608,106 @@ async fn accept(
             .into_response(),
     };
     Ok(res)
+}
+
+/// Zadarma checks a notification URL with `GET ?zd_echo=<random>` and wants the value
+/// back. Answered for sources of the zadarma preset only; nothing is journaled (no event).
+#[utoipa::path(
+    get,
+    path = "/v1/intake/{source}",
+    tag = "intake",
+    params(
+        ("source" = String, Path, description = "A configured source of the `zadarma` preset", example = "calls"),
+        ("zd_echo" = Option<String>, Query, description = "Zadarma's check value: answered back as it is"),
+    ),
+    responses(
+        (status = 200, description = "The `zd_echo` value, as Zadarma's URL check wants it", body = String, content_type = "text/plain"),
+        (status = 400, description = "`zd_echo` is not 1–128 letters and digits", body = ErrorBody),
+        (status = 404, description = "Not a `zadarma` source, or no `zd_echo`: deliveries are POSTed", body = ErrorBody),
+    ),
+    security(())
+)]
+async fn zd_echo(
+    State(state): State<IntakeState>,
+    Path(source_name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let echo = query
+        .as_deref()
+        .and_then(|q| serde_urlencoded::from_str::<Vec<(String, String)>>(q).ok())
+        .and_then(|pairs| {
+            pairs
+                .into_iter()
+                .find(|(k, _)| k == "zd_echo")
+                .map(|(_, v)| v)
+        });
+    match (state.sources.get(&source_name), echo) {
+        (Some(s), Some(v)) if s.answers_zd_echo() => {
+            if v.is_empty() || v.len() > 128 || !v.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return ApiError::bad("bad_echo", "zd_echo must be 1-128 letters and digits")
+                    .into_response();
+            }
+            (StatusCode::OK, v).into_response()
+        }
+        _ => ApiError::NotFound("deliveries are POSTed to this URL".into()).into_response(),
+    }
+}
+
+/// What became of an event a pull source fetched.
+#[derive(Debug)]
+pub enum Pulled {
+    Recorded(DeliveryOutcome),
+    /// Journaled as rejected (no key, a NUL character, …): nothing to retry, so the
+    /// event may be acknowledged.
+    Rejected(String),
+}
+
+/// Journals and claims an event that the gateway pulled from `source`'s sender (src/pull)
+/// exactly as an HTTP delivery of that source would be: `Ok` once it is recorded (or its
+/// rejection is journaled), so the puller may acknowledge it; `Err` when the database is
+/// not available, and the event must stay unacknowledged.
+pub async fn record_pulled(
+    state: &IntakeState,
+    source_name: &str,
+    raw_body: Vec<u8>,
+    payload: Value,
+) -> Result<Pulled, StoreError> {
+    let received_at = state.store.now();
+    let content_type = Some("application/json".to_owned());
+    let Some(source) = state.sources.get(source_name) else {
+        return Ok(Pulled::Rejected(ApiError::UnknownSource.to_string()));
+    };
+    let built = delivery(
+        state,
+        source,
+        payload,
+        &HeaderMap::new(),
+        &raw_body,
+        content_type.clone(),
+        received_at,
+    );
+    match built {
+        Ok(d) => {
+            let record = state.store.record_delivery(d).await?;
+            Ok(Pulled::Recorded(record.outcome))
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            state
+                .store
+                .record_rejected(RejectedDelivery {
+                    source: source.name.clone(),
+                    operation_id: None,
+                    content_type,
+                    raw_body,
+                    reason: reason.clone(),
+                    received_at,
+                    transform_version: TRANSFORM_VERSION,
+                })
+                .await?;
+            Ok(Pulled::Rejected(reason))
+        }
+    }
 }
 
 /// PostgreSQL stores no NUL character in text or JSON: refused here, with a clear

@@ -70,9 +70,37 @@ pub enum Auth {
     },
     /// A shared token in `X-Leadgate-Token` or the `token` query parameter.
     Token(Vec<Secret>),
+    /// A shared token in this header only (Telegram's webhook `secret_token`).
+    HeaderToken {
+        header: &'static str,
+        tokens: Vec<Secret>,
+    },
     /// Bitrix24's `auth[application_token]`, checked once the body is parsed.
     ApplicationToken(Secret),
     None,
+    /// A pulled source (`src/pull`): its intake URL takes nothing.
+    Pull,
+    /// Zadarma's `Signature` header, checked once the body is parsed
+    /// ([`Source::zadarma_signature_ok`]).
+    Zadarma(Secret),
+}
+
+/// Zadarma's signature of a notification: `base64(hex(HMAC-SHA1(caller_id + called_did +
+/// call_start)))` under the API secret, as its PHP example computes it
+/// (`base64_encode(hash_hmac('sha1', …))`, whose HMAC is hex text).
+pub fn zadarma_signature(
+    secret: &[u8],
+    caller_id: &str,
+    called_did: &str,
+    call_start: &str,
+) -> String {
+    use base64::Engine;
+    let mut mac =
+        Hmac::<sha1::Sha1>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(caller_id.as_bytes());
+    mac.update(called_did.as_bytes());
+    mac.update(call_start.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(hex::encode(mac.finalize().into_bytes()))
 }
 
 /// The header of a signature's timestamp (Unix seconds) and of the signature.
@@ -147,14 +175,26 @@ impl Source {
                 secrets: two(&c.secret, &c.previous_secret),
                 window: c.replay_window,
             },
+            SourceAuth::Token if c.preset == Some(crate::config::Preset::TelegramWebhook) => {
+                Auth::HeaderToken {
+                    header: crate::config::TELEGRAM_SECRET_HEADER,
+                    tokens: two(&c.token, &c.previous_token),
+                }
+            }
             SourceAuth::Token => Auth::Token(two(&c.token, &c.previous_token)),
             SourceAuth::ApplicationToken => {
                 Auth::ApplicationToken(c.application_token.clone().ok_or_else(missing)?)
             }
             SourceAuth::None => Auth::None,
+            SourceAuth::Pull => Auth::Pull,
+            SourceAuth::ZadarmaSignature => Auth::Zadarma(c.secret.clone().ok_or_else(missing)?),
         };
         if match &auth {
-            Auth::Hmac { secrets, .. } | Auth::Token(secrets) => secrets.is_empty(),
+            Auth::Hmac { secrets, .. }
+            | Auth::Token(secrets)
+            | Auth::HeaderToken {
+                tokens: secrets, ..
+            } => secrets.is_empty(),
             _ => false,
         } {
             return Err(missing());
@@ -184,7 +224,19 @@ impl Source {
     ) -> Result<(), AuthFailure> {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         match &self.auth {
-            Auth::None | Auth::ApplicationToken(_) => Ok(()),
+            Auth::None | Auth::ApplicationToken(_) | Auth::Zadarma(_) => Ok(()),
+            Auth::Pull => Err(failure(
+                "pulled_source",
+                "this source is pulled by the gateway from its sender; it takes no deliveries",
+            )),
+            Auth::HeaderToken { header: name, tokens } => match header(name) {
+                None => Err(failure(
+                    "missing_token",
+                    "this source needs its secret token in the X-Telegram-Bot-Api-Secret-Token header",
+                )),
+                Some(t) if matches_any(t.as_bytes(), tokens) => Ok(()),
+                Some(_) => Err(failure("bad_token", "the secret token does not match")),
+            },
             Auth::Token(tokens) => {
                 let from_query = || {
                     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query?).ok()?;
@@ -281,6 +333,31 @@ impl Source {
 }
 
 impl Source {
+    /// Zadarma notifications carry `Signature` over `caller_id`, `called_did` and
+    /// `call_start` (compared in constant time); other sources pass.
+    pub fn zadarma_signature_ok(&self, headers: &axum::http::HeaderMap, payload: &Value) -> bool {
+        let Auth::Zadarma(secret) = &self.auth else {
+            return true;
+        };
+        let field = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or("");
+        let Some(got) = headers.get("signature").and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        let expected = zadarma_signature(
+            secret.expose().as_bytes(),
+            field("caller_id"),
+            field("called_did"),
+            field("call_start"),
+        );
+        use subtle::ConstantTimeEq;
+        got.trim().as_bytes().ct_eq(expected.as_bytes()).into()
+    }
+
+    /// Whether the intake URL answers Zadarma's `GET ?zd_echo=…` check.
+    pub fn answers_zd_echo(&self) -> bool {
+        matches!(self.auth, Auth::Zadarma(_))
+    }
+
     /// The source's own event time, when configured and readable: RFC 3339 text or
     /// Unix seconds (number or digits).
     pub fn event_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -579,6 +656,37 @@ mod tests {
             source("form:a+b", None).key(&json!({"a": "1", "b": " "}), &h),
             None
         );
+    }
+
+    #[test]
+    fn zadarma_signatures_are_base64_of_the_hex_hmac() {
+        // Computed independently: base64(hex(HMAC-SHA1(key, caller+called+start))).
+        assert_eq!(
+            zadarma_signature(
+                b"zd-secret",
+                "+79161234567",
+                "74951112233",
+                "2026-12-01 10:00:00"
+            ),
+            "NjEwMTZhODI5MWIyYjE3MDZlNjU5M2NhYWE2OWY3MTJlNjEyNmQ5NA=="
+        );
+        let mut s = source("form:pbx_call_id", None);
+        assert!(s.zadarma_signature_ok(&axum::http::HeaderMap::new(), &json!({})));
+        s.auth = Auth::Zadarma(Secret::new("zd-secret"));
+        let call = json!({"caller_id": "+79161234567", "called_did": "74951112233",
+                          "call_start": "2026-12-01 10:00:00", "pbx_call_id": "in_1"});
+        let mut h = axum::http::HeaderMap::new();
+        assert!(!s.zadarma_signature_ok(&h, &call), "no signature");
+        h.insert(
+            "signature",
+            "NjEwMTZhODI5MWIyYjE3MDZlNjU5M2NhYWE2OWY3MTJlNjEyNmQ5NA=="
+                .parse()
+                .unwrap(),
+        );
+        assert!(s.zadarma_signature_ok(&h, &call));
+        let mut other = call.clone();
+        other["caller_id"] = json!("+79160000000");
+        assert!(!s.zadarma_signature_ok(&h, &other), "the caller is signed");
     }
 
     #[test]

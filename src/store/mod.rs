@@ -647,6 +647,10 @@ pub trait Store: Send + Sync + 'static {
     async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()>;
     /// Every connector's published web pages, the most recently published first.
     async fn crm_links(&self) -> Result<Vec<CrmLinks>>;
+    /// A pull source's mark in its sender's queue (migration 0018), `None` before the first.
+    async fn pull_mark(&self, source: &str) -> Result<Option<String>>;
+    /// Saves a pull source's mark, replacing the one before.
+    async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()>;
     /// The operations of `ids` that exist, in no particular order (one query per 500).
     async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>>;
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>>;

@@ -1423,6 +1423,27 @@ macro_rules! sql_store {
                     .collect()
             }
 
+            async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
+                Ok(sqlx::query_scalar("select mark from pull_cursors where source = $1")
+                    .bind(source)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into pull_cursors (source, mark, updated_at) values ($1, $2, $3) \
+                     on conflict (source) do update set mark = excluded.mark, \
+                     updated_at = excluded.updated_at",
+                )
+                .bind(source)
+                .bind(mark)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
             async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
                 let mut found = vec![];
                 for chunk in ids.chunks(500) {

@@ -33,6 +33,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("intake", &["config", "crm", "domain", "metrics", "store"]),
+    (
+        "pull",
+        &["config", "domain", "intake", "store", "supervise"],
+    ),
     ("redeliver", &["config", "domain", "store", "supervise"]),
     ("alerts", &["config", "domain", "store", "supervise"]),
     ("diagnose", &["crm", "domain", "store"]),
@@ -45,6 +49,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "domain",
             "intake",
             "metrics",
+            "pull",
             "redeliver",
             "store",
             "supervise",

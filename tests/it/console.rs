@@ -1257,8 +1257,18 @@ each_backend!(
         assert_eq!(
             d.crm_entities,
             [
-                view("contact", "77", "recovered", "https://acme.bitrix24.ru/crm/contact/details/77/"),
-                view("deal", "88", "created", "https://acme.bitrix24.ru/crm/deal/details/88/"),
+                view(
+                    "contact",
+                    "77",
+                    "recovered",
+                    "https://acme.bitrix24.ru/crm/contact/details/77/"
+                ),
+                view(
+                    "deal",
+                    "88",
+                    "created",
+                    "https://acme.bitrix24.ru/crm/deal/details/88/"
+                ),
             ]
         );
         let dash = console.dashboard(Range::Day).await.unwrap();

@@ -847,6 +847,17 @@ impl Store for Hiccup {
     async fn crm_links(&self) -> Result<Vec<leadgate::store::CrmLinks>> {
         self.inner.crm_links().await
     }
+    async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
+        self.inner.pull_mark(source).await
+    }
+    async fn save_pull_mark(
+        &self,
+        source: &str,
+        mark: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.save_pull_mark(source, mark, now).await
+    }
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
         self.inner.timeline(id).await
     }

@@ -311,10 +311,20 @@ each_backend!(
         let outage = "\n[outage]\nafter_failures = 1\nprobes = [\"300ms\"]\nlimit = \"1h\"\n";
         let gw = gateway(&db, FakeConfig::default(), ("500ms", "3s", "1s"), outage).await;
         gw.fake.push_fault(CONTACT_ADD, Fault::LostAnswerHang, 1);
-        gw.fake
-            .push_fault(DEAL_LIST, Fault::RateLimit { retry_after_secs: None }, 1);
-        gw.fake
-            .push_fault(CONTACT_LIST, Fault::RateLimit { retry_after_secs: None }, 1);
+        gw.fake.push_fault(
+            DEAL_LIST,
+            Fault::RateLimit {
+                retry_after_secs: None,
+            },
+            1,
+        );
+        gw.fake.push_fault(
+            CONTACT_LIST,
+            Fault::RateLimit {
+                retry_after_secs: None,
+            },
+            1,
+        );
         gw.post_json("site", &json!({"submission_id": "twice", "name": "Ivan"}))
             .await;
         let o = status_within(&gw, "site:twice", "completed", Duration::from_secs(30)).await;

@@ -703,7 +703,11 @@ fn crm_entities(
         let (Some(entity), Some(crm_id)) = (text("entity"), text("crm_id")) else {
             continue;
         };
-        let template = if entity == "contact" { contact_url } else { entity_url };
+        let template = if entity == "contact" {
+            contact_url
+        } else {
+            entity_url
+        };
         let view = CrmEntityView {
             url: template.and_then(|t| crm_url(t, &crm_id)),
             how: text("how").unwrap_or_else(|| "created".into()),

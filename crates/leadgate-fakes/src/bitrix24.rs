@@ -16,6 +16,8 @@
 //! - `crm.duplicate.findbycomm` with `entity_type` `LEAD` or `CONTACT` (none: both) (`[]`
 //!   when nothing matches, `{"LEAD":[ids],"CONTACT":[ids]}` with the kinds that matched
 //!   else; it lags behind creates as lists do, `search_lag`);
+//! - the offline-event queue: `event.bind` (`event_type=offline`), `event.offline.get`,
+//!   `event.offline.clear` (see [`offline`]);
 //! - every success carries the `time` object; errors are
 //!   `{"error":"CODE","error_description":"text"}`; an unknown method is 404
 //!   `ERROR_METHOD_NOT_FOUND`, a wrong secret 401 `NO_AUTH_FOUND`.
@@ -90,6 +92,8 @@ use crate::limit::LeakyBucket;
 
 /// Range filters, seeded leads and the write count for `leadgate diagnose`.
 mod diagnose;
+/// The offline-event queue: `event.bind`, `event.offline.get`, `event.offline.clear`.
+pub mod offline;
 
 /// Rows per page of a list call, as in Bitrix24.
 pub const PAGE_SIZE: usize = 50;
@@ -233,6 +237,7 @@ struct Shared {
     search_lag: Mutex<Duration>,
     request_limit: Mutex<Option<RequestLimit>>,
     bucket: LeakyBucket,
+    offline: Mutex<offline::Queue>,
 }
 
 #[derive(Clone)]
@@ -267,6 +272,7 @@ impl FakeBitrix24 {
             search_lag: Mutex::new(config.search_lag),
             request_limit: Mutex::new(config.request_limit),
             bucket: LeakyBucket::default(),
+            offline: Mutex::new(offline::Queue::default()),
         });
         let for_router = shared.clone();
         let server = FakeServer::spawn(listen, move |shutdown| {
@@ -377,6 +383,7 @@ fn entities(shared: &Shared) -> Vec<FakeEntity> {
 
 fn reset(shared: &Shared) {
     *lock(&shared.store) = Store::default();
+    offline::reset(shared);
     shared.calls.clear();
     shared.faults.clear();
     shared.bucket.reset();
@@ -547,7 +554,7 @@ async fn rest(
     if user != shared.user || secret != shared.secret {
         return error(401, "NO_AUTH_FOUND", "Wrong authorization data");
     }
-    if !METHODS.contains(&method.as_str()) {
+    if !METHODS.contains(&method.as_str()) && !offline::METHODS.contains(&method.as_str()) {
         return error(404, "ERROR_METHOD_NOT_FOUND", "Method not found!");
     }
     let call = if method == "batch" {
@@ -1142,6 +1149,7 @@ fn execute(shared: &Shared, method: &str, params: &Value) -> Result<Success, Ref
         "crm.contact.get" => get_entity(shared, "contact", params),
         "crm.contact.list" => list(shared, "contact", params),
         "crm.duplicate.findbycomm" => find_by_comm(shared, params),
+        m if offline::METHODS.contains(&m) => offline::execute(shared, m, params),
         _ => Err(refuse(404, "ERROR_METHOD_NOT_FOUND", "Method not found!")),
     }
 }

@@ -1,5 +1,6 @@
 //! A fake Telegram Bot API: a real HTTP server answering `sendMessage` as the Bot API
-//! documents, recording every message, with injectable faults and an outage.
+//! documents, recording every message, with injectable faults and an outage; and handing
+//! a bot its users' updates by `getUpdates` or by webhook ([`updates`]).
 //!
 //! - `POST /bot{token}/sendMessage` with JSON (or a form) `chat_id`, `text`, optional
 //!   `parse_mode`; success is `{"ok":true,"result":{"message_id":N,"chat":{"id":…},
@@ -43,6 +44,9 @@ use tokio::sync::watch;
 use crate::control::{
     hang, lock, CallCounter, ConnKill, DownFlag, Downable, FaultQueue, FaultRule,
 };
+
+/// Updates for the bot: `getUpdates`, `setWebhook`, `deleteWebhook`.
+pub mod updates;
 
 /// Telegram's limit on a message's text.
 pub const MAX_TEXT: usize = 4096;
@@ -96,6 +100,8 @@ struct Shared {
     faults: FaultQueue<Fault>,
     calls: CallCounter,
     refused: Mutex<u64>,
+    updates: Mutex<updates::Updates>,
+    new_update: tokio::sync::Notify,
 }
 
 #[derive(Clone)]
@@ -129,6 +135,8 @@ impl FakeTelegram {
             faults: FaultQueue::new(Vec::new()),
             calls: CallCounter::default(),
             refused: Mutex::new(0),
+            updates: Mutex::new(updates::Updates::default()),
+            new_update: tokio::sync::Notify::new(),
         });
         let for_router = Arc::clone(&shared);
         let server = Downable::spawn(listen, move |shutdown, down| {
@@ -157,11 +165,21 @@ impl FakeTelegram {
 
     /// Applies `fault` to the next `times` calls of `sendMessage`.
     pub fn push_fault(&self, fault: Fault, times: u32) {
+        self.push_fault_on("sendMessage", fault, times);
+    }
+
+    /// Applies `fault` to the next `times` calls of `method` (`getUpdates`, …).
+    pub fn push_fault_on(&self, method: &str, fault: Fault, times: u32) {
         self.shared.faults.push(FaultRule {
-            method: "sendMessage".into(),
+            method: method.into(),
             fault,
             times,
         });
+    }
+
+    /// Calls of `method` that reached the server.
+    pub fn calls_of(&self, method: &str) -> u64 {
+        self.shared.calls.get(method)
     }
 
     /// Every message accepted, in order.
@@ -198,6 +216,7 @@ fn reset(shared: &Shared) {
     shared.faults.clear();
     shared.calls.clear();
     *lock(&shared.refused) = 0;
+    updates::reset(shared);
 }
 
 fn router(state: AppState) -> Router {
@@ -358,6 +377,26 @@ async fn api(
     shared.calls.hit(&method);
     if bot.strip_prefix("bot") != Some(shared.token.as_str()) {
         return error(401, "Unauthorized");
+    }
+    if updates::METHODS.contains(&method.as_str()) {
+        match shared.faults.take(&method) {
+            Some(Fault::ServerError) => return error(502, "Bad Gateway"),
+            Some(Fault::TooManyRequests { retry_after }) => return too_many(retry_after),
+            Some(Fault::LatencyMs { ms }) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Some(Fault::Drop) => {
+                kill.drop_connection();
+                return StatusCode::BAD_GATEWAY.into_response();
+            }
+            Some(Fault::BadRequest { description }) => return error(400, &description),
+            Some(Fault::LostAnswer) => {
+                hang(state.shutdown.clone()).await;
+            }
+            None => {}
+        }
+        let Some(p) = params(&headers, &body) else {
+            return error(400, "Bad Request: can't parse request body");
+        };
+        return updates::handle(&state, &method, p).await;
     }
     if method != "sendMessage" {
         return error(404, "Not Found: method not found");

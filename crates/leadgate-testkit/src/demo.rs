@@ -1,6 +1,7 @@
-//! `leadgate-dev demo`: plays the eight pilot scenarios of docs/SPEC.md as real HTTP traffic
-//! against a running gateway and a fake Bitrix24 (started by `make demo`), and prints
-//! what was expected, what was observed, and PASS or FAIL for each.
+//! `leadgate-dev demo`: plays the eight pilot scenarios of docs/SPEC.md, and a ninth, the
+//! cross-channel one (a form, a Zadarma call, a Telegram message from one person), as real
+//! HTTP traffic against a running gateway and a fake Bitrix24 (started by `make demo`), and
+//! prints what was expected, what was observed, and PASS or FAIL for each.
 
 use std::time::{Duration, Instant};
 
@@ -23,8 +24,12 @@ pub struct Demo {
     /// Reads operations with `[api] read_token` (or the integration token).
     read_token: leadgate::config::Secret,
     /// A second gateway on the same fake portal with `entity = "contact_deal"` (its own
-    /// database, the same sources and tokens): scenario 9 plays against it.
+    /// database, the same sources and tokens): scenario 10 plays against it.
     deals: Option<String>,
+    /// The cross-channel scenario's sources: `calls` (zadarma, its API secret) and `tg`
+    /// (telegram-webhook, its secret token); the scenario fails without them.
+    calls_secret: Option<leadgate::config::Secret>,
+    telegram_token: Option<leadgate::config::Secret>,
 }
 
 struct Row {
@@ -65,6 +70,14 @@ impl Demo {
             site_secret,
             read_token,
             deals: None,
+            calls_secret: config
+                .source("calls")
+                .filter(|s| s.preset == Some(leadgate::config::Preset::Zadarma))
+                .and_then(|s| s.secret.clone()),
+            telegram_token: config
+                .source("tg")
+                .filter(|s| s.preset == Some(leadgate::config::Preset::TelegramWebhook))
+                .and_then(|s| s.token.clone()),
         })
     }
 
@@ -106,15 +119,19 @@ impl Demo {
     }
 
     async fn operation(&self, key: &str) -> anyhow::Result<Value> {
-        self.operation_at(&self.gateway, key).await
+        self.operation_by_id(&format!("site:{key}")).await
     }
 
-    async fn operation_at(&self, gateway: &str, key: &str) -> anyhow::Result<Value> {
-        let id = format!("site:{key}");
+    async fn operation_by_id(&self, id: &str) -> anyhow::Result<Value> {
+        self.operation_at(&self.gateway, id).await
+    }
+
+    /// Operation `id` as the gateway at `gateway` reads it.
+    async fn operation_at(&self, gateway: &str, id: &str) -> anyhow::Result<Value> {
         let url = format!(
             "{}/v1/operations/{}",
             gateway,
-            percent_encoding::utf8_percent_encode(&id, percent_encoding::NON_ALPHANUMERIC)
+            percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC)
         );
         Ok(self
             .http
@@ -127,23 +144,22 @@ impl Demo {
     }
 
     async fn wait_status(&self, key: &str, status: &str) -> anyhow::Result<Value> {
-        self.wait_status_at(&self.gateway, key, status).await
+        self.wait_status_of(&format!("site:{key}"), status).await
     }
 
-    async fn wait_status_at(
-        &self,
-        gateway: &str,
-        key: &str,
-        status: &str,
-    ) -> anyhow::Result<Value> {
+    async fn wait_status_of(&self, id: &str, status: &str) -> anyhow::Result<Value> {
+        self.wait_status_at(&self.gateway, id, status).await
+    }
+
+    async fn wait_status_at(&self, gateway: &str, id: &str, status: &str) -> anyhow::Result<Value> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let op = self.operation_at(gateway, key).await?;
+            let op = self.operation_at(gateway, id).await?;
             if op["status"] == status {
                 return Ok(op);
             }
             if Instant::now() > deadline {
-                bail!("{key} is `{}`, not `{status}`", op["status"]);
+                bail!("{id} is `{}`, not `{status}`", op["status"]);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -277,11 +293,16 @@ impl Demo {
             "the tombstone answers, or review",
             self.s8()
         );
+        scenario!(
+            "9 a form, then a call and a Telegram message",
+            "one CRM record; one cross-channel match for a manager",
+            self.cross_channel()
+        );
         if let Some(deals) = &self.deals {
             scenario!(
-                "9 contact + deal: answer lost, then a known client",
+                "10 contact + deal: answer lost, then a known client",
                 "one contact, recovered by its key; each lead one deal linked to it",
-                self.s9(deals)
+                self.contact_and_deal(deals)
             );
         }
         print_table(&rows);
@@ -291,7 +312,7 @@ impl Demo {
     /// Contact + deal (`entity = "contact_deal"`): the contact's create executes and its
     /// answer is lost; after the settle window the contact is found by its key and the
     /// deal made once. A second lead from the same phone is linked to that contact.
-    async fn s9(&self, deals: &str) -> anyhow::Result<(bool, String)> {
+    async fn contact_and_deal(&self, deals: &str) -> anyhow::Result<(bool, String)> {
         let phone = format!("+7 999 0{}", self.run);
         let lead = |name: &str| {
             let mut l = self.lead(name, "Olga");
@@ -303,11 +324,11 @@ impl Demo {
             .await?;
         self.post_to(deals, &lead("s9a")).await?;
         let first = self
-            .wait_status_at(deals, &self.key("s9a"), "completed")
+            .wait_status_at(deals, &format!("site:{}", self.key("s9a")), "completed")
             .await?;
         self.post_to(deals, &lead("s9b")).await?;
         let second = self
-            .wait_status_at(deals, &self.key("s9b"), "completed")
+            .wait_status_at(deals, &format!("site:{}", self.key("s9b")), "completed")
             .await?;
         let state = self.crm_state().await?;
         let entities = state["entities"].as_array().cloned().unwrap_or_default();
@@ -538,6 +559,105 @@ impl Demo {
             status == 200 && body["crm_id"] == done["crm_id"] && late_op["review_reason"] == "late_duplicate",
             format!("{} operations purged to tombstones; repeat answered {status} crm_id {}; an unknown key from 2024 went to {} ({})",
                 purged.operations, body["crm_id"], late_body["status"].as_str().unwrap_or("?"), late_op["review_reason"].as_str().unwrap_or("?")),
+        ))
+    }
+}
+
+impl Demo {
+    /// Scenario 9: the same person fills a form, calls (Zadarma, `calls`: linked to the
+    /// form's entity) and writes to the bot (`tg`: a manager decides), the phone written
+    /// three ways. Ends with one CRM record and one open `cross_channel_match` case.
+    pub async fn cross_channel(&self) -> anyhow::Result<(bool, String)> {
+        let (Some(zd), Some(tg)) = (&self.calls_secret, &self.telegram_token) else {
+            return Ok((
+                false,
+                "needs a `calls` source (preset zadarma) and a `tg` source (preset telegram-webhook)".into(),
+            ));
+        };
+        // 1. The form.
+        let form_key = self.key("s9-form");
+        let mut lead = self.lead("s9-form", "Maria");
+        lead["phone"] = json!("8 (916) 555-12-34");
+        lead["email"] = json!(format!("maria-{}@example.com", self.run));
+        self.post(&lead).await?;
+        let form = self.wait_status(&form_key, "completed").await?;
+        // 2. The call, as Zadarma notifies it.
+        let call_id = self.key("s9-call");
+        let (caller, called, start) = ("79165551234", "74950000000", "2026-12-01 10:00:00");
+        let signature = leadgate::intake::sources::zadarma_signature(
+            zd.expose().as_bytes(),
+            caller,
+            called,
+            start,
+        );
+        let res = self
+            .http
+            .post(format!("{}/v1/intake/calls", self.gateway))
+            .header("Signature", signature)
+            .form(&[
+                ("event", "NOTIFY_START"),
+                ("call_start", start),
+                ("pbx_call_id", call_id.as_str()),
+                ("caller_id", caller),
+                ("called_did", called),
+            ])
+            .send()
+            .await?;
+        if !res.status().is_success() {
+            bail!("the call was answered {}", res.status());
+        }
+        let call = self
+            .wait_status_of(&format!("calls:{call_id}"), "completed")
+            .await?;
+        // 3. The Telegram message, sharing the contact.
+        let update_id: u64 = self.run.parse::<u64>().unwrap_or(0) * 10 + 9;
+        let update = json!({"update_id": update_id, "message": {
+            "message_id": 1, "date": store::now().timestamp(), "text": "Перезвоните, пожалуйста",
+            "from": {"id": 42, "is_bot": false, "first_name": "Maria"},
+            "chat": {"id": 42, "type": "private"},
+            "contact": {"phone_number": "+79165551234", "first_name": "Maria", "user_id": 42}}});
+        let res = self
+            .http
+            .post(format!("{}/v1/intake/tg", self.gateway))
+            .header("X-Telegram-Bot-Api-Secret-Token", tg.expose())
+            .json(&update)
+            .send()
+            .await?;
+        if !res.status().is_success() {
+            bail!("the Telegram update was answered {}", res.status());
+        }
+        let message = self
+            .wait_status_of(&format!("tg:{update_id}"), "needs_review")
+            .await?;
+        let cases: Vec<&Value> = message["open_cases"]
+            .as_array()
+            .map(|c| c.iter().collect())
+            .unwrap_or_default();
+        let one_match = cases.len() == 1 && cases[0]["reason"] == "cross_channel_match";
+        let linked = call["crm_id"] == form["crm_id"];
+        // CRM records of the person's three operations: the form's alone.
+        let ids = [
+            format!("site:{form_key}"),
+            format!("calls:{call_id}"),
+            format!("tg:{update_id}"),
+        ];
+        let records = self.crm_state().await?["entities"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|e| ids.iter().any(|id| e["fields"]["ORIGIN_ID"] == id.as_str()))
+                    .count()
+            })
+            .unwrap_or(0);
+        Ok((
+            linked && one_match && records == 1,
+            format!(
+                "form → crm_id {}; call linked to it: {linked}; Telegram message: {} with {} open case(s) ({}); CRM records of the three: {records}",
+                form["crm_id"],
+                message["status"].as_str().unwrap_or("?"),
+                cases.len(),
+                cases.first().and_then(|c| c["reason"].as_str()).unwrap_or("-"),
+            ),
         ))
     }
 }
