@@ -54,7 +54,7 @@ $$;
 create function leadgate_may_request(kind text, case_id bigint, body text) returns boolean
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 declare
-    role text := leadgate_role_of(session_user);
+    role text := public.leadgate_role_of(session_user);
     reason text;
 begin
     if role is null then

@@ -208,6 +208,9 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
             "42501",
             "a temporary review_cases must not pass for the real one"
         );
+        // Their temporary table goes with the session (a login owning one cannot be dropped).
+        spoof.close().await.unwrap();
+        locker.close().await.ok();
         // What the console may, psql may too: a retry asked for by hand is applied by the
         // gateway, under the login.
         let exhausted = case_of(&owner_console, &s.exhausted).await;
