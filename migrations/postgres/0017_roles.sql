@@ -102,6 +102,7 @@ create function leadgate_install_roles() returns void language plpgsql as $$
 declare
     r text;
     t text;
+    cols text;
     everyone constant text := 'leadgate_support, leadgate_sales_ops, leadgate_manager, leadgate_admin';
     casework constant text := 'leadgate_sales_ops, leadgate_manager';
     figures constant text := 'leadgate_support, leadgate_admin';
@@ -125,10 +126,15 @@ begin
          || 'on operations to ' || figures;
     execute 'grant select (id, operation_id, reason, opened_at, resolved_at, resolution, resolved_by) '
          || 'on review_cases to ' || figures;
-    -- casework: every table but the CRM credentials and others' requests
+    -- casework: every table but the CRM credentials and others' requests, and no column
+    -- holding a token (a lease's, a grant's hash): whoever reads the database must not be
+    -- able to report for a worker or an integration
     for t in select tablename from pg_tables where schemaname = 'public'
              and tablename not in ('crm_tokens', 'human_requests') loop
-        execute format('grant select on %I to %s', t, casework);
+        select string_agg(quote_ident(column_name), ', ' order by ordinal_position) into cols
+        from information_schema.columns
+        where table_schema = 'public' and table_name = t and column_name not like '%token%';
+        execute format('grant select (%s) on %I to %s', cols, t, casework);
     end loop;
     -- asking: row-level security says who may ask what; only the columns of the ask (the
     -- id, the actor, the times and the answer are the database's and the gateway's)

@@ -11,9 +11,11 @@
 //! how seconds between two stored times are computed, and how contact keys are locked.
 
 /// Columns of `operations`, in the order `op_from_row` reads them by name.
+/// An operation as every reader sees it: no lease or report token (people's logins may not
+/// read those, migration 0017); the lock adds them (`lock_operation`).
 pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash, payload, crm_id, \
-    crm_link, attempts, last_error, last_error_class, review_reason, lease_owner, lease_token, \
-    lease_expires_at, next_attempt_at, retry_grants, verify_first, finished_token, quiet_after, contact_phone, \
+    crm_link, attempts, last_error, last_error_class, review_reason, lease_owner, \
+    lease_expires_at, next_attempt_at, retry_grants, verify_first, quiet_after, contact_phone, \
     contact_email, contact_name, event_time, version, created_at, updated_at, purged_at";
 
 /// The worker's next due operation: binds $1 = now, $2 = its connector. Nothing is due
@@ -228,7 +230,8 @@ macro_rules! sql_store {
 
             async fn lock_operation(&mut self, id: &str) -> Result<Option<Locked>> {
                 let sql = format!(
-                    "select {OP_COLUMNS} from operations where operation_id = $1{}",
+                    "select {OP_COLUMNS}, lease_token, finished_token from operations \
+                     where operation_id = $1{}",
                     $lock_row
                 );
                 let row = sqlx::query(&sql).bind(id).fetch_optional(&mut *self.0).await?;

@@ -145,7 +145,13 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
         let mut sql = people.sql(Role::SalesOps).await;
         assert_eq!(sqlstate(&mut sql, "select payload from operations").await, "ok");
         for denied in [
-            "select access_token from crm_tokens".to_owned(),
+            // no token a worker or an integration reports under
+            "select lease_token from operations".to_owned(),
+            "select finished_token from operations".into(),
+            "select lease_token from crm_updates".into(),
+            "select lease_token from alert_channels".into(),
+            "select token_sha256 from lease_grants".into(),
+            "select access_token from crm_tokens".into(),
             "update operations set status = 'completed'".into(),
             "delete from timeline".into(),
             "insert into review_cases (operation_id, reason, opened_at) values ('x', 'uncertain_outcome', now())".into(),
