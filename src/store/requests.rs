@@ -70,6 +70,22 @@ impl Ask {
         }
     }
 
+    /// The row's key columns: `(case_id, expected_version, operation_id, connector)`,
+    /// the ones `from_row` reads back beside `body`.
+    pub(crate) fn key_columns(&self) -> (Option<i64>, Option<i64>, Option<String>, Option<String>) {
+        match self {
+            Ask::Resolve {
+                case_id,
+                expected_version,
+                ..
+            } => (Some(*case_id), Some(*expected_version), None, None),
+            Ask::OpenReview { operation_id, .. } | Ask::Notified { operation_id, .. } => {
+                (None, None, Some(operation_id.to_string()), None)
+            }
+            Ask::ResumeConnector { name } => (None, None, None, Some(name.clone())),
+        }
+    }
+
     /// The row's `body` column (JSON text): what `leadgate_may_request` reads
     /// (`resolution`) and what `from_row` reads back.
     pub(crate) fn body(&self) -> String {
@@ -369,17 +385,7 @@ mod tests {
             },
         ];
         for ask in asks {
-            let (case_id, version, op, connector) = match &ask {
-                Ask::Resolve {
-                    case_id,
-                    expected_version,
-                    ..
-                } => (Some(*case_id), Some(*expected_version), None, None),
-                Ask::OpenReview { operation_id, .. } | Ask::Notified { operation_id, .. } => {
-                    (None, None, Some(operation_id.to_string()), None)
-                }
-                Ask::ResumeConnector { name } => (None, None, None, Some(name.clone())),
-            };
+            let (case_id, version, op, connector) = ask.key_columns();
             let back = Ask::from_row(
                 ask.kind_name(),
                 case_id,

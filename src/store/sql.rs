@@ -1785,15 +1785,7 @@ macro_rules! sql_store {
             }
 
             async fn ask(&self, ask: &Ask) -> Result<i64> {
-                let (case_id, version, operation_id, connector) = match ask {
-                    Ask::Resolve { case_id, expected_version, .. } => {
-                        (Some(*case_id), Some(*expected_version), None, None)
-                    }
-                    Ask::OpenReview { operation_id, .. } | Ask::Notified { operation_id, .. } => {
-                        (None, None, Some(operation_id.to_string()), None)
-                    }
-                    Ask::ResumeConnector { name } => (None, None, None, Some(name.clone())),
-                };
+                let (case_id, version, operation_id, connector) = ask.key_columns();
                 Ok(sqlx::query_scalar(
                     "insert into human_requests (kind, case_id, expected_version, operation_id, \
                      connector, body) values ($1, $2, $3, $4, $5, $6) returning id",
