@@ -76,7 +76,7 @@ include console.mk
 
 # Packages and the examples around the gateway (issue 21). tests/ecosystem.rs, part of
 # `unit`, needs what ecosystem-deps installs (promtool, dpkg-dev, systemd-analyze).
-.PHONY: package test-ecosystem ecosystem-deps
+.PHONY: package package-console test-ecosystem ecosystem-deps
 unit: ecosystem-deps
 
 ## The .deb of `leadgate` (release build): $CARGO_TARGET_DIR/debian/leadgate_<version>_<arch>.deb
@@ -84,6 +84,13 @@ unit: ecosystem-deps
 package:
 	scripts/install-ecosystem-deps.sh --packaging
 	scripts/package-deb.sh
+
+## The console's .deb (release build, Tauri's bundler): $CARGO_TARGET_DIR/debian/leadgate-console_<version>_<arch>.deb
+## (default target/debian/). The real-window test (make e2e) packages its debug binary,
+## installs it, opens it and removes it.
+package-console: console-deps
+	scripts/install-console-deps.sh
+	scripts/package-console.sh
 
 ## Only tests/ecosystem.rs (part of `unit`): the Grafana dashboard and alert rules against a
 ## real gateway's /metrics and promtool, and the .deb built from the debug binary, installed

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 scripts/apt-install-missing.sh "the console" build-essential pkg-config curl wget file libssl-dev \
   libwebkit2gtk-4.1-dev libxdo-dev libayatana-appindicator3-dev librsvg2-dev xvfb xauth webkit2gtk-driver \
-  dbus-daemon python3-dbus python3-gi
+  dbus-daemon python3-dbus python3-gi desktop-file-utils
 
 command -v node >/dev/null || { echo "Node.js 20+ is required (apt-get install nodejs npm)" >&2; exit 1; }
 

@@ -9,6 +9,10 @@
 //! The third test clicks desktop notifications: a private D-Bus session bus with a fake
 //! notification server (tests/fake_notifications.py) stands in for the desktop.
 //!
+//! The last test packages this binary with Tauri's bundler (`scripts/package-console.sh
+//! --debug`), installs the .deb with dpkg, opens the installed program in a real window and
+//! removes it (root only; under `CI=true` a missing tool or root fails it).
+//!
 //! Run by `make e2e` (which builds the UI first and provides a display with Xvfb):
 //! `cargo test -p leadgate-console --features e2e --test e2e`.
 
@@ -67,13 +71,18 @@ fn start_driver(settings: &Path, env: &[(&str, String)]) -> Driver {
 }
 
 async fn connect_client() -> Client {
+    connect_client_to(env!("CARGO_BIN_EXE_leadgate-console")).await
+}
+
+/// A WebDriver session with the console binary at `application`.
+async fn connect_client_to(application: &str) -> Client {
     // Two TLS backends are linked in the workspace; WebDriver runs over plain HTTP, but
     // rustls insists on a chosen provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut caps = serde_json::Map::new();
     caps.insert(
         "tauri:options".into(),
-        json!({"application": env!("CARGO_BIN_EXE_leadgate-console")}),
+        json!({ "application": application }),
     );
     caps.insert("browserName".into(), json!("wry"));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1293,4 +1302,224 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
         people.drop_all().await;
     })
     .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The console's .deb: the Tauri bundler's package of this test's own binary, installed
+// with dpkg, opened from /usr/bin in a real window, removed without a trace.
+
+/// The version this test packages: a leftover of a killed run is recognised by it.
+const DEB_TEST_VERSION: &str = "0.0.0-packaging-test";
+
+/// `dpkg-query`'s status and version of leadgate-console, if dpkg knows it.
+fn console_package() -> Option<(String, String)> {
+    let out = Command::new("dpkg-query")
+        .args([
+            "-W",
+            "-f=${db:Status-Abbrev}|${Version}",
+            "leadgate-console",
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (status, version) = text.split_once('|')?;
+    let status = status.trim().to_owned();
+    (out.status.success() && status != "un").then(|| (status, version.to_owned()))
+}
+
+/// Runs `cmd`, which must succeed; its standard output.
+fn output_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `dpkg ARGS` as root, waiting (a minute at most) while apt or another dpkg holds its lock.
+fn console_dpkg(args: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new("dpkg")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && err.contains("lock") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            continue;
+        }
+        assert!(out.status.success(), "dpkg {args:?} failed: {err}");
+        return;
+    }
+}
+
+/// Purges the package this test installed, however the test ends.
+struct ConsoleInstalled;
+
+impl Drop for ConsoleInstalled {
+    fn drop(&mut self) {
+        if console_package().is_some() {
+            let _ = Command::new("dpkg")
+                .args(["--purge", "leadgate-console"])
+                .status();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_deb_installs_opens_in_a_real_window_and_removes_clean() {
+    let started = Instant::now();
+    let missing: Vec<&str> = ["dpkg", "dpkg-deb", "desktop-file-validate", "ldd", "flock"]
+        .into_iter()
+        .filter(|t| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .output()
+                .unwrap()
+                .status
+                .success()
+        })
+        .collect();
+    let root = output_of(Command::new("id").arg("-u")).trim() == "0";
+    if !missing.is_empty() || !root {
+        let why = format!("the console's .deb test needs root and {missing:?}");
+        // scripts/install-console-deps.sh installs the tools; only a developer's machine
+        // without root skips, out loud.
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    // One run at a time on a machine: they install and remove the same package.
+    let mut lock = Command::new("flock")
+        .args([
+            "/tmp/leadgate-console-packaging.lock",
+            "-c",
+            "echo locked; cat >/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut lock), "locked");
+    let _lock = Stopped(lock);
+    match console_package() {
+        Some((_, v)) if v == DEB_TEST_VERSION => console_dpkg(&["--purge", "leadgate-console"]),
+        Some((s, v)) => panic!(
+            "leadgate-console {v} ({s}) is installed on this machine, not by this test: \
+             it would be replaced and removed; remove it first"
+        ),
+        None => {}
+    }
+
+    // The bundler packages the binary cargo built for this test: no compiling.
+    let root_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out_dir = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let printed = output_of(
+        Command::new(root_dir.join("scripts/package-console.sh"))
+            .args(["--debug", "--version", DEB_TEST_VERSION, "--out"])
+            .arg(out_dir.path())
+            .current_dir(&root_dir),
+    );
+    let deb = printed.lines().last().unwrap().trim().to_owned();
+    let size = std::fs::metadata(&deb).unwrap().len();
+    eprintln!(
+        "console .deb (debug binary): {:.1} MB in {:.1?}",
+        size as f64 / 1e6,
+        t.elapsed()
+    );
+
+    let info = output_of(Command::new("dpkg-deb").args(["--info", &deb]));
+    for field in [
+        "Package: leadgate-console",
+        &format!("Version: {DEB_TEST_VERSION}"),
+        "Section: net",
+        "libwebkit2gtk-4.1-0",
+        "libgtk-3-0",
+    ] {
+        assert!(info.contains(field), "{field} not in\n{info}");
+    }
+    let contents = output_of(Command::new("dpkg-deb").args(["--contents", &deb]));
+    let desktop = "/usr/share/applications/Leadgate Console.desktop";
+    // dpkg-deb lists `usr/…` or `./usr/…` after the date, as the archive has it.
+    let listed = |path: &str| {
+        let path = path.trim_start_matches('/');
+        contents
+            .lines()
+            .any(|l| l.ends_with(&format!(" {path}")) || l.ends_with(&format!("./{path}")))
+    };
+    for path in ["/usr/bin/leadgate-console", desktop] {
+        assert!(listed(path), "{path} not in\n{contents}");
+    }
+    assert!(
+        contents
+            .lines()
+            .any(|l| l.contains("usr/share/icons/hicolor/")
+                && l.ends_with("/apps/leadgate-console.png")),
+        "no icon in\n{contents}"
+    );
+
+    let installed = ConsoleInstalled;
+    console_dpkg(&["-i", &deb]);
+    let (status, version) = console_package().expect("installed");
+    assert_eq!(
+        (status.as_str(), version.as_str()),
+        ("ii", DEB_TEST_VERSION)
+    );
+    let entry = std::fs::read_to_string(desktop).unwrap();
+    for line in [
+        "Exec=leadgate-console",
+        "Icon=leadgate-console",
+        "Name=Leadgate Console",
+    ] {
+        assert!(entry.lines().any(|l| l == line), "{line} not in\n{entry}");
+    }
+    output_of(Command::new("desktop-file-validate").arg(desktop));
+    let libs = output_of(Command::new("ldd").arg("/usr/bin/leadgate-console"));
+    assert!(!libs.contains("not found"), "unresolved libraries:\n{libs}");
+
+    // The installed program, from its installed path, on a database with cases to do.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let db = store::connect(&url).await.unwrap();
+    leadgate_testkit::seed::seed(&*db).await.unwrap();
+    let settings = dir.path().join("settings.json");
+    std::fs::write(&settings, json!({"language": "en"}).to_string()).unwrap();
+    let driver = start_driver(&settings, &[]);
+    let c = connect_client_to("/usr/bin/leadgate-console").await;
+    let steps = tokio::spawn({
+        let c = c.clone();
+        async move {
+            el(&c, "[data-testid=connect-screen]").await;
+            el(&c, "[data-testid=db-url]")
+                .await
+                .send_keys(&url)
+                .await
+                .unwrap();
+            click(&c, "[data-testid=connect-screen] button[type=submit]").await;
+            text_until(&c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
+        }
+    })
+    .await;
+    let _ = c.close().await;
+    drop(driver);
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+
+    // Removed: the program and its menu entry are gone; purged: dpkg forgets it.
+    console_dpkg(&["-r", "leadgate-console"]);
+    for path in ["/usr/bin/leadgate-console", desktop] {
+        assert!(!Path::new(path).exists(), "{path} left after dpkg -r");
+    }
+    console_dpkg(&["--purge", "leadgate-console"]);
+    assert_eq!(console_package(), None);
+    drop(installed);
+    eprintln!("console .deb test finished in {:.1?}", started.elapsed());
 }
