@@ -140,4 +140,32 @@ mod tests {
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].0, "b24");
     }
+
+    #[test]
+    fn a_mailbox_without_its_password_or_ca_file_refuses_to_start() {
+        let config = |pull: &str| {
+            Config::parse(&format!(
+                "[database]\nurl = \"sqlite::memory:\"\n[[source]]\nname = \"mail\"\n\
+                 preset = \"imap\"\n[source.pull]\nurl = \"imaps://imap.example.com\"\n\
+                 username = \"leads\"\n{pull}"
+            ))
+            .unwrap()
+        };
+        let env = |v: &str| (v == "IMAP_PW").then(|| "s3cr3t".to_owned());
+        let err = |c: &Config| pullers(c, env).err().unwrap_or_default();
+        assert_eq!(
+            err(&config("password = \"env:NO_PW\"\n")),
+            "source `mail`: pull.password: the environment variable `NO_PW` is not set"
+        );
+        let e = err(&config(
+            "password = \"env:IMAP_PW\"\nca_file = \"/nonexistent/ca.pem\"\n",
+        ));
+        assert!(
+            e.starts_with("source `mail`: pull.ca_file: /nonexistent/ca.pem"),
+            "{e}"
+        );
+        let ok = pullers(&config("password = \"env:IMAP_PW\"\n"), env).unwrap();
+        assert_eq!(ok[0].0, "mail");
+        assert!(matches!(ok[0].1, Puller::Imap(_)));
+    }
 }

@@ -833,3 +833,50 @@ each_backend!(
         assert_eq!(fake.calls(CREATE), 3);
     }
 );
+
+each_backend!(
+    imap_a_server_whose_certificate_is_not_trusted_gets_no_login,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        dovecot
+            .deliver(&message(Some("tls@x"), "c@example.ru", "s", "t"))
+            .await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // The test's CA is not among the public roots, and no ca_file names it.
+        let source = mail_source(&dovecot, dovecot.imaps, PASSWORD, "").replace(
+            &format!("ca_file = \"{}\"\n", dovecot.ca_file.display()),
+            "",
+        );
+        assert!(!source.contains("ca_file"));
+        let toml = format!("{}\n{source}", config_toml(&db.url, &fake.webhook_url()));
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        // The gateway ends each handshake itself, refusing the certificate (Dovecot logs
+        // the alert it got); the readiness probe's bare connection is the one without.
+        let refused = |log: &str| {
+            log.lines()
+                .filter(|l| l.contains("TLS handshaking") && l.contains("unknown ca"))
+                .count()
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while refused(&dovecot.log()) < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "no refused handshake: {}",
+                dovecot.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // No login over TLS (the test's own delivery logs in over the plain listener).
+        let log = dovecot.log();
+        assert!(
+            !log.lines()
+                .any(|l| l.contains("Login: user=<leads>") && l.contains(", TLS,")),
+            "{log}"
+        );
+        assert_eq!(journaled(gw.store().as_ref()).await, (0, 0));
+        assert_eq!(dovecot.counts("INBOX").await, (1, 1));
+        gw.stop().await;
+    }
+);
