@@ -342,7 +342,7 @@ impl MailPoll {
             .await?;
         let region = state.matching.region;
         for (_, raw) in &messages {
-            let payload = payload(raw, region);
+            let payload = payload(&self.source, raw, region);
             match crate::intake::record_pulled(state, &self.source, raw.clone(), RFC822, payload)
                 .await
                 .map_err(|e| fail("recording", e))?
@@ -547,11 +547,17 @@ pub fn utf7_imap(name: &str) -> String {
 }
 
 /// The operation key of a message: its `Message-ID` (without the angle brackets), or
-/// `sha256:<hex>` of the raw message when it has none. A `Message-ID` too long for a key,
-/// or with characters a key may not hold, is keyed by `message-id-sha256:<hex>` of it.
-pub fn message_key(message_id: Option<&str>, raw: &[u8]) -> String {
+/// `sha256:<hex>` of the raw message when it has none. A `Message-ID` that could not be
+/// `source`'s key (over 200 bytes, too long with the source's name, white space, control
+/// or invisible characters) is keyed by `message-id-sha256:<hex>` of it, so no message is
+/// refused for its header.
+pub fn message_key(source: &str, message_id: Option<&str>, raw: &[u8]) -> String {
     match message_id.map(str::trim).filter(|m| !m.is_empty()) {
-        Some(id) if id.len() <= 200 && !id.chars().any(|c| c.is_control() || c.is_whitespace()) => {
+        Some(id)
+            if id.len() <= 200
+                && !id.chars().any(char::is_whitespace)
+                && crate::domain::OperationId::new(source, id).is_ok() =>
+        {
             id.to_owned()
         }
         Some(id) => format!("message-id-sha256:{}", hex::encode(Sha256::digest(id))),
@@ -564,10 +570,10 @@ pub fn message_key(message_id: Option<&str>, raw: &[u8]) -> String {
 /// key), `name` and `email` of the first `From`, `reply_to`, a `phone` found in the
 /// subject or the text, `subject`, `text` (the text/plain body, or the HTML one as
 /// text), `comment` (subject and text, cut) and `date` (RFC 3339).
-pub fn payload(raw: &[u8], region: Region) -> Value {
+pub fn payload(source: &str, raw: &[u8], region: Region) -> Value {
     let parser = mail_parser::MessageParser::default();
     let Some(msg) = parser.parse(raw) else {
-        return json!({"message_id": message_key(None, raw)});
+        return json!({"message_id": message_key(source, None, raw)});
     };
     let clean = |s: &str| s.replace('\0', "").trim().to_owned();
     let from = msg.from().and_then(|a| a.first());
@@ -593,7 +599,7 @@ pub fn payload(raw: &[u8], region: Region) -> Value {
     }
     .map(|c| c.chars().take(COMMENT_CHARS).collect::<String>());
     json!({
-        "message_id": message_key(msg.message_id(), raw),
+        "message_id": message_key(source, msg.message_id(), raw),
         "name": from.and_then(|a| a.name()).map(clean).filter(|s| !s.is_empty()),
         "email": from.and_then(|a| a.address()).map(clean).filter(|s| !s.is_empty()),
         "reply_to": reply_to,
@@ -711,14 +717,19 @@ mod tests {
     #[test]
     fn keys_are_the_message_id_or_a_hash() {
         assert_eq!(
-            message_key(Some("abc@example.com"), b"x"),
+            message_key("mail", Some("abc@example.com"), b"x"),
             "abc@example.com"
         );
         let raw = b"Subject: hi\r\n\r\nbody\r\n";
-        let k = message_key(None, raw);
+        let k = message_key("mail", None, raw);
         assert_eq!(k, format!("sha256:{}", hex::encode(Sha256::digest(raw))));
         let long = "a".repeat(300);
-        assert!(message_key(Some(&long), raw).starts_with("message-id-sha256:"));
+        assert!(message_key("mail", Some(&long), raw).starts_with("message-id-sha256:"));
+        // Fine alone, too long with a long source name; an invisible character.
+        let id = format!("{}@x", "a".repeat(190));
+        assert_eq!(message_key("mail", Some(&id), raw), id);
+        assert!(message_key(&"s".repeat(64), Some(&id), raw).starts_with("message-id-sha256:"));
+        assert!(message_key("mail", Some("a\u{200b}b@x"), raw).starts_with("message-id-sha256:"));
     }
 
     #[test]
@@ -733,7 +744,7 @@ Content-Type: text/plain; charset=windows-1251\r\n\
 Content-Transfer-Encoding: quoted-printable\r\n\
 \r\n\
 =CF=EE=E7=E2=EE=ED=E8=F2=E5: +7 912 000-11-22\r\n";
-        let p = payload(raw, Region::default());
+        let p = payload("mail", raw, Region::default());
         assert_eq!(p["message_id"], "m1@example.ru");
         assert_eq!(p["name"], "Ольга");
         assert_eq!(p["email"], "olga@example.ru");
@@ -743,7 +754,7 @@ Content-Transfer-Encoding: quoted-printable\r\n\
         assert_eq!(p["comment"], "Заявка\n\nПозвоните: +7 912 000-11-22");
         assert_eq!(p["date"], "2025-01-15T10:30:00+03:00");
         // The same bytes, the same payload: a re-read is a duplicate, not a conflict.
-        assert_eq!(payload(raw, Region::default()), p);
+        assert_eq!(payload("mail", raw, Region::default()), p);
     }
 
     #[test]
@@ -751,7 +762,7 @@ Content-Transfer-Encoding: quoted-printable\r\n\
         // "Тест" in KOI8-R, base64.
         let raw = b"From: test@example.ru\r\nSubject: t\r\n\
 Content-Type: text/plain; charset=koi8-r\r\nContent-Transfer-Encoding: base64\r\n\r\n9MXT1A==\r\n";
-        let p = payload(raw, Region::default());
+        let p = payload("mail", raw, Region::default());
         assert_eq!(p["text"], "Тест");
         assert_eq!(p["name"], Value::Null);
         assert!(p["message_id"].as_str().unwrap().starts_with("sha256:"));
