@@ -161,12 +161,20 @@ pub enum Preset {
     /// Telegram bot updates pulled with `getUpdates` (`[source.pull]` with `bot_token`),
     /// for bots without a public address: keyed by `update_id` as the webhook.
     TelegramUpdates,
+    /// A mailbox read over IMAP (`[source.pull]` with `url = "imaps://…"`, `username`,
+    /// `password`): each message is journaled raw (RFC 822) and keyed by its
+    /// `Message-ID` (or `sha256:` of the raw message); acknowledged (`\Seen`, or moved
+    /// to `move_to`) only once recorded.
+    Imap,
 }
 
 impl Preset {
     /// Whether sources of this preset are pulled by the gateway rather than pushed to it.
     pub fn is_pulled(self) -> bool {
-        matches!(self, Preset::Bitrix24Offline | Preset::TelegramUpdates)
+        matches!(
+            self,
+            Preset::Bitrix24Offline | Preset::TelegramUpdates | Preset::Imap
+        )
     }
 }
 
@@ -263,6 +271,9 @@ impl SourceConfig {
                 ("json:/update_id", &[], Reply::Json)
             }
             Preset::CallWebhook => ("json:/call_id", CALL_PROGRESS, Reply::Json),
+            // The payload is derived from the message alone (src/pull/imap.rs): nothing
+            // in it changes on a re-read.
+            Preset::Imap => ("json:/message_id", &[], Reply::Json),
             Preset::CallWebhookEvents => ("form:call_id+event", &[], Reply::Json),
             Preset::Zadarma => (
                 "form:pbx_call_id",
@@ -319,6 +330,11 @@ impl SourceConfig {
         }
         if preset == Preset::Bitrix24Offline && self.event_time.is_none() {
             self.event_time = Some("json:/TIMESTAMP_X".into());
+        }
+        // The message's `Date`; the payload's top-level name, email, phone and comment
+        // are the default field mapping already.
+        if preset == Preset::Imap && self.event_time.is_none() {
+            self.event_time = Some("json:/date".into());
         }
         if self.key.is_empty() {
             self.key = key.into();
@@ -557,6 +573,18 @@ pub struct PullConfig {
     pub access_token: Option<Secret>,
     /// Telegram: the bot's token (`env:NAME`), the secret part of every Bot API URL.
     pub bot_token: Option<Secret>,
+    /// IMAP: the login (`env:NAME` or as written).
+    pub username: Option<Secret>,
+    /// IMAP: the password (`env:NAME`; the file had better not hold it).
+    pub password: Option<Secret>,
+    /// IMAP: the mailbox read (default `INBOX`).
+    pub mailbox: Option<String>,
+    /// IMAP: where a recorded message is moved (`MOVE`, or `COPY` + `\Deleted` +
+    /// `EXPUNGE` on a server without it). Unset: it is marked `\Seen` and stays.
+    pub move_to: Option<String>,
+    /// IMAP: a PEM file of the CA (or the self-signed certificate) the server's
+    /// certificate must chain to, instead of the public roots. Verification is never off.
+    pub ca_file: Option<std::path::PathBuf>,
     /// Bitrix24: the events bound offline and drained (default `ONCRMLEADADD`).
     #[serde(default = "default_pull_events")]
     pub events: Vec<String>,
@@ -591,10 +619,12 @@ impl PullConfig {
     fn validate(&self, name: &str, preset: Option<Preset>) -> Result<(), String> {
         if !preset.is_some_and(Preset::is_pulled) {
             return Err(format!(
-                "source `{name}`: [source.pull] needs a pulled preset (`bitrix24-offline`, `telegram-updates`)"
+                "source `{name}`: [source.pull] needs a pulled preset (`bitrix24-offline`, `telegram-updates`, `imap`)"
             ));
         }
         let telegram = preset == Some(Preset::TelegramUpdates);
+        let imap = preset == Some(Preset::Imap);
+        let blank = |s: &Secret| s.expose().trim().is_empty() || s.expose().trim() == "env:";
         match &self.bot_token {
             None if telegram => {
                 return Err(format!(
@@ -606,30 +636,74 @@ impl PullConfig {
                     "source `{name}`: pull.bot_token is for the telegram-updates preset"
                 ))
             }
-            Some(t) if t.expose().trim().is_empty() || t.expose().trim() == "env:" => {
-                return Err(format!("source `{name}`: pull.bot_token is empty"))
-            }
+            Some(t) if blank(t) => return Err(format!("source `{name}`: pull.bot_token is empty")),
             _ => {}
         }
-        if telegram && self.access_token.is_some() {
+        if (telegram || imap) && self.access_token.is_some() {
             return Err(format!(
                 "source `{name}`: pull.access_token is for the bitrix24-offline preset"
+            ));
+        }
+        let imap_fields = [
+            ("username", self.username.is_some()),
+            ("password", self.password.is_some()),
+            ("mailbox", self.mailbox.is_some()),
+            ("move_to", self.move_to.is_some()),
+            ("ca_file", self.ca_file.is_some()),
+        ];
+        if imap {
+            for (field, value) in [("username", &self.username), ("password", &self.password)] {
+                match value {
+                    None => {
+                        return Err(format!(
+                            "source `{name}`: the imap preset needs pull.{field} (env:NAME)"
+                        ))
+                    }
+                    Some(v) if blank(v) => {
+                        return Err(format!("source `{name}`: pull.{field} is empty"))
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (field, value) in [("mailbox", &self.mailbox), ("move_to", &self.move_to)] {
+                if value.as_ref().is_some_and(|v| {
+                    v.trim().is_empty() || v.chars().any(|c| c.is_control() || c == '"')
+                }) {
+                    return Err(format!(
+                        "source `{name}`: pull.{field} must be a mailbox name (not blank, no quotes or control characters)"
+                    ));
+                }
+            }
+            let mailbox = self.mailbox.as_deref().unwrap_or("INBOX");
+            if self.move_to.as_deref().is_some_and(|m| m == mailbox) {
+                return Err(format!(
+                    "source `{name}`: pull.move_to is the mailbox read (pull.mailbox): a moved message would be read again"
+                ));
+            }
+        } else if let Some((field, _)) = imap_fields.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "source `{name}`: pull.{field} is for the imap preset"
             ));
         }
         let url = self.url.expose().trim();
         if url.is_empty() || url == "env:" {
             return Err(format!("source `{name}`: pull.url is empty"));
         }
-        if !(url.starts_with("env:") || url.starts_with("https://") || url.starts_with("http://")) {
+        if imap {
+            if !(url.starts_with("env:") || url.starts_with("imaps://")) {
+                return Err(format!(
+                    "source `{name}`: pull.url must be imaps://host[:port] (implicit TLS) or env:NAME"
+                ));
+            }
+        } else if !(url.starts_with("env:")
+            || url.starts_with("https://")
+            || url.starts_with("http://"))
+        {
             return Err(format!(
                 "source `{name}`: pull.url must be an http:// or https:// URL or env:NAME"
             ));
         }
-        if self
-            .access_token
-            .as_ref()
-            .is_some_and(|t| t.expose().trim().is_empty() || t.expose().trim() == "env:")
-        {
+        if self.access_token.as_ref().is_some_and(blank) {
             return Err(format!("source `{name}`: pull.access_token is empty"));
         }
         if self.events.is_empty() || self.events.iter().any(|e| e.trim().is_empty()) {
@@ -637,7 +711,10 @@ impl PullConfig {
                 "source `{name}`: pull.events must name at least one event, none blank"
             ));
         }
-        let most = if telegram { 100 } else { 50 };
+        let most = match preset {
+            Some(Preset::TelegramUpdates) | Some(Preset::Imap) => 100,
+            _ => 50,
+        };
         if !(1..=most).contains(&self.batch) {
             return Err(format!("source `{name}`: pull.batch must be 1 to {most}"));
         }
@@ -1485,6 +1562,14 @@ blocks = true
             ("name = \"tp\"\npreset = \"telegram-updates\"\n[source.pull]\nurl = \"https://api.telegram.org\"\n", "needs pull.bot_token"),
             ("name = \"tp\"\npreset = \"telegram-updates\"\n[source.pull]\nurl = \"https://api.telegram.org\"\nbot_token = \"env:\"\n", "pull.bot_token is empty"),
             ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\nbot_token = \"x\"\n", "pull.bot_token is for the telegram-updates preset"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://imap.example.com\"\npassword = \"env:PW\"\n", "the imap preset needs pull.username"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://imap.example.com\"\nusername = \"env:U\"\n", "the imap preset needs pull.password"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://imap.example.com\"\nusername = \"env:U\"\npassword = \"env:\"\n", "pull.password is empty"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imap://imap.example.com\"\nusername = \"env:U\"\npassword = \"env:PW\"\n", "pull.url must be imaps://"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmove_to = \"INBOX\"\n", "pull.move_to is the mailbox read"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmailbox = \" \"\n", "pull.mailbox must be a mailbox name"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nbot_token = \"x\"\n", "pull.bot_token is for the telegram-updates preset"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\npassword = \"env:PW\"\n", "pull.password is for the imap preset"),
         ];
         for (source, needle) in cases {
             let err = Config::parse(&format!("{base}[[source]]\n{source}"))

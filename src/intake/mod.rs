@@ -670,10 +670,11 @@ pub async fn record_pulled(
     state: &IntakeState,
     source_name: &str,
     raw_body: Vec<u8>,
+    content_type: &str,
     payload: Value,
 ) -> Result<Pulled, StoreError> {
     let received_at = state.store.now();
-    let content_type = Some("application/json".to_owned());
+    let content_type = Some(content_type.to_owned());
     let Some(source) = state.sources.get(source_name) else {
         return Ok(Pulled::Rejected(ApiError::UnknownSource.to_string()));
     };

@@ -8,8 +8,11 @@
 //!   `event_type=offline`, `event.offline.get` with `clear=0`, `event.offline.clear`).
 //! - `telegram`: a bot's updates by `getUpdates`, the offset advanced only past what is
 //!   recorded.
+//! - `imap`: a mailbox, each message journaled raw (RFC 822) and marked `\Seen` (or moved)
+//!   only once recorded.
 
 pub mod bitrix24_offline;
+pub mod imap;
 pub mod telegram;
 
 use std::sync::Arc;
@@ -31,7 +34,7 @@ pub async fn record_batch(
 ) -> Result<(), StoreError> {
     for event in events {
         let raw = serde_json::to_vec(event).expect("a JSON value serializes");
-        match intake::record_pulled(state, source, raw, event.clone()).await? {
+        match intake::record_pulled(state, source, raw, "application/json", event.clone()).await? {
             Pulled::Recorded(outcome) => {
                 tracing::info!(source, outcome = outcome.name(), "pulled event recorded")
             }
@@ -57,6 +60,7 @@ pub(crate) async fn pause(d: Duration, shutdown: &mut watch::Receiver<bool>) -> 
 pub enum Puller {
     Bitrix24Offline(Arc<bitrix24_offline::OfflineQueue>),
     TelegramUpdates(Arc<telegram::UpdatesPoll>),
+    Imap(Arc<imap::MailPoll>),
 }
 
 impl Puller {
@@ -64,6 +68,7 @@ impl Puller {
         match self {
             Puller::Bitrix24Offline(q) => q.run(state, shutdown).await,
             Puller::TelegramUpdates(t) => t.run(state, shutdown).await,
+            Puller::Imap(m) => m.run(state, shutdown).await,
         }
     }
 }
@@ -87,6 +92,10 @@ pub fn pullers(
             Preset::TelegramUpdates => {
                 let t = telegram::UpdatesPoll::new(&source.name, pull, env)?;
                 out.push((source.name.clone(), Puller::TelegramUpdates(Arc::new(t))));
+            }
+            Preset::Imap => {
+                let m = imap::MailPoll::new(&source.name, pull, env)?;
+                out.push((source.name.clone(), Puller::Imap(Arc::new(m))));
             }
             other => {
                 return Err(format!(
@@ -130,5 +139,33 @@ mod tests {
         let ok = pullers(&config("url = \"env:B24_HOOK\"\n"), env).unwrap();
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].0, "b24");
+    }
+
+    #[test]
+    fn a_mailbox_without_its_password_or_ca_file_refuses_to_start() {
+        let config = |pull: &str| {
+            Config::parse(&format!(
+                "[database]\nurl = \"sqlite::memory:\"\n[[source]]\nname = \"mail\"\n\
+                 preset = \"imap\"\n[source.pull]\nurl = \"imaps://imap.example.com\"\n\
+                 username = \"leads\"\n{pull}"
+            ))
+            .unwrap()
+        };
+        let env = |v: &str| (v == "IMAP_PW").then(|| "s3cr3t".to_owned());
+        let err = |c: &Config| pullers(c, env).err().unwrap_or_default();
+        assert_eq!(
+            err(&config("password = \"env:NO_PW\"\n")),
+            "source `mail`: pull.password: the environment variable `NO_PW` is not set"
+        );
+        let e = err(&config(
+            "password = \"env:IMAP_PW\"\nca_file = \"/nonexistent/ca.pem\"\n",
+        ));
+        assert!(
+            e.starts_with("source `mail`: pull.ca_file: /nonexistent/ca.pem"),
+            "{e}"
+        );
+        let ok = pullers(&config("password = \"env:IMAP_PW\"\n"), env).unwrap();
+        assert_eq!(ok[0].0, "mail");
+        assert!(matches!(ok[0].1, Puller::Imap(_)));
     }
 }

@@ -13,6 +13,7 @@ mod console;
 mod console_store;
 mod diagnose;
 mod gateway;
+mod imap;
 mod intake_paths;
 mod metrics;
 mod openapi;

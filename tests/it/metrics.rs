@@ -9,7 +9,7 @@ use serde_json::json;
 use leadgate_testkit::each_backend;
 use leadgate_testkit::gateway::{lead, Gateway, CREATE};
 
-fn samples(text: &str) -> HashMap<String, f64> {
+pub(crate) fn samples(text: &str) -> HashMap<String, f64> {
     let lines = text.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
     scrape

@@ -31,7 +31,7 @@ fn as_postgres(program: &Path, args: &[&str]) -> std::process::Output {
     out.unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
 }
 
-fn unsafe_is_root() -> bool {
+pub(crate) fn unsafe_is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -67,14 +67,14 @@ impl Drop for Cluster {
     }
 }
 
-struct Pki {
-    ca_pem: String,
-    cert_pem: String,
-    key_pem: String,
+pub(crate) struct Pki {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
 }
 
 /// A CA and a server certificate for `localhost` / 127.0.0.1 signed by it.
-fn make_pki() -> Pki {
+pub(crate) fn make_pki() -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();

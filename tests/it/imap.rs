@@ -1,0 +1,882 @@
+//! The `imap` preset against a real IMAP server, on both backends: Debian's Dovecot
+//! (`dovecot-imapd`, installed by scripts/install-test-deps.sh), started by each test in
+//! the foreground on loopback ports of its own, with a passwd-file user, a maildir and a
+//! TLS certificate the test makes, all in a temporary directory. Messages reach the
+//! mailbox with IMAP APPEND, as a mail server's delivery would leave them.
+//!
+//! To fail or hold the acknowledgement (`UID STORE`, `UID MOVE`, `UID COPY`) the gateway
+//! is pointed at a small proxy of the test's: it terminates TLS with the same certificate
+//! (the gateway verifies it against the test's CA like any server's), forwards every
+//! command to Dovecot's plain listener, and can cut the connection at the acknowledging
+//! command or hold it back until the gateway is killed.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leadgate::config::Config;
+use leadgate_fakes::bitrix24::FakeBitrix24;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls;
+
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::{config_toml, origin_ids, Gateway, CREATE};
+use leadgate_testkit::process::{free_port, wait_healthy, GatewayFile, Process, SiteAuth};
+
+use crate::tls::{make_pki, unsafe_is_root, Pki};
+
+const DOVECOT: &str = "/usr/sbin/dovecot";
+const USER: &str = "leads";
+const PASSWORD: &str = "imap-Pass-1";
+const SOURCE: &str = "mail";
+
+/// A Dovecot of the test's own, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Dovecot {
+    dir: tempfile::TempDir,
+    child: Child,
+    /// Implicit TLS.
+    imaps: u16,
+    /// Plain IMAP, for the test's own deliveries and the proxy.
+    plain: u16,
+    ca_file: PathBuf,
+    pki: Pki,
+}
+
+impl Dovecot {
+    /// Started and answering; `with_move`: whether it advertises the MOVE extension
+    /// (without it the gateway copies, flags `\Deleted` and expunges).
+    async fn start(with_move: bool) -> Dovecot {
+        assert!(
+            Path::new(DOVECOT).exists(),
+            "{DOVECOT} is missing: install Debian's dovecot-imapd (scripts/install-test-deps.sh)"
+        );
+        let pki = make_pki();
+        let dir = tempfile::Builder::new()
+            .prefix("lg-imap-")
+            .tempdir()
+            .unwrap();
+        let p = dir.path();
+        for sub in ["run", "state", "home"] {
+            std::fs::create_dir(p.join(sub)).unwrap();
+        }
+        std::fs::write(p.join("cert.pem"), &pki.cert_pem).unwrap();
+        std::fs::write(p.join("key.pem"), &pki.key_pem).unwrap();
+        let ca_file = p.join("ca.pem");
+        std::fs::write(&ca_file, &pki.ca_pem).unwrap();
+        std::fs::write(p.join("passwd"), format!("{USER}:{{PLAIN}}{PASSWORD}\n")).unwrap();
+        // Dovecot runs unprivileged: as the test's user, or as nobody when that is root.
+        let root = unsafe_is_root();
+        let id = |flag: &str| {
+            let out = Command::new("id").arg(flag).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        let (user, group) = if root {
+            ("nobody".to_owned(), "nogroup".to_owned())
+        } else {
+            (id("-un"), id("-gn"))
+        };
+        let (imaps, plain) = (free_port(), free_port());
+        // Without MOVE: the capabilities Dovecot 2.3 lists after login, MOVE left out.
+        let capability = if with_move {
+            String::new()
+        } else {
+            "imap_capability = IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE SORT \
+             SORT=DISPLAY THREAD=REFERENCES THREAD=REFS THREAD=ORDEREDSUBJECT MULTIAPPEND \
+             URL-PARTIAL CATENATE UNSELECT CHILDREN NAMESPACE UIDPLUS LIST-EXTENDED \
+             I18NLEVEL=1 CONDSTORE QRESYNC ESEARCH ESORT SEARCHRES WITHIN CONTEXT=SEARCH \
+             LIST-STATUS BINARY LITERAL+\n"
+                .to_owned()
+        };
+        let d = p.display();
+        let conf = format!(
+            "base_dir = {d}/run\nstate_dir = {d}/state\nlog_path = /dev/stderr\n\
+             protocols = imap\nlisten = 127.0.0.1\nssl = yes\n\
+             ssl_cert = <{d}/cert.pem\nssl_key = <{d}/key.pem\n\
+             disable_plaintext_auth = no\nauth_mechanisms = plain login\n\
+             default_internal_user = {user}\ndefault_internal_group = {group}\n\
+             default_login_user = {user}\nfirst_valid_uid = 1\n\
+             passdb {{\n  driver = passwd-file\n  args = scheme=PLAIN {d}/passwd\n}}\n\
+             userdb {{\n  driver = static\n  args = uid={user} gid={group} home={d}/home/%u\n}}\n\
+             mail_location = maildir:~/Maildir\n{capability}\
+             service imap-login {{\n  chroot =\n\
+               inet_listener imap {{\n    port = {plain}\n  }}\n\
+               inet_listener imaps {{\n    port = {imaps}\n    ssl = yes\n  }}\n}}\n\
+             service anvil {{\n  chroot =\n}}\nservice stats {{\n  chroot =\n}}\n"
+        );
+        std::fs::write(p.join("dovecot.conf"), conf).unwrap();
+        if root {
+            let ok = Command::new("chown")
+                .args(["-R", "nobody:nogroup", p.to_str().unwrap()])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "chown of the Dovecot directory");
+        }
+        let log = std::fs::File::create(p.join("dovecot.log")).unwrap();
+        let mut cmd = Command::new(DOVECOT);
+        cmd.args(["-F", "-c"])
+            .arg(p.join("dovecot.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if root {
+            cmd.uid(65534).gid(65534);
+        }
+        let child = cmd.spawn().expect("spawn dovecot");
+        let mut dovecot = Dovecot {
+            dir,
+            child,
+            imaps,
+            plain,
+            ca_file,
+            pki,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", imaps)).await.is_err() {
+            if let Ok(Some(status)) = dovecot.child.try_wait() {
+                panic!("dovecot exited ({status}): {}", dovecot.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dovecot did not listen: {}",
+                dovecot.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        dovecot
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("dovecot.log")).unwrap_or_default()
+    }
+
+    /// A logged-in session over the plain listener.
+    async fn session(&self) -> async_imap::Session<TcpStream> {
+        let tcp = TcpStream::connect(("127.0.0.1", self.plain)).await.unwrap();
+        let mut client = async_imap::Client::new(tcp);
+        client.read_response().await.unwrap().expect("a greeting");
+        client
+            .login(USER, PASSWORD)
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap()
+    }
+
+    /// Delivers `raw` into INBOX, unseen.
+    async fn deliver(&self, raw: &[u8]) {
+        let mut s = self.session().await;
+        s.append("INBOX", None, None, raw).await.unwrap();
+        s.logout().await.unwrap();
+    }
+
+    /// Creates a mailbox (its name as sent: modified UTF-7).
+    async fn create(&self, mailbox: &str) {
+        let mut s = self.session().await;
+        s.create(mailbox).await.unwrap();
+        s.logout().await.unwrap();
+    }
+
+    /// `(messages, unseen)` in `mailbox` (its name as sent).
+    async fn counts(&self, mailbox: &str) -> (u32, u32) {
+        let mut s = self.session().await;
+        let m = s.status(mailbox, "(MESSAGES UNSEEN)").await.unwrap();
+        s.logout().await.unwrap();
+        (m.exists, m.unseen.unwrap_or(0))
+    }
+
+    /// Waits (15 s at most) until `mailbox` counts `want`.
+    async fn wait_counts(&self, mailbox: &str, want: (u32, u32)) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let got = self.counts(mailbox).await;
+            if got == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{mailbox}: {got:?}, not {want:?}: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Dovecot {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the proxy does with the acknowledging command (`UID STORE`, `UID MOVE`, `UID COPY`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum AtAck {
+    Forward,
+    /// Closes the connection instead, this many times, then forwards.
+    Cut(usize),
+    /// Never forwards it (nor anything after it on that connection).
+    Hold,
+}
+
+/// A TLS-terminating proxy in front of Dovecot's plain listener.
+struct Proxy {
+    port: u16,
+    mode: Arc<Mutex<AtAck>>,
+    /// Acknowledging commands seen.
+    acks: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(dovecot: &Dovecot, mode: AtAck) -> Proxy {
+        use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+        let cert = CertificateDer::from_pem_slice(dovecot.pki.cert_pem.as_bytes()).unwrap();
+        let key = PrivateKeyDer::from_pem_slice(dovecot.pki.key_pem.as_bytes()).unwrap();
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(Mutex::new(mode));
+        let acks = Arc::new(AtomicUsize::new(0));
+        let upstream = dovecot.plain;
+        let (m, a) = (Arc::clone(&mode), Arc::clone(&acks));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, mode, acks) = (acceptor.clone(), Arc::clone(&m), Arc::clone(&a));
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                        return;
+                    };
+                    relay(tls, up, mode, acks).await;
+                });
+            }
+        });
+        Proxy {
+            port,
+            mode,
+            acks,
+            task,
+        }
+    }
+
+    fn set(&self, mode: AtAck) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn acks(&self) -> usize {
+        self.acks.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Server to client as it comes; client to server line by line, the acknowledging
+/// command handled as `mode` says.
+async fn relay(
+    client: tokio_rustls::server::TlsStream<TcpStream>,
+    server: TcpStream,
+    mode: Arc<Mutex<AtAck>>,
+    acks: Arc<AtomicUsize>,
+) {
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut sr, mut sw) = server.into_split();
+    let down = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut sr, &mut cw).await;
+        let _ = cw.shutdown().await;
+    });
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut held = false;
+    'read: loop {
+        let n = match cr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if held {
+            continue; // swallowed until the gateway goes away
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line: Vec<u8> = buf.drain(..end + 2).collect();
+            let upper = String::from_utf8_lossy(&line).to_ascii_uppercase();
+            if [" UID STORE ", " UID MOVE ", " UID COPY "]
+                .iter()
+                .any(|c| upper.contains(c))
+            {
+                acks.fetch_add(1, Ordering::SeqCst);
+                let mut m = mode.lock().unwrap();
+                match *m {
+                    AtAck::Forward => {}
+                    AtAck::Cut(n) => {
+                        *m = if n > 1 {
+                            AtAck::Cut(n - 1)
+                        } else {
+                            AtAck::Forward
+                        };
+                        break 'read;
+                    }
+                    AtAck::Hold => {
+                        held = true;
+                        continue 'read;
+                    }
+                }
+            }
+            if sw.write_all(&line).await.is_err() {
+                break 'read;
+            }
+        }
+    }
+    down.abort();
+}
+
+/// The `mail` source reading `port` (Dovecot's imaps, or the proxy's).
+fn mail_source(dovecot: &Dovecot, port: u16, password: &str, extra: &str) -> String {
+    format!(
+        "[[source]]\nname = \"{SOURCE}\"\npreset = \"imap\"\n[source.pull]\n\
+         url = \"imaps://localhost:{port}\"\nusername = \"{USER}\"\npassword = \"{password}\"\n\
+         ca_file = \"{}\"\nevery = \"100ms\"\nbatch = 10\ntimeout = \"5s\"\n{extra}",
+        dovecot.ca_file.display()
+    )
+}
+
+/// A message as a mail server stores it.
+fn message(message_id: Option<&str>, from: &str, subject: &str, body: &str) -> Vec<u8> {
+    let id = message_id
+        .map(|m| format!("Message-ID: <{m}>\r\n"))
+        .unwrap_or_default();
+    format!(
+        "Return-Path: <bounce@example.ru>\r\nFrom: {from}\r\nTo: leads@example.ru\r\n\
+         Subject: {subject}\r\nDate: {date}\r\n{id}\
+         MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Transfer-Encoding: 8bit\r\n\r\n{body}\r\n",
+        date = chrono::Utc::now().to_rfc2822()
+    )
+    .into_bytes()
+}
+
+/// A web form's notification in windows-1251, quoted-printable, the phone in the
+/// subject ("Заявка +7 912 000-33-44") and the text "Перезвоните" in the body.
+fn cp1251_message(message_id: &str) -> Vec<u8> {
+    format!(
+        "From: =?windows-1251?B?zuv84+A=?= <olga@example.ru>\r\n\
+         Subject: =?windows-1251?B?x+D/4urg?= +7 912 000-33-44\r\n\
+         Date: {date}\r\nMessage-ID: <{message_id}>\r\n\
+         MIME-Version: 1.0\r\nContent-Type: text/plain; charset=windows-1251\r\n\
+         Content-Transfer-Encoding: quoted-printable\r\n\r\n\
+         =CF=E5=F0=E5=E7=E2=EE=ED=E8=F2=E5\r\n",
+        date = chrono::Utc::now().to_rfc2822()
+    )
+    .into_bytes()
+}
+
+fn hash_key(raw: &[u8]) -> String {
+    format!("{SOURCE}:sha256:{}", hex::encode(Sha256::digest(raw)))
+}
+
+/// `(new, duplicate)` deliveries journaled for the mail source.
+async fn journaled(store: &dyn leadgate::store::Store) -> (i64, i64) {
+    let m = store
+        .metrics(leadgate::store::now(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let n = |outcome: &str| {
+        m.deliveries
+            .get(&(SOURCE.to_owned(), outcome.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
+    (n("new"), n("duplicate"))
+}
+
+async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (20 s at most) until `(new, duplicate)` is `want`.
+async fn wait_journaled(store: &dyn leadgate::store::Store, want: (i64, i64)) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = journaled(store).await;
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "journaled {got:?}, not {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The raw bodies and content types journaled for the mail source, oldest first.
+async fn journal(db: &leadgate_testkit::TestDb) -> Vec<(Vec<u8>, String)> {
+    use leadgate_testkit::Backend;
+    let sql = "select raw_body, content_type from deliveries where source = 'mail' order by id";
+    match db.backend {
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+            sqlx::query_as(sql).fetch_all(&pool).await.unwrap()
+        }
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            sqlx::query_as(sql).fetch_all(&pool).await.unwrap()
+        }
+    }
+}
+
+each_backend!(
+    imap_messages_become_one_lead_each_and_are_marked_seen_once_recorded,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let first = message(
+            Some("form-1@site.example"),
+            "Ivan Petrov <ivan@example.ru>",
+            "Заявка с сайта",
+            "Здравствуйте! Перезвоните мне: 8 (912) 000-11-22.\r\nИван",
+        );
+        let second = cp1251_message("form-2@site.example");
+        let anonymous = message(None, "nobody@example.ru", "без Message-ID", "текст");
+        for raw in [&first, &second, &anonymous] {
+            dovecot.deliver(raw).await;
+        }
+        // The same message delivered twice (two aliases, one mailbox): one lead.
+        dovecot.deliver(&first).await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, dovecot.imaps, PASSWORD, "")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        dovecot.wait_counts("INBOX", (4, 0)).await;
+        let keys = [
+            format!("{SOURCE}:form-1@site.example"),
+            format!("{SOURCE}:form-2@site.example"),
+            hash_key(&anonymous),
+        ];
+        for k in &keys {
+            gw.wait_status(k, "completed").await;
+        }
+        // Another message under a known Message-ID: a conflict for a person, not a lead.
+        let conflicting = message(
+            Some("form-1@site.example"),
+            "Someone Else <else@example.ru>",
+            "Другое",
+            "другой текст",
+        );
+        dovecot.deliver(&conflicting).await;
+        dovecot.wait_counts("INBOX", (5, 0)).await;
+        gw.wait_for(&keys[0], "the conflict case", |o| {
+            o["open_cases"][0]["reason"] == "payload_conflict"
+        })
+        .await;
+        let store = gw.store();
+        assert_eq!(journaled(store.as_ref()).await, (3, 1));
+        let mut origins = origin_ids(&gw.fake);
+        origins.sort();
+        let mut expected = keys.to_vec();
+        expected.sort();
+        assert_eq!(origins, expected, "one CRM lead per message");
+        assert_eq!(gw.fake.calls(CREATE), 3);
+        // Sender, phone and text mapped from the message; charsets decoded.
+        let op = |k: &str| {
+            let store = gw.store();
+            let k = k.to_owned();
+            async move { store.operation(&k.parse().unwrap()).await.unwrap().unwrap() }
+        };
+        let o = op(&keys[0]).await;
+        assert_eq!(o.contact.phone.as_deref(), Some("+79120001122"));
+        assert_eq!(o.contact.email.as_deref(), Some("ivan@example.ru"));
+        let p = o.payload.unwrap();
+        assert_eq!(p["name"], "Ivan Petrov");
+        assert_eq!(p["subject"], "Заявка с сайта");
+        assert!(p["comment"]
+            .as_str()
+            .unwrap()
+            .starts_with("Заявка с сайта\n\nЗдравствуйте!"));
+        // The event time is the message's Date (an old one would go to review).
+        let age = chrono::Utc::now() - o.event_time.expect("the Date header");
+        assert!(age.num_seconds().abs() < 300, "{age}");
+        let o = op(&keys[1]).await;
+        assert_eq!(o.contact.phone.as_deref(), Some("+79120003344"));
+        let p = o.payload.unwrap();
+        assert_eq!(p["name"], "Ольга");
+        assert_eq!(p["text"], "Перезвоните");
+        let created = gw.fake.entities();
+        let olga = created
+            .iter()
+            .find(|e| e.fields["ORIGIN_ID"] == keys[1].as_str())
+            .unwrap();
+        assert_eq!(olga.fields["NAME"], "Ольга");
+        // The journal holds each message as it was read: raw RFC 822.
+        let rows = journal(&db).await;
+        assert_eq!(rows.len(), 5);
+        assert!(rows.iter().all(|(_, ct)| ct == "message/rfc822"));
+        let bodies: Vec<&Vec<u8>> = rows.iter().map(|(b, _)| b).collect();
+        for raw in [&first, &second, &anonymous, &conflicting] {
+            assert!(bodies.contains(&raw), "journaled raw");
+        }
+        // The conflicting message waits for a person; the console's source filter and the
+        // metrics name the source like any other (both read it from the journal).
+        let console = leadgate_console_model::Console::open(&db.url)
+            .await
+            .unwrap();
+        let conflicts = console
+            .queue(
+                leadgate_console_model::Tab::PayloadConflict,
+                leadgate_console_model::QueueQuery {
+                    source: Some(SOURCE.into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(conflicts.rows.len(), 1);
+        assert_eq!(conflicts.rows[0].source, SOURCE);
+        let text = gw
+            .get("/metrics")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let m = crate::metrics::samples(&text);
+        let get = |k: &str| {
+            m.get(k)
+                .copied()
+                .unwrap_or_else(|| panic!("{k} in\n{text}"))
+        };
+        assert_eq!(
+            get("leadgate_deliveries_total{outcome=new,source=mail}"),
+            3.0
+        );
+        assert_eq!(
+            get("leadgate_deliveries_total{outcome=duplicate,source=mail}"),
+            1.0
+        );
+        assert_eq!(
+            get("leadgate_deliveries_total{outcome=conflict,source=mail}"),
+            1.0
+        );
+        // A later message is read on the next poll.
+        let later = message(
+            Some("form-3@site.example"),
+            "a@example.ru",
+            "ещё",
+            "+7 912 000-55-66",
+        );
+        dovecot.deliver(&later).await;
+        gw.wait_status(&format!("{SOURCE}:form-3@site.example"), "completed")
+            .await;
+        dovecot.wait_counts("INBOX", (6, 0)).await;
+        assert_eq!(gw.fake.calls(CREATE), 4);
+        // The intake URL of a pulled source takes nothing.
+        let res = gw
+            .http
+            .post(gw.intake_url(SOURCE))
+            .json(&serde_json::json!({"message_id": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 401);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_messages_whose_move_failed_are_read_again_and_absorbed,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let done = "&BBcEMARPBDIEOgQ4-"; // "Заявки" in modified UTF-7
+        dovecot.create(done).await;
+        // The first UID MOVE loses its connection: the messages stay in INBOX, unmarked.
+        let proxy = Proxy::start(&dovecot, AtAck::Cut(1)).await;
+        let raws: Vec<Vec<u8>> = (1..=3)
+            .map(|n| {
+                message(
+                    Some(&format!("move-{n}@site.example")),
+                    "client@example.ru",
+                    "заявка",
+                    &format!("+7 912 000-00-0{n}"),
+                )
+            })
+            .collect();
+        for raw in &raws {
+            dovecot.deliver(raw).await;
+        }
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, proxy.port, PASSWORD, "move_to = \"Заявки\"\n")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        dovecot.wait_counts(done, (3, 3)).await;
+        dovecot.wait_counts("INBOX", (0, 0)).await;
+        assert_eq!(proxy.acks(), 2, "one cut, one done");
+        let store = gw.store();
+        wait_journaled(store.as_ref(), (3, 3)).await;
+        for n in 1..=3 {
+            gw.wait_status(&format!("{SOURCE}:move-{n}@site.example"), "completed")
+                .await;
+        }
+        assert_eq!(gw.fake.calls(CREATE), 3, "re-read, absorbed");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_without_move_copies_flags_deleted_and_expunges,
+    |db| async move {
+        let dovecot = Dovecot::start(false).await;
+        dovecot.create("Recorded").await;
+        let raws: Vec<Vec<u8>> = (1..=2)
+            .map(|n| message(Some(&format!("copy-{n}@x")), "c@example.ru", "s", "t"))
+            .collect();
+        for raw in &raws {
+            dovecot.deliver(raw).await;
+        }
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(
+                &dovecot,
+                dovecot.imaps,
+                PASSWORD,
+                "move_to = \"Recorded\"\n"
+            )
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        dovecot.wait_counts("Recorded", (2, 2)).await;
+        dovecot.wait_counts("INBOX", (0, 0)).await;
+        for n in 1..=2 {
+            gw.wait_status(&format!("{SOURCE}:copy-{n}@x"), "completed")
+                .await;
+        }
+        assert_eq!(journaled(gw.store().as_ref()).await, (2, 0));
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_gateway_killed_between_recorded_and_seen_loses_and_doubles_nothing,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let proxy = Proxy::start(&dovecot, AtAck::Hold).await;
+        let raws: Vec<Vec<u8>> = (1..=3)
+            .map(|n| {
+                message(
+                    (n != 3)
+                        .then(|| format!("kill-{n}@site.example"))
+                        .as_deref(),
+                    "client@example.ru",
+                    "заявка",
+                    &format!("+7 912 000-00-1{n}"),
+                )
+            })
+            .collect();
+        for raw in &raws {
+            dovecot.deliver(raw).await;
+        }
+        let keys = [
+            format!("{SOURCE}:kill-1@site.example"),
+            format!("{SOURCE}:kill-2@site.example"),
+            hash_key(&raws[2]),
+        ];
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut toml = GatewayFile {
+            db_url: &db.url,
+            webhook_url: &fake.webhook_url(),
+            port,
+            lease: "4s",
+            concurrency: None,
+            retry: None,
+            read_token: None,
+            site: SiteAuth::Token("site-token"),
+            crm_timeout: "3s",
+            settle: None,
+        }
+        .toml();
+        toml += &mail_source(&dovecot, proxy.port, "env:TEST_IMAP_PASSWORD", "");
+        let config = dir.path().join("leadgate.toml");
+        std::fs::write(&config, toml).unwrap();
+        let config = config.display().to_string();
+        let serve = |password: Option<&str>, log: &Path| {
+            let mut cmd = crate::process::leadgate(&["serve", "--config", &config]);
+            cmd.stdout(Stdio::null())
+                .stderr(std::fs::File::create(log).unwrap());
+            if let Some(p) = password {
+                cmd.env("TEST_IMAP_PASSWORD", p);
+            }
+            cmd.spawn().expect("spawn leadgate serve")
+        };
+        let log = |name: &str| dir.path().join(name);
+        let read = |name: &str| std::fs::read_to_string(log(name)).unwrap_or_default();
+
+        // Without its password the source refuses to start, naming it and the variable.
+        let status = serve(None, &log("none.log")).wait().unwrap();
+        assert!(!status.success());
+        let err = read("none.log");
+        assert!(
+            err.contains("TEST_IMAP_PASSWORD") && err.contains("`mail`"),
+            "{err}"
+        );
+
+        // A wrong password: the gateway runs, says why nothing is read, reads nothing.
+        let mut wrong = Process(serve(Some("not-the-password"), &log("wrong.log")));
+        wait_healthy(&base, Duration::from_secs(20), None).await;
+        until(
+            "the refused login is logged",
+            Duration::from_secs(15),
+            || read("wrong.log").contains("refused the login"),
+        )
+        .await;
+        wrong.kill();
+        let err = read("wrong.log");
+        assert!(
+            err.contains("check pull.username and pull.password"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("not-the-password"),
+            "no password in the log: {err}"
+        );
+        let store = db.store().await;
+        assert_eq!(journaled(store.as_ref()).await, (0, 0));
+        assert_eq!(dovecot.counts("INBOX").await, (3, 3));
+
+        // The right one: recorded, then SIGKILL while the \Seen flag is held back.
+        let mut first = Process(serve(Some(PASSWORD), &log("first.log")));
+        wait_healthy(&base, Duration::from_secs(20), None).await;
+        until("the gateway sets \\Seen", Duration::from_secs(15), || {
+            proxy.acks() >= 1
+        })
+        .await;
+        assert_eq!(journaled(store.as_ref()).await, (3, 0), "recorded first");
+        first.kill();
+        assert_eq!(dovecot.counts("INBOX").await, (3, 3), "never marked");
+
+        proxy.set(AtAck::Forward);
+        let _second = Process(serve(Some(PASSWORD), &log("second.log")));
+        wait_healthy(&base, Duration::from_secs(20), None).await;
+        dovecot.wait_counts("INBOX", (3, 0)).await;
+        for k in &keys {
+            let id: leadgate::domain::OperationId = k.parse().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while store
+                .operation(&id)
+                .await
+                .unwrap()
+                .is_none_or(|o| o.status.as_str() != "completed")
+            {
+                assert!(Instant::now() < deadline, "{k} never completed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        assert_eq!(
+            journaled(store.as_ref()).await,
+            (3, 3),
+            "re-read, absorbed by the keys"
+        );
+        let mut origins = origin_ids(&fake);
+        origins.sort();
+        let mut expected = keys.to_vec();
+        expected.sort();
+        assert_eq!(origins, expected, "no loss, no duplicate");
+        assert_eq!(fake.calls(CREATE), 3);
+    }
+);
+
+each_backend!(
+    imap_a_server_whose_certificate_is_not_trusted_gets_no_login,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        dovecot
+            .deliver(&message(Some("tls@x"), "c@example.ru", "s", "t"))
+            .await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // The test's CA is not among the public roots, and no ca_file names it.
+        let source = mail_source(&dovecot, dovecot.imaps, PASSWORD, "").replace(
+            &format!("ca_file = \"{}\"\n", dovecot.ca_file.display()),
+            "",
+        );
+        assert!(!source.contains("ca_file"));
+        let toml = format!("{}\n{source}", config_toml(&db.url, &fake.webhook_url()));
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        // The gateway ends each handshake itself, refusing the certificate (Dovecot logs
+        // the alert it got); the readiness probe's bare connection is the one without.
+        let refused = |log: &str| {
+            log.lines()
+                .filter(|l| l.contains("TLS handshaking") && l.contains("unknown ca"))
+                .count()
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while refused(&dovecot.log()) < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "no refused handshake: {}",
+                dovecot.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // No login over TLS (the test's own delivery logs in over the plain listener).
+        let log = dovecot.log();
+        assert!(
+            !log.lines()
+                .any(|l| l.contains("Login: user=<leads>") && l.contains(", TLS,")),
+            "{log}"
+        );
+        assert_eq!(journaled(gw.store().as_ref()).await, (0, 0));
+        assert_eq!(dovecot.counts("INBOX").await, (1, 1));
+        gw.stop().await;
+    }
+);
