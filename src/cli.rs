@@ -490,7 +490,7 @@ async fn diagnose(a: DiagnoseArgs) -> anyhow::Result<()> {
                 .amocrm_operation_field
                 .unwrap_or(settings.operation_field_id);
             run::CrmInput::AmoCrm {
-                settings,
+                settings: Box::new(settings),
                 fields: crate::diagnose::AmoFields {
                     operation_field_id,
                     source_field_id: a.amocrm_source_field,

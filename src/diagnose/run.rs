@@ -33,7 +33,7 @@ pub enum CrmInput {
     /// amoCRM's API v4, read-only, at the account's pace (shared through the
     /// operations database when there is one).
     AmoCrm {
-        settings: amocrm::Settings,
+        settings: Box<amocrm::Settings>,
         fields: AmoFields,
         /// Also search contacts by the period's phones and e-mails for older leads.
         find_older: bool,
@@ -132,7 +132,7 @@ pub async fn run(
             let (from, to) = request
                 .period
                 .unwrap_or_else(|| (Utc::now() - TimeDelta::days(30), Utc::now()));
-            let crm = AmoCrm::new(settings.clone())?;
+            let crm = AmoCrm::new((**settings).clone())?;
             let crm = match &request.store {
                 Some(store) => crm.paced_in(store.clone()),
                 None => crm,

@@ -798,14 +798,14 @@ each_backend!(
 
         let request = Request {
             crm: CrmInput::AmoCrm {
-                settings: AmoSettings {
+                settings: Box::new(AmoSettings {
                     base_url: fake.base_url(),
                     auth: AmoAuth::Token(fake.token().to_owned()),
                     operation_field_id: AMO_FIELD_ID,
                     pipeline_id: None,
                     rate_limit: 7.0,
                     timeout: Duration::from_secs(10),
-                },
+                }),
                 fields: AmoFields {
                     operation_field_id: AMO_FIELD_ID,
                     source_field_id: Some(AMO_SOURCE_FIELD),
