@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { DiagnosisRow, ReportData } from "./bindings";
 import { languages } from "./i18n";
-import { lineTime, pairsOf, periodText, totalsText, utc, VERDICTS, verdictTitle } from "./diagnosis";
+import { lineTime, pairsOf, periodText, totalsText, triggerOf, utc, VERDICTS, verdictTitle } from "./diagnosis";
 
 const { en, ru } = languages;
 
@@ -49,5 +49,18 @@ describe("diagnosis", () => {
     const report = { pair_list: [pair(1, "technical_duplicate"), pair(2, "cannot_be_tied")] } as unknown as ReportData;
     expect(pairsOf(report, null).map((p) => p.number)).toEqual([1, 2]);
     expect(pairsOf(report, "cannot_be_tied").map((p) => p.number)).toEqual([2]);
+  });
+
+  it("names what set a pair off, apart from its verdict", () => {
+    const report = {
+      per_verdict: [
+        { verdict: "technical_duplicate", title: "Technical duplicate", pairs: 1 },
+        { verdict: "cannot_be_tied", title: "Cannot be tied together", pairs: 1 },
+      ],
+    } as unknown as ReportData;
+    const pair = (verdict: string, cause: string) =>
+      ({ number: 1, earlier: "1", later: "2", shared: [], verdict, cause, source: "WEB", evidence: [], timeline: [] });
+    expect(triggerOf(pair("technical_duplicate", "Technical duplicate: two workers"), report)).toBe("two workers");
+    expect(triggerOf(pair("cannot_be_tied", "Cannot be tied together"), report)).toBeNull();
   });
 });

@@ -34,6 +34,14 @@ export function totalsText(row: DiagnosisRow, t: Strings): string {
     .join(" · ");
 }
 
+/** What set the pair off, when the report names it ("timeout after a successful create"):
+ *  the cause after its verdict's title; null when the cause is the verdict alone. */
+export function triggerOf(pair: PairData, report: ReportData): string | null {
+  const title = report.per_verdict.find((v) => v.verdict === pair.verdict)?.title;
+  if (title && pair.cause.startsWith(`${title}: `)) return pair.cause.slice(title.length + 2);
+  return title === pair.cause ? null : pair.cause;
+}
+
 /** The pairs of one verdict, or all of them. */
 export function pairsOf(report: ReportData, verdict: string | null): PairData[] {
   return verdict ? report.pair_list.filter((p) => p.verdict === verdict) : report.pair_list;
