@@ -1353,3 +1353,88 @@ async fn casework_reads_saved_diagnoses_and_support_does_not() {
     })
     .await;
 }
+
+each_backend!(
+    the_binary_reads_amocrm_and_saves_the_report_for_the_console,
+    |db| async move {
+        drop(db.store().await);
+        let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        fake.set_request_limit(Some(7.0));
+        let now = store::now();
+        let a = amo_lead(
+            &fake,
+            now - TimeDelta::days(3),
+            Some("+79990007007"),
+            None,
+            "Сайт",
+            None,
+            "Заявка",
+        );
+        let b = amo_lead(
+            &fake,
+            now - TimeDelta::days(2),
+            Some("8 999 000 70 07"),
+            None,
+            "Звонок",
+            None,
+            "Звонок",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let html = dir.path().join("report.html");
+        let mut cmd = leadgate_testkit::process::command(
+            env!("CARGO_BIN_EXE_leadgate"),
+            &[
+                "diagnose",
+                "--amocrm",
+                "--amocrm-url",
+                &fake.base_url(),
+                "--amocrm-operation-field",
+                &AMO_FIELD_ID.to_string(),
+                "--amocrm-source-field",
+                &AMO_SOURCE_FIELD.to_string(),
+                "--since",
+                "7d",
+                "--html",
+                html.to_str().unwrap(),
+            ],
+        );
+        cmd.env("LEADGATE_DATABASE_URL", &db.url)
+            .env("LEADGATE_DIAGNOSE_AMOCRM_TOKEN", fake.token());
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("1 duplicate groups, 1 pairs"), "{stdout}");
+        assert!(
+            stderr.contains("amoCRM GET /api/v4/leads: page 1, 2 leads"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("saved as report"), "{stderr}");
+        assert!(
+            !format!("{stdout}{stderr}").contains(fake.token()),
+            "no token in the output"
+        );
+        assert_eq!(fake.writes(), 0);
+        assert_eq!(fake.refused(), 0);
+
+        let console = Console::open(&db.url).await.unwrap();
+        let rows = console.diagnoses().await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].input, "amoCRM leads and contact search (API v4)");
+        assert!(rows[0].period_from.is_some() && rows[0].period_to.is_some());
+        let view = console.diagnosis(rows[0].id).await.unwrap();
+        let p = &view.report.pair_list[0];
+        assert_eq!(
+            (p.earlier.as_str(), p.later.as_str()),
+            (a.as_str(), b.as_str())
+        );
+        assert_eq!(p.verdict, "cross_channel_overlap");
+        assert!(std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("Cross-channel overlap"));
+    }
+);
