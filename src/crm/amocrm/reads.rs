@@ -285,4 +285,47 @@ mod tests {
         let e = crm.read("GET /api/v4/leads", &[], &[]).await.unwrap_err();
         assert_ne!(e.class, ErrorClass::Validation, "a read goes out: {e}");
     }
+
+    #[tokio::test]
+    async fn a_429_is_waited_out_and_the_read_sent_again() {
+        use leadgate_fakes::amocrm::{FakeAmoCrm, Fault, FIELD_ID, SEARCH};
+        let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let now = Utc::now();
+        let contact = fake.seed_contact(serde_json::json!({"name": "A"}));
+        fake.seed_lead(
+            serde_json::json!({"created_at": now.timestamp() - 60}),
+            &[contact],
+        );
+        fake.push_fault(
+            SEARCH,
+            Fault::RateLimit {
+                retry_after_secs: None,
+            },
+            2,
+        );
+        let crm = AmoCrm::new(Settings {
+            base_url: fake.base_url(),
+            auth: Auth::Token(fake.token().into()),
+            operation_field_id: FIELD_ID,
+            pipeline_id: None,
+            rate_limit: 50.0,
+            timeout: std::time::Duration::from_secs(5),
+        })
+        .unwrap();
+        let hour = chrono::TimeDelta::hours(1);
+        let leads = crm
+            .leads_created(now - hour, now + hour, &mut |_| {})
+            .await
+            .unwrap();
+        assert_eq!(leads.len(), 1);
+        assert_eq!(
+            contact_ids(&leads[0]),
+            [contact.to_string()],
+            "with=contacts"
+        );
+        assert_eq!(fake.calls(SEARCH), 3, "two 429s, then the answer");
+        assert_eq!(fake.writes(), 0);
+    }
 }
