@@ -20,6 +20,8 @@ const COMMANDS: &[&str] = &[
     "bulk_progress",
     "export_csv",
     "search",
+    "diagnoses",
+    "diagnosis",
 ];
 
 fn main() {

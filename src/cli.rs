@@ -101,7 +101,7 @@ enum UserCommand {
 #[derive(Debug, clap::Args)]
 struct DiagnoseArgs {
     /// A CSV export of the CRM's leads or deals (Bitrix24's or amoCRM's, `;` or `,`).
-    #[arg(long, value_name = "PATH", required_unless_present = "bitrix24")]
+    #[arg(long, value_name = "PATH", required_unless_present_any = ["bitrix24", "amocrm"])]
     csv: Option<PathBuf>,
     /// Read Bitrix24 over its API instead, read-only, at the portal's pace (the webhook
     /// from `--bitrix24-webhook` or the configuration's `[crm]`).
@@ -114,6 +114,25 @@ struct DiagnoseArgs {
         hide_env_values = true
     )]
     bitrix24_webhook: Option<String>,
+    /// Read amoCRM over its API v4 instead, read-only, at the account's pace: the
+    /// configuration's `[crm]` of kind amocrm, or `--amocrm-url`, the token and
+    /// `--amocrm-operation-field`.
+    #[arg(long, conflicts_with_all = ["csv", "bitrix24"])]
+    amocrm: bool,
+    /// The account's address, `https://{subdomain}.amocrm.ru`.
+    #[arg(long, value_name = "URL", requires = "amocrm_token")]
+    amocrm_url: Option<String>,
+    /// A long-lived token of the account (a secret: prefer the environment).
+    #[arg(long, env = "LEADGATE_DIAGNOSE_AMOCRM_TOKEN", hide_env_values = true)]
+    amocrm_token: Option<String>,
+    /// The custom text field of leads that holds Leadgate's operation_id (with
+    /// `--amocrm-url`; the configuration's `operation_field_id` otherwise).
+    #[arg(long, value_name = "ID")]
+    amocrm_operation_field: Option<u64>,
+    /// A custom field of leads naming their source (default: the `UTM_SOURCE`
+    /// tracking field).
+    #[arg(long, value_name = "ID")]
+    amocrm_source_field: Option<u64>,
     /// The entities created this long ago until now (default for the API: 30 days; for
     /// a CSV export: every row).
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -434,16 +453,51 @@ async fn diagnose(a: DiagnoseArgs) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?,
         None => Default::default(),
     };
-    let store = match (&config, a.no_journal) {
-        (Some(c), false) => Some(store::open(c.database.url.expose()).await?),
-        _ => None,
+    // The operations database: the journal (unless left out), and where the report is
+    // saved for the console.
+    let database = match &config {
+        Some(c) => Some(store::open(c.database.url.expose()).await?),
+        None => None,
     };
+    let store = database.clone().filter(|_| !a.no_journal);
     let now = store::now();
     let since = a
         .since
         .map(|s| chrono::TimeDelta::from_std(s).map_err(anyhow::Error::msg))
         .transpose()?;
     let crm = match a.csv {
+        None if a.amocrm => {
+            let settings = match (&a.amocrm_url, &a.amocrm_token, &config) {
+                (Some(url), Some(token), _) => crate::crm::amocrm::Settings {
+                    base_url: url.clone(),
+                    auth: crate::crm::amocrm::Auth::Token(token.clone()),
+                    operation_field_id: a.amocrm_operation_field.ok_or_else(|| {
+                        anyhow::anyhow!("--amocrm-url needs --amocrm-operation-field")
+                    })?,
+                    pipeline_id: None,
+                    rate_limit: crate::crm::amocrm::DEFAULT_RATE_LIMIT,
+                    timeout: std::time::Duration::from_secs(30),
+                },
+                (None, _, Some(c)) => match (&c.crm, &database) {
+                    (Some(crm @ crate::crm::CrmConfig::Amocrm { .. }), Some(s)) => {
+                        crate::crm::amocrm_settings(crm, s.clone())?
+                    }
+                    _ => anyhow::bail!("--amocrm needs --amocrm-url and a token, or a [crm] of kind amocrm"),
+                },
+                _ => anyhow::bail!("--amocrm needs --amocrm-url and a token (LEADGATE_DIAGNOSE_AMOCRM_TOKEN), or a [crm] of kind amocrm"),
+            };
+            let operation_field_id = a
+                .amocrm_operation_field
+                .unwrap_or(settings.operation_field_id);
+            run::CrmInput::AmoCrm {
+                settings: Box::new(settings),
+                fields: crate::diagnose::AmoFields {
+                    operation_field_id,
+                    source_field_id: a.amocrm_source_field,
+                },
+                find_older: true,
+            }
+        }
         Some(path) => run::CrmInput::Csv {
             path,
             offset: a
@@ -477,7 +531,9 @@ async fn diagnose(a: DiagnoseArgs) -> anyhow::Result<()> {
     };
     let period = match (&crm, since) {
         (_, Some(s)) => Some((now - s, now)),
-        (run::CrmInput::Bitrix24 { .. }, None) => Some((now - chrono::TimeDelta::days(30), now)),
+        (run::CrmInput::Bitrix24 { .. } | run::CrmInput::AmoCrm { .. }, None) => {
+            Some((now - chrono::TimeDelta::days(30), now))
+        }
         (run::CrmInput::Csv { .. }, None) => None,
     };
     let request = run::Request {
@@ -494,6 +550,12 @@ async fn diagnose(a: DiagnoseArgs) -> anyhow::Result<()> {
     std::fs::write(&a.html, report::to_html(&d))?;
     if let Some(path) = &a.markdown {
         std::fs::write(path, report::to_markdown(&d))?;
+    }
+    if let Some(db) = &database {
+        match run::save(&**db, &d).await {
+            Ok(id) => eprintln!("leadgate diagnose: saved as report {id} for the console"),
+            Err(e) => eprintln!("leadgate diagnose: the report was not saved for the console: {e}"),
+        }
     }
     let t = report::totals(&d);
     println!("{} duplicate groups, {} pairs", d.groups.len(), t.pairs);

@@ -3,8 +3,9 @@
 
 use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
-    CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, ExportRequest,
-    QueuePage, QueueQuery, QueueRow, Range, SearchResults, Selection, Settings, Tab, TabCounts,
+    CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, DiagnosisRow,
+    DiagnosisView, ExportRequest, QueuePage, QueueQuery, QueueRow, Range, SearchResults, Selection,
+    Settings, Tab, TabCounts,
 };
 use tauri::State;
 
@@ -108,6 +109,16 @@ pub async fn resume_connector(state: S<'_>, name: String) -> ApiResult<bool> {
 #[tauri::command]
 pub async fn connectors(state: S<'_>) -> ApiResult<Vec<ConnectorView>> {
     state.console().await?.connectors().await
+}
+
+#[tauri::command]
+pub async fn diagnoses(state: S<'_>) -> ApiResult<Vec<DiagnosisRow>> {
+    state.console().await?.diagnoses().await
+}
+
+#[tauri::command]
+pub async fn diagnosis(state: S<'_>, id: i64) -> ApiResult<DiagnosisView> {
+    state.console().await?.diagnosis(id).await
 }
 
 #[tauri::command]

@@ -160,6 +160,8 @@ pub fn run() {
             commands::open_case,
             commands::resume_connector,
             commands::connectors,
+            commands::diagnoses,
+            commands::diagnosis,
             commands::cases_after,
             commands::dashboard,
             commands::notify,

@@ -1,7 +1,7 @@
 //! The console in a real window, driven through WebDriver (tauri-driver + WebKitWebDriver):
 //! first-run connection and operator screens, the queue, each case, and confirm / link /
 //! authorize-one-retry / keep-original / resume-connector, each checked on screen and in
-//! the database. Saves the README's screenshots to docs/screenshots/.
+//! the database; the dashboard and a saved diagnosis. Saves the README's screenshots to docs/screenshots/.
 //!
 //! The fourth test keeps the original of a payload conflict and updates the CRM: a real
 //! gateway and worker on the same database send the changed phone to a fake Bitrix24.
@@ -504,6 +504,72 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     shot(c, "dashboard.png").await;
+
+    // The Diagnosis screen: a report `leadgate diagnose` saved in this database (from
+    // the Bitrix24 export the integration tests read), shown as its HTML shows it.
+    let export = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diagnose-bitrix24-leads.csv");
+    let request = leadgate::diagnose::run::Request {
+        crm: leadgate::diagnose::run::CrmInput::Csv {
+            path: export,
+            offset: chrono::FixedOffset::east_opt(3 * 3600).unwrap(),
+        },
+        period: None,
+        store: None,
+        n8n: None,
+        options: leadgate::diagnose::Options::default(),
+    };
+    let d = leadgate::diagnose::run::run(&request, &mut |_| {})
+        .await
+        .unwrap();
+    leadgate::diagnose::run::save(db, &d).await.unwrap();
+    let data = leadgate::diagnose::report::data(&d);
+    click(c, "[data-testid=nav-diagnosis]").await;
+    let pairs = data.pairs.to_string();
+    text_until(c, "[data-testid=diag-pairs]", &pairs, |t| t == pairs).await;
+    for v in &data.per_verdict {
+        let n = v.pairs.to_string();
+        text_until(
+            c,
+            &format!("[data-testid=diag-count-{}]", v.verdict),
+            &n,
+            |t| t == n,
+        )
+        .await;
+    }
+    let mut shown = vec![];
+    for p in c.find_all(css("[data-testid=diag-pair]")).await.unwrap() {
+        let verdict = p.attr("data-verdict").await.unwrap().unwrap_or_default();
+        let title = p
+            .find(css("[data-testid=diag-verdict]"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        shown.push((verdict, title));
+    }
+    let expected: Vec<(String, String)> = data
+        .pair_list
+        .iter()
+        .map(|p| {
+            let title = data
+                .per_verdict
+                .iter()
+                .find(|v| v.verdict == p.verdict)
+                .unwrap();
+            (p.verdict.clone(), title.title.clone())
+        })
+        .collect();
+    assert_eq!(shown, expected, "every pair with its verdict");
+    // One verdict at a time.
+    click(c, "[data-testid=diag-filter-cross_channel_overlap]").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let only = c.find_all(css("[data-testid=diag-pair]")).await.unwrap();
+    assert_eq!(only.len(), 1);
+    click(c, "[data-testid=diag-filter-cross_channel_overlap]").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shot(c, "diagnosis.png").await;
 
     // Russian, remembered in the settings.
     choose(c, "select[data-testid=language]", "ru").await;

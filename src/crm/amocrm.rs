@@ -43,6 +43,8 @@ use super::{
 use crate::domain::ErrorClass;
 use crate::store::{self, CrmToken, Store};
 
+pub mod reads;
+
 /// The connector name: what gets paused when the account stops accepting calls.
 pub const CONNECTOR: &str = "amocrm";
 /// amoCRM's documented limit per integration.

@@ -344,55 +344,65 @@ pub fn from_config(
                     .paced_in(store, *rate_limit, *burst),
             )
         }
-        CrmConfig::Amocrm {
-            base_url,
-            token,
-            client_id,
-            client_secret,
-            redirect_uri,
-            refresh_token,
-            operation_field_id,
-            pipeline_id,
-            link_contacts,
-            rate_limit,
-            timeout,
-            token_key_file,
-            ..
-        } => {
-            std::sync::Arc::new(
-                amocrm::AmoCrm::new(amocrm::Settings {
-                    base_url: base_url.clone(),
-                    auth: match (token, client_id, client_secret, redirect_uri, refresh_token) {
-                        (Some(token), None, None, None, None) => {
-                            amocrm::Auth::Token(token.expose().to_owned())
-                        }
-                        (None, Some(id), Some(secret), Some(redirect), Some(refresh)) => {
-                            amocrm::Auth::OAuth(amocrm::OAuth {
-                                client_id: id.clone(),
-                                client_secret: secret.expose().to_owned(),
-                                redirect_uri: redirect.clone(),
-                                refresh_token: refresh.expose().to_owned(),
-                                store: store.clone(),
-                                vault: vault::Vault::from_env_or_file(token_key_file.as_deref())
-                                    .map_err(ConfigError)?,
-                            })
-                        }
-                        _ => return Err(ConfigError(
-                            "amoCRM needs either token, or client_id, client_secret, redirect_uri \
-                         and refresh_token"
-                                .into(),
-                        )),
-                    },
-                    operation_field_id: *operation_field_id,
-                    pipeline_id: *pipeline_id,
-                    rate_limit: *rate_limit,
-                    timeout: *timeout,
-                })?
+        CrmConfig::Amocrm { link_contacts, .. } => std::sync::Arc::new(
+            amocrm::AmoCrm::new(amocrm_settings(config, store.clone())?)?
                 .with_contact_links(*link_contacts)
                 .paced_in(store),
-            )
-        }
+        ),
         CrmConfig::Http(config) => std::sync::Arc::new(http::HttpCrm::new(config)?),
+    })
+}
+
+/// The amoCRM adapter's settings from a `[crm]` of kind amocrm (`store` keeps OAuth's
+/// rotating tokens).
+pub fn amocrm_settings(
+    config: &CrmConfig,
+    store: std::sync::Arc<dyn crate::store::Store>,
+) -> Result<amocrm::Settings, ConfigError> {
+    let CrmConfig::Amocrm {
+        base_url,
+        token,
+        client_id,
+        client_secret,
+        redirect_uri,
+        refresh_token,
+        operation_field_id,
+        pipeline_id,
+        rate_limit,
+        timeout,
+        token_key_file,
+        ..
+    } = config
+    else {
+        return Err(ConfigError("the [crm] is not amoCRM".into()));
+    };
+    Ok(amocrm::Settings {
+        base_url: base_url.clone(),
+        auth: match (token, client_id, client_secret, redirect_uri, refresh_token) {
+            (Some(token), None, None, None, None) => amocrm::Auth::Token(token.expose().to_owned()),
+            (None, Some(id), Some(secret), Some(redirect), Some(refresh)) => {
+                amocrm::Auth::OAuth(amocrm::OAuth {
+                    client_id: id.clone(),
+                    client_secret: secret.expose().to_owned(),
+                    redirect_uri: redirect.clone(),
+                    refresh_token: refresh.expose().to_owned(),
+                    store,
+                    vault: vault::Vault::from_env_or_file(token_key_file.as_deref())
+                        .map_err(ConfigError)?,
+                })
+            }
+            _ => {
+                return Err(ConfigError(
+                    "amoCRM needs either token, or client_id, client_secret, redirect_uri \
+                     and refresh_token"
+                        .into(),
+                ))
+            }
+        },
+        operation_field_id: *operation_field_id,
+        pipeline_id: *pipeline_id,
+        rate_limit: *rate_limit,
+        timeout: *timeout,
     })
 }
 

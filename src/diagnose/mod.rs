@@ -117,6 +117,101 @@ pub fn from_bitrix24(row: &Value, region: Region) -> Option<CrmEntity> {
     })
 }
 
+/// How an amoCRM lead's fields are read: Leadgate's key field, and the custom field
+/// (if any) the account keeps the lead's source in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmoFields {
+    /// The custom text field holding the operation_id (`[crm] operation_field_id`).
+    pub operation_field_id: u64,
+    /// A custom field naming the lead's source; without one, the tracking field
+    /// `UTM_SOURCE` is the source.
+    pub source_field_id: Option<u64>,
+}
+
+/// An amoCRM lead (`GET /api/v4/leads?with=contacts`) as an entity, its phones and
+/// e-mails those of its contacts (`contacts`: by id, from `GET /api/v4/contacts`).
+pub fn from_amocrm(
+    lead: &Value,
+    contacts: &BTreeMap<String, Value>,
+    fields: AmoFields,
+    region: Region,
+) -> Option<CrmEntity> {
+    let text = |v: &Value| match v {
+        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let custom = |f: &dyn Fn(&Value) -> bool| -> Option<String> {
+        lead.get("custom_fields_values")?
+            .as_array()?
+            .iter()
+            .filter(|c| f(c))
+            .flat_map(|c| {
+                c.get("values")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .find_map(|v| v.get("value").and_then(text))
+    };
+    let by_id =
+        |id: u64| custom(&|c: &Value| c.get("field_id").and_then(Value::as_u64) == Some(id));
+    let by_code =
+        |code: &str| custom(&|c: &Value| c.get("field_code").and_then(Value::as_str) == Some(code));
+    let mine: Vec<&Value> = crate::crm::amocrm::reads::contact_ids(lead)
+        .iter()
+        .filter_map(|id| contacts.get(id))
+        .collect();
+    let mut phones: Vec<String> = mine
+        .iter()
+        .flat_map(|c| crate::crm::amocrm::reads::contact_values(c, "PHONE"))
+        .filter_map(|p| normalize_phone(&p, region))
+        .collect();
+    phones.sort();
+    phones.dedup();
+    let mut emails: Vec<String> = mine
+        .iter()
+        .flat_map(|c| crate::crm::amocrm::reads::contact_values(c, "EMAIL"))
+        .filter_map(|e| normalize_email(&e))
+        .collect();
+    emails.sort();
+    emails.dedup();
+    let name = mine.first().and_then(|c| {
+        c.get("name").and_then(text).or_else(|| {
+            let n = [c.get("first_name"), c.get("last_name")]
+                .into_iter()
+                .flatten()
+                .filter_map(text)
+                .collect::<Vec<_>>()
+                .join(" ");
+            (!n.is_empty()).then_some(n)
+        })
+    });
+    let utm: BTreeMap<String, String> = ["UTM_SOURCE", "UTM_MEDIUM", "UTM_CAMPAIGN"]
+        .iter()
+        .filter_map(|k| Some((k[4..].to_lowercase(), by_code(k)?)))
+        .collect();
+    Some(CrmEntity {
+        id: lead.get("id").and_then(text)?,
+        created: lead
+            .get("created_at")
+            .and_then(Value::as_i64)
+            .and_then(|t| DateTime::from_timestamp(t, 0)),
+        phones,
+        emails,
+        source: match fields.source_field_id {
+            Some(id) => by_id(id),
+            None => utm.get("source").cloned(),
+        },
+        origin_id: by_id(fields.operation_field_id),
+        originator_id: None,
+        title: lead.get("name").and_then(text),
+        name,
+        comment: None,
+        utm,
+    })
+}
+
 /// Where a timeline line comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Origin {
@@ -328,6 +423,60 @@ pub async fn diagnose(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_amocrm_lead_becomes_an_entity_with_its_contacts_data() {
+        let lead = json!({"id": 3001, "name": "Заявка с сайта", "created_at": 1_795_000_000,
+            "custom_fields_values": [
+                {"field_id": 555001, "values": [{"value": "site:1"}]},
+                {"field_id": 777, "values": [{"value": "Сайт"}]},
+                {"field_id": 9, "field_code": "UTM_SOURCE", "values": [{"value": "yandex"}]}],
+            "_embedded": {"contacts": [{"id": 8, "is_main": false}, {"id": 7, "is_main": true}]}});
+        let contacts: BTreeMap<String, Value> = [
+            ("7".to_owned(), json!({"id": 7, "name": "Анна Петрова", "custom_fields_values": [
+                {"field_code": "PHONE", "values": [{"value": "8 (999) 123-45-67", "enum_code": "WORK"}]},
+                {"field_code": "EMAIL", "values": [{"value": "Anna@Example.RU"}]}]})),
+            ("8".to_owned(), json!({"id": 8, "first_name": "Пётр", "custom_fields_values": [
+                {"field_code": "PHONE", "values": [{"value": "+7 999 765-43-21"}]}]})),
+        ]
+        .into_iter()
+        .collect();
+        let fields = AmoFields {
+            operation_field_id: 555001,
+            source_field_id: Some(777),
+        };
+        let e = from_amocrm(&lead, &contacts, fields, Region::default()).unwrap();
+        assert_eq!(e.id, "3001");
+        assert_eq!(e.created, DateTime::from_timestamp(1_795_000_000, 0));
+        assert_eq!(e.phones, ["+79991234567", "+79997654321"]);
+        assert_eq!(e.emails, ["anna@example.ru"]);
+        assert_eq!(
+            e.name.as_deref(),
+            Some("Анна Петрова"),
+            "the main contact's"
+        );
+        assert_eq!(e.origin_id.as_deref(), Some("site:1"));
+        assert_eq!(e.source.as_deref(), Some("Сайт"));
+        assert_eq!(e.utm.get("source").map(String::as_str), Some("yandex"));
+        let without = AmoFields {
+            source_field_id: None,
+            ..fields
+        };
+        let e = from_amocrm(&lead, &BTreeMap::new(), without, Region::default()).unwrap();
+        assert_eq!(
+            e.source.as_deref(),
+            Some("yandex"),
+            "UTM_SOURCE without a source field"
+        );
+        assert!(e.phones.is_empty(), "no contact read, no phone");
+        assert!(from_amocrm(
+            &json!({"name": "no id"}),
+            &contacts,
+            fields,
+            Region::default()
+        )
+        .is_none());
+    }
 
     #[test]
     fn a_bitrix24_row_becomes_an_entity() {

@@ -7,6 +7,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
 use super::verdict::{Trigger, Verdict};
 use super::{Diagnosis, Event};
 
@@ -299,6 +302,156 @@ pub fn to_markdown(d: &Diagnosis) -> String {
         m.push_str("\nNo duplicates found.\n");
     }
     m
+}
+
+/// The report as data: what the HTML and Markdown show, kept in the operations
+/// database (`Store::save_diagnosis`) for the console's *Diagnosis* screen. Contacts
+/// are masked here as in the reports; the texts are untrusted and shown as text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+pub struct ReportData {
+    pub generated_at: DateTime<Utc>,
+    /// What was read: "CSV export leads.csv", "amoCRM leads and contact search (API v4)".
+    pub input: String,
+    pub period_from: Option<DateTime<Utc>>,
+    pub period_to: Option<DateTime<Utc>>,
+    /// What was read, in words ("132 CRM entities (…), Leadgate's journal, no n8n history").
+    pub sources_read: String,
+    pub entities_read: u32,
+    pub groups: u32,
+    pub pairs: u32,
+    /// Every verdict, in the order of the rules, with its pairs (zeros included).
+    pub per_verdict: Vec<VerdictCount>,
+    /// Per source: pairs per verdict, in the order of [`ReportData::per_verdict`].
+    pub per_source: Vec<SourceCounts>,
+    /// The most frequent first.
+    pub causes: Vec<CauseCount>,
+    pub pair_list: Vec<PairData>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+pub struct VerdictCount {
+    /// `Verdict::code`: `technical_duplicate`, `same_submission_without_key`, …
+    pub verdict: String,
+    pub title: String,
+    pub pairs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+pub struct SourceCounts {
+    pub source: String,
+    pub pairs: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+pub struct CauseCount {
+    pub verdict: String,
+    /// "Technical duplicate: timeout after a successful create".
+    pub cause: String,
+    pub pairs: u32,
+}
+
+/// One pair: the earlier and the later entity, its verdict, evidence and merged timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+pub struct PairData {
+    pub number: u32,
+    pub earlier: String,
+    pub later: String,
+    /// The phones and e-mails the group shares, masked.
+    pub shared: Vec<String>,
+    pub verdict: String,
+    pub cause: String,
+    pub source: String,
+    pub evidence: Vec<String>,
+    pub timeline: Vec<LineData>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+pub struct LineData {
+    pub at: Option<DateTime<Utc>>,
+    /// `CRM`, `Leadgate` or `n8n`.
+    pub origin: String,
+    pub entity: String,
+    pub text: String,
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The diagnosis as [`ReportData`].
+pub fn data(d: &Diagnosis) -> ReportData {
+    let t = totals(d);
+    let mut pair_list = vec![];
+    for g in &d.groups {
+        let shared: Vec<String> = g.shared.iter().map(|c| mask(c)).collect();
+        for p in &g.pairs {
+            pair_list.push(PairData {
+                number: count(pair_list.len() + 1),
+                earlier: g.members[p.earlier].entity.id.clone(),
+                later: g.members[p.later].entity.id.clone(),
+                shared: shared.clone(),
+                verdict: p.finding.verdict.code().into(),
+                cause: cause_text(p.finding.verdict, p.finding.trigger),
+                source: p.source.clone(),
+                evidence: p.finding.evidence.clone(),
+                timeline: g
+                    .merged_timeline(p)
+                    .into_iter()
+                    .map(|e| LineData {
+                        at: e.at,
+                        origin: e.origin.label().into(),
+                        entity: e.entity,
+                        text: e.text,
+                    })
+                    .collect(),
+            });
+        }
+    }
+    ReportData {
+        generated_at: d.generated_at,
+        input: d.input.clone(),
+        period_from: d.period.map(|p| p.0),
+        period_to: d.period.map(|p| p.1),
+        sources_read: sources_read(d),
+        entities_read: count(d.entities_read),
+        groups: count(d.groups.len()),
+        pairs: count(t.pairs),
+        per_verdict: Verdict::ALL
+            .iter()
+            .map(|v| VerdictCount {
+                verdict: v.code().into(),
+                title: v.title().into(),
+                pairs: count(t.per_verdict.get(v).copied().unwrap_or(0)),
+            })
+            .collect(),
+        per_source: t
+            .per_source
+            .iter()
+            .map(|(source, counts)| SourceCounts {
+                source: source.clone(),
+                pairs: Verdict::ALL
+                    .iter()
+                    .map(|v| count(counts.get(v).copied().unwrap_or(0)))
+                    .collect(),
+            })
+            .collect(),
+        causes: t
+            .causes
+            .iter()
+            .map(|((v, tr), n)| CauseCount {
+                verdict: v.code().into(),
+                cause: cause_text(*v, *tr),
+                pairs: count(*n),
+            })
+            .collect(),
+        pair_list,
+    }
 }
 
 #[cfg(test)]

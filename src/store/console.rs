@@ -83,3 +83,26 @@ pub fn slot_buckets(from: DateTime<Utc>, to: DateTime<Utc>, buckets: u32) -> Vec
 pub fn slot_time(slot: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(slot * SLOT_SECONDS, 0).unwrap_or_default()
 }
+
+/// A saved `leadgate diagnose` report (migration 0020), as the console lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiagnosisSummary {
+    pub id: i64,
+    pub generated_at: DateTime<Utc>,
+    /// What was read ("amoCRM leads and contact search (API v4)", "CSV export x.csv").
+    pub input: String,
+    pub period_from: Option<DateTime<Utc>>,
+    pub period_to: Option<DateTime<Utc>>,
+    pub groups: i64,
+    pub pairs: i64,
+    /// Verdict code → pairs.
+    pub totals: BTreeMap<String, i64>,
+}
+
+/// A report to save: its summary (the `id` is the database's) and the report itself
+/// (`diagnose::report::ReportData` as JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDiagnosis {
+    pub summary: DiagnosisSummary,
+    pub report: Value,
+}

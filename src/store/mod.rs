@@ -651,6 +651,12 @@ pub trait Store: Send + Sync + 'static {
     async fn pull_mark(&self, source: &str) -> Result<Option<String>>;
     /// Saves a pull source's mark, replacing the one before.
     async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()>;
+    /// Saves a `leadgate diagnose` report (migration 0020); returns its id.
+    async fn save_diagnosis(&self, d: &NewDiagnosis) -> Result<i64>;
+    /// The saved reports, the newest first, at most `limit`.
+    async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>>;
+    /// One saved report and its body.
+    async fn diagnosis(&self, id: i64) -> Result<Option<(DiagnosisSummary, Value)>>;
     /// The operations of `ids` that exist, in no particular order (one query per 500).
     async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>>;
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>>;

@@ -113,6 +113,20 @@ macro_rules! sql_store {
             v.map(|s| serde_json::from_str(&s).map_err(corrupt)).transpose()
         }
 
+        fn diagnosis_from_row(r: &$row) -> Result<DiagnosisSummary> {
+            let totals: String = r.try_get("totals")?;
+            Ok(DiagnosisSummary {
+                id: r.try_get("id")?,
+                generated_at: r.try_get("generated_at")?,
+                input: r.try_get("input")?,
+                period_from: r.try_get("period_from")?,
+                period_to: r.try_get("period_to")?,
+                groups: r.try_get("group_count")?,
+                pairs: r.try_get("pair_count")?,
+                totals: serde_json::from_str(&totals).map_err(corrupt)?,
+            })
+        }
+
         fn request_from_row(r: &$row) -> Result<ops::requests::RequestRow> {
             let kind: String = r.try_get("kind")?;
             let body: String = r.try_get("body")?;
@@ -1445,6 +1459,58 @@ macro_rules! sql_store {
                 .execute(&self.pool)
                 .await?;
                 Ok(())
+            }
+
+            async fn save_diagnosis(&self, d: &NewDiagnosis) -> Result<i64> {
+                let s = &d.summary;
+                let totals = serde_json::to_string(&s.totals).map_err(corrupt)?;
+                Ok(sqlx::query_scalar(
+                    "insert into diagnosis_reports (generated_at, input, period_from, period_to, \
+                     group_count, pair_count, totals, report) \
+                     values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
+                )
+                .bind(s.generated_at)
+                .bind(&s.input)
+                .bind(s.period_from)
+                .bind(s.period_to)
+                .bind(s.groups)
+                .bind(s.pairs)
+                .bind(totals)
+                .bind(d.report.to_string())
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>> {
+                let rows = sqlx::query(
+                    "select id, generated_at, input, period_from, period_to, group_count, \
+                     pair_count, totals from diagnosis_reports \
+                     order by generated_at desc, id desc limit $1",
+                )
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(diagnosis_from_row).collect()
+            }
+
+            async fn diagnosis(&self, id: i64) -> Result<Option<(DiagnosisSummary, Value)>> {
+                let row = sqlx::query(
+                    "select id, generated_at, input, period_from, period_to, group_count, \
+                     pair_count, totals, report from diagnosis_reports where id = $1",
+                )
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+                match row {
+                    None => Ok(None),
+                    Some(r) => {
+                        let report: String = r.try_get("report")?;
+                        Ok(Some((
+                            diagnosis_from_row(&r)?,
+                            serde_json::from_str(&report).map_err(corrupt)?,
+                        )))
+                    }
+                }
             }
 
             async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {

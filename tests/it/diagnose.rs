@@ -1,5 +1,5 @@
 //! `leadgate diagnose`: duplicate groups from a CSV export and from the fake Bitrix24
-//! over real HTTP (paged, paced, read-only), tied to Leadgate's journal on both
+//! and amoCRM over real HTTP (paged, paced, read-only), tied to Leadgate's journal on both
 //! backends and to an n8n execution history in a database with n8n 1.x's schema; each
 //! verdict proven; the report's HTML and Markdown checked; the real binary run once.
 
@@ -9,13 +9,19 @@ use std::time::Duration;
 use chrono::{DateTime, FixedOffset, SecondsFormat, TimeDelta, Utc};
 use serde_json::{json, Value};
 
-use leadgate::diagnose::run::{run, CrmInput, Request};
+use leadgate::crm::amocrm::{Auth as AmoAuth, Settings as AmoSettings};
+use leadgate::diagnose::run::{run, save, CrmInput, Request};
 use leadgate::diagnose::verdict::{Trigger, Verdict};
+use leadgate::diagnose::AmoFields;
 use leadgate::diagnose::{report, Diagnosis, Options};
+use leadgate::domain::roles::Role;
 use leadgate::domain::{ErrorClass, Failure};
 use leadgate::store::{self, AttemptOutcome, NewEvent, Store};
+use leadgate_console_model::{Console, ConsoleError};
+use leadgate_fakes::amocrm::{FakeAmoCrm, FIELD_ID as AMO_FIELD_ID};
 use leadgate_fakes::bitrix24::{FakeBitrix24, RequestLimit};
 use leadgate_testkit::each_backend;
+use leadgate_testkit::people::People;
 use leadgate_testkit::seed::lead;
 
 fn fixture() -> PathBuf {
@@ -140,21 +146,29 @@ fn portal_lead(
 
 /// One attempt on the due operation: its exchange (answer `class` if it failed) and
 /// outcome.
+/// The CRM an operation went to: its connector and create method, as the timeline
+/// names them.
+#[derive(Clone, Copy)]
+struct Via(&'static str, &'static str);
+const BITRIX24: Via = Via("bitrix24", "crm.lead.add");
+const AMOCRM: Via = Via("amocrm", "POST /api/v4/leads/complex");
+
 async fn attempt(
     store: &dyn Store,
+    via: Via,
     at: DateTime<Utc>,
     worker: &str,
     outcome: AttemptOutcome,
     class: Option<ErrorClass>,
 ) {
     let claim = store
-        .claim_due("bitrix24", worker, Duration::from_secs(30), at)
+        .claim_due(via.0, worker, Duration::from_secs(30), at)
         .await
         .unwrap()
         .expect("a due operation");
     let started = NewEvent::new(
         "attempt_started",
-        json!({"connector": "bitrix24", "attempt": claim.operation.attempts}),
+        json!({"connector": via.0, "attempt": claim.operation.attempts}),
     );
     store
         .start_attempt(
@@ -172,7 +186,7 @@ async fn attempt(
     );
     response.error_class = class;
     let events = vec![
-        NewEvent::new("crm_request", json!({"method": "crm.lead.add"})),
+        NewEvent::new("crm_request", json!({"method": via.1})),
         response,
     ];
     store
@@ -182,13 +196,21 @@ async fn attempt(
 }
 
 /// An operation of the `site` source created in the CRM as `crm_id`.
-async fn created(store: &dyn Store, key: &str, payload: Value, at: DateTime<Utc>, crm_id: &str) {
+async fn created(
+    store: &dyn Store,
+    via: Via,
+    key: &str,
+    payload: Value,
+    at: DateTime<Utc>,
+    crm_id: &str,
+) {
     store
         .record_delivery(lead("site", key, payload, at))
         .await
         .unwrap();
     attempt(
         store,
+        via,
         at,
         "worker:a",
         AttemptOutcome::Created {
@@ -248,6 +270,7 @@ each_backend!(
         };
         attempt(
             &*store,
+            BITRIX24,
             t(0),
             "worker:a",
             AttemptOutcome::Verify {
@@ -259,6 +282,7 @@ each_backend!(
         .await;
         attempt(
             &*store,
+            BITRIX24,
             t(0) + TimeDelta::seconds(80),
             "worker:a",
             AttemptOutcome::Created { crm_id: b.clone() },
@@ -286,8 +310,16 @@ each_backend!(
             Some("site:2002"),
             "Lead site:2002",
         );
-        created(&*store, "2001", same.clone(), t(1), &c).await;
-        created(&*store, "2002", same, t(1) + TimeDelta::minutes(1), &d_).await;
+        created(&*store, BITRIX24, "2001", same.clone(), t(1), &c).await;
+        created(
+            &*store,
+            BITRIX24,
+            "2002",
+            same,
+            t(1) + TimeDelta::minutes(1),
+            &d_,
+        )
+        .await;
 
         // Cross-channel: the form through Leadgate, then a call typed in by hand (its
         // source is untrusted text with markup in it).
@@ -311,6 +343,7 @@ each_backend!(
         );
         created(
             &*store,
+            BITRIX24,
             "3001",
             json!({"name": "Вера", "phone": "+79990003003"}),
             t(2),
@@ -339,6 +372,7 @@ each_backend!(
         );
         created(
             &*store,
+            BITRIX24,
             "4001",
             json!({"name": "Глеб", "email": "gleb@example.ru", "form": "trial"}),
             t(5),
@@ -347,6 +381,7 @@ each_backend!(
         .await;
         created(
             &*store,
+            BITRIX24,
             "4002",
             json!({"name": "Глеб", "email": "gleb@example.ru", "form": "order"}),
             t(53),
@@ -487,6 +522,361 @@ each_backend!(
         assert!(html.contains("CALL&lt;img src=x onerror=alert(1)&gt;"));
         assert!(!html.contains("<img"), "CRM data is escaped");
         assert!(html.contains("Leadgate&#39;s journal"));
+    }
+);
+
+/// amoCRM's custom field of the test account naming a lead's source.
+const AMO_SOURCE_FIELD: u64 = 555_002;
+
+/// A lead of the fake amoCRM account as one in use holds it: its own contact with the
+/// phone and e-mail, the source in a custom field, Leadgate's key in the operation field.
+#[allow(clippy::too_many_arguments)]
+fn amo_lead(
+    fake: &FakeAmoCrm,
+    at: DateTime<Utc>,
+    phone: Option<&str>,
+    email: Option<&str>,
+    source: &str,
+    key: Option<&str>,
+    title: &str,
+) -> String {
+    let mut comms = vec![];
+    if let Some(p) = phone {
+        comms.push(json!({"field_code": "PHONE", "values": [{"value": p, "enum_code": "WORK"}]}));
+    }
+    if let Some(e) = email {
+        comms.push(json!({"field_code": "EMAIL", "values": [{"value": e, "enum_code": "WORK"}]}));
+    }
+    let contacts = if comms.is_empty() {
+        vec![]
+    } else {
+        vec![fake.seed_contact(json!({"name": "Клиент", "custom_fields_values": comms}))]
+    };
+    let mut fields = vec![json!({"field_id": AMO_SOURCE_FIELD, "values": [{"value": source}]})];
+    if let Some(k) = key {
+        fields.push(json!({"field_id": AMO_FIELD_ID, "values": [{"value": k}]}));
+    }
+    fake.seed_lead(
+        json!({"name": title, "created_at": at.timestamp(), "custom_fields_values": fields}),
+        &contacts,
+    )
+    .to_string()
+}
+
+each_backend!(
+    amocrm_over_the_api_tied_to_the_journal_every_verdict_read_only,
+    |db| async move {
+        let store = db.store().await;
+        let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // amoCRM's documented limit: 7 requests a second, answered 429 above it.
+        fake.set_request_limit(Some(7.0));
+        let now = store::now();
+        let t = |hours: i64| now - TimeDelta::days(9) + TimeDelta::hours(hours);
+
+        // Technical: one operation, the first create timed out after it had landed,
+        // the second went out after the settle window (a new lead with a new contact).
+        let a = amo_lead(
+            &fake,
+            t(0) + TimeDelta::seconds(1),
+            Some("+79990001001"),
+            None,
+            "Сайт",
+            Some("site:1001"),
+            "Lead site:1001",
+        );
+        let b = amo_lead(
+            &fake,
+            t(0) + TimeDelta::seconds(121),
+            Some("+7 999 000-10-01"),
+            None,
+            "Сайт",
+            Some("site:1001"),
+            "Lead site:1001",
+        );
+        store
+            .record_delivery(lead(
+                "site",
+                "1001",
+                json!({"name": "Анна", "phone": "+79990001001"}),
+                t(0),
+            ))
+            .await
+            .unwrap();
+        let failure = Failure {
+            class: ErrorClass::Uncertain,
+            message: "amocrm POST /api/v4/leads/complex: timed out".into(),
+        };
+        attempt(
+            &*store,
+            AMOCRM,
+            t(0),
+            "worker:a",
+            AttemptOutcome::Verify {
+                failure: Some(failure),
+                at: t(0) + TimeDelta::seconds(120),
+            },
+            Some(ErrorClass::Uncertain),
+        )
+        .await;
+        attempt(
+            &*store,
+            AMOCRM,
+            t(0) + TimeDelta::seconds(120),
+            "worker:a",
+            AttemptOutcome::Created { crm_id: b.clone() },
+            None,
+        )
+        .await;
+
+        // Same submission, two keys.
+        let same = json!({"name": "Борис", "phone": "+79990002002", "form": "trial"});
+        let c = amo_lead(
+            &fake,
+            t(1),
+            Some("+79990002002"),
+            None,
+            "Сайт",
+            Some("site:2001"),
+            "Lead site:2001",
+        );
+        let d_ = amo_lead(
+            &fake,
+            t(1) + TimeDelta::minutes(1),
+            Some("89990002002"),
+            None,
+            "Сайт",
+            Some("site:2002"),
+            "Lead site:2002",
+        );
+        created(&*store, AMOCRM, "2001", same.clone(), t(1), &c).await;
+        created(
+            &*store,
+            AMOCRM,
+            "2002",
+            same,
+            t(1) + TimeDelta::minutes(1),
+            &d_,
+        )
+        .await;
+
+        // Cross-channel: the form through Leadgate, then a call typed in by hand.
+        let e = amo_lead(
+            &fake,
+            t(2),
+            Some("+79990003003"),
+            None,
+            "Сайт",
+            Some("site:3001"),
+            "Lead site:3001",
+        );
+        let f = amo_lead(
+            &fake,
+            t(4),
+            Some("8 (999) 000-30-03"),
+            None,
+            "Звонок<script>alert(1)</script>",
+            None,
+            "Звонок",
+        );
+        created(
+            &*store,
+            AMOCRM,
+            "3001",
+            json!({"name": "Вера", "phone": "+79990003003"}),
+            t(2),
+            &e,
+        )
+        .await;
+
+        // A new request from a known client, two days apart.
+        let g = amo_lead(
+            &fake,
+            t(5),
+            None,
+            Some("gleb@example.ru"),
+            "Сайт",
+            Some("site:4001"),
+            "Lead site:4001",
+        );
+        let h = amo_lead(
+            &fake,
+            t(53),
+            None,
+            Some("Gleb@Example.RU"),
+            "Сайт",
+            Some("site:4002"),
+            "Lead site:4002",
+        );
+        created(
+            &*store,
+            AMOCRM,
+            "4001",
+            json!({"name": "Глеб", "email": "gleb@example.ru", "form": "trial"}),
+            t(5),
+            &g,
+        )
+        .await;
+        created(
+            &*store,
+            AMOCRM,
+            "4002",
+            json!({"name": "Глеб", "email": "gleb@example.ru", "form": "order"}),
+            t(53),
+            &h,
+        )
+        .await;
+
+        // Cannot be tied: two leads made by hand.
+        let i = amo_lead(
+            &fake,
+            t(6),
+            Some("+79990005005"),
+            None,
+            "Сайт",
+            None,
+            "Заявка",
+        );
+        let j = amo_lead(
+            &fake,
+            t(9),
+            Some("+79990005005"),
+            None,
+            "Сайт",
+            None,
+            "Ещё заявка",
+        );
+
+        // An older lead outside the period, found through the contact search; and one
+        // the search matches only loosely (a longer address containing the e-mail),
+        // which is not the same person.
+        let k = amo_lead(
+            &fake,
+            now - TimeDelta::days(40),
+            Some("8 999 000 60 06"),
+            None,
+            "Сайт",
+            None,
+            "Старая",
+        );
+        let l = amo_lead(
+            &fake,
+            t(10),
+            Some("+79990006006"),
+            None,
+            "Сайт",
+            None,
+            "Новая",
+        );
+        let loose = amo_lead(
+            &fake,
+            now - TimeDelta::days(60),
+            None,
+            Some("oleg.gleb@example.ru"),
+            "Сайт",
+            None,
+            "Другой",
+        );
+        let after = amo_lead(
+            &fake,
+            now + TimeDelta::days(1),
+            Some("+79990006006"),
+            None,
+            "Сайт",
+            None,
+            "После",
+        );
+
+        // Enough other leads (without contacts) for the list to take two pages.
+        for n in 0..250 {
+            fake.seed_lead(
+                json!({"name": "Без контакта", "created_at": (t(11) + TimeDelta::minutes(n)).timestamp()}),
+                &[],
+            );
+        }
+
+        let request = Request {
+            crm: CrmInput::AmoCrm {
+                settings: Box::new(AmoSettings {
+                    base_url: fake.base_url(),
+                    auth: AmoAuth::Token(fake.token().to_owned()),
+                    operation_field_id: AMO_FIELD_ID,
+                    pipeline_id: None,
+                    rate_limit: 7.0,
+                    timeout: Duration::from_secs(10),
+                }),
+                fields: AmoFields {
+                    operation_field_id: AMO_FIELD_ID,
+                    source_field_id: Some(AMO_SOURCE_FIELD),
+                },
+                find_older: true,
+            },
+            period: Some((now - TimeDelta::days(10), now)),
+            store: Some(store.clone()),
+            n8n: None,
+            options: Options::default(),
+        };
+        let mut lines = vec![];
+        let d = run(&request, &mut |line| lines.push(line)).await.unwrap();
+
+        assert_eq!(
+            d.entities_read,
+            11 + 250 + 1,
+            "the period's leads and the older one"
+        );
+        assert!(
+            !d.groups.iter().any(|g| g
+                .members
+                .iter()
+                .any(|m| m.entity.id == loose || m.entity.id == after)),
+            "a loose match and a later lead are not read as duplicates"
+        );
+        assert_eq!(
+            fake.calls("leads.list"),
+            2 + 1,
+            "two pages and the older lead by id"
+        );
+        assert_eq!(
+            fake.calls("contacts.list"),
+            1 + 6,
+            "the period's contacts by id, then one search per phone and e-mail"
+        );
+        assert_eq!(fake.refused(), 0, "paced under the account's limit");
+        assert_eq!(fake.writes(), 0, "a diagnosis never writes to the CRM");
+        assert!(
+            lines.iter().any(|l| l.contains("page 2, 261 leads")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("1 older leads")),
+            "{lines:?}"
+        );
+
+        assert_eq!(
+            verdict_of(&d, &a, &b),
+            (Verdict::Technical, Some(Trigger::TimeoutAfterCreate))
+        );
+        assert_eq!(
+            verdict_of(&d, &c, &d_),
+            (Verdict::SameSubmissionNoKey, None)
+        );
+        assert_eq!(verdict_of(&d, &e, &f), (Verdict::CrossChannel, None));
+        assert_eq!(verdict_of(&d, &g, &h), (Verdict::NewRequest, None));
+        assert_eq!(verdict_of(&d, &i, &j), (Verdict::CannotTie, None));
+        assert_eq!(verdict_of(&d, &k, &l), (Verdict::CannotTie, None));
+        assert_eq!(pairs(&d).len(), 6);
+        let per_verdict = report::totals(&d).per_verdict;
+        assert!(
+            Verdict::ALL.iter().all(|v| per_verdict.contains_key(v)),
+            "every verdict"
+        );
+
+        let html = report::to_html(&d);
+        assert!(html.contains("both belong to Leadgate operation site:1001"));
+        assert!(html.contains("different sources: Сайт, then Звонок&lt;script&gt;"));
+        assert!(!html.contains("<script>"), "CRM data is escaped");
+        assert!(html.contains("amoCRM"));
     }
 );
 
@@ -848,3 +1238,203 @@ async fn the_binary_writes_both_reports_from_an_export_and_n8n() {
     assert_eq!(page.matches("<section class=\"pair\"").count(), 3);
     assert!(std::fs::read_to_string(&md).unwrap().contains("## Pairs"));
 }
+
+each_backend!(
+    a_saved_diagnosis_is_what_the_console_shows,
+    |db| async move {
+        let store = db.store().await;
+        let mut request = csv_request(fixture(), msk());
+        request.store = Some(store.clone());
+        let d = run(&request, &mut |_| {}).await.unwrap();
+        let console = Console::open(&db.url).await.unwrap();
+        assert!(console.diagnoses().await.unwrap().is_empty());
+
+        let id = save(&*store, &d).await.unwrap();
+        let later = Diagnosis {
+            generated_at: d.generated_at + TimeDelta::hours(1),
+            ..d.clone()
+        };
+        let second = save(&*store, &later).await.unwrap();
+
+        let rows = console.diagnoses().await.unwrap();
+        assert_eq!(
+            rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [second, id],
+            "the newest first"
+        );
+        let row = &rows[1];
+        let t = report::totals(&d);
+        assert_eq!(row.input, "CSV export diagnose-bitrix24-leads.csv");
+        assert_eq!((row.groups, row.pairs), (4, t.pairs as i64));
+        assert_eq!(
+            (row.period_from.as_deref(), row.period_to.as_deref()),
+            (None, None)
+        );
+        for v in Verdict::ALL {
+            assert_eq!(
+                row.totals.get(v.code()).copied(),
+                Some(t.per_verdict.get(&v).copied().unwrap_or(0) as i64),
+                "{}",
+                v.code()
+            );
+        }
+        let saved_at: DateTime<Utc> = row.generated_at.parse().unwrap();
+        assert!((saved_at - d.generated_at).abs() < TimeDelta::milliseconds(1));
+
+        // The report read back through the console's command is the one the CLI computed.
+        let view = console.diagnosis(id).await.unwrap();
+        assert_eq!(&view.row, row);
+        assert_eq!(view.report, report::data(&d));
+        let r = &view.report;
+        assert_eq!(r.pair_list.len(), 5);
+        assert_eq!(
+            r.per_verdict
+                .iter()
+                .map(|v| v.verdict.as_str())
+                .collect::<Vec<_>>(),
+            Verdict::ALL.map(|v| v.code())
+        );
+        let same = r
+            .pair_list
+            .iter()
+            .find(|p| p.earlier == "101" && p.later == "102")
+            .unwrap();
+        assert_eq!(same.verdict, "same_submission_without_key");
+        assert!(same
+            .evidence
+            .iter()
+            .any(|e| e.contains("the same content (CRM fields)")));
+        assert!(
+            same.shared.iter().all(|c| c.contains('•')),
+            "masked: {:?}",
+            same.shared
+        );
+        assert!(!same.timeline.is_empty());
+        let json = serde_json::to_string(&view).unwrap();
+        assert!(!json.contains("+79991112233"), "no phone in clear");
+
+        assert!(matches!(
+            console.diagnosis(second + 100).await,
+            Err(ConsoleError::NotFound { .. })
+        ));
+    }
+);
+
+/// Migration 0020's grants: casework reads the saved reports, support does not (they
+/// name operations, CRM ids and what the journal says of each lead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn casework_reads_saved_diagnoses_and_support_does_not() {
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        let store = db.store().await;
+        let mut request = csv_request(fixture(), msk());
+        request.store = Some(store.clone());
+        let d = run(&request, &mut |_| {}).await.unwrap();
+        let id = save(&*store, &d).await.unwrap();
+        let people = People::new(&db.url).await;
+        for role in [Role::SalesOps, Role::Manager] {
+            let console = Console::open(people.url(role)).await.unwrap();
+            assert_eq!(console.diagnoses().await.unwrap().len(), 1, "{role:?}");
+            assert_eq!(
+                console.diagnosis(id).await.unwrap().report,
+                report::data(&d)
+            );
+        }
+        let support = Console::open(people.url(Role::Support)).await.unwrap();
+        assert!(matches!(
+            support.diagnoses().await,
+            Err(ConsoleError::Forbidden { .. })
+        ));
+        assert!(matches!(
+            support.diagnosis(id).await,
+            Err(ConsoleError::Forbidden { .. })
+        ));
+        drop((support, store));
+        people.drop_all().await;
+    })
+    .await;
+}
+
+each_backend!(
+    the_binary_reads_amocrm_and_saves_the_report_for_the_console,
+    |db| async move {
+        drop(db.store().await);
+        let fake = FakeAmoCrm::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        fake.set_request_limit(Some(7.0));
+        let now = store::now();
+        let a = amo_lead(
+            &fake,
+            now - TimeDelta::days(3),
+            Some("+79990007007"),
+            None,
+            "Сайт",
+            None,
+            "Заявка",
+        );
+        let b = amo_lead(
+            &fake,
+            now - TimeDelta::days(2),
+            Some("8 999 000 70 07"),
+            None,
+            "Звонок",
+            None,
+            "Звонок",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let html = dir.path().join("report.html");
+        let mut cmd = leadgate_testkit::process::command(
+            env!("CARGO_BIN_EXE_leadgate"),
+            &[
+                "diagnose",
+                "--amocrm",
+                "--amocrm-url",
+                &fake.base_url(),
+                "--amocrm-operation-field",
+                &AMO_FIELD_ID.to_string(),
+                "--amocrm-source-field",
+                &AMO_SOURCE_FIELD.to_string(),
+                "--since",
+                "7d",
+                "--html",
+                html.to_str().unwrap(),
+            ],
+        );
+        cmd.env("LEADGATE_DATABASE_URL", &db.url)
+            .env("LEADGATE_DIAGNOSE_AMOCRM_TOKEN", fake.token());
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("1 duplicate groups, 1 pairs"), "{stdout}");
+        assert!(
+            stderr.contains("amoCRM GET /api/v4/leads: page 1, 2 leads"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("saved as report"), "{stderr}");
+        assert!(
+            !format!("{stdout}{stderr}").contains(fake.token()),
+            "no token in the output"
+        );
+        assert_eq!(fake.writes(), 0);
+        assert_eq!(fake.refused(), 0);
+
+        let console = Console::open(&db.url).await.unwrap();
+        let rows = console.diagnoses().await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].input, "amoCRM leads and contact search (API v4)");
+        assert!(rows[0].period_from.is_some() && rows[0].period_to.is_some());
+        let view = console.diagnosis(rows[0].id).await.unwrap();
+        let p = &view.report.pair_list[0];
+        assert_eq!(
+            (p.earlier.as_str(), p.later.as_str()),
+            (a.as_str(), b.as_str())
+        );
+        assert_eq!(p.verdict, "cross_channel_overlap");
+        assert!(std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("Cross-channel overlap"));
+    }
+);

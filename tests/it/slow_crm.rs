@@ -858,6 +858,18 @@ impl Store for Hiccup {
     ) -> Result<()> {
         self.inner.save_pull_mark(source, mark, now).await
     }
+    async fn save_diagnosis(&self, d: &leadgate::store::NewDiagnosis) -> Result<i64> {
+        self.inner.save_diagnosis(d).await
+    }
+    async fn diagnoses(&self, limit: i64) -> Result<Vec<leadgate::store::DiagnosisSummary>> {
+        self.inner.diagnoses(limit).await
+    }
+    async fn diagnosis(
+        &self,
+        id: i64,
+    ) -> Result<Option<(leadgate::store::DiagnosisSummary, serde_json::Value)>> {
+        self.inner.diagnosis(id).await
+    }
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
         self.inner.timeline(id).await
     }

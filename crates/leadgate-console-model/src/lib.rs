@@ -779,9 +779,14 @@ impl Range {
 }
 
 mod bulk;
+mod diagnosis;
 mod export;
 pub use bulk::*;
+pub use diagnosis::*;
 pub use export::*;
+pub use leadgate::diagnose::report::{
+    CauseCount, LineData, PairData, ReportData, SourceCounts, VerdictCount,
+};
 
 /// A connected console.
 pub struct Console {
@@ -796,7 +801,7 @@ pub struct Console {
     pub phone_region: leadgate::domain::contact::Region,
 }
 
-fn ts(t: DateTime<Utc>) -> String {
+pub(crate) fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
@@ -1737,6 +1742,14 @@ pub fn typescript_bindings() -> String {
         ExportRequest::decl(&cfg),
         SearchRow::decl(&cfg),
         SearchResults::decl(&cfg),
+        DiagnosisRow::decl(&cfg),
+        DiagnosisView::decl(&cfg),
+        ReportData::decl(&cfg),
+        VerdictCount::decl(&cfg),
+        SourceCounts::decl(&cfg),
+        CauseCount::decl(&cfg),
+        PairData::decl(&cfg),
+        LineData::decl(&cfg),
     ];
     let mut out = String::from(
         "// Generated from crates/leadgate-console-model/src/lib.rs by ts-rs: do not edit.\n\

@@ -13,11 +13,18 @@
 //!   by `field_code`) → `{"_embedded":{"contacts":[{"id","request_id"}]}}`.
 //! - `GET /api/v4/contacts?query=` — contacts whose name, e-mail or phone contains the
 //!   query (phones by digits); `_embedded.contacts`, 204 when empty; lags as the lead
-//!   search does (`search_lag_ms`). Counted and faulted as `contacts.list`.
+//!   search does (`search_lag_ms`). `filter[id][]`, `limit` (≤ 250, default 50),
+//!   `page` and `_links.next` as for leads; `with=leads` embeds each contact's leads
+//!   (`_embedded.leads: [{id, _links}]`). Counted and faulted as `contacts.list`.
 //! - `GET /api/v4/leads?query=&limit=&page=` — substring search over the lead name,
 //!   custom field values and tags; HAL answer with `_page`, `_links`, `_embedded.leads`;
 //!   an empty result is **204 with no body**. With `search_lag`, leads created in the
-//!   last N ms are not found yet (a lagging search index).
+//!   last N ms are not found yet (a lagging search index). Lists filter by
+//!   `filter[id][]` and `filter[created_at][from|to]` (unix seconds, both ends
+//!   included), order by `order[created_at|id]=asc|desc`, and embed a lead's contacts
+//!   only with `with=contacts`; an unknown filter is a 400. Leads and contacts can be
+//!   seeded with their own creation time ([`FakeAmoCrm::seed_lead`]); calls that change
+//!   the account are counted ([`FakeAmoCrm::writes`]).
 //! - `GET /api/v4/leads/{id}` — the lead, or 204 (or 404, configurable) when missing.
 //! - `POST /oauth2/access_token` `{client_id, client_secret, grant_type: "refresh_token",
 //!   refresh_token, redirect_uri}` → `{token_type, expires_in, server_time, access_token,
@@ -67,6 +74,8 @@ use crate::control::{
     hang, lock, present, CallCounter, ConnKill, FakeServer, FaultQueue, FaultRule,
 };
 use crate::limit::Window;
+
+mod diagnose;
 
 /// The fault-queue names of the three endpoints.
 pub const CREATE: &str = "leads.complex";
@@ -1133,7 +1142,7 @@ fn matches_query(lead: &Map<String, Value>, query: &str) -> bool {
 async fn search(
     State(state): State<AppState>,
     ConnectInfo(kill): ConnectInfo<ConnKill>,
-    Query(params): Query<BTreeMap<String, String>>,
+    Query(params): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Response {
     let shared = &state.shared;
@@ -1141,75 +1150,42 @@ async fn search(
         Ok(f) => f,
         Err(resp) => return resp,
     };
-    let limit = match params.get("limit").map(|l| l.parse::<usize>()) {
-        None => 50,
-        Some(Ok(l)) if (1..=MAX_LIMIT).contains(&l) => l,
-        Some(_) => {
-            return validation(vec![(
-                "0".into(),
-                "InvalidLimit",
-                "limit".into(),
-                format!("limit must be from 1 to {MAX_LIMIT}"),
-            )])
-        }
+    let l = match diagnose::list(&params) {
+        Ok(l) => l,
+        Err(e) => return validation(vec![("0".into(), "InvalidParameter", "query".into(), e)]),
     };
-    let page = params
-        .get("page")
-        .and_then(|p| p.parse::<usize>().ok())
-        .filter(|p| *p >= 1)
-        .unwrap_or(1);
-    let query = params
-        .get("query")
-        .map(|q| q.trim().to_owned())
-        .filter(|q| !q.is_empty());
     let lag = Duration::from_millis(lock(&shared.settings).search_lag_ms);
     let rows: Vec<Value> = lock(&shared.store)
         .leads
-        .values()
-        .filter(|l| match &query {
-            // The search index lags behind creates; a plain list does not.
-            Some(q) => l.created.elapsed() >= lag && matches_query(&l.lead, q),
-            None => true,
+        .iter()
+        .filter(|(id, l2)| {
+            l.admits(**id, l2.lead.get("created_at").and_then(Value::as_i64))
+                && match &l.query {
+                    // The search index lags behind creates; a plain list does not.
+                    Some(q) => l2.created.elapsed() >= lag && matches_query(&l2.lead, q),
+                    None => true,
+                }
         })
-        .map(|l| Value::Object(l.lead.clone()))
+        .map(|(_, stored)| {
+            let mut lead = stored.lead.clone();
+            // As in amoCRM, a lead's contacts come only when asked for.
+            if !l.with("contacts") {
+                if let Some(Value::Object(e)) = lead.get_mut("_embedded") {
+                    e.remove("contacts");
+                }
+            }
+            Value::Object(lead)
+        })
         .collect();
     if let Some(resp) = after_execute(fault, &state, &kill).await {
         return resp;
     }
-    let total = rows.len();
-    let page_rows: Vec<Value> = rows
-        .into_iter()
-        .skip((page - 1) * limit)
-        .take(limit)
-        .collect();
-    if page_rows.is_empty() {
-        // amoCRM answers an empty result with 204 and no body at all.
-        return StatusCode::NO_CONTENT.into_response();
-    }
     let base_url = lock(&shared.base_url).clone();
-    let href = |p: usize| {
-        let mut url = reqwest::Url::parse(&format!("{base_url}/api/v4/leads")).expect("base URL");
-        {
-            let mut q = url.query_pairs_mut();
-            if let Some(query) = &query {
-                q.append_pair("query", query);
-            }
-            q.append_pair("limit", &limit.to_string());
-            q.append_pair("page", &p.to_string());
-        }
-        url.to_string()
-    };
-    let mut links = json!({"self": {"href": href(page)}});
-    if page * limit < total {
-        links["next"] = json!({"href": href(page + 1)});
+    match diagnose::page(&base_url, "/api/v4/leads", "leads", &l, rows) {
+        Some(body) => hal(StatusCode::OK, body),
+        // amoCRM answers an empty result with 204 and no body at all.
+        None => StatusCode::NO_CONTENT.into_response(),
     }
-    if page > 1 {
-        links["prev"] = json!({"href": href(page - 1)});
-    }
-    hal(
-        StatusCode::OK,
-        json!({"_page": page, "_links": links, "_embedded": {"leads": page_rows}}),
-    )
 }
 
 async fn get_lead(
@@ -1374,12 +1350,13 @@ async fn add_contacts(
     hal(StatusCode::OK, json!({"_embedded": {"contacts": created}}))
 }
 
-/// `GET /api/v4/contacts?query=`: contacts whose name, e-mail or phone (by digits)
-/// contains the query, once the search index has them.
+/// `GET /api/v4/contacts`: with `query`, contacts whose name, e-mail or phone (by
+/// digits) contains it, once the search index has them; `filter[id][]`, paging and
+/// `with=leads` as for leads.
 async fn search_contacts(
     State(state): State<AppState>,
     ConnectInfo(kill): ConnectInfo<ConnKill>,
-    Query(params): Query<BTreeMap<String, String>>,
+    Query(params): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Response {
     let shared = &state.shared;
@@ -1387,48 +1364,64 @@ async fn search_contacts(
         Ok(f) => f,
         Err(resp) => return resp,
     };
-    let query = params
-        .get("query")
-        .map(|q| q.trim().to_lowercase())
-        .unwrap_or_default();
+    let l = match diagnose::list(&params) {
+        Ok(l) => l,
+        Err(e) => return validation(vec![("0".into(), "InvalidParameter", "query".into(), e)]),
+    };
+    let query = l.query.clone().unwrap_or_default().to_lowercase();
     let digits: String = query.chars().filter(char::is_ascii_digit).collect();
     let lag = Duration::from_millis(lock(&shared.settings).search_lag_ms);
+    let base_url = lock(&shared.base_url).clone();
     let rows: Vec<Value> = {
         let store = lock(&shared.store);
         store
             .contacts
             .iter()
-            .filter(|(id, _)| {
-                store
-                    .contact_created
-                    .get(id)
-                    .is_none_or(|at| at.elapsed() >= lag)
-            })
-            .filter(|(_, c)| {
+            .filter(|(id, _)| l.admits(**id, None))
+            .filter(|(id, c)| {
                 if query.is_empty() {
                     return true;
                 }
-                let name = c.get("first_name").map(text_of).unwrap_or_default();
-                name.to_lowercase().contains(&query)
-                    || comm_keys(c).iter().any(|k| match k.split_once(':') {
-                        Some(("PHONE", v)) => digits.len() >= 5 && v.contains(&digits),
-                        Some((_, v)) => v.contains(&query),
-                        None => false,
-                    })
+                let indexed = store
+                    .contact_created
+                    .get(id)
+                    .is_none_or(|at| at.elapsed() >= lag);
+                let name = ["name", "first_name", "last_name"]
+                    .iter()
+                    .map(|k| c.get(*k).map(text_of).unwrap_or_default().to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                indexed
+                    && (name.contains(&query)
+                        || comm_keys(c).iter().any(|k| match k.split_once(':') {
+                            Some(("PHONE", v)) => digits.len() >= 5 && v.contains(&digits),
+                            Some((_, v)) => v.contains(&query),
+                            None => false,
+                        }))
             })
-            .map(|(_, c)| Value::Object(c.clone()))
+            .map(|(id, c)| {
+                let mut c = c.clone();
+                c.insert(
+                    "_links".into(),
+                    json!({"self": {"href": format!("{base_url}/api/v4/contacts/{id}")}}),
+                );
+                if l.with("leads") {
+                    c.insert(
+                        "_embedded".into(),
+                        json!({"leads": diagnose::leads_of(&base_url, &store.leads, *id)}),
+                    );
+                }
+                Value::Object(c)
+            })
             .collect()
     };
     if let Some(resp) = after_execute(fault, &state, &kill).await {
         return resp;
     }
-    if rows.is_empty() {
-        return StatusCode::NO_CONTENT.into_response();
+    match diagnose::page(&base_url, "/api/v4/contacts", "contacts", &l, rows) {
+        Some(body) => hal(StatusCode::OK, body),
+        None => StatusCode::NO_CONTENT.into_response(),
     }
-    hal(
-        StatusCode::OK,
-        json!({"_page": 1, "_embedded": {"contacts": rows}}),
-    )
 }
 
 async fn get_contact(

@@ -15,6 +15,8 @@ import type {
   ConnectorView,
   ConsoleError,
   Dashboard,
+  DiagnosisRow,
+  DiagnosisView,
   ExportRequest,
   QueuePage,
   QueueQuery,
@@ -76,6 +78,9 @@ export const api = {
   exportCsv: (request: ExportRequest) => call<[string, number]>("export_csv", { request }),
   /** Operations of any status by key, phone in any format, e-mail, crm_id or name. */
   search: (query: string, cursor: string | null) => call<SearchResults>("search", { query, cursor }),
+  /** The reports `leadgate diagnose` saved in this database, the newest first. */
+  diagnoses: () => call<DiagnosisRow[]>("diagnoses"),
+  diagnosis: (id: number) => call<DiagnosisView>("diagnosis", { id }),
   /** Opens a CRM page in the system browser; any other address is refused by the shell. */
   openInBrowser: async (url: string): Promise<void> => {
     try {

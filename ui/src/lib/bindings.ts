@@ -269,3 +269,59 @@ kind: "phone" | "email" | "text", normalized: string, rows: Array<SearchRow>,
  * The cursor of the next page; none on the last.
  */
 next: string | null, };
+
+export type DiagnosisRow = { id: number, generated_at: string, input: string, period_from: string | null, period_to: string | null, groups: number, pairs: number, 
+/**
+ * Verdict code → pairs.
+ */
+totals: Record<string, number>, };
+
+export type DiagnosisView = { row: DiagnosisRow, report: ReportData, };
+
+export type ReportData = { generated_at: string, 
+/**
+ * What was read: "CSV export leads.csv", "amoCRM leads and contact search (API v4)".
+ */
+input: string, period_from: string | null, period_to: string | null, 
+/**
+ * What was read, in words ("132 CRM entities (…), Leadgate's journal, no n8n history").
+ */
+sources_read: string, entities_read: number, groups: number, pairs: number, 
+/**
+ * Every verdict, in the order of the rules, with its pairs (zeros included).
+ */
+per_verdict: Array<VerdictCount>, 
+/**
+ * Per source: pairs per verdict, in the order of [`ReportData::per_verdict`].
+ */
+per_source: Array<SourceCounts>, 
+/**
+ * The most frequent first.
+ */
+causes: Array<CauseCount>, pair_list: Array<PairData>, };
+
+export type VerdictCount = { 
+/**
+ * `Verdict::code`: `technical_duplicate`, `same_submission_without_key`, …
+ */
+verdict: string, title: string, pairs: number, };
+
+export type SourceCounts = { source: string, pairs: Array<number>, };
+
+export type CauseCount = { verdict: string, 
+/**
+ * "Technical duplicate: timeout after a successful create".
+ */
+cause: string, pairs: number, };
+
+export type PairData = { number: number, earlier: string, later: string, 
+/**
+ * The phones and e-mails the group shares, masked.
+ */
+shared: Array<string>, verdict: string, cause: string, source: string, evidence: Array<string>, timeline: Array<LineData>, };
+
+export type LineData = { at: string | null, 
+/**
+ * `CRM`, `Leadgate` or `n8n`.
+ */
+origin: string, entity: string, text: string, };
