@@ -20,6 +20,8 @@ const COMMANDS: &[&str] = &[
     "bulk_progress",
     "export_csv",
     "search",
+    "rules",
+    "set_rules",
 ];
 
 fn main() {

@@ -1067,6 +1067,81 @@ async fn keep_original_and_update_sends_the_changed_phone_to_the_crm_in_a_real_w
     gw.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_changes_a_rule_and_the_running_gateway_matches_by_it_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let gw = leadgate_testkit::gateway::Gateway::start_on(&url, "").await;
+    // The form's rule, seeded from the TOML, is `create`: a second form with the same phone
+    // would be a second CRM entity.
+    gw.post_json("site", &leadgate_testkit::gateway::lead("e2e-r1"))
+        .await;
+    let first = gw.wait_status("site:e2e-r1", "completed").await;
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url}).to_string(),
+    )
+    .unwrap();
+    let _driver = start_driver(&settings, &[]);
+    let c = connect_client().await;
+    let steps = tokio::spawn({
+        let c = c.clone();
+        async move { edit_rules(&c).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+    // The running gateway, never restarted, matches the next form by the new rule.
+    let rules = std::sync::Arc::clone(&gw.running.as_ref().unwrap().rules);
+    let want = gw.store().rules_version().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rules.current().version != want {
+        assert!(Instant::now() < deadline, "the gateway never read the new rules");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, body, _) = gw
+        .post_json("site", &leadgate_testkit::gateway::lead("e2e-r2"))
+        .await;
+    assert_eq!(body["status"], "completed", "linked at intake: {body}");
+    assert_eq!(gw.operation("site:e2e-r2").await["crm_id"], first["crm_id"]);
+    assert_eq!(gw.fake.calls("crm.lead.add"), 1, "no second entity");
+    let history = gw.store().rules_history(Some("site"), 10).await.unwrap();
+    assert_eq!(history[0].actor, operator());
+    gw.stop().await;
+}
+
+async fn edit_rules(c: &Client) {
+    click(c, "[data-testid=nav-rules]").await;
+    el(c, "[data-testid=rules-row-site]").await;
+    choose(c, "[data-testid=rule-site]", "link").await;
+    // The site's form and the chat are one channel: a match between them links.
+    let channel = el(c, "[data-testid=channel-chat]").await;
+    channel.clear().await.unwrap();
+    channel.send_keys("site").await.unwrap();
+    click(c, "[data-testid=save-chat]").await;
+    text_until(c, "[data-testid=rules-notice]", "chat saved", |t| {
+        t.contains("chat") && t.contains("version 2")
+    })
+    .await;
+    click(c, "[data-testid=save-site]").await;
+    text_until(c, "[data-testid=rules-notice]", "site saved", |t| {
+        t.contains("site") && t.contains("version 2")
+    })
+    .await;
+    text_until(c, "[data-testid=rules-history-row]", "the change in the history", |t| {
+        t.contains(&operator()) && t.contains("create a new deal → link to the newest deal")
+    })
+    .await;
+    text_until(c, "[data-testid=rules-row-site]", "the channel shared", |t| {
+        t.contains("One channel with chat")
+    })
+    .await;
+    shot(c, "rules.png").await;
+}
+
 async fn update_crm(c: &Client, db: &dyn Store) {
     tab(c, "payload_conflict").await;
     open_row(c, "site:e2e-upd").await;

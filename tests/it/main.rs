@@ -22,6 +22,7 @@ mod pull;
 mod races;
 mod retention;
 mod roles;
+mod rules;
 mod search;
 mod security;
 mod self_contained;

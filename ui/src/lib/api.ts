@@ -20,6 +20,8 @@ import type {
   QueueQuery,
   QueueRow,
   Range,
+  RulesEdit,
+  RulesView,
   SearchResults,
   Selection,
   Settings,
@@ -76,6 +78,10 @@ export const api = {
   exportCsv: (request: ExportRequest) => call<[string, number]>("export_csv", { request }),
   /** Operations of any status by key, phone in any format, e-mail, crm_id or name. */
   search: (query: string, cursor: string | null) => call<SearchResults>("search", { query, cursor }),
+  /** Every source's business rules and their history. */
+  rules: () => call<RulesView>("rules"),
+  /** A manager's edit of one source's rules, at the version shown; answers the rules after it. */
+  setRules: (edit: RulesEdit) => call<RulesView>("set_rules", { edit }),
   /** Opens a CRM page in the system browser; any other address is refused by the shell. */
   openInBrowser: async (url: string): Promise<void> => {
     try {
