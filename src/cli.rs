@@ -429,7 +429,10 @@ async fn rules(command: RulesCommand) -> anyhow::Result<ExitCode> {
     };
     match command {
         RulesCommand::List { .. } => {
-            println!("{:<20} {:<7} {:<10} {:<20} version", "source", "rule", "window", "channel");
+            println!(
+                "{:<20} {:<7} {:<10} {:<20} version",
+                "source", "rule", "window", "channel"
+            );
             for s in store.business_rules().await? {
                 println!(
                     "{:<20} {:<39} v{} by {} at {}",
@@ -443,7 +446,11 @@ async fn rules(command: RulesCommand) -> anyhow::Result<ExitCode> {
         }
         RulesCommand::History { source, limit, .. } => {
             for c in store.rules_history(source.as_deref(), limit).await? {
-                let before = c.before.as_ref().map(&show).unwrap_or_else(|| "(seeded)".into());
+                let before = c
+                    .before
+                    .as_ref()
+                    .map(&show)
+                    .unwrap_or_else(|| "(seeded)".into());
                 println!(
                     "{} {:<20} v{:<3} {:<20} {} -> {}",
                     c.changed_at.to_rfc3339(),
@@ -469,7 +476,10 @@ async fn rules(command: RulesCommand) -> anyhow::Result<ExitCode> {
                 .into_iter()
                 .find(|s| s.rules.source == source)
             else {
-                eprintln!("leadgate: {}", crate::domain::Refusal::UnknownRuleSource { name: source });
+                eprintln!(
+                    "leadgate: {}",
+                    crate::domain::Refusal::UnknownRuleSource { name: source }
+                );
                 return Ok(ExitCode::from(2));
             };
             let rules = store::SourceRules {

@@ -1099,7 +1099,10 @@ async fn a_manager_changes_a_rule_and_the_running_gateway_matches_by_it_in_a_rea
     let want = gw.store().rules_version().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while rules.current().version != want {
-        assert!(Instant::now() < deadline, "the gateway never read the new rules");
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never read the new rules"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (_, body, _) = gw
@@ -1131,13 +1134,19 @@ async fn edit_rules(c: &Client) {
         t.contains("site") && t.contains("version 2")
     })
     .await;
-    text_until(c, "[data-testid=rules-history-row]", "the change in the history", |t| {
-        t.contains(&operator()) && t.contains("create a new deal → link to the newest deal")
-    })
+    text_until(
+        c,
+        "[data-testid=rules-history-row]",
+        "the change in the history",
+        |t| t.contains(&operator()) && t.contains("create a new deal → link to the newest deal"),
+    )
     .await;
-    text_until(c, "[data-testid=rules-row-site]", "the channel shared", |t| {
-        t.contains("One channel with chat")
-    })
+    text_until(
+        c,
+        "[data-testid=rules-row-site]",
+        "the channel shared",
+        |t| t.contains("One channel with chat"),
+    )
     .await;
     shot(c, "rules.png").await;
 }

@@ -66,7 +66,10 @@ pub fn step_for(rule: MatchRule, matches: &[MatchFact<'_>]) -> MatchStep {
             .find_map(|m| m.crm_id);
         return match_step(MatchRule::Link, linked.map(str::to_owned));
     }
-    match_step(rule, matches.iter().find_map(|m| m.crm_id).map(str::to_owned))
+    match_step(
+        rule,
+        matches.iter().find_map(|m| m.crm_id).map(str::to_owned),
+    )
 }
 
 /// The other sources of `source`'s channel, among `all`.
@@ -133,7 +136,11 @@ mod tests {
             // another source of the same channel: the same request again, linked
             (Create, vec![sibling(Some("9"))], S::Link("9".into())),
             (Review, vec![sibling(Some("9"))], S::Link("9".into())),
-            (Create, vec![own(Some("1")), sibling(Some("9"))], S::Link("9".into())),
+            (
+                Create,
+                vec![own(Some("1")), sibling(Some("9"))],
+                S::Link("9".into()),
+            ),
             // its entity is not known yet: a person decides
             (Create, vec![sibling(None)], S::Review),
         ];

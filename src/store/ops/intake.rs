@@ -189,7 +189,8 @@ async fn match_contacts<T: WriteTx>(
     let matches: Vec<Value> = rows
         .iter()
         .map(|r| {
-            let mut v = json!({"operation_id": r.operation_id, "crm_id": r.crm_id, "status": r.status});
+            let mut v =
+                json!({"operation_id": r.operation_id, "crm_id": r.crm_id, "status": r.status});
             // Only when the channel has other sources: the event reads as before otherwise.
             if same_channel(r) {
                 v["same_channel"] = json!(true);
