@@ -6,6 +6,9 @@
 //! The fourth test keeps the original of a payload conflict and updates the CRM: a real
 //! gateway and worker on the same database send the changed phone to a fake Bitrix24.
 //!
+//! One test changes a business rule on the Rules screen while a gateway runs, and
+//! checks the gateway matches the next delivery by it.
+//!
 //! The third test clicks desktop notifications: a private D-Bus session bus with a fake
 //! notification server (tests/fake_notifications.py) stands in for the desktop.
 //!
@@ -1148,6 +1151,13 @@ async fn edit_rules(c: &Client) {
         |t| t.contains("One channel with chat"),
     )
     .await;
+    // The changed rows and the history below them in one picture.
+    c.execute(
+        "document.querySelector('[data-testid=rules-row-chat]').scrollIntoView({block: 'start'})",
+        vec![],
+    )
+    .await
+    .unwrap();
     shot(c, "rules.png").await;
 }
 
