@@ -368,3 +368,73 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+each_backend!(
+    admins_script_the_rules_with_the_command_line,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("leadgate.toml");
+        std::fs::write(&config, format!("[database]\nurl = \"{}\"\n", db.url)).unwrap();
+        let config = config.to_str().unwrap().to_owned();
+        let run = |args: &[&str]| {
+            let mut all = vec!["rules"];
+            all.extend_from_slice(args);
+            all.extend_from_slice(&["--config", &config]);
+            let out = leadgate_testkit::process::command(env!("CARGO_BIN_EXE_leadgate"), &all)
+                .env("LEADGATE_OPERATOR", "ops-script")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.code(), text)
+        };
+        let (code, out) = run(&["set", "calls", "--rule", "review", "--window", "7d"]);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(
+            out.contains("review") && out.contains("7days") && out.contains("version 2"),
+            "{out}"
+        );
+        for (args, says) in [
+            (vec!["set", "calls", "--window", "0s"], "out of range"),
+            (
+                vec!["set", "calls", "--channel", "a b"],
+                "not a channel name",
+            ),
+            (
+                vec!["set", "calls", "--rule", "create", "--from-version", "1"],
+                "changed these rules",
+            ),
+            (
+                vec!["set", "nowhere", "--rule", "create"],
+                "no business rules for the source `nowhere`",
+            ),
+        ] {
+            let (code, out) = run(&args);
+            assert_eq!(code, Some(2), "{args:?}: {out}");
+            assert!(out.contains(says), "{args:?}: {out}");
+        }
+        let (code, out) = run(&["set", "calls", "--rule", "merge"]);
+        assert_ne!(code, Some(0), "{out}");
+        let calls = gw.store().rules_history(Some("calls"), 10).await.unwrap();
+        assert_eq!(calls.len(), 2, "only the one good change: {calls:?}");
+        assert_eq!(calls[0].actor, "cli:ops-script");
+        let (code, out) = run(&["history", "--source", "calls"]);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(
+            out.contains("cli:ops-script") && out.contains("(seeded)"),
+            "{out}"
+        );
+        let (code, out) = run(&["list"]);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("calls") && l.contains("review")),
+            "{out}"
+        );
+        gw.stop().await;
+    }
+);
