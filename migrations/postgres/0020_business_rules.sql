@@ -18,6 +18,11 @@ create table business_rules (
     changed_by  text not null
 );
 
+-- Consoles listen (0004's console_notify): another manager's edit shows on the Rules
+-- screen at once. Edits are rare: NOTIFY serialising their commits costs nothing.
+create trigger business_rules_notify after insert or update on business_rules
+    for each row execute function console_notify();
+
 -- Who changed what, when, from what to what: one row per version of a source's rules.
 create table business_rule_history (
     id          bigserial primary key,
