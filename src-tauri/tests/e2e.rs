@@ -1290,6 +1290,13 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
     leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
         let store = db.store().await;
         let s = leadgate_testkit::seed::seed(&*store).await.unwrap();
+        let site = leadgate::store::SourceRules {
+            source: "site".into(),
+            rule: leadgate::domain::MatchRule::Create,
+            window_secs: 14 * 86400,
+            channel: "site".into(),
+        };
+        store.seed_rules(&[site], store.now()).await.unwrap();
         let people = People::new(&db.url).await;
         let gw = gateway(store.clone());
         let dir = tempfile::tempdir().unwrap();
@@ -1324,6 +1331,17 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
                         "no search for support"
                     );
                     shot(&c, "support-view.png").await;
+                    // The business rules: read, not changed (a manager's).
+                    click(&c, "[data-testid=nav-rules]").await;
+                    el(&c, "[data-testid=rules-readonly]").await;
+                    text_until(&c, "[data-testid=rule-site]", "the rule, read-only", |t| {
+                        t == "create a new deal"
+                    })
+                    .await;
+                    assert!(
+                        c.find(css("[data-testid=save-site]")).await.is_err(),
+                        "support changes no rule"
+                    );
                 }
             })
             .await;
