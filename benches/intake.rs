@@ -253,6 +253,7 @@ async fn bench(label: &str, url: &str) {
             region: Default::default(),
             window: Duration::from_secs(14 * 86400),
         },
+        rules: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url_intake = format!(

@@ -22,6 +22,8 @@ const COMMANDS: &[&str] = &[
     "search",
     "diagnoses",
     "diagnosis",
+    "rules",
+    "set_rules",
 ];
 
 fn main() {

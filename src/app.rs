@@ -29,6 +29,8 @@ pub struct Running {
     /// Where the intake listens (with `Mode::Serve`).
     pub addr: Option<SocketAddr>,
     pub store: Arc<dyn Store>,
+    /// The business rules intake matches by, as this gateway last read them.
+    pub rules: Arc<intake::LiveRules>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
@@ -64,6 +66,15 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             .await
             .context("publishing the CRM's web links")?;
     }
+    // The business rules: a source the database has none for gets the TOML's; the
+    // database decides from then on, and every gateway reads it live.
+    seed_rules(&*store, config).await?;
+    let rules = Arc::new(intake::LiveRules::default());
+    let live_rules = Arc::clone(&rules);
+    rules
+        .refresh(&*store)
+        .await
+        .context("reading the business rules")?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 
@@ -162,6 +173,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                     .map_err(anyhow::Error::msg)?,
                 window: config.matching.window,
             },
+            rules: Arc::clone(&rules),
         };
         // Pull sources: refused here, before anything listens, when one lacks credentials.
         let pullers =
@@ -193,6 +205,13 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 tracing::error!(error = %e, "intake server failed");
             }
         });
+        let (rules_store, rx) = (Arc::clone(&store), shutdown_rx.clone());
+        tasks.spawn(crate::supervise::supervise(
+            "rules",
+            shutdown_rx.clone(),
+            crate::supervise::RESTART_DELAY,
+            move || rules_loop(Arc::clone(&rules_store), Arc::clone(&rules), rx.clone()),
+        ));
         let (retention_store, full, every, rx) = (
             Arc::clone(&store),
             config.retention.full,
@@ -227,9 +246,79 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     Ok(Running {
         addr,
         store,
+        rules: live_rules,
         shutdown,
         tasks,
     })
+}
+
+/// Gives each configured source without business rules the TOML's (`on_contact_match`,
+/// `[matching] window`, its own channel), and says once where the TOML now disagrees with
+/// the database, which decides.
+async fn seed_rules(store: &dyn Store, config: &Config) -> anyhow::Result<()> {
+    let window_secs = i64::try_from(config.matching.window.as_secs()).unwrap_or(i64::MAX);
+    let seeds: Vec<store::SourceRules> = config
+        .sources
+        .iter()
+        .map(|s| store::SourceRules {
+            source: s.name.clone(),
+            rule: s.on_contact_match,
+            window_secs,
+            channel: s.name.clone(),
+        })
+        .collect();
+    let seeded = store
+        .seed_rules(&seeds, store.now())
+        .await
+        .context("seeding the business rules from [matching] window and on_contact_match")?;
+    for source in &seeded {
+        tracing::info!(%source, "business rules seeded from the configuration");
+    }
+    let stored = store.business_rules().await?;
+    for seed in &seeds {
+        let Some(s) = stored.iter().find(|s| s.rules.source == seed.source) else {
+            continue;
+        };
+        if s.rules.rule != seed.rule || s.rules.window_secs != seed.window_secs {
+            tracing::warn!(
+                source = %seed.source,
+                database_rule = %s.rules.rule,
+                database_window_secs = s.rules.window_secs,
+                toml_rule = %seed.rule,
+                toml_window_secs = seed.window_secs,
+                "the business rules in the database differ from the TOML's on_contact_match / \
+                 [matching] window; the database decides (the TOML only seeds a new source): \
+                 change them in the console's Rules screen or with `leadgate rules set`"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// How often a gateway looks whether the business rules changed.
+pub const RULES_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps intake's business rules current: one cheap read of the history's newest id per
+/// round, the rules read again only when it moved.
+async fn rules_loop(
+    store: Arc<dyn Store>,
+    rules: Arc<intake::LiveRules>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(RULES_POLL) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        match rules.refresh(&*store).await {
+            Ok(true) => tracing::info!(
+                version = rules.current().version,
+                "business rules changed; matching follows them from the next delivery"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the business rules failed; trying again"),
+        }
+    }
 }
 
 /// How often a gateway looks for people's requests (a console waits about this long

@@ -4,8 +4,8 @@
 use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
     CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, DiagnosisRow,
-    DiagnosisView, ExportRequest, QueuePage, QueueQuery, QueueRow, Range, SearchResults, Selection,
-    Settings, Tab, TabCounts,
+    DiagnosisView, ExportRequest, QueuePage, QueueQuery, QueueRow, Range, RulesEdit, RulesView,
+    SearchResults, Selection, Settings, Tab, TabCounts,
 };
 use tauri::State;
 
@@ -205,5 +205,21 @@ pub async fn search(
         .console()
         .await?
         .search(&query, cursor, Some(50))
+        .await
+}
+
+/// Every source's business rules and their history.
+#[tauri::command]
+pub async fn rules(state: S<'_>) -> ApiResult<RulesView> {
+    state.console().await?.rules().await
+}
+
+/// A manager's edit of one source's business rules.
+#[tauri::command]
+pub async fn set_rules(state: S<'_>, edit: RulesEdit) -> ApiResult<RulesView> {
+    state
+        .console()
+        .await?
+        .set_rules(&state.operator().await?, edit)
         .await
 }

@@ -170,6 +170,8 @@ pub fn run() {
             commands::bulk_progress,
             commands::export_csv,
             commands::search,
+            commands::rules,
+            commands::set_rules,
         ])
         .run(tauri::generate_context!())
         .expect("error while running the Leadgate console");

@@ -6,6 +6,9 @@
 //! The fourth test keeps the original of a payload conflict and updates the CRM: a real
 //! gateway and worker on the same database send the changed phone to a fake Bitrix24.
 //!
+//! One test changes a business rule on the Rules screen while a gateway runs, and
+//! checks the gateway matches the next delivery by it.
+//!
 //! The third test clicks desktop notifications: a private D-Bus session bus with a fake
 //! notification server (tests/fake_notifications.py) stands in for the desktop.
 //!
@@ -1142,6 +1145,97 @@ async fn keep_original_and_update_sends_the_changed_phone_to_the_crm_in_a_real_w
     gw.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_changes_a_rule_and_the_running_gateway_matches_by_it_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let gw = leadgate_testkit::gateway::Gateway::start_on(&url, "").await;
+    // The form's rule, seeded from the TOML, is `create`: a second form with the same phone
+    // would be a second CRM entity.
+    gw.post_json("site", &leadgate_testkit::gateway::lead("e2e-r1"))
+        .await;
+    let first = gw.wait_status("site:e2e-r1", "completed").await;
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url}).to_string(),
+    )
+    .unwrap();
+    let _driver = start_driver(&settings, &[]);
+    let c = connect_client().await;
+    let steps = tokio::spawn({
+        let c = c.clone();
+        async move { edit_rules(&c).await }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+    // The running gateway, never restarted, matches the next form by the new rule.
+    let rules = std::sync::Arc::clone(&gw.running.as_ref().unwrap().rules);
+    let want = gw.store().rules_version().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rules.current().version != want {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never read the new rules"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, body, _) = gw
+        .post_json("site", &leadgate_testkit::gateway::lead("e2e-r2"))
+        .await;
+    assert_eq!(body["status"], "completed", "linked at intake: {body}");
+    assert_eq!(gw.operation("site:e2e-r2").await["crm_id"], first["crm_id"]);
+    assert_eq!(gw.fake.calls("crm.lead.add"), 1, "no second entity");
+    let history = gw.store().rules_history(Some("site"), 10).await.unwrap();
+    assert_eq!(history[0].actor, operator());
+    gw.stop().await;
+}
+
+async fn edit_rules(c: &Client) {
+    click(c, "[data-testid=nav-rules]").await;
+    el(c, "[data-testid=rules-row-site]").await;
+    choose(c, "[data-testid=rule-site]", "link").await;
+    // The site's form and the chat are one channel: a match between them links.
+    let channel = el(c, "[data-testid=channel-chat]").await;
+    channel.clear().await.unwrap();
+    channel.send_keys("site").await.unwrap();
+    click(c, "[data-testid=save-chat]").await;
+    text_until(c, "[data-testid=rules-notice]", "chat saved", |t| {
+        t.contains("chat") && t.contains("version 2")
+    })
+    .await;
+    click(c, "[data-testid=save-site]").await;
+    text_until(c, "[data-testid=rules-notice]", "site saved", |t| {
+        t.contains("site") && t.contains("version 2")
+    })
+    .await;
+    text_until(
+        c,
+        "[data-testid=rules-history-row]",
+        "the change in the history",
+        |t| t.contains(&operator()) && t.contains("create a new deal → link to the newest deal"),
+    )
+    .await;
+    text_until(
+        c,
+        "[data-testid=rules-row-site]",
+        "the channel shared",
+        |t| t.contains("One channel with chat"),
+    )
+    .await;
+    // The changed rows and the history below them in one picture.
+    c.execute(
+        "document.querySelector('[data-testid=rules-row-chat]').scrollIntoView({block: 'start'})",
+        vec![],
+    )
+    .await
+    .unwrap();
+    shot(c, "rules.png").await;
+}
+
 async fn update_crm(c: &Client, db: &dyn Store) {
     tab(c, "payload_conflict").await;
     open_row(c, "site:e2e-upd").await;
@@ -1271,6 +1365,13 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
     leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
         let store = db.store().await;
         let s = leadgate_testkit::seed::seed(&*store).await.unwrap();
+        let site = leadgate::store::SourceRules {
+            source: "site".into(),
+            rule: leadgate::domain::MatchRule::Create,
+            window_secs: 14 * 86400,
+            channel: "site".into(),
+        };
+        store.seed_rules(&[site], store.now()).await.unwrap();
         let people = People::new(&db.url).await;
         let gw = gateway(store.clone());
         let dir = tempfile::tempdir().unwrap();
@@ -1305,6 +1406,17 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
                         "no search for support"
                     );
                     shot(&c, "support-view.png").await;
+                    // The business rules: read, not changed (a manager's).
+                    click(&c, "[data-testid=nav-rules]").await;
+                    el(&c, "[data-testid=rules-readonly]").await;
+                    text_until(&c, "[data-testid=rule-site]", "the rule, read-only", |t| {
+                        t == "create a new deal"
+                    })
+                    .await;
+                    assert!(
+                        c.find(css("[data-testid=save-site]")).await.is_err(),
+                        "support changes no rule"
+                    );
                 }
             })
             .await;

@@ -3,6 +3,7 @@
 //! everything above imports from here, never the other way round.
 
 mod attempt;
+pub mod business;
 pub mod contact;
 mod error_class;
 mod fingerprint;

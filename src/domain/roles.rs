@@ -12,7 +12,8 @@ pub enum Role {
     Support,
     /// The review queue and its actions, except on cross-channel matches and *Create new*.
     SalesOps,
-    /// What sales ops may, and cross-channel matches and *Create new*.
+    /// What sales ops may, and cross-channel matches and *Create new*; the business
+    /// rules (what a contact match means, the window, the channels).
     Manager,
     /// The dashboard's figures and the connectors (resume); users through `leadgate user`.
     Admin,
@@ -47,12 +48,15 @@ pub enum AskKind {
     /// Put "I was notified" on a timeline.
     Notified,
     ResumeConnector,
+    /// Change a source's business rules (matching rule, window, channel).
+    EditRules,
 }
 
 /// May `role` ask for `kind`? Whether the rules then allow it is `rules::decide`'s.
 pub fn may_ask(role: Role, kind: AskKind) -> bool {
     match kind {
         AskKind::ResumeConnector => role == Role::Admin,
+        AskKind::EditRules => role == Role::Manager,
         AskKind::OpenReview | AskKind::Notified => role.reads_cases(),
         AskKind::Resolve(reason, resolution) => match role {
             Role::Manager => true,
@@ -84,6 +88,7 @@ mod tests {
             (AskKind::OpenReview, [false, true, true, false]),
             (AskKind::Notified, [false, true, true, false]),
             (AskKind::ResumeConnector, [false, false, false, true]),
+            (AskKind::EditRules, [false, false, true, false]),
         ];
         for (kind, expected) in table {
             for (role, want) in Role::ALL.iter().zip(expected) {

@@ -64,6 +64,14 @@ pub enum Refusal {
     UpdateNotOurs,
     #[error("a later delivery's changes were already sent to this CRM entity (or are on their way): keep the original, or accept this delivery as new")]
     UpdateSuperseded,
+    #[error("there are no business rules for the source `{name}` (a source gets them when a gateway configured with it starts)")]
+    UnknownRuleSource { name: String },
+    #[error("a matching window of {secs} s is out of range: from 1 second to 365 days")]
+    RuleWindowOutOfRange { secs: i64 },
+    #[error("`{channel}` is not a channel name: use letters, digits, `-` and `_` (up to 64)")]
+    RuleChannelName { channel: String },
+    #[error("someone changed these rules since you opened them (now version {current}); reload and edit again")]
+    RulesChanged { current: i64 },
 }
 
 impl Refusal {
@@ -93,6 +101,10 @@ impl Refusal {
         "update_without_entity",
         "update_not_ours",
         "update_superseded",
+        "unknown_rule_source",
+        "rule_window_out_of_range",
+        "rule_channel_name",
+        "rules_changed",
     ];
 
     /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
@@ -110,6 +122,10 @@ impl Refusal {
             | Refusal::NotInBulk { reason } => Some(reason.to_string()),
             Refusal::AttemptInFlight { until } => Some(until.to_rfc3339()),
             Refusal::AcceptedExists { operation_id } => Some(operation_id.clone()),
+            Refusal::UnknownRuleSource { name } => Some(name.clone()),
+            Refusal::RuleWindowOutOfRange { secs } => Some(secs.to_string()),
+            Refusal::RuleChannelName { channel } => Some(channel.clone()),
+            Refusal::RulesChanged { current } => Some(current.to_string()),
             _ => None,
         }
     }
@@ -141,6 +157,10 @@ impl Refusal {
             Refusal::UpdateWithoutEntity => "update_without_entity",
             Refusal::UpdateNotOurs => "update_not_ours",
             Refusal::UpdateSuperseded => "update_superseded",
+            Refusal::UnknownRuleSource { .. } => "unknown_rule_source",
+            Refusal::RuleWindowOutOfRange { .. } => "rule_window_out_of_range",
+            Refusal::RuleChannelName { .. } => "rule_channel_name",
+            Refusal::RulesChanged { .. } => "rules_changed",
         }
     }
 }

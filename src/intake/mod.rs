@@ -40,12 +40,77 @@ pub struct IntakeState {
     pub tombstone: std::time::Duration,
     pub stale_after: std::time::Duration,
     pub matching: MatchingSettings,
+    /// The business rules (migration 0020), kept current by the gateway's refresher.
+    pub rules: Arc<LiveRules>,
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct MatchingSettings {
     pub region: contact::Region,
+    /// `[matching] window`: only for a source the database has no rules for yet (a
+    /// running gateway seeded them all at its start).
     pub window: std::time::Duration,
+}
+
+/// The business rules every delivery is matched by (migration 0020), as of the
+/// database's last version this gateway read: intake reads them without a statement, and
+/// [`LiveRules::refresh`] swaps them whole when the version moved.
+#[derive(Debug, Default)]
+pub struct LiveRules {
+    book: std::sync::RwLock<Arc<RuleBook>>,
+}
+
+/// The rules of every source at one version of the history.
+#[derive(Debug, Default)]
+pub struct RuleBook {
+    pub version: i64,
+    pub sources: HashMap<String, SourceMatching>,
+}
+
+/// What matching a source's new operations takes from its rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceMatching {
+    pub rule: crate::domain::MatchRule,
+    pub window: std::time::Duration,
+    /// The other sources of its channel.
+    pub same_channel: Vec<String>,
+}
+
+impl LiveRules {
+    pub fn current(&self) -> Arc<RuleBook> {
+        Arc::clone(&self.book.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Reads the rules again if the database's version moved since; true when it did.
+    /// The version is read before the rules, so rules newer than it are read again on the
+    /// next round, never older ones kept.
+    pub async fn refresh(&self, store: &dyn Store) -> Result<bool, StoreError> {
+        let version = store.rules_version().await?;
+        if version == self.current().version {
+            return Ok(false);
+        }
+        let stored = store.business_rules().await?;
+        let all: Vec<_> = stored.into_iter().map(|s| s.rules).collect();
+        let sources = all
+            .iter()
+            .map(|r| {
+                let same_channel = crate::domain::business::channel_siblings(&r.source, &all)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
+                let window = std::time::Duration::from_secs(r.window_secs.max(0) as u64);
+                let m = SourceMatching {
+                    rule: r.rule,
+                    window,
+                    same_channel,
+                };
+                (r.source.clone(), m)
+            })
+            .collect();
+        let book = Arc::new(RuleBook { version, sources });
+        *self.book.write().unwrap_or_else(|e| e.into_inner()) = book;
+        Ok(true)
+    }
 }
 
 /// Settings of the claim API.
@@ -497,9 +562,18 @@ fn delivery(
             .as_deref()
             .and_then(crate::domain::search::display_name),
     };
-    let matching = Some(Matching {
-        rule: source.on_contact_match,
-        since: store::before(received_at, state.matching.window),
+    let rules = state.rules.current();
+    let matching = Some(match rules.sources.get(&source.name) {
+        Some(m) => Matching {
+            rule: m.rule,
+            since: store::before(received_at, m.window),
+            same_channel: m.same_channel.clone(),
+        },
+        None => Matching {
+            rule: source.on_contact_match,
+            since: store::before(received_at, state.matching.window),
+            same_channel: vec![],
+        },
     });
     Ok(NewDelivery {
         operation_id: operation_id.clone(),

@@ -129,11 +129,43 @@ pub struct NewDelivery {
     pub matching: Option<Matching>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Matching {
     pub rule: MatchRule,
     pub since: DateTime<Utc>,
+    /// The other sources of the delivery's channel (`domain::business::step_for`): empty
+    /// when the source is its own channel.
+    pub same_channel: Vec<String>,
 }
+
+pub use crate::domain::business::SourceRules;
+
+/// A source's business rules as stored (migration 0020).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRules {
+    pub rules: SourceRules,
+    /// Each edit names the version it was made from.
+    pub version: i64,
+    pub changed_at: DateTime<Utc>,
+    /// The login (or OS user) of the last edit; `configuration` when seeded.
+    pub changed_by: String,
+}
+
+/// One version in the business rules' history: who changed what, when, from what to what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleChange {
+    pub id: i64,
+    pub source: String,
+    pub version: i64,
+    pub actor: String,
+    pub changed_at: DateTime<Utc>,
+    /// `None`: seeded from the configuration.
+    pub before: Option<SourceRules>,
+    pub after: SourceRules,
+}
+
+/// The actor of rules a gateway seeded from its TOML.
+pub const SEEDED_BY: &str = "configuration";
 
 /// A delivery refused before it could become an operation. Kept all the same: nothing
 /// that reached the gateway is lost.
@@ -648,6 +680,18 @@ pub trait Store: Send + Sync + 'static {
     /// Every connector's published web pages, the most recently published first.
     async fn crm_links(&self) -> Result<Vec<CrmLinks>>;
     /// A pull source's mark in its sender's queue (migration 0018), `None` before the first.
+    /// Every source's business rules (migration 0020), by source.
+    async fn business_rules(&self) -> Result<Vec<StoredRules>>;
+    /// The rules' newest history id: changes whenever any source's rules do (a gateway
+    /// polls it, and reads the rules again when it moved).
+    async fn rules_version(&self) -> Result<i64>;
+    /// The rules' history, newest first, of one source or all.
+    async fn rules_history(&self, source: Option<&str>, limit: i64) -> Result<Vec<RuleChange>>;
+    /// Gives each source that has no rules yet these (a gateway's TOML values), recorded in
+    /// the history as seeded by [`SEEDED_BY`]; the sources seeded. Rules a source has
+    /// are never changed here.
+    async fn seed_rules(&self, seeds: &[SourceRules], now: DateTime<Utc>) -> Result<Vec<String>>;
+
     async fn pull_mark(&self, source: &str) -> Result<Option<String>>;
     /// Saves a pull source's mark, replacing the one before.
     async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()>;

@@ -47,6 +47,11 @@ pub enum Ask {
     ResumeConnector {
         name: String,
     },
+    /// A source's business rules, replaced if still at `expected_version`.
+    SetRules {
+        expected_version: i64,
+        rules: super::SourceRules,
+    },
 }
 
 impl Ask {
@@ -57,6 +62,7 @@ impl Ask {
             Ask::OpenReview { .. } => AskKind::OpenReview,
             Ask::Notified { .. } => AskKind::Notified,
             Ask::ResumeConnector { .. } => AskKind::ResumeConnector,
+            Ask::SetRules { .. } => AskKind::EditRules,
         })
     }
 
@@ -67,6 +73,7 @@ impl Ask {
             Ask::OpenReview { .. } => "open_review",
             Ask::Notified { .. } => "notified",
             Ask::ResumeConnector { .. } => "resume_connector",
+            Ask::SetRules { .. } => "set_rules",
         }
     }
 
@@ -83,6 +90,9 @@ impl Ask {
                 (None, None, Some(operation_id.to_string()), None)
             }
             Ask::ResumeConnector { name } => (None, None, None, Some(name.clone())),
+            Ask::SetRules {
+                expected_version, ..
+            } => (None, Some(*expected_version), None, None),
         }
     }
 
@@ -108,6 +118,7 @@ impl Ask {
                 serde_json::json!({"detail": detail})
             }
             Ask::ResumeConnector { .. } => serde_json::json!({}),
+            Ask::SetRules { rules, .. } => serde_json::json!(rules),
         };
         v.to_string()
     }
@@ -181,6 +192,10 @@ impl Ask {
             "resume_connector" => Ask::ResumeConnector {
                 name: connector.ok_or_else(|| bad("no connector"))?,
             },
+            "set_rules" => Ask::SetRules {
+                expected_version: expected_version.ok_or_else(|| bad("no version"))?,
+                rules: serde_json::from_value(body.clone()).map_err(|e| bad(&e.to_string()))?,
+            },
             other => return Err(bad(&format!("unknown kind `{other}`"))),
         })
     }
@@ -200,6 +215,9 @@ pub enum Answer {
     Noted,
     Resumed {
         resumed: bool,
+    },
+    RulesSet {
+        version: i64,
     },
 }
 
@@ -382,6 +400,15 @@ mod tests {
             },
             Ask::ResumeConnector {
                 name: "bitrix24".into(),
+            },
+            Ask::SetRules {
+                expected_version: 2,
+                rules: super::super::SourceRules {
+                    source: "calls".into(),
+                    rule: crate::domain::MatchRule::Review,
+                    window_secs: 7200,
+                    channel: "phone".into(),
+                },
             },
         ];
         for ask in asks {

@@ -48,6 +48,10 @@ pub(super) const REQUEST_COLUMNS: &str =
     "select id, actor, kind, case_id, operation_id, connector, \
      expected_version, body from human_requests";
 
+/// A source's business rules (migration 0020), as `rules_from_row` reads them.
+pub(super) const RULES_COLUMNS: &str = "select source, rule, window_secs, channel, version, \
+     changed_at, changed_by from business_rules";
+
 pub(super) const CASE_COLUMNS: &str = "c.id, c.operation_id, o.source, c.reason, o.status, \
     c.opened_at, c.resolved_at, c.resolution, c.resolved_by, c.comment, c.delivery_id, c.detail, \
     o.version";
@@ -92,6 +96,7 @@ macro_rules! sql_store {
         };
         use $crate::store::sql::{
             SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_REDELIVERY, PICK_STALE, REQUEST_COLUMNS,
+            RULES_COLUMNS,
         };
         use $crate::store::requests::outcome_of as requests_outcome_of;
         use $crate::store::*;
@@ -124,6 +129,20 @@ macro_rules! sql_store {
                 groups: r.try_get("group_count")?,
                 pairs: r.try_get("pair_count")?,
                 totals: serde_json::from_str(&totals).map_err(corrupt)?,
+            })
+        }
+
+        fn rules_from_row(r: &$row) -> Result<StoredRules> {
+            Ok(StoredRules {
+                rules: SourceRules {
+                    source: r.try_get("source")?,
+                    rule: r.try_get::<String, _>("rule")?.parse().map_err(corrupt)?,
+                    window_secs: r.try_get("window_secs")?,
+                    channel: r.try_get("channel")?,
+                },
+                version: r.try_get("version")?,
+                changed_at: r.try_get("changed_at")?,
+                changed_by: r.try_get("changed_by")?,
             })
         }
 
@@ -615,15 +634,15 @@ macro_rules! sql_store {
                 since: DateTime<Utc>,
                 contact: &ContactKeys,
             ) -> Result<Vec<ContactMatch>> {
-                let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
+                let rows: Vec<(String, String, Option<String>, String)> = sqlx::query_as(
                     // Newest first from each index (contact, created_at), so a phone shared by
                     // thousands of leads (a switchboard) costs ten index entries, not thousands.
-                    "select operation_id, crm_id, status from ( \
-                       select * from (select operation_id, crm_id, status, created_at from operations \
+                    "select operation_id, source, crm_id, status from ( \
+                       select * from (select operation_id, source, crm_id, status, created_at from operations \
                          where contact_phone = $3 and created_at >= $2 and operation_id <> $1 \
                          order by created_at desc limit 10) p \
                        union \
-                       select * from (select operation_id, crm_id, status, created_at from operations \
+                       select * from (select operation_id, source, crm_id, status, created_at from operations \
                          where contact_email = $4 and created_at >= $2 and operation_id <> $1 \
                          order by created_at desc limit 10) e \
                      ) m order by created_at desc limit 10",
@@ -636,7 +655,7 @@ macro_rules! sql_store {
                 .await?;
                 Ok(rows
                     .into_iter()
-                    .map(|(operation_id, crm_id, status)| ContactMatch { operation_id, crm_id, status })
+                    .map(|(operation_id, source, crm_id, status)| ContactMatch { operation_id, source, crm_id, status })
                     .collect())
             }
 
@@ -721,6 +740,81 @@ macro_rules! sql_store {
                     .bind(id)
                     .execute(&mut *self.0)
                     .await?;
+                Ok(())
+            }
+
+            async fn lock_rules(&mut self, source: &str) -> Result<Option<StoredRules>> {
+                let sql = format!("{RULES_COLUMNS} where source = $1{}", $lock_row);
+                let row = sqlx::query(&sql).bind(source).fetch_optional(&mut *self.0).await?;
+                row.as_ref().map(rules_from_row).transpose()
+            }
+
+            async fn insert_rules(
+                &mut self,
+                rules: &SourceRules,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
+                let done = sqlx::query(
+                    "insert into business_rules (source, rule, window_secs, channel, version, \
+                     changed_at, changed_by) values ($1, $2, $3, $4, 1, $5, $6) \
+                     on conflict (source) do nothing",
+                )
+                .bind(&rules.source)
+                .bind(rules.rule.as_str())
+                .bind(rules.window_secs)
+                .bind(&rules.channel)
+                .bind(now)
+                .bind(actor)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn save_rules(
+                &mut self,
+                rules: &SourceRules,
+                version: i64,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                sqlx::query(
+                    "update business_rules set rule = $2, window_secs = $3, channel = $4, \
+                     version = $5, changed_at = $6, changed_by = $7 where source = $1",
+                )
+                .bind(&rules.source)
+                .bind(rules.rule.as_str())
+                .bind(rules.window_secs)
+                .bind(&rules.channel)
+                .bind(version)
+                .bind(now)
+                .bind(actor)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn append_rule_change(
+                &mut self,
+                version: i64,
+                actor: &str,
+                now: DateTime<Utc>,
+                before: Option<&SourceRules>,
+                after: &SourceRules,
+            ) -> Result<()> {
+                let text = |r: &SourceRules| serde_json::to_string(r).map_err(corrupt);
+                sqlx::query(
+                    "insert into business_rule_history (source, version, actor, changed_at, \
+                     before, after) values ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&after.source)
+                .bind(version)
+                .bind(actor)
+                .bind(now)
+                .bind(before.map(text).transpose()?)
+                .bind(text(after)?)
+                .execute(&mut *self.0)
+                .await?;
                 Ok(())
             }
 
@@ -1438,6 +1532,53 @@ macro_rules! sql_store {
                         })
                     })
                     .collect()
+            }
+
+            async fn business_rules(&self) -> Result<Vec<StoredRules>> {
+                let sql = format!("{RULES_COLUMNS} order by source");
+                let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                rows.iter().map(rules_from_row).collect()
+            }
+
+            async fn rules_version(&self) -> Result<i64> {
+                Ok(sqlx::query_scalar(
+                    "select cast(coalesce(max(id), 0) as bigint) from business_rule_history",
+                )
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn rules_history(&self, source: Option<&str>, limit: i64) -> Result<Vec<RuleChange>> {
+                let rows = sqlx::query(
+                    "select id, source, version, actor, changed_at, before, after \
+                     from business_rule_history where (cast($1 as text) is null or source = $1) \
+                     order by id desc limit $2",
+                )
+                .bind(source)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                let rules = |text: Option<String>| -> Result<Option<SourceRules>> {
+                    text.map(|t| serde_json::from_str(&t).map_err(corrupt)).transpose()
+                };
+                rows.iter()
+                    .map(|r| {
+                        Ok(RuleChange {
+                            id: r.try_get("id")?,
+                            source: r.try_get("source")?,
+                            version: r.try_get("version")?,
+                            actor: r.try_get("actor")?,
+                            changed_at: r.try_get("changed_at")?,
+                            before: rules(r.try_get("before")?)?,
+                            after: rules(Some(r.try_get("after")?))?
+                                .ok_or_else(|| corrupt("a rules change without its rules"))?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn seed_rules(&self, seeds: &[SourceRules], now: DateTime<Utc>) -> Result<Vec<String>> {
+                ops::rules::seed(self.write().await?, seeds, now).await
             }
 
             async fn pull_mark(&self, source: &str) -> Result<Option<String>> {

@@ -53,6 +53,7 @@ fn matching(
     d.matching = Some(Matching {
         rule,
         since: d.received_at - TimeDelta::days(14),
+        same_channel: vec![],
     });
     d
 }

@@ -23,6 +23,7 @@ mod pull;
 mod races;
 mod retention;
 mod roles;
+mod rules;
 mod search;
 mod security;
 mod self_contained;

@@ -943,6 +943,7 @@ fn with_phone(key: &str, phone: &str) -> NewDelivery {
     d.matching = Some(Matching {
         rule: MatchRule::Review,
         since: now() - chrono::TimeDelta::days(1),
+        same_channel: vec![],
     });
     d
 }

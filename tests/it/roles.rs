@@ -50,7 +50,34 @@ fn forbidden<T: std::fmt::Debug>(r: ApiResult<T>) -> bool {
 async fn seeded(db: &TestDb) -> (Arc<dyn Store>, Seeded) {
     let store = db.store().await;
     let s = seed(&*store).await.unwrap();
+    // The business rules of one source, as a gateway seeds them from its TOML.
+    let site = leadgate::store::SourceRules {
+        source: "site".into(),
+        rule: leadgate::domain::MatchRule::Create,
+        window_secs: 86400,
+        channel: "site".into(),
+    };
+    store.seed_rules(&[site], store.now()).await.unwrap();
     (store, s)
+}
+
+/// Sets the site's rule through the console: every role reads the rules, only a
+/// manager's edit is applied.
+async fn set_site_rule(console: &Console, rule: &str) -> ApiResult<RulesView> {
+    let view = console.rules().await?;
+    let site = view.sources.iter().find(|s| s.source == "site").unwrap();
+    console
+        .set_rules(
+            "a name the client sends",
+            RulesEdit {
+                source: "site".into(),
+                expected_version: site.version,
+                rule: rule.into(),
+                window_secs: site.window_secs,
+                channel: site.channel.clone(),
+            },
+        )
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -68,7 +95,8 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
             (c.mode.as_str(), c.actor.as_str(), c.role.as_deref()),
             ("person", people.login(Role::Support), Some("support"))
         );
-        assert!(!c.may.read_cases && !c.may.resolve && !c.may.connectors);
+        assert!(!c.may.read_cases && !c.may.resolve && !c.may.connectors && !c.may.rules);
+        assert!(forbidden(set_site_rule(&support, "link").await));
         assert!(support.counts().await.unwrap().needs_review > 0);
         let d = support.dashboard(Range::Day).await.unwrap();
         assert!(d.unique_operations > 0 && !d.open_cases_by_reason.is_empty());
@@ -125,6 +153,8 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
         };
         assert!(forbidden(sales.act("a name the client sends", link.clone()).await));
         assert!(forbidden(sales.resume_connector("x", CONNECTOR).await));
+        assert!(!sales.connection.may.rules && !sales.rules().await.unwrap().may_edit);
+        assert!(forbidden(set_site_rule(&sales, "link").await));
         // Confirm goes through a gateway, under the login, whatever name is passed.
         let done = sales.act("a name the client sends", confirm(&case)).await.unwrap();
         assert_eq!(done.operation.status, "completed");
@@ -170,6 +200,10 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
                 cross_case.id, cross_case.version
             ),
             "insert into human_requests (kind, connector) values ('resume_connector', 'bitrix24')".into(),
+            "insert into human_requests (kind, expected_version, body) values ('set_rules', 1, \
+             '{\"source\":\"site\",\"rule\":\"link\",\"window_secs\":60,\"channel\":\"site\"}')".into(),
+            "update business_rules set rule = 'link'".into(),
+            "delete from business_rule_history".into(),
             // a request that looks applied already
             "insert into human_requests (kind, operation_id, applied_at) values ('notified', 'site:x', now())".into(),
         ] {
@@ -262,11 +296,20 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
             .contains(&"linked_existing".to_owned()));
         let linked = manager.act("x", link).await.unwrap();
         assert_eq!(linked.operation.crm_id.as_deref(), Some(s.linked_crm_id.as_str()));
+        // ... and the business rules, applied by the gateway under the manager's login.
+        assert!(manager.connection.may.rules);
+        let rules = set_site_rule(&manager, "review").await.unwrap();
+        let site = rules.sources.iter().find(|r| r.source == "site").unwrap();
+        assert_eq!((site.rule.as_str(), site.version), ("review", 2));
+        assert_eq!(rules.history[0].actor, people.login(Role::Manager));
+        assert_eq!(site.changed_by, people.login(Role::Manager));
         assert!(forbidden(manager.resume_connector("x", CONNECTOR).await));
 
         // admin: the connectors and the figures.
         let admin = console(&people, Role::Admin).await;
         assert!(admin.connection.may.connectors && !admin.connection.may.read_cases);
+        assert!(forbidden(set_site_rule(&admin, "link").await));
+        assert_eq!(admin.rules().await.unwrap().sources[0].rule, "review", "read, not changed");
         assert!(forbidden(admin.queue(Tab::NeedsReview, QueueQuery::default()).await));
         assert!(admin.resume_connector("x", CONNECTOR).await.unwrap());
         let c = store.connector(CONNECTOR).await.unwrap().unwrap();
@@ -356,6 +399,14 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                     CONNECTOR.to_owned(),
                     AskKind::ResumeConnector,
                 ),
+                (
+                    "set_rules",
+                    "body",
+                    serde_json::json!({"source": "site", "rule": "link", "window_secs": 60,
+                                       "channel": "site"})
+                    .to_string(),
+                    AskKind::EditRules,
+                ),
             ] {
                 let mut tx = sql.begin().await.unwrap();
                 let allowed = sqlx::query(&format!(
@@ -371,7 +422,7 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                 tried += 1;
             }
         }
-        assert_eq!(tried, 4 * (4 * 8 + 3));
+        assert_eq!(tried, 4 * (4 * 8 + 4));
         people.drop_all().await;
     })
     .await;

@@ -847,6 +847,26 @@ impl Store for Hiccup {
     async fn crm_links(&self) -> Result<Vec<leadgate::store::CrmLinks>> {
         self.inner.crm_links().await
     }
+    async fn business_rules(&self) -> Result<Vec<leadgate::store::StoredRules>> {
+        self.inner.business_rules().await
+    }
+    async fn rules_version(&self) -> Result<i64> {
+        self.inner.rules_version().await
+    }
+    async fn rules_history(
+        &self,
+        source: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<leadgate::store::RuleChange>> {
+        self.inner.rules_history(source, limit).await
+    }
+    async fn seed_rules(
+        &self,
+        seeds: &[leadgate::store::SourceRules],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>> {
+        self.inner.seed_rules(seeds, now).await
+    }
     async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
         self.inner.pull_mark(source).await
     }

@@ -217,6 +217,8 @@ pub struct Permissions {
     pub cross_channel: bool,
     /// Resume a paused connector.
     pub connectors: bool,
+    /// Change the business rules (what a contact match means, the window, the channels).
+    pub rules: bool,
 }
 
 impl Permissions {
@@ -228,6 +230,7 @@ impl Permissions {
                     resolve: true,
                     cross_channel: true,
                     connectors: true,
+                    rules: true,
                 }
             }
             Identity::Nobody { .. } => {
@@ -236,6 +239,7 @@ impl Permissions {
                     resolve: false,
                     cross_channel: false,
                     connectors: false,
+                    rules: false,
                 }
             }
             Identity::Person { role, .. } => *role,
@@ -252,6 +256,7 @@ impl Permissions {
                 AskKind::Resolve(ReviewReason::CrossChannelMatch, Res::LinkedExisting),
             ),
             connectors: may_ask(role, AskKind::ResumeConnector),
+            rules: may_ask(role, AskKind::EditRules),
         }
     }
 }
@@ -781,12 +786,14 @@ impl Range {
 mod bulk;
 mod diagnosis;
 mod export;
+mod rules;
 pub use bulk::*;
 pub use diagnosis::*;
 pub use export::*;
 pub use leadgate::diagnose::report::{
     CauseCount, LineData, PairData, ReportData, SourceCounts, VerdictCount,
 };
+pub use rules::*;
 
 /// A connected console.
 pub struct Console {
@@ -1750,6 +1757,11 @@ pub fn typescript_bindings() -> String {
         CauseCount::decl(&cfg),
         PairData::decl(&cfg),
         LineData::decl(&cfg),
+        SourceRulesView::decl(&cfg),
+        RuleValues::decl(&cfg),
+        RuleChangeView::decl(&cfg),
+        RulesView::decl(&cfg),
+        RulesEdit::decl(&cfg),
     ];
     let mut out = String::from(
         "// Generated from crates/leadgate-console-model/src/lib.rs by ts-rs: do not edit.\n\

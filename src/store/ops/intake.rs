@@ -3,14 +3,15 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::rules::{match_step, DeliveryKind, MatchStep};
+use crate::domain::business::{step_for, MatchFact};
+use crate::domain::rules::{DeliveryKind, MatchStep};
 use crate::domain::{ErrorClass, ReviewReason, Status};
 use crate::store::{
     contact_lock_key, ContactKeys, DeliveryOutcome, DeliveryRecord, Matching, NewDelivery,
     NewEvent, Result,
 };
 
-use super::{must_lock, open_case, save, set_status, Locked, WriteTx};
+use super::{must_lock, open_case, save, set_status, ContactMatch, Locked, WriteTx};
 
 /// Records `deliveries` in order in the write transaction `tx` and commits it: all of
 /// them or, on the first error, none.
@@ -55,7 +56,7 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
             .await?;
             save(tx, &mut l, now).await?;
             status = l.op.status;
-        } else if let Some(m) = d.matching {
+        } else if let Some(m) = &d.matching {
             if let Some(mut l) = match_contacts(tx, id, &d.contact, m, now).await? {
                 save(tx, &mut l, now).await?;
                 status = l.op.status;
@@ -124,7 +125,7 @@ pub(crate) fn one_statement(d: &NewDelivery) -> Option<OneStatement> {
     if d.review.is_some() {
         return None;
     }
-    let matching = d.matching.and_then(|m| {
+    let matching = d.matching.as_ref().and_then(|m| {
         let keys = contact_lock_keys(&d.contact);
         (!keys.is_empty()).then_some((m.since, keys))
     });
@@ -170,7 +171,7 @@ async fn match_contacts<T: WriteTx>(
     tx: &mut T,
     id: &str,
     contact: &ContactKeys,
-    m: Matching,
+    m: &Matching,
     now: DateTime<Utc>,
 ) -> Result<Option<Locked>> {
     if contact.phone.is_none() && contact.email.is_none() {
@@ -184,21 +185,41 @@ async fn match_contacts<T: WriteTx>(
     if rows.is_empty() {
         return Ok(None);
     }
+    let same_channel = |r: &ContactMatch| m.same_channel.contains(&r.source);
     let matches: Vec<Value> = rows
         .iter()
-        .map(|r| json!({"operation_id": r.operation_id, "crm_id": r.crm_id, "status": r.status}))
+        .map(|r| {
+            let mut v =
+                json!({"operation_id": r.operation_id, "crm_id": r.crm_id, "status": r.status});
+            // Only when the channel has other sources: the event reads as before otherwise.
+            if same_channel(r) {
+                v["same_channel"] = json!(true);
+            }
+            v
+        })
         .collect();
     let event = NewEvent::new("contact_match", json!({"rule": m.rule, "matches": matches}));
     tx.append(id, "gateway", &event, now).await?;
-    let linked = rows.iter().find_map(|r| r.crm_id.clone());
-    let step = match_step(m.rule, linked);
+    let facts: Vec<MatchFact> = rows
+        .iter()
+        .map(|r| MatchFact {
+            same_channel: same_channel(r),
+            crm_id: r.crm_id.as_deref(),
+        })
+        .collect();
+    let step = step_for(m.rule, &facts);
     if step == MatchStep::Create {
         return Ok(None);
     }
     let mut l = must_lock(tx, id).await?;
     match step {
         MatchStep::Link(crm_id) => {
-            let event = NewEvent::new("linked", json!({"crm_id": crm_id, "by_rule": "link"}));
+            let by_rule = if facts.iter().any(|f| f.same_channel) {
+                "same_channel"
+            } else {
+                "link"
+            };
+            let event = NewEvent::new("linked", json!({"crm_id": crm_id, "by_rule": by_rule}));
             tx.append(id, "gateway", &event, now).await?;
             l.op.crm_id = Some(crm_id);
             l.op.crm_link = Some("linked".into());
@@ -254,13 +275,14 @@ mod tests {
         let matching = Some(Matching {
             rule: MatchRule::Review,
             since,
+            same_channel: vec![],
         });
         // No rule: no matching, whatever the contact.
         let d = delivery(Some("+79990001122"), Some("a@example.com"));
         assert_eq!(one_statement(&d), Some(OneStatement { matching: None }));
         // A rule but no contact: `record` does not match either.
         let d = NewDelivery {
-            matching,
+            matching: matching.clone(),
             ..delivery(None, None)
         };
         assert_eq!(one_statement(&d), Some(OneStatement { matching: None }));

@@ -35,6 +35,7 @@ pub(super) mod pacing;
 pub(super) mod requests;
 pub(super) mod retention;
 pub(super) mod review;
+pub(super) mod rules;
 pub(super) mod updates;
 
 /// The operation together with what only the store sees of it, as read under its row
@@ -81,6 +82,7 @@ pub(crate) struct CaseRow {
 #[derive(Debug, Clone)]
 pub(crate) struct ContactMatch {
     pub operation_id: String,
+    pub source: String,
     pub crm_id: Option<String>,
     pub status: String,
 }
@@ -311,6 +313,37 @@ pub(crate) trait WriteTx: Send {
         id: i64,
         outcome: &str,
         now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    // business rules (migration 0020)
+    /// A source's rules, locked until commit (`None`: the source has none).
+    fn lock_rules(
+        &mut self,
+        source: &str,
+    ) -> impl Future<Output = Result<Option<super::StoredRules>>> + Send;
+    /// A source's first rules, at version 1, unless it has some: true when inserted.
+    fn insert_rules(
+        &mut self,
+        rules: &super::SourceRules,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// Writes a (locked) source's rules at `version`.
+    fn save_rules(
+        &mut self,
+        rules: &super::SourceRules,
+        version: i64,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Appends a version to the rules' history.
+    fn append_rule_change(
+        &mut self,
+        version: i64,
+        actor: &str,
+        now: DateTime<Utc>,
+        before: Option<&super::SourceRules>,
+        after: &super::SourceRules,
     ) -> impl Future<Output = Result<()>> + Send;
 
     // redeliveries of claim-API operations

@@ -157,5 +157,11 @@ async fn apply<T: WriteTx>(
         Ask::ResumeConnector { name } => Answer::Resumed {
             resumed: tx.resume_connector(&name, actor, now).await?,
         },
+        Ask::SetRules {
+            expected_version,
+            rules,
+        } => Answer::RulesSet {
+            version: super::rules::set_in(tx, actor, expected_version, rules, now).await?,
+        },
     })
 }

@@ -22,6 +22,8 @@ import type {
   QueueQuery,
   QueueRow,
   Range,
+  RulesEdit,
+  RulesView,
   SearchResults,
   Selection,
   Settings,
@@ -81,6 +83,10 @@ export const api = {
   /** The reports `leadgate diagnose` saved in this database, the newest first. */
   diagnoses: () => call<DiagnosisRow[]>("diagnoses"),
   diagnosis: (id: number) => call<DiagnosisView>("diagnosis", { id }),
+  /** Every source's business rules and their history. */
+  rules: () => call<RulesView>("rules"),
+  /** A manager's edit of one source's rules, at the version shown; answers the rules after it. */
+  setRules: (edit: RulesEdit) => call<RulesView>("set_rules", { edit }),
   /** Opens a CRM page in the system browser; any other address is refused by the shell. */
   openInBrowser: async (url: string): Promise<void> => {
     try {

@@ -60,7 +60,11 @@ cross_channel: boolean,
 /**
  * Resume a paused connector.
  */
-connectors: boolean, };
+connectors: boolean, 
+/**
+ * Change the business rules (what a contact match means, the window, the channels).
+ */
+rules: boolean, };
 
 export type Tab = "needs_review" | "payload_conflict" | "stale" | "failed_terminal" | "connectors";
 
@@ -325,3 +329,45 @@ export type LineData = { at: string | null,
  * `CRM`, `Leadgate` or `n8n`.
  */
 origin: string, entity: string, text: string, };
+
+export type SourceRulesView = { source: string, 
+/**
+ * `create`, `link` or `review`.
+ */
+rule: string, window_secs: number, channel: string, 
+/**
+ * What an edit names as the version it was made from.
+ */
+version: number, changed_at: string, changed_by: string, 
+/**
+ * The other sources of its channel.
+ */
+same_channel: Array<string>, };
+
+export type RuleValues = { rule: string, window_secs: number, channel: string, };
+
+export type RuleChangeView = { id: number, source: string, version: number, 
+/**
+ * A login, the OS user, or `configuration` (seeded from the gateway's TOML).
+ */
+actor: string, changed_at: string, 
+/**
+ * None: seeded.
+ */
+before: RuleValues | null, after: RuleValues, };
+
+export type RulesView = { sources: Array<SourceRulesView>, 
+/**
+ * Newest first.
+ */
+history: Array<RuleChangeView>, 
+/**
+ * This connection may change them (a manager; local mode and the owner's login).
+ */
+may_edit: boolean, };
+
+export type RulesEdit = { source: string, 
+/**
+ * The version shown when the edit was made: refused if another edit came first.
+ */
+expected_version: number, rule: string, window_secs: number, channel: string, };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { age, count, duration, exactTime, localDateTime, localTime } from "./format";
+import { age, count, duration, exactTime, localDateTime, localTime, windowParts, windowSecs } from "./format";
 
 describe("format", () => {
   it("shows exact times with microseconds", () => {
@@ -22,6 +22,19 @@ describe("format", () => {
   it("computes ages against a given now", () => {
     const now = Date.parse("2026-11-30T12:00:00Z");
     expect(age("2026-11-30T11:55:00Z", now)).toBe("5 m 00 s");
+  });
+
+  it("writes a matching window in its largest whole unit and back", () => {
+    expect(windowParts(14 * 86400)).toEqual({ n: 14, unit: "days" });
+    expect(windowParts(36 * 3600)).toEqual({ n: 36, unit: "hours" });
+    expect(windowParts(90 * 60)).toEqual({ n: 90, unit: "minutes" });
+    expect(windowParts(61)).toEqual({ n: 61, unit: "seconds" });
+    expect(windowSecs(14, "days")).toBe(1209600);
+    expect(windowSecs(1.5, "hours")).toBe(5400);
+    for (const s of [1, 59, 3600, 86400 * 365]) {
+      const { n, unit } = windowParts(s);
+      expect(windowSecs(n, unit)).toBe(s);
+    }
   });
 
   it("groups thousands", () => {

@@ -82,3 +82,19 @@ export function localDateTime(rfc3339: string, timeZone?: string): string {
   const p = zoned(ms, timeZone);
   return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`;
 }
+
+export type WindowUnit = "days" | "hours" | "minutes" | "seconds";
+const UNIT_SECS: Record<WindowUnit, number> = { days: 86400, hours: 3600, minutes: 60, seconds: 1 };
+
+/** A matching window in the largest unit that divides it: 1209600 → 14 days. */
+export function windowParts(secs: number): { n: number; unit: WindowUnit } {
+  for (const unit of ["days", "hours", "minutes"] as WindowUnit[]) {
+    if (secs > 0 && secs % UNIT_SECS[unit] === 0) return { n: secs / UNIT_SECS[unit], unit };
+  }
+  return { n: secs, unit: "seconds" };
+}
+
+/** The seconds of `n` `unit`s (the store refuses what is out of range). */
+export function windowSecs(n: number, unit: WindowUnit): number {
+  return Math.round(n * UNIT_SECS[unit]);
+}

@@ -55,6 +55,12 @@ const TABLE: Row[] = [
     ru: "Связано с существующей сущностью CRM 7001 (правило сопоставления), без вызова CRM",
   },
   {
+    kind: "linked",
+    detail: { crm_id: "7001", by_rule: "same_channel" },
+    en: "Linked to the existing CRM entity 7001: the same request again through the same channel, no CRM call",
+    ru: "Связано с существующей сущностью CRM 7001: та же заявка повторно через тот же канал, без вызова CRM",
+  },
+  {
     kind: "accepted_as_new",
     detail: { from_operation: "site:1004", case_id: 12, delivery_id: 49 },
     more: { actor: "Anna" },

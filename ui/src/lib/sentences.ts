@@ -168,7 +168,8 @@ const DESCRIBERS: Record<EventKind, Describer> = {
   },
   linked: (_e, d, { L }) => {
     const id = str(d.crm_id);
-    return id === null ? null : L.ev.linked(id);
+    if (id === null) return null;
+    return str(d.by_rule) === "same_channel" ? L.ev.linkedSameChannel(id) : L.ev.linked(id);
   },
   accepted_as_new: (_e, d, { L }) =>
     L.ev.acceptedAsNew(num(d.delivery_id), str(d.from_operation), num(d.case_id)),

@@ -125,6 +125,7 @@ export const eventsEn = {
     },
     ruleOther: (rule: string) => `rule “${rule}”`,
     linked: (crmId: string) => `Linked to the existing CRM entity ${crmId} (matching rule), no CRM call`,
+    linkedSameChannel: (crmId: string) => `Linked to the existing CRM entity ${crmId}: the same request again through the same channel, no CRM call`,
     statusChanged: (from: string, to: string) => `Status: ${from} → ${to}`,
     statusChangedTo: (to: string) => `Status: ${to}`,
     reviewOpened: (caseNo: number | null, reason: string, extra: string) =>

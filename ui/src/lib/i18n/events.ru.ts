@@ -122,6 +122,7 @@ export const eventsRu: EventStrings = {
     },
     ruleOther: (rule: string) => `правило «${rule}»`,
     linked: (crmId: string) => `Связано с существующей сущностью CRM ${crmId} (правило сопоставления), без вызова CRM`,
+    linkedSameChannel: (crmId: string) => `Связано с существующей сущностью CRM ${crmId}: та же заявка повторно через тот же канал, без вызова CRM`,
     statusChanged: (from: string, to: string) => `Статус: ${from} → ${to}`,
     statusChangedTo: (to: string) => `Статус: ${to}`,
     reviewOpened: (caseNo: number | null, reason: string, extra: string) =>
