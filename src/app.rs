@@ -256,8 +256,19 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
 /// `[matching] window`, its own channel), and says once where the TOML now disagrees with
 /// the database, which decides.
 async fn seed_rules(store: &dyn Store, config: &Config) -> anyhow::Result<()> {
-    let window_secs = i64::try_from(config.matching.window.as_secs()).unwrap_or(i64::MAX);
-    let seeds: Vec<store::SourceRules> = config
+    // A window the rules do not allow (a TOML written before they lived in the database
+    // accepted any) seeds the nearest one they do, said once, instead of stopping the start.
+    let toml_secs = i64::try_from(config.matching.window.as_secs()).unwrap_or(i64::MAX);
+    let window_secs = toml_secs.clamp(1, crate::domain::business::MAX_WINDOW_SECS);
+    if window_secs != toml_secs {
+        tracing::warn!(
+            toml_window_secs = toml_secs,
+            window_secs,
+            "[matching] window is outside 1 s to 365 days: new sources are seeded with the \
+             nearest window allowed"
+        );
+    }
+    let mut seeds: Vec<store::SourceRules> = config
         .sources
         .iter()
         .map(|s| store::SourceRules {
@@ -267,6 +278,9 @@ async fn seed_rules(store: &dyn Store, config: &Config) -> anyhow::Result<()> {
             channel: s.name.clone(),
         })
         .collect();
+    // One order for every gateway: two seeding at once on PostgreSQL then wait for each
+    // other's rows instead of deadlocking.
+    seeds.sort_by(|a, b| a.source.cmp(&b.source));
     let seeded = store
         .seed_rules(&seeds, store.now())
         .await

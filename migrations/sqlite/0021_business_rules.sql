@@ -1,7 +1,7 @@
 -- Business rules in the database (issue 17, "two owners"): per source, what a contact
 -- match means (`create`, `link`, `review`), how far back it looks, and which channel the
 -- source belongs to. Edited in the console (local mode: directly, the OS user as the
--- actor), read live by every running gateway (it polls the history's newest id about
+-- actor), read live by every running gateway (it polls the history's row count about
 -- once a second). The TOML's `on_contact_match` and `[matching] window` only seed a
 -- source that has no row yet; from then on these rows decide.
 

@@ -1,6 +1,6 @@
 //! The business rules of matching (issue 17, "two owners"): per source, what a contact
 //! match means, how far back it looks, and which channel the source belongs to. They live
-//! in the database (migration 0020), are edited by managers and read live by every
+//! in the database (migration 0021), are edited by managers and read live by every
 //! gateway; what is valid, and what a channel changes, is decided here.
 
 use serde::{Deserialize, Serialize};
@@ -59,12 +59,10 @@ pub struct MatchFact<'a> {
 /// source's own earlier operation (as before channels existed) — follows the source's
 /// rule. With every source its own channel, this is the rule alone.
 pub fn step_for(rule: MatchRule, matches: &[MatchFact<'_>]) -> MatchStep {
-    if matches.iter().any(|m| m.same_channel) {
-        let linked = matches
-            .iter()
-            .filter(|m| m.same_channel)
-            .find_map(|m| m.crm_id);
-        return match_step(MatchRule::Link, linked.map(str::to_owned));
+    // The newest same-channel match decides: while its entity is not known, an older
+    // one's is no answer (it may be the client's earlier deal, not this request's).
+    if let Some(newest) = matches.iter().find(|m| m.same_channel) {
+        return match_step(MatchRule::Link, newest.crm_id.map(str::to_owned));
     }
     match_step(
         rule,
@@ -143,6 +141,13 @@ mod tests {
             ),
             // its entity is not known yet: a person decides
             (Create, vec![sibling(None)], S::Review),
+            // ... even when an older sibling's is: that may be an earlier deal
+            (Create, vec![sibling(None), sibling(Some("9"))], S::Review),
+            (
+                Link,
+                vec![own(Some("5")), sibling(None), sibling(Some("9"))],
+                S::Review,
+            ),
         ];
         for (rule, matches, want) in table {
             assert_eq!(step_for(rule, &matches), want, "{rule} {matches:?}");

@@ -40,7 +40,7 @@ pub struct IntakeState {
     pub tombstone: std::time::Duration,
     pub stale_after: std::time::Duration,
     pub matching: MatchingSettings,
-    /// The business rules (migration 0020), kept current by the gateway's refresher.
+    /// The business rules (migration 0021), kept current by the gateway's refresher.
     pub rules: Arc<LiveRules>,
 }
 
@@ -52,7 +52,7 @@ pub struct MatchingSettings {
     pub window: std::time::Duration,
 }
 
-/// The business rules every delivery is matched by (migration 0020), as of the
+/// The business rules every delivery is matched by (migration 0021), as of the
 /// database's last version this gateway read: intake reads them without a statement, and
 /// [`LiveRules::refresh`] swaps them whole when the version moved.
 #[derive(Debug, Default)]

@@ -140,7 +140,7 @@ pub struct Matching {
 
 pub use crate::domain::business::SourceRules;
 
-/// A source's business rules as stored (migration 0020).
+/// A source's business rules as stored (migration 0021).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRules {
     pub rules: SourceRules,
@@ -680,10 +680,13 @@ pub trait Store: Send + Sync + 'static {
     /// Every connector's published web pages, the most recently published first.
     async fn crm_links(&self) -> Result<Vec<CrmLinks>>;
     /// A pull source's mark in its sender's queue (migration 0018), `None` before the first.
-    /// Every source's business rules (migration 0020), by source.
+    /// Every source's business rules (migration 0021), by source.
     async fn business_rules(&self) -> Result<Vec<StoredRules>>;
-    /// The rules' newest history id: changes whenever any source's rules do (a gateway
-    /// polls it, and reads the rules again when it moved).
+    /// How many versions the rules' history holds: grows with every committed change
+    /// of any source's rules (a gateway polls it, and reads the rules again when it
+    /// moved). Not the newest id: PostgreSQL hands ids out at insert, so a smaller id can
+    /// commit after a larger one was read; the history is append-only, so its count
+    /// cannot miss a commit.
     async fn rules_version(&self) -> Result<i64>;
     /// The rules' history, newest first, of one source or all.
     async fn rules_history(&self, source: Option<&str>, limit: i64) -> Result<Vec<RuleChange>>;

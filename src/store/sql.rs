@@ -48,7 +48,7 @@ pub(super) const REQUEST_COLUMNS: &str =
     "select id, actor, kind, case_id, operation_id, connector, \
      expected_version, body from human_requests";
 
-/// A source's business rules (migration 0020), as `rules_from_row` reads them.
+/// A source's business rules (migration 0021), as `rules_from_row` reads them.
 pub(super) const RULES_COLUMNS: &str = "select source, rule, window_secs, channel, version, \
      changed_at, changed_by from business_rules";
 
@@ -1542,7 +1542,7 @@ macro_rules! sql_store {
 
             async fn rules_version(&self) -> Result<i64> {
                 Ok(sqlx::query_scalar(
-                    "select cast(coalesce(max(id), 0) as bigint) from business_rule_history",
+                    "select cast(count(*) as bigint) from business_rule_history",
                 )
                 .fetch_one(&self.pool)
                 .await?)

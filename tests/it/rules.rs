@@ -1,4 +1,4 @@
-//! The business rules in the database (issue 17, "two owners", migration 0020): seeded
+//! The business rules in the database (issue 17, "two owners", migration 0021): seeded
 //! from the TOML once, then edited in the console (local mode on SQLite, the owner's login
 //! here on PostgreSQL; personal logins per role are `roles.rs`'s), read live by every
 //! running gateway, versioned and audited. Each on both backends.
@@ -436,5 +436,97 @@ each_backend!(
             "{out}"
         );
         gw.stop().await;
+    }
+);
+
+/// PostgreSQL hands out the history's ids at insert, not at commit: an edit that took the
+/// smaller id and commits after a newer edit was read must still reach every running
+/// gateway. Forced with a transaction of the test's own, held open across the other edit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_that_commits_after_a_newer_one_still_reaches_the_gateways() {
+    use sqlx::Connection;
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        let gw = Gateway::start(&db).await;
+        let console = Console::open(&db.url).await.unwrap();
+        let view = console.rules().await.unwrap();
+        follows(&gw).await;
+        let window = |gw: &Gateway, source: &str| {
+            let rules = &gw.running.as_ref().unwrap().rules;
+            rules.current().sources.get(source).map(|m| m.window)
+        };
+        let calls = view.sources.iter().find(|s| s.source == "calls").unwrap();
+        assert_ne!(calls.window_secs, 3600);
+
+        // The first edit: calls' window to an hour, written as the store writes an edit
+        // (the row at its next version, and its history row), not committed yet.
+        let mut first = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let mut tx = first.begin().await.unwrap();
+        let after = json!({"source": "calls", "rule": calls.rule, "window_secs": 3600, "channel": calls.channel});
+        sqlx::query(
+            "update business_rules set window_secs = 3600, version = version + 1, \
+             changed_by = 'raw', changed_at = now() where source = 'calls'",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let first_id: i64 = sqlx::query_scalar(
+            "insert into business_rule_history (source, version, actor, changed_at, before, after) \
+             values ('calls', $1, 'raw', now(), null, $2) returning id",
+        )
+        .bind(calls.version + 1)
+        .bind(after.to_string())
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+
+        // The second edit takes a larger id and commits first; the gateway reads it.
+        let operator = console.connection.actor.clone();
+        console
+            .set_rules(&operator, edit(&view, "site", |e| e.rule = "review".into()))
+            .await
+            .unwrap();
+        let newest = gw.store().rules_history(None, 1).await.unwrap();
+        assert!(newest[0].id > first_id, "{newest:?} vs {first_id}");
+        follows(&gw).await;
+        assert_eq!(
+            gw.running.as_ref().unwrap().rules.current().sources["site"].rule,
+            leadgate::domain::MatchRule::Review
+        );
+        assert_ne!(window(&gw, "calls"), Some(Duration::from_secs(3600)));
+
+        // Then the first commits: the gateway must read it too, with no newer edit.
+        tx.commit().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while window(&gw, "calls") != Some(Duration::from_secs(3600)) {
+            assert!(
+                Instant::now() < deadline,
+                "the gateway never read the edit that committed late"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+each_backend!(
+    a_toml_window_the_rules_do_not_allow_seeds_the_nearest_one_and_the_gateway_starts,
+    |db| async move {
+        // Before the rules lived in the database, `[matching] window` took any duration.
+        let gw = Gateway::start_extended(&db, "[matching]\nwindow = \"400d\"\n").await;
+        let rules = gw.store().business_rules().await.unwrap();
+        let site = rules.iter().find(|s| s.rules.source == "site").unwrap();
+        assert_eq!(
+            site.rules.window_secs,
+            leadgate::domain::business::MAX_WINDOW_SECS
+        );
+        gw.stop().await;
+        let gw = Gateway::start_extended(&db, "[matching]\nwindow = \"0s\"\n").await;
+        let rules = gw.store().business_rules().await.unwrap();
+        let site = rules.iter().find(|s| s.rules.source == "site").unwrap();
+        assert_eq!(
+            site.rules.window_secs,
+            leadgate::domain::business::MAX_WINDOW_SECS,
+            "seeded once: a later start changes nothing"
+        );
     }
 );

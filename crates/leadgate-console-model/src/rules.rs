@@ -1,5 +1,5 @@
 //! The *Rules* screen: each source's business rules (what a contact match means, the
-//! matching window, the channel; migration 0020) with their history, and a manager's
+//! matching window, the channel; migration 0021) with their history, and a manager's
 //! edit — a `store::Ask` like every other action, so on PostgreSQL a gateway applies it
 //! under the manager's login and the database refuses every other role.
 

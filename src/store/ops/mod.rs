@@ -315,7 +315,7 @@ pub(crate) trait WriteTx: Send {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    // business rules (migration 0020)
+    // business rules (migration 0021)
     /// A source's rules, locked until commit (`None`: the source has none).
     fn lock_rules(
         &mut self,

@@ -1,4 +1,4 @@
-//! The business rules (migration 0020): a gateway seeds a source that has none from its
+//! The business rules (migration 0021): a gateway seeds a source that has none from its
 //! TOML, and a manager's edit replaces a source's rules at the version it was made from,
 //! each with its row in the append-only history.
 
