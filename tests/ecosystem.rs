@@ -26,6 +26,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use leadgate_fakes::bitrix24::Fault;
+use leadgate_testkit::deb::dpkg;
 use leadgate_testkit::gateway::{lead, Gateway, CREATE};
 use leadgate_testkit::process::{free_port, wait_healthy, Process};
 use leadgate_testkit::{Backend, TestDb};
@@ -833,14 +834,7 @@ fn sh(script: &str) -> Command {
 
 /// `dpkg-query`'s status and version of leadgate, if dpkg knows it.
 fn package_state() -> Option<(String, String)> {
-    let out = Command::new("dpkg-query")
-        .args(["-W", "-f=${db:Status-Abbrev}|${Version}", "leadgate"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (status, version) = text.split_once('|')?;
-    let status = status.trim().to_owned();
-    (out.status.success() && status != "un").then(|| (status, version.to_owned()))
+    leadgate_testkit::deb::state("leadgate")
 }
 
 fn exists(path: &str) -> bool {
@@ -852,31 +846,6 @@ fn stat(path: &str) -> String {
     stdout(Command::new("stat").args(["-c", "%a %U %G", path]))
         .trim()
         .to_owned()
-}
-
-/// `dpkg ARGS`, which must succeed; waited for while another dpkg or apt holds dpkg's lock
-/// (dpkg itself does not wait), for a minute at most.
-fn dpkg(args: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = Command::new("dpkg")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() && err.contains("lock") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(500));
-            continue;
-        }
-        assert!(
-            out.status.success(),
-            "dpkg {args:?} failed ({}):\n{}\n{err}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
-        );
-        return;
-    }
 }
 
 fn purge() {

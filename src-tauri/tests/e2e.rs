@@ -1491,18 +1491,7 @@ const DEB_TEST_VERSION: &str = "0.0.0-packaging-test";
 
 /// `dpkg-query`'s status and version of leadgate-console, if dpkg knows it.
 fn console_package() -> Option<(String, String)> {
-    let out = Command::new("dpkg-query")
-        .args([
-            "-W",
-            "-f=${db:Status-Abbrev}|${Version}",
-            "leadgate-console",
-        ])
-        .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (status, version) = text.split_once('|')?;
-    let status = status.trim().to_owned();
-    (out.status.success() && status != "un").then(|| (status, version.to_owned()))
+    leadgate_testkit::deb::state("leadgate-console")
 }
 
 /// Runs `cmd`, which must succeed; its standard output.
@@ -1516,25 +1505,6 @@ fn output_of(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// `dpkg ARGS` as root, waiting (a minute at most) while apt or another dpkg holds its lock.
-fn console_dpkg(args: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = Command::new("dpkg")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() && err.contains("lock") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(500));
-            continue;
-        }
-        assert!(out.status.success(), "dpkg {args:?} failed: {err}");
-        return;
-    }
 }
 
 /// Purges the package this test installed, however the test ends.
@@ -1587,7 +1557,9 @@ async fn the_console_deb_installs_opens_in_a_real_window_and_removes_clean() {
     assert_eq!(first_line(&mut lock), "locked");
     let _lock = Stopped(lock);
     match console_package() {
-        Some((_, v)) if v == DEB_TEST_VERSION => console_dpkg(&["--purge", "leadgate-console"]),
+        Some((_, v)) if v == DEB_TEST_VERSION => {
+            leadgate_testkit::deb::dpkg(&["--purge", "leadgate-console"])
+        }
         Some((s, v)) => panic!(
             "leadgate-console {v} ({s}) is installed on this machine, not by this test: \
              it would be replaced and removed; remove it first"
@@ -1644,7 +1616,7 @@ async fn the_console_deb_installs_opens_in_a_real_window_and_removes_clean() {
     );
 
     let installed = ConsoleInstalled;
-    console_dpkg(&["-i", &deb]);
+    leadgate_testkit::deb::dpkg(&["-i", &deb]);
     let (status, version) = console_package().expect("installed");
     assert_eq!(
         (status.as_str(), version.as_str()),
@@ -1692,11 +1664,11 @@ async fn the_console_deb_installs_opens_in_a_real_window_and_removes_clean() {
     }
 
     // Removed: the program and its menu entry are gone; purged: dpkg forgets it.
-    console_dpkg(&["-r", "leadgate-console"]);
+    leadgate_testkit::deb::dpkg(&["-r", "leadgate-console"]);
     for path in ["/usr/bin/leadgate-console", desktop] {
         assert!(!Path::new(path).exists(), "{path} left after dpkg -r");
     }
-    console_dpkg(&["--purge", "leadgate-console"]);
+    leadgate_testkit::deb::dpkg(&["--purge", "leadgate-console"]);
     assert_eq!(console_package(), None);
     drop(installed);
     eprintln!("console .deb test finished in {:.1?}", started.elapsed());

@@ -5,12 +5,14 @@
 //! - [`gateway`]: a gateway started in-process with a fake CRM, and its requests;
 //! - [`process`]: `leadgate` as separate processes (ports, children, config files);
 //! - [`seed`]: a database with one review case of each kind, through real store calls;
+//! - [`deb`]: dpkg for the tests that install the packages they built;
 //! - [`demo`]: the eight pilot scenarios played over HTTP (`leadgate-dev demo`).
 //!
 //! The `leadgate-dev` binary (`src/bin/leadgate-dev.rs`) serves the fake CRMs and plays
 //! the demo; the shipped `leadgate` has neither command.
 
 pub mod db;
+pub mod deb;
 pub mod demo;
 pub mod gateway;
 pub mod people;
