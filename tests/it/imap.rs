@@ -750,7 +750,10 @@ each_backend!(
         let config = config.display().to_string();
         let serve = |password: Option<&str>, log: &Path| {
             let mut cmd = crate::process::leadgate(&["serve", "--config", &config]);
-            cmd.stdout(Stdio::null())
+            // Everything a developer may ask for (the kit's `warn` overridden): async-imap
+            // logs each command (`LOGIN "user" "password"`) and answer at trace level.
+            cmd.env("RUST_LOG", "trace")
+                .stdout(Stdio::null())
                 .stderr(std::fs::File::create(log).unwrap());
             if let Some(p) = password {
                 cmd.env("TEST_IMAP_PASSWORD", p);
@@ -802,6 +805,12 @@ each_backend!(
         assert_eq!(journaled(store.as_ref()).await, (3, 0), "recorded first");
         first.kill();
         assert_eq!(dovecot.counts("INBOX").await, (3, 3), "never marked");
+        // Traced, and still neither the password nor a message in the log.
+        let traced = read("first.log");
+        assert!(traced.contains("TRACE"), "RUST_LOG=trace took effect");
+        assert!(!traced.contains(PASSWORD), "no password in the log");
+        assert!(!traced.contains("LOGIN"), "no IMAP command in the log");
+        assert!(!traced.contains("000-00-11"), "no message content in the log");
 
         proxy.set(AtAck::Forward);
         let _second = Process(serve(Some(PASSWORD), &log("second.log")));
