@@ -599,6 +599,13 @@ pub struct PullConfig {
     pub timeout: Duration,
 }
 
+/// Whether two IMAP mailbox names name the same mailbox: `INBOX` is case-insensitive
+/// (RFC 3501 5.1), every other name is compared as written.
+fn same_mailbox(a: &str, b: &str) -> bool {
+    let (a, b) = (a.trim(), b.trim());
+    a == b || (a.eq_ignore_ascii_case("INBOX") && b.eq_ignore_ascii_case("INBOX"))
+}
+
 fn default_pull_events() -> Vec<String> {
     vec!["ONCRMLEADADD".into()]
 }
@@ -675,7 +682,11 @@ impl PullConfig {
                 }
             }
             let mailbox = self.mailbox.as_deref().unwrap_or("INBOX");
-            if self.move_to.as_deref().is_some_and(|m| m == mailbox) {
+            if self
+                .move_to
+                .as_deref()
+                .is_some_and(|m| same_mailbox(m, mailbox))
+            {
                 return Err(format!(
                     "source `{name}`: pull.move_to is the mailbox read (pull.mailbox): a moved message would be read again"
                 ));
@@ -1567,6 +1578,8 @@ blocks = true
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://imap.example.com\"\nusername = \"env:U\"\npassword = \"env:\"\n", "pull.password is empty"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imap://imap.example.com\"\nusername = \"env:U\"\npassword = \"env:PW\"\n", "pull.url must be imaps://"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmove_to = \"INBOX\"\n", "pull.move_to is the mailbox read"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmove_to = \"Inbox\"\n", "pull.move_to is the mailbox read"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmailbox = \"inbox\"\nmove_to = \"INBOX\"\n", "pull.move_to is the mailbox read"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmailbox = \" \"\n", "pull.mailbox must be a mailbox name"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nbot_token = \"x\"\n", "pull.bot_token is for the telegram-updates preset"),
             ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\npassword = \"env:PW\"\n", "pull.password is for the imap preset"),
