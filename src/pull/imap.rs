@@ -7,11 +7,13 @@
 //! with `UID STORE`, or moved to `pull.move_to` (`UID MOVE`; `UID COPY` + `\Deleted` +
 //! `UID EXPUNGE` on a server without MOVE). A gateway killed between the two finds the
 //! messages unacknowledged again and their keys absorb the repeat: the key is the
-//! `Message-ID`, or `sha256:<hex>` of the raw message when it has none.
+//! `Message-ID`, or when it has none `sha256:<hex>` of what identifies the submission
+//! (sender, `Reply-To`, `Date`, subject, decoded text), never of the transport headers.
 //!
 //! The mapped payload holds only what is derived from the message (sender, phone,
-//! subject, text, date), so a message re-read byte for byte, or delivered twice with
-//! other `Received` headers, has the same fingerprint. The connection is TLS only
+//! subject, text, date), so a message re-read byte for byte, delivered twice with other
+//! `Received` or `Delivered-To` headers, or rebuilt by the server, has the same key and
+//! fingerprint. The connection is TLS only
 //! (implicit TLS, `imaps://`), verified against the public roots or, with
 //! `pull.ca_file`, against that CA alone. Logins and errors are logged without the
 //! password or any message content; a refused login is logged as such and tried again
@@ -547,11 +549,12 @@ pub fn utf7_imap(name: &str) -> String {
 }
 
 /// The operation key of a message: its `Message-ID` (without the angle brackets), or
-/// `sha256:<hex>` of the raw message when it has none. A `Message-ID` that could not be
+/// `sha256:<hex>` of `identity` when it has none: what identifies the submission, not
+/// the bytes the way it came left (see [`payload`]). A `Message-ID` that could not be
 /// `source`'s key (over 200 bytes, too long with the source's name, white space, control
 /// or invisible characters) is keyed by `message-id-sha256:<hex>` of it, so no message is
 /// refused for its header.
-pub fn message_key(source: &str, message_id: Option<&str>, raw: &[u8]) -> String {
+pub fn message_key(source: &str, message_id: Option<&str>, identity: &[u8]) -> String {
     match message_id.map(str::trim).filter(|m| !m.is_empty()) {
         Some(id)
             if id.len() <= 200
@@ -561,15 +564,19 @@ pub fn message_key(source: &str, message_id: Option<&str>, raw: &[u8]) -> String
             id.to_owned()
         }
         Some(id) => format!("message-id-sha256:{}", hex::encode(Sha256::digest(id))),
-        None => format!("sha256:{}", hex::encode(Sha256::digest(raw))),
+        None => format!("sha256:{}", hex::encode(Sha256::digest(identity))),
     }
 }
 
-/// The lead a message makes, derived from the raw message alone (so the same message
-/// gives the same payload, whatever headers the way it came added): `message_id` (the
-/// key), `name` and `email` of the first `From`, `reply_to`, a `phone` found in the
+/// The lead a message makes, derived from the message's content alone (so the same
+/// message gives the same payload, whatever headers the way it came added): `message_id`
+/// (the key), `name` and `email` of the first `From`, `reply_to`, a `phone` found in the
 /// subject or the text, `subject`, `text` (the text/plain body, or the HTML one as
-/// text), `comment` (subject and text, cut) and `date` (RFC 3339).
+/// text), `comment` (subject and text, cut) and `date` (RFC 3339). Without a
+/// `Message-ID` the key hashes the sender (name, address, `Reply-To`), the `Date`, the
+/// subject and the decoded text: a copy through another alias (other `Received`,
+/// `Delivered-To`, `Return-Path`) or a server that rebuilds the message keeps its key.
+/// A message that cannot be parsed at all is keyed by its raw bytes.
 pub fn payload(source: &str, raw: &[u8], region: Region) -> Value {
     let parser = mail_parser::MessageParser::default();
     let Some(msg) = parser.parse(raw) else {
@@ -577,6 +584,14 @@ pub fn payload(source: &str, raw: &[u8], region: Region) -> Value {
     };
     let clean = |s: &str| s.replace('\0', "").trim().to_owned();
     let from = msg.from().and_then(|a| a.first());
+    let name = from
+        .and_then(|a| a.name())
+        .map(clean)
+        .filter(|s| !s.is_empty());
+    let email = from
+        .and_then(|a| a.address())
+        .map(clean)
+        .filter(|s| !s.is_empty());
     let reply_to = msg
         .reply_to()
         .and_then(|a| a.first())
@@ -587,6 +602,7 @@ pub fn payload(source: &str, raw: &[u8], region: Region) -> Value {
         .body_text(0)
         .map(|t| clean(t.as_ref()))
         .filter(|s| !s.is_empty());
+    let date = msg.date().map(|d| d.to_rfc3339());
     let phone = subject
         .as_deref()
         .and_then(|s| find_phone(s, region))
@@ -598,16 +614,17 @@ pub fn payload(source: &str, raw: &[u8], region: Region) -> Value {
         (None, None) => None,
     }
     .map(|c| c.chars().take(COMMENT_CHARS).collect::<String>());
+    let identity = json!(["imap-submission/1", name, email, reply_to, date, subject, text]);
     json!({
-        "message_id": message_key(source, msg.message_id(), raw),
-        "name": from.and_then(|a| a.name()).map(clean).filter(|s| !s.is_empty()),
-        "email": from.and_then(|a| a.address()).map(clean).filter(|s| !s.is_empty()),
+        "message_id": message_key(source, msg.message_id(), identity.to_string().as_bytes()),
+        "name": name,
+        "email": email,
         "reply_to": reply_to,
         "phone": phone,
         "subject": subject,
         "text": text,
         "comment": comment,
-        "date": msg.date().map(|d| d.to_rfc3339()),
+        "date": date,
     })
 }
 
@@ -720,7 +737,7 @@ mod tests {
             message_key("mail", Some("abc@example.com"), b"x"),
             "abc@example.com"
         );
-        let raw = b"Subject: hi\r\n\r\nbody\r\n";
+        let raw = b"[\"identity\"]";
         let k = message_key("mail", None, raw);
         assert_eq!(k, format!("sha256:{}", hex::encode(Sha256::digest(raw))));
         let long = "a".repeat(300);
@@ -755,6 +772,37 @@ Content-Transfer-Encoding: quoted-printable\r\n\
         assert_eq!(p["date"], "2025-01-15T10:30:00+03:00");
         // The same bytes, the same payload: a re-read is a duplicate, not a conflict.
         assert_eq!(payload("mail", raw, Region::default()), p);
+    }
+
+    #[test]
+    fn a_message_without_message_id_keeps_its_key_through_other_transport_headers() {
+        let body = "From: Ivan <ivan@example.ru>\r\nTo: leads@example.ru\r\n\
+Subject: заявка\r\nDate: Wed, 15 Jan 2025 10:30:00 +0300\r\n\
+Content-Type: text/plain; charset=utf-8\r\n\r\nПерезвоните: +7 912 000-11-22\r\n";
+        let one = format!(
+            "Return-Path: <a@example.ru>\r\nDelivered-To: leads@example.ru\r\n\
+Received: from mx1 by imap; Wed, 15 Jan 2025 10:30:01 +0300\r\n{body}"
+        );
+        let two = format!(
+            "Return-Path: <b@example.ru>\r\nDelivered-To: sales@example.ru\r\n\
+Received: from mx2 by imap; Wed, 15 Jan 2025 10:30:07 +0300\r\n\
+X-Spam-Score: 0.1\r\n{body}"
+        );
+        let (p1, p2) = (
+            payload("mail", one.as_bytes(), Region::default()),
+            payload("mail", two.as_bytes(), Region::default()),
+        );
+        assert!(p1["message_id"].as_str().unwrap().starts_with("sha256:"));
+        assert_eq!(p1, p2, "same key, same payload: a duplicate");
+        // Another text, another date, another sender: another submission.
+        for other in [
+            one.replace("+7 912 000-11-22", "+7 912 000-11-23"),
+            one.replace("10:30:00", "10:31:00"),
+            one.replace("ivan@", "olga@"),
+        ] {
+            let p = payload("mail", other.as_bytes(), Region::default());
+            assert_ne!(p["message_id"], p1["message_id"]);
+        }
     }
 
     #[test]

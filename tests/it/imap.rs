@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use leadgate::config::Config;
 use leadgate_fakes::bitrix24::FakeBitrix24;
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls;
@@ -402,8 +401,13 @@ fn cp1251_message(message_id: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The key of a message without `Message-ID`: a hash of what identifies the submission
+/// (src/pull/imap.rs `payload`).
 fn hash_key(raw: &[u8]) -> String {
-    format!("{SOURCE}:sha256:{}", hex::encode(Sha256::digest(raw)))
+    let p = leadgate::pull::imap::payload(SOURCE, raw, Default::default());
+    let key = p["message_id"].as_str().unwrap().to_owned();
+    assert!(key.starts_with("sha256:"), "{key}");
+    format!("{SOURCE}:{key}")
 }
 
 /// `(new, duplicate)` deliveries journaled for the mail source.
@@ -886,6 +890,50 @@ each_backend!(
         );
         assert_eq!(journaled(gw.store().as_ref()).await, (0, 0));
         assert_eq!(dovecot.counts("INBOX").await, (1, 1));
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_a_message_without_message_id_through_two_aliases_is_one_lead,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let body = message(None, "Ivan <ivan@example.ru>", "заявка", "+7 912 000-77-88");
+        // The same submission, delivered to two aliases of the mailbox: other
+        // transport headers, the same sender, date, subject and text.
+        let via = |alias: &str, hop: &str| {
+            [
+                format!(
+                    "Delivered-To: {alias}@example.ru\r\nReceived: from {hop}.example.ru \
+                     by imap.example.ru; {}\r\n",
+                    chrono::Utc::now().to_rfc2822()
+                )
+                .into_bytes(),
+                body.clone(),
+            ]
+            .concat()
+        };
+        let (one, two) = (via("leads", "mx1"), via("sales", "mx2"));
+        assert_ne!(one, two);
+        dovecot.deliver(&one).await;
+        dovecot.deliver(&two).await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, dovecot.imaps, PASSWORD, "")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let key = hash_key(&one);
+        assert_eq!(key, hash_key(&two));
+        dovecot.wait_counts("INBOX", (2, 0)).await;
+        gw.wait_status(&key, "completed").await;
+        let store = gw.store();
+        wait_journaled(store.as_ref(), (1, 1)).await;
+        assert_eq!(origin_ids(&gw.fake), vec![key.clone()]);
+        assert_eq!(gw.fake.calls(CREATE), 1, "one lead");
         gw.stop().await;
     }
 );
