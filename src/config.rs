@@ -585,6 +585,10 @@ pub struct PullConfig {
     /// IMAP: a PEM file of the CA (or the self-signed certificate) the server's
     /// certificate must chain to, instead of the public roots. Verification is never off.
     pub ca_file: Option<std::path::PathBuf>,
+    /// IMAP: the largest message read, in bytes (default 25 MiB). A larger one is
+    /// journaled as rejected (its size and the limit as the reason, not its content)
+    /// and acknowledged, so it cannot stall the mailbox.
+    pub max_message_size: Option<u64>,
     /// Bitrix24: the events bound offline and drained (default `ONCRMLEADADD`).
     #[serde(default = "default_pull_events")]
     pub events: Vec<String>,
@@ -657,6 +661,7 @@ impl PullConfig {
             ("mailbox", self.mailbox.is_some()),
             ("move_to", self.move_to.is_some()),
             ("ca_file", self.ca_file.is_some()),
+            ("max_message_size", self.max_message_size.is_some()),
         ];
         if imap {
             for (field, value) in [("username", &self.username), ("password", &self.password)] {
@@ -689,6 +694,11 @@ impl PullConfig {
             {
                 return Err(format!(
                     "source `{name}`: pull.move_to is the mailbox read (pull.mailbox): a moved message would be read again"
+                ));
+            }
+            if self.max_message_size == Some(0) {
+                return Err(format!(
+                    "source `{name}`: pull.max_message_size must be at least 1 byte"
                 ));
             }
         } else if let Some((field, _)) = imap_fields.iter().find(|(_, set)| *set) {
@@ -1580,6 +1590,8 @@ blocks = true
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmove_to = \"INBOX\"\n", "pull.move_to is the mailbox read"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmove_to = \"Inbox\"\n", "pull.move_to is the mailbox read"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmailbox = \"inbox\"\nmove_to = \"INBOX\"\n", "pull.move_to is the mailbox read"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmax_message_size = 0\n", "pull.max_message_size must be at least 1 byte"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\nmax_message_size = 10\n", "pull.max_message_size is for the imap preset"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmailbox = \" \"\n", "pull.mailbox must be a mailbox name"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nbot_token = \"x\"\n", "pull.bot_token is for the telegram-updates preset"),
             ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\npassword = \"env:PW\"\n", "pull.password is for the imap preset"),
