@@ -1627,4 +1627,26 @@ blocks = true
         );
         assert_eq!(c.source("t").unwrap().auth, Some(SourceAuth::Token));
     }
+
+    #[test]
+    fn only_inbox_is_compared_without_regard_to_case() {
+        assert!(same_mailbox("INBOX", "inbox"));
+        assert!(same_mailbox("Inbox", "INBOX"));
+        assert!(same_mailbox("Leads", "Leads"));
+        // Other names are the server's to compare: "leads" may well be another folder.
+        assert!(!same_mailbox("Leads", "leads"));
+        assert!(!same_mailbox("INBOX/Done", "inbox/done"));
+        let toml = "[[source]]\nname = \"m\"\npreset = \"imap\"\n[source.pull]\n\
+url = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\n\
+mailbox = \"Leads\"\nmove_to = \"leads\"\n";
+        let c = Config::parse(&format!(
+            "[database]\nurl = \"sqlite::memory:\"\n[crm]\nkind = \"http\"\nurl = \"http://x\"\n{toml}"
+        ));
+        assert!(
+            c.as_ref()
+                .err()
+                .is_none_or(|e| !e.to_string().contains("pull.move_to is the mailbox read")),
+            "{c:?}"
+        );
+    }
 }
