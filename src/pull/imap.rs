@@ -7,8 +7,8 @@
 //! raw RFC 822 message is the journaled body, `message/rfc822`) and only then
 //! acknowledges them: `\Seen` set with `UID STORE`, or moved to `pull.move_to` (`UID
 //! MOVE`; `UID COPY` + `\Deleted` + `UID EXPUNGE` on a server without MOVE). Every
-//! command's tagged answer is checked (async-imap 0.11's own FETCH, STORE and EXPUNGE
-//! end at a NO as at an OK), and the acknowledgement is read back (`FLAGS`, or a
+//! command's tagged answer is checked (async-imap 0.11's own SEARCH, FETCH, STORE and
+//! EXPUNGE end at a NO as at an OK), and the acknowledgement is read back (`FLAGS`, or a
 //! `SEARCH` for what should have moved). A message the server does not deliver, or whose
 //! acknowledgement does not hold, is counted; the third time it is set aside until the
 //! gateway restarts (one that could not be read journaled as rejected), and the messages
@@ -41,7 +41,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::rustls;
 
-use async_imap::imap_proto::{AttributeValue, Response, Status};
+use async_imap::imap_proto::{AttributeValue, MailboxDatum, Response, Status};
 
 use crate::config::{PullConfig, Secret};
 use crate::domain::contact::{self, Region};
@@ -363,11 +363,7 @@ impl MailPoll {
         } else {
             "UNSEEN UNDELETED"
         };
-        let found = self
-            .step("UID SEARCH", async {
-                session.uid_search(query).await.map_err(|e| describe(&e))
-            })
-            .await?;
+        let found = self.search(session, query).await?;
         let pending: Vec<u32> = found
             .into_iter()
             .filter(|uid| !troubles.set_aside.contains(uid))
@@ -458,12 +454,7 @@ impl MailPoll {
                 (Ok(()), None) => {
                     // Gone (expunged by someone else) or withheld: SEARCH tells which.
                     let still = self
-                        .step("UID SEARCH", async {
-                            session
-                                .uid_search(format!("UID {uid} UNDELETED"))
-                                .await
-                                .map_err(|e| describe(&e))
-                        })
+                        .search(session, &format!("UID {uid} UNDELETED"))
                         .await?;
                     if still.contains(&uid) {
                         let why = "the server answered OK but sent no message";
@@ -637,6 +628,21 @@ impl MailPoll {
         }
     }
 
+    /// `UID SEARCH <query>`, its tagged answer checked (async-imap 0.11's `uid_search`
+    /// takes a NO for an empty result: a server in trouble would look like an empty
+    /// mailbox).
+    async fn search(&self, session: &mut Session, query: &str) -> Result<BTreeSet<u32>, MailError> {
+        let mut found = BTreeSet::new();
+        let cmd = format!("UID SEARCH {query}");
+        self.command(session, "UID SEARCH", &cmd, self.timeout, |r| {
+            if let Response::MailboxData(MailboxDatum::Search(uids)) = r {
+                found.extend(uids.iter().copied());
+            }
+        })
+        .await?;
+        Ok(found)
+    }
+
     /// Sets `\Seen` on `set`, or moves it to `move_to`, each command's tagged answer
     /// checked.
     async fn acknowledge(&self, open: &mut Open, set: &str) -> Result<(), MailError> {
@@ -675,12 +681,7 @@ impl MailPoll {
         let set = uid_set(uids);
         if self.move_to.is_some() {
             let left = self
-                .step("UID SEARCH", async {
-                    session
-                        .uid_search(format!("UID {set} UNDELETED"))
-                        .await
-                        .map_err(|e| describe(&e))
-                })
+                .search(session, &format!("UID {set} UNDELETED"))
                 .await?;
             return Ok(uids.iter().copied().filter(|u| left.contains(u)).collect());
         }

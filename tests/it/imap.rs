@@ -255,6 +255,8 @@ struct Seen {
     /// `UID FETCH … BODY…` commands naming `refuse_fetch`.
     refused_fetches: AtomicUsize,
     refuse_fetch: Mutex<Option<u32>>,
+    /// Every `UID SEARCH` answered `NO` (a server in trouble).
+    refuse_search: std::sync::atomic::AtomicBool,
 }
 
 impl Proxy {
@@ -383,6 +385,13 @@ async fn relay(
             let upper = String::from_utf8_lossy(&line).to_ascii_uppercase();
             if upper.contains(" UID SEARCH ") {
                 seen.searches.fetch_add(1, Ordering::SeqCst);
+                if seen.refuse_search.load(Ordering::SeqCst) {
+                    let no = answer(&line, "NO [UNAVAILABLE] Temporary failure.");
+                    if cw.lock().await.write_all(&no).await.is_err() {
+                        break 'read;
+                    }
+                    continue;
+                }
             }
             let refused = *seen.refuse_fetch.lock().unwrap();
             if let Some(uid) = refused {
@@ -1200,6 +1209,48 @@ each_backend!(
         );
         assert_eq!(journaled(gw.store().as_ref()).await, (2, 0));
         assert_eq!(gw.fake.calls(CREATE), 2);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_polls_that_fail_back_off_instead_of_retrying_every_poll,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let proxy = Proxy::start(&dovecot, AtAck::Forward).await;
+        proxy.seen.refuse_search.store(true, Ordering::SeqCst);
+        let raw = message(
+            Some("later@x"),
+            "c@example.ru",
+            "заявка",
+            "+7 912 000-99-00",
+        );
+        dovecot.deliver(&raw).await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, proxy.port, PASSWORD, "")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        until("the first poll", Duration::from_secs(15), || {
+            proxy.count(|s| &s.searches) >= 1
+        })
+        .await;
+        // every = 100 ms: without a backoff some 20 polls in 2 s; doubling, 100 + 200 +
+        // 400 + 800 ms: 5.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let polls = proxy.count(|s| &s.searches);
+        assert!((3..=6).contains(&polls), "{polls} failed polls in 2 s");
+        assert_eq!(proxy.count(|s| &s.connections), 1, "the session kept");
+        // The server recovers: the message is read at the next poll.
+        proxy.seen.refuse_search.store(false, Ordering::SeqCst);
+        gw.wait_status(&format!("{SOURCE}:later@x"), "completed")
+            .await;
+        dovecot.wait_counts("INBOX", (1, 0)).await;
+        assert_eq!(gw.fake.calls(CREATE), 1);
         gw.stop().await;
     }
 );
