@@ -271,16 +271,35 @@ pub async fn main() -> ExitCode {
 /// Human-readable logs by default, JSON lines with `LEADGATE_LOG_FORMAT=json`;
 /// `RUST_LOG` filters (default `info`).
 pub fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    let wire = tracing_subscriber::filter::filter_fn(|m| !logs_wire_content(m));
     let _ = if std::env::var("LEADGATE_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().try_init()
+        builder.json().finish().with(wire).try_init()
     } else {
-        builder.try_init()
+        builder.finish().with(wire).try_init()
     };
+}
+
+/// Crates that log what crosses the wire at debug or trace level, whatever `RUST_LOG`
+/// says: async-imap logs every command (`LOGIN "user" "password"`) and answer (whole
+/// messages), imap-proto what it parses. They are held to `info`.
+const WIRE_LOGGERS: [&str; 2] = ["async_imap", "imap_proto"];
+
+/// Whether an event is one of the wire loggers' below `info` (and so never written).
+pub fn logs_wire_content(m: &tracing::Metadata<'_>) -> bool {
+    *m.level() > tracing::Level::INFO
+        && WIRE_LOGGERS.iter().any(|c| {
+            m.target() == *c
+                || m.target()
+                    .strip_prefix(c)
+                    .is_some_and(|rest| rest.starts_with("::"))
+        })
 }
 
 /// Who acts from this terminal, for the timeline.

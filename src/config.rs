@@ -585,6 +585,10 @@ pub struct PullConfig {
     /// IMAP: a PEM file of the CA (or the self-signed certificate) the server's
     /// certificate must chain to, instead of the public roots. Verification is never off.
     pub ca_file: Option<std::path::PathBuf>,
+    /// IMAP: the largest message read, in bytes (default 25 MiB). A larger one is
+    /// journaled as rejected (its size and the limit as the reason, not its content)
+    /// and acknowledged, so it cannot stall the mailbox.
+    pub max_message_size: Option<u64>,
     /// Bitrix24: the events bound offline and drained (default `ONCRMLEADADD`).
     #[serde(default = "default_pull_events")]
     pub events: Vec<String>,
@@ -597,6 +601,13 @@ pub struct PullConfig {
     /// The cut-off of one call to the sender.
     #[serde(default = "default_pull_timeout", with = "humantime_serde")]
     pub timeout: Duration,
+}
+
+/// Whether two IMAP mailbox names name the same mailbox: `INBOX` is case-insensitive
+/// (RFC 3501 5.1), every other name is compared as written.
+fn same_mailbox(a: &str, b: &str) -> bool {
+    let (a, b) = (a.trim(), b.trim());
+    a == b || (a.eq_ignore_ascii_case("INBOX") && b.eq_ignore_ascii_case("INBOX"))
 }
 
 fn default_pull_events() -> Vec<String> {
@@ -650,6 +661,7 @@ impl PullConfig {
             ("mailbox", self.mailbox.is_some()),
             ("move_to", self.move_to.is_some()),
             ("ca_file", self.ca_file.is_some()),
+            ("max_message_size", self.max_message_size.is_some()),
         ];
         if imap {
             for (field, value) in [("username", &self.username), ("password", &self.password)] {
@@ -675,9 +687,18 @@ impl PullConfig {
                 }
             }
             let mailbox = self.mailbox.as_deref().unwrap_or("INBOX");
-            if self.move_to.as_deref().is_some_and(|m| m == mailbox) {
+            if self
+                .move_to
+                .as_deref()
+                .is_some_and(|m| same_mailbox(m, mailbox))
+            {
                 return Err(format!(
                     "source `{name}`: pull.move_to is the mailbox read (pull.mailbox): a moved message would be read again"
+                ));
+            }
+            if self.max_message_size == Some(0) {
+                return Err(format!(
+                    "source `{name}`: pull.max_message_size must be at least 1 byte"
                 ));
             }
         } else if let Some((field, _)) = imap_fields.iter().find(|(_, set)| *set) {
@@ -1567,6 +1588,10 @@ blocks = true
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://imap.example.com\"\nusername = \"env:U\"\npassword = \"env:\"\n", "pull.password is empty"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imap://imap.example.com\"\nusername = \"env:U\"\npassword = \"env:PW\"\n", "pull.url must be imaps://"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmove_to = \"INBOX\"\n", "pull.move_to is the mailbox read"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmove_to = \"Inbox\"\n", "pull.move_to is the mailbox read"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmailbox = \"inbox\"\nmove_to = \"INBOX\"\n", "pull.move_to is the mailbox read"),
+            ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmax_message_size = 0\n", "pull.max_message_size must be at least 1 byte"),
+            ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\nmax_message_size = 10\n", "pull.max_message_size is for the imap preset"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nmailbox = \" \"\n", "pull.mailbox must be a mailbox name"),
             ("name = \"m\"\npreset = \"imap\"\n[source.pull]\nurl = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\nbot_token = \"x\"\n", "pull.bot_token is for the telegram-updates preset"),
             ("name = \"p\"\npreset = \"bitrix24-offline\"\n[source.pull]\nurl = \"env:B24\"\npassword = \"env:PW\"\n", "pull.password is for the imap preset"),
@@ -1601,5 +1626,27 @@ blocks = true
             Duration::from_secs(300)
         );
         assert_eq!(c.source("t").unwrap().auth, Some(SourceAuth::Token));
+    }
+
+    #[test]
+    fn only_inbox_is_compared_without_regard_to_case() {
+        assert!(same_mailbox("INBOX", "inbox"));
+        assert!(same_mailbox("Inbox", "INBOX"));
+        assert!(same_mailbox("Leads", "Leads"));
+        // Other names are the server's to compare: "leads" may well be another folder.
+        assert!(!same_mailbox("Leads", "leads"));
+        assert!(!same_mailbox("INBOX/Done", "inbox/done"));
+        let toml = "[[source]]\nname = \"m\"\npreset = \"imap\"\n[source.pull]\n\
+url = \"imaps://h\"\nusername = \"u\"\npassword = \"env:PW\"\n\
+mailbox = \"Leads\"\nmove_to = \"leads\"\n";
+        let c = Config::parse(&format!(
+            "[database]\nurl = \"sqlite::memory:\"\n[crm]\nkind = \"http\"\nurl = \"http://x\"\n{toml}"
+        ));
+        assert!(
+            c.as_ref()
+                .err()
+                .is_none_or(|e| !e.to_string().contains("pull.move_to is the mailbox read")),
+            "{c:?}"
+        );
     }
 }

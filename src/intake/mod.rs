@@ -785,6 +785,31 @@ pub async fn record_pulled(
     }
 }
 
+/// Journals a rejection the puller itself decided (an event it cannot read or take:
+/// too large, refused by the sender), so a person sees it in the journal and the
+/// metrics (`outcome="rejected"`); `Err` when the database is not available.
+pub async fn reject_pulled(
+    state: &IntakeState,
+    source_name: &str,
+    raw_body: Vec<u8>,
+    content_type: &str,
+    reason: String,
+) -> Result<(), StoreError> {
+    state
+        .store
+        .record_rejected(RejectedDelivery {
+            source: source_name.to_owned(),
+            operation_id: None,
+            content_type: Some(content_type.to_owned()),
+            raw_body,
+            reason,
+            received_at: state.store.now(),
+            transform_version: TRANSFORM_VERSION,
+        })
+        .await?;
+    Ok(())
+}
+
 /// PostgreSQL stores no NUL character in text or JSON: refused here, with a clear
 /// answer, rather than failing in the database as "unavailable".
 pub(crate) fn reject_nul(payload: &Value) -> Result<(), ApiError> {

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use leadgate::config::Config;
 use leadgate_fakes::bitrix24::FakeBitrix24;
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls;
@@ -232,6 +231,9 @@ enum AtAck {
     Cut(usize),
     /// Never forwards it (nor anything after it on that connection).
     Hold,
+    /// Answers OK without forwarding it: what a server does with a `STORE` the login has
+    /// no right to (RFC 4314), the flag silently not set.
+    Swallow,
 }
 
 /// A TLS-terminating proxy in front of Dovecot's plain listener.
@@ -240,7 +242,21 @@ struct Proxy {
     mode: Arc<Mutex<AtAck>>,
     /// Acknowledging commands seen.
     acks: Arc<AtomicUsize>,
+    /// What the proxy saw and did.
+    seen: Arc<Seen>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Commands and connections the proxy saw; a UID whose body `FETCH` it answers NO.
+#[derive(Default)]
+struct Seen {
+    connections: AtomicUsize,
+    searches: AtomicUsize,
+    /// `UID FETCH … BODY…` commands naming `refuse_fetch`.
+    refused_fetches: AtomicUsize,
+    refuse_fetch: Mutex<Option<u32>>,
+    /// Every `UID SEARCH` answered `NO` (a server in trouble).
+    refuse_search: std::sync::atomic::AtomicBool,
 }
 
 impl Proxy {
@@ -261,14 +277,20 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let mode = Arc::new(Mutex::new(mode));
         let acks = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Seen::default());
         let upstream = dovecot.plain;
-        let (m, a) = (Arc::clone(&mode), Arc::clone(&acks));
+        let (m, a, sn) = (Arc::clone(&mode), Arc::clone(&acks), Arc::clone(&seen));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
-                let (acceptor, mode, acks) = (acceptor.clone(), Arc::clone(&m), Arc::clone(&a));
+                let (acceptor, mode, acks, seen) = (
+                    acceptor.clone(),
+                    Arc::clone(&m),
+                    Arc::clone(&a),
+                    Arc::clone(&sn),
+                );
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
@@ -276,7 +298,8 @@ impl Proxy {
                     let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                         return;
                     };
-                    relay(tls, up, mode, acks).await;
+                    seen.connections.fetch_add(1, Ordering::SeqCst);
+                    relay(tls, up, mode, acks, seen).await;
                 });
             }
         });
@@ -284,6 +307,7 @@ impl Proxy {
             port,
             mode,
             acks,
+            seen,
             task,
         }
     }
@@ -295,6 +319,16 @@ impl Proxy {
     fn acks(&self) -> usize {
         self.acks.load(Ordering::SeqCst)
     }
+
+    /// Answers `NO [SERVERBUG]` to every body `FETCH` of `uid`, as Dovecot does for a
+    /// message it cannot read (Gmail: "Some messages could not be FETCHed").
+    fn refuse_fetch(&self, uid: u32) {
+        *self.seen.refuse_fetch.lock().unwrap() = Some(uid);
+    }
+
+    fn count(&self, what: fn(&Seen) -> &AtomicUsize) -> usize {
+        what(&self.seen).load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Proxy {
@@ -304,19 +338,36 @@ impl Drop for Proxy {
 }
 
 /// Server to client as it comes; client to server line by line, the acknowledging
-/// command handled as `mode` says.
+/// command handled as `mode` says, a body `FETCH` of the refused UID answered NO.
 async fn relay(
     client: tokio_rustls::server::TlsStream<TcpStream>,
     server: TcpStream,
     mode: Arc<Mutex<AtAck>>,
     acks: Arc<AtomicUsize>,
+    seen: Arc<Seen>,
 ) {
-    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut cr, cw) = tokio::io::split(client);
+    let cw = Arc::new(tokio::sync::Mutex::new(cw));
     let (mut sr, mut sw) = server.into_split();
+    let down_w = Arc::clone(&cw);
     let down = tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut sr, &mut cw).await;
-        let _ = cw.shutdown().await;
+        let mut chunk = [0u8; 16384];
+        loop {
+            let n = match sr.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if down_w.lock().await.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = down_w.lock().await.shutdown().await;
     });
+    // The proxy's own answer to `line`'s command, in place of the server's.
+    let answer = |line: &[u8], words: &str| {
+        let tag = line.split(|b| *b == b' ').next().unwrap_or(b"*").to_vec();
+        [tag, format!(" {words}\r\n").into_bytes()].concat()
+    };
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let mut held = false;
@@ -332,16 +383,37 @@ async fn relay(
         while let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
             let line: Vec<u8> = buf.drain(..end + 2).collect();
             let upper = String::from_utf8_lossy(&line).to_ascii_uppercase();
+            if upper.contains(" UID SEARCH ") {
+                seen.searches.fetch_add(1, Ordering::SeqCst);
+                if seen.refuse_search.load(Ordering::SeqCst) {
+                    let no = answer(&line, "NO [UNAVAILABLE] Temporary failure.");
+                    if cw.lock().await.write_all(&no).await.is_err() {
+                        break 'read;
+                    }
+                    continue;
+                }
+            }
+            let refused = *seen.refuse_fetch.lock().unwrap();
+            if let Some(uid) = refused {
+                if upper.contains(&format!(" UID FETCH {uid} ")) && upper.contains("BODY") {
+                    seen.refused_fetches.fetch_add(1, Ordering::SeqCst);
+                    let no = answer(&line, "NO [SERVERBUG] Internal error occurred.");
+                    if cw.lock().await.write_all(&no).await.is_err() {
+                        break 'read;
+                    }
+                    continue;
+                }
+            }
             if [" UID STORE ", " UID MOVE ", " UID COPY "]
                 .iter()
                 .any(|c| upper.contains(c))
             {
                 acks.fetch_add(1, Ordering::SeqCst);
-                let mut m = mode.lock().unwrap();
-                match *m {
+                let now = *mode.lock().unwrap();
+                match now {
                     AtAck::Forward => {}
                     AtAck::Cut(n) => {
-                        *m = if n > 1 {
+                        *mode.lock().unwrap() = if n > 1 {
                             AtAck::Cut(n - 1)
                         } else {
                             AtAck::Forward
@@ -351,6 +423,13 @@ async fn relay(
                     AtAck::Hold => {
                         held = true;
                         continue 'read;
+                    }
+                    AtAck::Swallow => {
+                        let ok = answer(&line, "OK Store completed.");
+                        if cw.lock().await.write_all(&ok).await.is_err() {
+                            break 'read;
+                        }
+                        continue;
                     }
                 }
             }
@@ -402,8 +481,13 @@ fn cp1251_message(message_id: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The key of a message without `Message-ID`: a hash of what identifies the submission
+/// (src/pull/imap.rs `payload`).
 fn hash_key(raw: &[u8]) -> String {
-    format!("{SOURCE}:sha256:{}", hex::encode(Sha256::digest(raw)))
+    let p = leadgate::pull::imap::payload(SOURCE, raw, Default::default());
+    let key = p["message_id"].as_str().unwrap().to_owned();
+    assert!(key.starts_with("sha256:"), "{key}");
+    format!("{SOURCE}:{key}")
 }
 
 /// `(new, duplicate)` deliveries journaled for the mail source.
@@ -419,6 +503,34 @@ async fn journaled(store: &dyn leadgate::store::Store) -> (i64, i64) {
             .unwrap_or(0)
     };
     (n("new"), n("duplicate"))
+}
+
+/// Deliveries of the mail source journaled as rejected.
+async fn rejected(store: &dyn leadgate::store::Store) -> i64 {
+    let m = store
+        .metrics(leadgate::store::now(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    m.deliveries
+        .get(&(SOURCE.to_owned(), "rejected".to_owned()))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The reasons of the mail source's rejected deliveries.
+async fn rejections(db: &leadgate_testkit::TestDb) -> Vec<String> {
+    use leadgate_testkit::Backend;
+    let sql = "select reject_reason from deliveries where source = 'mail' and outcome = 'rejected' order by id";
+    match db.backend {
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap()
+        }
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap()
+        }
+    }
 }
 
 async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
@@ -750,7 +862,10 @@ each_backend!(
         let config = config.display().to_string();
         let serve = |password: Option<&str>, log: &Path| {
             let mut cmd = crate::process::leadgate(&["serve", "--config", &config]);
-            cmd.stdout(Stdio::null())
+            // Everything a developer may ask for (the kit's `warn` overridden): async-imap
+            // logs each command (`LOGIN "user" "password"`) and answer at trace level.
+            cmd.env("RUST_LOG", "trace")
+                .stdout(Stdio::null())
                 .stderr(std::fs::File::create(log).unwrap());
             if let Some(p) = password {
                 cmd.env("TEST_IMAP_PASSWORD", p);
@@ -802,6 +917,15 @@ each_backend!(
         assert_eq!(journaled(store.as_ref()).await, (3, 0), "recorded first");
         first.kill();
         assert_eq!(dovecot.counts("INBOX").await, (3, 3), "never marked");
+        // Traced, and still neither the password nor a message in the log.
+        let traced = read("first.log");
+        assert!(traced.contains("TRACE"), "RUST_LOG=trace took effect");
+        assert!(!traced.contains(PASSWORD), "no password in the log");
+        assert!(!traced.contains("LOGIN"), "no IMAP command in the log");
+        assert!(
+            !traced.contains("000-00-11"),
+            "no message content in the log"
+        );
 
         proxy.set(AtAck::Forward);
         let _second = Process(serve(Some(PASSWORD), &log("second.log")));
@@ -877,6 +1001,256 @@ each_backend!(
         );
         assert_eq!(journaled(gw.store().as_ref()).await, (0, 0));
         assert_eq!(dovecot.counts("INBOX").await, (1, 1));
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_a_message_the_server_will_not_fetch_is_set_aside_and_the_ones_behind_it_are_read,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        // UID 1 is answered `NO [SERVERBUG]` whenever its body is fetched.
+        let proxy = Proxy::start(&dovecot, AtAck::Forward).await;
+        proxy.refuse_fetch(1);
+        for n in 1..=3 {
+            let raw = message(
+                Some(&format!("poison-{n}@site.example")),
+                "client@example.ru",
+                "заявка",
+                &format!("+7 912 000-00-2{n}"),
+            );
+            dovecot.deliver(&raw).await;
+        }
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        // A batch of one: the refused message is the whole batch until it is set aside.
+        let source =
+            mail_source(&dovecot, proxy.port, PASSWORD, "").replace("batch = 10\n", "batch = 1\n");
+        let toml = format!("{}\n{source}", config_toml(&db.url, &fake.webhook_url()));
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        for n in 2..=3 {
+            gw.wait_status(&format!("{SOURCE}:poison-{n}@site.example"), "completed")
+                .await;
+        }
+        // Read three times, then set aside, journaled as rejected for a person to see; it
+        // stays unread in the mailbox.
+        let store = gw.store();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while rejected(store.as_ref()).await < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the refused message was never journaled"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        dovecot.wait_counts("INBOX", (3, 1)).await;
+        let reasons = rejections(&db).await;
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(
+            reasons[0].contains("UID 1") && reasons[0].contains("SERVERBUG"),
+            "{reasons:?}"
+        );
+        assert_eq!(journaled(store.as_ref()).await, (2, 0));
+        let poisoned: leadgate::domain::OperationId =
+            format!("{SOURCE}:poison-1@site.example").parse().unwrap();
+        assert!(store.operation(&poisoned).await.unwrap().is_none());
+        // No hot loop: no more fetches of it, a poll every `every` (100 ms) at most, and
+        // the refusal did not cost the session.
+        let (fetches, searches) = (
+            proxy.count(|s| &s.refused_fetches),
+            proxy.count(|s| &s.searches),
+        );
+        assert_eq!(fetches, 3, "three tries");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(proxy.count(|s| &s.refused_fetches), 3, "set aside");
+        let polls = proxy.count(|s| &s.searches) - searches;
+        assert!((3..=14).contains(&polls), "{polls} polls in a second");
+        assert_eq!(proxy.count(|s| &s.connections), 1, "one session");
+        assert_eq!(gw.fake.calls(CREATE), 2);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_a_seen_flag_the_server_acknowledges_but_does_not_set_is_noticed_and_set_aside,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        // Every STORE is answered OK and never reaches Dovecot (a login without the
+        // right to set flags gets the same from a server: RFC 4314).
+        let proxy = Proxy::start(&dovecot, AtAck::Swallow).await;
+        let raw = message(
+            Some("acl-1@site.example"),
+            "c@example.ru",
+            "заявка",
+            "текст",
+        );
+        dovecot.deliver(&raw).await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, proxy.port, PASSWORD, "")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        gw.wait_status(&format!("{SOURCE}:acl-1@site.example"), "completed")
+            .await;
+        let store = gw.store();
+        // Read, recorded and "acknowledged" three times, then set aside: not re-journaled
+        // every poll for ever.
+        wait_journaled(store.as_ref(), (1, 2)).await;
+        until("three acknowledgements", Duration::from_secs(15), || {
+            proxy.acks() >= 3
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(proxy.acks(), 3);
+        assert_eq!(journaled(store.as_ref()).await, (1, 2));
+        assert_eq!(dovecot.counts("INBOX").await, (1, 1), "never marked");
+        assert_eq!(proxy.count(|s| &s.connections), 1, "one session");
+        assert_eq!(gw.fake.calls(CREATE), 1);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_a_message_without_message_id_through_two_aliases_is_one_lead,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let body = message(None, "Ivan <ivan@example.ru>", "заявка", "+7 912 000-77-88");
+        // The same submission, delivered to two aliases of the mailbox: other
+        // transport headers, the same sender, date, subject and text.
+        let via = |alias: &str, hop: &str| {
+            [
+                format!(
+                    "Delivered-To: {alias}@example.ru\r\nReceived: from {hop}.example.ru \
+                     by imap.example.ru; {}\r\n",
+                    chrono::Utc::now().to_rfc2822()
+                )
+                .into_bytes(),
+                body.clone(),
+            ]
+            .concat()
+        };
+        let (one, two) = (via("leads", "mx1"), via("sales", "mx2"));
+        assert_ne!(one, two);
+        dovecot.deliver(&one).await;
+        dovecot.deliver(&two).await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, dovecot.imaps, PASSWORD, "")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let key = hash_key(&one);
+        assert_eq!(key, hash_key(&two));
+        dovecot.wait_counts("INBOX", (2, 0)).await;
+        gw.wait_status(&key, "completed").await;
+        let store = gw.store();
+        wait_journaled(store.as_ref(), (1, 1)).await;
+        assert_eq!(origin_ids(&gw.fake), vec![key.clone()]);
+        assert_eq!(gw.fake.calls(CREATE), 1, "one lead");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_a_message_over_max_message_size_is_rejected_unread_and_acknowledged,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let small = message(
+            Some("small@x"),
+            "c@example.ru",
+            "заявка",
+            "+7 912 000-44-55",
+        );
+        let big = message(
+            Some("big@x"),
+            "c@example.ru",
+            "вложение",
+            &"x".repeat(20_000),
+        );
+        let after = message(Some("after@x"), "c@example.ru", "ещё", "+7 912 000-44-56");
+        for raw in [&small, &big, &after] {
+            dovecot.deliver(raw).await;
+        }
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let proxy = Proxy::start(&dovecot, AtAck::Forward).await;
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, proxy.port, PASSWORD, "max_message_size = 8000\n")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        for k in ["small@x", "after@x"] {
+            gw.wait_status(&format!("{SOURCE}:{k}"), "completed").await;
+        }
+        // Acknowledged (it would otherwise be refused again at every poll) and left in
+        // the mailbox; journaled as rejected with its size, without its content.
+        dovecot.wait_counts("INBOX", (3, 0)).await;
+        let reasons = rejections(&db).await;
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(
+            reasons[0].contains("pull.max_message_size") && reasons[0].contains("8000 bytes"),
+            "{reasons:?}"
+        );
+        let rows = journal(&db).await;
+        assert_eq!(rows.len(), 3);
+        assert!(
+            rows.iter().all(|(b, _)| b.len() < 8000),
+            "the big one unread"
+        );
+        assert_eq!(journaled(gw.store().as_ref()).await, (2, 0));
+        assert_eq!(gw.fake.calls(CREATE), 2);
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    imap_polls_that_fail_back_off_instead_of_retrying_every_poll,
+    |db| async move {
+        let dovecot = Dovecot::start(true).await;
+        let proxy = Proxy::start(&dovecot, AtAck::Forward).await;
+        proxy.seen.refuse_search.store(true, Ordering::SeqCst);
+        let raw = message(
+            Some("later@x"),
+            "c@example.ru",
+            "заявка",
+            "+7 912 000-99-00",
+        );
+        dovecot.deliver(&raw).await;
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let toml = format!(
+            "{}\n{}",
+            config_toml(&db.url, &fake.webhook_url()),
+            mail_source(&dovecot, proxy.port, PASSWORD, "")
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        until("the first poll", Duration::from_secs(15), || {
+            proxy.count(|s| &s.searches) >= 1
+        })
+        .await;
+        // every = 100 ms: without a backoff some 20 polls in 2 s; doubling, 100 + 200 +
+        // 400 + 800 ms: 5.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let polls = proxy.count(|s| &s.searches);
+        assert!((3..=6).contains(&polls), "{polls} failed polls in 2 s");
+        assert_eq!(proxy.count(|s| &s.connections), 1, "the session kept");
+        // The server recovers: the message is read at the next poll.
+        proxy.seen.refuse_search.store(false, Ordering::SeqCst);
+        gw.wait_status(&format!("{SOURCE}:later@x"), "completed")
+            .await;
+        dovecot.wait_counts("INBOX", (1, 0)).await;
+        assert_eq!(gw.fake.calls(CREATE), 1);
         gw.stop().await;
     }
 );
