@@ -65,6 +65,14 @@ pub struct Request {
     pub options: Options,
 }
 
+impl Request {
+    /// The period a CRM's API is read over: the one asked for, else the last 30 days.
+    fn api_period(&self) -> (DateTime<Utc>, DateTime<Utc>) {
+        self.period
+            .unwrap_or_else(|| (Utc::now() - TimeDelta::days(30), Utc::now()))
+    }
+}
+
 /// Runs the diagnosis.
 pub async fn run(
     request: &Request,
@@ -93,9 +101,7 @@ pub async fn run(
             burst,
             find_older,
         } => {
-            let (from, to) = request
-                .period
-                .unwrap_or_else(|| (Utc::now() - TimeDelta::days(30), Utc::now()));
+            let (from, to) = request.api_period();
             let crm = Bitrix24::new(webhook_url, Entity::Lead, crate::crm::bitrix24::MAX_TIMEOUT)?;
             let crm = match &request.store {
                 Some(store) => crm.paced_in(store.clone(), *rate_limit, *burst),
@@ -129,9 +135,7 @@ pub async fn run(
             fields,
             find_older,
         } => {
-            let (from, to) = request
-                .period
-                .unwrap_or_else(|| (Utc::now() - TimeDelta::days(30), Utc::now()));
+            let (from, to) = request.api_period();
             let crm = AmoCrm::new((**settings).clone())?;
             let crm = match &request.store {
                 Some(store) => crm.paced_in(store.clone()),
