@@ -17,14 +17,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leadgate::config::Config;
 use leadgate_fakes::bitrix24::FakeBitrix24;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls;
 
 use leadgate_testkit::each_backend;
-use leadgate_testkit::gateway::{config_toml, origin_ids, Gateway, CREATE};
+use leadgate_testkit::gateway::{origin_ids, Gateway, CREATE};
 use leadgate_testkit::process::{free_port, wait_healthy, GatewayFile, Process, SiteAuth};
 
 use crate::tls::{make_pki, unsafe_is_root, Pki};
@@ -587,15 +586,8 @@ each_backend!(
         }
         // The same message delivered twice (two aliases, one mailbox): one lead.
         dovecot.deliver(&first).await;
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let toml = format!(
-            "{}\n{}",
-            config_toml(&db.url, &fake.webhook_url()),
-            mail_source(&dovecot, dovecot.imaps, PASSWORD, "")
-        );
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw =
+            Gateway::start_extended(&db, &mail_source(&dovecot, dovecot.imaps, PASSWORD, "")).await;
         dovecot.wait_counts("INBOX", (4, 0)).await;
         let keys = [
             format!("{SOURCE}:form-1@site.example"),
@@ -753,15 +745,11 @@ each_backend!(
         for raw in &raws {
             dovecot.deliver(raw).await;
         }
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let toml = format!(
-            "{}\n{}",
-            config_toml(&db.url, &fake.webhook_url()),
-            mail_source(&dovecot, proxy.port, PASSWORD, "move_to = \"Заявки\"\n")
-        );
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw = Gateway::start_extended(
+            &db,
+            &mail_source(&dovecot, proxy.port, PASSWORD, "move_to = \"Заявки\"\n"),
+        )
+        .await;
         dovecot.wait_counts(done, (3, 3)).await;
         dovecot.wait_counts("INBOX", (0, 0)).await;
         assert_eq!(proxy.acks(), 2, "one cut, one done");
@@ -787,20 +775,16 @@ each_backend!(
         for raw in &raws {
             dovecot.deliver(raw).await;
         }
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let toml = format!(
-            "{}\n{}",
-            config_toml(&db.url, &fake.webhook_url()),
-            mail_source(
+        let gw = Gateway::start_extended(
+            &db,
+            &mail_source(
                 &dovecot,
                 dovecot.imaps,
                 PASSWORD,
-                "move_to = \"Recorded\"\n"
-            )
-        );
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+                "move_to = \"Recorded\"\n",
+            ),
+        )
+        .await;
         dovecot.wait_counts("Recorded", (2, 2)).await;
         dovecot.wait_counts("INBOX", (0, 0)).await;
         for n in 1..=2 {
@@ -965,17 +949,13 @@ each_backend!(
         dovecot
             .deliver(&message(Some("tls@x"), "c@example.ru", "s", "t"))
             .await;
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
         // The test's CA is not among the public roots, and no ca_file names it.
         let source = mail_source(&dovecot, dovecot.imaps, PASSWORD, "").replace(
             &format!("ca_file = \"{}\"\n", dovecot.ca_file.display()),
             "",
         );
         assert!(!source.contains("ca_file"));
-        let toml = format!("{}\n{source}", config_toml(&db.url, &fake.webhook_url()));
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw = Gateway::start_extended(&db, &source).await;
         // The gateway ends each handshake itself, refusing the certificate (Dovecot logs
         // the alert it got); the readiness probe's bare connection is the one without.
         let refused = |log: &str| {
@@ -1021,14 +1001,10 @@ each_backend!(
             );
             dovecot.deliver(&raw).await;
         }
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
         // A batch of one: the refused message is the whole batch until it is set aside.
         let source =
             mail_source(&dovecot, proxy.port, PASSWORD, "").replace("batch = 10\n", "batch = 1\n");
-        let toml = format!("{}\n{source}", config_toml(&db.url, &fake.webhook_url()));
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw = Gateway::start_extended(&db, &source).await;
         for n in 2..=3 {
             gw.wait_status(&format!("{SOURCE}:poison-{n}@site.example"), "completed")
                 .await;
@@ -1086,15 +1062,8 @@ each_backend!(
             "текст",
         );
         dovecot.deliver(&raw).await;
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let toml = format!(
-            "{}\n{}",
-            config_toml(&db.url, &fake.webhook_url()),
-            mail_source(&dovecot, proxy.port, PASSWORD, "")
-        );
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw =
+            Gateway::start_extended(&db, &mail_source(&dovecot, proxy.port, PASSWORD, "")).await;
         gw.wait_status(&format!("{SOURCE}:acl-1@site.example"), "completed")
             .await;
         let store = gw.store();
@@ -1138,15 +1107,8 @@ each_backend!(
         assert_ne!(one, two);
         dovecot.deliver(&one).await;
         dovecot.deliver(&two).await;
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let toml = format!(
-            "{}\n{}",
-            config_toml(&db.url, &fake.webhook_url()),
-            mail_source(&dovecot, dovecot.imaps, PASSWORD, "")
-        );
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw =
+            Gateway::start_extended(&db, &mail_source(&dovecot, dovecot.imaps, PASSWORD, "")).await;
         let key = hash_key(&one);
         assert_eq!(key, hash_key(&two));
         dovecot.wait_counts("INBOX", (2, 0)).await;
@@ -1179,16 +1141,12 @@ each_backend!(
         for raw in [&small, &big, &after] {
             dovecot.deliver(raw).await;
         }
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
         let proxy = Proxy::start(&dovecot, AtAck::Forward).await;
-        let toml = format!(
-            "{}\n{}",
-            config_toml(&db.url, &fake.webhook_url()),
-            mail_source(&dovecot, proxy.port, PASSWORD, "max_message_size = 8000\n")
-        );
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw = Gateway::start_extended(
+            &db,
+            &mail_source(&dovecot, proxy.port, PASSWORD, "max_message_size = 8000\n"),
+        )
+        .await;
         for k in ["small@x", "after@x"] {
             gw.wait_status(&format!("{SOURCE}:{k}"), "completed").await;
         }
@@ -1226,15 +1184,8 @@ each_backend!(
             "+7 912 000-99-00",
         );
         dovecot.deliver(&raw).await;
-        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let toml = format!(
-            "{}\n{}",
-            config_toml(&db.url, &fake.webhook_url()),
-            mail_source(&dovecot, proxy.port, PASSWORD, "")
-        );
-        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        let gw =
+            Gateway::start_extended(&db, &mail_source(&dovecot, proxy.port, PASSWORD, "")).await;
         until("the first poll", Duration::from_secs(15), || {
             proxy.count(|s| &s.searches) >= 1
         })
