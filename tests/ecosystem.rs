@@ -20,13 +20,13 @@
 //! `LEADGATE_SKIP_ECOSYSTEM_TOOLS=1` skips a test out loud, except under `CI=true`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use leadgate_fakes::bitrix24::Fault;
-use leadgate_testkit::deb::dpkg;
+use leadgate_testkit::deb::{dpkg, MachineLock};
 use leadgate_testkit::gateway::{lead, Gateway, CREATE};
 use leadgate_testkit::process::{free_port, wait_healthy, Process};
 use leadgate_testkit::{Backend, TestDb};
@@ -852,31 +852,6 @@ fn purge() {
     dpkg(&["--purge", "leadgate"]);
 }
 
-/// Holds an exclusive lock (flock(1)) while alive, so two runs on one machine do not
-/// install and purge under each other.
-struct MachineLock(#[allow(dead_code)] Process);
-
-impl MachineLock {
-    fn take() -> MachineLock {
-        let mut child = Command::new("flock")
-            .args([
-                "/tmp/leadgate-packaging-test.lock",
-                "-c",
-                "echo locked; cat >/dev/null",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "locked");
-        MachineLock(Process(child))
-    }
-}
-
 /// Purges what this test installed, however it ends.
 struct Installed;
 
@@ -927,7 +902,7 @@ async fn the_deb_installs_runs_as_its_user_and_purges_clean() {
     if !tools_or_skip("the .deb", &missing) {
         return;
     }
-    let _lock = MachineLock::take();
+    let _lock = MachineLock::take("/tmp/leadgate-packaging-test.lock");
     match package_state() {
         Some((_, v)) if v == TEST_VERSION => purge(), // a killed run's leftover
         Some((s, v)) => panic!(

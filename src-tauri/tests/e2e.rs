@@ -1544,18 +1544,7 @@ async fn the_console_deb_installs_opens_in_a_real_window_and_removes_clean() {
         return;
     }
     // One run at a time on a machine: they install and remove the same package.
-    let mut lock = Command::new("flock")
-        .args([
-            "/tmp/leadgate-console-packaging.lock",
-            "-c",
-            "echo locked; cat >/dev/null",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert_eq!(first_line(&mut lock), "locked");
-    let _lock = Stopped(lock);
+    let _lock = leadgate_testkit::deb::MachineLock::take("/tmp/leadgate-console-packaging.lock");
     match console_package() {
         Some((_, v)) if v == DEB_TEST_VERSION => {
             leadgate_testkit::deb::dpkg(&["--purge", "leadgate-console"])

@@ -41,3 +41,26 @@ pub fn dpkg(args: &[&str]) {
         return;
     }
 }
+
+/// An exclusive lock on `path` (flock(1)), held while alive: two runs of a package test on
+/// one machine do not install and remove the same package under each other.
+pub struct MachineLock(#[allow(dead_code)] crate::process::Process);
+
+impl MachineLock {
+    pub fn take(path: &str) -> MachineLock {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = Command::new("flock")
+            .args([path, "-c", "echo locked; cat >/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        MachineLock(crate::process::Process(child))
+    }
+}
