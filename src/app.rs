@@ -312,7 +312,7 @@ async fn seed_rules(store: &dyn Store, config: &Config) -> anyhow::Result<()> {
 /// How often a gateway looks whether the business rules changed.
 pub const RULES_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Keeps intake's business rules current: one cheap read of the history's newest id per
+/// Keeps intake's business rules current: one cheap read of the history's row count per
 /// round, the rules read again only when it moved.
 async fn rules_loop(
     store: Arc<dyn Store>,
