@@ -170,10 +170,18 @@ impl PgStore {
 
     /// The people's logins (members of Leadgate's roles, superusers left out).
     pub async fn users(&self) -> Result<Vec<User>, super::StoreError> {
+        // What leadgate_role_of answers, asked by the roles' oids instead of their names: a
+        // login this scan of pg_roles saw may be dropped by another session before its name
+        // is looked up, which failed the whole list (42704; seen when two tests' logins came
+        // and went at once); an oid that is gone is simply in no role.
         let rows: Vec<(String, String)> = sqlx::query_as(
-            "select rolname::text, leadgate_role_of(rolname) from pg_roles \
-             where rolcanlogin and not rolsuper and leadgate_role_of(rolname) is not null \
-             order by rolname",
+            "select m.rolname::text, r.rolname::text from pg_roles m \
+             cross join lateral ( \
+                 select g.rolname from unnest(array['leadgate_admin', 'leadgate_manager', \
+                     'leadgate_sales_ops', 'leadgate_support']) with ordinality as w(name, n) \
+                 join pg_roles g on g.rolname = w.name \
+                 where pg_has_role(m.oid, g.oid, 'member') order by w.n limit 1) r \
+             where m.rolcanlogin and not m.rolsuper order by m.rolname",
         )
         .fetch_all(&self.pool)
         .await?;
