@@ -396,9 +396,13 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         t.starts_with(&shown)
     })
     .await;
-    el(c, "[data-testid=authorize]").await;
-    ivan_grants_a_retry(&console, &case).await;
+    // The operator opens the dialog; Ivan grants while it is open. Whether or not a poll
+    // then shows the case resolved, "yes" answers for the version the operator saw.
     click(c, "[data-testid=authorize]").await;
+    el(c, "[data-testid=authorize-dialog-yes]").await;
+    ivan_grants_a_retry(&console, &case).await;
+    // Let a poll (every 3 s) land first: the dialog must not be swallowed by it.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     click(c, "[data-testid=authorize-dialog-yes]").await;
     text_until(
         c,
