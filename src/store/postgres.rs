@@ -17,6 +17,8 @@ use crate::domain::roles::Role;
 pub struct PgStore {
     pool: PgPool,
     clock: Arc<DbClock>,
+    /// Deliveries waiting for the intake writer, each with where its answer goes.
+    intake: tokio::sync::mpsc::Sender<IntakeJob>,
 }
 
 /// How often the server's clock is read again.
@@ -103,7 +105,13 @@ impl PgStore {
             anchor: RwLock::new((server, at)),
             syncing: AtomicBool::new(false),
         });
-        Ok(PgStore { pool, clock })
+        let (intake, jobs) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(intake_writer(pool.clone(), jobs));
+        Ok(PgStore {
+            pool,
+            clock,
+            intake,
+        })
     }
 
     async fn applied_version(&self) -> Result<Option<i64>, super::StoreError> {
@@ -235,7 +243,7 @@ impl PgStore {
 pub fn connect_options(url: &str) -> Result<PgConnectOptions, super::StoreError> {
     Ok(tls_policy(url, PgConnectOptions::from_str(url)?)?
         .application_name("leadgate")
-        // The session's own transactions (the one-statement intake runs in one) at READ
+        // The session's own transactions (the grouped intake runs in one) at READ
         // COMMITTED whatever the server's or the database's default; the store's explicit
         // transactions set it themselves.
         .options([("default_transaction_isolation", "read\\ committed")]))
@@ -345,103 +353,367 @@ fn check_login(login: &str) -> Result<(), super::StoreError> {
     }
 }
 
-/// How PostgreSQL records a delivery (see [`PgStore::record_delivery_by`]).
+/// How PostgreSQL records a delivery (see [`PgStore::record_group`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntakePath {
-    /// `leadgate_record_delivery` (migration 0008): one statement, one round trip, for a
-    /// new key whose contact matches nothing and for a duplicate; anything else goes on
-    /// to `Steps`. What `Store::record_delivery` does.
-    OneStatement,
-    /// The store's steps (`store::ops::intake`), one statement each, in one transaction:
-    /// what SQLite runs, and what `OneStatement` must match row for row.
+    /// `leadgate_record_deliveries` (migration 0022): a group of deliveries in one
+    /// statement and one transaction, for new keys whose contact matches nothing and for
+    /// duplicates; anything else goes on to `Steps`. What `Store::record_delivery` does.
+    Grouped,
+    /// The store's steps (`store::ops::intake`), one statement each, in one transaction
+    /// per delivery: what SQLite runs, and what `Grouped` must match row for row.
     Steps,
 }
 
-/// The one-statement intake: the delivery's columns, the matching window and lock keys
-/// (`store::ops::intake::one_statement`), the name and its search words (migration
-/// 0012). Prepared once per connection (sqlx caches it).
-const RECORD_DELIVERY: &str = "select r_outcome, r_delivery_id, r_status, r_crm_id \
-     from leadgate_record_delivery($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+/// The grouped intake: the deliveries' columns as arrays, the contacts' lock keys and
+/// the names' search words (migration 0022). Prepared once per connection (sqlx caches it).
+const RECORD_DELIVERIES: &str = "select r_row, r_outcome, r_delivery_id, r_status, r_crm_id \
+     from leadgate_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
+
+/// At most this many deliveries share one transaction.
+const INTAKE_GROUP: usize = 64;
+/// Groups in flight at once, each on a connection of its own: while they are all busy,
+/// the deliveries that arrive wait together for the next one. Fewer writers make larger
+/// groups (cheaper per delivery: BENCHMARKS.md measured 1, 2, 3, 4 and 8); two keep one
+/// group that waits on a row lock from holding up every other delivery.
+const INTAKE_WRITERS: usize = 2;
+
+/// A delivery waiting for the intake writer, when it was handed over, and where its
+/// answer goes.
+type IntakeJob = (
+    NewDelivery,
+    Instant,
+    tokio::sync::oneshot::Sender<Result<DeliveryRecord>>,
+);
+
+/// How long a delivery may wait for the intake writer (to be queued, then taken into a
+/// group) before its sender is answered "unavailable" with nothing written: while the
+/// database is down, each group takes the pool's acquire timeout to fail, and senders
+/// must hear so in about that time, not after every group queued before theirs.
+const INTAKE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// One answer of [`PgStore::record_group`]: the record, and the path that wrote it.
+pub type GroupAnswer = Result<(DeliveryRecord, IntakePath)>;
+
+/// What the grouped intake wrote for one delivery (`None` in its place: nothing).
+type GroupRecord = Result<DeliveryRecord>;
+
+/// A row of `leadgate_record_deliveries`: the delivery's place in the group (from 1), its
+/// outcome, its journal id, the operation's status and CRM id.
+type FunctionRow = (i32, String, Option<i64>, Option<String>, Option<String>);
 
 impl PgStore {
-    /// One transaction per delivery: concurrent intakes commit together (PostgreSQL's
-    /// group commit) and lock only their own rows. A transaction PostgreSQL aborts as a
-    /// deadlock victim or for serialization is run again before the sender hears of it.
+    /// Hands the delivery to the intake writer and waits for the commit of its group:
+    /// an answer still means "durable".
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        let (record, _) = self.record_delivery_by(d, IntakePath::OneStatement).await?;
-        Ok(record)
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let closed = || super::StoreError::Database(sqlx::Error::PoolClosed);
+        let queued = self.intake.send((d, Instant::now(), reply));
+        match tokio::time::timeout(INTAKE_PATIENCE, queued).await {
+            Ok(sent) => sent.map_err(|_| closed())?,
+            Err(_) => return Err(super::StoreError::Database(sqlx::Error::PoolTimedOut)),
+        }
+        answer.await.map_err(|_| closed())?
     }
 
-    /// Records a delivery, trying `path` first, and says which path recorded it.
-    /// `Store::record_delivery` tries [`IntakePath::OneStatement`]; this is public so
-    /// that a test can compare both on the same deliveries.
-    pub async fn record_delivery_by(
-        &self,
-        d: NewDelivery,
-        path: IntakePath,
-    ) -> Result<(DeliveryRecord, IntakePath)> {
-        super::retrying(|| async {
-            if path == IntakePath::OneStatement {
-                if let Some(record) = self.record_in_one_statement(&d).await? {
-                    return Ok((record, IntakePath::OneStatement));
+    /// Records one delivery by `path` now, bypassing the writer's grouping, and says
+    /// which path recorded it (public so that a test can compare both paths).
+    pub async fn record_delivery_by(&self, d: NewDelivery, path: IntakePath) -> GroupAnswer {
+        match path {
+            IntakePath::Grouped => record_group(&self.pool, &[d]).await.remove(0),
+            IntakePath::Steps => super::retrying(|| by_steps(&self.pool, &d))
+                .await
+                .map(|r| (r, IntakePath::Steps)),
+        }
+    }
+
+    /// Records `deliveries` as the intake writer records a group it took from its queue:
+    /// one answer each, in order.
+    pub async fn record_group(&self, deliveries: &[NewDelivery]) -> Vec<GroupAnswer> {
+        record_group(&self.pool, deliveries).await
+    }
+}
+
+/// Takes what is waiting (up to `INTAKE_GROUP`) whenever one of `INTAKE_WRITERS` is free,
+/// and records it as one group; each caller is answered once what recorded its delivery
+/// committed. The writer is free again as soon as the group's statement is: the
+/// deliveries it left to the steps (rare: conflicts, contact matches, late ones) go on
+/// without holding it.
+async fn intake_writer(pool: PgPool, mut jobs: tokio::sync::mpsc::Receiver<IntakeJob>) {
+    let writers = Arc::new(tokio::sync::Semaphore::new(INTAKE_WRITERS));
+    loop {
+        let Ok(writer) = Arc::clone(&writers).acquire_owned().await else {
+            return;
+        };
+        let Some(first) = jobs.recv().await else {
+            return;
+        };
+        let mut group = vec![];
+        let mut next = Some(first);
+        while let Some((d, queued, reply)) = next.take() {
+            if reply.is_closed() {
+                // The sender is gone (its request was cancelled): it heard nothing, so it
+                // will send again, and that delivery is the one to record.
+            } else if queued.elapsed() > INTAKE_PATIENCE {
+                let _ = reply.send(Err(super::StoreError::Database(sqlx::Error::PoolTimedOut)));
+            } else {
+                group.push((d, reply));
+            }
+            if group.len() < INTAKE_GROUP {
+                next = jobs.try_recv().ok();
+            }
+        }
+        if group.is_empty() {
+            continue;
+        }
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let (deliveries, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+            let answers = by_the_function(&pool, &deliveries).await;
+            drop(writer);
+            let mut left = vec![];
+            for ((d, reply), answer) in deliveries.into_iter().zip(replies).zip(answers) {
+                match answer {
+                    Some(answer) => {
+                        let _ = reply.send(answer.map(|(record, _)| record));
+                    }
+                    None => left.push((d, reply)),
                 }
             }
-            let mut records = record_all(self.begin_write().await?, [&d]).await?;
-            Ok((records.remove(0), IntakePath::Steps))
-        })
-        .await
+            for (d, reply) in left {
+                let _ = reply.send(super::retrying(|| by_steps(&pool, &d)).await);
+            }
+        });
     }
+}
 
-    /// `leadgate_record_delivery` in its own transaction (the session is at READ
-    /// COMMITTED: `connect_options`). `None`: it wrote nothing, the steps must run.
-    async fn record_in_one_statement(&self, d: &NewDelivery) -> Result<Option<DeliveryRecord>> {
-        let Some(one) = super::ops::intake::one_statement(d) else {
-            return Ok(None);
-        };
-        let (since, keys) = one.matching.unzip();
-        let row: (String, Option<i64>, Option<String>, Option<String>) =
-            sqlx::query_as(RECORD_DELIVERY)
-                .bind(d.operation_id.as_str())
-                .bind(&d.source)
-                .bind(&d.content_type)
-                .bind(&d.raw_body)
-                .bind(d.payload.to_string())
-                .bind(d.payload_hash.as_str())
-                .bind(d.transform_version)
-                .bind(&d.contact.phone)
-                .bind(&d.contact.email)
-                .bind(d.event_time)
-                .bind(d.received_at)
-                .bind(since)
-                .bind(keys.unwrap_or_default())
-                .bind(&d.contact.name)
-                .bind(super::sql::name_words(&d.contact))
-                .fetch_one(&self.pool)
-                .await?;
-        let corrupt =
-            |what: &str| super::StoreError::Corrupt(format!("leadgate_record_delivery: {what}"));
-        let (outcome, delivery_id, status, crm_id) = row;
-        let status = || -> Result<crate::domain::Status> {
-            status
-                .as_deref()
-                .ok_or_else(|| corrupt("no status"))?
-                .parse()
-                .map_err(|e| corrupt(&format!("{e}")))
-        };
-        let outcome = match outcome.as_str() {
-            "steps" => return Ok(None),
-            "new" => DeliveryOutcome::New { status: status()? },
-            "duplicate" => DeliveryOutcome::Duplicate {
-                status: status()?,
-                crm_id,
-            },
-            other => return Err(corrupt(&format!("outcome `{other}`"))),
-        };
-        Ok(Some(DeliveryRecord {
-            delivery_id: delivery_id.ok_or_else(|| corrupt("no delivery id"))?,
-            outcome,
-        }))
+/// Records a group as the intake writer does: `leadgate_record_deliveries` takes what it
+/// can in one transaction; then every delivery it left (and every late one) runs the
+/// store's steps, in order, each in a transaction of its own.
+async fn record_group(pool: &PgPool, ds: &[NewDelivery]) -> Vec<GroupAnswer> {
+    let answers = by_the_function(pool, ds).await;
+    let mut out = Vec::with_capacity(ds.len());
+    for (d, answer) in ds.iter().zip(answers) {
+        out.push(match answer {
+            Some(answer) => answer,
+            None => super::retrying(|| by_steps(pool, d))
+                .await
+                .map(|r| (r, IntakePath::Steps)),
+        });
     }
+    out
+}
+
+/// What `leadgate_record_deliveries` makes of a group: an answer for each delivery it
+/// took, `None` for each it left to the steps (and for late ones, which it never takes).
+/// A group the database refuses for its data is sent again one delivery at a time, so
+/// that one bad delivery fails alone; a group that fails for the connection fails whole.
+async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupAnswer>> {
+    let mut answers: Vec<Option<GroupAnswer>> = ds.iter().map(|_| None).collect();
+    let taken: Vec<usize> = (0..ds.len())
+        .filter(|&i| super::ops::intake::one_statement(&ds[i]).is_some())
+        .collect();
+    if taken.is_empty() {
+        return answers;
+    }
+    let recorded = |row: Option<GroupRecord>| row.map(|r| r.map(|r| (r, IntakePath::Grouped)));
+    let group: Vec<&NewDelivery> = taken.iter().map(|&i| &ds[i]).collect();
+    match super::retrying(|| in_one_statement(pool, &group)).await {
+        Ok(rows) => {
+            for (&i, row) in taken.iter().zip(rows) {
+                answers[i] = recorded(row);
+            }
+        }
+        Err(e) if taken.len() > 1 && refused_for_its_data(&e) => {
+            tracing::warn!(error = %e, deliveries = taken.len(), "the database refused a group of deliveries; recording them one by one");
+            for &i in &taken {
+                let alone = [&ds[i]];
+                answers[i] = match super::retrying(|| in_one_statement(pool, &alone)).await {
+                    Ok(mut rows) => recorded(rows.remove(0)),
+                    Err(e) => Some(Err(e)),
+                };
+            }
+        }
+        Err(e) => {
+            for &i in &taken {
+                answers[i] = Some(Err(copy_of(&e)));
+            }
+        }
+    }
+    answers
+}
+
+/// The store's steps for one delivery, in a transaction of its own.
+async fn by_steps(pool: &PgPool, d: &NewDelivery) -> Result<DeliveryRecord> {
+    let tx = pool
+        .begin_with("begin isolation level read committed")
+        .await?;
+    let mut records = record_all(tx, [d]).await?;
+    Ok(records.remove(0))
+}
+
+/// The server refused the statement for a value in it: a data exception (SQLSTATE class
+/// 22), a constraint (class 23) or a check raised by a function (P0001) — something one
+/// delivery of the group may have caused. Anything else (the connection, a timeout, a
+/// read-only server, a full disk) would fail each delivery alone just the same.
+fn refused_for_its_data(e: &super::StoreError) -> bool {
+    let super::StoreError::Database(sqlx::Error::Database(db)) = e else {
+        return false;
+    };
+    db.code()
+        .is_some_and(|c| c.starts_with("22") || c.starts_with("23") || c == "P0001")
+}
+
+/// The same failure for every delivery of a group (sqlx's errors cannot be cloned): what
+/// happened, in words, as a failure of the connection's kind (the sender hears 503).
+fn copy_of(e: &super::StoreError) -> super::StoreError {
+    use super::StoreError::{Corrupt, Database};
+    match e {
+        Database(sqlx::Error::PoolTimedOut) => Database(sqlx::Error::PoolTimedOut),
+        Database(sqlx::Error::PoolClosed) => Database(sqlx::Error::PoolClosed),
+        Corrupt(what) => Corrupt(what.clone()),
+        other => Database(sqlx::Error::Io(std::io::Error::other(format!(
+            "recording a group of deliveries: {other}"
+        )))),
+    }
+}
+
+/// `leadgate_record_deliveries` over `group`, in its own transaction (the session is at
+/// READ COMMITTED: `connect_options`): each delivery's record, or `None` where it wrote
+/// nothing and the steps must run. Once the statement returned, the group is committed:
+/// an answer that cannot be read fails that delivery alone.
+async fn in_one_statement(
+    pool: &PgPool,
+    group: &[&NewDelivery],
+) -> Result<Vec<Option<GroupRecord>>> {
+    let one: Vec<_> = group
+        .iter()
+        .map(|d| super::ops::intake::one_statement(d).expect("late deliveries go to the steps"))
+        .collect();
+    let mut lock_keys: Vec<i64> = one
+        .iter()
+        .filter_map(|o| o.matching.as_ref())
+        .flat_map(|(_, keys)| keys.iter().copied())
+        .collect();
+    lock_keys.sort_unstable();
+    lock_keys.dedup();
+    let (mut names_words, mut word_rows, mut words) = (vec![], vec![], vec![]);
+    for (i, d) in group.iter().enumerate() {
+        let own = super::sql::name_words(&d.contact);
+        names_words.push(crate::domain::search::words_text(&own));
+        for w in own {
+            word_rows.push(i as i32 + 1);
+            words.push(w);
+        }
+    }
+    let rows: Vec<FunctionRow> = sqlx::query_as(RECORD_DELIVERIES)
+        .bind(
+            group
+                .iter()
+                .map(|d| d.operation_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(group.iter().map(|d| d.source.as_str()).collect::<Vec<_>>())
+        .bind(
+            group
+                .iter()
+                .map(|d| d.content_type.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            group
+                .iter()
+                .map(|d| d.raw_body.as_slice())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            group
+                .iter()
+                .map(|d| d.payload.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            group
+                .iter()
+                .map(|d| d.payload_hash.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            group
+                .iter()
+                .map(|d| d.transform_version)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            group
+                .iter()
+                .map(|d| d.contact.phone.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            group
+                .iter()
+                .map(|d| d.contact.email.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(group.iter().map(|d| d.event_time).collect::<Vec<_>>())
+        .bind(group.iter().map(|d| d.received_at).collect::<Vec<_>>())
+        .bind(
+            one.iter()
+                .map(|o| o.matching.as_ref().map(|(since, _)| *since))
+                .collect::<Vec<_>>(),
+        )
+        .bind(lock_keys)
+        .bind(
+            group
+                .iter()
+                .map(|d| d.contact.name.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(names_words)
+        .bind(word_rows)
+        .bind(words)
+        .fetch_all(pool)
+        .await?;
+    let corrupt =
+        |what: &str| super::StoreError::Corrupt(format!("leadgate_record_deliveries: {what}"));
+    if rows.len() != group.len() {
+        return Err(corrupt(&format!(
+            "{} answers for {} deliveries",
+            rows.len(),
+            group.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, (row, outcome, delivery_id, status, crm_id)) in rows.into_iter().enumerate() {
+        let read = || -> Result<Option<DeliveryRecord>> {
+            if row != i as i32 + 1 {
+                return Err(corrupt(&format!("answer {row} in place {}", i + 1)));
+            }
+            let status = || -> Result<crate::domain::Status> {
+                status
+                    .as_deref()
+                    .ok_or_else(|| corrupt("no status"))?
+                    .parse()
+                    .map_err(|e| corrupt(&format!("{e}")))
+            };
+            let outcome = match outcome.as_str() {
+                "steps" => return Ok(None),
+                "new" => DeliveryOutcome::New { status: status()? },
+                "duplicate" => DeliveryOutcome::Duplicate {
+                    status: status()?,
+                    crm_id: crm_id.clone(),
+                },
+                other => return Err(corrupt(&format!("outcome `{other}`"))),
+            };
+            Ok(Some(DeliveryRecord {
+                delivery_id: delivery_id.ok_or_else(|| corrupt("no delivery id"))?,
+                outcome,
+            }))
+        };
+        out.push(read().transpose());
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

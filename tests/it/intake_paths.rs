@@ -1,11 +1,13 @@
-//! PostgreSQL's one-statement intake (`leadgate_record_delivery`, migration 0008) against
-//! the store's steps (`store::ops::intake`, what SQLite runs): the same deliveries, in the
+//! PostgreSQL's grouped intake (`leadgate_record_deliveries`, migration 0022) against the
+//! store's steps (`store::ops::intake`, what SQLite runs): the same deliveries, in the
 //! same order, with the same clock, into two fresh databases — one through each path —
 //! must leave the same rows in operations, deliveries, the timeline and review_cases
 //! (ids and event texts included), the same metric figures, and the same answers. The
 //! cases the function takes (new keys whose contact matches nothing, duplicates) must
 //! be taken by it; every other case must come back to the steps having written nothing
-//! (the ids of both databases would drift apart otherwise).
+//! (the ids of both databases would drift apart otherwise). A group of many deliveries
+//! must write what the steps write when they take the group's deliveries in the order
+//! the function promises: the ones it took, in order, then the ones it left, in order.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
@@ -18,11 +20,13 @@ use leadgate::store::*;
 use leadgate_testkit::db::{run, Backend, TestDb};
 use leadgate_testkit::seed::delivery;
 
-use IntakePath::{OneStatement, Steps};
+use crate::races::Monitor;
+
+use IntakePath::{Grouped, Steps};
 
 /// One step of the scenario: a delivery, or a change both databases get by hand.
 enum Step {
-    /// The delivery, and the path that must record it when `OneStatement` is tried.
+    /// The delivery, and the path that must record it when `Grouped` is tried.
     Deliver(Box<NewDelivery>, IntakePath),
     /// The operation got a CRM id (as the worker would leave it).
     Complete(&'static str),
@@ -79,20 +83,17 @@ fn scenario() -> Vec<Step> {
     odd.raw_body = vec![0xff, 0xfe, 0x00, b'x'];
     odd.event_time = Some(odd.received_at - TimeDelta::hours(1));
     vec![
-        deliver(lead("a", 1), OneStatement),
-        deliver(lead("a", 1), OneStatement),
-        deliver(
-            matching(lead("b", 1), Create, Some(P1), Some(E1)),
-            OneStatement,
-        ),
-        deliver(odd.clone(), OneStatement),
-        deliver(odd, OneStatement),
+        deliver(lead("a", 1), Grouped),
+        deliver(lead("a", 1), Grouped),
+        deliver(matching(lead("b", 1), Create, Some(P1), Some(E1)), Grouped),
+        deliver(odd.clone(), Grouped),
+        deliver(odd, Grouped),
         // conflicts: on a received operation, again on the same one, on a completed one
         deliver(lead("b", 2), Steps),
         deliver(lead("b", 3), Steps),
-        deliver(lead("b", 1), OneStatement),
+        deliver(lead("b", 1), Grouped),
         Complete("a"),
-        deliver(lead("a", 1), OneStatement),
+        deliver(lead("a", 1), Grouped),
         deliver(lead("a", 2), Steps),
         // a late delivery: a new key goes to review; a known key is a duplicate
         deliver(late(lead("late", 1)), Steps),
@@ -102,30 +103,21 @@ fn scenario() -> Vec<Step> {
         deliver(matching(lead("c", 1), Create, Some(P1), None), Steps),
         // link, but nothing to link to yet: review
         deliver(matching(lead("e", 1), Link, None, Some(E1)), Steps),
-        deliver(
-            matching(lead("p2", 1), Review, Some(P2), None),
-            OneStatement,
-        ),
+        deliver(matching(lead("p2", 1), Review, Some(P2), None), Grouped),
         Complete("p2"),
         // link to the newest match with a CRM id
         deliver(matching(lead("d", 1), Link, Some(P2), Some(E1)), Steps),
         deliver(matching(lead("f", 1), Review, Some(P1), Some(E1)), Steps),
         // matching without contact data; a contact nobody shares
-        deliver(matching(lead("g", 1), Review, None, None), OneStatement),
+        deliver(matching(lead("g", 1), Review, None, None), Grouped),
         deliver(
             matching(lead("h", 1), Link, Some("+79990000003"), None),
-            OneStatement,
+            Grouped,
         ),
         // repeats of operations the steps made: duplicates again
-        deliver(
-            matching(lead("f", 1), Review, Some(P1), Some(E1)),
-            OneStatement,
-        ),
-        deliver(
-            matching(lead("d", 1), Link, Some(P2), Some(E1)),
-            OneStatement,
-        ),
-        deliver(lead("late", 1), OneStatement),
+        deliver(matching(lead("f", 1), Review, Some(P1), Some(E1)), Grouped),
+        deliver(matching(lead("d", 1), Link, Some(P2), Some(E1)), Grouped),
+        deliver(lead("late", 1), Grouped),
         // a conflict on an operation in review
         deliver(lead("f", 2), Steps),
     ]
@@ -216,14 +208,14 @@ async fn dump(db: &TestDb) -> Vec<(&'static str, Vec<String>)> {
 
 /// PostgreSQL only: SQLite has the steps only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_one_statement_intake_writes_what_the_steps_write() {
+async fn the_grouped_intake_writes_what_the_steps_write_one_delivery_at_a_time() {
     let t0 = now() - TimeDelta::hours(1);
     run(Backend::Postgres, |steps_db| async move {
         run(Backend::Postgres, |one_db| async move {
             let steps = PgStore::connect(&steps_db.url).await.unwrap();
             let one = PgStore::connect(&one_db.url).await.unwrap();
             let by_steps = play(&steps, &steps_db, Steps, t0).await;
-            let by_one = play(&one, &one_db, OneStatement, t0).await;
+            let by_one = play(&one, &one_db, Grouped, t0).await;
 
             let expected: Vec<IntakePath> = scenario()
                 .into_iter()
@@ -310,25 +302,46 @@ async fn figures(c: &mut PgConnection) -> (Vec<String>, Vec<String>) {
     (counted, kept)
 }
 
-/// Migration 0015: `leadgate_record_delivery` counts its own rows and the insert triggers
-/// skip them while it does. The skip must end with the function's statement: a row
-/// written afterwards in the same transaction (by hand, as a tool would) is counted by the
-/// triggers, and one written by the function is counted once.
+/// Migrations 0015 and 0022: `leadgate_record_deliveries` counts its own rows and the
+/// insert triggers skip them while it does. The skip must end with the function's
+/// statement: a row written afterwards in the same transaction (by hand, as a tool would)
+/// is counted by the triggers, and one written by the function is counted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_written_after_the_function_in_its_transaction_are_counted() {
     run(Backend::Postgres, |db| async move {
         PgStore::connect(&db.url).await.unwrap();
         let mut c = PgConnection::connect(&db.url).await.unwrap();
-        let call = |key: &'static str| {
+        // A group of `keys`, each with the same body: the outcomes, in order.
+        let call = |keys: &'static [&'static str]| {
+            let n = keys.len();
             sqlx::query_scalar::<_, String>(
-                "select r_outcome from leadgate_record_delivery($1, 'site', 'application/json', \
-                 '\\x7b7d'::bytea, '{}', 'h', 1, null, null, null, now(), null, '{}', null, '{}')",
+                "select r_outcome from leadgate_record_deliveries($1, $2, $3, $4, $5, $6, $7, \
+                 $8, $9, $10, $11, $12, '{}', $13, $13, '{}', '{}') order by r_row",
             )
-            .bind(key)
+            .bind(keys.to_vec())
+            .bind(vec!["site"; n])
+            .bind(vec!["application/json"; n])
+            .bind(vec![b"{}".to_vec(); n])
+            .bind(vec!["{}"; n])
+            .bind(vec!["h"; n])
+            .bind(vec![1i32; n])
+            .bind(vec![None::<String>; n])
+            .bind(vec![None::<String>; n])
+            .bind(vec![None::<DateTime<Utc>>; n])
+            .bind(vec![now(); n])
+            .bind(vec![None::<DateTime<Utc>>; n])
+            .bind(vec![None::<String>; n])
         };
         let mut tx = c.begin().await.unwrap();
-        assert_eq!(call("site:a").fetch_one(&mut *tx).await.unwrap(), "new");
-        assert_eq!(call("site:a").fetch_one(&mut *tx).await.unwrap(), "duplicate");
+        assert_eq!(
+            call(&["site:a", "site:a"]).fetch_all(&mut *tx).await.unwrap(),
+            ["new", "steps"],
+            "a key new to the database, twice in one group: the second goes to the steps"
+        );
+        assert_eq!(
+            call(&["site:a"]).fetch_all(&mut *tx).await.unwrap(),
+            ["duplicate"]
+        );
         sqlx::query(
             "insert into operations (operation_id, source, status, payload_hash, created_at, \
              updated_at) values ('site:b', 'site', 'received', 'h', now(), now())",
@@ -345,20 +358,26 @@ async fn rows_written_after_the_function_in_its_transaction_are_counted() {
         .execute(&mut *tx)
         .await
         .unwrap();
-        assert_eq!(call("site:b").fetch_one(&mut *tx).await.unwrap(), "duplicate");
+        assert_eq!(
+            call(&["site:b", "site:a", "site:c"])
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap(),
+            ["duplicate", "duplicate", "new"]
+        );
         tx.commit().await.unwrap();
 
         let (counted, kept) = figures(&mut c).await;
         assert_eq!(
             counted,
             [
-                "deliveries/site/duplicate = 3",
-                "deliveries/site/new = 2",
+                "deliveries/site/duplicate = 4",
+                "deliveries/site/new = 3",
                 "deliveries/site/rejected = 1",
-                "operations/received = 2",
-                "series/deliveries = 5",
-                "series/duplicates = 3",
-                "series/new_operations = 2",
+                "operations/received = 3",
+                "series/deliveries = 7",
+                "series/duplicates = 4",
+                "series/new_operations = 3",
             ]
         );
         assert_eq!(kept, counted);
@@ -368,6 +387,565 @@ async fn rows_written_after_the_function_in_its_transaction_are_counted() {
                 .await
                 .unwrap();
         assert!(setting.as_deref().unwrap_or("").is_empty(), "{setting:?}");
+    })
+    .await
+}
+
+/// A group of deliveries as the intake writer hands it to `PgStore::record_group`, with
+/// the path that must record each; around it, deliveries recorded before the group.
+fn group_scenario() -> (Vec<NewDelivery>, Vec<(NewDelivery, IntakePath)>) {
+    use MatchRule::{Create, Review};
+    const P1: &str = "+79990000001";
+    const P2: &str = "+79990000002";
+    const E1: &str = "ivan@example.com";
+    let before = vec![
+        lead("done", 1),
+        matching(lead("old", 1), Create, Some(P1), None),
+    ];
+    let group = vec![
+        (lead("n1", 1), Grouped),
+        // a duplicate of a completed operation: its CRM id comes back
+        (lead("done", 1), Grouped),
+        // a conflict on a known key
+        (lead("done", 2), Steps),
+        // the group's own new key again: a duplicate, once the group committed
+        (lead("n1", 1), Steps),
+        (lead("n2", 1), Grouped),
+        // the group's new key with another body: a conflict
+        (lead("n2", 2), Steps),
+        // a phone an earlier operation has
+        (matching(lead("m1", 1), Review, Some(P1), None), Steps),
+        // a contact nobody has yet...
+        (matching(lead("m2", 1), Review, Some(P2), Some(E1)), Grouped),
+        // ...and its e-mail again, in the same group
+        (matching(lead("m3", 1), Review, None, Some(E1)), Steps),
+        (late(lead("late", 1)), Steps),
+        // a known key twice in one group: two duplicates
+        (lead("old", 1), Grouped),
+        (lead("old", 1), Grouped),
+        (
+            matching(lead("m4", 1), Create, Some("+79990000004"), None),
+            Grouped,
+        ),
+    ];
+    (before, group)
+}
+
+/// Moves a delivery to `at` (its matching window and event time with it).
+fn moved(mut d: NewDelivery, at: DateTime<Utc>) -> NewDelivery {
+    let shift = at - d.received_at;
+    d.received_at += shift;
+    if let Some(m) = &mut d.matching {
+        m.since += shift;
+    }
+    if let Some(t) = &mut d.event_time {
+        *t += shift;
+    }
+    d
+}
+
+/// Records the deliveries before the group one by one and completes `done`.
+async fn before_the_group(store: &PgStore, db: &TestDb, t0: DateTime<Utc>) {
+    let (before, _) = group_scenario();
+    for (i, d) in before.into_iter().enumerate() {
+        store
+            .record_delivery_by(moved(d, at(t0, i)), Steps)
+            .await
+            .unwrap();
+    }
+    let mut c = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query(
+        "update operations set status = 'completed', crm_id = 'crm-done', \
+         crm_link = 'created', version = version + 1 where operation_id = 'site:done'",
+    )
+    .execute(&mut c)
+    .await
+    .unwrap();
+}
+
+/// PostgreSQL only: SQLite's group runs the steps for every delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_writes_what_the_steps_write_taking_what_it_took_first() {
+    let t0 = now() - TimeDelta::hours(1);
+    run(Backend::Postgres, |steps_db| async move {
+        run(Backend::Postgres, |group_db| async move {
+            let steps = PgStore::connect(&steps_db.url).await.unwrap();
+            let grouped = PgStore::connect(&group_db.url).await.unwrap();
+            before_the_group(&steps, &steps_db, t0).await;
+            before_the_group(&grouped, &group_db, t0).await;
+            let (_, group) = group_scenario();
+            let group: Vec<(NewDelivery, IntakePath)> = group
+                .into_iter()
+                .enumerate()
+                .map(|(i, (d, p))| (moved(d, at(t0, 10 + i)), p))
+                .collect();
+
+            let deliveries: Vec<NewDelivery> = group.iter().map(|(d, _)| d.clone()).collect();
+            let by_group: Vec<(DeliveryRecord, IntakePath)> = grouped
+                .record_group(&deliveries)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            let expected: Vec<IntakePath> = group.iter().map(|(_, p)| *p).collect();
+            let taken: Vec<IntakePath> = by_group.iter().map(|(_, p)| *p).collect();
+            assert_eq!(taken, expected, "which path recorded each delivery");
+
+            // The promised order: what the group took, in order; then what it left.
+            let mut order: Vec<usize> = (0..group.len())
+                .filter(|&i| expected[i] == Grouped)
+                .collect();
+            order.extend((0..group.len()).filter(|&i| expected[i] == Steps));
+            let mut by_steps: Vec<Option<DeliveryRecord>> = vec![None; group.len()];
+            for i in order {
+                let (r, _) = steps
+                    .record_delivery_by(group[i].0.clone(), Steps)
+                    .await
+                    .unwrap();
+                by_steps[i] = Some(r);
+            }
+            let by_steps: Vec<DeliveryRecord> = by_steps.into_iter().map(Option::unwrap).collect();
+            let by_group: Vec<DeliveryRecord> = by_group.into_iter().map(|(r, _)| r).collect();
+            assert_eq!(by_group, by_steps);
+
+            let outcomes: Vec<&str> = by_group.iter().map(|r| r.outcome.name()).collect();
+            for name in ["new", "duplicate", "conflict"] {
+                assert!(outcomes.contains(&name), "{name}: {outcomes:?}");
+            }
+            assert!(
+                by_group.iter().any(|r| matches!(&r.outcome,
+                    DeliveryOutcome::Duplicate { crm_id: Some(id), .. } if id == "crm-done")),
+                "a duplicate of a completed operation answers its CRM id: {by_group:?}"
+            );
+
+            let (a, b) = (dump(&steps_db).await, dump(&group_db).await);
+            for ((table, rows_steps), (_, rows_group)) in a.iter().zip(&b) {
+                assert!(!rows_steps.is_empty(), "{table} is empty");
+                assert_eq!(rows_group, rows_steps, "{table}");
+            }
+            let mut c = PgConnection::connect(&group_db.url).await.unwrap();
+            let (counted, kept) = figures(&mut c).await;
+            assert_eq!(kept, counted);
+        })
+        .await
+    })
+    .await
+}
+
+/// One call of `leadgate_record_deliveries` over (key, phone) pairs, every delivery
+/// matched by its phone (its advisory lock key: the phone's number), on `c`; the outcomes.
+async fn call_group(c: &mut PgConnection, group: &[(String, i64)]) -> sqlx::Result<Vec<String>> {
+    let n = group.len();
+    let phones: Vec<String> = group.iter().map(|(_, p)| format!("+7999{p:07}")).collect();
+    let mut keys: Vec<i64> = group.iter().map(|(_, p)| *p).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    sqlx::query_scalar(
+        "select r_outcome from leadgate_record_deliveries($1, $2, $3, $4, $5, $6, $7, \
+         $8, $9, $10, $11, $12, $13, $14, $14, '{}', '{}') order by r_row",
+    )
+    .bind(group.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+    .bind(vec!["site"; n])
+    .bind(vec!["application/json"; n])
+    .bind(vec![b"{}".to_vec(); n])
+    .bind(vec!["{}"; n])
+    .bind(vec!["h"; n])
+    .bind(vec![1i32; n])
+    .bind(phones)
+    .bind(vec![None::<String>; n])
+    .bind(vec![None::<DateTime<Utc>>; n])
+    .bind(vec![now(); n])
+    .bind(vec![Some(now() - TimeDelta::days(1)); n])
+    .bind(keys)
+    .bind(vec![None::<String>; n])
+    .fetch_all(c)
+    .await
+}
+
+/// A key that another transaction is inserting (a concurrent intake, not yet committed):
+/// the group waits for it, then leaves that delivery to the steps, which find the key
+/// known — one operation, and the delivery a duplicate. The interleaving is forced: the
+/// other transaction stays open until the group's backend is seen waiting on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_another_transaction_is_inserting_is_waited_for_and_left_to_the_steps() {
+    run(Backend::Postgres, |db| async move {
+        let store = std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
+        let k = lead("k", 1);
+        let mut holder = PgConnection::connect(&db.url).await.unwrap();
+        let mut tx = holder.begin().await.unwrap();
+        sqlx::query(
+            "insert into operations (operation_id, source, status, payload_hash, created_at, \
+             updated_at) values ($1, 'site', 'received', $2, now(), now())",
+        )
+        .bind(k.operation_id.as_str())
+        .bind(k.payload_hash.as_str())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+        let group = {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move { store.record_group(&[lead("other", 1), k]).await })
+        };
+        let mut watch = Monitor::new(&db).await;
+        watch.blocked_or_done(&group, 0).await;
+        assert!(!group.is_finished());
+        tx.commit().await.unwrap();
+
+        let answers: Vec<(DeliveryRecord, IntakePath)> = group
+            .await
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(answers[0].1, Grouped);
+        assert!(matches!(answers[0].0.outcome, DeliveryOutcome::New { .. }));
+        assert_eq!(answers[1].1, Steps, "{answers:?}");
+        assert!(
+            matches!(answers[1].0.outcome, DeliveryOutcome::Duplicate { .. }),
+            "{answers:?}"
+        );
+        let (ops, deliveries): (i64, i64) = sqlx::query_as(
+            "select (select count(*) from operations where operation_id = $1), \
+                    (select count(*) from deliveries where operation_id = $1)",
+        )
+        .bind(k.operation_id.as_str())
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+        assert_eq!((ops, deliveries), (1, 1));
+    })
+    .await
+}
+
+/// Groups with the same keys and phones in different orders, on four connections at
+/// once, straight to the function (no retry in between): none may be aborted as a
+/// deadlock victim, because every group takes its row locks, advisory locks and new keys
+/// in one order. Each key ends as one operation, journaled as new once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_groups_over_the_same_keys_never_deadlock() {
+    run(Backend::Postgres, |db| async move {
+        PgStore::connect(&db.url).await.unwrap();
+        const KEYS: u64 = 20;
+        let tasks: Vec<_> = (0..4u64)
+            .map(|t| {
+                let url = db.url.clone();
+                tokio::spawn(async move {
+                    let mut c = PgConnection::connect(&url).await.unwrap();
+                    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                    let mut next = move || {
+                        seed = seed
+                            .wrapping_mul(6_364_136_223_846_793_005)
+                            .wrapping_add(1_442_695_040_888_963_407);
+                        seed >> 33
+                    };
+                    let mut outcomes = vec![];
+                    for _ in 0..30 {
+                        let group: Vec<(String, i64)> = (0..12)
+                            .map(|_| {
+                                let k = next() % KEYS;
+                                (format!("site:k{k}"), (k % 6) as i64)
+                            })
+                            .collect();
+                        let got = call_group(&mut c, &group)
+                            .await
+                            .unwrap_or_else(|e| panic!("a group failed: {e}"));
+                        outcomes.extend(got);
+                    }
+                    outcomes
+                })
+            })
+            .collect();
+        let mut outcomes = vec![];
+        for t in tasks {
+            outcomes.extend(t.await.unwrap());
+        }
+        assert_eq!(outcomes.len(), 4 * 30 * 12);
+        let new = outcomes.iter().filter(|o| *o == "new").count();
+        let mut c = PgConnection::connect(&db.url).await.unwrap();
+        let (ops, journaled_new): (i64, i64) = sqlx::query_as(
+            "select (select count(*) from operations), \
+                    (select count(*) from deliveries where outcome = 'new')",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        assert_eq!(ops as usize, new, "one operation per `new` answer");
+        assert_eq!(journaled_new, ops);
+        assert!(ops > 0 && ops <= KEYS as i64);
+        assert!(outcomes.iter().any(|o| o == "duplicate"));
+        let (counted, kept) = figures(&mut c).await;
+        assert_eq!(kept, counted);
+    })
+    .await
+}
+
+/// A delivery the database refuses (here: a constraint the test adds) must not take the
+/// others of its group down with it: the group is sent again one delivery at a time,
+/// and only the refused one fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_the_database_refuses_fails_alone_and_its_group_is_recorded() {
+    run(Backend::Postgres, |db| async move {
+        let store = PgStore::connect(&db.url).await.unwrap();
+        let mut c = PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query(
+            "alter table operations add constraint test_refuses check (operation_id <> 'site:bad')",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        let answers = store
+            .record_group(&[
+                lead("good1", 1),
+                lead("bad", 1),
+                lead("good2", 1),
+                lead("good1", 1),
+            ])
+            .await;
+        assert!(
+            matches!(
+                answers[0],
+                Ok((
+                    DeliveryRecord {
+                        outcome: DeliveryOutcome::New { .. },
+                        ..
+                    },
+                    Grouped
+                ))
+            ),
+            "{answers:?}"
+        );
+        let refused = answers[1].as_ref().unwrap_err().to_string();
+        assert!(refused.contains("test_refuses"), "{refused}");
+        assert!(
+            matches!(
+                answers[2],
+                Ok((
+                    DeliveryRecord {
+                        outcome: DeliveryOutcome::New { .. },
+                        ..
+                    },
+                    Grouped
+                ))
+            ),
+            "{answers:?}"
+        );
+        assert!(
+            matches!(
+                answers[3],
+                Ok((
+                    DeliveryRecord {
+                        outcome: DeliveryOutcome::Duplicate { .. },
+                        ..
+                    },
+                    _
+                ))
+            ),
+            "{answers:?}"
+        );
+        let keys: Vec<String> =
+            sqlx::query_scalar("select operation_id from operations order by 1")
+                .fetch_all(&mut c)
+                .await
+                .unwrap();
+        assert_eq!(keys, ["site:good1", "site:good2"]);
+        let (counted, kept) = figures(&mut c).await;
+        assert_eq!(kept, counted);
+    })
+    .await
+}
+
+/// Seconds a test waits for what must not take long.
+const PROMPTLY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens a transaction on a connection of its own that locks `keys`' operations, as a
+/// worker settling them or retention would.
+async fn lock_operations(db: &TestDb, keys: &[&str]) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    for key in keys {
+        sqlx::query("select 1 from operations where operation_id = $1 for update")
+            .bind(OperationId::new("site", key).unwrap().as_str())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx
+}
+
+/// A duplicate of an operation another transaction holds locked waits for that row alone:
+/// the group it came in does not. Forced: two such duplicates are sent one after the
+/// other (each seen waiting before the next), enough to hold both writers if groups waited
+/// on row locks; a new lead sent then must still be recorded while the locks are held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_operation_holds_up_its_own_duplicate_and_no_other_delivery() {
+    run(Backend::Postgres, |db| async move {
+        let store: std::sync::Arc<dyn Store> =
+            std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
+        for key in ["held1", "held2"] {
+            store.record_delivery(lead(key, 1)).await.unwrap();
+        }
+        let held = lock_operations(&db, &["held1", "held2"]).await;
+        let mut watch = Monitor::new(&db).await;
+        let mut waiting = vec![];
+        for key in ["held1", "held2"] {
+            let store = store.clone();
+            let before = watch.lock_waiters().await;
+            let task = tokio::spawn(async move { store.record_delivery(lead(key, 1)).await });
+            watch.blocked_or_done(&task, before).await;
+            assert!(
+                !task.is_finished(),
+                "{key}: a duplicate of a locked operation waits for it"
+            );
+            waiting.push(task);
+        }
+        let fresh = tokio::time::timeout(PROMPTLY, store.record_delivery(lead("fresh", 1)))
+            .await
+            .expect("a new lead is recorded while two duplicates wait on their rows")
+            .unwrap();
+        assert!(matches!(fresh.outcome, DeliveryOutcome::New { .. }));
+        held.commit().await.unwrap();
+        for task in waiting {
+            let record = task.await.unwrap().unwrap();
+            assert!(
+                matches!(record.outcome, DeliveryOutcome::Duplicate { .. }),
+                "{record:?}"
+            );
+        }
+        let mut c = PgConnection::connect(&db.url).await.unwrap();
+        let (counted, kept) = figures(&mut c).await;
+        assert_eq!(kept, counted);
+        assert!(
+            counted.contains(&"deliveries/site/duplicate = 2".to_string()),
+            "{counted:?}"
+        );
+    })
+    .await
+}
+
+/// The steps take a delivery's contact locks before they claim its key, as a group does,
+/// so the two never wait for each other crosswise. Forced: another transaction holds the
+/// phone's advisory lock (as a group does before inserting its new keys) while the steps
+/// start; the steps must wait for it without having claimed the key, so that the other
+/// transaction can insert that key without waiting (the old order — claim, then lock —
+/// deadlocked here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_steps_lock_a_contact_before_claiming_its_key_as_a_group_does() {
+    const PHONE: &str = "+79990000009";
+    run(Backend::Postgres, |db| async move {
+        let store = std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
+        let d = matching(lead("s", 1), MatchRule::Review, Some(PHONE), None);
+        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+        let mut group = pool.begin().await.unwrap();
+        // `contact_lock_key`: the first 8 bytes of the value's SHA-256, as a bigint.
+        sqlx::query(
+            "select pg_advisory_xact_lock(('x' || substr(encode(sha256(convert_to($1, 'UTF8')), \
+             'hex'), 1, 16))::bit(64)::bigint)",
+        )
+        .bind(format!("leadgate contact phone:{PHONE}"))
+        .execute(&mut *group)
+        .await
+        .unwrap();
+        let mut watch = Monitor::new(&db).await;
+        let steps = {
+            let (store, d) = (store.clone(), d.clone());
+            tokio::spawn(async move { store.record_delivery_by(d, Steps).await })
+        };
+        watch.blocked_or_done(&steps, 0).await;
+        assert!(!steps.is_finished(), "the steps wait for the phone's lock");
+        let claimed: bool = sqlx::query_scalar(
+            "select exists (select 1 from pg_locks l join pg_stat_activity a using (pid) \
+             where a.wait_event = 'advisory' and a.datname = current_database() \
+             and l.relation = 'operations'::regclass and l.mode = 'RowExclusiveLock')",
+        )
+        .fetch_one(&mut *group)
+        .await
+        .unwrap();
+        assert!(
+            !claimed,
+            "the steps wrote to operations before taking the contact's lock"
+        );
+        sqlx::query("set local lock_timeout = '3s'")
+            .execute(&mut *group)
+            .await
+            .unwrap();
+        sqlx::query(
+            "insert into operations (operation_id, source, status, payload_hash, created_at, \
+             updated_at) values ($1, 'site', 'received', $2, now(), now())",
+        )
+        .bind(d.operation_id.as_str())
+        .bind(d.payload_hash.as_str())
+        .execute(&mut *group)
+        .await
+        .expect("the steps had not claimed the key while they waited for the contact");
+        group.commit().await.unwrap();
+        let (record, path) = steps.await.unwrap().unwrap();
+        assert_eq!(path, Steps);
+        assert!(
+            matches!(record.outcome, DeliveryOutcome::Duplicate { .. }),
+            "{record:?}"
+        );
+    })
+    .await
+}
+
+/// While every writer is held up, a delivery waits in the queue; once it has waited longer
+/// than the store allows, its sender hears "unavailable" and nothing of it is written, so
+/// a gateway whose database is away answers 503 in about that time, not after every group
+/// queued before it. Forced: the phone's advisory lock is held while two matched
+/// deliveries occupy both writers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delivery_that_waited_too_long_for_a_writer_is_refused_unwritten() {
+    const PHONE: &str = "+79990000008";
+    run(Backend::Postgres, |db| async move {
+        let store: std::sync::Arc<dyn Store> =
+            std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
+        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+        let mut gate = pool.begin().await.unwrap();
+        sqlx::query(
+            "select pg_advisory_xact_lock(('x' || substr(encode(sha256(convert_to($1, 'UTF8')), \
+             'hex'), 1, 16))::bit(64)::bigint)",
+        )
+        .bind(format!("leadgate contact phone:{PHONE}"))
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+        let mut watch = Monitor::new(&db).await;
+        let mut held = vec![];
+        for key in ["w1", "w2"] {
+            let store = store.clone();
+            let before = watch.lock_waiters().await;
+            let d = matching(lead(key, 1), MatchRule::Review, Some(PHONE), None);
+            let task = tokio::spawn(async move { store.record_delivery(d).await });
+            watch.blocked_or_done(&task, before).await;
+            held.push(task);
+        }
+        let late = {
+            let store = store.clone();
+            tokio::spawn(async move { store.record_delivery(lead("queued", 1)).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+        assert!(
+            !late.is_finished(),
+            "nothing answers it while the writers are held"
+        );
+        gate.commit().await.unwrap();
+        let refused = tokio::time::timeout(PROMPTLY, late)
+            .await
+            .expect("answered once a writer is free")
+            .unwrap();
+        assert!(refused.is_err(), "{refused:?}");
+        for task in held {
+            task.await.unwrap().unwrap();
+        }
+        let mut c = PgConnection::connect(&db.url).await.unwrap();
+        let written: i64 = sqlx::query_scalar(
+            "select count(*) from deliveries where operation_id = 'site:queued'",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        assert_eq!(written, 0);
     })
     .await
 }

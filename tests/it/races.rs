@@ -149,10 +149,10 @@ where
 }
 
 /// A connection that watches the test database's lock waits.
-struct Monitor(PgConnection);
+pub(crate) struct Monitor(PgConnection);
 
 impl Monitor {
-    async fn new(db: &TestDb) -> Monitor {
+    pub(crate) async fn new(db: &TestDb) -> Monitor {
         Monitor(PgConnection::connect(&db.url).await.unwrap())
     }
 
@@ -162,7 +162,7 @@ impl Monitor {
 
     /// Backends of this database waiting for a lock (a row, a transaction, an advisory
     /// lock).
-    async fn lock_waiters(&mut self) -> i64 {
+    pub(crate) async fn lock_waiters(&mut self) -> i64 {
         sqlx::query_scalar(
             "select count(*) from pg_stat_activity where datname = current_database() \
              and wait_event_type = 'Lock'",
@@ -174,7 +174,11 @@ impl Monitor {
 
     /// Waits until `task` is finished or one more backend than `before` waits for a
     /// lock: after the fix a call may not block at all where the old code would have.
-    async fn blocked_or_done<T>(&mut self, task: &tokio::task::JoinHandle<T>, before: i64) {
+    pub(crate) async fn blocked_or_done<T>(
+        &mut self,
+        task: &tokio::task::JoinHandle<T>,
+        before: i64,
+    ) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !task.is_finished() && self.lock_waiters().await <= before {
             assert!(

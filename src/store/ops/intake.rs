@@ -32,6 +32,17 @@ pub(crate) async fn record_all<'a, T: WriteTx>(
 async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecord> {
     let id = d.operation_id.as_str();
     let now = d.received_at;
+    // Two concurrent intakes sharing a phone would each look before the other committed
+    // and see nothing. Where the backend needs it, the second waits on these locks until
+    // the first commits and then sees it, as under SQLite's single writer. Taken before the
+    // key is claimed, as PostgreSQL's grouped intake takes them (migration 0022), so the
+    // two never wait for each other crosswise.
+    if d.review.is_none() && d.matching.is_some() {
+        let keys = contact_lock_keys(&d.contact);
+        if !keys.is_empty() {
+            tx.lock_contacts(&keys).await?;
+        }
+    }
     if tx.insert_operation(d, "worker", now).await? {
         let delivery_id = tx.insert_delivery(d, DeliveryKind::New.as_str()).await?;
         let event = NewEvent::new(
@@ -108,10 +119,10 @@ fn contact_lock_keys(contact: &ContactKeys) -> Vec<i64> {
     keys
 }
 
-/// What a backend's one-statement intake (PostgreSQL: `leadgate_record_delivery`,
-/// migration 0008) needs to do what [`record`] does in the two cases it takes — a new
-/// key whose contact matches nothing, and a duplicate — with the same locks and the
-/// same lookup. Everything else it hands back, unwritten, to [`record_all`].
+/// What a backend's grouped intake (PostgreSQL: `leadgate_record_deliveries`, migration
+/// 0022) needs to do what [`record`] does in the two cases it takes — a new key whose
+/// contact matches nothing, and a duplicate — with the same locks and the same lookup.
+/// Everything else it hands back, unwritten, to [`record_all`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OneStatement {
     /// Contact matching for a new key: the window's start and the contact's lock keys
@@ -177,10 +188,7 @@ async fn match_contacts<T: WriteTx>(
     if contact.phone.is_none() && contact.email.is_none() {
         return Ok(None);
     }
-    // Two concurrent intakes sharing a phone would each look before the other committed
-    // and see nothing. Where the backend needs it, the second waits on these locks until
-    // the first commits and then sees it, as under SQLite's single writer.
-    tx.lock_contacts(&contact_lock_keys(contact)).await?;
+    // The contacts are locked (`record`, before the claim).
     let rows = tx.contact_matches(id, m.since, contact).await?;
     if rows.is_empty() {
         return Ok(None);
