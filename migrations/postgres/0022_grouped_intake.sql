@@ -17,16 +17,18 @@
 --     or e-mail an earlier delivery of the group shares: the steps then see the earlier
 --     one committed, exactly as if the two had come one after the other;
 --   * a new key that a concurrent transaction inserted first (it is a known key now);
---   * a known key whose operation another transaction holds locked;
+--   * a known key whose operation another transaction holds (locked, or changed and not
+--     committed yet);
 --   * everything, below READ COMMITTED.
 --
 -- Locks, always in this order, each kind sorted, so two groups never wait crosswise:
---   1. the known operations of the group (`for update skip locked`, by operation_id: a
---      group never waits on a row lock; a delivery whose operation is locked goes to the
---      steps);
---   2. the contacts' advisory locks (the caller sends them sorted, without repeats);
---   3. the new keys, inserted by operation_id.
--- The store's steps take a delivery's contact locks before claiming its key too
+--   1. the contacts' advisory locks (the caller sends them sorted, without repeats);
+--   2. the known operations of the group (`for update skip locked`, by operation_id: a
+--      group never waits on a known operation; a delivery whose operation another
+--      transaction holds goes to the steps);
+--   3. the new keys, inserted by operation_id (a known key never gets here, so an insert
+--      waits only for another intake inserting the same new key).
+-- The store's steps take a delivery's contact locks before anything else too
 -- (store/ops/intake.rs), so a group and the steps do not wait crosswise either.
 --
 -- Counting (0015, 3.): the insert triggers skip the rows written while `leadgate.counted`
@@ -77,6 +79,8 @@ declare
     known_hashes text[];
     known_status text[];
     known_crm text[];
+    -- every known operation of the group, locked or not
+    v_existing text[];
     -- per delivery: 'new', 'duplicate' or 'steps'; its journal id
     v_class text[];
     v_delivery bigint[];
@@ -93,10 +97,18 @@ begin
         return;
     end if;
 
-    -- 1. The known operations of the group, locked in one order. One that another
-    --    transaction holds (a worker settling it, retention, a person) is skipped: its
-    --    delivery then meets the committed row at its insert below without waiting and goes
-    --    to the steps, which wait for that row alone — the rest of the group does not.
+    -- 1. The contacts of the deliveries that match, before anything else (the store's
+    --    steps take them before anything else too).
+    foreach k in array coalesce(p_lock_keys, '{}') loop
+        perform pg_advisory_xact_lock(k);
+    end loop;
+
+    -- 2. The known operations of the group, locked in one order. One that another
+    --    transaction holds (a worker settling it, retention, a person; locked or changed
+    --    and not committed yet) is skipped, and its delivery goes to the steps, which wait
+    --    for that row alone: the group never waits on a known operation.
+    select coalesce(array_agg(o.operation_id), '{}') into v_existing
+        from operations o where o.operation_id = any(p_operation_ids);
     with l as (
         select o.operation_id, o.payload_hash, o.status, o.crm_id from operations o
             where o.operation_id = any(p_operation_ids)
@@ -105,11 +117,6 @@ begin
     select coalesce(array_agg(l.operation_id), '{}'), coalesce(array_agg(l.payload_hash), '{}'),
            coalesce(array_agg(l.status), '{}'), coalesce(array_agg(l.crm_id), '{}')
         into known_ids, known_hashes, known_status, known_crm from l;
-
-    -- 2. The contacts of the deliveries that match, before looking for earlier operations.
-    foreach k in array coalesce(p_lock_keys, '{}') loop
-        perform pg_advisory_xact_lock(k);
-    end loop;
 
     -- What each delivery is (see the top of this file).
     with d as (
@@ -123,6 +130,7 @@ begin
     select array_agg(
         case
             when kn.id is not null then case when kn.hash = d.hash then 'duplicate' else 'steps' end
+            when d.id = any(v_existing) then 'steps'
             when d.first_of_key < d.i then 'steps'
             when d.since is not null and (d.phone is not null or d.email is not null) and (
                 d.first_of_phone < d.i or d.first_of_email < d.i

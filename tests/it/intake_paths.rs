@@ -758,50 +758,68 @@ async fn a_delivery_the_database_refuses_fails_alone_and_its_group_is_recorded()
 /// Seconds a test waits for what must not take long.
 const PROMPTLY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Opens a transaction on a connection of its own that locks `keys`' operations, as a
-/// worker settling them or retention would.
-async fn lock_operations(db: &TestDb, keys: &[&str]) -> sqlx::Transaction<'static, sqlx::Postgres> {
+/// Opens a transaction on a connection of its own that holds `keys`' operations, as a
+/// worker settling them or retention would: `locked` ones with `for update`, the others
+/// changed and not committed yet.
+async fn hold_operations(
+    db: &TestDb,
+    locked: &[&str],
+    changed: &[&str],
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     let mut tx = pool.begin().await.unwrap();
-    for key in keys {
-        sqlx::query("select 1 from operations where operation_id = $1 for update")
-            .bind(OperationId::new("site", key).unwrap().as_str())
-            .execute(&mut *tx)
-            .await
-            .unwrap();
+    for (keys, sql) in [
+        (
+            locked,
+            "select 1 from operations where operation_id = $1 for update",
+        ),
+        (
+            changed,
+            "update operations set updated_at = updated_at where operation_id = $1",
+        ),
+    ] {
+        for key in keys {
+            sqlx::query(sql)
+                .bind(OperationId::new("site", key).unwrap().as_str())
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
     }
     tx
 }
 
-/// A duplicate of an operation another transaction holds locked waits for that row alone:
-/// the group it came in does not. Forced: two such duplicates are sent one after the
-/// other (each seen waiting before the next), enough to hold both writers if groups waited
-/// on row locks; a new lead sent then must still be recorded while the locks are held.
+/// A duplicate of an operation another transaction holds waits for that row alone: the
+/// group it came in does not. Forced: three such duplicates (one of a locked operation,
+/// two of changed ones, enough to hold both writers if a group waited on any of them) are
+/// sent one after the other, each seen waiting before the next; a new lead sent then must
+/// still be recorded while the operations are held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_locked_operation_holds_up_its_own_duplicate_and_no_other_delivery() {
+async fn a_held_operation_holds_up_its_own_duplicate_and_no_other_delivery() {
+    const HELD: [&str; 3] = ["locked", "changed1", "changed2"];
     run(Backend::Postgres, |db| async move {
         let store: std::sync::Arc<dyn Store> =
             std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
-        for key in ["held1", "held2"] {
+        for key in HELD {
             store.record_delivery(lead(key, 1)).await.unwrap();
         }
-        let held = lock_operations(&db, &["held1", "held2"]).await;
+        let held = hold_operations(&db, &HELD[..1], &HELD[1..]).await;
         let mut watch = Monitor::new(&db).await;
         let mut waiting = vec![];
-        for key in ["held1", "held2"] {
+        for key in HELD {
             let store = store.clone();
             let before = watch.lock_waiters().await;
             let task = tokio::spawn(async move { store.record_delivery(lead(key, 1)).await });
             watch.blocked_or_done(&task, before).await;
             assert!(
                 !task.is_finished(),
-                "{key}: a duplicate of a locked operation waits for it"
+                "{key}: a duplicate of a held operation waits for it"
             );
             waiting.push(task);
         }
         let fresh = tokio::time::timeout(PROMPTLY, store.record_delivery(lead("fresh", 1)))
             .await
-            .expect("a new lead is recorded while two duplicates wait on their rows")
+            .expect("a new lead is recorded while three duplicates wait on their rows")
             .unwrap();
         assert!(matches!(fresh.outcome, DeliveryOutcome::New { .. }));
         held.commit().await.unwrap();
@@ -816,11 +834,64 @@ async fn a_locked_operation_holds_up_its_own_duplicate_and_no_other_delivery() {
         let (counted, kept) = figures(&mut c).await;
         assert_eq!(kept, counted);
         assert!(
-            counted.contains(&"deliveries/site/duplicate = 2".to_string()),
+            counted.contains(&"deliveries/site/duplicate = 3".to_string()),
             "{counted:?}"
         );
     })
     .await
+}
+
+/// A group takes its contacts' locks before it locks a known operation, as the steps do:
+/// otherwise a group holding an operation and waiting for a phone, and the steps holding
+/// that phone and waiting for the operation (a conflict of the same lead), deadlock.
+/// Forced: another transaction holds the phone's lock while a group with a duplicate of an
+/// operation under that phone starts; while the group waits, the operation must still be
+/// free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_locks_its_contacts_before_a_known_operation_as_the_steps_do() {
+    const PHONE: &str = "+79990000007";
+    run(Backend::Postgres, |db| async move {
+        let store = std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
+        let d = matching(lead("x", 1), MatchRule::Review, Some(PHONE), None);
+        store.record_delivery_by(d.clone(), Grouped).await.unwrap();
+        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+        let mut other = pool.begin().await.unwrap();
+        lock_phone(&mut other, PHONE).await;
+        let mut watch = Monitor::new(&db).await;
+        let group = {
+            let (store, d) = (store.clone(), d.clone());
+            tokio::spawn(async move { store.record_group(&[d]).await })
+        };
+        watch.blocked_or_done(&group, 0).await;
+        assert!(!group.is_finished(), "the group waits for the phone's lock");
+        sqlx::query("select 1 from operations where operation_id = $1 for update nowait")
+            .bind(d.operation_id.as_str())
+            .execute(&mut *other)
+            .await
+            .expect("the group locked the operation before the contact");
+        other.commit().await.unwrap();
+        let answers = group.await.unwrap();
+        let (record, path) = answers[0].as_ref().unwrap();
+        assert_eq!(*path, Grouped);
+        assert!(
+            matches!(record.outcome, DeliveryOutcome::Duplicate { .. }),
+            "{record:?}"
+        );
+    })
+    .await
+}
+
+/// Takes `phone`'s contact lock (`contact_lock_key`: the first 8 bytes of the SHA-256 of
+/// "leadgate contact phone:<value>", as a bigint) in `tx`.
+async fn lock_phone(tx: &mut sqlx::Transaction<'static, sqlx::Postgres>, phone: &str) {
+    sqlx::query(
+        "select pg_advisory_xact_lock(('x' || substr(encode(sha256(convert_to($1, 'UTF8')), \
+         'hex'), 1, 16))::bit(64)::bigint)",
+    )
+    .bind(format!("leadgate contact phone:{phone}"))
+    .execute(&mut **tx)
+    .await
+    .unwrap();
 }
 
 /// The steps take a delivery's contact locks before they claim its key, as a group does,
@@ -837,15 +908,7 @@ async fn the_steps_lock_a_contact_before_claiming_its_key_as_a_group_does() {
         let d = matching(lead("s", 1), MatchRule::Review, Some(PHONE), None);
         let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
         let mut group = pool.begin().await.unwrap();
-        // `contact_lock_key`: the first 8 bytes of the value's SHA-256, as a bigint.
-        sqlx::query(
-            "select pg_advisory_xact_lock(('x' || substr(encode(sha256(convert_to($1, 'UTF8')), \
-             'hex'), 1, 16))::bit(64)::bigint)",
-        )
-        .bind(format!("leadgate contact phone:{PHONE}"))
-        .execute(&mut *group)
-        .await
-        .unwrap();
+        lock_phone(&mut group, PHONE).await;
         let mut watch = Monitor::new(&db).await;
         let steps = {
             let (store, d) = (store.clone(), d.clone());
@@ -902,14 +965,7 @@ async fn a_delivery_that_waited_too_long_for_a_writer_is_refused_unwritten() {
             std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
         let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
         let mut gate = pool.begin().await.unwrap();
-        sqlx::query(
-            "select pg_advisory_xact_lock(('x' || substr(encode(sha256(convert_to($1, 'UTF8')), \
-             'hex'), 1, 16))::bit(64)::bigint)",
-        )
-        .bind(format!("leadgate contact phone:{PHONE}"))
-        .execute(&mut *gate)
-        .await
-        .unwrap();
+        lock_phone(&mut gate, PHONE).await;
         let mut watch = Monitor::new(&db).await;
         let mut held = vec![];
         for key in ["w1", "w2"] {
