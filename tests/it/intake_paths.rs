@@ -583,13 +583,12 @@ async fn a_key_another_transaction_is_inserting_is_waited_for_and_left_to_the_st
         .await
         .unwrap();
 
-        let group = {
-            let (store, k) = (store.clone(), k.clone());
-            tokio::spawn(async move { store.record_group(&[lead("other", 1), k]).await })
-        };
         let mut watch = Monitor::new(&db).await;
-        watch.blocked_or_done(&group, 0).await;
-        assert!(!group.is_finished());
+        let (store2, k2) = (store.clone(), k.clone());
+        let group = started_and_waiting(&mut watch, "the group", async move {
+            store2.record_group(&[lead("other", 1), k2]).await
+        })
+        .await;
         tx.commit().await.unwrap();
 
         let answers: Vec<(DeliveryRecord, IntakePath)> = group
@@ -808,14 +807,8 @@ async fn a_held_operation_holds_up_its_own_duplicate_and_no_other_delivery() {
         let mut waiting = vec![];
         for key in HELD {
             let store = store.clone();
-            let before = watch.lock_waiters().await;
-            let task = tokio::spawn(async move { store.record_delivery(lead(key, 1)).await });
-            watch.blocked_or_done(&task, before).await;
-            assert!(
-                !task.is_finished(),
-                "{key}: a duplicate of a held operation waits for it"
-            );
-            waiting.push(task);
+            let duplicate = async move { store.record_delivery(lead(key, 1)).await };
+            waiting.push(started_and_waiting(&mut watch, key, duplicate).await);
         }
         let fresh = tokio::time::timeout(PROMPTLY, store.record_delivery(lead("fresh", 1)))
             .await
@@ -854,16 +847,13 @@ async fn a_group_locks_its_contacts_before_a_known_operation_as_the_steps_do() {
         let store = std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
         let d = matching(lead("x", 1), MatchRule::Review, Some(PHONE), None);
         store.record_delivery_by(d.clone(), Grouped).await.unwrap();
-        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-        let mut other = pool.begin().await.unwrap();
-        lock_phone(&mut other, PHONE).await;
+        let mut other = holding_phone(&db, PHONE).await;
         let mut watch = Monitor::new(&db).await;
-        let group = {
-            let (store, d) = (store.clone(), d.clone());
-            tokio::spawn(async move { store.record_group(&[d]).await })
-        };
-        watch.blocked_or_done(&group, 0).await;
-        assert!(!group.is_finished(), "the group waits for the phone's lock");
+        let (store2, d2) = (store.clone(), d.clone());
+        let group = started_and_waiting(&mut watch, "the group", async move {
+            store2.record_group(&[d2]).await
+        })
+        .await;
         sqlx::query("select 1 from operations where operation_id = $1 for update nowait")
             .bind(d.operation_id.as_str())
             .execute(&mut *other)
@@ -881,17 +871,35 @@ async fn a_group_locks_its_contacts_before_a_known_operation_as_the_steps_do() {
     .await
 }
 
-/// Takes `phone`'s contact lock (`contact_lock_key`: the first 8 bytes of the SHA-256 of
-/// "leadgate contact phone:<value>", as a bigint) in `tx`.
-async fn lock_phone(tx: &mut sqlx::Transaction<'static, sqlx::Postgres>, phone: &str) {
+/// A transaction on a connection of its own holding `phone`'s contact lock
+/// (`contact_lock_key`: the first 8 bytes of the SHA-256 of "leadgate contact
+/// phone:<value>", as a bigint), as a concurrent intake of that phone would.
+async fn holding_phone(db: &TestDb, phone: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
     sqlx::query(
         "select pg_advisory_xact_lock(('x' || substr(encode(sha256(convert_to($1, 'UTF8')), \
          'hex'), 1, 16))::bit(64)::bigint)",
     )
     .bind(format!("leadgate contact phone:{phone}"))
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await
     .unwrap();
+    tx
+}
+
+/// Runs `work` in a task and returns once it waits for a lock (one more waiter in the
+/// database than before): `what` must not have finished by then.
+async fn started_and_waiting<T: Send + 'static>(
+    watch: &mut Monitor,
+    what: &str,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    let before = watch.lock_waiters().await;
+    let task = tokio::spawn(work);
+    watch.blocked_or_done(&task, before).await;
+    assert!(!task.is_finished(), "{what} waits for a lock");
+    task
 }
 
 /// The steps take a delivery's contact locks before they claim its key, as a group does,
@@ -906,16 +914,13 @@ async fn the_steps_lock_a_contact_before_claiming_its_key_as_a_group_does() {
     run(Backend::Postgres, |db| async move {
         let store = std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
         let d = matching(lead("s", 1), MatchRule::Review, Some(PHONE), None);
-        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-        let mut group = pool.begin().await.unwrap();
-        lock_phone(&mut group, PHONE).await;
+        let mut group = holding_phone(&db, PHONE).await;
         let mut watch = Monitor::new(&db).await;
-        let steps = {
-            let (store, d) = (store.clone(), d.clone());
-            tokio::spawn(async move { store.record_delivery_by(d, Steps).await })
-        };
-        watch.blocked_or_done(&steps, 0).await;
-        assert!(!steps.is_finished(), "the steps wait for the phone's lock");
+        let (store2, d2) = (store.clone(), d.clone());
+        let steps = started_and_waiting(&mut watch, "the steps", async move {
+            store2.record_delivery_by(d2, Steps).await
+        })
+        .await;
         let claimed: bool = sqlx::query_scalar(
             "select exists (select 1 from pg_locks l join pg_stat_activity a using (pid) \
              where a.wait_event = 'advisory' and a.datname = current_database() \
@@ -963,18 +968,14 @@ async fn a_delivery_that_waited_too_long_for_a_writer_is_refused_unwritten() {
     run(Backend::Postgres, |db| async move {
         let store: std::sync::Arc<dyn Store> =
             std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
-        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-        let mut gate = pool.begin().await.unwrap();
-        lock_phone(&mut gate, PHONE).await;
+        let gate = holding_phone(&db, PHONE).await;
         let mut watch = Monitor::new(&db).await;
         let mut held = vec![];
         for key in ["w1", "w2"] {
             let store = store.clone();
-            let before = watch.lock_waiters().await;
             let d = matching(lead(key, 1), MatchRule::Review, Some(PHONE), None);
-            let task = tokio::spawn(async move { store.record_delivery(d).await });
-            watch.blocked_or_done(&task, before).await;
-            held.push(task);
+            let matched = async move { store.record_delivery(d).await };
+            held.push(started_and_waiting(&mut watch, key, matched).await);
         }
         let late = {
             let store = store.clone();
