@@ -20,6 +20,7 @@ pub use crate::domain::{after, before, AttemptOutcome, Failure, HumanAction};
 
 pub mod changes;
 mod console;
+mod intake_queue;
 pub mod n8n;
 mod ops;
 pub mod postgres;

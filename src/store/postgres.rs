@@ -17,8 +17,8 @@ use crate::domain::roles::Role;
 pub struct PgStore {
     pool: PgPool,
     clock: Arc<DbClock>,
-    /// Deliveries waiting for the intake writer, each with where its answer goes.
-    intake: tokio::sync::mpsc::Sender<IntakeJob>,
+    /// Deliveries waiting for the intake writer.
+    intake: super::intake_queue::IntakeQueue,
 }
 
 /// How often the server's clock is read again.
@@ -105,7 +105,7 @@ impl PgStore {
             anchor: RwLock::new((server, at)),
             syncing: AtomicBool::new(false),
         });
-        let (intake, jobs) = tokio::sync::mpsc::channel(1024);
+        let (intake, jobs) = super::intake_queue::queue();
         tokio::spawn(intake_writer(pool.clone(), jobs));
         Ok(PgStore {
             pool,
@@ -378,20 +378,6 @@ const INTAKE_GROUP: usize = 64;
 /// group that waits on a row lock from holding up every other delivery.
 const INTAKE_WRITERS: usize = 2;
 
-/// A delivery waiting for the intake writer, when it was handed over, and where its
-/// answer goes.
-type IntakeJob = (
-    NewDelivery,
-    Instant,
-    tokio::sync::oneshot::Sender<Result<DeliveryRecord>>,
-);
-
-/// How long a delivery may wait for the intake writer (to be queued, then taken into a
-/// group) before its sender is answered "unavailable" with nothing written: while the
-/// database is down, each group takes the pool's acquire timeout to fail, and senders
-/// must hear so in about that time, not after every group queued before theirs.
-const INTAKE_PATIENCE: Duration = Duration::from_secs(10);
-
 /// One answer of [`PgStore::record_group`]: the record, and the path that wrote it.
 pub type GroupAnswer = Result<(DeliveryRecord, IntakePath)>;
 
@@ -406,14 +392,7 @@ impl PgStore {
     /// Hands the delivery to the intake writer and waits for the commit of its group:
     /// an answer still means "durable".
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let closed = || super::StoreError::Database(sqlx::Error::PoolClosed);
-        let queued = self.intake.send((d, Instant::now(), reply));
-        match tokio::time::timeout(INTAKE_PATIENCE, queued).await {
-            Ok(sent) => sent.map_err(|_| closed())?,
-            Err(_) => return Err(super::StoreError::Database(sqlx::Error::PoolTimedOut)),
-        }
-        answer.await.map_err(|_| closed())?
+        self.intake.record(d).await
     }
 
     /// Records one delivery by `path` now, bypassing the writer's grouping, and says
@@ -439,33 +418,15 @@ impl PgStore {
 /// committed. The writer is free again as soon as the group's statement is: the
 /// deliveries it left to the steps (rare: conflicts, contact matches, late ones) go on
 /// without holding it.
-async fn intake_writer(pool: PgPool, mut jobs: tokio::sync::mpsc::Receiver<IntakeJob>) {
+async fn intake_writer(pool: PgPool, mut jobs: super::intake_queue::Jobs) {
     let writers = Arc::new(tokio::sync::Semaphore::new(INTAKE_WRITERS));
     loop {
         let Ok(writer) = Arc::clone(&writers).acquire_owned().await else {
             return;
         };
-        let Some(first) = jobs.recv().await else {
+        let Some(group) = jobs.take(INTAKE_GROUP).await else {
             return;
         };
-        let mut group = vec![];
-        let mut next = Some(first);
-        while let Some((d, queued, reply)) = next.take() {
-            if reply.is_closed() {
-                // The sender is gone (its request was cancelled): it heard nothing, so it
-                // will send again, and that delivery is the one to record.
-            } else if queued.elapsed() > INTAKE_PATIENCE {
-                let _ = reply.send(Err(super::StoreError::Database(sqlx::Error::PoolTimedOut)));
-            } else {
-                group.push((d, reply));
-            }
-            if group.len() < INTAKE_GROUP {
-                next = jobs.try_recv().ok();
-            }
-        }
-        if group.is_empty() {
-            continue;
-        }
         let pool = pool.clone();
         tokio::spawn(async move {
             let (deliveries, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();

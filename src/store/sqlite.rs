@@ -25,14 +25,9 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The one writer connection of this process.
     writer: SqlitePool,
-    /// Deliveries waiting for the intake writer, each with where its answer goes.
-    intake: tokio::sync::mpsc::Sender<IntakeJob>,
+    /// Deliveries waiting for the intake writer.
+    intake: super::intake_queue::IntakeQueue,
 }
-
-type IntakeJob = (
-    NewDelivery,
-    tokio::sync::oneshot::Sender<Result<DeliveryRecord>>,
-);
 
 /// A database file this URL would create (`mode=rwc`) is created first, empty and
 /// readable by its owner only (0600): it holds payloads and personal data. SQLite gives
@@ -117,7 +112,7 @@ impl SqliteStore {
             })
             .await?
         };
-        let (intake, jobs) = tokio::sync::mpsc::channel(1024);
+        let (intake, jobs) = super::intake_queue::queue();
         tokio::spawn(intake_writer(writer.clone(), jobs));
         Ok(SqliteStore {
             pool,
@@ -164,25 +159,15 @@ sql_store! {
 
 impl SqliteStore {
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let closed = || StoreError::Database(sqlx::Error::PoolClosed);
-        self.intake.send((d, reply)).await.map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+        self.intake.record(d).await
     }
 }
 
 /// Takes what is waiting (up to `INTAKE_GROUP`) and records it in one transaction; when
 /// any of it fails, the group is rolled back and each delivery is recorded on its own, so
 /// one bad delivery fails alone.
-async fn intake_writer(writer: SqlitePool, mut jobs: tokio::sync::mpsc::Receiver<IntakeJob>) {
-    while let Some(first) = jobs.recv().await {
-        let mut group = vec![first];
-        while group.len() < INTAKE_GROUP {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
-        }
+async fn intake_writer(writer: SqlitePool, mut jobs: super::intake_queue::Jobs) {
+    while let Some(group) = jobs.take(INTAKE_GROUP).await {
         let begin = || writer.begin_with(BEGIN_WRITE);
         if group.len() > 1 {
             let deliveries: Vec<&NewDelivery> = group.iter().map(|(d, _)| d).collect();

@@ -8,6 +8,7 @@
 //! (the ids of both databases would drift apart otherwise). A group of many deliveries
 //! must write what the steps write when they take the group's deliveries in the order
 //! the function promises: the ones it took, in order, then the ones it left, in order.
+//! Then the lock orders and the intake queue's patience, forced, on each backend.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
@@ -1000,6 +1001,57 @@ async fn a_delivery_that_waited_too_long_for_a_writer_is_refused_unwritten() {
             "select count(*) from deliveries where operation_id = 'site:queued'",
         )
         .fetch_one(&mut c)
+        .await
+        .unwrap();
+        assert_eq!(written, 0);
+    })
+    .await
+}
+
+/// SQLite's one writer waits for the database file's write lock, held here by another
+/// connection (as a second process on the file would): a delivery queued behind it that
+/// waited longer than the store allows is refused, unwritten, once the writer gets to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_sqlite_a_delivery_that_waited_too_long_for_the_writer_is_refused_unwritten() {
+    use sqlx::SqliteConnection;
+    run(Backend::Sqlite, |db| async move {
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
+            leadgate::store::sqlite::SqliteStore::connect(&db.url)
+                .await
+                .unwrap(),
+        );
+        let mut other = SqliteConnection::connect(&db.url).await.unwrap();
+        sqlx::query("begin immediate")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        let first = {
+            let store = store.clone();
+            tokio::spawn(async move { store.record_delivery(lead("first", 1)).await })
+        };
+        // The writer takes it at once and waits for the file's lock.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let queued = {
+            let store = store.clone();
+            tokio::spawn(async move { store.record_delivery(lead("queued", 1)).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+        assert!(
+            !queued.is_finished(),
+            "nothing answers it while the file is held"
+        );
+        sqlx::query("commit").execute(&mut other).await.unwrap();
+        let recorded = first.await.unwrap().unwrap();
+        assert!(matches!(recorded.outcome, DeliveryOutcome::New { .. }));
+        let refused = tokio::time::timeout(PROMPTLY, queued)
+            .await
+            .expect("answered once the writer is free")
+            .unwrap();
+        assert!(refused.is_err(), "{refused:?}");
+        let written: i64 = sqlx::query_scalar(
+            "select count(*) from deliveries where operation_id = 'site:queued'",
+        )
+        .fetch_one(&mut other)
         .await
         .unwrap();
         assert_eq!(written, 0);

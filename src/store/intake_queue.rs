@@ -1,0 +1,91 @@
+//! The queue between intake and a backend's intake writer (`sqlite.rs`, `postgres.rs`):
+//! deliveries wait here to be recorded together, and each sender waits for the answer of
+//! the transaction that recorded its delivery — an answer still means "durable".
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{DeliveryRecord, NewDelivery, Result, StoreError};
+
+/// How long a delivery may wait for its backend's writer (to be queued, then taken into a
+/// group) before its sender is answered "unavailable" with nothing written. While the
+/// database is away or held by someone else, each group takes a timeout to fail, and
+/// senders must hear so in about that time, not after every group queued before theirs.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Deliveries waiting at most; a sender beyond it waits for room (at most `PATIENCE`).
+const CAPACITY: usize = 1024;
+
+/// Where a delivery's answer goes.
+pub(crate) type Reply = oneshot::Sender<Result<DeliveryRecord>>;
+
+/// A delivery waiting for the writer: when it was handed over, and where its answer goes.
+pub(crate) struct Job {
+    delivery: NewDelivery,
+    queued: Instant,
+    reply: Reply,
+}
+
+/// The senders' end of the queue.
+pub(crate) struct IntakeQueue(mpsc::Sender<Job>);
+
+/// The writer's end of the queue.
+pub(crate) struct Jobs(mpsc::Receiver<Job>);
+
+/// "Unavailable": the writer did not take the delivery in time, or is gone.
+fn unavailable() -> StoreError {
+    StoreError::Database(sqlx::Error::PoolTimedOut)
+}
+
+pub(crate) fn queue() -> (IntakeQueue, Jobs) {
+    let (tx, rx) = mpsc::channel(CAPACITY);
+    (IntakeQueue(tx), Jobs(rx))
+}
+
+impl IntakeQueue {
+    /// Hands `delivery` to the writer and waits for its answer.
+    pub(crate) async fn record(&self, delivery: NewDelivery) -> Result<DeliveryRecord> {
+        let (reply, answer) = oneshot::channel();
+        let closed = || StoreError::Database(sqlx::Error::PoolClosed);
+        let job = Job {
+            delivery,
+            queued: Instant::now(),
+            reply,
+        };
+        match tokio::time::timeout(PATIENCE, self.0.send(job)).await {
+            Ok(sent) => sent.map_err(|_| closed())?,
+            Err(_) => return Err(unavailable()),
+        }
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+impl Jobs {
+    /// Waits for a delivery and takes, with it, what else is waiting, up to `max`: the
+    /// group the writer records next. A delivery whose sender is gone (its request was
+    /// cancelled: it heard nothing and will send again, and that delivery is the one to
+    /// record) is dropped; one that waited longer than `PATIENCE` is answered
+    /// "unavailable", unwritten. `None` once every sender is gone.
+    pub(crate) async fn take(&mut self, max: usize) -> Option<Vec<(NewDelivery, Reply)>> {
+        loop {
+            let mut next = Some(self.0.recv().await?);
+            let mut group = vec![];
+            while let Some(job) = next.take() {
+                if job.reply.is_closed() {
+                    // dropped
+                } else if job.queued.elapsed() > PATIENCE {
+                    let _ = job.reply.send(Err(unavailable()));
+                } else {
+                    group.push((job.delivery, job.reply));
+                }
+                if group.len() < max {
+                    next = self.0.try_recv().ok();
+                }
+            }
+            if !group.is_empty() {
+                return Some(group);
+            }
+        }
+    }
+}
