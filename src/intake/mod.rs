@@ -450,7 +450,7 @@ pub enum IntakeOk {
         (status = 401, description = "The source's credentials are missing or wrong", body = ErrorBody),
         (status = 404, description = "No such source is configured", body = ErrorBody),
         (status = 413, description = "The body is larger than `[server] max_body`", body = ErrorBody),
-        (status = 503, description = "The operations database is not available: nothing was accepted",
+        (status = 503, description = "The operations database is not available, or busy for more than 10 s: nothing was accepted",
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
     ),
     security(("source_token" = []), ("source_token_query" = []), ("source_signature" = []), ())
