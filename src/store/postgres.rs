@@ -11,6 +11,7 @@ use chrono::{DateTime as ChronoDateTime, Utc as ChronoUtc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
+use super::ops::intake::OneStatement;
 use super::sql::sql_store;
 use crate::domain::roles::Role;
 
@@ -228,9 +229,7 @@ impl PgStore {
     /// database's default: the store's row locks and re-checks are written for it, and
     /// under REPEATABLE READ a writer that waited for a row lock fails (40001).
     async fn begin_write(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
-        self.pool
-            .begin_with("begin isolation level read committed")
-            .await
+        begin_write(&self.pool).await
     }
 
     fn clock_now(&self) -> ChronoDateTime<ChronoUtc> {
@@ -384,6 +383,9 @@ pub type GroupAnswer = Result<(DeliveryRecord, IntakePath)>;
 /// What the grouped intake wrote for one delivery (`None` in its place: nothing).
 type GroupRecord = Result<DeliveryRecord>;
 
+/// A delivery the function takes, and what it needs of it beyond its columns.
+type Taken<'a> = (&'a NewDelivery, OneStatement);
+
 /// A row of `leadgate_record_deliveries`: the delivery's place in the group (from 1), its
 /// outcome, its journal id, the operation's status and CRM id.
 type FunctionRow = (i32, String, Option<i64>, Option<String>, Option<String>);
@@ -400,7 +402,7 @@ impl PgStore {
     pub async fn record_delivery_by(&self, d: NewDelivery, path: IntakePath) -> GroupAnswer {
         match path {
             IntakePath::Grouped => record_group(&self.pool, &[d]).await.remove(0),
-            IntakePath::Steps => super::retrying(|| by_steps(&self.pool, &d))
+            IntakePath::Steps => by_steps(&self.pool, &d)
                 .await
                 .map(|r| (r, IntakePath::Steps)),
         }
@@ -442,7 +444,7 @@ async fn intake_writer(pool: PgPool, mut jobs: super::intake_queue::Jobs) {
                 }
             }
             for (d, reply) in left {
-                let _ = reply.send(super::retrying(|| by_steps(&pool, &d)).await);
+                let _ = reply.send(by_steps(&pool, &d).await);
             }
         });
     }
@@ -457,9 +459,7 @@ async fn record_group(pool: &PgPool, ds: &[NewDelivery]) -> Vec<GroupAnswer> {
     for (d, answer) in ds.iter().zip(answers) {
         out.push(match answer {
             Some(answer) => answer,
-            None => super::retrying(|| by_steps(pool, d))
-                .await
-                .map(|r| (r, IntakePath::Steps)),
+            None => by_steps(pool, d).await.map(|r| (r, IntakePath::Steps)),
         });
     }
     out
@@ -471,14 +471,16 @@ async fn record_group(pool: &PgPool, ds: &[NewDelivery]) -> Vec<GroupAnswer> {
 /// that one bad delivery fails alone; a group that fails for the connection fails whole.
 async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupAnswer>> {
     let mut answers: Vec<Option<GroupAnswer>> = ds.iter().map(|_| None).collect();
-    let taken: Vec<usize> = (0..ds.len())
-        .filter(|&i| super::ops::intake::one_statement(&ds[i]).is_some())
-        .collect();
+    // Each delivery the function takes, with what it needs of it (its place in `ds`).
+    let (taken, group): (Vec<usize>, Vec<Taken>) = ds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| super::ops::intake::one_statement(d).map(|one| (i, (d, one))))
+        .unzip();
     if taken.is_empty() {
         return answers;
     }
     let recorded = |row: Option<GroupRecord>| row.map(|r| r.map(|r| (r, IntakePath::Grouped)));
-    let group: Vec<&NewDelivery> = taken.iter().map(|&i| &ds[i]).collect();
     match super::retrying(|| in_one_statement(pool, &group)).await {
         Ok(rows) => {
             for (&i, row) in taken.iter().zip(rows) {
@@ -487,9 +489,9 @@ async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupA
         }
         Err(e) if taken.len() > 1 && refused_for_its_data(&e) => {
             tracing::warn!(error = %e, deliveries = taken.len(), "the database refused a group of deliveries; recording them one by one");
-            for &i in &taken {
-                let alone = [&ds[i]];
-                answers[i] = match super::retrying(|| in_one_statement(pool, &alone)).await {
+            for (&i, one) in taken.iter().zip(&group) {
+                let alone = std::slice::from_ref(one);
+                answers[i] = match super::retrying(|| in_one_statement(pool, alone)).await {
                     Ok(mut rows) => recorded(rows.remove(0)),
                     Err(e) => Some(Err(e)),
                 };
@@ -504,13 +506,20 @@ async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupA
     answers
 }
 
-/// The store's steps for one delivery, in a transaction of its own.
+/// A write transaction of the store.
+async fn begin_write(pool: &PgPool) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
+    pool.begin_with("begin isolation level read committed")
+        .await
+}
+
+/// The store's steps for one delivery, in a transaction of its own (run again while the
+/// database aborts it as a deadlock victim or for serialization).
 async fn by_steps(pool: &PgPool, d: &NewDelivery) -> Result<DeliveryRecord> {
-    let tx = pool
-        .begin_with("begin isolation level read committed")
-        .await?;
-    let mut records = record_all(tx, [d]).await?;
-    Ok(records.remove(0))
+    super::retrying(|| async {
+        let mut records = record_all(begin_write(pool).await?, [d]).await?;
+        Ok(records.remove(0))
+    })
+    .await
 }
 
 /// The server refused the statement for a value in it: a data exception (SQLSTATE class
@@ -543,14 +552,9 @@ fn copy_of(e: &super::StoreError) -> super::StoreError {
 /// READ COMMITTED: `connect_options`): each delivery's record, or `None` where it wrote
 /// nothing and the steps must run. Once the statement returned, the group is committed:
 /// an answer that cannot be read fails that delivery alone.
-async fn in_one_statement(
-    pool: &PgPool,
-    group: &[&NewDelivery],
-) -> Result<Vec<Option<GroupRecord>>> {
-    let one: Vec<_> = group
-        .iter()
-        .map(|d| super::ops::intake::one_statement(d).expect("late deliveries go to the steps"))
-        .collect();
+async fn in_one_statement(pool: &PgPool, taken: &[Taken<'_>]) -> Result<Vec<Option<GroupRecord>>> {
+    let (group, one): (Vec<&NewDelivery>, Vec<&OneStatement>) =
+        taken.iter().map(|(d, one)| (*d, one)).unzip();
     let mut lock_keys: Vec<i64> = one
         .iter()
         .filter_map(|o| o.matching.as_ref())
