@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::config::{RetryConfig, LEASE_MARGIN};
-use crate::crm::{CrmError, Exchange, FieldMap};
+use crate::crm::{Crm, CrmError, Exchange, FieldMap, StepDone};
 use crate::domain::ErrorClass;
 use crate::store::{AttemptOutcome, Lease, NewEvent, Operation, Store, StoreError};
 
@@ -134,4 +134,30 @@ pub fn exchange_events(
         NewEvent::new(request_kind, exchange.request.clone()),
         response,
     ]
+}
+
+/// The name the final entity's `crm_step` event carries.
+pub const FINAL_STEP: &str = "final";
+
+/// The `crm_step` event of a stepped create's final entity (Bitrix24 `contact_deal`: the
+/// deal), when `outcome` settles it — created, or found again by its key, by the worker
+/// or by the reconciler that took over a dead holder's lease. The event is what counts
+/// the entity in `leadgate_crm_steps_total` (migration 0016), so every path that
+/// completes a stepped create records it. `None` for a one-call create.
+pub fn final_step(crm: &dyn Crm, outcome: &AttemptOutcome) -> Option<NewEvent> {
+    if crm.steps().is_empty() {
+        return None;
+    }
+    let (crm_id, how) = match outcome {
+        AttemptOutcome::Created { crm_id } => (crm_id, "created"),
+        AttemptOutcome::Recovered { crm_id } => (crm_id, "recovered"),
+        _ => return None,
+    };
+    let step = StepDone {
+        step: FINAL_STEP.into(),
+        entity: crm.final_entity().into(),
+        crm_id: crm_id.clone(),
+        how: how.into(),
+    };
+    Some(NewEvent::new("crm_step", json!(step)))
 }

@@ -71,6 +71,9 @@ pub async fn reconcile_one_stale(
         // The holder's call was cut before its lease ran out, but the CRM may still be
         // executing it: a "not found" counts only after the settle window from now.
         let outcome = after_uncertain(found, None, store::after(store.now(), settings.settle));
+        // A stepped create's final entity found here is counted like one the worker found.
+        let mut events = events;
+        events.extend(crate::attempt::final_step(crm, &outcome));
         match finish_attempt(store, &claim.lease, outcome, events, settings.keep_trying()).await {
             Ok(_) | Err(StoreError::LeaseLost(_)) => Ok(true),
             Err(e) => Err(e),

@@ -33,8 +33,7 @@ pub fn recorded_steps(timeline: &[TimelineEvent]) -> Vec<StepDone> {
     done
 }
 
-/// The name the final entity's `crm_step` event carries.
-pub const FINAL_STEP: &str = "final";
+pub use crate::attempt::FINAL_STEP;
 
 impl Worker {
     /// Runs the steps of `lead`'s create not yet recorded, each committed before the
@@ -122,23 +121,9 @@ impl Worker {
     }
 
     /// The `crm_step` event of a stepped create's final entity, when `outcome` settles
-    /// it (created, or found again by its key).
+    /// it ([`crate::attempt::final_step`]).
     pub(super) fn final_step(&self, outcome: &AttemptOutcome) -> Option<NewEvent> {
-        if self.crm.steps().is_empty() {
-            return None;
-        }
-        let (crm_id, how) = match outcome {
-            AttemptOutcome::Created { crm_id } => (crm_id, "created"),
-            AttemptOutcome::Recovered { crm_id } => (crm_id, "recovered"),
-            _ => return None,
-        };
-        let step = StepDone {
-            step: FINAL_STEP.into(),
-            entity: self.crm.final_entity().into(),
-            crm_id: crm_id.clone(),
-            how: how.into(),
-        };
-        Some(NewEvent::new("crm_step", json!(step)))
+        crate::attempt::final_step(self.crm.as_ref(), outcome)
     }
 }
 

@@ -446,43 +446,10 @@ each_backend!(
             .await
             .unwrap();
         fake.push_fault(DEAL_ADD, Fault::LatencyMs { ms: 30_000 }, 1);
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let base = format!("http://127.0.0.1:{port}");
-        let file = GatewayFile {
-            db_url: &db.url,
-            webhook_url: &fake.webhook_url(),
-            port,
-            lease: "2s",
-            concurrency: None,
-            retry: None,
-            read_token: None,
-            site: SiteAuth::Token("steps-token"),
-            crm_timeout: "1s",
-            settle: Some("1s"),
-        };
-        let config = dir.path().join("leadgate.toml");
-        std::fs::write(&config, file.toml() + CONTACT_DEAL).unwrap();
-        let config = config.display().to_string();
-        let serve = || {
-            let child = std::process::Command::new(env!("CARGO_BIN_EXE_leadgate"))
-                .args(["serve", "--config", &config])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn leadgate serve");
-            Process(child)
-        };
-        let mut first = serve();
-        wait_healthy(&base, Duration::from_secs(20), None).await;
-        let res = reqwest::Client::new()
-            .post(format!("{base}/v1/intake/site"))
-            .header("x-leadgate-token", "steps-token")
-            .json(&lead("k9"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 202);
+        let gateway = StepsProcess::new(&db.url, &fake);
+        let mut first = gateway.serve();
+        wait_healthy(&gateway.base, Duration::from_secs(20), None).await;
+        gateway.post("k9").await;
         let store = db.store().await;
         let deadline = Instant::now() + Duration::from_secs(10);
         while steps_of(store.as_ref(), "k9").await.is_empty() || fake.calls(DEAL_ADD) == 0 {
@@ -501,16 +468,8 @@ each_backend!(
         let before = store.operation(&op("k9")).await.unwrap().unwrap();
         assert_eq!(before.status.as_str(), "in_progress");
 
-        let _second = serve();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let done = loop {
-            let o = store.operation(&op("k9")).await.unwrap().unwrap();
-            if o.status.as_str() == "completed" {
-                break o;
-            }
-            assert!(Instant::now() < deadline, "not resumed: {o:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let _second = gateway.serve();
+        let done = completed_within(store.as_ref(), "k9", Duration::from_secs(30)).await;
         let deals = of_kind(&fake, "deal");
         assert_eq!(deals.len(), 1, "one deal");
         assert_eq!(of_kind(&fake, "contact").len(), 1, "no second contact");
@@ -531,6 +490,122 @@ each_backend!(
         assert!(kinds.contains(&"lease_taken_over".to_owned()), "{kinds:?}");
     }
 );
+
+each_backend!(
+    a_deal_the_reconciler_finds_after_a_kill_is_counted_as_a_deal,
+    |db| async move {
+        // The deal's create lands but its answer never comes, and the process gets
+        // SIGKILL while it waits. A second process takes the lease over and finds the deal
+        // by its key: the operation completes with it, and the deal is counted in
+        // `leadgate_crm_steps_total` like one the worker found (it was not: the metric that
+        // must equal the CRM undercounted deals by the kills of a chaos run).
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        fake.push_fault(DEAL_ADD, Fault::LostAnswerHang, 1);
+        let gateway = StepsProcess::new(&db.url, &fake);
+        let mut first = gateway.serve();
+        wait_healthy(&gateway.base, Duration::from_secs(20), None).await;
+        gateway.post("k9-found").await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while of_kind(&fake, "deal").is_empty() {
+            assert!(Instant::now() < deadline, "the deal was never created");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        first.0.kill().unwrap();
+        first.0.wait().unwrap();
+        let store = db.store().await;
+
+        let _second = gateway.serve();
+        let done = completed_within(store.as_ref(), "k9-found", Duration::from_secs(30)).await;
+        let (contact, deal) =
+            one_contact_one_deal(&fake, "k9-found", &json!({"crm_id": done.crm_id}));
+        assert_eq!(fake.calls(DEAL_ADD), 1, "no second deal");
+        assert_eq!(
+            steps_of(store.as_ref(), "k9-found").await,
+            vec![
+                ("contact".into(), contact, "created".into()),
+                ("deal".into(), deal, "recovered".into()),
+            ]
+        );
+        let m = store.metrics(now(), Duration::from_secs(60)).await.unwrap();
+        assert_eq!(
+            m.crm_steps.get(&("deal".into(), "recovered".into())),
+            Some(&1),
+            "{:?}",
+            m.crm_steps
+        );
+        assert_eq!(m.crm_steps.values().sum::<i64>(), 2, "{:?}", m.crm_steps);
+    }
+);
+
+/// A real `leadgate serve` process with contact + deal on the test's fake portal, which
+/// a test can kill and start again.
+struct StepsProcess {
+    _dir: tempfile::TempDir,
+    config: String,
+    base: String,
+}
+
+impl StepsProcess {
+    fn new(db_url: &str, fake: &FakeBitrix24) -> StepsProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let file = GatewayFile {
+            db_url,
+            webhook_url: &fake.webhook_url(),
+            port,
+            lease: "2s",
+            concurrency: None,
+            retry: None,
+            read_token: None,
+            site: SiteAuth::Token("steps-token"),
+            crm_timeout: "1s",
+            settle: Some("1s"),
+        };
+        let config = dir.path().join("leadgate.toml");
+        std::fs::write(&config, file.toml() + CONTACT_DEAL).unwrap();
+        StepsProcess {
+            config: config.display().to_string(),
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+
+    fn serve(&self) -> Process {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_leadgate"))
+            .args(["serve", "--config", &self.config])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn leadgate serve");
+        Process(child)
+    }
+
+    async fn post(&self, key: &str) {
+        let res = reqwest::Client::new()
+            .post(format!("{}/v1/intake/site", self.base))
+            .header("x-leadgate-token", "steps-token")
+            .json(&lead(key))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 202);
+    }
+}
+
+/// Waits (up to `limit`) until the operation is completed, straight from the store.
+async fn completed_within(store: &dyn Store, key: &str, limit: Duration) -> Operation {
+    let deadline = Instant::now() + limit;
+    loop {
+        let o = store.operation(&op(key)).await.unwrap().unwrap();
+        if o.status.as_str() == "completed" {
+            return o;
+        }
+        assert!(Instant::now() < deadline, "not completed: {o:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 // amoCRM with `link_contacts = true`: the contact is looked up by phone and e-mail
 // before `leads/complex` and attached by id; otherwise the lead and its contact are
