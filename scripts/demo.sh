@@ -7,8 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-GATEWAY_PORT="${DEMO_GATEWAY_PORT:-18080}"
-CRM_PORT="${DEMO_CRM_PORT:-18091}"
+# Ports: the defaults, or the next free ones when another program holds them (said), or
+# DEMO_*_PORT (refused when taken, naming the program and its pid).
+. scripts/demo-ports.sh
+choose_port GATEWAY_PORT DEMO_GATEWAY_PORT 18080
+choose_port CRM_PORT DEMO_CRM_PORT 18091
+choose_port DEALS_PORT DEMO_DEALS_PORT 18081
 DIR="$PWD/demo-data"
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 BIN="$TARGET/debug/leadgate"
@@ -89,7 +93,6 @@ TOML
 
 # A second gateway on the same fake portal makes contacts and deals (scenario 10), on its
 # own database so the two workers never take each other's leads.
-DEALS_PORT="${DEMO_DEALS_PORT:-18081}"
 sed -e "s#$DIR/leadgate.db#$DIR/leadgate-deals.db#" -e "s#127.0.0.1:$GATEWAY_PORT#127.0.0.1:$DEALS_PORT#" \
   "$DIR/leadgate.toml" > "$DIR/deals.toml"
 printf 'entity = "contact_deal"\n' >> "$DIR/deals.toml"
@@ -100,29 +103,40 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
+# Waits until process $2 (started by this script) listens on port $1: never plays against
+# whoever else took the port meanwhile.
 wait_http() {
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+  for _ in $(seq 1 200); do
+    if ! kill -0 "$2" 2>/dev/null; then
+      echo "the process for port $1 stopped; its log ($3):" >&2
+      tail -n 20 "$3" >&2 || true
+      exit 1
+    fi
+    if port_owner_is "$1" "$2"; then return 0; fi
     sleep 0.1
   done
-  echo "nothing answers on port $1; see $DIR/*.log" >&2
+  if port_taken "$1"; then
+    echo "port $1 is held by $(port_holder "$1"), not by the process this demo started" >&2
+  else
+    echo "nothing answers on port $1; see $3" >&2
+  fi
   exit 1
 }
 
 echo "== starting the fake Bitrix24 on 127.0.0.1:$CRM_PORT"
 "$DEV" fake-crm --kind bitrix24 --listen "127.0.0.1:$CRM_PORT" >"$DIR/fake-crm.log" 2>&1 &
 pids+=($!)
-wait_http "$CRM_PORT"
+wait_http "$CRM_PORT" $! "$DIR/fake-crm.log"
 echo "== starting leadgate serve on 127.0.0.1:$GATEWAY_PORT and a second leadgate worker (SQLite: $DIR/leadgate.db)"
 "$BIN" serve --config "$DIR/leadgate.toml" >"$DIR/serve.log" 2>&1 &
 pids+=($!)
-wait_http "$GATEWAY_PORT"
+wait_http "$GATEWAY_PORT" $! "$DIR/serve.log"
 "$BIN" worker --config "$DIR/leadgate.toml" >"$DIR/worker.log" 2>&1 &
 pids+=($!)
 echo "== starting a contact + deal gateway on 127.0.0.1:$DEALS_PORT (SQLite: $DIR/leadgate-deals.db)"
 "$BIN" serve --config "$DIR/deals.toml" >"$DIR/deals.log" 2>&1 &
 pids+=($!)
-wait_http "$DEALS_PORT"
+wait_http "$DEALS_PORT" $! "$DIR/deals.log"
 
 echo "== playing the eight pilot scenarios of docs/SPEC.md, the cross-channel one and contact + deal"
 status=0

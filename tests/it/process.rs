@@ -468,3 +468,68 @@ each_backend!(
         }
     }
 );
+
+/// Runs `script` in bash after sourcing the demo's port helpers (scripts/demo-ports.sh).
+fn demo_ports(script: &str, env: &[(&str, String)]) -> std::process::Output {
+    let helpers = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo-ports.sh");
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", &format!("set -euo pipefail; . {helpers}; {script}")])
+        .env_remove("DEMO_GATEWAY_PORT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn the_demo_never_plays_against_a_program_holding_its_port() {
+    // `make demo` with its port held by another program played its scenarios against
+    // that program and printed 0/10 FAIL. Now a taken default is skipped (and said, with
+    // the holder's pid), a taken port asked for is refused, and a port chosen once is
+    // never chosen again for another of the demo's processes.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let me = format!("(pid {})", std::process::id());
+
+    let out = demo_ports(
+        &format!("choose_port A DEMO_GATEWAY_PORT {port}; choose_port B DEMO_DEALS_PORT {port}; echo \"$A $B\""),
+        &[],
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let chosen: Vec<u16> = stdout
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(chosen.len(), 2, "{stdout}");
+    assert!(chosen.iter().all(|&p| p != port), "{chosen:?} / {port}");
+    assert_ne!(chosen[0], chosen[1], "two processes, one port");
+    assert!(stderr.contains(&me), "names who holds it: {stderr}");
+
+    let out = demo_ports(
+        "choose_port A DEMO_GATEWAY_PORT 18080; echo chosen",
+        &[("DEMO_GATEWAY_PORT", port.to_string())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a taken port asked for is refused");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("chosen"));
+    assert!(
+        stderr.contains(&format!("port {port} (DEMO_GATEWAY_PORT) is taken by"))
+            && stderr.contains(&me),
+        "{stderr}"
+    );
+
+    // The demo waits for *its* process on the port, not for whoever answers there.
+    let out = demo_ports(
+        &format!(
+            "port_owner_is {port} {me} && echo mine; port_owner_is {port} 1 || echo other",
+            me = std::process::id()
+        ),
+        &[],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "mine\nother\n");
+    drop(held);
+}
