@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use leadgate_fakes::amocrm::FakeAmoCrm;
 use leadgate_fakes::bitrix24::{FakeBitrix24, FakeConfig, Fault};
 use leadgate_fakes::RandomFault;
 use leadgate_testkit::gateway::CREATE;
@@ -486,4 +487,218 @@ async fn postgres_two_gateways_kill_9_a_server_crash_and_a_chaotic_crm_make_one_
         .unwrap();
     drop(conn);
     chaos(&pg.url("chaos"), Some(&pg)).await;
+}
+
+/// The `[crm]` of an amoCRM gateway on `fake`, in place of the test file's Bitrix24 one:
+/// amoCRM's own pace (7 requests a second, no burst), batches of `leads/complex`.
+fn amocrm_config(dir: &Path, name: &str, db_url: &str, fake: &FakeAmoCrm, port: u16) -> String {
+    let path = config(dir, name, db_url, "http://unused/", port);
+    let toml = std::fs::read_to_string(&path).unwrap();
+    let (head, _) = toml.split_once("[crm]").unwrap();
+    let toml = format!(
+        "{head}[crm]\nkind = \"amocrm\"\nbase_url = \"{}\"\ntoken = \"{}\"\n\
+         operation_field_id = {}\ntimeout = \"1s\"\nsettle = \"2s\"\n",
+        fake.base_url(),
+        fake.token(),
+        leadgate_fakes::amocrm::FIELD_ID
+    );
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// The operation keys a fake amoCRM lead carries in its custom fields.
+fn amo_keys(lead: &serde_json::Value) -> Vec<String> {
+    lead["custom_fields_values"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|f| f["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v["value"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[derive(Debug, Default)]
+struct AmoFigures {
+    leads: usize,
+    kills: u64,
+    completed: i64,
+    in_review: i64,
+    /// Leads sent to a person whose create never reached the CRM: the process died
+    /// after recording the attempt and before the request left.
+    in_review_never_received: usize,
+    /// Leads sent to a person whose create reached the CRM, which did not finish it (the
+    /// fake stops a create whose client hung up during its latency).
+    in_review_arrived: usize,
+    crm_leads: usize,
+    /// From an attempt recorded as started to its request's arrival at the CRM, in ms:
+    /// the window in which a kill strands a lead (median and largest).
+    window_ms_median: i64,
+    window_ms_max: i64,
+    seconds: f64,
+}
+
+/// amoCRM, whose search lags and so proves no absence: a lead whose attempt was
+/// recorded but whose request never left (the process was killed in between) cannot be
+/// told from one the CRM created and does not show yet, and goes to a person. Two
+/// gateways, `LEADGATE_AMO_CHAOS_LEADS` leads (default 100), 30 % delivered twice, two
+/// kill -9: no lead is created twice, every lead is completed or with a person, and
+/// the figures say how many were sent to a person for a request that never left.
+async fn amocrm_chaos(db_url: &str) -> AmoFigures {
+    let started = Instant::now();
+    let leads = env_or("LEADGATE_AMO_CHAOS_LEADS", 100) as usize;
+    let fake = FakeAmoCrm::spawn_with(
+        "127.0.0.1:0".parse().unwrap(),
+        leadgate_fakes::amocrm::FakeConfig {
+            settings: leadgate_fakes::amocrm::Settings {
+                search_lag_ms: 1000,
+                ..Default::default()
+            },
+            // A real account takes a few hundred ms per `leads/complex`.
+            always: vec![(
+                leadgate_fakes::amocrm::CREATE.into(),
+                leadgate_fakes::amocrm::Fault::LatencyMs { ms: 250 },
+            )],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gateways: Vec<Gateway> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let port = free_port();
+            Gateway {
+                config: amocrm_config(dir.path(), name, db_url, &fake, port),
+                port,
+                log: dir.path().join(format!("{name}.log")),
+                process: None,
+            }
+        })
+        .collect();
+    for g in &mut gateways {
+        g.spawn();
+    }
+    for g in &gateways {
+        g.wait_up().await;
+    }
+    let bases: Vec<String> = gateways.iter().map(Gateway::base).collect();
+    let mut figures = AmoFigures {
+        leads,
+        ..AmoFigures::default()
+    };
+    let mut delivered = Figures::default();
+    let http = reqwest::Client::new();
+    let kills = env_or("LEADGATE_AMO_CHAOS_KILLS", 2) as usize;
+    let kill_at: Vec<usize> = (1..=kills).map(|k| k * leads / (kills + 1)).collect();
+    for i in 0..leads {
+        let key = format!("amo-{i}");
+        let twice = rand::rng().random_bool(0.3);
+        for _ in 0..1 + usize::from(twice) {
+            assert!(
+                deliver(&http, &bases, &key, &mut delivered).await,
+                "{key} was never accepted"
+            );
+        }
+        if kill_at.contains(&i) {
+            let victim = rand::rng().random_range(0..gateways.len());
+            gateways[victim].kill();
+            figures.kills += 1;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            gateways[victim].spawn();
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    for g in &gateways {
+        g.wait_up().await;
+    }
+    let store = leadgate::store::connect(db_url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = store
+            .metrics(store.now(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        let of = |s: &str| m.operations_by_status.get(s).copied().unwrap_or(0);
+        (figures.completed, figures.in_review) = (of("completed"), of("needs_review"));
+        if (figures.completed + figures.in_review) as usize == leads {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every lead settled: {:?}",
+            m.operations_by_status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let mut per_key: BTreeMap<String, usize> = BTreeMap::new();
+    for lead in fake.leads() {
+        for key in amo_keys(&lead) {
+            *per_key.entry(key).or_default() += 1;
+        }
+    }
+    figures.crm_leads = fake.leads().len();
+    let duplicated: Vec<_> = per_key.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        duplicated.is_empty(),
+        "operations with more than one CRM lead: {duplicated:?}"
+    );
+    let arrivals = fake.arrivals();
+    let mut windows = Vec::new();
+    for i in 0..leads {
+        let id: leadgate::domain::OperationId = format!("site:amo-{i}").parse().unwrap();
+        let op = store.operation(&id).await.unwrap().unwrap();
+        let in_crm = per_key.contains_key(&id.to_string());
+        let started: Vec<_> = store
+            .timeline(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == "attempt_started")
+            .map(|e| e.at)
+            .collect();
+        for (arrived, _) in arrivals
+            .iter()
+            .filter(|(_, ids)| ids.iter().any(|k| *k == id.to_string()))
+        {
+            if let Some(at) = started.iter().filter(|at| *at <= arrived).max() {
+                windows.push((*arrived - *at).num_milliseconds());
+            }
+        }
+        let arrived = arrivals
+            .iter()
+            .any(|(_, ids)| ids.iter().any(|k| *k == id.to_string()));
+        match op.status.as_str() {
+            "completed" => assert!(in_crm, "{id} completed without a lead in the CRM"),
+            _ if !arrived => figures.in_review_never_received += 1,
+            _ => figures.in_review_arrived += 1,
+        }
+    }
+    windows.sort_unstable();
+    assert!(!windows.is_empty(), "no create reached the CRM");
+    assert_eq!(figures.kills as usize, kills);
+    assert_eq!(
+        figures.crm_leads,
+        per_key.len(),
+        "every lead in the CRM is one operation's"
+    );
+    assert!(figures.crm_leads <= figures.leads);
+    figures.window_ms_median = windows[windows.len() / 2];
+    figures.window_ms_max = *windows.last().unwrap();
+    figures.seconds = started.elapsed().as_secs_f64();
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "amoCRM chaos figures ({}): {figures:?}",
+        store.backend()
+    );
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_amocrm_two_gateways_kill_9_create_no_lead_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("amo.db").display());
+    amocrm_chaos(&url).await;
 }

@@ -97,8 +97,22 @@ impl RateLimiter {
     }
 
     /// Waits for this call's turn. The turn is reserved before waiting, so concurrent
-    /// callers queue up one interval apart.
+    /// callers queue up one interval apart. For a pace without a burst it then also waits
+    /// out the spacing after this process's previous departure ([`depart`](Self::depart)
+    /// keeps it): that wait belongs before the attempt is recorded, not between the record
+    /// and the request, where a process killed meanwhile leaves a lead that looks sent
+    /// (the CRM's search cannot prove it was not).
     pub async fn acquire(&self) {
+        self.take_turn().await;
+        if let Some(spacing) = self.pace.spacing() {
+            let at = lock(&self.left).map(|l| l + spacing);
+            if let Some(at) = at {
+                tokio::time::sleep_until(at).await;
+            }
+        }
+    }
+
+    async fn take_turn(&self) {
         if let Some((store, account)) = &self.shared {
             match store.take_turn(account, self.pace, store.now()).await {
                 Ok(wait) => return tokio::time::sleep(wait).await,
@@ -120,7 +134,9 @@ impl RateLimiter {
     /// interval after this process's previous request left. Its turn was taken earlier
     /// (before the claims of its batch were written), so a request that left late would
     /// otherwise be followed closer than the CRM allows (measured: 2–5 of 200 requests
-    /// refused by amoCRM's 7/s before this).
+    /// refused by amoCRM's 7/s before this). [`acquire`](Self::acquire) already waited
+    /// for the spacing, so what is left here is only what another task of this process
+    /// departing meanwhile adds.
     async fn depart(&self) {
         let Some(spacing) = self.pace.spacing() else {
             return;

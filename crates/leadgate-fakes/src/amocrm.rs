@@ -269,6 +269,8 @@ struct Shared {
     calls: CallCounter,
     window: Window,
     base_url: Mutex<String>,
+    /// When each `leads/complex` request arrived, with the `request_id`s it carried.
+    arrivals: Mutex<Vec<(chrono::DateTime<chrono::Utc>, Vec<String>)>>,
 }
 
 #[derive(Clone)]
@@ -309,6 +311,7 @@ impl FakeAmoCrm {
             calls: CallCounter::default(),
             window: Window::default(),
             base_url: Mutex::new(String::new()),
+            arrivals: Mutex::new(Vec::new()),
         });
         let for_router = shared.clone();
         let server = FakeServer::spawn(listen, move |shutdown| {
@@ -400,6 +403,12 @@ impl FakeAmoCrm {
     }
 
     /// How many calls `method` got, faulted, unauthorized and rate-limited ones included.
+    /// When each `leads/complex` request arrived (before any fault or limit acted on it),
+    /// with the `request_id`s of its leads: what a client's timeline can be compared with.
+    pub fn arrivals(&self) -> Vec<(chrono::DateTime<chrono::Utc>, Vec<String>)> {
+        lock(&self.shared.arrivals).clone()
+    }
+
     pub fn calls(&self, method: &str) -> u64 {
         self.shared.calls.get(method)
     }
@@ -862,6 +871,18 @@ async fn complex(
     body: Bytes,
 ) -> Response {
     let shared = &state.shared;
+    let request_ids = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|l| {
+            l.get("request_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect();
+    lock(&shared.arrivals).push((chrono::Utc::now(), request_ids));
     let fault = match preamble(shared, CREATE, &headers).await {
         Ok(f) => f,
         Err(resp) => return resp,
