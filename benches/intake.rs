@@ -257,6 +257,7 @@ async fn bench(label: &str, url: &str) {
         api_tokens: Default::default(),
         sources: Arc::new(sources::sources(&source).unwrap()),
         max_body: 256 * 1024,
+        body_timeout: Duration::from_secs(30),
         claim_api: Arc::new(ClaimApi {
             source: "api".into(),
             lease: Duration::from_secs(60),

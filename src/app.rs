@@ -158,6 +158,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             }),
             sources: Arc::new(sources::sources(&config.sources).map_err(anyhow::Error::msg)?),
             max_body: usize::try_from(config.server.max_body.as_u64()).unwrap_or(usize::MAX),
+            body_timeout: config.server.body_timeout,
             claim_api: Arc::new(intake::ClaimApi {
                 source: config.claim_api.source.clone(),
                 lease: config.claim_api.lease,
@@ -195,16 +196,16 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             .with_context(|| format!("listening on {}", config.server.listen))?;
         let bound = listener.local_addr()?;
         addr = Some(bound);
-        let mut rx = shutdown_rx.clone();
-        tasks.spawn(async move {
-            let server =
-                axum::serve(listener, intake::router(state)).with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                });
-            if let Err(e) = server.await {
-                tracing::error!(error = %e, "intake server failed");
-            }
-        });
+        let limits = intake::listen::Limits {
+            max_connections: config.server.max_connections,
+            header_timeout: config.server.header_timeout,
+        };
+        tasks.spawn(intake::listen::serve(
+            listener,
+            intake::router(state),
+            limits,
+            shutdown_rx.clone(),
+        ));
         let (rules_store, rx) = (Arc::clone(&store), shutdown_rx.clone());
         tasks.spawn(crate::supervise::supervise(
             "rules",

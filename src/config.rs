@@ -52,6 +52,16 @@ pub struct DatabaseConfig {
 pub struct ServerConfig {
     pub listen: String,
     pub max_body: bytesize::ByteSize,
+    /// Open connections at most; one more is closed at once (systemd's unit raises the
+    /// open-file limit well above it).
+    pub max_connections: usize,
+    /// A request's head must arrive within this, and a kept-alive connection that sends
+    /// nothing is closed after it.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this (from the end of its head).
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -59,6 +69,9 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:8080".into(),
             max_body: bytesize::ByteSize::kib(256),
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -1047,6 +1060,21 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
+        let server = &self.server;
+        if server.max_connections == 0 {
+            return invalid("[server] max_connections must be at least 1".into());
+        }
+        for (name, d) in [
+            ("header_timeout", server.header_timeout),
+            ("body_timeout", server.body_timeout),
+        ] {
+            if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
+                return invalid(format!(
+                    "[server] {name} must be between 100ms and 1h, not {}",
+                    humantime::format_duration(d)
+                ));
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for s in &self.sources {
             if !crate::domain::is_valid_source_name(&s.name) {
@@ -1381,6 +1409,30 @@ auth = "none"
         assert_eq!(c.retry.max_attempts, 5);
         assert_eq!(c.review.stale_after, Duration::from_secs(120));
         assert!(c.crm.is_none());
+        assert_eq!(c.server.max_connections, 512);
+        assert_eq!(c.server.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.server.body_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn slow_client_limits_are_checked() {
+        let with = |server: &str| {
+            Config::parse(&format!(
+                "[database]\nurl = \"sqlite::memory:\"\n[server]\n{server}\n"
+            ))
+            .map_err(|e| e.to_string())
+        };
+        assert!(with("max_connections = 0")
+            .unwrap_err()
+            .contains("max_connections"));
+        let e = with("header_timeout = \"10ms\"").unwrap_err();
+        assert!(e.contains("header_timeout") && e.contains("10ms"), "{e}");
+        assert!(with("body_timeout = \"2h\"")
+            .unwrap_err()
+            .contains("body_timeout"));
+        let c = with("max_connections = 64\nheader_timeout = \"2s\"").unwrap();
+        assert_eq!(c.server.max_connections, 64);
+        assert_eq!(c.server.header_timeout, Duration::from_secs(2));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! here (amoCRM waits 2 s, Tilda 5 s).
 
 mod claims;
+pub mod listen;
 pub mod openapi;
 pub mod sources;
 
@@ -34,6 +35,8 @@ pub struct IntakeState {
     pub api_tokens: Arc<ApiTokens>,
     pub sources: Arc<HashMap<String, Source>>,
     pub max_body: usize,
+    /// A body must arrive within this (`[server] body_timeout`).
+    pub body_timeout: std::time::Duration,
     pub claim_api: Arc<ClaimApi>,
     /// Keys are kept (as tombstones) this long: an unknown key whose event is older may
     /// be a late duplicate of one already forgotten.
@@ -291,6 +294,8 @@ pub enum ApiError {
     Unauthorized { code: &'static str, message: String },
     #[error("the body is larger than the {0} bytes this gateway accepts")]
     TooLarge(usize),
+    #[error("the body did not arrive within {} s", .0.as_secs_f64())]
+    TooSlow(std::time::Duration),
     #[error("{0}")]
     NotFound(String),
     #[error("the operations database is not available; retry later")]
@@ -304,6 +309,7 @@ impl ApiError {
             ApiError::UnknownSource | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -314,6 +320,7 @@ impl ApiError {
             ApiError::UnknownSource => "unknown_source",
             ApiError::Unauthorized { code, .. } => code,
             ApiError::TooLarge(_) => "payload_too_large",
+            ApiError::TooSlow(_) => "request_timeout",
             ApiError::NotFound(_) => "not_found",
             ApiError::Unavailable(_) => "unavailable",
         }
@@ -360,7 +367,12 @@ fn content_type(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Reads the body up to `max` bytes.
-async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes, ApiError> {
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    max: usize,
+    within: std::time::Duration,
+) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -368,7 +380,9 @@ async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes,
     if declared.is_some_and(|n| n > max) {
         return Err(ApiError::TooLarge(max));
     }
-    axum::body::to_bytes(body, max).await.map_err(|e| {
+    // A client that sends its body slowly holds a connection slot: it gets `within`.
+    let read = tokio::time::timeout(within, axum::body::to_bytes(body, max)).await;
+    read.map_err(|_| ApiError::TooSlow(within))?.map_err(|e| {
         if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
         {
             ApiError::TooLarge(max)
@@ -449,6 +463,7 @@ pub enum IntakeOk {
         (status = 400, description = "Unreadable, malformed or unsupported body, no key, an invalid key, a NUL character", body = ErrorBody),
         (status = 401, description = "The source's credentials are missing or wrong", body = ErrorBody),
         (status = 404, description = "No such source is configured", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within `[server] body_timeout`", body = ErrorBody),
         (status = 413, description = "The body is larger than `[server] max_body`", body = ErrorBody),
         (status = 503, description = "The operations database is not available, or busy for more than 10 s: nothing was accepted",
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
@@ -473,10 +488,11 @@ async fn intake(
     } else {
         UNKNOWN_SOURCE.to_owned()
     };
-    let body = match read_body(body, &headers, state.max_body).await {
+    let body = match read_body(body, &headers, state.max_body, state.body_timeout).await {
         Ok(b) => b,
         Err(e) => {
-            // Nothing to keep of a body over the limit, but the refusal is journaled.
+            // Nothing to keep of a body over the limit or too slow to arrive, but the
+            // refusal is journaled.
             let reject = RejectedDelivery {
                 source: journal_source,
                 operation_id: None,

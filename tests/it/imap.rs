@@ -518,18 +518,8 @@ async fn rejected(store: &dyn leadgate::store::Store) -> i64 {
 
 /// The reasons of the mail source's rejected deliveries.
 async fn rejections(db: &leadgate_testkit::TestDb) -> Vec<String> {
-    use leadgate_testkit::Backend;
-    let sql = "select reject_reason from deliveries where source = 'mail' and outcome = 'rejected' order by id";
-    match db.backend {
-        Backend::Sqlite => {
-            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
-            sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap()
-        }
-        Backend::Postgres => {
-            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-            sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap()
-        }
-    }
+    db.texts("select reject_reason from deliveries where source = 'mail' and outcome = 'rejected' order by id")
+        .await
 }
 
 async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {

@@ -27,6 +27,7 @@ mod rules;
 mod search;
 mod security;
 mod self_contained;
+mod slow_clients;
 mod slow_crm;
 mod sources;
 mod steps;

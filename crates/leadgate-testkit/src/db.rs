@@ -76,6 +76,21 @@ impl TestDb {
         store::connect(&self.url).await.expect("connect")
     }
 
+    /// The text column of each row `sql` returns (one text column), straight from the
+    /// database: what a test checks that no store method reads.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        match self.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&self.url).await.unwrap();
+                sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap()
+            }
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+                sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap()
+            }
+        }
+    }
+
     async fn drop_database(&self) {
         if let Some((server, name)) = &self.pg {
             let mut admin = sqlx::PgConnection::connect(server).await.unwrap();
