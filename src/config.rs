@@ -251,6 +251,14 @@ pub enum Reply {
     Ok,
 }
 
+/// What a Bitrix24 outgoing event carries that works as a credential of the portal: never
+/// stored (`redact`).
+const BITRIX24_EVENT_CREDENTIALS: &[&str] = &[
+    "/auth[access_token]",
+    "/auth[refresh_token]",
+    "/auth[application_token]",
+];
+
 impl SourceConfig {
     /// Fills what the table leaves open from its preset.
     fn apply_preset(&mut self) {
@@ -351,6 +359,12 @@ impl SourceConfig {
         }
         if self.key.is_empty() {
             self.key = key.into();
+        }
+        if preset == Preset::Bitrix24Event && self.redact.is_empty() {
+            self.redact = BITRIX24_EVENT_CREDENTIALS
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         }
         if self.ignore.is_empty() {
             self.ignore = ignore.iter().map(|s| s.to_string()).collect();
@@ -535,6 +549,12 @@ pub struct SourceConfig {
     /// JSON pointers left out of the fingerprint.
     #[serde(default)]
     pub ignore: Vec<String>,
+    /// JSON pointers whose values are never stored: replaced with `[redacted]` in the
+    /// journaled body and the payload (credentials a sender puts in its deliveries, which
+    /// people reading a case must not see). The bitrix24-event preset redacts the
+    /// event's `auth[access_token]`, `auth[refresh_token]` and `auth[application_token]`.
+    #[serde(default)]
+    pub redact: Vec<String>,
     /// What the sender gets back: `json` (the documented answers) or `ok` (a plain
     /// `200 ok`, for senders such as Tilda that want exactly that).
     pub reply: Option<Reply>,
@@ -1141,11 +1161,13 @@ impl Config {
                     ));
                 }
             }
-            if let Some(p) = s.ignore.iter().find(|p| !p.starts_with('/')) {
-                return invalid(format!(
-                    "source `{}`: ignore entry `{p}` is not a JSON pointer (it must start with /)",
-                    s.name
-                ));
+            for (what, list) in [("ignore", &s.ignore), ("redact", &s.redact)] {
+                if let Some(p) = list.iter().find(|p| !p.starts_with('/')) {
+                    return invalid(format!(
+                        "source `{}`: {what} entry `{p}` is not a JSON pointer (it must start with /)",
+                        s.name
+                    ));
+                }
             }
         }
         if !crate::domain::is_valid_source_name(&self.claim_api.source) {

@@ -510,17 +510,57 @@ async fn intake(
         Ok(res) => res,
         Err(e @ ApiError::Unavailable(_)) => e.into_response(),
         Err(e) => {
+            let (raw_body, reason) =
+                rejected_body(state.sources.get(&source_name), &headers, &body, &e);
             let reject = RejectedDelivery {
                 source: journal_source,
                 operation_id: None,
                 content_type,
-                raw_body: body.to_vec(),
-                reason: e.to_string(),
+                raw_body,
+                reason,
                 received_at,
                 transform_version: TRANSFORM_VERSION,
             };
             journal_rejection(&state, reject, e).await
         }
+    }
+}
+
+/// What a refused delivery's journal row keeps of its body, and the reason it gives. A
+/// request that did not authenticate (or names no source) keeps no body, only its size
+/// and a hash: strangers must not be able to store what they like. A source's `redact`
+/// values are never kept: a body that cannot be read to find them is not kept either.
+fn rejected_body(
+    source: Option<&Source>,
+    headers: &HeaderMap,
+    body: &[u8],
+    e: &ApiError,
+) -> (Vec<u8>, String) {
+    let summary = || {
+        use sha2::Digest;
+        let hash = sha2::Sha256::digest(body);
+        format!(
+            "{e} (body not kept: {} bytes, sha256 {})",
+            body.len(),
+            hex::encode(&hash[..8])
+        )
+    };
+    let source = match (e, source) {
+        (ApiError::Unauthorized { .. } | ApiError::UnknownSource, _) | (_, None) => {
+            return (Vec::new(), summary())
+        }
+        (_, Some(source)) => source,
+    };
+    if source.redact.is_empty() {
+        return (body.to_vec(), e.to_string());
+    }
+    let kind = BodyKind::detect(content_type(headers).as_deref(), body);
+    match kind.map(|k| sources::parse_body(k, body)) {
+        Some(Ok(mut payload)) => {
+            sources::redact(&mut payload, &source.redact);
+            (sources::redacted_body(kind, &payload), e.to_string())
+        }
+        _ => (Vec::new(), summary()),
     }
 }
 
@@ -591,11 +631,19 @@ fn delivery(
             same_channel: vec![],
         },
     });
+    // Credentials the sender put in the delivery are never stored: not in the payload,
+    // not in the journaled body (the key, fingerprint and contact keys are taken above).
+    let mut payload = payload;
+    let raw_body = if sources::redact(&mut payload, &source.redact) {
+        sources::redacted_body(BodyKind::detect(content_type.as_deref(), body), &payload)
+    } else {
+        body.to_vec()
+    };
     Ok(NewDelivery {
         operation_id: operation_id.clone(),
         source: source.name.clone(),
         content_type,
-        raw_body: body.to_vec(),
+        raw_body,
         payload,
         payload_hash,
         transform_version: TRANSFORM_VERSION,

@@ -149,6 +149,8 @@ pub struct Source {
     pub key: KeySpec,
     pub event_time: Option<KeySpec>,
     pub ignore: Vec<String>,
+    /// JSON pointers whose values are never stored ([`redact`]).
+    pub redact: Vec<String>,
     pub auth: Auth,
     pub fields: FieldMap,
     pub reply: Reply,
@@ -203,7 +205,15 @@ impl Source {
             name: c.name.clone(),
             key,
             event_time,
-            ignore: c.ignore.clone(),
+            // What is never stored cannot count in the fingerprint either (a rotating
+            // credential would make every redelivery a conflict).
+            ignore: c
+                .ignore
+                .iter()
+                .chain(c.redact.iter().filter(|p| !c.ignore.contains(p)))
+                .cloned()
+                .collect(),
+            redact: c.redact.clone(),
             auth,
             fields: c.fields.clone(),
             reply: c.reply.unwrap_or_default(),
@@ -472,6 +482,50 @@ pub fn parse_body(kind: BodyKind, body: &[u8]) -> Result<Value, String> {
     }
 }
 
+/// What stands in for a value that is never stored.
+pub const REDACTED: &str = "[redacted]";
+
+/// Replaces the values at `pointers` in `payload` with [`REDACTED`]; true if any was
+/// there.
+pub fn redact(payload: &mut Value, pointers: &[String]) -> bool {
+    let mut any = false;
+    for p in pointers {
+        if let Some(v) = payload.pointer_mut(p) {
+            *v = Value::String(REDACTED.into());
+            any = true;
+        }
+    }
+    any
+}
+
+/// The body to journal for a delivery whose payload had values redacted: the redacted
+/// payload written back in the body's own form (form fields, repeated keys repeated;
+/// JSON as JSON). Nothing when the body's kind is not known.
+pub fn redacted_body(kind: Option<BodyKind>, redacted: &Value) -> Vec<u8> {
+    match (kind, redacted) {
+        (Some(BodyKind::Form), Value::Object(map)) => {
+            let mut pairs: Vec<(&str, &str)> = Vec::new();
+            for (k, v) in map {
+                match v {
+                    Value::Array(items) => {
+                        pairs.extend(
+                            items
+                                .iter()
+                                .map(|i| (k.as_str(), i.as_str().unwrap_or_default())),
+                        );
+                    }
+                    other => pairs.push((k, other.as_str().unwrap_or_default())),
+                }
+            }
+            serde_urlencoded::to_string(&pairs)
+                .unwrap_or_default()
+                .into_bytes()
+        }
+        (Some(BodyKind::Json), v) => serde_json::to_vec(v).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
 /// `application/x-www-form-urlencoded` pairs, decoded strictly: a field whose
 /// percent-decoded bytes are not UTF-8 is refused rather than turned into U+FFFD (which
 /// would make `%FF` and `%FE` the same text, so that a real change could pass as a
@@ -554,6 +608,7 @@ mod tests {
             key: KeySpec::parse(key).unwrap(),
             event_time: KeySpec::parse("json:/created_at"),
             ignore: vec![],
+            redact: vec![],
             auth: match secret {
                 Some(s) => Auth::Hmac {
                     secrets: vec![Secret::new(s)],
@@ -687,6 +742,27 @@ mod tests {
         let mut other = call.clone();
         other["caller_id"] = json!("+79160000000");
         assert!(!s.zadarma_signature_ok(&h, &other), "the caller is signed");
+    }
+
+    #[test]
+    fn redacted_values_are_replaced_and_written_back_in_the_bodys_form() {
+        let form = b"a=1&auth%5Baccess_token%5D=SECRET&b=x&b=y";
+        let mut payload = parse_body(BodyKind::Form, form).unwrap();
+        let pointers = vec!["/auth[access_token]".to_owned(), "/absent".to_owned()];
+        assert!(redact(&mut payload, &pointers));
+        let body = String::from_utf8(redacted_body(Some(BodyKind::Form), &payload)).unwrap();
+        assert!(!body.contains("SECRET"), "{body}");
+        let back = parse_body(BodyKind::Form, body.as_bytes()).unwrap();
+        assert_eq!(back, payload, "the same fields, repeated keys repeated");
+        assert_eq!(back["auth[access_token]"], REDACTED);
+        let mut json = json!({"token": "SECRET", "n": 1});
+        assert!(redact(&mut json, &["/token".to_owned()]));
+        assert_eq!(
+            redacted_body(Some(BodyKind::Json), &json),
+            br#"{"n":1,"token":"[redacted]"}"#
+        );
+        assert!(redacted_body(None, &json).is_empty(), "unknown kind: nothing kept");
+        assert!(!redact(&mut json!({"x": 1}), &pointers));
     }
 
     #[test]

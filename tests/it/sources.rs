@@ -285,3 +285,80 @@ each_backend!(each_matching_rule, |db| async move {
     assert_eq!(ids, ["chat:m2", "chat:m3", "site:f1", "site:f2"]);
     gw.stop().await;
 });
+
+each_backend!(
+    bitrix24_event_credentials_are_never_stored,
+    |db| async move {
+        // An outgoing Bitrix24 event carries the portal's access token and the app's
+        // token: casework (sales-ops, managers) reads the journal and the payload, so
+        // neither may be stored, of an accepted delivery nor of a refused one; a
+        // stranger's refused request keeps no body at all.
+        let gw = Gateway::start(&db).await;
+        let event = |token: &'static str, access: &'static str| {
+            [
+                ("event", "ONCRMLEADADD"),
+                ("data[FIELDS][ID]", "272"),
+                ("ts", "1732960001"),
+                ("auth[domain]", "acme.bitrix24.ru"),
+                ("auth[access_token]", access),
+                ("auth[refresh_token]", "refresh-SECRET-3"),
+                ("auth[application_token]", token),
+            ]
+        };
+        let send = |form: [(&'static str, &'static str); 7]| {
+            let req = gw.http.post(gw.intake_url("b24")).form(&form);
+            async move { answer(req.send().await.unwrap()).await }
+        };
+        let (s, b, _) = send(event("app-token-1", "access-SECRET-1")).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+        // A rotated access token: the same event, a duplicate (the fingerprint leaves
+        // out what is never stored).
+        let (s, b, _) = send(event("app-token-1", "access-SECRET-2")).await;
+        assert_eq!(
+            (s, b["outcome"].as_str()),
+            (StatusCode::OK, Some("duplicate")),
+            "{b}"
+        );
+        // Authenticated but unusable (no event id): refused, journaled without secrets.
+        let mut no_id = event("app-token-1", "access-SECRET-4");
+        no_id[1] = ("data[FIELDS][NAME]", "x");
+        let (s, b, _) = send(no_id).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+        // A stranger with a wrong token: refused, no body kept.
+        let (s, b, _) = send(event("wrong-token", "access-SECRET-5")).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{b}");
+
+        // The journaled bytes as text (PostgreSQL's bytea would cast to hex).
+        let body = match db.backend {
+            leadgate_testkit::Backend::Sqlite => "cast(raw_body as text)",
+            leadgate_testkit::Backend::Postgres => "convert_from(raw_body, 'UTF8')",
+        };
+        let stored = db
+            .texts(&format!(
+                "select coalesce({body}, '') || ' ' || coalesce(reject_reason, '') \
+                 from deliveries where source = 'b24' order by id"
+            ))
+            .await;
+        let payloads = db
+            .texts("select cast(payload as text) from operations where source = 'b24'")
+            .await;
+        assert_eq!((stored.len(), payloads.len()), (4, 1), "{stored:?}");
+        for text in stored.iter().chain(&payloads) {
+            for secret in ["SECRET", "app-token-1", "wrong-token"] {
+                assert!(!text.contains(secret), "{secret} stored: {text}");
+            }
+        }
+        assert!(payloads[0].contains("[redacted]"), "{}", payloads[0]);
+        assert!(
+            stored[0].contains("acme.bitrix24.ru"),
+            "the rest is kept: {}",
+            stored[0]
+        );
+        assert!(
+            stored[3].contains("body not kept") && stored[3].contains("sha256"),
+            "{}",
+            stored[3]
+        );
+        gw.stop().await;
+    }
+);
