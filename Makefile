@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit test-n8n test-api test-n8n-node demo bench chaos fuzz
+.PHONY: test check lint unit test-loaded test-n8n test-api test-n8n-node demo bench chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL, the UI's type check and unit tests, the console in a real window, the
@@ -26,6 +26,13 @@ unit:
 	scripts/ensure-postgres.sh
 	scripts/install-n8n.sh >/dev/null
 	cargo test --workspace --locked
+
+## `unit`'s Rust tests with the machine loaded by `stress-ng --cpu $(LOAD_CPUS)` (default 2;
+## installed when missing, stopped afterwards whatever happens): no test may depend on the
+## machine's speed. TEST_ARGS narrows it (`make test-loaded TEST_ARGS="--test it outage"`).
+LOAD_CPUS ?= 2
+test-loaded:
+	LOAD_CPUS=$(LOAD_CPUS) scripts/test-loaded.sh $(TEST_ARGS)
 
 ## Only the real-n8n test (both backends), with its figures.
 test-n8n:

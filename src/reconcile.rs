@@ -21,7 +21,8 @@ use tracing::Instrument;
 
 use crate::attempt::{cut_off, exchange_events, finish_attempt, WorkerSettings};
 use crate::crm::{Crm, CrmError, Lookup};
-use crate::domain::ReviewReason;
+use crate::domain::outage::counts_against_connector;
+use crate::domain::{ErrorClass, ReviewReason};
 use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
 
 /// Takes over expired leases until `shutdown`.
@@ -67,7 +68,34 @@ pub async fn reconcile_one_stale(
     let span = tracing::info_span!("reconcile", operation_id = %claim.operation.operation_id);
     async {
         tracing::warn!("lease expired; asking the CRM by external key");
-        let (found, events) = look_up(crm, &claim, settings.call_timeout).await;
+        let (found, events) = if reachable(store, crm).await {
+            let (found, events) = look_up(crm, &claim, settings.call_timeout).await;
+            // Weighed for the connector's health as the worker's calls are.
+            let now = store.now();
+            let health = match &found {
+                Err(e) if counts_against_connector(e.class) => store
+                    .connector_failed(crm.connector(), &settings.outage, now)
+                    .await
+                    .map(|_| ()),
+                Err(_) => Ok(()),
+                Ok(_) => store
+                    .connector_answered(crm.connector(), now)
+                    .await
+                    .map(|_| ()),
+            };
+            if let Err(e) = health {
+                tracing::error!(error = %e, "recording the connector's health failed");
+            }
+            (found, events)
+        } else {
+            // The CRM is unreachable: only its probes go out (`domain::outage`). The
+            // lookup is owed, not made: the worker makes it before anything is created.
+            let e = CrmError::new(
+                ErrorClass::NotSent,
+                "not sent: the CRM is unreachable, waiting for its probe",
+            );
+            (Err(e), Vec::new())
+        };
         // The holder's call was cut before its lease ran out, but the CRM may still be
         // executing it: a "not found" counts only after the settle window from now.
         let outcome = after_uncertain(found, None, store::after(store.now(), settings.settle));
@@ -81,6 +109,18 @@ pub async fn reconcile_one_stale(
     }
     .instrument(span)
     .await
+}
+
+/// Whether the connector is reachable (not in an outage); if that cannot be read, the
+/// lookup goes (health is bookkeeping).
+async fn reachable(store: &dyn Store, crm: &dyn Crm) -> bool {
+    match store.connector(crm.connector()).await {
+        Ok(c) => c.and_then(|c| c.unreachable_since).is_none(),
+        Err(e) => {
+            tracing::error!(error = %e, "reading the connector's health failed");
+            true
+        }
+    }
 }
 
 /// Looks the operation up in the CRM by its external key, within `budget`; the events
@@ -97,7 +137,9 @@ pub async fn look_up(
 /// [`look_up`] for several claims (the uncertain creates of one batch): one request per
 /// [`Crm::lookup_batch_limit`] keys where the CRM allows it, else one per key. One
 /// answer per claim, in order, each with its own timeline events.
-/// With `paced` the caller has already waited for the first request's turn.
+/// With `paced` the caller has already waited for the first request's turn. After a
+/// request that failed for a reason the connector is to blame for (it is down), the
+/// others are not sent: each of their claims gets that failure.
 pub async fn look_up_many(
     crm: &dyn Crm,
     claims: &[&Claim],
@@ -106,12 +148,15 @@ pub async fn look_up_many(
 ) -> Vec<(Result<Lookup, CrmError>, Vec<NewEvent>)> {
     let per_request = crm.lookup_batch_limit().max(1);
     let mut found = Vec::with_capacity(claims.len());
+    let mut down: Option<CrmError> = None;
     for chunk in claims.chunks(per_request) {
         let ids: Vec<&str> = chunk
             .iter()
             .map(|c| c.operation.operation_id.as_str())
             .collect();
-        let ready = if std::mem::take(&mut paced) {
+        let ready = if let Some(e) = &down {
+            Err(e.clone())
+        } else if std::mem::take(&mut paced) {
             Ok(())
         } else {
             crm.pace().await
@@ -162,6 +207,9 @@ pub async fn look_up_many(
                 }
             }
             Err(e) => {
+                if counts_against_connector(e.class) {
+                    down.get_or_insert_with(|| e.clone());
+                }
                 for claim in chunk {
                     let mut events = events.clone();
                     events.push(verdict(crm, claim, Err(&e)));

@@ -102,7 +102,8 @@ impl Worker {
         if gate == Gate::Wait {
             return Ok(false);
         }
-        if gate == Gate::Probe {
+        let probe = gate == Gate::Probe;
+        if probe {
             tracing::info!(
                 connector = self.crm.connector(),
                 "probing the unreachable CRM"
@@ -112,7 +113,7 @@ impl Worker {
             if self.drain().await? {
                 return Ok(true);
             }
-            return self.update_step().await;
+            return self.update_step(false).await;
         }
         let claim = self
             .store
@@ -126,19 +127,52 @@ impl Worker {
         let Some(claim) = claim else {
             // Updates a person asked for go out when no create is waiting; while the CRM
             // is unreachable one may be the probe.
-            return self.update_step().await;
+            return self.update_step(probe).await;
         };
-        match self.attempt(&claim).await {
+        match self.attempt(&claim, probe).await {
             Ok(()) | Err(StoreError::LeaseLost(_)) => Ok(true),
             Err(e) => Err(e),
         }
     }
 
-    async fn attempt(&self, claim: &Claim) -> Result<(), StoreError> {
+    /// `probe`: this step took the outage's probe (its first call may go out).
+    async fn attempt(&self, claim: &Claim, probe: bool) -> Result<(), StoreError> {
         let op = &claim.operation;
         let span =
             tracing::info_span!("attempt", operation_id = %op.operation_id, attempt = op.attempts);
-        self.attempt_in(claim).instrument(span).await
+        self.attempt_in(claim, probe).instrument(span).await
+    }
+
+    /// Whether a call may leave now, asked right before each one (`domain::outage`):
+    /// the gate before the claim is passed before a pace wait, a claim and earlier calls
+    /// of the same attempt, while other lanes and processes may open the breaker. While
+    /// the connector is unreachable only the step holding the probe calls, and only once
+    /// (its first call spends `probe`): its follow-up calls wait like everyone's. A read
+    /// of the connector's row, not a lock: a call admitted just before the breaker opens
+    /// is the in-flight allowance of `OutageConfig::max_calls_while_down`. Health is
+    /// bookkeeping: if the read fails, the call goes.
+    async fn may_call(&self, probe: &mut bool) -> bool {
+        if std::mem::take(probe) {
+            return true;
+        }
+        match self.store.connector(self.crm.connector()).await {
+            Ok(c) => c.and_then(|c| c.unreachable_since).is_none(),
+            Err(e) => {
+                tracing::error!(error = %e, "reading the connector's health failed");
+                true
+            }
+        }
+    }
+
+    /// The outcome of a claim whose call [`may_call`](Worker::may_call) held back: nothing
+    /// was sent, so it is due again at once (while the outage lasts only a probe takes
+    /// it), its attempt not counted, a lookup still owed kept owed.
+    fn held_back(&self, claim: &Claim) -> AttemptOutcome {
+        AttemptOutcome::Outage {
+            failure: unreachable_failure(),
+            at: self.store.now(),
+            verify: claim.operation.verify_first,
+        }
     }
 
     /// The lead the CRM gets for a claimed operation (its source's field map applied).
@@ -154,10 +188,15 @@ impl Worker {
         Lead::from_payload(&op.operation_id, &op.source, &payload, &fields)
     }
 
-    async fn attempt_in(&self, claim: &Claim) -> Result<(), StoreError> {
+    async fn attempt_in(&self, claim: &Claim, mut probe: bool) -> Result<(), StoreError> {
         let op = &claim.operation;
         let lead = self.lead_of(claim);
         let mut before = vec![];
+        if op.verify_first && !self.may_call(&mut probe).await {
+            return self
+                .finish(&claim.lease, self.held_back(claim), before)
+                .await;
+        }
         if op.verify_first {
             // An earlier attempt's outcome is unknown and its settle window is over:
             // ask the CRM once more before anything is created.
@@ -182,6 +221,11 @@ impl Worker {
             let outcome = self.weigh(Some(e.class), outcome).await;
             before.push(not_sent_event(&e));
             return self.finish(&claim.lease, outcome, before).await;
+        }
+        if !self.may_call(&mut probe).await {
+            return self
+                .finish(&claim.lease, self.held_back(claim), before)
+                .await;
         }
         // Recorded before the call: if this process dies mid-call, the timeline still
         // shows that a create may have reached the CRM. The lease is extended to cover
@@ -269,15 +313,25 @@ impl Worker {
                     Err(failure) => {
                         // Found at once: recovered at once. Found nothing: the CRM may
                         // still be executing it, so ask again after the settle window.
-                        let (found, more) = reconcile::look_up(
-                            self.crm.as_ref(),
-                            claim,
-                            self.settings.call_timeout,
-                        )
-                        .await;
-                        events.extend(more);
-                        // The lookup says whether the CRM is there at all.
-                        failed = found.as_ref().err().map(|e| e.class);
+                        // While the CRM is unreachable (this was its probe, or another
+                        // lane opened the breaker meanwhile) that first lookup waits too.
+                        let found = if self.may_call(&mut probe).await {
+                            let (found, more) = reconcile::look_up(
+                                self.crm.as_ref(),
+                                claim,
+                                self.settings.call_timeout,
+                            )
+                            .await;
+                            events.extend(more);
+                            // The lookup says whether the CRM is there at all.
+                            failed = found.as_ref().err().map(|e| e.class);
+                            found
+                        } else {
+                            Err(CrmError::new(
+                                ErrorClass::NotSent,
+                                unreachable_failure().message,
+                            ))
+                        };
                         reconcile::after_uncertain(
                             found,
                             Some(failure),
@@ -466,6 +520,14 @@ impl Worker {
         )
         .await
         .map(|_| ())
+    }
+}
+
+/// Why a call was held back: the connector became unreachable.
+fn unreachable_failure() -> Failure {
+    Failure {
+        class: ErrorClass::NotSent,
+        message: "not sent: the CRM is unreachable, waiting for its probe".into(),
     }
 }
 

@@ -68,6 +68,45 @@ impl OutageConfig {
     }
 }
 
+/// The most calls one attempt makes to a CRM that answers nothing: its request (a
+/// create, a batch, an update's first call, a lookup) and the one lookup by key its
+/// unknown outcome is followed by (`reconcile::look_up_many` stops at the first lookup
+/// the connector is to blame for). Anything more needs an answer.
+pub const CALLS_PER_ATTEMPT_WHILE_DOWN: u64 = 2;
+
+impl OutageConfig {
+    /// How many probes the schedule lets out within `period` after the connector became
+    /// unreachable: the n-th goes out no earlier than the first n delays after it.
+    pub fn probes_within(&self, period: Duration) -> u64 {
+        let mut at = Duration::ZERO;
+        let mut n = 0u64;
+        loop {
+            let delay = self.probe_delay(n.min(u64::from(u32::MAX)) as u32);
+            if delay.is_zero() && n >= self.probes.len() as u64 {
+                // A schedule that ends in no delay at all bounds nothing.
+                return u64::MAX;
+            }
+            at += delay;
+            if at > period {
+                return n;
+            }
+            n += 1;
+        }
+    }
+
+    /// The most calls a CRM that answers nothing at all gets, from before the breaker
+    /// opens until `period` after it did, from `callers` callers that each have at most
+    /// one attempt in flight (every process's `[worker] concurrency` lanes plus its
+    /// reconciler): the `after_failures` attempts that open the breaker, the attempts the
+    /// other callers had already let out when it opened (each call is admitted by a
+    /// read of the connector's row right before it leaves: this is the only window), each
+    /// of at most [`CALLS_PER_ATTEMPT_WHILE_DOWN`] calls; then one call per probe slot.
+    pub fn max_calls_while_down(&self, callers: u64, period: Duration) -> u64 {
+        let attempts = u64::from(self.after_failures.max(1)) + callers.saturating_sub(1);
+        (attempts * CALLS_PER_ATTEMPT_WHILE_DOWN).saturating_add(self.probes_within(period))
+    }
+}
+
 /// Whether a failed call counts against the connector: nothing about it concerns the
 /// lead's data or the credentials.
 pub fn counts_against_connector(class: ErrorClass) -> bool {
@@ -332,6 +371,27 @@ mod tests {
         h.failed(&config, t0);
         h.answered();
         assert!(!h.failed(&config, t0));
+    }
+
+    #[test]
+    fn the_calls_a_down_crm_gets_follow_the_schedule() {
+        let c = OutageConfig::default();
+        let s = Duration::from_secs;
+        // Probes 5 s, then 15, 30, 60, 120, 300, 300 … after the one before.
+        let table = [(0, 0), (4, 0), (5, 1), (19, 1), (20, 2), (50, 3), (110, 4)];
+        for (secs, probes) in table {
+            assert_eq!(c.probes_within(s(secs)), probes, "{secs} s");
+        }
+        // Five probes by 230 s, then one every 300 s.
+        assert_eq!(c.probes_within(s(230 + 300 * 10)), 5 + 10);
+        // 3 attempts open it, 4 lanes and a reconciler: 4 more may be in flight; two
+        // calls each; then a call per probe.
+        assert_eq!(c.max_calls_while_down(5, s(20)), (3 + 4) * 2 + 2);
+        let none = OutageConfig {
+            probes: vec![Duration::ZERO],
+            ..c
+        };
+        assert_eq!(none.probes_within(s(1)), u64::MAX);
     }
 
     #[test]

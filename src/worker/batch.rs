@@ -66,6 +66,11 @@ impl Worker {
             self.not_sent_all(claims, &e).await?;
             return Ok(true);
         }
+        // The gate was passed before the pace wait: the breaker may have opened since.
+        if !self.may_call(&mut false).await {
+            self.held_back_all(claims).await?;
+            return Ok(true);
+        }
         let (verify, fresh): (Vec<Claim>, Vec<Claim>) =
             claims.into_iter().partition(|c| c.operation.verify_first);
         let mut creates: Vec<(Claim, Vec<NewEvent>)> =
@@ -96,6 +101,11 @@ impl Worker {
                 self.not_sent_all(claims, &e).await?;
                 return Ok(true);
             }
+            if !self.may_call(&mut false).await {
+                self.held_back_all(creates.into_iter().map(|(c, _)| c).collect())
+                    .await?;
+                return Ok(true);
+            }
         }
         let span = tracing::info_span!("batch", size = creates.len());
         self.attempt_batch(creates).instrument(span).await?;
@@ -116,6 +126,26 @@ impl Worker {
             })
             .collect();
         self.weigh_and_finish(Some(e.class), done).await
+    }
+
+    /// Records, for every claim, that its call was held back: the CRM became unreachable
+    /// after this drain passed its gate (nothing sent, not counted against anybody).
+    async fn held_back_all(&self, claims: Vec<Claim>) -> Result<(), StoreError> {
+        tracing::info!("the CRM became unreachable: the batch waits for its probes");
+        // Not weighed: no call was made, so nothing was learnt of the CRM's health.
+        let mut first_error = None;
+        for claim in &claims {
+            match self
+                .finish(&claim.lease, self.held_back(claim), vec![])
+                .await
+            {
+                Ok(()) | Err(StoreError::LeaseLost(_)) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Sends the creates of `creates` (each with the events recorded before it: a
@@ -224,6 +254,17 @@ impl Worker {
             .collect();
         let mut found = if unknown.is_empty() {
             Vec::new()
+        } else if !self.may_call(&mut false).await {
+            // Another lane opened the breaker meanwhile: the lookup waits for the
+            // probes too (its leads are looked up before anything is created).
+            unknown
+                .iter()
+                .map(|_| {
+                    let e =
+                        CrmError::new(ErrorClass::NotSent, super::unreachable_failure().message);
+                    (Err(e), Vec::new())
+                })
+                .collect()
         } else {
             let found = reconcile::look_up_many(
                 self.crm.as_ref(),

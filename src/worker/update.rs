@@ -19,8 +19,9 @@ use crate::store::{Failure, NewEvent, StoreError, UpdateClaim, UpdateOutcome};
 use super::{not_sent_event, Worker};
 
 impl Worker {
-    /// Sends one due update of a CRM entity; false when none was due.
-    pub async fn update_step(&self) -> Result<bool, StoreError> {
+    /// Sends one due update of a CRM entity; false when none was due. `probe`: this step
+    /// took the outage's probe.
+    pub async fn update_step(&self, probe: bool) -> Result<bool, StoreError> {
         let claim = self
             .store
             .claim_update(
@@ -35,13 +36,13 @@ impl Worker {
         };
         let span =
             tracing::info_span!("update", operation_id = %claim.operation_id, update = claim.id);
-        match self.update(&claim).instrument(span).await {
+        match self.update(&claim, probe).instrument(span).await {
             Ok(()) | Err(StoreError::LeaseLost(_)) => Ok(true),
             Err(e) => Err(e),
         }
     }
 
-    async fn update(&self, claim: &UpdateClaim) -> Result<(), StoreError> {
+    async fn update(&self, claim: &UpdateClaim, mut probe: bool) -> Result<(), StoreError> {
         let fields = self
             .settings
             .fields
@@ -84,6 +85,15 @@ impl Worker {
             return self
                 .finish_update(claim, outcome, vec![not_sent_event(&e)])
                 .await;
+        }
+        if !self.may_call(&mut probe).await {
+            // The breaker opened since this step passed its gate: nothing was sent.
+            let outcome = UpdateOutcome::Retry {
+                at: self.store.now(),
+                failure: super::unreachable_failure(),
+                refund: true,
+            };
+            return self.finish_update(claim, outcome, vec![]).await;
         }
         // An update may take several requests (a read, then the write): its budget is
         // that many calls, and its lease covers the whole of it.

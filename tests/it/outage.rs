@@ -5,14 +5,22 @@
 //! code path is the production one.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use leadgate::config::Config;
+use leadgate::crm::{BatchAnswer, Crm, CrmError, Exchange, Lead, Lookup};
+use leadgate::domain::ErrorClass;
+use leadgate::worker::{Worker, WorkerSettings};
 use leadgate_fakes::bitrix24::{FakeBitrix24, Fault};
-use leadgate_testkit::each_backend;
 use leadgate_testkit::gateway::*;
+use leadgate_testkit::seed::delivery;
+use leadgate_testkit::{each_backend, TestDb};
 use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::Notify;
 
 const LEADS: usize = 1000;
 
@@ -103,10 +111,27 @@ async fn waits_for_probes<F>(gw: &Gateway<F>, calls: impl Fn() -> u64, keys: &[S
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(unreachable, "the connector never counted as unreachable");
-    // 3 to open it, the calls in flight then (4 workers, a lookup each), a probe (and its
-    // lookup) per slot of the schedule: a few dozen, not thousands.
+    // The attempts that open it, one attempt in flight per caller then (the gateway's
+    // four lanes and its reconciler), a call per slot of the schedule since: however
+    // long the leads took to arrive on this machine (`OutageConfig::max_calls_while_down`).
     let made = calls();
-    assert!(made < 60, "{made} calls to a CRM that is down");
+    let since = store
+        .connector("bitrix24")
+        .await
+        .unwrap()
+        .and_then(|c| c.unreachable_since)
+        .expect("still unreachable");
+    let period = (store.now() - since).to_std().unwrap();
+    let callers = gw.config.worker.concurrency as u64 + 1;
+    let bound = gw.config.outage.max_calls_while_down(callers, period);
+    eprintln!(
+        "{made} calls to the down CRM, {period:?} after it became unreachable (bound {bound})"
+    );
+    assert!(
+        made <= bound,
+        "{made} calls to a CRM that is down, {period:?} after the breaker opened: the \
+         schedule allows {bound}"
+    );
     let m = store
         .metrics(leadgate::store::now(), Duration::from_secs(3600))
         .await
@@ -193,5 +218,235 @@ each_backend!(
         let back = FakeBitrix24::spawn(addr).await.unwrap();
         all_created_once(&gw, &keys, &back).await;
         gw.stop().await;
+    }
+);
+
+/// A CRM that answers nothing, for forcing the interleavings of an outage: the first
+/// calls are held until `hold` of them are in flight together, so that every lane has
+/// passed its gate and has a call out when the first failures come back (nothing has
+/// failed before, so the breaker is closed for all of them however slow the machine);
+/// every call fails as a 503 does (`uncertain`: the create may have landed, so a lookup
+/// follows). Every call is counted, whatever it is.
+struct DownCrm {
+    batch: usize,
+    lookup_batch: usize,
+    hold: usize,
+    patience: Duration,
+    /// The pacing wait before each call: the gate before a claim is passed this long
+    /// before the call leaves.
+    pace: Duration,
+    calls: AtomicU64,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+    /// (calls waiting for the group to fill, the group's number)
+    group: Mutex<(usize, u64)>,
+    released: Notify,
+}
+
+impl DownCrm {
+    fn new(batch: usize, lookup_batch: usize, hold: usize) -> DownCrm {
+        DownCrm {
+            batch,
+            lookup_batch,
+            hold,
+            // Only a safety net: the group fills on any machine.
+            patience: Duration::from_secs(60),
+            pace: Duration::from_millis(30),
+            calls: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            most_in_flight: AtomicUsize::new(0),
+            group: Mutex::new((0, 0)),
+            released: Notify::new(),
+        }
+    }
+
+    async fn down<T>(&self, what: &str) -> (Result<T, CrmError>, Exchange) {
+        self.calls.fetch_add(1, SeqCst);
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, SeqCst);
+        let mine = {
+            let mut g = self.group.lock().unwrap();
+            g.0 += 1;
+            if g.1 > 0 {
+                // The first group went: the rest is answered at once.
+                None
+            } else if g.0 >= self.hold {
+                *g = (0, g.1 + 1);
+                self.released.notify_waiters();
+                None
+            } else {
+                Some(g.1)
+            }
+        };
+        if let Some(mine) = mine {
+            let deadline = tokio::time::Instant::now() + self.patience;
+            loop {
+                let released = self.released.notified();
+                if self.group.lock().unwrap().1 != mine {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, released).await.is_err() {
+                    let mut g = self.group.lock().unwrap();
+                    if g.1 == mine {
+                        g.0 -= 1;
+                    }
+                    break;
+                }
+            }
+        }
+        self.in_flight.fetch_sub(1, SeqCst);
+        let e = CrmError::new(ErrorClass::Uncertain, "HTTP 503 Service Unavailable");
+        let exchange = Exchange {
+            request: json!({"call": what}),
+            response: json!({"status": 503}),
+        };
+        (Err(e), exchange)
+    }
+}
+
+#[async_trait::async_trait]
+impl Crm for DownCrm {
+    fn connector(&self) -> &str {
+        "bitrix24"
+    }
+    fn lookup_is_authoritative(&self) -> bool {
+        true
+    }
+    async fn pace(&self) -> Result<(), CrmError> {
+        tokio::time::sleep(self.pace).await;
+        Ok(())
+    }
+    async fn create(&self, _: &Lead) -> (Result<String, CrmError>, Exchange) {
+        self.down("create").await
+    }
+    async fn find(&self, _: &str) -> (Result<Lookup, CrmError>, Exchange) {
+        self.down("find").await
+    }
+    fn batch_limit(&self) -> usize {
+        self.batch
+    }
+    async fn create_many(&self, _: &[Lead]) -> BatchAnswer {
+        let (result, exchange) = self.down::<()>("batch").await;
+        Err((result.unwrap_err(), exchange))
+    }
+    fn lookup_batch_limit(&self) -> usize {
+        self.lookup_batch
+    }
+    async fn find_many(&self, _: &[&str]) -> (Result<Vec<Lookup>, CrmError>, Exchange) {
+        self.down("find_many").await
+    }
+}
+
+/// Two processes of four lanes each share the database, in front of a CRM that answers
+/// nothing and holds each failing answer until all eight lanes have a call out (so all of
+/// them have passed their gate when the breaker opens), with a pacing wait between each
+/// lane's gate and its call. The calls the CRM gets are bounded by the schedule
+/// (`OutageConfig::max_calls_while_down`), however long the outage and however fast the
+/// machine: the attempts that open the breaker, one attempt in flight per caller then,
+/// and one call per probe slot since.
+async fn a_down_crm_gets_its_schedule(db: &TestDb, batch: usize, lookup_batch: usize) {
+    const PROCESSES: usize = 2;
+    const LANES: usize = 4;
+    let schedule = "[outage]\nafter_failures = 3\nprobes = [\"100ms\"]\nlimit = \"1h\"\n";
+    let text = format!(
+        "{}\n{schedule}",
+        config_toml(&db.url, "http://127.0.0.1:9/")
+    );
+    let config = Config::parse(&text).unwrap();
+    let crm = Arc::new(DownCrm::new(batch, lookup_batch, PROCESSES * LANES));
+    let store = db.store().await;
+    let leads: i64 = 500;
+    for i in 0..leads {
+        store
+            .record_delivery(delivery(&format!("d{i}"), json!({"name": "Ivan"})))
+            .await
+            .unwrap();
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut processes = Vec::new();
+    for p in 0..PROCESSES {
+        let worker = Worker {
+            store: db.store().await,
+            crm: crm.clone(),
+            settings: Arc::new(WorkerSettings {
+                poll_interval: Duration::from_millis(20),
+                lease: Duration::from_secs(2),
+                // Longer than the first group may be held: no call is cut off.
+                call_timeout: Duration::from_secs(90),
+                settle: Duration::from_millis(300),
+                retry: config.retry.clone(),
+                outage: config.outage.clone(),
+                concurrency: LANES,
+                fields: Default::default(),
+            }),
+            owner: format!("worker:p{p}"),
+        };
+        processes.push(tokio::spawn(worker.run(stopped.clone())));
+    }
+    // However slow the machine, the breaker opens; then the outage lasts a while.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let since = loop {
+        let c = store.connector("bitrix24").await.unwrap();
+        if let Some(since) = c.and_then(|c| c.unreachable_since) {
+            break since;
+        }
+        assert!(Instant::now() < deadline, "the breaker never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.send(true).unwrap();
+    for p in processes {
+        p.await.unwrap();
+    }
+    let made = crm.calls.load(SeqCst);
+    // Measured after the count, so the period can only be longer than the calls' one.
+    let period = (store.now() - since).to_std().unwrap();
+    // Every process's lanes and its reconciler.
+    let callers = (PROCESSES * (LANES + 1)) as u64;
+    let bound = config.outage.max_calls_while_down(callers, period);
+    let most = crm.most_in_flight.load(SeqCst);
+    eprintln!(
+        "batch {batch}, lookups {lookup_batch}: {made} calls in {period:?} of outage \
+         (bound {bound}), {most} at once"
+    );
+    assert_eq!(
+        most,
+        PROCESSES * LANES,
+        "every lane had its call out when the first failure came back"
+    );
+    assert!(
+        made <= bound,
+        "{made} calls to a CRM that is down, {period:?} after the breaker opened: the \
+         schedule allows {bound}"
+    );
+    // Nobody was asked and nothing was lost: every lead waits (a claim whose lease ran
+    // out before its call, on a slow machine, is still `in_progress` until the
+    // reconciler puts it back).
+    let m = store
+        .metrics(leadgate::store::now(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert!(m.open_cases_by_reason.is_empty(), "{m:?}");
+    let by = |s: &str| m.operations_by_status.get(s).copied().unwrap_or(0);
+    assert_eq!(
+        by("received") + by("in_progress"),
+        leads,
+        "{:?}",
+        m.operations_by_status
+    );
+}
+
+each_backend!(
+    a_down_crm_gets_its_schedule_from_many_lanes_one_lead_at_a_time,
+    |db| async move {
+        a_down_crm_gets_its_schedule(&db, 1, 1).await;
+    }
+);
+
+each_backend!(
+    a_down_crm_gets_its_schedule_from_many_lanes_in_batches,
+    |db| async move {
+        // As amoCRM: fifty creates a request, but one key a lookup.
+        a_down_crm_gets_its_schedule(&db, 50, 1).await;
     }
 );
