@@ -8,7 +8,8 @@
 -- with that phone or e-mail links it even while the CRM's search does not show it yet.
 -- `key` is intake's contact lock key (a SHA-256 of the normalized value, never the
 -- value); `lease_token_sha256` names the attempt that holds it (a stale release of an
--- earlier attempt of the same operation frees nothing).
+-- earlier attempt of the same operation frees nothing). Retention deletes rows that ended
+-- before its cutoff.
 create table contact_locks (
     key                 integer primary key,
     operation_id        text not null,
@@ -17,3 +18,4 @@ create table contact_locks (
     crm_contact_id      text,
     contact_at          text
 );
+create index contact_locks_expires_at on contact_locks (expires_at);

@@ -493,3 +493,34 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+each_backend!(
+    retention_forgets_contact_locks_that_ended_before_its_cutoff,
+    |db| async move {
+        let store = db.store().await;
+        record(store.as_ref(), "kept", "+79990000009").await;
+        record(store.as_ref(), "later", "+79990000009").await;
+        let t0 = now();
+        let kept = claim_at(store.as_ref(), Duration::from_secs(2), t0).await;
+        store
+            .take_contact_locks(&kept, 10 * MINUTE, MINUTE, t0)
+            .await
+            .unwrap();
+        store
+            .leave_contact_locks(&kept.lease, ContactLeave::Settled(Some("5".into())), t0)
+            .await
+            .unwrap();
+        let cutoff = t0 + TimeDelta::seconds(1);
+        store.purge_batch(cutoff, 100, cutoff).await.unwrap();
+        let t1 = t0 + TimeDelta::seconds(2);
+        let later = claim_at(store.as_ref(), Duration::from_secs(2), t1).await;
+        assert_eq!(
+            store
+                .take_contact_locks(&later, 10 * MINUTE, MINUTE, t1)
+                .await
+                .unwrap(),
+            ContactTurn::Taken { known: vec![] },
+            "the remembered contact is gone with its row"
+        );
+    }
+);

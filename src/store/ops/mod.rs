@@ -302,6 +302,13 @@ pub(crate) trait WriteTx: Send {
         contact: Option<(&str, DateTime<Utc>)>,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Deletes up to `batch` contact locks that ended before `before`.
+    fn purge_contact_locks(
+        &mut self,
+        before: DateTime<Utc>,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
     // connectors
     fn connector_paused(&mut self, name: &str) -> impl Future<Output = Result<bool>> + Send;
     fn pause_connector(
