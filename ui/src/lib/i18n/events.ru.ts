@@ -145,7 +145,7 @@ export const eventsRu: EventStrings = {
     releasedUnsent: (owner: string | null, granted: boolean) =>
       `Аренда${owner ? ` (${owner})` : ""} истекла до отправки — возвращено в очередь, попытка${granted ? " и разрешение человека" : ""} не израсходованы`,
     contactWait: (when: string | null, granted: boolean) =>
-      `Контакт клиента с этим телефоном или e-mail сейчас ищет или создаёт другой лид — возвращено без отправки${when ? `, снова ${when}` : ""}, попытка${granted ? " и разрешение человека" : ""} не израсходованы`,
+      `Контакт клиента с этим телефоном или e-mail сейчас ищет или создаёт другой лид — возвращено без отправки${when ? `, снова ${when}` : ""}, ${granted ? "попытка и разрешение человека не израсходованы" : "попытка не израсходована"}`,
     attemptStarted: (attempt: number | null, crm: string, batch: number | null) =>
       `${attempt === null ? "Создание уходит" : `Попытка ${attempt}`}: отправка в ${crm}${batch && batch > 1 ? ` (один запрос на ${batch} созданий)` : ""}`,
     crmRequest: (crm: string, method: string | null, batch: number | null) =>
