@@ -23,6 +23,7 @@ pub use crate::attempt::WorkerSettings;
 use crate::attempt::{cut_off, exchange_events, finish_attempt};
 
 mod batch;
+mod contacts;
 mod steps;
 mod update;
 
@@ -108,7 +109,7 @@ impl Worker {
                 connector = self.crm.connector(),
                 "probing the unreachable CRM"
             );
-        } else if self.crm.batch_limit() > 1 {
+        } else if self.crm.batch_limit() > 1 && !self.crm.links_contacts() {
             // Waiting work goes out in batches; an outage's probe is one lead.
             if self.drain().await? {
                 return Ok(true);
@@ -188,7 +189,25 @@ impl Worker {
         Lead::from_payload(&op.operation_id, &op.source, &payload, &fields)
     }
 
-    async fn attempt_in(&self, claim: &Claim, mut probe: bool) -> Result<(), StoreError> {
+    async fn attempt_in(&self, claim: &Claim, probe: bool) -> Result<(), StoreError> {
+        // One lead at a time per phone and e-mail finds or makes its contact.
+        match self.take_contacts(claim).await? {
+            contacts::Turn::Free => self.attempt_held(claim, None, probe).await,
+            contacts::Turn::HandedBack => Ok(()),
+            contacts::Turn::Taken(mut held) => {
+                let result = self.attempt_held(claim, Some(&mut held), probe).await;
+                self.leave_contacts(&claim.lease, held).await;
+                result
+            }
+        }
+    }
+
+    async fn attempt_held(
+        &self,
+        claim: &Claim,
+        mut contacts: Option<&mut contacts::Contacts>,
+        mut probe: bool,
+    ) -> Result<(), StoreError> {
         let op = &claim.operation;
         let lead = self.lead_of(claim);
         let mut before = vec![];
@@ -255,15 +274,23 @@ impl Worker {
         };
         let budget = self.settings.call_timeout * calls;
         let (result, mut events) = if self.crm.steps().is_empty() {
+            let known = contacts.as_ref().map_or(&[][..], |c| &c.known[..]);
             let (result, exchange) = match tokio::time::timeout_at(
                 (armed_at + budget).into(),
-                crate::crm::rate::prepaid(self.crm.create(&lead)),
+                crate::crm::rate::prepaid(self.crm.create_with_contact(&lead, known)),
             )
             .await
             {
                 Ok(answer) => answer,
                 Err(_) => cut_off("create", budget),
             };
+            let result = result.map(|(crm_id, contact)| {
+                if let Some(c) = contacts.as_deref_mut() {
+                    c.settled = true;
+                    c.contact = contact;
+                }
+                crm_id
+            });
             let events = exchange_events(
                 "crm_request",
                 "crm_response",
@@ -272,7 +299,7 @@ impl Worker {
             );
             (result.map_err(StepError::Crm), events)
         } else {
-            self.stepped(claim, &lease, &lead, armed_at + budget, budget)
+            self.stepped(claim, &lease, &lead, contacts, armed_at + budget, budget)
                 .await?
         };
         let now = self.store.now();

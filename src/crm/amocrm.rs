@@ -1073,13 +1073,38 @@ impl Crm for AmoCrm {
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
+        let (result, exchange) = self.create_with_contact(lead, &[]).await;
+        (result.map(|(id, _)| id), exchange)
+    }
+
+    fn links_contacts(&self) -> bool {
+        self.link_contacts
+    }
+
+    async fn create_with_contact(
+        &self,
+        lead: &Lead,
+        known: &[String],
+    ) -> (Result<(String, Option<String>), CrmError>, Exchange) {
         let mut request = self.create_request(lead);
         let mut summary = Map::new();
         let mut existing = None;
         if self.link_contacts {
             // A read: if it fails, nothing was created.
             match self.existing_contact(lead, &mut summary).await {
-                Ok(found) => existing = found,
+                // The newest of those found and those a lead with this phone or e-mail
+                // made a moment ago (the search lags behind creates).
+                Ok(found) => {
+                    existing = found
+                        .into_iter()
+                        .chain(known.iter().cloned())
+                        .filter_map(|id| id.parse::<u64>().ok())
+                        .max()
+                        .map(|id| id.to_string());
+                    if !known.is_empty() {
+                        summary.insert("known".into(), json!(known));
+                    }
+                }
                 Err(e) => {
                     let e = not_sent(e);
                     note_error(&mut summary, &e);
@@ -1114,10 +1139,15 @@ impl Crm for AmoCrm {
                 })
             })
             .map(|(id, about)| {
+                let contact = about
+                    .get("contact_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or(existing);
                 if let Value::Object(about) = about {
                     summary.extend(about);
                 }
-                id
+                (id, contact)
             });
         (
             result,

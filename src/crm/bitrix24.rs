@@ -604,6 +604,18 @@ impl Bitrix24 {
                 }
             }
         }
+        // Contacts leads with this phone or e-mail made a moment ago: the search may not
+        // show them yet (it lags behind creates).
+        let mut known = Vec::new();
+        for id in &search.known {
+            if !matches.contains(id) {
+                matches.push(id.clone());
+                known.push(id.clone());
+            }
+        }
+        if !known.is_empty() {
+            summary.insert("known".into(), json!(known));
+        }
         summary.insert("matched".into(), json!(matches));
         if matches.len() > 1 && self.deals.contact_match == ContactMatch::Review {
             return Err(super::StepError::Ambiguous {
@@ -1018,6 +1030,10 @@ impl Crm for Bitrix24 {
             Entity::ContactDeal => vec![CONTACT_STEP],
             _ => Vec::new(),
         }
+    }
+
+    fn links_contacts(&self) -> bool {
+        self.entity == Entity::ContactDeal
     }
 
     fn final_entity(&self) -> &'static str {

@@ -98,6 +98,10 @@ pub struct StepDone {
 pub struct ContactSearch {
     pub phone: Option<String>,
     pub email: Option<String>,
+    /// Contacts that leads with this phone or e-mail made or linked a moment ago (the
+    /// contact locks remember them): the CRM's search may not show them yet, so they
+    /// count as found.
+    pub known: Vec<String>,
 }
 
 /// A step that did not produce its entity.
@@ -159,6 +163,26 @@ pub trait Crm: Send + Sync + 'static {
     }
     /// Creates one entity carrying the operation id as external key. Returns the new id.
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange);
+
+    /// Whether a create finds the lead's contact by phone and e-mail before it makes one
+    /// (Bitrix24 `contact_deal`, amoCRM `link_contacts`): then the worker lets one lead
+    /// per phone and e-mail at a time do so (the contact locks).
+    fn links_contacts(&self) -> bool {
+        false
+    }
+
+    /// [`create`](Crm::create) of a one-call create that links contacts: `known` are
+    /// contacts the search may not show yet (see [`ContactSearch::known`]). Returns the
+    /// new id and the contact it was linked to or created with, if the CRM said.
+    async fn create_with_contact(
+        &self,
+        lead: &Lead,
+        known: &[String],
+    ) -> (Result<(String, Option<String>), CrmError>, Exchange) {
+        let _ = known;
+        let (result, exchange) = self.create(lead).await;
+        (result.map(|id| (id, None)), exchange)
+    }
     /// Finds entities by external key.
     async fn find(&self, operation_id: &str) -> (Result<Lookup, CrmError>, Exchange);
 

@@ -285,6 +285,29 @@ pub struct Claim {
     pub granted: bool,
 }
 
+/// What [`Store::take_contact_locks`] found (migration 0023, `store/ops/contacts.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContactTurn {
+    /// The claim holds the locks of its phone and e-mail until its lease ends (or it
+    /// leaves them): `known` are the contacts the last holders made or linked within the
+    /// window asked for, which the CRM's search may not show yet.
+    Taken { known: Vec<String> },
+    /// Another lead holds one: the claim was handed back, nothing counted, due again at
+    /// `at`.
+    Held { at: DateTime<Utc> },
+}
+
+/// How an attempt leaves its contact locks ([`Store::leave_contact_locks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContactLeave {
+    /// The contact is settled (made or linked, and its id remembered when given; or
+    /// nothing of it was sent): the locks are free.
+    Settled(Option<String>),
+    /// A contact create of this attempt may still land (its outcome is unknown): the
+    /// locks stay until the operation's `quiet_after`, when it can no longer land.
+    Unsettled,
+}
+
 /// A person's request that a CRM entity get a conflicting delivery's changed fields
 /// (migration 0014), claimed by a worker: its lease is `token` until `expires_at`.
 #[derive(Debug, Clone)]
@@ -639,10 +662,39 @@ pub trait Store: Send + Sync + 'static {
     /// Commits one step of a multi-step create (`events`: its exchange and its
     /// `crm_step` result) under the lease armed for the call, before the next step is
     /// called. `LeaseLost` (nothing written) when the lease is no longer held or ran out.
+    /// A contact's step also leaves the contact locks the lease holds, remembering the
+    /// contact ([`take_contact_locks`](Store::take_contact_locks)).
     async fn record_step(
         &self,
         lease: &Lease,
         events: Vec<NewEvent>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// Before a contact step (`Crm::links_contacts`): takes the locks of the claimed
+    /// operation's normalized phone and e-mail (intake's contact lock keys), all or none,
+    /// until its lease ends (`start_attempt` carries them along when it extends the
+    /// lease). When another lead holds one, the claim is handed back in its place (a
+    /// `contact_wait` event; due at the holder's expiry or after `wait`, whichever is
+    /// first; the attempt and a grant given back): the caller sends nothing. `remember`:
+    /// how old a remembered contact may be to be `known`. An operation without phone and
+    /// e-mail takes nothing. `LeaseLost` when the lease is no longer held.
+    async fn take_contact_locks(
+        &self,
+        claim: &Claim,
+        remember: std::time::Duration,
+        wait: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<ContactTurn>;
+
+    /// After the attempt that took them: leaves the contact locks held under `lease`
+    /// (a contact step's `crm_step` already left them, with its contact, in
+    /// [`record_step`](Store::record_step)'s transaction). Locks taken since by another
+    /// attempt are not touched.
+    async fn leave_contact_locks(
+        &self,
+        lease: &Lease,
+        how: ContactLeave,
         now: DateTime<Utc>,
     ) -> Result<()>;
 

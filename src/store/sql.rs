@@ -628,6 +628,74 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            async fn take_contact_lock(
+                &mut self,
+                key: i64,
+                operation_id: &str,
+                holder: &str,
+                until: DateTime<Utc>,
+                now: DateTime<Utc>,
+            ) -> Result<Option<ops::contacts::Remembered>> {
+                // One statement: of two takers the second waits for the first's row and
+                // then sees it held.
+                Ok(sqlx::query_as(
+                    "insert into contact_locks (key, operation_id, lease_token_sha256, expires_at) \
+                     values ($1, $2, $3, $4) \
+                     on conflict (key) do update set operation_id = excluded.operation_id, \
+                       lease_token_sha256 = excluded.lease_token_sha256, expires_at = excluded.expires_at \
+                     where contact_locks.expires_at <= $5 or contact_locks.operation_id = excluded.operation_id \
+                     returning crm_contact_id, contact_at",
+                )
+                .bind(key)
+                .bind(operation_id)
+                .bind(holder)
+                .bind(until)
+                .bind(now)
+                .fetch_optional(&mut *self.0)
+                .await?)
+            }
+
+            async fn contact_lock_until(&mut self, key: i64) -> Result<Option<DateTime<Utc>>> {
+                Ok(sqlx::query_scalar("select expires_at from contact_locks where key = $1")
+                    .bind(key)
+                    .fetch_optional(&mut *self.0)
+                    .await?)
+            }
+
+            async fn move_contact_lock(
+                &mut self,
+                key: i64,
+                holder: &str,
+                until: DateTime<Utc>,
+                contact: Option<(&str, DateTime<Utc>)>,
+            ) -> Result<()> {
+                sqlx::query(
+                    "update contact_locks set expires_at = $3, \
+                       crm_contact_id = coalesce($4, crm_contact_id), contact_at = coalesce($5, contact_at) \
+                     where key = $1 and lease_token_sha256 = $2",
+                )
+                .bind(key)
+                .bind(holder)
+                .bind(until)
+                .bind(contact.map(|(c, _)| c))
+                .bind(contact.map(|(_, at)| at))
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn purge_contact_locks(&mut self, before: DateTime<Utc>, batch: i64) -> Result<u64> {
+                Ok(sqlx::query(
+                    "delete from contact_locks where key in \
+                       (select key from contact_locks where expires_at < $1 limit $2)",
+                )
+                .bind(before)
+                .bind(batch)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected())
+            }
+
             async fn contact_matches(
                 &mut self,
                 operation_id: &str,
@@ -1223,6 +1291,31 @@ macro_rules! sql_store {
                 now: DateTime<Utc>,
             ) -> Result<Operation> {
                 ops::attempts::finish_attempt(self.write().await?, lease, outcome, &events, now).await
+            }
+
+            async fn take_contact_locks(
+                &self,
+                claim: &Claim,
+                remember: std::time::Duration,
+                wait: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<ContactTurn> {
+                match ops::contacts::take(self.write().await?, claim, remember, now).await? {
+                    Ok(known) => Ok(ContactTurn::Taken { known }),
+                    Err(held_until) => {
+                        let at = ops::contacts::due_again(held_until, wait, now);
+                        ops::contacts::hand_back(self.write().await?, claim, at, now).await
+                    }
+                }
+            }
+
+            async fn leave_contact_locks(
+                &self,
+                lease: &Lease,
+                how: ContactLeave,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                ops::contacts::leave(self.write().await?, lease, how, now).await
             }
 
             async fn open_review(

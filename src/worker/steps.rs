@@ -44,6 +44,7 @@ impl Worker {
         claim: &Claim,
         lease: &Lease,
         lead: &crate::crm::Lead,
+        mut contacts: Option<&mut super::contacts::Contacts>,
         deadline: Instant,
         budget: Duration,
     ) -> Result<(Result<String, StepError>, Vec<NewEvent>), StoreError> {
@@ -53,6 +54,10 @@ impl Worker {
         let search = ContactSearch {
             phone: op.contact.phone.clone(),
             email: op.contact.email.clone(),
+            known: contacts
+                .as_ref()
+                .map(|c| c.known.clone())
+                .unwrap_or_default(),
         };
         // An earlier attempt (or the holder before a takeover) may have sent a step's
         // create: its key is looked up before anything is created again. Judged by the
@@ -99,6 +104,12 @@ impl Worker {
                             .record_step(lease, events.clone(), self.store.now())
                     })
                     .await?;
+                    if step_done.entity == "contact" {
+                        // Recorded: `record_step` left the contact locks, remembering it.
+                        if let Some(c) = contacts.as_deref_mut() {
+                            c.settled = true;
+                        }
+                    }
                     done.push(step_done);
                 }
                 Err(e) => return Ok((Err(e), events)),

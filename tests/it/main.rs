@@ -11,6 +11,7 @@ mod claim_api;
 mod clock;
 mod console;
 mod console_store;
+mod contacts;
 mod diagnose;
 mod gateway;
 mod imap;

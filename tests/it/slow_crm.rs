@@ -733,6 +733,25 @@ impl Store for Hiccup {
     ) -> Result<()> {
         self.inner.record_step(lease, events, now).await
     }
+    async fn take_contact_locks(
+        &self,
+        claim: &Claim,
+        remember: std::time::Duration,
+        wait: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<ContactTurn> {
+        self.inner
+            .take_contact_locks(claim, remember, wait, now)
+            .await
+    }
+    async fn leave_contact_locks(
+        &self,
+        lease: &Lease,
+        how: ContactLeave,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.leave_contact_locks(lease, how, now).await
+    }
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }

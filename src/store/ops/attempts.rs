@@ -206,6 +206,7 @@ pub(crate) async fn start_attempts<T: WriteTx>(
         let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
         l.op.lease_expires_at = Some(expires_at);
         l.quiet_after = Some(after(expires_at, settle));
+        super::contacts::follow_lease(&mut tx, &l, lease, expires_at).await?;
         save(&mut tx, &mut l, now).await?;
         started.push(Ok(Lease {
             expires_at,
@@ -235,6 +236,7 @@ pub(crate) async fn record_step<T: WriteTx>(
         return Err(StoreError::LeaseLost(id.to_owned()));
     }
     append_all(&mut tx, id, &lease.owner, events, now).await?;
+    super::contacts::after_step(&mut tx, &l, lease, events, now).await?;
     save(&mut tx, &mut l, now).await?;
     tx.commit().await
 }

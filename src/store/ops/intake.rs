@@ -109,7 +109,7 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
 
 /// The advisory-lock keys of a contact's values, in one order (sorted, no repeats): two
 /// intakes never wait for each other's phone and e-mail locks crosswise.
-fn contact_lock_keys(contact: &ContactKeys) -> Vec<i64> {
+pub(crate) fn contact_lock_keys(contact: &ContactKeys) -> Vec<i64> {
     let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
         .into_iter()
         .filter_map(|(kind, v)| v.as_deref().map(|v| contact_lock_key(kind, v)))

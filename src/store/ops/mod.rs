@@ -29,6 +29,7 @@ use super::{ContactKeys, Lease, NewDelivery, NewEvent, Operation, Result, StoreE
 
 pub(super) mod attempts;
 pub(super) mod claim_api;
+pub(super) mod contacts;
 pub(super) mod intake;
 pub(super) mod outage;
 pub(super) mod pacing;
@@ -273,6 +274,40 @@ pub(crate) trait WriteTx: Send {
         since: DateTime<Utc>,
         contact: &ContactKeys,
     ) -> impl Future<Output = Result<Vec<ContactMatch>>> + Send;
+
+    // contact locks (migration 0023, `contacts`)
+    /// Takes contact lock `key` for `operation_id`'s attempt `holder` (its lease token's
+    /// hash) until `until`, if it is free at `now` or the operation's own: the
+    /// remembered contact and when it was remembered. `None`: another lead holds it.
+    fn take_contact_lock(
+        &mut self,
+        key: i64,
+        operation_id: &str,
+        holder: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<contacts::Remembered>>> + Send;
+    /// Until when contact lock `key` is held.
+    fn contact_lock_until(
+        &mut self,
+        key: i64,
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>>> + Send;
+    /// Where `holder` holds lock `key`: held until `until` (now: free), and the contact
+    /// remembered with its time, when given.
+    fn move_contact_lock(
+        &mut self,
+        key: i64,
+        holder: &str,
+        until: DateTime<Utc>,
+        contact: Option<(&str, DateTime<Utc>)>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes up to `batch` contact locks that ended before `before`.
+    fn purge_contact_locks(
+        &mut self,
+        before: DateTime<Utc>,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
 
     // connectors
     fn connector_paused(&mut self, name: &str) -> impl Future<Output = Result<bool>> + Send;

@@ -35,6 +35,9 @@ pub(crate) async fn purge_batch<T: WriteTx>(
     // Refused deliveries never became operations; their bodies may still hold personal
     // data.
     report.deliveries += tx.scrub_rejected(finished_before, batch).await?;
+    // Contact locks that ended before the cutoff: a hash of a phone or e-mail and the
+    // contact it led to.
+    tx.purge_contact_locks(finished_before, batch).await?;
     tx.commit().await?;
     Ok(report)
 }

@@ -128,6 +128,13 @@ const TABLE: Row[] = [
     ru: "Аренда (обработчик web-1:4242:1) истекла до отправки — возвращено в очередь, попытка и разрешение человека не израсходованы",
   },
   {
+    kind: "contact_wait",
+    detail: { at: plus(30), granted: false },
+    more: { actor: "worker:web-1:4242:1" },
+    en: "Another lead with this phone or e-mail is finding or making the client's contact — put back unsent, due again in 30 s, the attempt given back",
+    ru: "Контакт клиента с этим телефоном или e-mail сейчас ищет или создаёт другой лид — возвращено без отправки, снова через 30 с, попытка не израсходована",
+  },
+  {
     kind: "attempt_started",
     detail: { connector: "bitrix24", attempt: 2, granted: false, batch: 12 },
     en: "Attempt 2: sending to Bitrix24 (one request of 12 creates)",

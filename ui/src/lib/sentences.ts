@@ -201,6 +201,7 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     const owner = str(d.previous_owner);
     return L.ev.releasedUnsent(owner === null ? null : actorLabel(owner, lang), d.granted === true);
   },
+  contact_wait: (e, d, s) => s.L.ev.contactWait(delay(e, d.at, s), d.granted === true),
   attempt_started: (_e, d, s) => s.L.ev.attemptStarted(num(d.attempt) ?? s.ctx.attempt ?? null, crm(d, s), num(d.batch)),
   not_sent: (e, d, s) => s.L.ev.notSent(clsLabel(cls(e, d), s), message(d)),
   crm_request: (_e, d, s) => {

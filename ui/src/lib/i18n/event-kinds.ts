@@ -16,6 +16,8 @@ export const EVENT_KINDS = [
   "claimed",
   "lease_taken_over",
   "released_unsent",
+  // a lead whose contact another lead is finding or making (store/ops/contacts.rs)
+  "contact_wait",
   "attempt_started",
   // a CRM exchange (attempt.rs, worker.rs, worker/batch.rs, reconcile.rs)
   "not_sent",

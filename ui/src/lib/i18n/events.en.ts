@@ -78,6 +78,7 @@ export const eventsEn = {
     claimed: "Claimed",
     lease_taken_over: "Lease taken over",
     released_unsent: "Put back unsent",
+    contact_wait: "Waiting for the contact",
     attempt_started: "Attempt started",
     not_sent: "Not sent",
     crm_request: "Request to the CRM",
@@ -146,6 +147,8 @@ export const eventsEn = {
       `${owner ? `The lease of ${owner}` : "The lease"} ran out — taken over to look the key up in the CRM`,
     releasedUnsent: (owner: string | null, granted: boolean) =>
       `${owner ? `The lease of ${owner}` : "The lease"} ran out before anything was sent — put back, the attempt${granted ? " and the person's grant" : ""} given back`,
+    contactWait: (when: string | null, granted: boolean) =>
+      `Another lead with this phone or e-mail is finding or making the client's contact — put back unsent${when ? `, due again ${when}` : ""}, the attempt${granted ? " and the person's grant" : ""} given back`,
     attemptStarted: (attempt: number | null, crm: string, batch: number | null) =>
       `${attempt === null ? "The create goes out" : `Attempt ${attempt}`}: sending to ${crm}${batch && batch > 1 ? ` (one request of ${batch} creates)` : ""}`,
     crmRequest: (crm: string, method: string | null, batch: number | null) =>

@@ -75,6 +75,7 @@ export const eventsRu: EventStrings = {
     claimed: "Взято в работу",
     lease_taken_over: "Аренда перехвачена",
     released_unsent: "Возвращено без отправки",
+    contact_wait: "Ожидание контакта",
     attempt_started: "Начата попытка",
     not_sent: "Не отправлено",
     crm_request: "Запрос в CRM",
@@ -143,6 +144,8 @@ export const eventsRu: EventStrings = {
       `Аренда${owner ? ` (${owner})` : ""} истекла — перехвачено для поиска по ключу в CRM`,
     releasedUnsent: (owner: string | null, granted: boolean) =>
       `Аренда${owner ? ` (${owner})` : ""} истекла до отправки — возвращено в очередь, попытка${granted ? " и разрешение человека" : ""} не израсходованы`,
+    contactWait: (when: string | null, granted: boolean) =>
+      `Контакт клиента с этим телефоном или e-mail сейчас ищет или создаёт другой лид — возвращено без отправки${when ? `, снова ${when}` : ""}, ${granted ? "попытка и разрешение человека не израсходованы" : "попытка не израсходована"}`,
     attemptStarted: (attempt: number | null, crm: string, batch: number | null) =>
       `${attempt === null ? "Создание уходит" : `Попытка ${attempt}`}: отправка в ${crm}${batch && batch > 1 ? ` (один запрос на ${batch} созданий)` : ""}`,
     crmRequest: (crm: string, method: string | null, batch: number | null) =>
