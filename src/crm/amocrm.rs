@@ -875,28 +875,71 @@ fn not_sent(mut e: CrmError) -> CrmError {
     e
 }
 
+/// What a request addresses, for [`classify`]: a 404 means something else for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// An account-wide endpoint (`leads/complex`, the lead and contact searches, the
+    /// token endpoint): it always exists, so a 404 there means the address or the API
+    /// is wrong.
+    Account,
+    /// One entity by id (an update's reads and PATCHes): a JSON 404 means that entity
+    /// is not in the account any more (deleted) — about the entity, not the connector.
+    Entity,
+}
+
+/// amoCRM's `response.error_code`s that refuse the account or the integration, not a
+/// lead's data (even when they come with a 400): 101 account not found, 104 method
+/// unavailable, 110 authorization failed, 111 captcha required, 112 user disabled,
+/// 113 access denied from this IP, 244 no rights (to add leads, or the subscription
+/// ended), 401 no such account on the server, 403 account blocked.
+const ACCOUNT_CODES: &[u64] = &[101, 104, 110, 111, 112, 113, 244, 401, 403];
+
 /// The one classification of an amoCRM answer that is not a success (docs/crm.md):
 ///
-/// | status | class |
+/// | answer | class |
 /// |---|---|
-/// | 400 (also code 244: no rights / subscription ended), 404, other 4xx | validation — terminal |
-/// | 401 | auth — pause the connector |
-/// | 402 subscription ended | auth — pause the connector |
-/// | 403 account blocked / IP not allowed (often an nginx HTML page) | auth — pause, stop all traffic |
-/// | 408 | not sent — the server gave up before reading the request |
-/// | 429 (body may not be JSON) | rate limited — `Retry-After`, slow down |
+/// | 400 with `validation-errors`, 400 naming the lead's data, 409/422 and other 4xx | validation — that lead's data, terminal |
+/// | 404 (JSON) for one entity by id (`Target::Entity`: an update's lead or contact) | validation — the entity was deleted |
+/// | 400 with an account-level `error_code` (244 no rights, 110, 113 …) | auth — pause the connector |
+/// | 401; 402 subscription ended; 403 account blocked / IP not allowed | auth — pause the connector |
+/// | 404 on an account-wide endpoint, any 405, an HTML page where JSON was expected | auth — the address or the API is wrong |
 /// | 3xx (a moved account we do not follow) | auth — the base URL needs a person |
+/// | 408 | uncertain — a timeout is an unknown outcome: look the key up |
+/// | 429 (body may not be JSON) | rate limited — `Retry-After`, slow down |
 /// | 5xx, a 2xx we cannot read, anything else | uncertain — reconcile first |
 ///
 /// Timeouts and dropped connections are classified by [`classify_transport`].
-pub fn classify(status: StatusCode) -> ErrorClass {
+pub fn classify(status: StatusCode, target: Target, body: &[u8]) -> ErrorClass {
+    let json = serde_json::from_slice::<Value>(body).ok();
+    let html = json.is_none() && super::looks_like_html(&String::from_utf8_lossy(body));
+    let account_code = json
+        .as_ref()
+        .and_then(|j| j.pointer("/response/error_code"))
+        .and_then(|c| match c {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        })
+        .is_some_and(|c| ACCOUNT_CODES.contains(&c));
     match status.as_u16() {
+        408 => ErrorClass::Uncertain,
+        429 => ErrorClass::RateLimited,
         300..=399 => ErrorClass::Auth,
         401..=403 => ErrorClass::Auth,
-        408 => ErrorClass::NotSent,
-        429 => ErrorClass::RateLimited,
+        404 if target == Target::Entity && json.is_some() => ErrorClass::Validation,
+        404 | 405 => ErrorClass::Auth,
+        400..=499 if html || account_code => ErrorClass::Auth,
         400..=499 => ErrorClass::Validation,
         _ => ErrorClass::Uncertain,
+    }
+}
+
+/// What `what` (one of this adapter's request names) addresses.
+fn target_of(what: &str) -> Target {
+    if [UPDATE_LEAD, GET_LEAD, GET_CONTACT, UPDATE_CONTACT].contains(&what) {
+        Target::Entity
+    } else {
+        Target::Account
     }
 }
 
@@ -910,7 +953,7 @@ fn error_answer(
     body: &[u8],
     redact: &[&str],
 ) -> CrmError {
-    let class = classify(status);
+    let class = classify(status, target_of(what), body);
     let desc = match serde_json::from_slice::<Value>(body) {
         Ok(json) if json.is_object() => problem_text(&json),
         Ok(_) => "unexpected JSON answer".to_owned(),
@@ -1786,10 +1829,64 @@ mod tests {
         );
         assert_eq!(ex.response["status"], 400);
         assert_eq!(ex.response["class"], "validation");
-        let (err, _) = create_err(&fake, Fault::NoRights).await;
-        assert_eq!(err.class, ErrorClass::Validation);
-        assert!(err.message.contains("code 244"), "{err}");
         assert!(fake.leads().is_empty());
+    }
+
+    #[tokio::test]
+    async fn refusals_of_the_account_or_the_address_pause_the_connector() {
+        let fake = fake().await;
+        let error = |status, detail: &str| Fault::Error {
+            status,
+            detail: detail.into(),
+            after_execute: false,
+        };
+        // (the fault on leads/complex, the class, a piece of the message)
+        let table = [
+            (Fault::NoRights, ErrorClass::Auth, "code 244"),
+            (Fault::PaymentRequired, ErrorClass::Auth, "HTTP 402"),
+            (
+                Fault::Blocked,
+                ErrorClass::Auth,
+                "HTTP 403 (not JSON) 403 Forbidden",
+            ),
+            (error(404, "Not Found"), ErrorClass::Auth, "HTTP 404"),
+            (
+                error(405, "Method Not Allowed"),
+                ErrorClass::Auth,
+                "HTTP 405",
+            ),
+            (
+                Fault::HtmlPage { status: 404 },
+                ErrorClass::Auth,
+                "404 Not Found nginx",
+            ),
+            (
+                Fault::HtmlPage { status: 400 },
+                ErrorClass::Auth,
+                "HTTP 400",
+            ),
+            (
+                error(408, "Request Timeout"),
+                ErrorClass::Uncertain,
+                "HTTP 408",
+            ),
+            (
+                Fault::Validation,
+                ErrorClass::Validation,
+                "NotSupportedChoice",
+            ),
+        ];
+        for (fault, class, text) in table {
+            let (err, ex) = create_err(&fake, fault.clone()).await;
+            assert_eq!(err.class, class, "{fault:?}: {err}");
+            assert!(err.message.contains(text), "{fault:?}: {err}");
+            assert_eq!(ex.response["class"], json!(class), "{fault:?}");
+        }
+        assert!(fake.leads().is_empty());
+        // A lookup's endpoint that is not there: the connector's problem too.
+        fake.push_fault(fake_amocrm::SEARCH, error(404, "Not Found"), 1);
+        let err = adapter(&fake).find("tilda:x").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth, "{err}");
     }
 
     #[tokio::test]
@@ -2379,27 +2476,67 @@ mod tests {
     #[test]
     fn classification_table() {
         use ErrorClass::*;
+        use Target::*;
+        const HTML: &str =
+            "<html><head><title>404 Not Found</title></head><body>nginx</body></html>";
+        const PROBLEM: &str = r#"{"title":"Not Found","status":404,"detail":"Not Found"}"#;
+        const INVALID: &str = r#"{"validation-errors":[{"request_id":"0","errors":[{"code":"NotSupportedChoice","path":"x","detail":"y"}]}],"title":"Bad Request","status":400}"#;
+        const NO_RIGHTS: &str = r#"{"title":"Bad Request","status":400,"response":{"error":"Access denied","error_code":244}}"#;
+        const IP_DENIED: &str =
+            r#"{"response":{"error":"Access denied from this IP","error_code":"113"}}"#;
+        const OTHER_CODE: &str = r#"{"response":{"error":"Invalid data","error_code":"400"}}"#;
+        // (status, what the request addresses, body, class)
         let table = [
-            (400, Validation),
-            (401, Auth),
-            (402, Auth),
-            (403, Auth),
-            (404, Validation),
-            (408, NotSent),
-            (422, Validation),
-            (429, RateLimited),
-            (301, Auth),
-            (500, Uncertain),
-            (502, Uncertain),
-            (503, Uncertain),
-            (504, Uncertain),
-            (200, Uncertain),
+            // That lead's data: terminal.
+            (400, Account, INVALID, Validation),
+            (400, Account, OTHER_CODE, Validation),
+            (400, Account, "", Validation),
+            (400, Account, "Bad Request", Validation),
+            (422, Account, PROBLEM, Validation),
+            (409, Account, PROBLEM, Validation),
+            // The entity an update names by id is gone (deleted in the CRM).
+            (404, Entity, PROBLEM, Validation),
+            (400, Entity, INVALID, Validation),
+            // The connector's problem: credentials, account, method, address — pause.
+            (400, Account, NO_RIGHTS, Auth),
+            (400, Entity, NO_RIGHTS, Auth),
+            (400, Account, IP_DENIED, Auth),
+            (401, Account, PROBLEM, Auth),
+            (402, Account, PROBLEM, Auth),
+            (403, Account, HTML, Auth),
+            (403, Entity, PROBLEM, Auth),
+            (404, Account, PROBLEM, Auth),
+            (404, Account, HTML, Auth),
+            (404, Account, "", Auth),
+            (404, Entity, HTML, Auth),
+            (404, Entity, "", Auth),
+            (405, Account, PROBLEM, Auth),
+            (405, Entity, PROBLEM, Auth),
+            (400, Account, HTML, Auth),
+            (410, Account, "<!DOCTYPE html><html></html>", Auth),
+            (301, Account, "", Auth),
+            (302, Entity, HTML, Auth),
+            // Refused before execution: later.
+            (429, Account, "Too Many Requests", RateLimited),
+            // A timeout is an unknown outcome: looked up, never a refusal.
+            (408, Account, "", Uncertain),
+            (408, Account, HTML, Uncertain),
+            // The account failed while executing, or an answer we cannot read.
+            (500, Account, PROBLEM, Uncertain),
+            (502, Account, HTML, Uncertain),
+            (503, Account, "", Uncertain),
+            (504, Account, "", Uncertain),
+            (200, Account, "", Uncertain),
         ];
-        for (status, class) in table {
+        for (status, target, body, class) in table {
             assert_eq!(
-                classify(StatusCode::from_u16(status).unwrap()),
+                classify(
+                    StatusCode::from_u16(status).unwrap(),
+                    target,
+                    body.as_bytes()
+                ),
                 class,
-                "{status}"
+                "{status} {target:?} {body}"
             );
         }
     }

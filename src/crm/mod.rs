@@ -517,6 +517,15 @@ pub fn clean_message(text: &str, redact: &[&str]) -> String {
     }
 }
 
+/// Whether an answer's body is an HTML page (a proxy's or web server's error page)
+/// rather than the API's JSON: it opens with markup.
+pub(crate) fn looks_like_html(body: &str) -> bool {
+    let t = body.trim_start().to_ascii_lowercase();
+    t.starts_with("<!doctype") || t.starts_with("<html") || t.starts_with("<?xml") || {
+        t.starts_with('<') && (t.contains("<html") || t.contains("<body") || t.contains("<title"))
+    }
+}
+
 /// Invisible formatting characters: zero-width, bidirectional controls, BOM.
 fn is_format_char(c: char) -> bool {
     matches!(c,

@@ -118,6 +118,9 @@ pub enum Fault {
     },
     /// 403 with an nginx HTML page (account blocked for rate abuse), not executed.
     Blocked,
+    /// An nginx HTML page with `status` (404: a base URL pointing at a web server
+    /// that is not the account's API), not executed.
+    HtmlPage { status: u16 },
     /// 402 problem+json (subscription ended), not executed.
     PaymentRequired,
     /// 401 problem+json, not executed.
@@ -618,6 +621,22 @@ fn refusal(fault: &Fault) -> Option<Response> {
             HTML_403,
         )
             .into_response(),
+        Fault::HtmlPage { status } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND);
+            let title = format!(
+                "{} {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("Error")
+            );
+            (
+                status,
+                [(header::CONTENT_TYPE, "text/html")],
+                format!(
+                    "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+                ),
+            )
+                .into_response()
+        }
         Fault::PaymentRequired => problem(402, "Payment Required", "Account subscription ended"),
         Fault::Unauthorized => problem(401, "Unauthorized", "Token has expired"),
         Fault::Validation => validation(vec![(
