@@ -237,6 +237,8 @@ pub struct AmoCrm {
     link_contacts: bool,
     limiter: Arc<RateLimiter>,
     rate_limit: f64,
+    /// Each request's cut-off, and the budget of a whole batch create.
+    timeout: Duration,
     client: reqwest::Client,
 }
 
@@ -319,6 +321,7 @@ impl AmoCrm {
         Ok(AmoCrm {
             limiter: rate::shared(&base, settings.rate_limit),
             rate_limit: settings.rate_limit,
+            timeout: settings.timeout,
             base,
             credentials,
             field_id: settings.operation_field_id,
@@ -1190,20 +1193,59 @@ impl Crm for AmoCrm {
     }
 
     /// One `leads/complex` request with every lead (`request_id` = its operation id).
-    /// amoCRM validates the whole request first: a 400 naming some of the leads created
-    /// none, so those get the validation error and the rest go once more without them.
+    ///
+    /// amoCRM validates the whole request before it creates anything, so a request
+    /// refused with a 400 created none of its leads, and each of them may be sent again.
+    /// The leads the refusal names (`validation-errors` by `request_id`) get it as their
+    /// own answer, and the others go again without them; a refusal that names none of
+    /// a request's several leads proves nothing about any one of them, so that request
+    /// is split in two. This goes on until every lead has an answer of its own — a
+    /// refusal of a request of one lead is that lead's — however many rounds the
+    /// refusals come in: a valid lead never fails because another of its batch was
+    /// refused. Any other failure (an answer lost or cut off, a 5xx: the request may
+    /// have been executed) is the answer of every lead of that request, looked up by
+    /// key; such a lead is never sent again here. A lead still waiting when too little
+    /// of the call's budget is left for another request is `not_sent`, tried later.
     async fn create_many(&self, leads: &[Lead]) -> BatchAnswer {
         let mut answers: Vec<Option<(Result<String, CrmError>, Exchange)>> =
             leads.iter().map(|_| None).collect();
-        let mut pending: Vec<usize> = (0..leads.len()).collect();
         let redact: Vec<&str> = leads.iter().flat_map(Lead::contact_values).collect();
-        let request_of = |lead: &Lead, sent: usize| {
+        let request_of = |lead: &Lead, sent: usize, round: usize| {
             let mut request = self.create_request(lead);
             request["batch"] = json!(sent);
+            if round > 0 {
+                request["round"] = json!(round);
+            }
             request
         };
-        for round in 0..2 {
-            let bodies: Vec<Value> = pending
+        let clock = super::SplitClock::start(self.timeout);
+        let mut queue: std::collections::VecDeque<Vec<usize>> =
+            std::collections::VecDeque::from([(0..leads.len()).collect::<Vec<_>>()]);
+        let mut round = 0;
+        while let Some(group) = queue.pop_front() {
+            let mut cut = None;
+            if round > 0 {
+                // A follow-up takes its own turn of the pace, and must end before the
+                // worker's cut.
+                self.limiter.acquire().await;
+                cut = clock.left();
+                if cut.is_none() {
+                    for i in group.into_iter().chain(queue.drain(..).flatten()) {
+                        let e = super::not_sent_after_split(CONNECTOR, CREATE);
+                        let mut response = Map::new();
+                        note_error(&mut response, &e);
+                        answers[i] = Some((
+                            Err(e),
+                            Exchange {
+                                request: request_of(&leads[i], 0, round),
+                                response: Value::Object(response),
+                            },
+                        ));
+                    }
+                    break;
+                }
+            }
+            let bodies: Vec<Value> = group
                 .iter()
                 .map(|&i| self.lead_body(&leads[i], None))
                 .collect();
@@ -1212,16 +1254,38 @@ impl Crm for AmoCrm {
                 .client
                 .post(format!("{}/api/v4/leads/complex", self.base))
                 .json(&bodies);
-            tracing::debug!(leads = pending.len(), round, "amocrm batch create");
-            let sent = pending.len();
+            tracing::debug!(leads = group.len(), round, "amocrm batch create");
+            let sent = group.len();
+            let answer = match cut {
+                None => self.call(CREATE, req, &redact, &mut summary).await,
+                Some(left) => {
+                    let call = rate::prepaid(self.call(CREATE, req, &redact, &mut summary));
+                    match tokio::time::timeout(left, call).await {
+                        Ok(answer) => answer,
+                        Err(_) => {
+                            let e = CrmError::new(
+                                ErrorClass::Uncertain,
+                                format!(
+                                    "{CONNECTOR} {CREATE}: no answer within the {} ms left of the call's budget",
+                                    left.as_millis()
+                                ),
+                            );
+                            note_error(&mut summary, &e);
+                            Err(e)
+                        }
+                    }
+                }
+            };
+            let this_round = round;
+            round += 1;
             let exchange = |summary: &Map<String, Value>, i: usize| Exchange {
-                request: request_of(&leads[i], sent),
+                request: request_of(&leads[i], sent, this_round),
                 response: Value::Object(summary.clone()),
             };
-            match self.call(CREATE, req, &redact, &mut summary).await {
+            match answer {
                 Ok((_, bytes)) => {
                     let rows = complex_rows(&bytes).unwrap_or_default();
-                    for (pos, &i) in pending.iter().enumerate() {
+                    for (pos, &i) in group.iter().enumerate() {
                         let op = leads[i].operation_id.as_str();
                         // Rows are matched by their echoed request_id, else by position.
                         let row = rows
@@ -1249,10 +1313,10 @@ impl Crm for AmoCrm {
                         };
                         answers[i] = Some((result, exchange(&response, i)));
                     }
-                    break;
                 }
-                Err(e) => {
-                    let invalid: Vec<String> = summary
+                // Refused before anything was executed: each lead may go again.
+                Err(e) if e.class == ErrorClass::Validation => {
+                    let named: Vec<String> = summary
                         .get("invalid_request_ids")
                         .and_then(Value::as_array)
                         .map(|a| {
@@ -1261,27 +1325,37 @@ impl Crm for AmoCrm {
                                 .collect()
                         })
                         .unwrap_or_default();
-                    let (refused, rest): (Vec<usize>, Vec<usize>) = pending
-                        .iter()
-                        .partition(|&&i| invalid.contains(&leads[i].operation_id.to_string()));
-                    if e.class == ErrorClass::Validation
-                        && round == 0
-                        && !refused.is_empty()
-                        && !rest.is_empty()
-                    {
-                        for i in refused {
-                            answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
-                        }
-                        pending = rest;
-                        continue;
+                    let (refused, rest): (Vec<usize>, Vec<usize>) = if sent == 1 {
+                        (group, Vec::new())
+                    } else {
+                        group
+                            .into_iter()
+                            .partition(|&i| named.contains(&leads[i].operation_id.to_string()))
+                    };
+                    for &i in &refused {
+                        answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
                     }
-                    if answers.iter().all(Option::is_none) {
+                    match (refused.is_empty(), rest.len()) {
+                        (_, 0) => {}
+                        // Some named: the others go again together.
+                        (false, _) => queue.push_back(rest),
+                        // None named: halves, until each lead is alone.
+                        (true, _) => {
+                            let mut rest = rest;
+                            let second = rest.split_off(rest.len() / 2);
+                            queue.push_back(rest);
+                            queue.push_back(second);
+                        }
+                    }
+                }
+                Err(e) => {
+                    if this_round == 0 {
                         // The request failed as a whole.
                         let request = json!({
                             "connector": CONNECTOR,
                             "method": CREATE,
                             "batch": sent,
-                            "request_ids": pending.iter().map(|&i| leads[i].operation_id.as_str()).collect::<Vec<_>>(),
+                            "request_ids": group.iter().map(|&i| leads[i].operation_id.as_str()).collect::<Vec<_>>(),
                         });
                         return Err((
                             e,
@@ -1291,15 +1365,12 @@ impl Crm for AmoCrm {
                             },
                         ));
                     }
-                    for &i in &pending {
+                    for &i in &group {
                         answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
                     }
-                    break;
                 }
             }
         }
-        // Every lead was answered: by the first request, or (refused by it) by its
-        // validation error, the others by the second.
         Ok(answers
             .into_iter()
             .map(|a| a.expect("every lead of the batch has its answer"))
@@ -1942,6 +2013,88 @@ mod tests {
         }
         assert_eq!(fake.calls(fake_amocrm::CREATE), 2);
         assert_eq!(fake.leads().len(), 2, "the refused lead was never created");
+    }
+
+    #[tokio::test]
+    async fn refusals_in_rounds_fail_only_the_invalid_leads() {
+        use fake_amocrm::NameRefusals;
+        for naming in [NameRefusals::All, NameRefusals::First, NameRefusals::None] {
+            let fake = fake().await;
+            let crm = adapter(&fake);
+            let leads: Vec<Lead> = (0..10).map(|i| lead(&format!("tilda:r{i}"))).collect();
+            fake.set_invalid_leads(&["tilda:r1", "tilda:r4", "tilda:r8"], naming);
+            let answers = crm.create_many(&leads).await.unwrap();
+            for (i, (result, ex)) in answers.iter().enumerate() {
+                if [1, 4, 8].contains(&i) {
+                    let e = result.as_ref().unwrap_err();
+                    assert_eq!(e.class, ErrorClass::Validation, "{naming:?} {i}: {e}");
+                } else {
+                    assert!(result.is_ok(), "{naming:?} {i}: {result:?}");
+                }
+                assert_exchange_clean(ex);
+            }
+            let mut keys: Vec<String> = fake
+                .leads()
+                .iter()
+                .map(|l| {
+                    l["custom_fields_values"][0]["values"][0]["value"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            keys.sort();
+            let want: Vec<String> = [0, 2, 3, 5, 6, 7, 9]
+                .iter()
+                .map(|i| format!("tilda:r{i}"))
+                .collect();
+            assert_eq!(keys, want, "{naming:?}: each valid lead once");
+            let calls = fake.calls(fake_amocrm::CREATE);
+            match naming {
+                // All named at once: the request, then the others once more.
+                NameRefusals::All => assert_eq!(calls, 2),
+                // One named a round.
+                NameRefusals::First => assert_eq!(calls, 4),
+                // None named: halves until each refusal is a lead's own.
+                NameRefusals::None => assert!((5..=20).contains(&calls), "{calls}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_split_never_sends_again_what_may_have_been_created() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        // The request is refused naming no lead; its first half is executed and then
+        // answered 500: those two are uncertain (looked up later), never sent again.
+        fake.push_fault(
+            fake_amocrm::CREATE,
+            Fault::Error {
+                status: 400,
+                detail: "Request validation failed".into(),
+                after_execute: false,
+            },
+            1,
+        );
+        fake.push_fault(fake_amocrm::CREATE, Fault::ServerErrorAfterCreate, 1);
+        let leads: Vec<Lead> = (0..4).map(|i| lead(&format!("tilda:u{i}"))).collect();
+        let answers = crm.create_many(&leads).await.unwrap();
+        let classes: Vec<Option<ErrorClass>> = answers
+            .iter()
+            .map(|(r, _)| r.as_ref().err().map(|e| e.class))
+            .collect();
+        assert_eq!(
+            classes,
+            [
+                Some(ErrorClass::Uncertain),
+                Some(ErrorClass::Uncertain),
+                None,
+                None
+            ]
+        );
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 3);
+        assert_eq!(fake.leads().len(), 4, "each lead once");
+        assert_eq!(answers[2].1.request["round"], 2);
     }
 
     #[tokio::test]

@@ -708,6 +708,73 @@ impl Bitrix24 {
         let next = page.get("next").and_then(Value::as_u64);
         Ok((rows, next))
     }
+
+    /// One `batch` request of `crm.lead.add` (or `crm.deal.add`) commands, `halt: 0`:
+    /// each command runs on its own (no transaction) and has its own result or error.
+    async fn batch_once(&self, leads: &[&Lead]) -> BatchAnswer {
+        let method = self.entity.add_method();
+        let mut cmd = serde_json::Map::new();
+        let mut requests = Vec::with_capacity(leads.len());
+        for (i, lead) in leads.iter().enumerate() {
+            let params = self.add_params(lead);
+            let mut request = self.create_request(lead, &params["fields"]);
+            request.insert("via".into(), json!("batch"));
+            request.insert("command".into(), json!(command_key(i)));
+            request.insert("batch".into(), json!(leads.len()));
+            requests.push(Value::Object(request));
+            cmd.insert(
+                command_key(i),
+                json!(format!("{method}?{}", php_query(&params))),
+            );
+        }
+        let body = json!({"halt": 0, "cmd": cmd});
+        let redact: Vec<&str> = leads.iter().flat_map(|l| l.contact_values()).collect();
+        let mut summary = serde_json::Map::new();
+        summary.insert("batch".into(), json!(leads.len()));
+        let answer = self
+            .post("batch", &body, "batch", &redact, &mut summary)
+            .await;
+        let batch = match answer {
+            Ok(batch) => batch,
+            Err(e) => {
+                let request = json!({
+                    "connector": CONNECTOR,
+                    "method": "batch",
+                    "command": method,
+                    "batch": leads.len(),
+                    "origin_ids": leads.iter().map(|l| l.operation_id.as_str()).collect::<Vec<_>>(),
+                });
+                return Err((
+                    e,
+                    Exchange {
+                        request,
+                        response: Value::Object(summary),
+                    },
+                ));
+            }
+        };
+        Ok(requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, request)| {
+                let result = batch_item(method, &command_key(i), &batch, &redact);
+                let mut response = summary.clone();
+                match &result {
+                    Ok(id) => {
+                        response.insert("id".into(), json!(id));
+                    }
+                    Err(e) => note_error(&mut response, e),
+                }
+                (
+                    result,
+                    Exchange {
+                        request,
+                        response: Value::Object(response),
+                    },
+                )
+            })
+            .collect())
+    }
 }
 
 /// A PHP-style query string (`fields[PHONE][0][VALUE]=…`), as a `batch` command's
@@ -1246,70 +1313,108 @@ impl Crm for Bitrix24 {
         )
     }
 
-    /// One `batch` request of `crm.lead.add` (or `crm.deal.add`) commands, `halt: 0`:
-    /// each command runs on its own (no transaction) and has its own result or error.
+    /// The commands of a batch, each with its own answer: a command's `result_error` is
+    /// classified as its own (a method refused pauses the connector, a timeout is looked
+    /// up, a validation text fails that lead alone), and a command with neither a result
+    /// nor an error (a `halt` stopped the batch, or the answer is cut short) is uncertain,
+    /// looked up by key — never re-sent here, as it may have run.
+    ///
+    /// A `batch` refused as a whole before any command ran (a 400: too long, a body the
+    /// portal could not parse) says nothing about any one lead: it is split in two and
+    /// each half sent again, down to a lead sent alone (`crm.lead.add`, its own answer;
+    /// a batch of one lead goes so at once), so a valid lead never fails for another's
+    /// sake. A lead still waiting when too
+    /// little of the call's budget is left for another request is `not_sent`.
     async fn create_many(&self, leads: &[Lead]) -> BatchAnswer {
-        let method = self.entity.add_method();
-        let mut cmd = serde_json::Map::new();
-        let mut requests = Vec::with_capacity(leads.len());
-        for (i, lead) in leads.iter().enumerate() {
-            let params = self.add_params(lead);
-            let mut request = self.create_request(lead, &params["fields"]);
-            request.insert("via".into(), json!("batch"));
-            request.insert("command".into(), json!(command_key(i)));
-            request.insert("batch".into(), json!(leads.len()));
-            requests.push(Value::Object(request));
-            cmd.insert(
-                command_key(i),
-                json!(format!("{method}?{}", php_query(&params))),
-            );
-        }
-        let body = json!({"halt": 0, "cmd": cmd});
-        let redact: Vec<&str> = leads.iter().flat_map(Lead::contact_values).collect();
-        let mut summary = serde_json::Map::new();
-        summary.insert("batch".into(), json!(leads.len()));
-        let answer = self
-            .post("batch", &body, "batch", &redact, &mut summary)
-            .await;
-        let batch = match answer {
-            Ok(batch) => batch,
-            Err(e) => {
-                let request = json!({
-                    "connector": CONNECTOR,
-                    "method": "batch",
-                    "command": method,
-                    "batch": leads.len(),
-                    "origin_ids": leads.iter().map(|l| l.operation_id.as_str()).collect::<Vec<_>>(),
-                });
-                return Err((
-                    e,
-                    Exchange {
-                        request,
-                        response: Value::Object(summary),
-                    },
-                ));
-            }
+        let clock = super::SplitClock::start(self.timeout);
+        let all: Vec<&Lead> = leads.iter().collect();
+        let refusal = match self.batch_once(&all).await {
+            Err((e, ex)) if e.class == ErrorClass::Validation => (e, ex),
+            answer => return answer,
         };
-        Ok(requests
+        tracing::debug!(batch = leads.len(), error = %refusal.0, "bitrix24 batch refused as a whole: splitting it");
+        let mut answers: Vec<Option<(Result<String, CrmError>, Exchange)>> =
+            leads.iter().map(|_| None).collect();
+        let mut first: Vec<usize> = (0..leads.len()).collect();
+        let second = first.split_off(first.len() / 2);
+        let mut queue: std::collections::VecDeque<Vec<usize>> = [first, second]
             .into_iter()
-            .enumerate()
-            .map(|(i, request)| {
-                let result = batch_item(method, &command_key(i), &batch, &redact);
-                let mut response = summary.clone();
-                match &result {
-                    Ok(id) => {
-                        response.insert("id".into(), json!(id));
-                    }
-                    Err(e) => note_error(&mut response, e),
+            .filter(|g| !g.is_empty())
+            .collect();
+        let split = |mut ex: Exchange| {
+            ex.request["split_after"] = json!(refusal.0.message);
+            ex
+        };
+        while let Some(group) = queue.pop_front() {
+            if let Some(limiter) = &self.limiter {
+                limiter.acquire().await;
+            }
+            let Some(left) = clock.left() else {
+                for i in group.into_iter().chain(queue.drain(..).flatten()) {
+                    let e = super::not_sent_after_split(CONNECTOR, "batch");
+                    let mut response = serde_json::Map::new();
+                    note_error(&mut response, &e);
+                    let request = Value::Object(
+                        self.create_request(&leads[i], &self.add_params(&leads[i])["fields"]),
+                    );
+                    answers[i] = Some((
+                        Err(e),
+                        split(Exchange {
+                            request,
+                            response: Value::Object(response),
+                        }),
+                    ));
                 }
-                (
-                    result,
+                break;
+            };
+            let call = async {
+                match group.as_slice() {
+                    [one] => Ok(vec![self.add(&leads[*one], None).await]),
+                    _ => {
+                        let some: Vec<&Lead> = group.iter().map(|&i| &leads[i]).collect();
+                        self.batch_once(&some).await
+                    }
+                }
+            };
+            let answer = match tokio::time::timeout(left, super::rate::prepaid(call)).await {
+                Ok(answer) => answer,
+                Err(_) => Err((
+                    CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!(
+                            "{CONNECTOR} batch: no answer within the {} ms left of the call's budget",
+                            left.as_millis()
+                        ),
+                    ),
                     Exchange {
-                        request,
-                        response: Value::Object(response),
+                        request: json!({"connector": CONNECTOR, "method": "batch", "batch": group.len()}),
+                        response: json!({"cut_off_ms": left.as_millis() as u64}),
                     },
-                )
-            })
+                )),
+            };
+            match answer {
+                // One answer per command (or the one add), in order.
+                Ok(items) => {
+                    for (&i, (result, ex)) in group.iter().zip(items) {
+                        answers[i] = Some((result, split(ex)));
+                    }
+                }
+                Err((e, _)) if e.class == ErrorClass::Validation && group.len() > 1 => {
+                    let mut first = group;
+                    let second = first.split_off(first.len() / 2);
+                    queue.push_back(first);
+                    queue.push_back(second);
+                }
+                Err((e, ex)) => {
+                    for &i in &group {
+                        answers[i] = Some((Err(e.clone()), split(ex.clone())));
+                    }
+                }
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every lead of the batch has its answer"))
             .collect())
     }
 
@@ -2000,6 +2105,56 @@ mod tests {
             err.message,
             "bitrix24 crm.lead.add: HTTP 400 ERROR_CORE: Invalid e-mail *** for ***"
         );
+    }
+
+    #[tokio::test]
+    async fn a_batch_refused_as_a_whole_is_split_down_to_each_lead_s_own_answer() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        let refused = Fault::Error {
+            status: 400,
+            error: "ERROR_BATCH_LENGTH_EXCEEDED".into(),
+            error_description: "Max batch length exceeded".into(),
+            after_execute: false,
+        };
+        // The whole batch and both halves are refused; the four go one by one, and the
+        // first of them is refused for its own data.
+        fake.push_fault("batch", refused, 3);
+        fake.push_fault("crm.lead.add", Fault::Validation, 1);
+        let leads: Vec<Lead> = (0..4).map(|i| lead(&format!("tilda:s{i}"))).collect();
+        let answers = crm.create_many(&leads).await.unwrap();
+        let classes: Vec<Option<ErrorClass>> = answers
+            .iter()
+            .map(|(r, _)| r.as_ref().err().map(|e| e.class))
+            .collect();
+        assert_eq!(classes, [Some(ErrorClass::Validation), None, None, None]);
+        for (_, ex) in &answers {
+            assert!(ex.request["split_after"]
+                .as_str()
+                .unwrap()
+                .contains("ERROR_BATCH_LENGTH_EXCEEDED"));
+            assert_exchange_clean(ex);
+        }
+        assert_eq!(fake.calls("batch"), 3);
+        assert_eq!(fake.calls("crm.lead.add"), 4);
+        assert_eq!(fake.entities().len(), 3, "each valid lead once");
+        // A batch of one lead refused as a whole goes alone at once.
+        fake.push_fault(
+            "batch",
+            Fault::Error {
+                status: 400,
+                error: "INVALID_REQUEST".into(),
+                error_description: "x".into(),
+                after_execute: false,
+            },
+            1,
+        );
+        let answers = crm.create_many(&[lead("tilda:one")]).await.unwrap();
+        assert_eq!(answers[0].0.as_deref(), Ok("4"));
+        // Anything else that fails the request as a whole is the batch's failure.
+        fake.push_fault("batch", Fault::ServerError, 1);
+        let (err, _) = crm.create_many(&leads).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
     }
 
     #[test]
