@@ -21,6 +21,7 @@ mod outage;
 mod process;
 mod pull;
 mod races;
+mod refusals;
 mod retention;
 mod roles;
 mod rules;
