@@ -918,6 +918,8 @@ const ERROR_CODES: &[(&str, ErrorClass)] = &[
 ///   data, terminal;
 /// - 5xx and anything else → Uncertain (the create may have been executed).
 pub fn classify(status: StatusCode, code: Option<&str>, text: &str) -> ErrorClass {
+    // Only a body that was not a JSON error can be a web page.
+    let page = code.is_none() && super::looks_like_html(text);
     let code = code.filter(|c| !c.is_empty());
     if let Some(code) = code {
         if let Some((_, class)) = ERROR_CODES
@@ -939,7 +941,7 @@ pub fn classify(status: StatusCode, code: Option<&str>, text: &str) -> ErrorClas
     match status {
         300..=399 => ErrorClass::Auth,
         401..=405 => ErrorClass::Auth,
-        400..=499 if code.is_none() && super::looks_like_html(text) => ErrorClass::Auth,
+        400..=499 if page => ErrorClass::Auth,
         400..=499 => ErrorClass::Validation,
         _ => ErrorClass::Uncertain,
     }
@@ -2221,6 +2223,8 @@ mod tests {
             (404, Some("NOT_FOUND"), "Not found", Validation),
             (404, Some("ERROR_NOT_FOUND"), "", Validation),
             (400, Some("INVALID_REQUEST"), "", Validation),
+            // (a JSON error whose description happens to hold markup is still JSON)
+            (400, Some(""), "<html><body>x</body></html>", Validation),
             (422, None, "", Validation),
             // A timeout is an answer that did not come: looked up, never a refusal.
             (408, None, "", Uncertain),
