@@ -237,6 +237,8 @@ pub struct AmoCrm {
     link_contacts: bool,
     limiter: Arc<RateLimiter>,
     rate_limit: f64,
+    /// Each request's cut-off, and the budget of a whole batch create.
+    timeout: Duration,
     client: reqwest::Client,
 }
 
@@ -319,6 +321,7 @@ impl AmoCrm {
         Ok(AmoCrm {
             limiter: rate::shared(&base, settings.rate_limit),
             rate_limit: settings.rate_limit,
+            timeout: settings.timeout,
             base,
             credentials,
             field_id: settings.operation_field_id,
@@ -875,28 +878,71 @@ fn not_sent(mut e: CrmError) -> CrmError {
     e
 }
 
+/// What a request addresses, for [`classify`]: a 404 means something else for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// An account-wide endpoint (`leads/complex`, the lead and contact searches, the
+    /// token endpoint): it always exists, so a 404 there means the address or the API
+    /// is wrong.
+    Account,
+    /// One entity by id (an update's reads and PATCHes): a JSON 404 means that entity
+    /// is not in the account any more (deleted) — about the entity, not the connector.
+    Entity,
+}
+
+/// amoCRM's `response.error_code`s that refuse the account or the integration, not a
+/// lead's data (even when they come with a 400): 101 account not found, 104 method
+/// unavailable, 110 authorization failed, 111 captcha required, 112 user disabled,
+/// 113 access denied from this IP, 244 no rights (to add leads, or the subscription
+/// ended), 401 no such account on the server, 403 account blocked.
+const ACCOUNT_CODES: &[u64] = &[101, 104, 110, 111, 112, 113, 244, 401, 403];
+
 /// The one classification of an amoCRM answer that is not a success (docs/crm.md):
 ///
-/// | status | class |
+/// | answer | class |
 /// |---|---|
-/// | 400 (also code 244: no rights / subscription ended), 404, other 4xx | validation — terminal |
-/// | 401 | auth — pause the connector |
-/// | 402 subscription ended | auth — pause the connector |
-/// | 403 account blocked / IP not allowed (often an nginx HTML page) | auth — pause, stop all traffic |
-/// | 408 | not sent — the server gave up before reading the request |
-/// | 429 (body may not be JSON) | rate limited — `Retry-After`, slow down |
+/// | 400 with `validation-errors`, 400 naming the lead's data, 409/422 and other 4xx | validation — that lead's data, terminal |
+/// | 404 (JSON) for one entity by id (`Target::Entity`: an update's lead or contact) | validation — the entity was deleted |
+/// | 400 with an account-level `error_code` (244 no rights, 110, 113 …) | auth — pause the connector |
+/// | 401; 402 subscription ended; 403 account blocked / IP not allowed | auth — pause the connector |
+/// | 404 on an account-wide endpoint, any 405, an HTML page where JSON was expected | auth — the address or the API is wrong |
 /// | 3xx (a moved account we do not follow) | auth — the base URL needs a person |
+/// | 408 | uncertain — a timeout is an unknown outcome: look the key up |
+/// | 429 (body may not be JSON) | rate limited — `Retry-After`, slow down |
 /// | 5xx, a 2xx we cannot read, anything else | uncertain — reconcile first |
 ///
 /// Timeouts and dropped connections are classified by [`classify_transport`].
-pub fn classify(status: StatusCode) -> ErrorClass {
+pub fn classify(status: StatusCode, target: Target, body: &[u8]) -> ErrorClass {
+    let json = serde_json::from_slice::<Value>(body).ok();
+    let html = json.is_none() && super::looks_like_html(&String::from_utf8_lossy(body));
+    let account_code = json
+        .as_ref()
+        .and_then(|j| j.pointer("/response/error_code"))
+        .and_then(|c| match c {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        })
+        .is_some_and(|c| ACCOUNT_CODES.contains(&c));
     match status.as_u16() {
+        408 => ErrorClass::Uncertain,
+        429 => ErrorClass::RateLimited,
         300..=399 => ErrorClass::Auth,
         401..=403 => ErrorClass::Auth,
-        408 => ErrorClass::NotSent,
-        429 => ErrorClass::RateLimited,
+        404 if target == Target::Entity && json.is_some() => ErrorClass::Validation,
+        404 | 405 => ErrorClass::Auth,
+        400..=499 if html || account_code => ErrorClass::Auth,
         400..=499 => ErrorClass::Validation,
         _ => ErrorClass::Uncertain,
+    }
+}
+
+/// What `what` (one of this adapter's request names) addresses.
+fn target_of(what: &str) -> Target {
+    if [UPDATE_LEAD, GET_LEAD, GET_CONTACT, UPDATE_CONTACT].contains(&what) {
+        Target::Entity
+    } else {
+        Target::Account
     }
 }
 
@@ -910,7 +956,7 @@ fn error_answer(
     body: &[u8],
     redact: &[&str],
 ) -> CrmError {
-    let class = classify(status);
+    let class = classify(status, target_of(what), body);
     let desc = match serde_json::from_slice::<Value>(body) {
         Ok(json) if json.is_object() => problem_text(&json),
         Ok(_) => "unexpected JSON answer".to_owned(),
@@ -1177,20 +1223,59 @@ impl Crm for AmoCrm {
     }
 
     /// One `leads/complex` request with every lead (`request_id` = its operation id).
-    /// amoCRM validates the whole request first: a 400 naming some of the leads created
-    /// none, so those get the validation error and the rest go once more without them.
+    ///
+    /// amoCRM validates the whole request before it creates anything, so a request
+    /// refused with a 400 created none of its leads, and each of them may be sent again.
+    /// The leads the refusal names (`validation-errors` by `request_id`) get it as their
+    /// own answer, and the others go again without them; a refusal that names none of
+    /// a request's several leads proves nothing about any one of them, so that request
+    /// is split in two. This goes on until every lead has an answer of its own — a
+    /// refusal of a request of one lead is that lead's — however many rounds the
+    /// refusals come in: a valid lead never fails because another of its batch was
+    /// refused. Any other failure (an answer lost or cut off, a 5xx: the request may
+    /// have been executed) is the answer of every lead of that request, looked up by
+    /// key; such a lead is never sent again here. A lead still waiting when too little
+    /// of the call's budget is left for another request is `not_sent`, tried later.
     async fn create_many(&self, leads: &[Lead]) -> BatchAnswer {
         let mut answers: Vec<Option<(Result<String, CrmError>, Exchange)>> =
             leads.iter().map(|_| None).collect();
-        let mut pending: Vec<usize> = (0..leads.len()).collect();
         let redact: Vec<&str> = leads.iter().flat_map(Lead::contact_values).collect();
-        let request_of = |lead: &Lead, sent: usize| {
+        let request_of = |lead: &Lead, sent: usize, round: usize| {
             let mut request = self.create_request(lead);
             request["batch"] = json!(sent);
+            if round > 0 {
+                request["round"] = json!(round);
+            }
             request
         };
-        for round in 0..2 {
-            let bodies: Vec<Value> = pending
+        let clock = super::SplitClock::start(self.timeout);
+        let mut queue: std::collections::VecDeque<Vec<usize>> =
+            std::collections::VecDeque::from([(0..leads.len()).collect::<Vec<_>>()]);
+        let mut round = 0;
+        while let Some(group) = queue.pop_front() {
+            let mut cut = None;
+            if round > 0 {
+                // A follow-up takes its own turn of the pace, and must end before the
+                // worker's cut.
+                self.limiter.acquire().await;
+                cut = clock.left();
+                if cut.is_none() {
+                    for i in group.into_iter().chain(queue.drain(..).flatten()) {
+                        let e = super::not_sent_after_split(CONNECTOR, CREATE);
+                        let mut response = Map::new();
+                        note_error(&mut response, &e);
+                        answers[i] = Some((
+                            Err(e),
+                            Exchange {
+                                request: request_of(&leads[i], 0, round),
+                                response: Value::Object(response),
+                            },
+                        ));
+                    }
+                    break;
+                }
+            }
+            let bodies: Vec<Value> = group
                 .iter()
                 .map(|&i| self.lead_body(&leads[i], None))
                 .collect();
@@ -1199,16 +1284,38 @@ impl Crm for AmoCrm {
                 .client
                 .post(format!("{}/api/v4/leads/complex", self.base))
                 .json(&bodies);
-            tracing::debug!(leads = pending.len(), round, "amocrm batch create");
-            let sent = pending.len();
+            tracing::debug!(leads = group.len(), round, "amocrm batch create");
+            let sent = group.len();
+            let answer = match cut {
+                None => self.call(CREATE, req, &redact, &mut summary).await,
+                Some(left) => {
+                    let call = rate::prepaid(self.call(CREATE, req, &redact, &mut summary));
+                    match tokio::time::timeout(left, call).await {
+                        Ok(answer) => answer,
+                        Err(_) => {
+                            let e = CrmError::new(
+                                ErrorClass::Uncertain,
+                                format!(
+                                    "{CONNECTOR} {CREATE}: no answer within the {} ms left of the call's budget",
+                                    left.as_millis()
+                                ),
+                            );
+                            note_error(&mut summary, &e);
+                            Err(e)
+                        }
+                    }
+                }
+            };
+            let this_round = round;
+            round += 1;
             let exchange = |summary: &Map<String, Value>, i: usize| Exchange {
-                request: request_of(&leads[i], sent),
+                request: request_of(&leads[i], sent, this_round),
                 response: Value::Object(summary.clone()),
             };
-            match self.call(CREATE, req, &redact, &mut summary).await {
+            match answer {
                 Ok((_, bytes)) => {
                     let rows = complex_rows(&bytes).unwrap_or_default();
-                    for (pos, &i) in pending.iter().enumerate() {
+                    for (pos, &i) in group.iter().enumerate() {
                         let op = leads[i].operation_id.as_str();
                         // Rows are matched by their echoed request_id, else by position.
                         let row = rows
@@ -1236,10 +1343,10 @@ impl Crm for AmoCrm {
                         };
                         answers[i] = Some((result, exchange(&response, i)));
                     }
-                    break;
                 }
-                Err(e) => {
-                    let invalid: Vec<String> = summary
+                // Refused before anything was executed: each lead may go again.
+                Err(e) if e.class == ErrorClass::Validation => {
+                    let named: Vec<String> = summary
                         .get("invalid_request_ids")
                         .and_then(Value::as_array)
                         .map(|a| {
@@ -1248,27 +1355,37 @@ impl Crm for AmoCrm {
                                 .collect()
                         })
                         .unwrap_or_default();
-                    let (refused, rest): (Vec<usize>, Vec<usize>) = pending
-                        .iter()
-                        .partition(|&&i| invalid.contains(&leads[i].operation_id.to_string()));
-                    if e.class == ErrorClass::Validation
-                        && round == 0
-                        && !refused.is_empty()
-                        && !rest.is_empty()
-                    {
-                        for i in refused {
-                            answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
-                        }
-                        pending = rest;
-                        continue;
+                    let (refused, rest): (Vec<usize>, Vec<usize>) = if sent == 1 {
+                        (group, Vec::new())
+                    } else {
+                        group
+                            .into_iter()
+                            .partition(|&i| named.contains(&leads[i].operation_id.to_string()))
+                    };
+                    for &i in &refused {
+                        answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
                     }
-                    if answers.iter().all(Option::is_none) {
+                    match (refused.is_empty(), rest.len()) {
+                        (_, 0) => {}
+                        // Some named: the others go again together.
+                        (false, _) => queue.push_back(rest),
+                        // None named: halves, until each lead is alone.
+                        (true, _) => {
+                            let mut rest = rest;
+                            let second = rest.split_off(rest.len() / 2);
+                            queue.push_back(rest);
+                            queue.push_back(second);
+                        }
+                    }
+                }
+                Err(e) => {
+                    if this_round == 0 {
                         // The request failed as a whole.
                         let request = json!({
                             "connector": CONNECTOR,
                             "method": CREATE,
                             "batch": sent,
-                            "request_ids": pending.iter().map(|&i| leads[i].operation_id.as_str()).collect::<Vec<_>>(),
+                            "request_ids": group.iter().map(|&i| leads[i].operation_id.as_str()).collect::<Vec<_>>(),
                         });
                         return Err((
                             e,
@@ -1278,15 +1395,12 @@ impl Crm for AmoCrm {
                             },
                         ));
                     }
-                    for &i in &pending {
+                    for &i in &group {
                         answers[i] = Some((Err(e.clone()), exchange(&summary, i)));
                     }
-                    break;
                 }
             }
         }
-        // Every lead was answered: by the first request, or (refused by it) by its
-        // validation error, the others by the second.
         Ok(answers
             .into_iter()
             .map(|a| a.expect("every lead of the batch has its answer"))
@@ -1816,10 +1930,64 @@ mod tests {
         );
         assert_eq!(ex.response["status"], 400);
         assert_eq!(ex.response["class"], "validation");
-        let (err, _) = create_err(&fake, Fault::NoRights).await;
-        assert_eq!(err.class, ErrorClass::Validation);
-        assert!(err.message.contains("code 244"), "{err}");
         assert!(fake.leads().is_empty());
+    }
+
+    #[tokio::test]
+    async fn refusals_of_the_account_or_the_address_pause_the_connector() {
+        let fake = fake().await;
+        let error = |status, detail: &str| Fault::Error {
+            status,
+            detail: detail.into(),
+            after_execute: false,
+        };
+        // (the fault on leads/complex, the class, a piece of the message)
+        let table = [
+            (Fault::NoRights, ErrorClass::Auth, "code 244"),
+            (Fault::PaymentRequired, ErrorClass::Auth, "HTTP 402"),
+            (
+                Fault::Blocked,
+                ErrorClass::Auth,
+                "HTTP 403 (not JSON) 403 Forbidden",
+            ),
+            (error(404, "Not Found"), ErrorClass::Auth, "HTTP 404"),
+            (
+                error(405, "Method Not Allowed"),
+                ErrorClass::Auth,
+                "HTTP 405",
+            ),
+            (
+                Fault::HtmlPage { status: 404 },
+                ErrorClass::Auth,
+                "404 Not Found nginx",
+            ),
+            (
+                Fault::HtmlPage { status: 400 },
+                ErrorClass::Auth,
+                "HTTP 400",
+            ),
+            (
+                error(408, "Request Timeout"),
+                ErrorClass::Uncertain,
+                "HTTP 408",
+            ),
+            (
+                Fault::Validation,
+                ErrorClass::Validation,
+                "NotSupportedChoice",
+            ),
+        ];
+        for (fault, class, text) in table {
+            let (err, ex) = create_err(&fake, fault.clone()).await;
+            assert_eq!(err.class, class, "{fault:?}: {err}");
+            assert!(err.message.contains(text), "{fault:?}: {err}");
+            assert_eq!(ex.response["class"], json!(class), "{fault:?}");
+        }
+        assert!(fake.leads().is_empty());
+        // A lookup's endpoint that is not there: the connector's problem too.
+        fake.push_fault(fake_amocrm::SEARCH, error(404, "Not Found"), 1);
+        let err = adapter(&fake).find("tilda:x").await.0.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Auth, "{err}");
     }
 
     #[tokio::test]
@@ -1875,6 +2043,88 @@ mod tests {
         }
         assert_eq!(fake.calls(fake_amocrm::CREATE), 2);
         assert_eq!(fake.leads().len(), 2, "the refused lead was never created");
+    }
+
+    #[tokio::test]
+    async fn refusals_in_rounds_fail_only_the_invalid_leads() {
+        use fake_amocrm::NameRefusals;
+        for naming in [NameRefusals::All, NameRefusals::First, NameRefusals::None] {
+            let fake = fake().await;
+            let crm = adapter(&fake);
+            let leads: Vec<Lead> = (0..10).map(|i| lead(&format!("tilda:r{i}"))).collect();
+            fake.set_invalid_leads(&["tilda:r1", "tilda:r4", "tilda:r8"], naming);
+            let answers = crm.create_many(&leads).await.unwrap();
+            for (i, (result, ex)) in answers.iter().enumerate() {
+                if [1, 4, 8].contains(&i) {
+                    let e = result.as_ref().unwrap_err();
+                    assert_eq!(e.class, ErrorClass::Validation, "{naming:?} {i}: {e}");
+                } else {
+                    assert!(result.is_ok(), "{naming:?} {i}: {result:?}");
+                }
+                assert_exchange_clean(ex);
+            }
+            let mut keys: Vec<String> = fake
+                .leads()
+                .iter()
+                .map(|l| {
+                    l["custom_fields_values"][0]["values"][0]["value"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            keys.sort();
+            let want: Vec<String> = [0, 2, 3, 5, 6, 7, 9]
+                .iter()
+                .map(|i| format!("tilda:r{i}"))
+                .collect();
+            assert_eq!(keys, want, "{naming:?}: each valid lead once");
+            let calls = fake.calls(fake_amocrm::CREATE);
+            match naming {
+                // All named at once: the request, then the others once more.
+                NameRefusals::All => assert_eq!(calls, 2),
+                // One named a round.
+                NameRefusals::First => assert_eq!(calls, 4),
+                // None named: halves until each refusal is a lead's own.
+                NameRefusals::None => assert!((5..=20).contains(&calls), "{calls}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_split_never_sends_again_what_may_have_been_created() {
+        let fake = fake().await;
+        let crm = adapter(&fake);
+        // The request is refused naming no lead; its first half is executed and then
+        // answered 500: those two are uncertain (looked up later), never sent again.
+        fake.push_fault(
+            fake_amocrm::CREATE,
+            Fault::Error {
+                status: 400,
+                detail: "Request validation failed".into(),
+                after_execute: false,
+            },
+            1,
+        );
+        fake.push_fault(fake_amocrm::CREATE, Fault::ServerErrorAfterCreate, 1);
+        let leads: Vec<Lead> = (0..4).map(|i| lead(&format!("tilda:u{i}"))).collect();
+        let answers = crm.create_many(&leads).await.unwrap();
+        let classes: Vec<Option<ErrorClass>> = answers
+            .iter()
+            .map(|(r, _)| r.as_ref().err().map(|e| e.class))
+            .collect();
+        assert_eq!(
+            classes,
+            [
+                Some(ErrorClass::Uncertain),
+                Some(ErrorClass::Uncertain),
+                None,
+                None
+            ]
+        );
+        assert_eq!(fake.calls(fake_amocrm::CREATE), 3);
+        assert_eq!(fake.leads().len(), 4, "each lead once");
+        assert_eq!(answers[2].1.request["round"], 2);
     }
 
     #[tokio::test]
@@ -2409,27 +2659,67 @@ mod tests {
     #[test]
     fn classification_table() {
         use ErrorClass::*;
+        use Target::*;
+        const HTML: &str =
+            "<html><head><title>404 Not Found</title></head><body>nginx</body></html>";
+        const PROBLEM: &str = r#"{"title":"Not Found","status":404,"detail":"Not Found"}"#;
+        const INVALID: &str = r#"{"validation-errors":[{"request_id":"0","errors":[{"code":"NotSupportedChoice","path":"x","detail":"y"}]}],"title":"Bad Request","status":400}"#;
+        const NO_RIGHTS: &str = r#"{"title":"Bad Request","status":400,"response":{"error":"Access denied","error_code":244}}"#;
+        const IP_DENIED: &str =
+            r#"{"response":{"error":"Access denied from this IP","error_code":"113"}}"#;
+        const OTHER_CODE: &str = r#"{"response":{"error":"Invalid data","error_code":"400"}}"#;
+        // (status, what the request addresses, body, class)
         let table = [
-            (400, Validation),
-            (401, Auth),
-            (402, Auth),
-            (403, Auth),
-            (404, Validation),
-            (408, NotSent),
-            (422, Validation),
-            (429, RateLimited),
-            (301, Auth),
-            (500, Uncertain),
-            (502, Uncertain),
-            (503, Uncertain),
-            (504, Uncertain),
-            (200, Uncertain),
+            // That lead's data: terminal.
+            (400, Account, INVALID, Validation),
+            (400, Account, OTHER_CODE, Validation),
+            (400, Account, "", Validation),
+            (400, Account, "Bad Request", Validation),
+            (422, Account, PROBLEM, Validation),
+            (409, Account, PROBLEM, Validation),
+            // The entity an update names by id is gone (deleted in the CRM).
+            (404, Entity, PROBLEM, Validation),
+            (400, Entity, INVALID, Validation),
+            // The connector's problem: credentials, account, method, address — pause.
+            (400, Account, NO_RIGHTS, Auth),
+            (400, Entity, NO_RIGHTS, Auth),
+            (400, Account, IP_DENIED, Auth),
+            (401, Account, PROBLEM, Auth),
+            (402, Account, PROBLEM, Auth),
+            (403, Account, HTML, Auth),
+            (403, Entity, PROBLEM, Auth),
+            (404, Account, PROBLEM, Auth),
+            (404, Account, HTML, Auth),
+            (404, Account, "", Auth),
+            (404, Entity, HTML, Auth),
+            (404, Entity, "", Auth),
+            (405, Account, PROBLEM, Auth),
+            (405, Entity, PROBLEM, Auth),
+            (400, Account, HTML, Auth),
+            (410, Account, "<!DOCTYPE html><html></html>", Auth),
+            (301, Account, "", Auth),
+            (302, Entity, HTML, Auth),
+            // Refused before execution: later.
+            (429, Account, "Too Many Requests", RateLimited),
+            // A timeout is an unknown outcome: looked up, never a refusal.
+            (408, Account, "", Uncertain),
+            (408, Account, HTML, Uncertain),
+            // The account failed while executing, or an answer we cannot read.
+            (500, Account, PROBLEM, Uncertain),
+            (502, Account, HTML, Uncertain),
+            (503, Account, "", Uncertain),
+            (504, Account, "", Uncertain),
+            (200, Account, "", Uncertain),
         ];
-        for (status, class) in table {
+        for (status, target, body, class) in table {
             assert_eq!(
-                classify(StatusCode::from_u16(status).unwrap()),
+                classify(
+                    StatusCode::from_u16(status).unwrap(),
+                    target,
+                    body.as_bytes()
+                ),
                 class,
-                "{status}"
+                "{status} {target:?} {body}"
             );
         }
     }

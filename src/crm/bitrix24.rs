@@ -720,6 +720,73 @@ impl Bitrix24 {
         let next = page.get("next").and_then(Value::as_u64);
         Ok((rows, next))
     }
+
+    /// One `batch` request of `crm.lead.add` (or `crm.deal.add`) commands, `halt: 0`:
+    /// each command runs on its own (no transaction) and has its own result or error.
+    async fn batch_once(&self, leads: &[&Lead]) -> BatchAnswer {
+        let method = self.entity.add_method();
+        let mut cmd = serde_json::Map::new();
+        let mut requests = Vec::with_capacity(leads.len());
+        for (i, lead) in leads.iter().enumerate() {
+            let params = self.add_params(lead);
+            let mut request = self.create_request(lead, &params["fields"]);
+            request.insert("via".into(), json!("batch"));
+            request.insert("command".into(), json!(command_key(i)));
+            request.insert("batch".into(), json!(leads.len()));
+            requests.push(Value::Object(request));
+            cmd.insert(
+                command_key(i),
+                json!(format!("{method}?{}", php_query(&params))),
+            );
+        }
+        let body = json!({"halt": 0, "cmd": cmd});
+        let redact: Vec<&str> = leads.iter().flat_map(|l| l.contact_values()).collect();
+        let mut summary = serde_json::Map::new();
+        summary.insert("batch".into(), json!(leads.len()));
+        let answer = self
+            .post("batch", &body, "batch", &redact, &mut summary)
+            .await;
+        let batch = match answer {
+            Ok(batch) => batch,
+            Err(e) => {
+                let request = json!({
+                    "connector": CONNECTOR,
+                    "method": "batch",
+                    "command": method,
+                    "batch": leads.len(),
+                    "origin_ids": leads.iter().map(|l| l.operation_id.as_str()).collect::<Vec<_>>(),
+                });
+                return Err((
+                    e,
+                    Exchange {
+                        request,
+                        response: Value::Object(summary),
+                    },
+                ));
+            }
+        };
+        Ok(requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, request)| {
+                let result = batch_item(method, &command_key(i), &batch, &redact);
+                let mut response = summary.clone();
+                match &result {
+                    Ok(id) => {
+                        response.insert("id".into(), json!(id));
+                    }
+                    Err(e) => note_error(&mut response, e),
+                }
+                (
+                    result,
+                    Exchange {
+                        request,
+                        response: Value::Object(response),
+                    },
+                )
+            })
+            .collect())
+    }
 }
 
 /// A PHP-style query string (`fields[PHONE][0][VALUE]=…`), as a `batch` command's
@@ -772,8 +839,9 @@ fn batch_item(method: &str, key: &str, batch: &Value, redact: &[&str]) -> Result
             .and_then(Value::as_str)
             .unwrap_or_default();
         // A command's error carries no HTTP status: as a call of its own it would have
-        // been refused with a 400 (validation) unless its code says otherwise.
-        let class = classify(StatusCode::BAD_REQUEST, Some(code));
+        // been refused with a 400 (validation) unless its code or text says otherwise —
+        // a method the portal refuses pauses the connector, a timeout is looked up.
+        let class = classify(StatusCode::BAD_REQUEST, Some(code), desc);
         return Err(CrmError::new(
             class,
             clean_message(
@@ -818,7 +886,8 @@ const ERROR_CODES: &[(&str, ErrorClass)] = &[
     // does, so it is classed as Auth.
     ("OVERLOAD_LIMIT", ErrorClass::Auth),
     ("PORTAL_DELETED", ErrorClass::Auth),
-    // Credentials: a webhook cannot refresh itself, so pause the connector.
+    ("PAYMENT_REQUIRED", ErrorClass::Auth),
+    // Credentials and scope: a webhook cannot refresh itself, so pause the connector.
     ("expired_token", ErrorClass::Auth),
     ("invalid_token", ErrorClass::Auth),
     ("NO_AUTH_FOUND", ErrorClass::Auth),
@@ -826,23 +895,45 @@ const ERROR_CODES: &[(&str, ErrorClass)] = &[
     ("INVALID_CREDENTIALS", ErrorClass::Auth),
     ("ACCESS_DENIED", ErrorClass::Auth),
     ("user_access_error", ErrorClass::Auth),
-    // A wrong method name is configuration: terminal, no retry.
-    ("ERROR_METHOD_NOT_FOUND", ErrorClass::Validation),
+    ("WRONG_AUTH_TYPE", ErrorClass::Auth),
+    ("ALLOWED_ONLY_INTRANET_USER", ErrorClass::Auth),
+    // The portal has no such method (no CRM module, a tariff without it, a webhook
+    // pointing elsewhere), or refuses it in a batch: no lead can ever go through it
+    // until a person fixes the connection — pause, never fail the leads.
+    ("ERROR_METHOD_NOT_FOUND", ErrorClass::Auth),
+    ("ERROR_BATCH_METHOD_NOT_ALLOWED", ErrorClass::Auth),
+    // The lead's data (or the entity an update names by id, deleted in the CRM).
+    ("ERROR_CORE", ErrorClass::Validation),
+    ("NOT_FOUND", ErrorClass::Validation),
+    ("ERROR_NOT_FOUND", ErrorClass::Validation),
+    ("ENTITY_NOT_FOUND", ErrorClass::Validation),
     // The portal failed while executing: the entity may exist — reconcile first.
     ("INTERNAL_SERVER_ERROR", ErrorClass::Uncertain),
     ("ERROR_UNEXPECTED_ANSWER", ErrorClass::Uncertain),
 ];
 
-/// The one classification of a Bitrix24 answer that is not a success.
+/// The one classification of a Bitrix24 answer that is not a success, and of a batch
+/// command's `result_error` entry (given as a 400 with its code and description).
 ///
 /// `code` is Bitrix24's `error` ("" for most CRM validation errors, `None` when the
-/// body was not a JSON error). A known code wins; otherwise the status decides:
-/// 400/404/other 4xx → Validation (refused, terminal), 401/402/403 → Auth, 408 →
-/// NotSent (the server gave up before reading the request), 429 → RateLimited,
-/// 3xx (a redirect we could not follow) → Auth (the webhook URL needs a person),
-/// 5xx and anything else → Uncertain (the create may have been executed).
-pub fn classify(status: StatusCode, code: Option<&str>) -> ErrorClass {
-    if let Some(code) = code.filter(|c| !c.is_empty()) {
+/// body was not a JSON error); `text` its `error_description`, or the body itself when
+/// it was not JSON. A known code wins. Then:
+///
+/// - a timeout — 408, or a code or text that says so (`Request Timeout` in a batch
+///   entry) — is an answer that did not come: Uncertain (looked up by key), never a
+///   refusal;
+/// - 429 → RateLimited;
+/// - the request, the method or the address refused — 3xx (a redirect we could not
+///   follow), 401/402/403, 404 and 405 without an entity code, an HTML page where the
+///   API answers JSON — is the connector's problem, not the lead's: Auth (pause);
+/// - other 4xx (400 with a validation text, `ERROR_CORE`) → Validation: that lead's
+///   data, terminal;
+/// - 5xx and anything else → Uncertain (the create may have been executed).
+pub fn classify(status: StatusCode, code: Option<&str>, text: &str) -> ErrorClass {
+    // Only a body that was not a JSON error can be a web page.
+    let page = code.is_none() && super::looks_like_html(text);
+    let code = code.filter(|c| !c.is_empty());
+    if let Some(code) = code {
         if let Some((_, class)) = ERROR_CODES
             .iter()
             .find(|(known, _)| known.eq_ignore_ascii_case(code))
@@ -850,14 +941,29 @@ pub fn classify(status: StatusCode, code: Option<&str>) -> ErrorClass {
             return *class;
         }
     }
-    match status.as_u16() {
+    let status = status.as_u16();
+    if status == 429 {
+        return ErrorClass::RateLimited;
+    }
+    if (400..=499).contains(&status)
+        && (status == 408 || code.is_some_and(says_timeout) || says_timeout(text))
+    {
+        return ErrorClass::Uncertain;
+    }
+    match status {
         300..=399 => ErrorClass::Auth,
-        401..=403 => ErrorClass::Auth,
-        408 => ErrorClass::NotSent,
-        429 => ErrorClass::RateLimited,
+        401..=405 => ErrorClass::Auth,
+        400..=499 if page => ErrorClass::Auth,
         400..=499 => ErrorClass::Validation,
         _ => ErrorClass::Uncertain,
     }
+}
+
+/// Whether a code or text says the request timed out (`Request Timeout`,
+/// `ERROR_TIMEOUT`, "timed out").
+fn says_timeout(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("timeout") || t.contains("timed out") || t.contains("time out") || t.trim() == "408"
 }
 
 /// Turns a complete HTTP answer into the success envelope (it has a `result`) or a
@@ -881,7 +987,15 @@ fn interpret(
     }
     // A 2xx without a `result` (or with an unknown code) falls through to Uncertain:
     // we cannot know what was executed.
-    let class = classify(status, code);
+    let text = match &json {
+        Some(j) => j
+            .get("error_description")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        None => String::from_utf8_lossy(body).into_owned(),
+    };
+    let class = classify(status, code, &text);
     let (code_part, desc) = match &json {
         Some(j) if j.get("error").is_some() => (
             code.unwrap_or_default().to_owned(),
@@ -1217,70 +1331,108 @@ impl Crm for Bitrix24 {
         )
     }
 
-    /// One `batch` request of `crm.lead.add` (or `crm.deal.add`) commands, `halt: 0`:
-    /// each command runs on its own (no transaction) and has its own result or error.
+    /// The commands of a batch, each with its own answer: a command's `result_error` is
+    /// classified as its own (a method refused pauses the connector, a timeout is looked
+    /// up, a validation text fails that lead alone), and a command with neither a result
+    /// nor an error (a `halt` stopped the batch, or the answer is cut short) is uncertain,
+    /// looked up by key — never re-sent here, as it may have run.
+    ///
+    /// A `batch` refused as a whole before any command ran (a 400: too long, a body the
+    /// portal could not parse) says nothing about any one lead: it is split in two and
+    /// each half sent again, down to a lead sent alone (`crm.lead.add`, its own answer;
+    /// a batch of one lead goes so at once), so a valid lead never fails for another's
+    /// sake. A lead still waiting when too
+    /// little of the call's budget is left for another request is `not_sent`.
     async fn create_many(&self, leads: &[Lead]) -> BatchAnswer {
-        let method = self.entity.add_method();
-        let mut cmd = serde_json::Map::new();
-        let mut requests = Vec::with_capacity(leads.len());
-        for (i, lead) in leads.iter().enumerate() {
-            let params = self.add_params(lead);
-            let mut request = self.create_request(lead, &params["fields"]);
-            request.insert("via".into(), json!("batch"));
-            request.insert("command".into(), json!(command_key(i)));
-            request.insert("batch".into(), json!(leads.len()));
-            requests.push(Value::Object(request));
-            cmd.insert(
-                command_key(i),
-                json!(format!("{method}?{}", php_query(&params))),
-            );
-        }
-        let body = json!({"halt": 0, "cmd": cmd});
-        let redact: Vec<&str> = leads.iter().flat_map(Lead::contact_values).collect();
-        let mut summary = serde_json::Map::new();
-        summary.insert("batch".into(), json!(leads.len()));
-        let answer = self
-            .post("batch", &body, "batch", &redact, &mut summary)
-            .await;
-        let batch = match answer {
-            Ok(batch) => batch,
-            Err(e) => {
-                let request = json!({
-                    "connector": CONNECTOR,
-                    "method": "batch",
-                    "command": method,
-                    "batch": leads.len(),
-                    "origin_ids": leads.iter().map(|l| l.operation_id.as_str()).collect::<Vec<_>>(),
-                });
-                return Err((
-                    e,
-                    Exchange {
-                        request,
-                        response: Value::Object(summary),
-                    },
-                ));
-            }
+        let clock = super::SplitClock::start(self.timeout);
+        let all: Vec<&Lead> = leads.iter().collect();
+        let refusal = match self.batch_once(&all).await {
+            Err((e, ex)) if e.class == ErrorClass::Validation => (e, ex),
+            answer => return answer,
         };
-        Ok(requests
+        tracing::debug!(batch = leads.len(), error = %refusal.0, "bitrix24 batch refused as a whole: splitting it");
+        let mut answers: Vec<Option<(Result<String, CrmError>, Exchange)>> =
+            leads.iter().map(|_| None).collect();
+        let mut first: Vec<usize> = (0..leads.len()).collect();
+        let second = first.split_off(first.len() / 2);
+        let mut queue: std::collections::VecDeque<Vec<usize>> = [first, second]
             .into_iter()
-            .enumerate()
-            .map(|(i, request)| {
-                let result = batch_item(method, &command_key(i), &batch, &redact);
-                let mut response = summary.clone();
-                match &result {
-                    Ok(id) => {
-                        response.insert("id".into(), json!(id));
-                    }
-                    Err(e) => note_error(&mut response, e),
+            .filter(|g| !g.is_empty())
+            .collect();
+        let split = |mut ex: Exchange| {
+            ex.request["split_after"] = json!(refusal.0.message);
+            ex
+        };
+        while let Some(group) = queue.pop_front() {
+            if let Some(limiter) = &self.limiter {
+                limiter.acquire().await;
+            }
+            let Some(left) = clock.left() else {
+                for i in group.into_iter().chain(queue.drain(..).flatten()) {
+                    let e = super::not_sent_after_split(CONNECTOR, "batch");
+                    let mut response = serde_json::Map::new();
+                    note_error(&mut response, &e);
+                    let request = Value::Object(
+                        self.create_request(&leads[i], &self.add_params(&leads[i])["fields"]),
+                    );
+                    answers[i] = Some((
+                        Err(e),
+                        split(Exchange {
+                            request,
+                            response: Value::Object(response),
+                        }),
+                    ));
                 }
-                (
-                    result,
+                break;
+            };
+            let call = async {
+                match group.as_slice() {
+                    [one] => Ok(vec![self.add(&leads[*one], None).await]),
+                    _ => {
+                        let some: Vec<&Lead> = group.iter().map(|&i| &leads[i]).collect();
+                        self.batch_once(&some).await
+                    }
+                }
+            };
+            let answer = match tokio::time::timeout(left, super::rate::prepaid(call)).await {
+                Ok(answer) => answer,
+                Err(_) => Err((
+                    CrmError::new(
+                        ErrorClass::Uncertain,
+                        format!(
+                            "{CONNECTOR} batch: no answer within the {} ms left of the call's budget",
+                            left.as_millis()
+                        ),
+                    ),
                     Exchange {
-                        request,
-                        response: Value::Object(response),
+                        request: json!({"connector": CONNECTOR, "method": "batch", "batch": group.len()}),
+                        response: json!({"cut_off_ms": left.as_millis() as u64}),
                     },
-                )
-            })
+                )),
+            };
+            match answer {
+                // One answer per command (or the one add), in order.
+                Ok(items) => {
+                    for (&i, (result, ex)) in group.iter().zip(items) {
+                        answers[i] = Some((result, split(ex)));
+                    }
+                }
+                Err((e, _)) if e.class == ErrorClass::Validation && group.len() > 1 => {
+                    let mut first = group;
+                    let second = first.split_off(first.len() / 2);
+                    queue.push_back(first);
+                    queue.push_back(second);
+                }
+                Err((e, ex)) => {
+                    for &i in &group {
+                        answers[i] = Some((Err(e.clone()), split(ex.clone())));
+                    }
+                }
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every lead of the batch has its answer"))
             .collect())
     }
 
@@ -1811,7 +1963,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unknown_method_is_validation() {
+    async fn unknown_method_pauses_the_connector() {
+        // A portal without the method (no CRM module, a tariff without it, a webhook
+        // pointing elsewhere): no lead can go through until a person fixes it.
         let fake = fake().await;
         let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
         let mut summary = serde_json::Map::new();
@@ -1819,13 +1973,118 @@ mod tests {
             .post("crm.nothing.add", &json!({}), "tilda:x", &[], &mut summary)
             .await
             .unwrap_err();
-        assert_eq!(err.class, ErrorClass::Validation);
+        assert_eq!(err.class, ErrorClass::Auth);
         assert!(
             err.message.contains("HTTP 404 ERROR_METHOD_NOT_FOUND"),
             "{err}"
         );
         assert_clean(&err.message);
         assert_eq!(summary["status"], 404);
+    }
+
+    #[tokio::test]
+    async fn refusals_of_the_request_pause_and_timeouts_are_looked_up() {
+        let fake = fake().await;
+        let error = |status, code: &str, desc: &str| Fault::Error {
+            status,
+            error: code.into(),
+            error_description: desc.into(),
+            after_execute: false,
+        };
+        // (the fault on crm.lead.add, the class, a piece of the message)
+        let table = [
+            (
+                error(404, "ERROR_METHOD_NOT_FOUND", "Method not found!"),
+                ErrorClass::Auth,
+                "HTTP 404 ERROR_METHOD_NOT_FOUND",
+            ),
+            (
+                Fault::HtmlPage { status: 404 },
+                ErrorClass::Auth,
+                "404 Not Found nginx",
+            ),
+            (
+                Fault::HtmlPage { status: 405 },
+                ErrorClass::Auth,
+                "HTTP 405",
+            ),
+            (
+                Fault::HtmlPage { status: 400 },
+                ErrorClass::Auth,
+                "HTTP 400",
+            ),
+            (
+                error(403, "insufficient_scope", "x"),
+                ErrorClass::Auth,
+                "insufficient_scope",
+            ),
+            (
+                error(408, "", "Request Timeout"),
+                ErrorClass::Uncertain,
+                "HTTP 408",
+            ),
+            (
+                error(400, "ERROR_CORE", "Invalid e-mail"),
+                ErrorClass::Validation,
+                "ERROR_CORE",
+            ),
+        ];
+        for (fault, class, text) in table {
+            let (err, ex) = create_err(&fake, "crm.lead.add", fault.clone()).await;
+            assert_eq!(err.class, class, "{fault:?}: {err}");
+            assert!(err.message.contains(text), "{fault:?}: {err}");
+            assert_eq!(ex.response["class"], json!(class), "{fault:?}");
+        }
+        assert!(fake.entities().is_empty());
+    }
+
+    #[tokio::test]
+    async fn batch_entries_are_classified_as_their_own_answers() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        let error = |status, code: &str, desc: &str, after_execute| Fault::Error {
+            status,
+            error: code.into(),
+            error_description: desc.into(),
+            after_execute,
+        };
+        // Each fault strikes one command: c00 a timeout after the add ran, c01 a method
+        // the portal refuses, c02 the lead's data, c03 goes through.
+        fake.push_fault("crm.lead.add", error(408, "", "Request Timeout", true), 1);
+        fake.push_fault(
+            "crm.lead.add",
+            error(404, "ERROR_METHOD_NOT_FOUND", "Method not found!", false),
+            1,
+        );
+        fake.push_fault(
+            "crm.lead.add",
+            error(400, "", "The required field 'Lead Name' is missing.", false),
+            1,
+        );
+        let leads: Vec<Lead> = (0..4).map(|i| lead(&format!("tilda:e{i}"))).collect();
+        let answers = crm.create_many(&leads).await.unwrap();
+        let classes: Vec<Option<ErrorClass>> = answers
+            .iter()
+            .map(|(r, _)| r.as_ref().err().map(|e| e.class))
+            .collect();
+        assert_eq!(
+            classes,
+            [
+                Some(ErrorClass::Uncertain),
+                Some(ErrorClass::Auth),
+                Some(ErrorClass::Validation),
+                None
+            ]
+        );
+        for (_, ex) in &answers {
+            assert_exchange_clean(ex);
+        }
+        // The timed-out add ran: its lookup finds it.
+        assert_eq!(fake.entities().len(), 2);
+        assert_eq!(
+            crm.find("tilda:e0").await.0.unwrap(),
+            Lookup::One("1".into())
+        );
     }
 
     #[tokio::test]
@@ -1866,40 +2125,151 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_batch_refused_as_a_whole_is_split_down_to_each_lead_s_own_answer() {
+        let fake = fake().await;
+        let crm = adapter(&fake, Entity::Lead, Duration::from_secs(5));
+        let refused = Fault::Error {
+            status: 400,
+            error: "ERROR_BATCH_LENGTH_EXCEEDED".into(),
+            error_description: "Max batch length exceeded".into(),
+            after_execute: false,
+        };
+        // The whole batch and both halves are refused; the four go one by one, and the
+        // first of them is refused for its own data.
+        fake.push_fault("batch", refused, 3);
+        fake.push_fault("crm.lead.add", Fault::Validation, 1);
+        let leads: Vec<Lead> = (0..4).map(|i| lead(&format!("tilda:s{i}"))).collect();
+        let answers = crm.create_many(&leads).await.unwrap();
+        let classes: Vec<Option<ErrorClass>> = answers
+            .iter()
+            .map(|(r, _)| r.as_ref().err().map(|e| e.class))
+            .collect();
+        assert_eq!(classes, [Some(ErrorClass::Validation), None, None, None]);
+        for (_, ex) in &answers {
+            assert!(ex.request["split_after"]
+                .as_str()
+                .unwrap()
+                .contains("ERROR_BATCH_LENGTH_EXCEEDED"));
+            assert_exchange_clean(ex);
+        }
+        assert_eq!(fake.calls("batch"), 3);
+        assert_eq!(fake.calls("crm.lead.add"), 4);
+        assert_eq!(fake.entities().len(), 3, "each valid lead once");
+        // A batch of one lead refused as a whole goes alone at once.
+        fake.push_fault(
+            "batch",
+            Fault::Error {
+                status: 400,
+                error: "INVALID_REQUEST".into(),
+                error_description: "x".into(),
+                after_execute: false,
+            },
+            1,
+        );
+        let answers = crm.create_many(&[lead("tilda:one")]).await.unwrap();
+        assert_eq!(answers[0].0.as_deref(), Ok("4"));
+        // Anything else that fails the request as a whole is the batch's failure.
+        fake.push_fault("batch", Fault::ServerError, 1);
+        let (err, _) = crm.create_many(&leads).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Uncertain);
+    }
+
     #[test]
     fn classification_table() {
         use ErrorClass::*;
         let s = |n| StatusCode::from_u16(n).unwrap();
+        const HTML: &str =
+            "<html><head><title>404 Not Found</title></head><body>nginx</body></html>";
+        // (status, Bitrix24's `error`, its description or the raw body, class)
         let table = [
-            (503, Some("QUERY_LIMIT_EXCEEDED"), RateLimited),
-            (429, Some("OPERATION_TIME_LIMIT"), RateLimited),
-            (503, Some("OVERLOAD_LIMIT"), Auth),
-            (401, Some("expired_token"), Auth),
-            (401, Some("invalid_token"), Auth),
-            (401, Some("NO_AUTH_FOUND"), Auth),
-            (403, Some("insufficient_scope"), Auth),
-            (403, Some("INVALID_CREDENTIALS"), Auth),
-            (403, Some("ACCESS_DENIED"), Auth),
-            (403, Some("user_access_error"), Auth),
-            (400, Some(""), Validation),
-            (400, Some("ERROR_CORE"), Validation),
-            (400, None, Validation),
-            (404, Some("ERROR_METHOD_NOT_FOUND"), Validation),
-            (500, Some("INTERNAL_SERVER_ERROR"), Uncertain),
-            (500, Some("ERROR_UNEXPECTED_ANSWER"), Uncertain),
-            (500, Some("PORTAL_DELETED"), Auth),
-            (502, None, Uncertain),
-            (504, Some(""), Uncertain),
-            (503, None, Uncertain),
-            (429, None, RateLimited),
-            (401, None, Auth),
-            (408, None, NotSent),
-            (302, None, Auth),
-            (200, Some("SOMETHING_NEW"), Uncertain),
-            (200, None, Uncertain),
+            // Refused before execution: try again later.
+            (503, Some("QUERY_LIMIT_EXCEEDED"), "", RateLimited),
+            (429, Some("OPERATION_TIME_LIMIT"), "", RateLimited),
+            (429, None, "", RateLimited),
+            // The connector's problem: credentials, scope, method, address — pause.
+            (503, Some("OVERLOAD_LIMIT"), "", Auth),
+            (500, Some("PORTAL_DELETED"), "", Auth),
+            (402, Some("PAYMENT_REQUIRED"), "", Auth),
+            (401, Some("expired_token"), "", Auth),
+            (401, Some("invalid_token"), "", Auth),
+            (401, Some("NO_AUTH_FOUND"), "", Auth),
+            (403, Some("insufficient_scope"), "", Auth),
+            (403, Some("INVALID_CREDENTIALS"), "", Auth),
+            (403, Some("ACCESS_DENIED"), "", Auth),
+            (403, Some("user_access_error"), "", Auth),
+            (401, Some("WRONG_AUTH_TYPE"), "", Auth),
+            (403, Some("ALLOWED_ONLY_INTRANET_USER"), "", Auth),
+            (
+                404,
+                Some("ERROR_METHOD_NOT_FOUND"),
+                "Method not found!",
+                Auth,
+            ),
+            // …a batch entry (no status of its own: given as 400).
+            (
+                400,
+                Some("ERROR_METHOD_NOT_FOUND"),
+                "Method not found!",
+                Auth,
+            ),
+            (400, Some("ACCESS_DENIED"), "", Auth),
+            (400, Some("ERROR_BATCH_METHOD_NOT_ALLOWED"), "", Auth),
+            (401, None, "", Auth),
+            (402, None, "", Auth),
+            (403, None, "", Auth),
+            (404, None, HTML, Auth),
+            (404, None, "", Auth),
+            (404, Some(""), "", Auth),
+            (405, None, "Method Not Allowed", Auth),
+            (400, None, HTML, Auth),
+            (410, None, "<!DOCTYPE html><html></html>", Auth),
+            (302, None, "", Auth),
+            (301, None, HTML, Auth),
+            // That lead's data, or the entity an update names (deleted): terminal.
+            (
+                400,
+                Some(""),
+                "The required field 'Lead Name' is missing.<br />",
+                Validation,
+            ),
+            (400, Some("ERROR_CORE"), "Invalid e-mail", Validation),
+            (400, None, "oops", Validation),
+            (400, Some(""), "Not found", Validation),
+            (404, Some("NOT_FOUND"), "Not found", Validation),
+            (404, Some("ERROR_NOT_FOUND"), "", Validation),
+            (400, Some("INVALID_REQUEST"), "", Validation),
+            // (a JSON error whose description happens to hold markup is still JSON)
+            (400, Some(""), "<html><body>x</body></html>", Validation),
+            (422, None, "", Validation),
+            // A timeout is an answer that did not come: looked up, never a refusal.
+            (408, None, "", Uncertain),
+            (408, Some(""), "Request Timeout", Uncertain),
+            (400, Some(""), "Request Timeout", Uncertain),
+            (400, Some("REQUEST_TIMEOUT"), "", Uncertain),
+            (400, Some("408"), "", Uncertain),
+            (
+                400,
+                Some("ERROR_TIMEOUT"),
+                "The operation timed out",
+                Uncertain,
+            ),
+            (504, None, HTML, Uncertain),
+            // The portal failed while executing, or an answer we cannot read.
+            (500, Some("INTERNAL_SERVER_ERROR"), "", Uncertain),
+            (500, Some("ERROR_UNEXPECTED_ANSWER"), "", Uncertain),
+            (502, None, HTML, Uncertain),
+            (504, Some(""), "", Uncertain),
+            (503, None, "", Uncertain),
+            (200, Some("SOMETHING_NEW"), "", Uncertain),
+            (200, None, "", Uncertain),
         ];
-        for (status, code, class) in table {
-            assert_eq!(classify(s(status), code), class, "{status} {code:?}");
+        for (status, code, text, class) in table {
+            assert_eq!(
+                classify(s(status), code, text),
+                class,
+                "{status} {code:?} {text:?}"
+            );
         }
     }
 

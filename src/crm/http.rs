@@ -53,9 +53,12 @@
 //! attempt that may have sent it, the step is looked up before it is created again.
 //!
 //! Default classification of a non-2xx answer (a `[crm.errors]` entry overrides it):
-//! 429 → rate_limited (honours `Retry-After`), 401/403 → auth, 400/422 and other 4xx →
-//! validation, 408 → not_sent, 3xx → auth (a redirect is not followed: the URL needs a
-//! person), 5xx and anything else → uncertain.
+//! 429 → rate_limited (honours `Retry-After`); 408 → uncertain (a timeout is an unknown
+//! outcome: looked up by key); 401/402/403/405, a 404 of the create URL, an HTML page
+//! and 3xx (a redirect is not followed) → auth: the connector's request is refused, it
+//! pauses until a person fixes it; a 404 of `update_url` (the entity was deleted),
+//! 400/422 and other 4xx → validation; 5xx and anything else → uncertain. A 404 of
+//! `lookup_url` is "not found".
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -422,6 +425,7 @@ impl HttpCrm {
     async fn call(
         &self,
         what: &str,
+        target: Target,
         request: reqwest::RequestBuilder,
         redact: &[&str],
         summary: &mut Map<String, Value>,
@@ -448,7 +452,7 @@ impl HttpCrm {
             if status.is_success() {
                 return Ok((status, body));
             }
-            let class = classify(status, &self.errors);
+            let class = classify(status, &self.errors, target, &body);
             let message = clean_message(
                 &format!(
                     "{CONNECTOR} {what}: HTTP {} {}",
@@ -486,17 +490,48 @@ fn http_url(what: &str, url: &str) -> Result<reqwest::Url, ConfigError> {
     Ok(parsed)
 }
 
+/// What a request addresses, for [`classify`]: a 404 means something else for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The create URL (or a step's): it always exists, so a 404 there means the
+    /// configured address is wrong.
+    Create,
+    /// One entity by id (`update_url`): a 404 means that entity was deleted in the
+    /// CRM — about the entity, not the connector.
+    Entity,
+    /// The lookup by key: a 404 there is "not found" — unless it is an HTML page.
+    Lookup,
+}
+
 /// The one classification of a non-2xx answer: the configured table first, then the
-/// defaults (see the module documentation).
-pub fn classify(status: StatusCode, overrides: &BTreeMap<u16, ErrorClass>) -> ErrorClass {
+/// defaults (see the module documentation):
+///
+/// - 429 → rate_limited; a timeout (408) → uncertain, looked up, never a refusal;
+/// - the request, the method or the address refused — 3xx, 401, 402, 403, 405, 404 of
+///   the create URL or the lookup, an HTML page where the API answers JSON — is the
+///   connector's problem: auth (pause);
+/// - 404 of an update's entity (deleted), 400, 422 and other 4xx → validation: that
+///   lead's data (or entity), terminal;
+/// - 5xx and anything else → uncertain.
+pub fn classify(
+    status: StatusCode,
+    overrides: &BTreeMap<u16, ErrorClass>,
+    target: Target,
+    body: &[u8],
+) -> ErrorClass {
     if let Some(class) = overrides.get(&status.as_u16()) {
         return *class;
     }
+    let html = super::looks_like_html(&String::from_utf8_lossy(body));
     match status.as_u16() {
         429 => ErrorClass::RateLimited,
-        401 | 403 => ErrorClass::Auth,
-        408 => ErrorClass::NotSent,
+        408 => ErrorClass::Uncertain,
         300..=399 => ErrorClass::Auth,
+        401..=403 | 405 => ErrorClass::Auth,
+        // An update's entity that was deleted; a lookup's "no such key" (read as not found).
+        404 if target != Target::Create && !html => ErrorClass::Validation,
+        404 => ErrorClass::Auth,
+        400..=499 if html => ErrorClass::Auth,
         400..=499 => ErrorClass::Validation,
         _ => ErrorClass::Uncertain,
     }
@@ -796,7 +831,13 @@ impl Crm for HttpCrm {
             .request(self.method.clone(), self.create_url.clone())
             .json(&body);
         let result = self
-            .call(&what, req, &lead.contact_values(), &mut summary)
+            .call(
+                &what,
+                Target::Create,
+                req,
+                &lead.contact_values(),
+                &mut summary,
+            )
             .await
             .and_then(|(_, bytes)| {
                 serde_json::from_slice::<Value>(&bytes)
@@ -869,7 +910,7 @@ impl Crm for HttpCrm {
             .json(&render(body, &u.target));
         let used = placeholders(&body.to_string());
         let result = self
-            .call(&what, req, &u.redact(), &mut summary)
+            .call(&what, Target::Entity, req, &u.redact(), &mut summary)
             .await
             .map(|_| {
                 u.changes
@@ -951,7 +992,10 @@ impl HttpCrm {
     ) -> Result<Lookup, CrmError> {
         let what = "GET lookup";
         let url = lookup_target(template, operation_id);
-        match self.call(what, self.client.get(url), &[], summary).await {
+        match self
+            .call(what, Target::Lookup, self.client.get(url), &[], summary)
+            .await
+        {
             Ok((StatusCode::NO_CONTENT, _)) => Ok(Lookup::NotFound),
             Ok((_, bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(Lookup::NotFound),
             Ok((_, bytes)) => ids_at(&bytes, ids_pointer, id_pointer)
@@ -964,8 +1008,9 @@ impl HttpCrm {
                     note_error(summary, &e);
                     e
                 }),
-            // A lookup by key that says "no such thing".
-            Err(_) if summary.get("status") == Some(&json!(404)) => {
+            // A lookup by key that says "no such thing" (not a web server's page: that
+            // is an address that is wrong, and the connector pauses).
+            Err(e) if summary.get("status") == Some(&json!(404)) && e.class != ErrorClass::Auth => {
                 summary.remove("class");
                 summary.remove("message");
                 Ok(Lookup::NotFound)
@@ -1032,7 +1077,7 @@ impl HttpCrm {
             .request(step.method.clone(), step.url.clone())
             .json(&body);
         let (_, bytes) = self
-            .call(&what, req, &lead.contact_values(), summary)
+            .call(&what, Target::Create, req, &lead.contact_values(), summary)
             .await?;
         let id = serde_json::from_slice::<Value>(&bytes)
             .ok()
@@ -1610,32 +1655,64 @@ X-Client = "leadgate"
     #[test]
     fn default_classification_table() {
         use ErrorClass::*;
+        use Target::*;
+        const HTML: &str =
+            "<html><head><title>404 Not Found</title></head><body>nginx</body></html>";
+        const JSON: &str = r#"{"error":"invalid phone"}"#;
         let none = BTreeMap::new();
-        for (status, class) in [
-            (400, Validation),
-            (401, Auth),
-            (403, Auth),
-            (404, Validation),
-            (408, NotSent),
-            (409, Validation),
-            (422, Validation),
-            (429, RateLimited),
-            (302, Auth),
-            (500, Uncertain),
-            (502, Uncertain),
-            (504, Uncertain),
+        // (status, what the request addresses, body, class)
+        for (status, target, body, class) in [
+            // That lead's data, or the entity an update names (deleted): terminal.
+            (400, Create, JSON, Validation),
+            (400, Create, "bad phone", Validation),
+            (409, Create, JSON, Validation),
+            (422, Create, JSON, Validation),
+            (404, Entity, JSON, Validation),
+            (404, Entity, "", Validation),
+            (410, Entity, JSON, Validation),
+            // The connector's request refused: credentials, method, address — pause.
+            (401, Create, JSON, Auth),
+            (402, Create, JSON, Auth),
+            (403, Create, JSON, Auth),
+            (403, Entity, HTML, Auth),
+            (404, Create, JSON, Auth),
+            (404, Create, HTML, Auth),
+            (404, Create, "", Auth),
+            (404, Entity, HTML, Auth),
+            (404, Lookup, HTML, Auth),
+            // (a lookup's 404 that is not a web page is read as "not found")
+            (404, Lookup, JSON, Validation),
+            (405, Create, "", Auth),
+            (405, Entity, JSON, Auth),
+            (400, Create, HTML, Auth),
+            (302, Create, "", Auth),
+            (301, Entity, "", Auth),
+            // Refused before execution: later.
+            (429, Create, "", RateLimited),
+            // A timeout is an unknown outcome: looked up, never a refusal.
+            (408, Create, "", Uncertain),
+            (408, Entity, HTML, Uncertain),
+            // The CRM failed while executing, or an answer we cannot read.
+            (500, Create, JSON, Uncertain),
+            (502, Create, HTML, Uncertain),
+            (504, Create, "", Uncertain),
         ] {
             assert_eq!(
-                classify(StatusCode::from_u16(status).unwrap(), &none),
+                classify(
+                    StatusCode::from_u16(status).unwrap(),
+                    &none,
+                    target,
+                    body.as_bytes()
+                ),
                 class,
-                "{status}"
+                "{status} {target:?} {body}"
             );
         }
-        let table = BTreeMap::from([(503, RateLimited), (401, Validation)]);
-        assert_eq!(
-            classify(StatusCode::SERVICE_UNAVAILABLE, &table),
-            RateLimited
-        );
-        assert_eq!(classify(StatusCode::UNAUTHORIZED, &table), Validation);
+        // The configured table comes first.
+        let table = BTreeMap::from([(503, RateLimited), (401, Validation), (404, Validation)]);
+        let c = |status: StatusCode| classify(status, &table, Create, b"");
+        assert_eq!(c(StatusCode::SERVICE_UNAVAILABLE), RateLimited);
+        assert_eq!(c(StatusCode::UNAUTHORIZED), Validation);
+        assert_eq!(c(StatusCode::NOT_FOUND), Validation);
     }
 }

@@ -328,6 +328,50 @@ pub(crate) fn note_error(summary: &mut serde_json::Map<String, serde_json::Value
     summary.insert("message".into(), serde_json::json!(e.message));
 }
 
+/// The time a batch create has for the requests that follow its first one, when a
+/// refusal of the whole request made it split the batch (see the adapters'
+/// `create_many`): the worker cuts the whole call at the connector's `timeout`, so a
+/// follow-up starts only while a fair share of it is left, and must be done a margin
+/// before the cut (an answer cut off by the worker would make every lead of the batch
+/// uncertain, those already answered too).
+pub(crate) struct SplitClock {
+    deadline: std::time::Instant,
+    min_left: Duration,
+}
+
+impl SplitClock {
+    /// Started when the first request of a batch goes out, for a call budget of `timeout`.
+    pub(crate) fn start(timeout: Duration) -> SplitClock {
+        let margin = (timeout / 10).min(Duration::from_millis(500));
+        SplitClock {
+            deadline: std::time::Instant::now() + timeout.saturating_sub(margin),
+            min_left: timeout / 4,
+        }
+    }
+
+    /// How long the next follow-up request may take, or `None` when too little is left
+    /// to start one.
+    pub(crate) fn left(&self) -> Option<Duration> {
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        (left >= self.min_left && !left.is_zero()).then_some(left)
+    }
+}
+
+/// The error of a lead that every request it was in was refused before anything was
+/// executed, and no time was left to send it once more: nothing was created, so it is
+/// tried again later (its own attempt), never failed for its neighbours' sake.
+pub(crate) fn not_sent_after_split(connector: &str, method: &str) -> CrmError {
+    CrmError::new(
+        ErrorClass::NotSent,
+        format!(
+            "{connector} {method}: refused together with other leads of its batch, and \
+             no time was left to send it on its own: nothing was created"
+        ),
+    )
+}
+
 /// The answer to a batch create: per lead, or a failure of the request as a whole.
 pub type BatchAnswer = Result<Vec<(Result<String, CrmError>, Exchange)>, (CrmError, Exchange)>;
 
@@ -538,6 +582,15 @@ pub fn clean_message(text: &str, redact: &[&str]) -> String {
             out
         }
         None => out,
+    }
+}
+
+/// Whether an answer's body is an HTML page (a proxy's or web server's error page)
+/// rather than the API's JSON: it opens with markup.
+pub(crate) fn looks_like_html(body: &str) -> bool {
+    let t = body.trim_start().to_ascii_lowercase();
+    t.starts_with("<!doctype") || t.starts_with("<html") || t.starts_with("<?xml") || {
+        t.starts_with('<') && (t.contains("<html") || t.contains("<body") || t.contains("<title"))
     }
 }
 

@@ -11,7 +11,11 @@ pub enum ErrorClass {
     Uncertain,
     /// The CRM refused the data (missing or invalid field, business rule).
     Validation,
-    /// The credentials do not work (expired token, missing scope, blocked account).
+    /// The connector's request is refused: credentials, scope, method or address — a
+    /// person must fix the connection (expired token, missing scope, blocked account or
+    /// subscription, a method the portal does not have, a 404/405 or HTML page where
+    /// the API should answer, a redirect). Nothing about one lead: the connector pauses
+    /// and every lead stays queued until it is resumed. (Wire name `auth`.)
     Auth,
     /// The same operation key arrived with a different payload.
     Conflict,
@@ -35,7 +39,8 @@ pub enum RetryDecision {
     Reconcile,
     /// Retrying cannot help: stop with a visible reason.
     FailTerminal,
-    /// The connector's credentials are broken: stop all calls to it, keep the work queued.
+    /// The connector's request is refused (credentials, scope, method, address): stop all
+    /// calls to it, keep the work queued.
     PauseConnector,
     /// A person must decide.
     Review,

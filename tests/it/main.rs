@@ -22,6 +22,7 @@ mod outage;
 mod process;
 mod pull;
 mod races;
+mod refusals;
 mod retention;
 mod roles;
 mod rules;

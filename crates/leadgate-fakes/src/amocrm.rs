@@ -26,6 +26,10 @@
 //!   seeded with their own creation time ([`FakeAmoCrm::seed_lead`]); calls that change
 //!   the account are counted ([`FakeAmoCrm::writes`]).
 //! - `GET /api/v4/leads/{id}` — the lead, or 204 (or 404, configurable) when missing.
+//! - Invalid leads (`invalid_request_ids`): a `leads/complex` request carrying one is
+//!   refused with a 400 and creates nothing; `name_refusals` says which invalid leads
+//!   its `validation-errors` name — `all` (amoCRM's documented answer), `first` (only
+//!   the first of the request: refusals in rounds) or `none` (no `validation-errors`).
 //! - `POST /oauth2/access_token` `{client_id, client_secret, grant_type: "refresh_token",
 //!   refresh_token, redirect_uri}` → `{token_type, expires_in, server_time, access_token,
 //!   refresh_token}`. Refresh tokens ROTATE: only the latest one works, an earlier one is
@@ -50,7 +54,7 @@
 //! `leads.complex`, `leads.list`, `leads.get`, `oauth.token`, `*`),
 //! `POST /_fake/settings` with
 //! `{"duplicate_control":true,"search_lag_ms":500,"missing_lead_status":404,
-//! "request_limit_per_second":7}` (any subset; `"request_limit_per_second":null`
+//! "request_limit_per_second":7,"invalid_request_ids":["site:x"],"name_refusals":"first"}` (any subset; `"request_limit_per_second":null`
 //! switches the limit off, a new one starts from an empty window; answers the
 //! settings, the limit only when on),
 //! `GET /_fake/state` (`leads`, `contacts`, `settings`, `calls`, `pending_faults`,
@@ -118,6 +122,9 @@ pub enum Fault {
     },
     /// 403 with an nginx HTML page (account blocked for rate abuse), not executed.
     Blocked,
+    /// An nginx HTML page with `status` (404: a base URL pointing at a web server
+    /// that is not the account's API), not executed.
+    HtmlPage { status: u16 },
     /// 402 problem+json (subscription ended), not executed.
     PaymentRequired,
     /// 401 problem+json, not executed.
@@ -163,6 +170,33 @@ pub struct Settings {
     /// Left out of the JSON when off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_limit_per_second: Option<f64>,
+    /// Leads whose `request_id` is one of these are invalid data: a `leads/complex`
+    /// request carrying any of them is refused with a 400 and creates nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalid_request_ids: Vec<String>,
+    /// Which invalid leads such a 400 names in its `validation-errors` (left out of the
+    /// JSON when `all`).
+    #[serde(default, skip_serializing_if = "NameRefusals::is_all")]
+    pub name_refusals: NameRefusals,
+}
+
+/// Which of a refused request's invalid leads its 400 names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NameRefusals {
+    /// Every one (what amoCRM documents).
+    #[default]
+    All,
+    /// Only the first invalid lead of the request: the refusals come in rounds.
+    First,
+    /// None: `Request validation failed` without `validation-errors`.
+    None,
+}
+
+impl NameRefusals {
+    fn is_all(&self) -> bool {
+        *self == NameRefusals::All
+    }
 }
 
 impl Default for Settings {
@@ -172,6 +206,8 @@ impl Default for Settings {
             search_lag_ms: 0,
             missing_lead_status: 204,
             request_limit_per_second: None,
+            invalid_request_ids: Vec::new(),
+            name_refusals: NameRefusals::All,
         }
     }
 }
@@ -186,6 +222,8 @@ struct SettingsUpdate {
     /// `null` lifts the limit; a missing field leaves it.
     #[serde(default, deserialize_with = "present")]
     request_limit_per_second: Option<Option<f64>>,
+    invalid_request_ids: Option<Vec<String>>,
+    name_refusals: Option<NameRefusals>,
 }
 
 /// How the fake is set up.
@@ -402,6 +440,11 @@ impl FakeAmoCrm {
             .collect()
     }
 
+    /// Drops the queued faults (the configured `always` ones stay).
+    pub fn clear_faults(&self) {
+        self.shared.faults.clear();
+    }
+
     /// How many calls `method` got, faulted, unauthorized and rate-limited ones included.
     /// When each `leads/complex` request arrived (before any fault or limit acted on it),
     /// with the `request_id`s of its leads: what a client's timeline can be compared with.
@@ -431,6 +474,14 @@ impl FakeAmoCrm {
 
     pub fn set_search_lag(&self, lag: Duration) {
         lock(&self.shared.settings).search_lag_ms = lag.as_millis() as u64;
+    }
+
+    /// Makes the leads with these `request_id`s invalid data, refused in a 400 that
+    /// names them as `naming` says.
+    pub fn set_invalid_leads(&self, request_ids: &[&str], naming: NameRefusals) {
+        let mut settings = lock(&self.shared.settings);
+        settings.invalid_request_ids = request_ids.iter().map(|r| (*r).to_owned()).collect();
+        settings.name_refusals = naming;
     }
 
     pub fn set_missing_lead_status(&self, status: u16) {
@@ -522,6 +573,12 @@ async fn update_settings(
     if let Some(v) = update.request_limit_per_second {
         settings.request_limit_per_second = v;
         state.shared.window.empty();
+    }
+    if let Some(v) = update.invalid_request_ids {
+        settings.invalid_request_ids = v;
+    }
+    if let Some(v) = update.name_refusals {
+        settings.name_refusals = v;
     }
     Json(json!(*settings))
 }
@@ -627,6 +684,22 @@ fn refusal(fault: &Fault) -> Option<Response> {
             HTML_403,
         )
             .into_response(),
+        Fault::HtmlPage { status } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND);
+            let title = format!(
+                "{} {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("Error")
+            );
+            (
+                status,
+                [(header::CONTENT_TYPE, "text/html")],
+                format!(
+                    "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+                ),
+            )
+                .into_response()
+        }
         Fault::PaymentRequired => problem(402, "Payment Required", "Account subscription ended"),
         Fault::Unauthorized => problem(401, "Unauthorized", "Token has expired"),
         Fault::Validation => validation(vec![(
@@ -999,8 +1072,30 @@ fn create_leads(shared: &Shared, leads: &[Value]) -> Result<Value, Box<Response>
             }
         }
     }
+    let (invalid, naming) = {
+        let settings = lock(&shared.settings);
+        (settings.invalid_request_ids.clone(), settings.name_refusals)
+    };
+    for (i, lead) in leads.iter().enumerate() {
+        let rid = request_id(i, lead);
+        if invalid.contains(&rid) {
+            errors.push((
+                rid,
+                "InvalidValue",
+                "name".into(),
+                "This value is not valid.".into(),
+            ));
+        }
+    }
     if !errors.is_empty() {
-        return Err(Box::new(validation(errors)));
+        return Err(Box::new(match naming {
+            NameRefusals::All => validation(errors),
+            NameRefusals::First => {
+                let first = errors[0].0.clone();
+                validation(errors.into_iter().filter(|e| e.0 == first).collect())
+            }
+            NameRefusals::None => problem(400, "Bad Request", "Request validation failed"),
+        }));
     }
     let duplicate_control = lock(&shared.settings).duplicate_control;
     let base_url = lock(&shared.base_url).clone();
@@ -1696,6 +1791,36 @@ mod tests {
         assert_eq!(body[0]["id"], 1);
         assert_eq!(body[0]["request_id"], json!(["c"]));
         assert_eq!(fake.leads().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn invalid_leads_are_refused_and_named_as_set() {
+        let fake = fake().await;
+        let body = json!([lead("a", "1"), lead("b", "2"), lead("c", "3")]);
+        let named = |body: &str| -> Vec<String> {
+            let v: Value = serde_json::from_str(body).unwrap();
+            v["validation-errors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| e["request_id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        for (naming, want) in [
+            (NameRefusals::All, vec!["b", "c"]),
+            (NameRefusals::First, vec!["b"]),
+            (NameRefusals::None, vec![]),
+        ] {
+            fake.set_invalid_leads(&["c", "b"], naming);
+            let (status, ct, text) = send(add(&fake, body.clone())).await;
+            assert_eq!((status, ct.as_str()), (400, "application/problem+json"));
+            assert_eq!(named(&text), want, "{naming:?}: {text}");
+            assert!(fake.leads().is_empty(), "nothing is created");
+        }
+        fake.set_invalid_leads(&["c", "b"], NameRefusals::First);
+        let (status, _, _) = send(add(&fake, json!([lead("a", "1")]))).await;
+        assert_eq!(status, 200);
+        assert_eq!(fake.leads().len(), 1);
     }
 
     #[tokio::test]

@@ -44,7 +44,8 @@
 //! takes it — a refusal (`validation`, `rate_limit`, `server_error`, `error`...) becomes
 //! that command's `result_error` entry, not executed; `server_error_after_create` and
 //! `error` with `after_execute` execute it, then report the error. The connection faults
-//! (`lost_answer_hang`, `lost_answer_drop`, `latency_ms`, `execute_late`, `html_error`)
+//! (`lost_answer_hang`, `lost_answer_drop`, `latency_ms`, `execute_late`, `html_error`,
+//! `html_page`)
 //! are not taken by one command: queued on `batch` itself, or on a method one of the
 //! batch's commands calls, they act on the whole request as on any call
 //! (`lost_answer_hang`: every command runs, then no answer) — so a test that makes
@@ -155,6 +156,9 @@ pub enum Fault {
     ExecuteLate { ms: u64 },
     /// 502 with an nginx HTML page, not executed.
     HtmlError,
+    /// An nginx HTML page with `status` (404: a webhook URL pointing at a web server
+    /// that has no such REST endpoint), not executed. Acts on the whole request.
+    HtmlPage { status: u16 },
     /// Any Bitrix24 error (e.g. 503 `OVERLOAD_LIMIT`, 403 `insufficient_scope`, 500
     /// `PORTAL_DELETED`); `after_execute` executes the call first.
     Error {
@@ -519,6 +523,24 @@ fn refusal(fault: &Fault) -> Option<Response> {
             "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
         )
             .into_response()),
+        Fault::HtmlPage { status } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND);
+            let title = format!(
+                "{} {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("Error")
+            );
+            Some(
+                (
+                    status,
+                    [(header::CONTENT_TYPE, "text/html")],
+                    format!(
+                        "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+                    ),
+                )
+                    .into_response(),
+            )
+        }
         Fault::RateLimit { retry_after_secs } | Fault::OperationTimeLimit { retry_after_secs } => {
             refusal_error(fault).map(|r| with_retry_after(r.into_response(), *retry_after_secs))
         }
