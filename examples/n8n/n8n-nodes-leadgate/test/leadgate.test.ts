@@ -52,8 +52,8 @@ describe('classification (as Leadgate classifies)', () => {
 	it('maps HTTP statuses', () => {
 		const table: [number, string][] = [
 			[301, 'auth'], [302, 'auth'], [401, 'auth'], [402, 'auth'], [403, 'auth'],
-			[408, 'not_sent'], [429, 'rate_limited'],
-			[400, 'validation'], [404, 'validation'], [422, 'validation'],
+			[404, 'auth'], [405, 'auth'], [408, 'uncertain'], [429, 'rate_limited'],
+			[400, 'validation'], [409, 'validation'], [422, 'validation'],
 			[500, 'uncertain'], [502, 'uncertain'], [503, 'uncertain'], [200, 'uncertain'],
 		];
 		for (const [status, cls] of table) expect([status, classifyHttpStatus(status)]).toEqual([status, cls]);

@@ -168,18 +168,21 @@ export function reportResult(answer: HttpAnswer): ReportResult {
 
 /**
  * The class of a CRM answer that created nothing, from its HTTP status, as Leadgate's own
- * adapters classify (examples/n8n/README.md): 401/402/403 and 3xx → `auth`, 408 →
- * `not_sent`, 429 → `rate_limited`, other 4xx → `validation`, everything else, 5xx
- * included, → `uncertain` (the CRM may have executed it).
+ * adapters classify a create's answer (examples/n8n/README.md): a refusal of the request
+ * itself — 401/402/403, 404/405 (the address or method does not exist there) and 3xx →
+ * `auth` (Leadgate pauses the connector, no lead fails for it); 408 → `uncertain` (a
+ * timeout is an unknown outcome, never a refusal); 429 → `rate_limited`; other 4xx →
+ * `validation` (that lead's data); everything else, 5xx included, → `uncertain` (the CRM
+ * may have executed it).
  */
 export function classifyHttpStatus(status: number): ErrorClass {
 	if (!Number.isInteger(status) || status < 100 || status > 599) {
 		throw new RangeError(`${status} is not an HTTP status`);
 	}
-	if (status === 401 || status === 402 || status === 403 || (status >= 300 && status < 400)) {
+	if ([401, 402, 403, 404, 405].includes(status) || (status >= 300 && status < 400)) {
 		return 'auth';
 	}
-	if (status === 408) return 'not_sent';
+	if (status === 408) return 'uncertain';
 	if (status === 429) return 'rate_limited';
 	if (status >= 400 && status < 500) return 'validation';
 	return 'uncertain';
