@@ -246,6 +246,65 @@ impl Worker {
                 .finish(&claim.lease, self.held_back(claim), before)
                 .await;
         }
+        // The reads a one-call create makes before it (amoCRM's contact searches) go
+        // out before the attempt is recorded, and the create's own turn of the pace is
+        // taken after them: a process that dies meanwhile leaves a lead that was never
+        // sent, never one that looks sent (a lagging search cannot prove it was not).
+        let mut choice = None;
+        if self.crm.steps().is_empty() && self.crm.links_contacts() {
+            let known = contacts.as_ref().map_or(&[][..], |c| &c.known[..]);
+            let budget = self.settings.call_timeout * 2;
+            let (chosen, exchange) = match tokio::time::timeout(
+                budget,
+                crate::crm::rate::prepaid(self.crm.choose_contact(&lead, known)),
+            )
+            .await
+            {
+                Ok(answer) => answer,
+                Err(_) => {
+                    let e = CrmError::new(
+                        ErrorClass::NotSent,
+                        format!(
+                            "the contact search did not answer within {} ms: nothing was created",
+                            budget.as_millis()
+                        ),
+                    );
+                    let exchange = crate::crm::Exchange {
+                        request: json!({"call": "contact search"}),
+                        response: json!({"cut_after_ms": budget.as_millis() as u64}),
+                    };
+                    (Err(e), exchange)
+                }
+            };
+            let ready = match chosen {
+                Ok(c) => self.crm.pace().await.map(|()| c),
+                Err(e) => Err(e),
+            };
+            match ready {
+                Ok(c) => {
+                    self.answered().await;
+                    choice = Some(c);
+                }
+                Err(e) => {
+                    tracing::warn!(class = %e.class, "could not choose the lead's contact");
+                    before.extend(exchange_events(
+                        "crm_request",
+                        "crm_response",
+                        &exchange,
+                        Some(&e),
+                    ));
+                    let outcome = self.not_ready(claim, &e);
+                    let outcome = self.weigh(Some(e.class), outcome).await;
+                    before.push(not_sent_event(&e));
+                    return self.finish(&claim.lease, outcome, before).await;
+                }
+            }
+            if !self.may_call(&mut probe).await {
+                return self
+                    .finish(&claim.lease, self.held_back(claim), before)
+                    .await;
+            }
+        }
         // Recorded before the call: if this process dies mid-call, the timeline still
         // shows that a create may have reached the CRM. The lease is extended to cover
         // the whole call; a holder whose lease ran out does not call at all.
@@ -274,10 +333,12 @@ impl Worker {
         };
         let budget = self.settings.call_timeout * calls;
         let (result, mut events) = if self.crm.steps().is_empty() {
-            let known = contacts.as_ref().map_or(&[][..], |c| &c.known[..]);
+            let call = self
+                .crm
+                .create_with_contact(&lead, choice.take().unwrap_or_default());
             let (result, exchange) = match tokio::time::timeout_at(
                 (armed_at + budget).into(),
-                crate::crm::rate::prepaid(self.crm.create_with_contact(&lead, known)),
+                crate::crm::rate::prepaid(call),
             )
             .await
             {

@@ -37,8 +37,8 @@ use serde_json::{json, Map, Value};
 
 use super::rate::{self, RateLimiter};
 use super::{
-    classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
-    EntityUpdate, Exchange, Lead, LeadChanges, Lookup,
+    classify_transport, clean_message, note_error, BatchAnswer, ConfigError, ContactChoice, Crm,
+    CrmError, EntityUpdate, Exchange, Lead, LeadChanges, Lookup,
 };
 use crate::domain::ErrorClass;
 use crate::store::{self, CrmToken, Store};
@@ -1119,7 +1119,12 @@ impl Crm for AmoCrm {
     }
 
     async fn create(&self, lead: &Lead) -> (Result<String, CrmError>, Exchange) {
-        let (result, exchange) = self.create_with_contact(lead, &[]).await;
+        let (choice, exchange) = self.choose_contact(lead, &[]).await;
+        let choice = match choice {
+            Ok(choice) => choice,
+            Err(e) => return (Err(e), exchange),
+        };
+        let (result, exchange) = self.create_with_contact(lead, choice).await;
         (result.map(|(id, _)| id), exchange)
     }
 
@@ -1127,42 +1132,62 @@ impl Crm for AmoCrm {
         self.link_contacts
     }
 
-    async fn create_with_contact(
+    async fn choose_contact(
         &self,
         lead: &Lead,
         known: &[String],
+    ) -> (Result<ContactChoice, CrmError>, Exchange) {
+        let mut summary = Map::new();
+        if !self.link_contacts {
+            return (
+                Ok(ContactChoice::default()),
+                Exchange {
+                    request: json!({"contact": "none"}),
+                    response: json!({"sent": false}),
+                },
+            );
+        }
+        // A read: if it fails, nothing was created.
+        let result = match self.existing_contact(lead, &mut summary).await {
+            // The newest of those found and those a lead with this phone or e-mail
+            // made a moment ago (the search lags behind creates).
+            Ok(found) => {
+                let contact = found
+                    .into_iter()
+                    .chain(known.iter().cloned())
+                    .filter_map(|id| id.parse::<u64>().ok())
+                    .max()
+                    .map(|id| id.to_string());
+                if !known.is_empty() {
+                    summary.insert("known".into(), json!(known));
+                }
+                Ok(ContactChoice {
+                    contact,
+                    summary: summary.clone(),
+                })
+            }
+            Err(e) => {
+                let e = not_sent(e);
+                note_error(&mut summary, &e);
+                Err(e)
+            }
+        };
+        let exchange = Exchange {
+            request: json!({"call": "contact search", "operation_id": lead.operation_id}),
+            response: Value::Object(summary),
+        };
+        (result, exchange)
+    }
+
+    async fn create_with_contact(
+        &self,
+        lead: &Lead,
+        choice: ContactChoice,
     ) -> (Result<(String, Option<String>), CrmError>, Exchange) {
         let mut request = self.create_request(lead);
-        let mut summary = Map::new();
-        let mut existing = None;
+        let mut summary = choice.summary;
+        let existing = choice.contact;
         if self.link_contacts {
-            // A read: if it fails, nothing was created.
-            match self.existing_contact(lead, &mut summary).await {
-                // The newest of those found and those a lead with this phone or e-mail
-                // made a moment ago (the search lags behind creates).
-                Ok(found) => {
-                    existing = found
-                        .into_iter()
-                        .chain(known.iter().cloned())
-                        .filter_map(|id| id.parse::<u64>().ok())
-                        .max()
-                        .map(|id| id.to_string());
-                    if !known.is_empty() {
-                        summary.insert("known".into(), json!(known));
-                    }
-                }
-                Err(e) => {
-                    let e = not_sent(e);
-                    note_error(&mut summary, &e);
-                    return (
-                        Err(e),
-                        Exchange {
-                            request,
-                            response: Value::Object(summary),
-                        },
-                    );
-                }
-            }
             request["contact"]["linked"] = json!(existing);
         }
         let body = self.lead_body(lead, existing.as_deref());
@@ -1214,12 +1239,10 @@ impl Crm for AmoCrm {
     }
 
     /// With `link_contacts`, the phone and e-mail searches before the create.
+    /// The contact searches of `link_contacts` come before the attempt
+    /// ([`Crm::choose_contact`]): the create is one call.
     fn create_calls(&self) -> u32 {
-        if self.link_contacts {
-            3
-        } else {
-            1
-        }
+        1
     }
 
     /// One `leads/complex` request with every lead (`request_id` = its operation id).

@@ -104,6 +104,15 @@ pub struct ContactSearch {
     pub known: Vec<String>,
 }
 
+/// The contact a one-call create links to, chosen before the create
+/// ([`Crm::choose_contact`]): its id when one exists, and what the reads said, for the
+/// timeline.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContactChoice {
+    pub contact: Option<String>,
+    pub summary: serde_json::Map<String, serde_json::Value>,
+}
+
 /// A step that did not produce its entity.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepError {
@@ -171,15 +180,36 @@ pub trait Crm: Send + Sync + 'static {
         false
     }
 
-    /// [`create`](Crm::create) of a one-call create that links contacts: `known` are
-    /// contacts the search may not show yet (see [`ContactSearch::known`]). Returns the
-    /// new id and the contact it was linked to or created with, if the CRM said.
-    async fn create_with_contact(
+    /// The reads a one-call create that links contacts makes before it (amoCRM
+    /// `link_contacts`: the contact searches by phone and e-mail): `known` are contacts
+    /// the search may not show yet (see [`ContactSearch::known`]). The worker makes them
+    /// before the attempt is recorded as started, so a process that dies during them
+    /// leaves a lead that was never sent, not one that looks sent. An error means nothing
+    /// was created. The default looks nothing up.
+    async fn choose_contact(
         &self,
         lead: &Lead,
         known: &[String],
+    ) -> (Result<ContactChoice, CrmError>, Exchange) {
+        let _ = (lead, known);
+        (
+            Ok(ContactChoice::default()),
+            Exchange {
+                request: serde_json::json!({"contact": "none"}),
+                response: serde_json::json!({"sent": false}),
+            },
+        )
+    }
+
+    /// [`create`](Crm::create) of a one-call create that links contacts, with the
+    /// contact [`choose_contact`](Crm::choose_contact) chose: no read before it. Returns
+    /// the new id and the contact it was linked to or created with, if the CRM said.
+    async fn create_with_contact(
+        &self,
+        lead: &Lead,
+        choice: ContactChoice,
     ) -> (Result<(String, Option<String>), CrmError>, Exchange) {
-        let _ = known;
+        let _ = choice;
         let (result, exchange) = self.create(lead).await;
         (result.map(|id| (id, None)), exchange)
     }

@@ -549,11 +549,17 @@ struct StepsProcess {
 
 impl StepsProcess {
     fn new(db_url: &str, fake: &FakeBitrix24) -> StepsProcess {
+        StepsProcess::with_crm(db_url, &fake.webhook_url(), CONTACT_DEAL)
+    }
+
+    /// With `crm` in place of the test file's own `[crm]` table when it starts with
+    /// `[crm]`, else added to it.
+    fn with_crm(db_url: &str, webhook_url: &str, crm: &str) -> StepsProcess {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let file = GatewayFile {
             db_url,
-            webhook_url: &fake.webhook_url(),
+            webhook_url,
             port,
             lease: "2s",
             concurrency: None,
@@ -564,7 +570,12 @@ impl StepsProcess {
             settle: Some("1s"),
         };
         let config = dir.path().join("leadgate.toml");
-        std::fs::write(&config, file.toml() + CONTACT_DEAL).unwrap();
+        let toml = file.toml();
+        let toml = match crm.strip_prefix("[crm]") {
+            Some(_) => format!("{}{crm}", toml.split_once("[crm]").unwrap().0),
+            None => toml + crm,
+        };
+        std::fs::write(&config, toml).unwrap();
         StepsProcess {
             config: config.display().to_string(),
             base: format!("http://127.0.0.1:{port}"),
@@ -593,6 +604,78 @@ impl StepsProcess {
         assert_eq!(res.status(), 202);
     }
 }
+
+each_backend!(
+    amocrm_a_kill_during_the_contact_search_leaves_a_lead_never_sent_not_one_for_a_person,
+    |db| async move {
+        // With `link_contacts` the contact is searched by phone and e-mail before the
+        // create. The searches are reads: they go out before the attempt is recorded as
+        // started, so a process killed during one leaves a claim whose call never left —
+        // put back and sent once, not taken over and looked up. (Recorded before the
+        // searches, it was looked up by a search that lags, which proves nothing, and
+        // the lead went to a person.)
+        use leadgate_fakes::amocrm::{
+            FakeAmoCrm, FakeConfig, Fault, Settings, CONTACT_SEARCH, CREATE,
+        };
+        let fake = FakeAmoCrm::spawn_with(
+            "127.0.0.1:0".parse().unwrap(),
+            FakeConfig {
+                settings: Settings {
+                    search_lag_ms: 60_000,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        fake.push_fault(CONTACT_SEARCH, Fault::LatencyMs { ms: 30_000 }, 1);
+        let crm = format!(
+            "[crm]\nkind = \"amocrm\"\nbase_url = \"{}\"\ntoken = \"{}\"\n\
+             operation_field_id = {}\ntimeout = \"1s\"\nsettle = \"1s\"\nlink_contacts = true\n",
+            fake.base_url(),
+            fake.token(),
+            leadgate_fakes::amocrm::FIELD_ID
+        );
+        let gateway = StepsProcess::with_crm(&db.url, "http://unused/", &crm);
+        let mut first = gateway.serve();
+        wait_healthy(&gateway.base, Duration::from_secs(20), None).await;
+        gateway.post("amo-k9").await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fake.calls(CONTACT_SEARCH) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the contact search never went out"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Killed while the search waits at the CRM.
+        first.0.kill().unwrap();
+        first.0.wait().unwrap();
+        let store = db.store().await;
+        let kinds = |t: Vec<TimelineEvent>| t.into_iter().map(|e| e.kind).collect::<Vec<_>>();
+        let before = kinds(store.timeline(&op("amo-k9")).await.unwrap());
+        assert!(
+            !before.contains(&"attempt_started".to_owned()),
+            "nothing was sent, and the timeline must not say it may have been: {before:?}"
+        );
+
+        let _second = gateway.serve();
+        let done = completed_within(store.as_ref(), "amo-k9", Duration::from_secs(30)).await;
+        assert_eq!(fake.leads().len(), 1, "one lead");
+        assert_eq!(fake.calls(CREATE), 1);
+        assert_eq!(
+            done.crm_id.as_deref(),
+            Some(fake.leads()[0]["id"].to_string().as_str())
+        );
+        assert!(
+            store.cases_of(&op("amo-k9")).await.unwrap().is_empty(),
+            "no person asked"
+        );
+        let after = kinds(store.timeline(&op("amo-k9")).await.unwrap());
+        assert!(!after.contains(&"lease_taken_over".to_owned()), "{after:?}");
+    }
+);
 
 /// Waits (up to `limit`) until the operation is completed, straight from the store.
 async fn completed_within(store: &dyn Store, key: &str, limit: Duration) -> Operation {
