@@ -761,7 +761,10 @@ mod tests {
             redacted_body(Some(BodyKind::Json), &json),
             br#"{"n":1,"token":"[redacted]"}"#
         );
-        assert!(redacted_body(None, &json).is_empty(), "unknown kind: nothing kept");
+        assert!(
+            redacted_body(None, &json).is_empty(),
+            "unknown kind: nothing kept"
+        );
         assert!(!redact(&mut json!({"x": 1}), &pointers));
     }
 
