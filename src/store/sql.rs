@@ -1050,6 +1050,18 @@ macro_rules! sql_store {
                 .transpose()
             }
 
+            async fn add_connector_row(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into connectors (name, state, since, changed_by) \
+                     values ($1, 'active', $2, 'worker') on conflict (name) do nothing",
+                )
+                .bind(name)
+                .bind(now)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
             async fn save_connector_health(
                 &mut self,
                 name: &str,

@@ -450,3 +450,32 @@ each_backend!(
         a_down_crm_gets_its_schedule(&db, 50, 1).await;
     }
 );
+
+each_backend!(
+    failures_together_on_a_connector_without_a_row_are_all_counted,
+    |db| async move {
+        // A fresh installation's first outage: no `connectors` row yet, and every lane of
+        // two processes fails at once. Each failure counts (the row is made, then locked),
+        // so exactly `after_failures` of them open the breaker.
+        const FAILURES: usize = 8;
+        let config = leadgate::domain::outage::OutageConfig {
+            after_failures: FAILURES as u32,
+            ..Default::default()
+        };
+        let stores = [db.store().await, db.store().await];
+        let now = stores[0].now();
+        let failed = join_all((0..FAILURES).map(|i| {
+            let (store, config) = (stores[i % stores.len()].clone(), &config);
+            async move { store.connector_failed("bitrix24", config, now).await }
+        }))
+        .await;
+        let opened = failed.into_iter().filter(|f| f.as_ref().unwrap().is_some());
+        assert_eq!(
+            opened.count(),
+            1,
+            "only the last failure finds it unreachable"
+        );
+        let connector = stores[0].connector("bitrix24").await.unwrap().unwrap();
+        assert!(connector.unreachable_since.is_some(), "{connector:?}");
+    }
+);

@@ -406,6 +406,16 @@ pub(crate) trait WriteTx: Send {
         &mut self,
         name: &str,
     ) -> impl Future<Output = Result<Option<crate::domain::outage::Health>>> + Send;
+    /// Creates the connector's row, active and healthy, if there is none; waits for one
+    /// another transaction is creating (so that [`lock_connector_health`] then has a row
+    /// to lock).
+    ///
+    /// [`lock_connector_health`]: WriteTx::lock_connector_health
+    fn add_connector_row(
+        &mut self,
+        name: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// Writes the connector's health (creating its row, active, if there is none).
     fn save_connector_health(
         &mut self,

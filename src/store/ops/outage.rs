@@ -14,7 +14,19 @@ pub(crate) async fn connector_failed<T: WriteTx>(
     config: &OutageConfig,
     now: DateTime<Utc>,
 ) -> Result<Option<Unreachable>> {
-    let mut health = tx.lock_connector_health(name).await?.unwrap_or_default();
+    // The count of failures in a row is read, raised and written back under the row's
+    // lock. Without a row there is nothing to lock (PostgreSQL's `for update` locks only
+    // rows that exist): callers failing together would each count their failure from
+    // zero and write 1, and the breaker would stay closed for a whole round of calls
+    // from every caller. So the row is made first (a concurrent maker is waited for).
+    let health = match tx.lock_connector_health(name).await? {
+        Some(health) => Some(health),
+        None => {
+            tx.add_connector_row(name, now).await?;
+            tx.lock_connector_health(name).await?
+        }
+    };
+    let mut health = health.unwrap_or_default();
     if health.failed(config, now) {
         tracing::warn!(
             connector = name,
