@@ -236,10 +236,7 @@ impl Worker {
         // of the call's budget. If they fail, nothing was sent.
         if let Err(e) = self.crm.pace().await {
             tracing::warn!(class = %e.class, "could not get ready to call the CRM");
-            let outcome = self.not_ready(claim, &e);
-            let outcome = self.weigh(Some(e.class), outcome).await;
-            before.push(not_sent_event(&e));
-            return self.finish(&claim.lease, outcome, before).await;
+            return self.unsent(claim, &e, before).await;
         }
         if !self.may_call(&mut probe).await {
             return self
@@ -293,10 +290,7 @@ impl Worker {
                         &exchange,
                         Some(&e),
                     ));
-                    let outcome = self.not_ready(claim, &e);
-                    let outcome = self.weigh(Some(e.class), outcome).await;
-                    before.push(not_sent_event(&e));
-                    return self.finish(&claim.lease, outcome, before).await;
+                    return self.unsent(claim, &e, before).await;
                 }
             }
             if !self.may_call(&mut probe).await {
@@ -505,6 +499,20 @@ impl Worker {
                 self.store.now(),
             ),
         }
+    }
+
+    /// Records that a claim's create could not be got ready (`e`; nothing was sent):
+    /// weighed for the connector's health, `not_sent` on the timeline after `before`.
+    async fn unsent(
+        &self,
+        claim: &Claim,
+        e: &CrmError,
+        mut before: Vec<NewEvent>,
+    ) -> Result<(), StoreError> {
+        let outcome = self.not_ready(claim, e);
+        let outcome = self.weigh(Some(e.class), outcome).await;
+        before.push(not_sent_event(e));
+        self.finish(&claim.lease, outcome, before).await
     }
 
     /// The event recorded right before a create leaves (`batch`: how many creates its

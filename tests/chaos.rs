@@ -198,6 +198,30 @@ fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// Gateways `a` and `b`, each on a free port with the configuration `config(name, port)`
+/// writes, started and answering.
+async fn two_gateways(dir: &Path, config: impl Fn(&str, u16) -> String) -> Vec<Gateway> {
+    let mut gateways: Vec<Gateway> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let port = free_port();
+            Gateway {
+                config: config(name, port),
+                port,
+                log: dir.join(format!("{name}.log")),
+                process: None,
+            }
+        })
+        .collect();
+    for g in &mut gateways {
+        g.spawn();
+    }
+    for g in &gateways {
+        g.wait_up().await;
+    }
+    gateways
+}
+
 fn config(dir: &Path, name: &str, db_url: &str, webhook: &str, port: u16) -> String {
     let path = GatewayFile {
         db_url,
@@ -310,24 +334,10 @@ async fn chaos(db_url: &str, pg: Option<&PgCluster>) -> Figures {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut gateways: Vec<Gateway> = ["a", "b"]
-        .iter()
-        .map(|name| {
-            let port = free_port();
-            Gateway {
-                config: config(dir.path(), name, db_url, &fake.webhook_url(), port),
-                port,
-                log: dir.path().join(format!("{name}.log")),
-                process: None,
-            }
-        })
-        .collect();
-    for g in &mut gateways {
-        g.spawn();
-    }
-    for g in &gateways {
-        g.wait_up().await;
-    }
+    let mut gateways = two_gateways(dir.path(), |name, port| {
+        config(dir.path(), name, db_url, &fake.webhook_url(), port)
+    })
+    .await;
     let bases: Vec<String> = gateways.iter().map(Gateway::base).collect();
     let mut figures = Figures {
         leads,
@@ -564,24 +574,10 @@ async fn amocrm_chaos(db_url: &str) -> AmoFigures {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut gateways: Vec<Gateway> = ["a", "b"]
-        .iter()
-        .map(|name| {
-            let port = free_port();
-            Gateway {
-                config: amocrm_config(dir.path(), name, db_url, &fake, port),
-                port,
-                log: dir.path().join(format!("{name}.log")),
-                process: None,
-            }
-        })
-        .collect();
-    for g in &mut gateways {
-        g.spawn();
-    }
-    for g in &gateways {
-        g.wait_up().await;
-    }
+    let mut gateways = two_gateways(dir.path(), |name, port| {
+        amocrm_config(dir.path(), name, db_url, &fake, port)
+    })
+    .await;
     let bases: Vec<String> = gateways.iter().map(Gateway::base).collect();
     let mut figures = AmoFigures {
         leads,
