@@ -912,6 +912,30 @@ const ERROR_CODES: &[(&str, ErrorClass)] = &[
     ("ERROR_UNEXPECTED_ANSWER", ErrorClass::Uncertain),
 ];
 
+/// Codes with which Bitrix24 refuses a `batch` before running any of its commands: only
+/// then may its leads be sent again (split), as nothing of it can have been created.
+const BATCH_REFUSED_BEFORE_RUNNING: &[&str] = &["ERROR_BATCH_LENGTH_EXCEEDED"];
+
+/// Whether a whole `batch`'s refusal proves none of its commands ran.
+fn refused_before_running(e: &CrmError) -> bool {
+    e.class == ErrorClass::Validation
+        && BATCH_REFUSED_BEFORE_RUNNING
+            .iter()
+            .any(|code| e.message.contains(&format!(" {code}:")))
+}
+
+/// A `batch` refused as a whole for another reason: its commands may have run (it has no
+/// transaction), so it is no one lead's refusal — uncertain, each lead looked up by key.
+fn not_proof_of_refusal(e: CrmError) -> CrmError {
+    CrmError::new(
+        ErrorClass::Uncertain,
+        format!(
+            "{} (the batch as a whole: each lead is looked up)",
+            e.message
+        ),
+    )
+}
+
 /// The one classification of a Bitrix24 answer that is not a success, and of a batch
 /// command's `result_error` entry (given as a 400 with its code and description).
 ///
@@ -933,15 +957,19 @@ pub fn classify(status: StatusCode, code: Option<&str>, text: &str) -> ErrorClas
     // Only a body that was not a JSON error can be a web page.
     let page = code.is_none() && super::looks_like_html(text);
     let code = code.filter(|c| !c.is_empty());
+    let status = status.as_u16();
     if let Some(code) = code {
         if let Some((_, class)) = ERROR_CODES
             .iter()
             .find(|(known, _)| known.eq_ignore_ascii_case(code))
         {
-            return *class;
+            // A refusal of the data is one only when the portal said so with a 4xx: the
+            // same code on a 5xx (or a 2xx) may come after the create ran.
+            if *class != ErrorClass::Validation || (400..=499).contains(&status) {
+                return *class;
+            }
         }
     }
-    let status = status.as_u16();
     if status == 429 {
         return ErrorClass::RateLimited;
     }
@@ -1347,7 +1375,12 @@ impl Crm for Bitrix24 {
         let clock = super::SplitClock::start(self.timeout);
         let all: Vec<&Lead> = leads.iter().collect();
         let refusal = match self.batch_once(&all).await {
-            Err((e, ex)) if e.class == ErrorClass::Validation => (e, ex),
+            Err((e, ex)) if refused_before_running(&e) => (e, ex),
+            // Refused as a whole for a reason that does not prove no command ran: each
+            // lead is looked up by its key before anything is sent again.
+            Err((e, ex)) if e.class == ErrorClass::Validation => {
+                return Err((not_proof_of_refusal(e), ex))
+            }
             answer => return answer,
         };
         tracing::debug!(batch = leads.len(), error = %refusal.0, "bitrix24 batch refused as a whole: splitting it");
@@ -1417,13 +1450,18 @@ impl Crm for Bitrix24 {
                         answers[i] = Some((result, split(ex)));
                     }
                 }
-                Err((e, _)) if e.class == ErrorClass::Validation && group.len() > 1 => {
+                Err((e, _)) if refused_before_running(&e) && group.len() > 1 => {
                     let mut first = group;
                     let second = first.split_off(first.len() / 2);
                     queue.push_back(first);
                     queue.push_back(second);
                 }
                 Err((e, ex)) => {
+                    let e = if e.class == ErrorClass::Validation && group.len() > 1 {
+                        not_proof_of_refusal(e)
+                    } else {
+                        e
+                    };
                     for &i in &group {
                         answers[i] = Some((Err(e.clone()), split(ex.clone())));
                     }
@@ -2156,19 +2194,30 @@ mod tests {
         assert_eq!(fake.calls("batch"), 3);
         assert_eq!(fake.calls("crm.lead.add"), 4);
         assert_eq!(fake.entities().len(), 3, "each valid lead once");
-        // A batch of one lead refused as a whole goes alone at once.
-        fake.push_fault(
-            "batch",
-            Fault::Error {
-                status: 400,
-                error: "INVALID_REQUEST".into(),
-                error_description: "x".into(),
-                after_execute: false,
-            },
-            1,
-        );
-        let answers = crm.create_many(&[lead("tilda:one")]).await.unwrap();
-        assert_eq!(answers[0].0.as_deref(), Ok("4"));
+        // A batch refused as a whole for a reason that does not prove no command ran
+        // (a batch has no transaction; ERROR_CORE may even come on a 500 after some
+        // commands ran) is nobody's refusal and is never sent again here: uncertain,
+        // each lead looked up by its key.
+        for (status, error) in [
+            (400, "INVALID_REQUEST"),
+            (500, "ERROR_CORE"),
+            (400, "ERROR_CORE"),
+        ] {
+            fake.push_fault(
+                "batch",
+                Fault::Error {
+                    status,
+                    error: error.into(),
+                    error_description: "x".into(),
+                    after_execute: false,
+                },
+                1,
+            );
+            let (err, _) = crm.create_many(&leads).await.unwrap_err();
+            assert_eq!(err.class, ErrorClass::Uncertain, "{status} {error}");
+        }
+        assert_eq!(fake.calls("batch"), 6, "none of them split and sent again");
+        assert_eq!(fake.calls("crm.lead.add"), 4, "no lead sent alone");
         // Anything else that fails the request as a whole is the batch's failure.
         fake.push_fault("batch", Fault::ServerError, 1);
         let (err, _) = crm.create_many(&leads).await.unwrap_err();
@@ -2234,6 +2283,9 @@ mod tests {
                 Validation,
             ),
             (400, Some("ERROR_CORE"), "Invalid e-mail", Validation),
+            // The same code on a 5xx may come after the create ran.
+            (500, Some("ERROR_CORE"), "Internal error", Uncertain),
+            (503, Some("NOT_FOUND"), "", Uncertain),
             (400, None, "oops", Validation),
             (400, Some(""), "Not found", Validation),
             (404, Some("NOT_FOUND"), "Not found", Validation),

@@ -263,7 +263,9 @@ each_backend!(
                 .unwrap(),
             ContactTurn::Taken { known: vec![] }
         );
-        // `start_attempt` extends the lease and the lock with it.
+        // `start_attempt` extends the lease and the lock with it, to the operation's
+        // quiet_after (the lease plus the settle window): a holder that dies mid-create
+        // leaves a contact that may still land until then.
         let started = store
             .start_attempt(
                 &again.lease,
@@ -274,6 +276,7 @@ each_backend!(
             )
             .await
             .unwrap();
+        let held_until = leadgate::store::after(started.expires_at, Duration::from_secs(5));
         let late = after_end + ms(60_000);
         record(store.as_ref(), "third", "+79990000001").await;
         let third = claim_at(store.as_ref(), Duration::from_secs(2), late).await;
@@ -283,9 +286,7 @@ each_backend!(
                 .take_contact_locks(&third, 10 * MINUTE, 10 * MINUTE, late)
                 .await
                 .unwrap(),
-            ContactTurn::Held {
-                at: started.expires_at
-            }
+            ContactTurn::Held { at: held_until }
         );
         // The holder made contact 77 and leaves the lock: the next lead gets it as known
         // for ten minutes, and not after.
@@ -298,7 +299,7 @@ each_backend!(
             .leave_contact_locks(&first.lease, ContactLeave::Settled(None), late)
             .await
             .unwrap();
-        let third = claim_at(store.as_ref(), Duration::from_secs(2), started.expires_at).await;
+        let third = claim_at(store.as_ref(), Duration::from_secs(2), held_until).await;
         let at = late + ms(1);
         assert_eq!(
             store

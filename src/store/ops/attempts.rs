@@ -206,7 +206,9 @@ pub(crate) async fn start_attempts<T: WriteTx>(
         let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
         l.op.lease_expires_at = Some(expires_at);
         l.quiet_after = Some(after(expires_at, settle));
-        super::contacts::follow_lease(&mut tx, &l, lease, expires_at).await?;
+        // To `quiet_after`, not the lease's end: a holder that dies mid-create leaves a
+        // contact that may still land until then, and nobody remembers it.
+        super::contacts::follow_lease(&mut tx, &l, lease, after(expires_at, settle)).await?;
         save(&mut tx, &mut l, now).await?;
         started.push(Ok(Lease {
             expires_at,

@@ -120,7 +120,7 @@ pub(crate) fn due_again(
 }
 
 /// In `start_attempt`'s transaction: the contact locks the lease holds follow it to
-/// `expires_at`.
+/// `expires_at` (the operation's `quiet_after`: as long as the create may still land).
 pub(crate) async fn follow_lease<T: WriteTx>(
     tx: &mut T,
     l: &Locked,
