@@ -60,6 +60,17 @@ fn body(key: &str) -> String {
     )
 }
 
+/// A lead whose phone every other lead of the run shares too (a placeholder number a
+/// form's visitors type, a switchboard, a bot), with an e-mail of its own.
+fn shared_phone_lead(key: &str) -> Request {
+    (
+        "application/json",
+        format!(
+            r#"{{"submission_id":"{key}","name":"Ivan","phone":"+79990000000","email":"{key}@example.com","comment":"bench"}}"#
+        ),
+    )
+}
+
 /// What one request sends: a content type and a body.
 type Request = (&'static str, String);
 
@@ -268,6 +279,7 @@ async fn bench(label: &str, url: &str) {
         matching: intake::MatchingSettings {
             region: Default::default(),
             window: Duration::from_secs(14 * 86400),
+            shared_after: leadgate::store::Matching::SHARED_AFTER,
         },
         rules: Default::default(),
     };
@@ -289,6 +301,12 @@ async fn bench(label: &str, url: &str) {
     let fixed = fixed_rate(&client, &url_intake, "fixed", FIXED_SECS).await;
     let sat = saturate(&client, &url_intake, SATURATION_SECS, |c, n| {
         lead(&format!("sat-{c}-{n}"))
+    })
+    .await;
+    // Issue 32, point 9: the same load with one phone on every lead, right after the
+    // distinct phones, in the same run.
+    let shared = saturate(&client, &url_intake, SATURATION_SECS, |c, n| {
+        shared_phone_lead(&format!("shared-{c}-{n}"))
     })
     .await;
     let dup = saturate(&client, &url_intake, 3, |c, n| {
@@ -324,6 +342,10 @@ async fn bench(label: &str, url: &str) {
         &format!("new leads at saturation ({CONCURRENCY} clients)"),
         &sat,
     );
+    row(
+        &format!("new leads, one shared phone ({CONCURRENCY} clients)"),
+        &shared,
+    );
     row(&format!("duplicate replays ({CONCURRENCY} clients)"), &dup);
     row(
         &format!("HTTP floor: connection checks ({CONCURRENCY} clients)"),
@@ -345,6 +367,14 @@ async fn bench(label: &str, url: &str) {
     if let Some(tps) = pgbench {
         ratio("new leads / pgbench", sat.throughput / tps);
     }
+    ratio(
+        "one shared phone / distinct phones",
+        shared.throughput / sat.throughput,
+    );
+    ratio(
+        "p99: one shared phone / distinct phones",
+        shared.p99_ms / sat.p99_ms,
+    );
     ratio("duplicates / new leads", dup.throughput / sat.throughput);
     ratio("HTTP floor / new leads", floor.throughput / sat.throughput);
 }

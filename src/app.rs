@@ -173,6 +173,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                     .parse()
                     .map_err(anyhow::Error::msg)?,
                 window: config.matching.window,
+                shared_after: config.matching.shared_after,
             },
             rules: Arc::clone(&rules),
         };

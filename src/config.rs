@@ -490,6 +490,10 @@ pub struct MatchingConfig {
     /// How far back a new operation's contact is matched against others.
     #[serde(with = "humantime_serde")]
     pub window: Duration,
+    /// A phone or e-mail that this many other operations of the window carry already is
+    /// shared (a placeholder number, a switchboard, a common mailbox): neither matched nor
+    /// waited on. 0: never.
+    pub shared_after: u32,
 }
 
 impl Default for MatchingConfig {
@@ -497,6 +501,7 @@ impl Default for MatchingConfig {
         MatchingConfig {
             default_region: "RU".into(),
             window: Duration::from_secs(14 * 24 * 3600),
+            shared_after: crate::store::Matching::SHARED_AFTER,
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct MatchingSettings {
     /// `[matching] window`: only for a source the database has no rules for yet (a
     /// running gateway seeded them all at its start).
     pub window: std::time::Duration,
+    /// `[matching] shared_after`.
+    pub shared_after: u32,
 }
 
 /// The business rules every delivery is matched by (migration 0021), as of the
@@ -624,11 +626,13 @@ fn delivery(
             rule: m.rule,
             since: store::before(received_at, m.window),
             same_channel: m.same_channel.clone(),
+            shared_after: state.matching.shared_after,
         },
         None => Matching {
             rule: source.on_contact_match,
             since: store::before(received_at, state.matching.window),
             same_channel: vec![],
+            shared_after: state.matching.shared_after,
         },
     });
     // Credentials the sender put in the delivery are never stored: not in the payload,

@@ -8,11 +8,20 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{DeliveryRecord, NewDelivery, Result, StoreError};
 
-/// How long a delivery may wait for its backend's writer (to be queued, then taken into a
-/// group) before its sender is answered "unavailable" with nothing written. While the
-/// database is away or held by someone else, each group takes a timeout to fail, and
-/// senders must hear so in about that time, not after every group queued before theirs.
+/// How long a sender waits for its delivery's answer, from the moment it handed the
+/// delivery over: to be queued, taken into a group and committed. Past it the sender is
+/// answered "unavailable" (503, send again). A delivery not taken yet is then never
+/// written; one whose group is already running may still commit, and the sender's next
+/// attempt finds it (a duplicate). While the database is away, held by someone else or
+/// silent on a connection that stopped answering, senders hear so in about this time,
+/// not after every group queued before theirs, and not never.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// How long a writer may spend on one group before it gives the group up (its senders
+/// have heard "unavailable" by then) and takes the next: a connection that stopped
+/// answering must not keep a writer for ever. PostgreSQL's own `statement_timeout`
+/// (`postgres::connect_options`) ends a statement the server is still running sooner.
+pub(crate) const GROUP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Deliveries waiting at most; a sender beyond it waits for room (at most `PATIENCE`).
 const CAPACITY: usize = 1024;
@@ -48,16 +57,23 @@ impl IntakeQueue {
     pub(crate) async fn record(&self, delivery: NewDelivery) -> Result<DeliveryRecord> {
         let (reply, answer) = oneshot::channel();
         let closed = || StoreError::Database(sqlx::Error::PoolClosed);
+        let queued = Instant::now();
+        let deadline = tokio::time::Instant::from_std(queued + PATIENCE);
         let job = Job {
             delivery,
-            queued: Instant::now(),
+            queued,
             reply,
         };
-        match tokio::time::timeout(PATIENCE, self.0.send(job)).await {
+        match tokio::time::timeout_at(deadline, self.0.send(job)).await {
             Ok(sent) => sent.map_err(|_| closed())?,
             Err(_) => return Err(unavailable()),
         }
-        answer.await.map_err(|_| closed())?
+        // Dropping `answer` at the deadline closes the reply: a writer that has not taken
+        // the delivery yet drops it unwritten.
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(answer) => answer.map_err(|_| closed())?,
+            Err(_) => Err(unavailable()),
+        }
     }
 }
 

@@ -73,6 +73,9 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A migration could not take a table's lock: another session holds the table.
+    #[error("the migration waited for a table that another session holds ({0}); nothing was changed by the migration that waited: end that session (or its transaction) and start again")]
+    MigrationBlocked(String),
 }
 
 impl StoreError {
@@ -137,6 +140,15 @@ pub struct Matching {
     /// The other sources of the delivery's channel (`domain::business::step_for`): empty
     /// when the source is its own channel.
     pub same_channel: Vec<String>,
+    /// A phone or e-mail that this many other operations since `since` carry already is
+    /// shared (a placeholder, a switchboard), not one person's: it is neither matched nor
+    /// locked. 0: none is (`[matching] shared_after`).
+    pub shared_after: u32,
+}
+
+impl Matching {
+    /// `[matching] shared_after`'s default.
+    pub const SHARED_AFTER: u32 = 20;
 }
 
 pub use crate::domain::business::SourceRules;
@@ -1245,6 +1257,13 @@ pub(crate) fn contact_lock_key(kind: &str, value: &str) -> i64 {
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
+/// The intake slot (PostgreSQL: a row of `intake_contact_slots`, migration 0024) of one
+/// normalized contact value: intakes that match on the same phone or e-mail lock it
+/// before looking for each other. The contact's lock key's low 16 bits.
+pub(crate) fn contact_slot(kind: &str, value: &str) -> i64 {
+    contact_lock_key(kind, value) & 0xFFFF
+}
+
 /// Runs purge batches until nothing is left, yielding between batches.
 pub async fn purge(
     store: &dyn Store,
@@ -1316,22 +1335,28 @@ fn truncate_micros(t: DateTime<Utc>) -> DateTime<Utc> {
 /// Runs the backend's migrations, refusing a database that a newer Leadgate already
 /// migrated past what this build knows (it would misread the data).
 ///
-/// Several processes may start at once on a new database: on PostgreSQL the whole check
-/// and run happens under sqlx's advisory lock (taken *before* the bookkeeping table is
-/// created, which races otherwise); SQLite has no such lock, but each migration is one
-/// transaction, so a process that lost the race rolls back and tries again, finding the
-/// winner's work applied.
-async fn migrate<'a, A>(pool: A, migrator: sqlx::migrate::Migrator) -> Result<()>
+/// Several processes may start at once on a new database: on PostgreSQL the caller holds
+/// the migration lock (`postgres::migration_lock`: a row only the gateway's login may
+/// lock, not sqlx's advisory lock, which any login could take and hold); SQLite has no
+/// such lock, but each migration is one transaction, so a process that lost the race
+/// rolls back and tries again, finding the winner's work applied.
+///
+/// On PostgreSQL the migration's statements wait at most a second for a table's lock (the
+/// caller's `lock_timeout`), so a session that holds a table — a person's open
+/// transaction in front of an `ALTER` — never stalls intake behind the migration for
+/// longer. The migration that gave up is rolled back and tried again, a little later each
+/// time, for about a minute; then it fails naming the sessions in the way.
+async fn migrate<C>(conn: &mut C, mut migrator: sqlx::migrate::Migrator) -> Result<()>
 where
-    A: sqlx::Acquire<'a>,
-    <A::Connection as std::ops::Deref>::Target: sqlx::migrate::Migrate,
+    C: sqlx::migrate::Migrate + Send,
 {
-    use sqlx::migrate::Migrate;
-    let mut conn = pool.acquire().await?;
+    use sqlx::migrate::MigrateError;
+    // not sqlx's advisory lock: see above
+    migrator.set_locking(false);
     let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-    conn.lock().await?;
-    let mut tries = 0;
-    let result = loop {
+    let mut tries = 0u32;
+    let mut blocked = 0u32;
+    loop {
         let once = async {
             conn.ensure_migrations_table().await?;
             let applied = conn.list_applied_migrations().await?;
@@ -1343,19 +1368,39 @@ where
             {
                 return Err(StoreError::SchemaTooNew { found, known });
             }
-            migrator.run_direct(&mut *conn).await?;
+            migrator.run_direct(conn).await?;
             Ok(())
         }
         .await;
+        let lock_timed_out = matches!(&once,
+            Err(StoreError::Migrate(MigrateError::Execute(sqlx::Error::Database(e))
+                | MigrateError::ExecuteMigration(sqlx::Error::Database(e), _)))
+            if e.code().as_deref() == Some("55P03"));
         match once {
+            Err(e) if lock_timed_out => {
+                blocked += 1;
+                if blocked > MIGRATION_LOCK_TRIES {
+                    return Err(StoreError::MigrationBlocked(e.to_string()));
+                }
+                tracing::warn!(
+                    try_ = blocked,
+                    "a migration waited for a table another session holds; trying again"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    250 * u64::from(blocked.min(20)),
+                ))
+                .await;
+            }
             Err(StoreError::Migrate(e)) if tries < 10 => {
                 tries += 1;
                 tracing::debug!(error = %e, "migration raced another process; trying again");
-                tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+                tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(tries))).await;
             }
-            other => break other,
+            other => return other,
         }
-    };
-    conn.unlock().await?;
-    result
+    }
 }
+
+/// How many times a migration that could not take a table's lock is tried again (about a
+/// minute in all, with a second's wait for the lock each time).
+const MIGRATION_LOCK_TRIES: u32 = 16;

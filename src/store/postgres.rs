@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime as ChronoDateTime, Utc as ChronoUtc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
-use super::ops::intake::OneStatement;
+use super::ops::intake::{OneMatch, OneStatement};
 use super::sql::sql_store;
 use crate::domain::roles::Role;
 
@@ -85,12 +85,48 @@ impl DbClock {
 impl PgStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
         let store = Self::open(url).await?;
-        let before = store.applied_version().await?;
-        super::migrate(&store.pool, sqlx::migrate!("migrations/postgres")).await?;
-        if store.applied_version().await? > before {
-            store.refresh_role_grants().await?;
-        }
+        store
+            .migrate_with(url, sqlx::migrate!("migrations/postgres"))
+            .await?;
         Ok(store)
+    }
+
+    /// Brings the schema at `url` (this store's database) up to `migrator`'s newest
+    /// version: `connect` with this build's migrations (tests with one more).
+    pub async fn migrate_with(
+        &self,
+        url: &str,
+        migrator: sqlx::migrate::Migrator,
+    ) -> Result<(), super::StoreError> {
+        let before = self.applied_version().await?;
+        let options = connect_options(url)?;
+        // One process migrates at a time, on connections of their own: the lock's waits
+        // for another process's migration as long as that takes; the migration's
+        // statements wait a second for a table's lock (`super::migrate`) and may run long.
+        let mut holder = PgConnection::connect_with(&options.clone().options([
+            ("lock_timeout", "0"),
+            ("statement_timeout", "0"),
+            ("idle_in_transaction_session_timeout", "0"),
+        ]))
+        .await?;
+        let held = migration_lock(&mut holder).await?;
+        let mut conn = PgConnection::connect_with(
+            &options.options([("lock_timeout", "1s"), ("statement_timeout", "0")]),
+        )
+        .await?;
+        match super::migrate(&mut conn, migrator).await {
+            Err(super::StoreError::MigrationBlocked(_)) => {
+                return Err(super::StoreError::MigrationBlocked(
+                    sessions_in_a_transaction(&mut conn).await,
+                ))
+            }
+            other => other?,
+        }
+        if self.applied_version().await? > before {
+            self.refresh_role_grants().await?;
+        }
+        held.commit().await?;
+        Ok(())
     }
 
     /// Connects without touching the schema (the console checks the version instead).
@@ -133,11 +169,9 @@ impl PgStore {
     /// (`leadgate_install_roles`, migration 0017), when this login may manage roles and
     /// they are installed; otherwise `leadgate user add` does it.
     async fn refresh_role_grants(&self) -> Result<(), super::StoreError> {
+        // One process at a time (concurrent GRANTs on one table can fail): the caller
+        // holds the migration lock.
         let mut tx = self.pool.begin().await?;
-        // One process at a time: concurrent GRANTs on one table can fail.
-        sqlx::query("select pg_advisory_xact_lock(7417001)")
-            .execute(&mut *tx)
-            .await?;
         sqlx::query(
             "select leadgate_install_roles() from pg_roles \
              where rolname = current_user and (rolsuper or rolcreaterole) \
@@ -242,10 +276,23 @@ impl PgStore {
 pub fn connect_options(url: &str) -> Result<PgConnectOptions, super::StoreError> {
     Ok(tls_policy(url, PgConnectOptions::from_str(url)?)?
         .application_name("leadgate")
-        // The session's own transactions (the grouped intake runs in one) at READ
-        // COMMITTED whatever the server's or the database's default; the store's explicit
-        // transactions set it themselves.
-        .options([("default_transaction_isolation", "read\\ committed")]))
+        .options([
+            // The session's own transactions (the grouped intake runs in one) at READ
+            // COMMITTED whatever the server's or the database's default; the store's
+            // explicit transactions set it themselves.
+            ("default_transaction_isolation", "read\\ committed"),
+            // Nothing waits for ever on what someone else holds (issue 32): a lock wait
+            // fails after 5 s, a statement after 30 s (both mean "unavailable, try
+            // again"); a session idle in a transaction for a minute is ended. The
+            // migration's connection sets its own (`migrate_postgres`).
+            ("lock_timeout", "5s"),
+            ("statement_timeout", "30s"),
+            ("idle_in_transaction_session_timeout", "60s"),
+            // The server notices a gateway that vanished (no FIN) in about a minute.
+            ("tcp_keepalives_idle", "30"),
+            ("tcp_keepalives_interval", "10"),
+            ("tcp_keepalives_count", "3"),
+        ]))
 }
 
 /// TLS to PostgreSQL fails closed. `sslmode=prefer` and `allow` (which fall back to
@@ -317,8 +364,68 @@ sql_store! {
     skip_locked: " for update skip locked",
     mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
                            from review_cases where resolved_at is not null",
-    // held until commit, so a concurrent intake with the same contact sees this one
-    lock_contact: "select pg_advisory_xact_lock($1)",
+    // held until commit, so a concurrent intake with the same contact sees this one: a
+    // row only the gateway's login may lock (migration 0024), not an advisory lock
+    lock_contact: "select 1 from intake_contact_slots where slot = $1 for update",
+}
+
+/// Takes the migration lock: the row `migrate` of `leadgate_locks`, for update, in a
+/// transaction on `conn` that the caller ends when its migration is done. Only the
+/// gateway's login may lock it (no person's role has UPDATE on it), unlike sqlx's advisory
+/// lock, which any login could take and hold to stop every gateway from starting. The
+/// table is made by the first process that needs it (before the first migration, which
+/// cannot make it under a lock it needs).
+async fn migration_lock(
+    conn: &mut PgConnection,
+) -> Result<sqlx::Transaction<'_, Postgres>, super::StoreError> {
+    for tries in 1..=10u64 {
+        let Err(e) = make_migration_lock(&mut *conn).await else {
+            break;
+        };
+        // two processes making it at once: one of them fails, and finds it made
+        let raced = matches!(&e, sqlx::Error::Database(d)
+            if matches!(d.code().as_deref(), Some("23505" | "42P07")));
+        if !raced || tries == 10 {
+            return Err(e.into());
+        }
+        tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+    }
+    let mut tx = conn.begin().await?;
+    sqlx::query("select 1 from leadgate_locks where name = 'migrate' for update")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
+/// Makes the migration lock's table and row if they are not there.
+async fn make_migration_lock(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("create table if not exists leadgate_locks (name text primary key)")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("insert into leadgate_locks (name) values ('migrate') on conflict do nothing")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The sessions of this database in a transaction (the ones a blocked migration waits
+/// for), oldest first, as "login (pid N, state since T)".
+async fn sessions_in_a_transaction(conn: &mut PgConnection) -> String {
+    let found: Vec<String> = sqlx::query_scalar(
+        "select format('%s (pid %s, %s since %s)', usename, pid, state, \
+                       to_char(xact_start, 'YYYY-MM-DD HH24:MI:SS TZ')) \
+         from pg_stat_activity where datname = current_database() \
+           and pid <> pg_backend_pid() and xact_start is not null \
+         order by xact_start limit 5",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap_or_default();
+    if found.is_empty() {
+        "a session that has ended since".into()
+    } else {
+        format!("sessions in a transaction: {}", found.join(", "))
+    }
 }
 
 /// A person's login (`leadgate user list`).
@@ -367,7 +474,8 @@ pub enum IntakePath {
 /// The grouped intake: the deliveries' columns as arrays, the contacts' lock keys and
 /// the names' search words (migration 0022). Prepared once per connection (sqlx caches it).
 const RECORD_DELIVERIES: &str = "select r_row, r_outcome, r_delivery_id, r_status, r_crm_id \
-     from leadgate_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
+     from leadgate_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18, $19)";
 
 /// At most this many deliveries share one transaction.
 const INTAKE_GROUP: usize = 64;
@@ -432,7 +540,17 @@ async fn intake_writer(pool: PgPool, mut jobs: super::intake_queue::Jobs) {
         let pool = pool.clone();
         tokio::spawn(async move {
             let (deliveries, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
-            let answers = by_the_function(&pool, &deliveries).await;
+            let deadline = tokio::time::Instant::now() + super::intake_queue::GROUP_DEADLINE;
+            // Given up at the deadline (the replies dropped: their senders hear
+            // "unavailable"), so a connection that stopped answering frees its writer.
+            let answers = tokio::time::timeout_at(deadline, by_the_function(&pool, &deliveries));
+            let Ok(answers) = answers.await else {
+                tracing::warn!(
+                    deliveries = deliveries.len(),
+                    "a group of deliveries got no answer from the database in time; given up"
+                );
+                return;
+            };
             drop(writer);
             let mut left = vec![];
             for ((d, reply), answer) in deliveries.into_iter().zip(replies).zip(answers) {
@@ -444,7 +562,20 @@ async fn intake_writer(pool: PgPool, mut jobs: super::intake_queue::Jobs) {
                 }
             }
             for (d, reply) in left {
-                let _ = reply.send(by_steps(&pool, &d).await);
+                if reply.is_closed() {
+                    continue; // its sender heard "unavailable" and sends it again
+                }
+                match tokio::time::timeout_at(deadline, by_steps(&pool, &d)).await {
+                    Ok(answer) => {
+                        let _ = reply.send(answer);
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            "a delivery's steps got no answer from the database in time; given up"
+                        );
+                        return;
+                    }
+                }
             }
         });
     }
@@ -555,13 +686,16 @@ fn copy_of(e: &super::StoreError) -> super::StoreError {
 async fn in_one_statement(pool: &PgPool, taken: &[Taken<'_>]) -> Result<Vec<Option<GroupRecord>>> {
     let (group, one): (Vec<&NewDelivery>, Vec<&OneStatement>) =
         taken.iter().map(|(d, one)| (*d, one)).unzip();
-    let mut lock_keys: Vec<i64> = one
+    let matching = |f: fn(&OneMatch) -> Option<i64>| {
+        one.iter()
+            .map(|o| o.matching.as_ref().and_then(f))
+            .collect::<Vec<_>>()
+    };
+    // One rule for the whole group: every delivery's (the configuration's) or none.
+    let shared_after = one
         .iter()
-        .filter_map(|o| o.matching.as_ref())
-        .flat_map(|(_, keys)| keys.iter().copied())
-        .collect();
-    lock_keys.sort_unstable();
-    lock_keys.dedup();
+        .find_map(|o| o.matching.as_ref())
+        .and_then(|m| m.shared_after);
     let (mut names_words, mut word_rows, mut words) = (vec![], vec![], vec![]);
     for (i, d) in group.iter().enumerate() {
         let own = super::sql::name_words(&d.contact);
@@ -625,10 +759,12 @@ async fn in_one_statement(pool: &PgPool, taken: &[Taken<'_>]) -> Result<Vec<Opti
         .bind(group.iter().map(|d| d.received_at).collect::<Vec<_>>())
         .bind(
             one.iter()
-                .map(|o| o.matching.as_ref().map(|(since, _)| *since))
+                .map(|o| o.matching.as_ref().map(|m| m.since))
                 .collect::<Vec<_>>(),
         )
-        .bind(lock_keys)
+        .bind(matching(|m| m.phone_slot))
+        .bind(matching(|m| m.email_slot))
+        .bind(shared_after)
         .bind(
             group
                 .iter()

@@ -619,13 +619,37 @@ macro_rules! sql_store {
                 .await?)
             }
 
-            async fn lock_contacts(&mut self, keys: &[i64]) -> Result<()> {
+            async fn lock_contacts(&mut self, slots: &[i64]) -> Result<()> {
                 if !$lock_contact.is_empty() {
-                    for key in keys {
-                        sqlx::query($lock_contact).bind(*key).execute(&mut *self.0).await?;
+                    for slot in slots {
+                        sqlx::query($lock_contact).bind(*slot).execute(&mut *self.0).await?;
                     }
                 }
                 Ok(())
+            }
+
+            async fn contact_uses(
+                &mut self,
+                operation_id: &str,
+                since: DateTime<Utc>,
+                contact: &ContactKeys,
+                at_most: i64,
+            ) -> Result<(i64, i64)> {
+                // Each from its index (contact, created_at), at most `at_most` entries long.
+                Ok(sqlx::query_as(
+                    "select \
+                       (select count(*) from (select 1 from operations where contact_phone = $1 \
+                          and created_at >= $3 and operation_id <> $4 limit $5) p), \
+                       (select count(*) from (select 1 from operations where contact_email = $2 \
+                          and created_at >= $3 and operation_id <> $4 limit $5) e)",
+                )
+                .bind(&contact.phone)
+                .bind(&contact.email)
+                .bind(since)
+                .bind(operation_id)
+                .bind(at_most)
+                .fetch_one(&mut *self.0)
+                .await?)
             }
 
             async fn take_contact_lock(

@@ -80,7 +80,9 @@ const INTAKE_GROUP: usize = 64;
 impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
         let store = Self::open(url).await?;
-        super::migrate(&store.writer, sqlx::migrate!("migrations/sqlite")).await?;
+        let mut conn = store.writer.acquire().await?;
+        super::migrate(&mut *conn, sqlx::migrate!("migrations/sqlite")).await?;
+        drop(conn);
         Ok(store)
     }
 

@@ -8,7 +8,7 @@
 //! (the ids of both databases would drift apart otherwise). A group of many deliveries
 //! must write what the steps write when they take the group's deliveries in the order
 //! the function promises: the ones it took, in order, then the ones it left, in order.
-//! Then the lock orders and the intake queue's patience, forced, on each backend.
+//! Then the lock orders, forced (the intake queue's patience: `insiders.rs`).
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
@@ -59,6 +59,7 @@ fn matching(
         rule,
         since: d.received_at - TimeDelta::days(14),
         same_channel: vec![],
+        shared_after: Matching::SHARED_AFTER,
     });
     d
 }
@@ -534,16 +535,14 @@ async fn a_group_writes_what_the_steps_write_taking_what_it_took_first() {
 }
 
 /// One call of `leadgate_record_deliveries` over (key, phone) pairs, every delivery
-/// matched by its phone (its advisory lock key: the phone's number), on `c`; the outcomes.
+/// matched by its phone (its intake slot: the phone's number), on `c`; the outcomes.
 async fn call_group(c: &mut PgConnection, group: &[(String, i64)]) -> sqlx::Result<Vec<String>> {
     let n = group.len();
     let phones: Vec<String> = group.iter().map(|(_, p)| format!("+7999{p:07}")).collect();
-    let mut keys: Vec<i64> = group.iter().map(|(_, p)| *p).collect();
-    keys.sort_unstable();
-    keys.dedup();
+    let slots: Vec<Option<i64>> = group.iter().map(|(_, p)| Some(*p % 65536)).collect();
     sqlx::query_scalar(
         "select r_outcome from leadgate_record_deliveries($1, $2, $3, $4, $5, $6, $7, \
-         $8, $9, $10, $11, $12, $13, $14, $14, '{}', '{}') order by r_row",
+         $8, $9, $10, $11, $12, $13, $14, $15, $16, $16, '{}', '{}') order by r_row",
     )
     .bind(group.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
     .bind(vec!["site"; n])
@@ -557,7 +556,9 @@ async fn call_group(c: &mut PgConnection, group: &[(String, i64)]) -> sqlx::Resu
     .bind(vec![None::<DateTime<Utc>>; n])
     .bind(vec![now(); n])
     .bind(vec![Some(now() - TimeDelta::days(1)); n])
-    .bind(keys)
+    .bind(slots)
+    .bind(vec![None::<i64>; n])
+    .bind(Some(20i32))
     .bind(vec![None::<String>; n])
     .fetch_all(c)
     .await
@@ -620,7 +621,7 @@ async fn a_key_another_transaction_is_inserting_is_waited_for_and_left_to_the_st
 
 /// Groups with the same keys and phones in different orders, on four connections at
 /// once, straight to the function (no retry in between): none may be aborted as a
-/// deadlock victim, because every group takes its row locks, advisory locks and new keys
+/// deadlock victim, because every group takes its row locks, contact slots and new keys
 /// in one order. Each key ends as one operation, journaled as new once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_groups_over_the_same_keys_never_deadlock() {
@@ -872,20 +873,23 @@ async fn a_group_locks_its_contacts_before_a_known_operation_as_the_steps_do() {
     .await
 }
 
-/// A transaction on a connection of its own holding `phone`'s contact lock
-/// (`contact_lock_key`: the first 8 bytes of the SHA-256 of "leadgate contact
-/// phone:<value>", as a bigint), as a concurrent intake of that phone would.
+/// A transaction on a connection of its own holding `phone`'s intake slot (migration
+/// 0024: the row of `intake_contact_slots` numbered by the low 16 bits of the first 8
+/// bytes of the SHA-256 of "leadgate contact phone:<value>"), as a concurrent intake of
+/// that phone would.
 async fn holding_phone(db: &TestDb, phone: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query(
-        "select pg_advisory_xact_lock(('x' || substr(encode(sha256(convert_to($1, 'UTF8')), \
-         'hex'), 1, 16))::bit(64)::bigint)",
+    let locked: i64 = sqlx::query_scalar(
+        "select count(*) from (select 1 from intake_contact_slots where slot = \
+         ((('x' || substr(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 1, 16))::bit(64)::bigint) \
+         & 65535)::integer for update) s",
     )
     .bind(format!("leadgate contact phone:{phone}"))
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await
     .unwrap();
+    assert_eq!(locked, 1, "the phone's slot");
     tx
 }
 
@@ -905,7 +909,7 @@ async fn started_and_waiting<T: Send + 'static>(
 
 /// The steps take a delivery's contact locks before they claim its key, as a group does,
 /// so the two never wait for each other crosswise. Forced: another transaction holds the
-/// phone's advisory lock (as a group does before inserting its new keys) while the steps
+/// phone's intake slot (as a group does before inserting its new keys) while the steps
 /// start; the steps must wait for it without having claimed the key, so that the other
 /// transaction can insert that key without waiting (the old order — claim, then lock —
 /// deadlocked here).
@@ -924,7 +928,7 @@ async fn the_steps_lock_a_contact_before_claiming_its_key_as_a_group_does() {
         .await;
         let claimed: bool = sqlx::query_scalar(
             "select exists (select 1 from pg_locks l join pg_stat_activity a using (pid) \
-             where a.wait_event = 'advisory' and a.datname = current_database() \
+             where a.wait_event_type = 'Lock' and a.datname = current_database() \
              and l.relation = 'operations'::regclass and l.mode = 'RowExclusiveLock')",
         )
         .fetch_one(&mut *group)
@@ -954,107 +958,6 @@ async fn the_steps_lock_a_contact_before_claiming_its_key_as_a_group_does() {
             matches!(record.outcome, DeliveryOutcome::Duplicate { .. }),
             "{record:?}"
         );
-    })
-    .await
-}
-
-/// While every writer is held up, a delivery waits in the queue; once it has waited longer
-/// than the store allows, its sender hears "unavailable" and nothing of it is written, so
-/// a gateway whose database is away answers 503 in about that time, not after every group
-/// queued before it. Forced: the phone's advisory lock is held while two matched
-/// deliveries occupy both writers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_delivery_that_waited_too_long_for_a_writer_is_refused_unwritten() {
-    const PHONE: &str = "+79990000008";
-    run(Backend::Postgres, |db| async move {
-        let store: std::sync::Arc<dyn Store> =
-            std::sync::Arc::new(PgStore::connect(&db.url).await.unwrap());
-        let gate = holding_phone(&db, PHONE).await;
-        let mut watch = Monitor::new(&db).await;
-        let mut held = vec![];
-        for key in ["w1", "w2"] {
-            let store = store.clone();
-            let d = matching(lead(key, 1), MatchRule::Review, Some(PHONE), None);
-            let matched = async move { store.record_delivery(d).await };
-            held.push(started_and_waiting(&mut watch, key, matched).await);
-        }
-        let late = {
-            let store = store.clone();
-            tokio::spawn(async move { store.record_delivery(lead("queued", 1)).await })
-        };
-        tokio::time::sleep(std::time::Duration::from_secs(11)).await;
-        assert!(
-            !late.is_finished(),
-            "nothing answers it while the writers are held"
-        );
-        gate.commit().await.unwrap();
-        let refused = tokio::time::timeout(PROMPTLY, late)
-            .await
-            .expect("answered once a writer is free")
-            .unwrap();
-        assert!(refused.is_err(), "{refused:?}");
-        for task in held {
-            task.await.unwrap().unwrap();
-        }
-        let mut c = PgConnection::connect(&db.url).await.unwrap();
-        let written: i64 = sqlx::query_scalar(
-            "select count(*) from deliveries where operation_id = 'site:queued'",
-        )
-        .fetch_one(&mut c)
-        .await
-        .unwrap();
-        assert_eq!(written, 0);
-    })
-    .await
-}
-
-/// SQLite's one writer waits for the database file's write lock, held here by another
-/// connection (as a second process on the file would): a delivery queued behind it that
-/// waited longer than the store allows is refused, unwritten, once the writer gets to it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn on_sqlite_a_delivery_that_waited_too_long_for_the_writer_is_refused_unwritten() {
-    use sqlx::SqliteConnection;
-    run(Backend::Sqlite, |db| async move {
-        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
-            leadgate::store::sqlite::SqliteStore::connect(&db.url)
-                .await
-                .unwrap(),
-        );
-        let mut other = SqliteConnection::connect(&db.url).await.unwrap();
-        sqlx::query("begin immediate")
-            .execute(&mut other)
-            .await
-            .unwrap();
-        let first = {
-            let store = store.clone();
-            tokio::spawn(async move { store.record_delivery(lead("first", 1)).await })
-        };
-        // The writer takes it at once and waits for the file's lock.
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        let queued = {
-            let store = store.clone();
-            tokio::spawn(async move { store.record_delivery(lead("queued", 1)).await })
-        };
-        tokio::time::sleep(std::time::Duration::from_secs(11)).await;
-        assert!(
-            !queued.is_finished(),
-            "nothing answers it while the file is held"
-        );
-        sqlx::query("commit").execute(&mut other).await.unwrap();
-        let recorded = first.await.unwrap().unwrap();
-        assert!(matches!(recorded.outcome, DeliveryOutcome::New { .. }));
-        let refused = tokio::time::timeout(PROMPTLY, queued)
-            .await
-            .expect("answered once the writer is free")
-            .unwrap();
-        assert!(refused.is_err(), "{refused:?}");
-        let written: i64 = sqlx::query_scalar(
-            "select count(*) from deliveries where operation_id = 'site:queued'",
-        )
-        .fetch_one(&mut other)
-        .await
-        .unwrap();
-        assert_eq!(written, 0);
     })
     .await
 }

@@ -15,6 +15,7 @@ mod contacts;
 mod diagnose;
 mod gateway;
 mod imap;
+mod insiders;
 mod intake_paths;
 mod metrics;
 mod openapi;

@@ -948,6 +948,7 @@ fn with_phone(key: &str, phone: &str) -> NewDelivery {
         rule: MatchRule::Review,
         since: now() - chrono::TimeDelta::days(1),
         same_channel: vec![],
+        shared_after: Matching::SHARED_AFTER,
     });
     d
 }

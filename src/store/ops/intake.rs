@@ -7,8 +7,8 @@ use crate::domain::business::{step_for, MatchFact};
 use crate::domain::rules::{DeliveryKind, MatchStep};
 use crate::domain::{ErrorClass, ReviewReason, Status};
 use crate::store::{
-    contact_lock_key, ContactKeys, DeliveryOutcome, DeliveryRecord, Matching, NewDelivery,
-    NewEvent, Result,
+    contact_lock_key, contact_slot, ContactKeys, DeliveryOutcome, DeliveryRecord, Matching,
+    NewDelivery, NewEvent, Result,
 };
 
 use super::{must_lock, open_case, save, set_status, ContactMatch, Locked, WriteTx};
@@ -37,19 +37,27 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
     // the first commits and then sees it, as under SQLite's single writer. Taken before the
     // key is claimed, as PostgreSQL's grouped intake takes them (migration 0022), so the
     // two never wait for each other crosswise.
-    if d.review.is_none() && d.matching.is_some() {
-        let keys = contact_lock_keys(&d.contact);
-        if !keys.is_empty() {
-            tx.lock_contacts(&keys).await?;
+    // A shared phone or e-mail is neither locked nor matched: counted first, so it is
+    // never waited on (PostgreSQL's grouped intake counts the same way).
+    let mut matched = Shared::default();
+    if d.review.is_none() {
+        if let Some(m) = &d.matching {
+            matched = shared(tx, id, &d.contact, m).await?;
+            let slots = intake_slots(&matched.contact);
+            if !slots.is_empty() {
+                tx.lock_contacts(&slots).await?;
+            }
         }
     }
     if tx.insert_operation(d, "worker", now).await? {
         let delivery_id = tx.insert_delivery(d, DeliveryKind::New.as_str()).await?;
-        let event = NewEvent::new(
-            "delivery",
-            json!({"delivery_id": delivery_id, "outcome": "new", "payload_hash": d.payload_hash}),
-        );
-        tx.append(id, "gateway", &event, now).await?;
+        let mut detail =
+            json!({"delivery_id": delivery_id, "outcome": "new", "payload_hash": d.payload_hash});
+        if !matched.shared.is_empty() {
+            detail["shared_contact"] = json!(matched.shared);
+        }
+        tx.append(id, "gateway", &NewEvent::new("delivery", detail), now)
+            .await?;
         // The common path (a plain new lead) stops here, without reading the row back:
         // four statements per delivery.
         let mut status = Status::Received;
@@ -68,7 +76,7 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
             save(tx, &mut l, now).await?;
             status = l.op.status;
         } else if let Some(m) = &d.matching {
-            if let Some(mut l) = match_contacts(tx, id, &d.contact, m, now).await? {
+            if let Some(mut l) = match_contacts(tx, id, &matched.contact, m, now).await? {
                 save(tx, &mut l, now).await?;
                 status = l.op.status;
             }
@@ -107,8 +115,56 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
     })
 }
 
-/// The advisory-lock keys of a contact's values, in one order (sorted, no repeats): two
-/// intakes never wait for each other's phone and e-mail locks crosswise.
+/// A new delivery's contact as it is matched: without its shared values, and which those
+/// were (`Matching::shared_after`).
+#[derive(Debug, Default)]
+struct Shared {
+    contact: ContactKeys,
+    shared: Vec<&'static str>,
+}
+
+/// `contact` without the values that `m.shared_after` other operations of the window carry
+/// already.
+async fn shared<T: WriteTx>(
+    tx: &mut T,
+    id: &str,
+    contact: &ContactKeys,
+    m: &Matching,
+) -> Result<Shared> {
+    let mut out = Shared {
+        contact: contact.clone(),
+        shared: vec![],
+    };
+    if m.shared_after == 0 || (contact.phone.is_none() && contact.email.is_none()) {
+        return Ok(out);
+    }
+    let at_most = i64::from(m.shared_after);
+    let (on_phone, on_email) = tx.contact_uses(id, m.since, contact, at_most).await?;
+    if contact.phone.is_some() && on_phone >= at_most {
+        out.contact.phone = None;
+        out.shared.push("phone");
+    }
+    if contact.email.is_some() && on_email >= at_most {
+        out.contact.email = None;
+        out.shared.push("email");
+    }
+    Ok(out)
+}
+
+/// The intake slots of a contact's values (`store::contact_slot`), in one order (sorted,
+/// no repeats): two intakes never wait for each other's phone and e-mail crosswise.
+pub(crate) fn intake_slots(contact: &ContactKeys) -> Vec<i64> {
+    let mut slots: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
+        .into_iter()
+        .filter_map(|(kind, v)| v.as_deref().map(|v| contact_slot(kind, v)))
+        .collect();
+    slots.sort_unstable();
+    slots.dedup();
+    slots
+}
+
+/// The contact-lock keys of a contact's values (`contact_locks`, migration 0023), in one
+/// order (sorted, no repeats).
 pub(crate) fn contact_lock_keys(contact: &ContactKeys) -> Vec<i64> {
     let mut keys: Vec<i64> = [("phone", &contact.phone), ("email", &contact.email)]
         .into_iter()
@@ -125,9 +181,21 @@ pub(crate) fn contact_lock_keys(contact: &ContactKeys) -> Vec<i64> {
 /// Everything else it hands back, unwritten, to [`record_all`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OneStatement {
-    /// Contact matching for a new key: the window's start and the contact's lock keys
-    /// (`None` when `record` would not match: no rule, or no phone and no e-mail).
-    pub matching: Option<(DateTime<Utc>, Vec<i64>)>,
+    /// Contact matching for a new key (`None` when `record` would not match: no rule, or
+    /// no phone and no e-mail).
+    pub matching: Option<OneMatch>,
+}
+
+/// What the grouped intake needs to match a new key as [`record`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OneMatch {
+    /// The window's start.
+    pub since: DateTime<Utc>,
+    /// The intake slots of the phone and of the e-mail.
+    pub phone_slot: Option<i64>,
+    pub email_slot: Option<i64>,
+    /// `Matching::shared_after`, `None` for 0.
+    pub shared_after: Option<i32>,
 }
 
 /// `None` when the delivery would open a review case if its key is new (a late
@@ -137,8 +205,15 @@ pub(crate) fn one_statement(d: &NewDelivery) -> Option<OneStatement> {
         return None;
     }
     let matching = d.matching.as_ref().and_then(|m| {
-        let keys = contact_lock_keys(&d.contact);
-        (!keys.is_empty()).then_some((m.since, keys))
+        let phone_slot = d.contact.phone.as_deref().map(|v| contact_slot("phone", v));
+        let email_slot = d.contact.email.as_deref().map(|v| contact_slot("email", v));
+        (phone_slot.is_some() || email_slot.is_some()).then_some(OneMatch {
+            since: m.since,
+            phone_slot,
+            email_slot,
+            shared_after: (m.shared_after > 0)
+                .then(|| i32::try_from(m.shared_after).unwrap_or(i32::MAX)),
+        })
     });
     Some(OneStatement { matching })
 }
@@ -284,6 +359,7 @@ mod tests {
             rule: MatchRule::Review,
             since,
             same_channel: vec![],
+            shared_after: Matching::SHARED_AFTER,
         });
         // No rule: no matching, whatever the contact.
         let d = delivery(Some("+79990001122"), Some("a@example.com"));
@@ -294,18 +370,25 @@ mod tests {
             ..delivery(None, None)
         };
         assert_eq!(one_statement(&d), Some(OneStatement { matching: None }));
-        // Both keys, sorted, as `record` takes them.
+        // Both slots, and the shared rule, as `record` takes them.
         let d = NewDelivery {
             matching,
             ..delivery(Some("+79990001122"), Some("a@example.com"))
         };
-        let keys = one_statement(&d).unwrap().matching.unwrap();
-        let mut expected = vec![
-            contact_lock_key("phone", "+79990001122"),
-            contact_lock_key("email", "a@example.com"),
-        ];
-        expected.sort_unstable();
-        assert_eq!(keys, (since, expected));
+        let one = one_statement(&d).unwrap().matching.unwrap();
+        assert_eq!(
+            one,
+            OneMatch {
+                since,
+                phone_slot: Some(contact_slot("phone", "+79990001122")),
+                email_slot: Some(contact_slot("email", "a@example.com")),
+                shared_after: Some(20),
+            }
+        );
+        let mut slots = vec![one.phone_slot.unwrap(), one.email_slot.unwrap()];
+        slots.sort_unstable();
+        assert_eq!(intake_slots(&d.contact), slots);
+        assert!(slots.iter().all(|s| (0..65536).contains(s)));
         // A late delivery would open a case if its key is new: `record` handles it.
         let d = NewDelivery {
             review: Some(ReviewReason::LateDuplicate),

@@ -263,9 +263,18 @@ pub(crate) trait WriteTx: Send {
     ) -> impl Future<Output = Result<Vec<i64>>> + Send;
 
     // contact matching
-    /// Takes the transaction-level locks of these contact keys (sorted), where the
-    /// backend needs them to serialise matching intakes.
-    fn lock_contacts(&mut self, keys: &[i64]) -> impl Future<Output = Result<()>> + Send;
+    /// Takes the transaction-level locks of these intake slots (`store::contact_slot`,
+    /// sorted), where the backend needs them to serialise matching intakes.
+    fn lock_contacts(&mut self, slots: &[i64]) -> impl Future<Output = Result<()>> + Send;
+    /// How many operations other than `operation_id`, created since `since`, carry the
+    /// phone and the e-mail: each counted up to `at_most`.
+    fn contact_uses(
+        &mut self,
+        operation_id: &str,
+        since: DateTime<Utc>,
+        contact: &ContactKeys,
+        at_most: i64,
+    ) -> impl Future<Output = Result<(i64, i64)>> + Send;
     /// Up to ten operations created since `since` sharing the phone or e-mail, newest
     /// first.
     fn contact_matches(
