@@ -23,6 +23,7 @@ mod process;
 mod pull;
 mod races;
 mod refusals;
+mod requests;
 mod retention;
 mod roles;
 mod rules;

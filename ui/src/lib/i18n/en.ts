@@ -66,6 +66,7 @@ export const en = {
     grants: "Retry grants",
   },
   timeline: "Timeline",
+  olderEvents: (n: number) => `Older events… (${n} more)`,
   phases: { intake: "Intake", attempt: "Attempt", reconcile: "Reconciliation", review: "Review", decision: "Decision", other: "Events" } as Record<string, string>,
   payload: "Payload",
   conflictTitle: "Payload conflict: same key, different data",

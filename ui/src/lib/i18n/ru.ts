@@ -68,6 +68,7 @@ export const ru: Strings = {
     grants: "Разрешённые повторы",
   },
   timeline: "Хронология",
+  olderEvents: (n: number) => `Более ранние события… (ещё ${n})`,
   phases: { intake: "Приём", attempt: "Попытка", reconcile: "Сверка", review: "Разбор", decision: "Решение", other: "События" },
   payload: "Данные",
   conflictTitle: "Конфликт данных: тот же ключ, другие данные",
