@@ -762,7 +762,9 @@ macro_rules! sql_store {
                      changed_by = excluded.changed_by",
                 )
                 .bind(name)
-                .bind(reason)
+                // Support reads it: whatever the CRM or an integration wrote about a lead,
+                // no phone number or e-mail address.
+                .bind(crate::domain::text::mask_contacts(reason))
                 .bind(now)
                 .bind(actor)
                 .execute(&mut *self.0)

@@ -12,6 +12,7 @@ mod clock;
 mod console;
 mod console_store;
 mod contacts;
+mod crm_ids;
 mod diagnose;
 mod gateway;
 mod imap;
