@@ -67,7 +67,7 @@ begin
         if t is not null and t not in ('null', 'object') then
             return 'its detail is a JSON object';
         end if;
-        most := case kind when 'notified' then 1024 else 8192 end;
+        most := case kind when 'notified' then 1024 else 12288 end;
         if octet_length((b -> 'detail')::text) > most then
             return format('its detail is longer than %s bytes', most);
         end if;
