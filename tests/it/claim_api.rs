@@ -584,6 +584,39 @@ each_backend!(
             (StatusCode::OK, Some("completed")),
             "{b}"
         );
+        // Its timeline is read a page at a time over HTTP too.
+        let path = "/v1/operations/n8n%3Acrm-id-bounds/timeline";
+        let (s, all, _) = answer(gw.get(path).send().await.unwrap()).await;
+        assert_eq!(s, StatusCode::OK, "{all}");
+        let events = all["events"].as_array().unwrap();
+        assert!(events.len() >= 3 && all["older"] == 0, "{all}");
+        let (s, newest, _) = answer(gw.get(&format!("{path}?limit=2")).send().await.unwrap()).await;
+        assert_eq!(s, StatusCode::OK, "{newest}");
+        assert_eq!(
+            newest["events"].as_array().unwrap()[..],
+            events[events.len() - 2..]
+        );
+        assert_eq!(newest["older"], events.len() - 2);
+        let first = newest["events"][0]["id"].as_i64().unwrap();
+        let (_, before, _) = answer(
+            gw.get(&format!("{path}?before={first}&limit=500"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(
+            before["events"].as_array().unwrap()[..],
+            events[..events.len() - 2]
+        );
+        for bad in ["limit=0", "limit=501", "before=x"] {
+            let (s, b, _) = answer(gw.get(&format!("{path}?{bad}")).send().await.unwrap()).await;
+            assert_eq!(
+                (s, b["error"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("bad_query")),
+                "{bad}: {b}"
+            );
+        }
         gw.stop().await;
     }
 );
