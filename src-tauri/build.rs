@@ -8,6 +8,7 @@ const COMMANDS: &[&str] = &[
     "counts",
     "queue",
     "case_detail",
+    "older_events",
     "act",
     "open_case",
     "resume_connector",

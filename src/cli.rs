@@ -230,10 +230,17 @@ enum ConnectorCommand {
 
 #[derive(Debug, Subcommand)]
 enum OpsCommand {
-    /// Status, open review cases and the full timeline of one operation.
+    /// Status, open review cases and the newest timeline events of one operation.
     Show {
         /// The operation id, e.g. `site:12345`.
         id: String,
+        /// How many of the newest timeline events to print (1–500).
+        #[arg(long, default_value_t = crate::report::SHOW_EVENTS,
+              value_parser = clap::value_parser!(i64).range(1..=crate::store::TIMELINE_PAGE_MAX))]
+        events: i64,
+        /// Print the events older than this event id (the line above the events says it).
+        #[arg(long, value_name = "EVENT_ID")]
+        before: Option<i64>,
         #[command(flatten)]
         config: ConfigArg,
     },
@@ -357,12 +364,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let store = open(&config.load()?).await?;
             for c in store.connectors().await? {
                 let state = if c.paused { "PAUSED" } else { "active" };
+                // Stored text, printed with its control characters escaped.
+                let esc = crate::domain::text::escape_controls;
                 println!(
                     "{:<16} {state:<7} since {} by {}{}",
-                    c.name,
+                    esc(&c.name),
                     c.since.to_rfc3339(),
-                    c.changed_by,
-                    c.reason.map(|r| format!(": {r}")).unwrap_or_default()
+                    esc(&c.changed_by),
+                    c.reason
+                        .map(|r| format!(": {}", esc(&r)))
+                        .unwrap_or_default()
                 );
             }
         }
@@ -393,14 +404,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("the {} operations database is up to date", store.backend());
         }
         Command::Ops {
-            command: OpsCommand::Show { id, config },
+            command:
+                OpsCommand::Show {
+                    id,
+                    events,
+                    before,
+                    config,
+                },
         } => {
             let config = config.load()?;
             let id: OperationId = id
                 .parse()
                 .map_err(|e| anyhow::anyhow!("`{id}` is not an operation id: {e}"))?;
             let store = open(&config).await?;
-            match crate::report::operation(store.as_ref(), &id).await? {
+            match crate::report::operation(store.as_ref(), &id, before, events).await? {
                 Some(text) => print!("{text}"),
                 None => {
                     eprintln!("leadgate: no operation `{id}`");

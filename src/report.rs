@@ -5,18 +5,29 @@ use std::fmt::Write;
 use crate::domain::OperationId;
 use crate::store::{Result, SearchPage, Store};
 
-/// Status, open review cases and the full timeline of one operation, or `None` if the
-/// key is unknown.
-pub async fn operation(store: &dyn Store, id: &OperationId) -> Result<Option<String>> {
+/// How many of the newest timeline events `ops show` prints unless told otherwise.
+pub const SHOW_EVENTS: i64 = 200;
+
+/// Status, open review cases and a page of the timeline of one operation (the newest
+/// `events` before event id `before`, with how to read the older ones), or `None` if the
+/// key is unknown. Every stored text is printed with its control characters escaped
+/// (`domain::text::escape_controls`): what a source or an integration sent must not
+/// drive the terminal.
+pub async fn operation(
+    store: &dyn Store,
+    id: &OperationId,
+    before: Option<i64>,
+    events: i64,
+) -> Result<Option<String>> {
     let Some(op) = store.operation(id).await? else {
         return Ok(None);
     };
     let cases = store.cases_of(id).await?;
-    let timeline = store.timeline(id).await?;
+    let page = store.timeline_page(id, before, events).await?;
     let mut out = String::new();
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    let _ = writeln!(out, "operation   {}", op.operation_id);
-    let _ = writeln!(out, "source      {}", op.source);
+    let opt = |v: &Option<String>| esc(v.as_deref().unwrap_or("-")).into_owned();
+    let _ = writeln!(out, "operation   {}", esc(op.operation_id.as_str()));
+    let _ = writeln!(out, "source      {}", esc(&op.source));
     let _ = writeln!(out, "status      {}", op.status);
     if let Some(reason) = op.review_reason {
         let _ = writeln!(out, "reason      {reason}");
@@ -27,13 +38,13 @@ pub async fn operation(store: &dyn Store, id: &OperationId) -> Result<Option<Str
         opt(&op.crm_id),
         op.crm_link
             .as_deref()
-            .map(|l| format!(" ({l})"))
+            .map(|l| format!(" ({})", esc(l)))
             .unwrap_or_default()
     );
     let _ = writeln!(out, "attempts    {}", op.attempts);
     if let Some(e) = &op.last_error {
         let class = op.last_error_class.map(|c| c.as_str()).unwrap_or("-");
-        let _ = writeln!(out, "last error  [{class}] {e}");
+        let _ = writeln!(out, "last error  [{class}] {}", esc(e));
     }
     let _ = writeln!(out, "version     {}", op.version);
     let _ = writeln!(out, "created     {}", op.created_at.to_rfc3339());
@@ -53,17 +64,30 @@ pub async fn operation(store: &dyn Store, id: &OperationId) -> Result<Option<Str
         }
     }
     let _ = writeln!(out, "\ntimeline");
-    for e in &timeline {
+    if let (true, Some(first)) = (page.older > 0, page.events.first()) {
+        let _ = writeln!(
+            out,
+            "  … {} older events: leadgate ops show '{}' --before {}",
+            page.older,
+            esc(op.operation_id.as_str()).replace('\'', "'\\''"),
+            first.id
+        );
+    }
+    for e in &page.events {
         let _ = writeln!(
             out,
             "  {}  {:<18} {:<20} {}",
             e.at.format("%Y-%m-%d %H:%M:%S%.3f"),
-            e.kind,
-            e.actor,
-            e.detail
+            esc(&e.kind),
+            esc(&e.actor),
+            esc(&e.detail.to_string())
         );
     }
     Ok(Some(out))
+}
+
+fn esc(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::domain::text::escape_controls(text)
 }
 
 /// A page of `ops find` results as a table, newest first, with the cursor of the next
@@ -74,7 +98,7 @@ pub fn search(page: &SearchPage) -> String {
         out.push_str("no operations found\n");
         return out;
     }
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let opt = |v: &Option<String>| esc(v.as_deref().unwrap_or("-")).into_owned();
     let _ = writeln!(
         out,
         "{:<20} {:<28} {:<15} {:<12} {:<8} {:<12} {:<24} {:<14} email",
@@ -95,7 +119,7 @@ pub fn search(page: &SearchPage) -> String {
             out,
             "{:<20} {:<28} {:<15} {:<12} {:<8} {:<12} {:<24} {:<14} {}",
             h.created_at.format("%Y-%m-%d %H:%M:%S"),
-            h.operation_id,
+            esc(h.operation_id.as_str()),
             status,
             opt(&h.crm_id),
             case,
@@ -107,7 +131,7 @@ pub fn search(page: &SearchPage) -> String {
     }
     if let Some(next) = &page.next {
         // Quoted for a POSIX shell: a key may hold anything a source sent.
-        let quoted = next.to_string().replace('\'', "'\\''");
+        let quoted = esc(&next.to_string()).replace('\'', "'\\''");
         let _ = writeln!(out, "\nmore: --after '{quoted}'");
     }
     out

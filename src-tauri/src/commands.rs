@@ -5,7 +5,7 @@ use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
     CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, DiagnosisRow,
     DiagnosisView, ExportRequest, QueuePage, QueueQuery, QueueRow, Range, RulesEdit, RulesView,
-    SearchResults, Selection, Settings, Tab, TabCounts,
+    SearchResults, Selection, Settings, Tab, TabCounts, TimelinePageView,
 };
 use tauri::State;
 
@@ -72,6 +72,19 @@ pub async fn case_detail(
         .console()
         .await?
         .case_detail(&operation_id, case_id, template.as_deref())
+        .await
+}
+
+#[tauri::command]
+pub async fn older_events(
+    state: S<'_>,
+    operation_id: String,
+    before: i64,
+) -> ApiResult<TimelinePageView> {
+    state
+        .console()
+        .await?
+        .older_events(&operation_id, before)
         .await
 }
 

@@ -156,6 +156,7 @@ pub fn run() {
             commands::counts,
             commands::queue,
             commands::case_detail,
+            commands::older_events,
             commands::act,
             commands::open_case,
             commands::resume_connector,

@@ -99,7 +99,7 @@ impl OperationId {
 /// bidirectional controls (which can show `12345` for `54321`), the soft hyphen, the
 /// byte-order mark and tag characters. A new key carrying one is refused: two keys that
 /// look alike to a person must be the same key. (Stored keys are still read.)
-fn is_invisible(c: char) -> bool {
+pub(crate) fn is_invisible(c: char) -> bool {
     matches!(c,
         '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
         | '\u{180B}'..='\u{180F}'

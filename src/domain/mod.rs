@@ -17,6 +17,7 @@ pub mod rules;
 pub mod search;
 mod secret;
 mod status;
+pub mod text;
 pub mod update;
 
 pub use attempt::{AttemptOutcome, Failure, RetryConfig};

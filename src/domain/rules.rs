@@ -18,6 +18,9 @@ pub enum Refusal {
     ActorRequired,
     #[error("a CRM id is required")]
     CrmIdRequired,
+    /// Longer than `text::MAX_CRM_ID_CHARS`, or with a control or invisible character.
+    #[error("{problem}: a CRM id is at most 256 printable characters")]
+    CrmIdInvalid { problem: String },
     #[error("the operation is already completed with CRM id {crm_id}")]
     AlreadyCompleted { crm_id: String },
     #[error("a retry can only be authorized for an operation in review or failed, not `{status}`")]
@@ -79,6 +82,7 @@ impl Refusal {
     pub const CODES: &'static [&'static str] = &[
         "actor_required",
         "crm_id_required",
+        "crm_id_invalid",
         "already_completed",
         "retry_not_in_review",
         "retry_while_in_flight",
@@ -126,6 +130,7 @@ impl Refusal {
             Refusal::RuleWindowOutOfRange { secs } => Some(secs.to_string()),
             Refusal::RuleChannelName { channel } => Some(channel.clone()),
             Refusal::RulesChanged { current } => Some(current.to_string()),
+            Refusal::CrmIdInvalid { problem } => Some(problem.clone()),
             _ => None,
         }
     }
@@ -135,6 +140,7 @@ impl Refusal {
         match self {
             Refusal::ActorRequired => "actor_required",
             Refusal::CrmIdRequired => "crm_id_required",
+            Refusal::CrmIdInvalid { .. } => "crm_id_invalid",
             Refusal::AlreadyCompleted { .. } => "already_completed",
             Refusal::RetryNotInReview { .. } => "retry_not_in_review",
             Refusal::RetryWhileInFlight => "retry_while_in_flight",
@@ -249,6 +255,11 @@ pub fn decide(
             let crm_id = crm_id.trim();
             if crm_id.is_empty() {
                 return Err(Refusal::CrmIdRequired);
+            }
+            if let Err(e) = super::text::check_crm_id(crm_id) {
+                return Err(Refusal::CrmIdInvalid {
+                    problem: e.to_string(),
+                });
             }
             // Two entities under one key (a late answer, or a lookup that found several):
             // the person says which one stands, even on a completed operation.
@@ -634,6 +645,28 @@ mod tests {
                 R::CrossChannelMatch,
                 op(S::NeedsReview),
                 Refusal::CrmIdRequired,
+            ),
+            (
+                A::LinkExisting {
+                    crm_id: "9".repeat(500_000),
+                },
+                "ann",
+                R::CrossChannelMatch,
+                op(S::NeedsReview),
+                Refusal::CrmIdInvalid {
+                    problem: "the CRM id is 500000 characters long; at most 256 are allowed".into(),
+                },
+            ),
+            (
+                A::ConfirmCrmResult {
+                    crm_id: "55\u{1b}[2J".into(),
+                },
+                "ann",
+                R::UncertainOutcome,
+                op(S::NeedsReview),
+                Refusal::CrmIdInvalid {
+                    problem: "the CRM id contains a control character".into(),
+                },
             ),
             (
                 confirm(),

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -83,6 +83,7 @@ pub struct Replayed {
             headers(("Idempotent-Replayed" = String, description = "`true`")), body = Replayed),
         (status = 400, description = "No Idempotency-Key, an invalid key, a body that is not JSON, a NUL character", body = ErrorBody),
         (status = 401, description = "No integration token", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `[server] max_body`", body = ErrorBody),
         (status = 409, description = "`in_flight` (another lease holds it, or it is not due yet; `Retry-After`) or `needs_review` (a person decides)",
             headers(("Retry-After" = Option<u64>, description = "Seconds, with `in_flight`")), body = ErrorBody),
         (status = 422, description = "`key_reused`: the key came with a different body; a review case was opened", body = ErrorBody),
@@ -94,8 +95,9 @@ pub struct Replayed {
 pub(super) async fn claim(
     State(state): State<IntakeState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
+    let body = read_body(&state, &headers, body).await?;
     let api = &state.claim_api;
     let key = headers
         .get("idempotency-key")
@@ -222,8 +224,8 @@ fn replayed(body: Replayed) -> Response {
 /// The CRM created the entity.
 #[derive(Deserialize, ToSchema)]
 pub struct Complete {
-    /// The CRM entity's id.
-    #[schema(min_length = 1)]
+    /// The CRM entity's id: at most 256 characters, none a control or invisible one.
+    #[schema(min_length = 1, max_length = 256)]
     crm_id: String,
     /// The claim's `lease_token`.
     lease_token: String,
@@ -235,7 +237,8 @@ pub struct Fail {
     /// `validation` ends the operation, `auth` pauses the connector, `rate_limited` and
     /// `not_sent` make it due again, `uncertain` and `conflict` open a review case.
     class: ErrorClass,
-    /// What the CRM said (markup is stripped, the length bounded).
+    /// What the CRM said (markup is stripped, the length bounded, the lead's contact
+    /// values and anything like a phone number or an e-mail address masked).
     error: String,
     /// The claim's `lease_token`.
     lease_token: String,
@@ -254,6 +257,31 @@ pub struct Reported {
     /// When it is due again (`received` after a retryable failure).
     pub next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
     pub review_reason: Option<ReviewReason>,
+}
+
+/// The texts of a claimed body (its leaves, the first 200), longest first: what an
+/// integration's failure text must not repeat.
+fn lead_values(v: &Value, out: &mut Vec<String>) {
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) if out.len() < 200 => out.push(s.trim().to_owned()),
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(fields) => fields.values().for_each(|f| walk(f, out)),
+            _ => {}
+        }
+    }
+    walk(v, out);
+    // A longer value first, so a shorter one inside it does not leave a piece behind.
+    out.sort_by_key(|s| std::cmp::Reverse(s.chars().count()));
+}
+
+/// The body, within `[server] max_body` and `body_timeout` as intake's (413 beyond).
+async fn read_body(
+    state: &IntakeState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, ApiError> {
+    super::read_body(body, headers, state.max_body, state.body_timeout).await
 }
 
 fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
@@ -326,8 +354,9 @@ async fn finish(
     request_body(content = Complete, content_type = "application/json"),
     responses(
         (status = 200, description = "Recorded: the operation as it is now", body = Reported),
-        (status = 400, description = "Not an operation id, a malformed body, a NUL character", body = ErrorBody),
+        (status = 400, description = "Not an operation id, a malformed body, a NUL character, `invalid_crm_id` (longer than 256 characters, or a control or invisible character; nothing recorded)", body = ErrorBody),
         (status = 401, description = "No integration token", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `[server] max_body`", body = ErrorBody),
         (status = 404, description = "No such operation", body = ErrorBody),
         (status = 409, description = "`lease_lost` (expired or reported already; kept on the timeline) or `unknown_lease` (never issued; nothing recorded)", body = ErrorBody),
         (status = 503, description = "The operations database is not available",
@@ -338,13 +367,19 @@ async fn finish(
 pub(super) async fn complete(
     State(state): State<IntakeState>,
     IdPath(id): IdPath,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
+    let body = read_body(&state, &headers, body).await?;
     let c: Complete = json_body(&body)?;
     let crm_id = c.crm_id.trim().to_owned();
     if crm_id.is_empty() {
         return Err(ApiError::bad("missing_crm_id", "crm_id must not be empty"));
     }
+    // Checked before anything is read or written: a huge or unprintable id is the
+    // caller's mistake (400), never the database's (503).
+    crate::domain::text::check_crm_id(&crm_id)
+        .map_err(|e| ApiError::bad("invalid_crm_id", format!("{e}: nothing was recorded")))?;
     finish(
         &state,
         &id,
@@ -365,6 +400,7 @@ pub(super) async fn complete(
         (status = 200, description = "Recorded: the operation as it is now", body = Reported),
         (status = 400, description = "Not an operation id, a malformed body, a NUL character", body = ErrorBody),
         (status = 401, description = "No integration token", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than `[server] max_body`", body = ErrorBody),
         (status = 404, description = "No such operation", body = ErrorBody),
         (status = 409, description = "`lease_lost` (expired or reported already; kept on the timeline) or `unknown_lease` (never issued; nothing recorded)", body = ErrorBody),
         (status = 503, description = "The operations database is not available",
@@ -375,32 +411,45 @@ pub(super) async fn complete(
 pub(super) async fn fail(
     State(state): State<IntakeState>,
     IdPath(id): IdPath,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
+    let body = read_body(&state, &headers, body).await?;
     let f: Fail = json_body(&body)?;
     let now = state.store.now();
-    // The same message hygiene as CRM errors: no HTML, bounded length.
+    let op = state
+        .store
+        .operation(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?;
+    // The same message hygiene as CRM errors (no HTML, bounded length, the lead's own
+    // values replaced: every text of the claimed body, a name too), and anything else that looks like a phone number or an
+    // e-mail address masked: the text may become the connector's reason, which support
+    // reads. The error class is kept as it was reported.
+    let mut values = vec![];
+    if let Some(payload) = &op.payload {
+        lead_values(payload, &mut values);
+    }
+    let contact = [&op.contact.phone, &op.contact.email, &op.contact.name];
+    let redact: Vec<&str> = contact
+        .iter()
+        .filter_map(|v| v.as_deref())
+        .chain(values.iter().map(String::as_str))
+        .collect();
     let failure = Failure {
         class: f.class,
-        message: crate::crm::clean_message(&f.error, &[]),
+        message: crate::domain::text::mask_contacts(&crate::crm::clean_message(&f.error, &redact)),
     };
     // Only a retry needs the attempt count and whether a person's grant was spent (it
     // comes back to them, as the worker's would); the other classes are decided without
     // reading the operation. (The store checks the token when the report is applied; a
     // report that does not hold the lease changes nothing.)
     let (attempts, granted) = if f.class.decision() == RetryDecision::RetryWithBackoff {
-        let op = state
-            .store
-            .operation(&id)
-            .await?
-            .ok_or_else(|| ApiError::NotFound(format!("no operation `{id}`")))?;
         let granted = state
             .store
-            .timeline(&id)
+            .timeline_of_kind(&id, "claimed", 1)
             .await?
-            .iter()
-            .rev()
-            .find(|e| e.kind == "claimed")
+            .last()
             .and_then(|e| e.detail["granted"].as_bool())
             .unwrap_or(false);
         (op.attempts, granted)

@@ -16,7 +16,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -997,11 +997,25 @@ async fn operation(
     }))
 }
 
-/// An operation's timeline, oldest event first.
+/// A page of an operation's timeline: its newest events (before `before`), oldest first.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Timeline {
     pub operation_id: OperationId,
     pub events: Vec<TimelineEvent>,
+    /// How many events are older than the first of `events`: read them with
+    /// `?before=<its id>`.
+    pub older: i64,
+}
+
+/// Which page of a timeline.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TimelineQuery {
+    /// Only events older than this event id (the first `id` of the page before).
+    before: Option<i64>,
+    /// At most this many events (1–500; 500 when not given).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<i64>,
 }
 
 /// One event of the append-only timeline.
@@ -1044,10 +1058,10 @@ impl From<store::TimelineEvent> for TimelineEvent {
     get,
     path = "/v1/operations/{id}/timeline",
     tag = "read",
-    params(("id" = String, Path, description = "The operation id, `<source>:<key>`", example = "web:lead-1")),
+    params(("id" = String, Path, description = "The operation id, `<source>:<key>`", example = "web:lead-1"), TimelineQuery),
     responses(
-        (status = 200, description = "The timeline", body = Timeline),
-        (status = 400, description = "Not an operation id", body = ErrorBody),
+        (status = 200, description = "The newest events (at most `limit`, 500 by default) and how many are older", body = Timeline),
+        (status = 400, description = "Not an operation id, a `before` or `limit` that is not a number or out of range", body = ErrorBody),
         (status = 401, description = "No read or integration token", body = ErrorBody),
         (status = 404, description = "No such operation", body = ErrorBody),
         (status = 503, description = "The operations database is not available", body = ErrorBody),
@@ -1057,14 +1071,25 @@ impl From<store::TimelineEvent> for TimelineEvent {
 async fn timeline(
     State(state): State<IntakeState>,
     IdPath(id): IdPath,
+    query: Result<axum::extract::Query<TimelineQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Timeline>, ApiError> {
+    let axum::extract::Query(query) =
+        query.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
+    let limit = query.limit.unwrap_or(store::TIMELINE_PAGE_MAX);
+    if !(1..=store::TIMELINE_PAGE_MAX).contains(&limit) {
+        return Err(ApiError::bad(
+            "bad_query",
+            format!("limit is from 1 to {}", store::TIMELINE_PAGE_MAX),
+        ));
+    }
     if state.store.operation(&id).await?.is_none() {
         return Err(ApiError::NotFound(format!("no operation `{id}`")));
     }
-    let events = state.store.timeline(&id).await?;
+    let page = state.store.timeline_page(&id, query.before, limit).await?;
     Ok(Json(Timeline {
         operation_id: id,
-        events: events.into_iter().map(Into::into).collect(),
+        events: page.events.into_iter().map(Into::into).collect(),
+        older: page.older,
     }))
 }
 

@@ -49,6 +49,19 @@ impl Changes {
 }
 
 impl StoreError {
+    /// An insert into `human_requests` that the database's own check refused (migration
+    /// 0026: `leadgate: …`, a check violation or a raised exception) becomes
+    /// [`StoreError::RequestRefused`] with its sentence; any other error stays as it was.
+    pub(crate) fn refused_request(e: sqlx::Error) -> StoreError {
+        if let sqlx::Error::Database(d) = &e {
+            let ours = matches!(d.code().as_deref(), Some("P0001" | "23514"));
+            if let Some(sentence) = d.message().strip_prefix("leadgate: ").filter(|_| ours) {
+                return StoreError::RequestRefused(sentence.to_owned());
+            }
+        }
+        StoreError::Database(e)
+    }
+
     /// PostgreSQL refused this login what it asked (`42501`: no privilege on a table or
     /// column, or a row-level security policy): the database's message.
     pub fn forbidden(&self) -> Option<String> {

@@ -69,6 +69,10 @@ pub enum StoreError {
     /// A gateway could not apply a person's request (`store::Ask`), or none did in time.
     #[error("{0}")]
     NotApplied(String),
+    /// The database refused to take a person's request (migration 0026): a shape no
+    /// console writes, or too many of theirs waiting. The sentence is the database's.
+    #[error("{0}")]
+    RequestRefused(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
@@ -377,6 +381,19 @@ impl NewEvent {
         }
     }
 }
+
+/// A page of a timeline ([`Store::timeline_page`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelinePage {
+    /// Oldest first.
+    pub events: Vec<TimelineEvent>,
+    /// How many events are older than the first of `events`: read them with `before` =
+    /// its id.
+    pub older: i64,
+}
+
+/// The most events one read of a timeline returns.
+pub const TIMELINE_PAGE_MAX: i64 = 500;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimelineEvent {
@@ -771,7 +788,26 @@ pub trait Store: Send + Sync + 'static {
     async fn diagnosis(&self, id: i64) -> Result<Option<(DiagnosisSummary, Value)>>;
     /// The operations of `ids` that exist, in no particular order (one query per 500).
     async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>>;
+    /// The whole timeline, oldest first: for the gateway's own reads. What a person or an
+    /// API client reads is [`Store::timeline_page`].
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>>;
+    /// At most `limit` events of one timeline, the newest before event id `before` (all
+    /// of them when `None`), oldest first, and how many older ones there are: however
+    /// long a timeline grew, one read is a page.
+    async fn timeline_page(
+        &self,
+        id: &OperationId,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<TimelinePage>;
+    /// The newest `limit` events of one kind of one timeline, oldest first (the
+    /// console's CRM entities: `crm_step`).
+    async fn timeline_of_kind(
+        &self,
+        id: &OperationId,
+        kind: &str,
+        limit: i64,
+    ) -> Result<Vec<TimelineEvent>>;
     async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>>;
     async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>>;
     async fn review_cases(&self, filter: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>>;

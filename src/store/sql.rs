@@ -146,6 +146,17 @@ macro_rules! sql_store {
             })
         }
 
+        fn event_from_row(r: &$row) -> Result<TimelineEvent> {
+            Ok(TimelineEvent {
+                id: r.try_get("id")?,
+                at: r.try_get("at")?,
+                kind: r.try_get("kind")?,
+                actor: r.try_get("actor")?,
+                error_class: r.try_get("error_class")?,
+                detail: json_text(r.try_get("detail")?)?.unwrap_or(Value::Null),
+            })
+        }
+
         fn request_from_row(r: &$row) -> Result<ops::requests::RequestRow> {
             let kind: String = r.try_get("kind")?;
             let body: String = r.try_get("body")?;
@@ -775,7 +786,9 @@ macro_rules! sql_store {
                      changed_by = excluded.changed_by",
                 )
                 .bind(name)
-                .bind(reason)
+                // Support reads it: whatever the CRM or an integration wrote about a lead,
+                // no phone number or e-mail address.
+                .bind(crate::domain::text::mask_contacts(reason))
                 .bind(now)
                 .bind(actor)
                 .execute(&mut *self.0)
@@ -802,8 +815,17 @@ macro_rules! sql_store {
             }
 
             async fn lock_waiting_request(&mut self) -> Result<Option<ops::requests::RequestRow>> {
+                // In turn per login (migration 0026): each login's oldest waiting request,
+                // the login served longest ago (or never) first, so one person's backlog
+                // delays nobody else's request by more than one of theirs per turn. A head
+                // another gateway is applying is skipped, and with it that login's turn.
                 let sql = format!(
-                    "{REQUEST_COLUMNS} where applied_at is null order by id limit 1{}",
+                    "{REQUEST_COLUMNS} r where r.applied_at is null \
+                     and not exists (select 1 from human_requests e where e.actor = r.actor \
+                        and e.applied_at is null and e.id < r.id) \
+                     order by (select max(a.applied_at) from human_requests a \
+                        where a.actor = r.actor and a.applied_at is not null) nulls first, r.id \
+                     limit 1{}",
                     $skip_locked
                 );
                 let row = sqlx::query(&sql).fetch_optional(&mut *self.0).await?;
@@ -1812,18 +1834,61 @@ macro_rules! sql_store {
                 .bind(id.as_str())
                 .fetch_all(&self.pool)
                 .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok(TimelineEvent {
-                            id: r.try_get("id")?,
-                            at: r.try_get("at")?,
-                            kind: r.try_get("kind")?,
-                            actor: r.try_get("actor")?,
-                            error_class: r.try_get("error_class")?,
-                            detail: json_text(r.try_get("detail")?)?.unwrap_or(Value::Null),
-                        })
-                    })
-                    .collect()
+                rows.iter().map(event_from_row).collect()
+            }
+
+            async fn timeline_page(
+                &self,
+                id: &OperationId,
+                before: Option<i64>,
+                limit: i64,
+            ) -> Result<TimelinePage> {
+                let limit = limit.clamp(1, TIMELINE_PAGE_MAX);
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 and id < $2 order by id desc limit $3",
+                )
+                .bind(id.as_str())
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
+                events.reverse();
+                // Counted only when the page is full: a shorter page is the whole rest.
+                let older = match events.first() {
+                    Some(first) if events.len() as i64 == limit => {
+                        sqlx::query_scalar(
+                            "select count(*) from timeline where operation_id = $1 and id < $2",
+                        )
+                        .bind(id.as_str())
+                        .bind(first.id)
+                        .fetch_one(&self.pool)
+                        .await?
+                    }
+                    _ => 0,
+                };
+                Ok(TimelinePage { events, older })
+            }
+
+            async fn timeline_of_kind(
+                &self,
+                id: &OperationId,
+                kind: &str,
+                limit: i64,
+            ) -> Result<Vec<TimelineEvent>> {
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 and kind = $2 order by id desc limit $3",
+                )
+                .bind(id.as_str())
+                .bind(kind)
+                .bind(limit.clamp(1, TIMELINE_PAGE_MAX))
+                .fetch_all(&self.pool)
+                .await?;
+                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
+                events.reverse();
+                Ok(events)
             }
 
             async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
@@ -2122,7 +2187,7 @@ macro_rules! sql_store {
 
             async fn ask(&self, ask: &Ask) -> Result<i64> {
                 let (case_id, version, operation_id, connector) = ask.key_columns();
-                Ok(sqlx::query_scalar(
+                sqlx::query_scalar(
                     "insert into human_requests (kind, case_id, expected_version, operation_id, \
                      connector, body) values ($1, $2, $3, $4, $5, $6) returning id",
                 )
@@ -2133,7 +2198,8 @@ macro_rules! sql_store {
                 .bind(connector)
                 .bind(ask.body())
                 .fetch_one(&self.pool)
-                .await?)
+                .await
+                .map_err(StoreError::refused_request)
             }
 
             async fn answer(&self, id: i64) -> Result<Option<Result<Answer>>> {

@@ -508,3 +508,183 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+each_backend!(
+    the_claim_api_follows_max_body_and_bounds_the_crm_id,
+    |db| async move {
+        // The test gateway's `[server] max_body` is 4 KiB: the claim API keeps to it too.
+        let gw = Gateway::start(&db).await;
+        let big = json!({"name": "Ivan", "notes": "x".repeat(10 * 1024)});
+        let (s, b, _, _) = claim(&gw, Some("big-body"), &big).await;
+        assert_eq!(
+            (s, b["error"].as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, Some("payload_too_large")),
+            "{b}"
+        );
+        assert!(gw
+            .store()
+            .operation(&"n8n:big-body".parse().unwrap())
+            .await
+            .unwrap()
+            .is_none());
+        let (s, b, _, _) = claim(&gw, Some("crm-id-bounds"), &json!({"name": "Ivan"})).await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+        let token = b["lease_token"].as_str().unwrap().to_owned();
+        for verb in ["complete", "fail"] {
+            let (s, b) = report(
+                &gw,
+                "n8n:crm-id-bounds",
+                verb,
+                json!({"crm_id": "1".repeat(10 * 1024), "class": "not_sent",
+                       "error": "x".repeat(10 * 1024), "lease_token": token}),
+            )
+            .await;
+            assert_eq!(
+                (s, b["error"].as_str()),
+                (StatusCode::PAYLOAD_TOO_LARGE, Some("payload_too_large")),
+                "{verb}: {b}"
+            );
+        }
+        // A CRM id too long or unprintable is the caller's mistake: 400, nothing recorded,
+        // the lease still the caller's.
+        for crm_id in ["9".repeat(257), "55\u{1b}[2J".into(), "55\u{202e}1".into()] {
+            let (s, b) = report(
+                &gw,
+                "n8n:crm-id-bounds",
+                "complete",
+                json!({"crm_id": crm_id, "lease_token": token}),
+            )
+            .await;
+            assert_eq!(
+                (s, b["error"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("invalid_crm_id")),
+                "{b}"
+            );
+        }
+        let op = gw
+            .store()
+            .operation(&"n8n:crm-id-bounds".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (op.status.as_str(), op.crm_id),
+            ("in_progress", None),
+            "nothing was recorded"
+        );
+        let (s, b) = report(
+            &gw,
+            "n8n:crm-id-bounds",
+            "complete",
+            json!({"crm_id": "9".repeat(256), "lease_token": token}),
+        )
+        .await;
+        assert_eq!(
+            (s, b["status"].as_str()),
+            (StatusCode::OK, Some("completed")),
+            "{b}"
+        );
+        // Its timeline is read a page at a time over HTTP too.
+        let path = "/v1/operations/n8n%3Acrm-id-bounds/timeline";
+        let (s, all, _) = answer(gw.get(path).send().await.unwrap()).await;
+        assert_eq!(s, StatusCode::OK, "{all}");
+        let events = all["events"].as_array().unwrap();
+        assert!(events.len() >= 3 && all["older"] == 0, "{all}");
+        let (s, newest, _) = answer(gw.get(&format!("{path}?limit=2")).send().await.unwrap()).await;
+        assert_eq!(s, StatusCode::OK, "{newest}");
+        assert_eq!(
+            newest["events"].as_array().unwrap()[..],
+            events[events.len() - 2..]
+        );
+        assert_eq!(newest["older"], events.len() - 2);
+        let first = newest["events"][0]["id"].as_i64().unwrap();
+        let (_, before, _) = answer(
+            gw.get(&format!("{path}?before={first}&limit=500"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(
+            before["events"].as_array().unwrap()[..],
+            events[..events.len() - 2]
+        );
+        for bad in ["limit=0", "limit=501", "before=x"] {
+            let (s, b, _) = answer(gw.get(&format!("{path}?{bad}")).send().await.unwrap()).await;
+            assert_eq!(
+                (s, b["error"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("bad_query")),
+                "{bad}: {b}"
+            );
+        }
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    a_failure_text_reaches_support_without_the_leads_contact_data,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let lead =
+            json!({"name": "Ivan Petrovsky", "phone": "+79991234567", "email": "ivan@example.com"});
+        let (_, b, _, _) = claim(&gw, Some("fail-redacted"), &lead).await;
+        let token = b["lease_token"].as_str().unwrap().to_owned();
+        // The integration repeats the CRM's refusal, which quotes the lead.
+        let error = "401 Unauthorized for Ivan Petrovsky, +7 (999) 123-45-67 / 89991234567, \
+                     ivan@example.com (also petrovsky.i@mail.example.org)";
+        let (s, b) = report(
+            &gw,
+            "n8n:fail-redacted",
+            "fail",
+            json!({"class": "auth", "error": error, "lease_token": token}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        // What support reads: the connector's reason (a support login's own SQL on
+        // PostgreSQL; the one file on SQLite).
+        let reasons = match db.backend {
+            leadgate_testkit::Backend::Postgres => {
+                let people = leadgate_testkit::people::People::new(&db.url).await;
+                let mut support = people.sql(leadgate::domain::roles::Role::Support).await;
+                let r: Vec<Option<String>> =
+                    sqlx::query_scalar("select reason from connectors where name = 'n8n'")
+                        .fetch_all(&mut support)
+                        .await
+                        .unwrap();
+                drop(support);
+                people.drop_all().await;
+                r.into_iter().flatten().collect::<Vec<_>>()
+            }
+            leadgate_testkit::Backend::Sqlite => {
+                db.texts("select reason from connectors where name = 'n8n'")
+                    .await
+            }
+        };
+        assert_eq!(reasons.len(), 1, "the connector is paused with a reason");
+        let reason = &reasons[0];
+        for personal in [
+            "Ivan",
+            "Petrovsky",
+            "999",
+            "123-45-67",
+            "89991234567",
+            "ivan@",
+            "example.com",
+            "petrovsky.i",
+            "mail.example.org",
+        ] {
+            assert!(!reason.contains(personal), "{personal} in {reason:?}");
+        }
+        assert!(reason.starts_with("401 Unauthorized for"), "{reason}");
+        // The operation's own error keeps the class, and is masked the same way.
+        let op = gw
+            .store()
+            .operation(&"n8n:fail-redacted".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.last_error_class.map(|c| c.as_str()), Some("auth"));
+        assert!(!op.last_error.unwrap().contains("+7 (999)"));
+        gw.stop().await;
+    }
+);

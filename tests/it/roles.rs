@@ -408,12 +408,16 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                     AskKind::EditRules,
                 ),
             ] {
+                // Rules are edited at the version seen (migration 0026 refuses an edit
+                // without one).
+                let version = (kind == "set_rules").then_some(1_i64);
                 let mut tx = sql.begin().await.unwrap();
                 let allowed = sqlx::query(&format!(
-                    "insert into human_requests (kind, {column}) values ($1, $2)"
+                    "insert into human_requests (kind, {column}, expected_version) values ($1, $2, $3)"
                 ))
                 .bind(kind)
                 .bind(&value)
+                .bind(version)
                 .execute(&mut *tx)
                 .await
                 .is_ok();

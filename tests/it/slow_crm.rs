@@ -912,6 +912,22 @@ impl Store for Hiccup {
     async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
         self.inner.timeline(id).await
     }
+    async fn timeline_page(
+        &self,
+        id: &OperationId,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<leadgate::store::TimelinePage> {
+        self.inner.timeline_page(id, before, limit).await
+    }
+    async fn timeline_of_kind(
+        &self,
+        id: &OperationId,
+        kind: &str,
+        limit: i64,
+    ) -> Result<Vec<TimelineEvent>> {
+        self.inner.timeline_of_kind(id, kind, limit).await
+    }
     async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
         self.inner.cases_of(id).await
     }

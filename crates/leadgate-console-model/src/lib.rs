@@ -121,6 +121,8 @@ impl From<StoreError> for ConsoleError {
                 message: e.to_string(),
             },
             StoreError::NotApplied(message) => ConsoleError::Failed { message },
+            // The database's own sentence (too many requests waiting, a malformed one).
+            StoreError::RequestRefused(message) => ConsoleError::Invalid { message },
             StoreError::Forbidden(message) => ConsoleError::Forbidden { message },
             e => match (e.unreachable(), e.forbidden()) {
                 (Some(message), _) => ConsoleError::Unreachable { message },
@@ -576,6 +578,20 @@ pub struct EventView {
     pub detail: Value,
 }
 
+/// How many timeline events one read of the console shows: a timeline of any length is
+/// read a page at a time ("older events…").
+pub const TIMELINE_PAGE: i64 = 200;
+
+/// Older events of a timeline ([`Console::older_events`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct TimelinePageView {
+    /// Oldest first.
+    pub events: Vec<EventView>,
+    /// How many are older still.
+    #[ts(type = "number")]
+    pub older: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct DeliveryPayload {
     #[ts(type = "number")]
@@ -600,7 +616,11 @@ pub struct CaseDetail {
     /// The case the operator opened (or the newest open one).
     pub case: Option<CaseView>,
     pub cases: Vec<CaseView>,
+    /// The newest [`TIMELINE_PAGE`] events, oldest first; `older_events` more before
+    /// them ([`Console::older_events`]).
     pub timeline: Vec<EventView>,
+    #[ts(type = "number")]
+    pub older_events: i64,
     pub conflict: Option<Conflict>,
     pub candidates: Vec<OperationView>,
     /// What the steps of a stepped create (contact + deal) found or made, each entity
@@ -1123,7 +1143,8 @@ impl Console {
         }
     }
 
-    /// One operation with its cases, full timeline, conflict sides and link candidates.
+    /// One operation with its cases, the newest page of its timeline, conflict sides and
+    /// link candidates.
     pub async fn case_detail(
         &self,
         operation_id: &str,
@@ -1139,7 +1160,12 @@ impl Console {
                 message: format!("no operation `{operation_id}`"),
             })?;
         let cases = self.store.cases_of(&id).await?;
-        let timeline = self.store.timeline(&id).await?;
+        let page = self.store.timeline_page(&id, None, TIMELINE_PAGE).await?;
+        // The entities come from every `crm_step`, not only the page's.
+        let steps = self
+            .store
+            .timeline_of_kind(&id, "crm_step", TIMELINE_PAGE)
+            .await?;
         let case = match case_id {
             Some(cid) => cases.iter().find(|c| c.id == cid).cloned(),
             None => cases
@@ -1216,7 +1242,7 @@ impl Console {
             )
             .map(|(t, q)| crm_search_url(t, q));
         let crm_entities = crm_entities(
-            &timeline,
+            &steps,
             published.and_then(|l| l.contact_url.as_deref()),
             template,
         );
@@ -1228,12 +1254,31 @@ impl Console {
             operation,
             case: case.map(case_view),
             cases: cases.into_iter().map(case_view).collect(),
-            timeline: timeline.into_iter().map(event_view).collect(),
+            timeline: page.events.into_iter().map(event_view).collect(),
+            older_events: page.older,
             conflict,
             candidates: candidates
                 .into_iter()
                 .map(|o| op_view(o, crm_url_template))
                 .collect(),
+        })
+    }
+
+    /// The [`TIMELINE_PAGE`] events of an operation's timeline before event `before`
+    /// (the first one shown): "older events…".
+    pub async fn older_events(
+        &self,
+        operation_id: &str,
+        before: i64,
+    ) -> ApiResult<TimelinePageView> {
+        let id = parse_operation_id(operation_id)?;
+        let page = self
+            .store
+            .timeline_page(&id, Some(before), TIMELINE_PAGE)
+            .await?;
+        Ok(TimelinePageView {
+            events: page.events.into_iter().map(event_view).collect(),
+            older: page.older,
         })
     }
 
@@ -1731,6 +1776,7 @@ pub fn typescript_bindings() -> String {
         DeliveryPayload::decl(&cfg),
         Conflict::decl(&cfg),
         CaseDetail::decl(&cfg),
+        TimelinePageView::decl(&cfg),
         CrmEntityView::decl(&cfg),
         Action::decl(&cfg),
         ActionRequest::decl(&cfg),

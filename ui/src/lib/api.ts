@@ -29,6 +29,7 @@ import type {
   Settings,
   Tab,
   TabCounts,
+  TimelinePageView,
 } from "./bindings";
 
 /** What clicking a desktop notification opens; the shell sends it back as `leadgate://open`. */
@@ -56,6 +57,9 @@ export const api = {
   queue: (tab: Tab, query: QueueQuery) => call<QueuePage>("queue", { tab, query }),
   caseDetail: (operationId: string, caseId: number | null) =>
     call<CaseDetail>("case_detail", { operationId, caseId }),
+  /** The events of a timeline before event `before` (the first one shown), a page at a time. */
+  olderEvents: (operationId: string, before: number) =>
+    call<TimelinePageView>("older_events", { operationId, before }),
   act: (request: ActionRequest) => call<ActionOutcome>("act", { request }),
   openCase: (operationId: string, comment: string | null) => call<number>("open_case", { operationId, comment }),
   resumeConnector: (name: string) => call<boolean>("resume_connector", { name }),

@@ -130,7 +130,12 @@ export type CaseDetail = { operation: OperationView,
 /**
  * The case the operator opened (or the newest open one).
  */
-case: CaseView | null, cases: Array<CaseView>, timeline: Array<EventView>, conflict: Conflict | null, candidates: Array<OperationView>, 
+case: CaseView | null, cases: Array<CaseView>, 
+/**
+ * The newest [`TIMELINE_PAGE`] events, oldest first; `older_events` more before
+ * them ([`Console::older_events`]).
+ */
+timeline: Array<EventView>, older_events: number, conflict: Conflict | null, candidates: Array<OperationView>, 
 /**
  * What the steps of a stepped create (contact + deal) found or made, each entity
  * once (its latest `crm_step` event), with the CRM page to open it on.
@@ -151,6 +156,16 @@ role_decides: boolean,
  * Those of `allowed` that need a comment saying why (`rules::needs_comment`).
  */
 needs_comment: Array<string>, };
+
+export type TimelinePageView = { 
+/**
+ * Oldest first.
+ */
+events: Array<EventView>, 
+/**
+ * How many are older still.
+ */
+older: number, };
 
 export type CrmEntityView = { 
 /**

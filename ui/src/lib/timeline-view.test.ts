@@ -41,5 +41,15 @@ describe("Timeline view", () => {
     expect(body).toContain("No answer within 10 s — outcome unknown");
     expect(body).toContain("Anna authorized one retry: «ok»");
     expect(body).toContain("Timeline · 5");
+    expect(body).not.toContain('data-testid="older-events"');
+  });
+
+  it("shows a page of a long timeline and offers the older events", () => {
+    const { body } = render(Timeline, { props: { events, t: languages.en, older: 19995, onolder: () => {} } });
+    expect(body.match(/data-testid="event"/g)?.length).toBe(5);
+    expect(body).toContain("Timeline · 20000");
+    expect(body).toMatch(/<button[^>]*data-testid="older-events"[^>]*>Older events… \(19995 more\)<\/button>/);
+    const ru = render(Timeline, { props: { events, t: languages.ru, older: 3, onolder: () => {} } }).body;
+    expect(ru).toContain("Более ранние события… (ещё 3)");
   });
 });

@@ -66,6 +66,7 @@ export const en = {
     grants: "Retry grants",
   },
   timeline: "Timeline",
+  olderEvents: (n: number) => `Older events… (${n} more)`,
   phases: { intake: "Intake", attempt: "Attempt", reconcile: "Reconciliation", review: "Review", decision: "Decision", other: "Events" } as Record<string, string>,
   payload: "Payload",
   conflictTitle: "Payload conflict: same key, different data",
@@ -126,6 +127,7 @@ export const en = {
   refusals: {
     actor_required: (_d: string) => "Enter your name first.",
     crm_id_required: (_d: string) => "Enter the CRM id.",
+    crm_id_invalid: (d: string) => `This CRM id cannot be right (${d}): a CRM id is at most 256 printable characters.`,
     already_completed: (d: string) => `The operation is already completed with CRM id ${d}.`,
     retry_not_in_review: (d: string) => `A retry can only be authorized for an operation in review or failed, not \`${d}\`.`,
     retry_while_in_flight: (_d: string) => "An attempt is still in flight; wait for its outcome.",

@@ -68,6 +68,7 @@ export const ru: Strings = {
     grants: "Разрешённые повторы",
   },
   timeline: "Хронология",
+  olderEvents: (n: number) => `Более ранние события… (ещё ${n})`,
   phases: { intake: "Приём", attempt: "Попытка", reconcile: "Сверка", review: "Разбор", decision: "Решение", other: "События" },
   payload: "Данные",
   conflictTitle: "Конфликт данных: тот же ключ, другие данные",
@@ -127,6 +128,7 @@ export const ru: Strings = {
   refusals: {
     actor_required: (_d: string) => "Сначала укажите своё имя.",
     crm_id_required: (_d: string) => "Укажите id в CRM.",
+    crm_id_invalid: (_d: string) => "Такой id в CRM не подходит: не длиннее 256 символов, без управляющих и невидимых символов.",
     already_completed: (d: string) => `Операция уже завершена, id в CRM: ${d}.`,
     retry_not_in_review: (d: string) => `Повтор можно разрешить только для операции на разборе или с ошибкой, а не \`${d}\`.`,
     retry_while_in_flight: (_d: string) => "Попытка ещё выполняется; дождитесь её результата.",
