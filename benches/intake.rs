@@ -282,6 +282,7 @@ async fn bench(label: &str, url: &str) {
             shared_after: leadgate::store::Matching::SHARED_AFTER,
         },
         rules: Default::default(),
+        refusals: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url_intake = format!(

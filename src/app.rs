@@ -176,7 +176,10 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 shared_after: config.matching.shared_after,
             },
             rules: Arc::clone(&rules),
+            refusals: Arc::new(intake::refusals::Refusals::default()),
         };
+        let (refusals, rx) = (Arc::clone(&state.refusals), shutdown_rx.clone());
+        tasks.spawn(async move { tidy_refusals(refusals, rx).await });
         // Pull sources: refused here, before anything listens, when one lacks credentials.
         let pullers =
             crate::pull::pullers(config, |v| std::env::var(v).ok()).map_err(anyhow::Error::msg)?;
@@ -333,6 +336,20 @@ async fn rules_loop(
             ),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "reading the business rules failed; trying again"),
+        }
+    }
+}
+
+/// Each minute: forgets idle addresses of the refusal budget and logs what it only
+/// counted (`intake::refusals`).
+async fn tidy_refusals(
+    refusals: Arc<intake::refusals::Refusals>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => refusals.tidy(),
+            _ = shutdown.wait_for(|stop| *stop) => return,
         }
     }
 }

@@ -5,6 +5,7 @@
 mod claims;
 pub mod listen;
 pub mod openapi;
+pub mod refusals;
 pub mod sources;
 
 use std::borrow::Cow;
@@ -45,6 +46,8 @@ pub struct IntakeState {
     pub matching: MatchingSettings,
     /// The business rules (migration 0021), kept current by the gateway's refresher.
     pub rules: Arc<LiveRules>,
+    /// The budget of journaled refusals before authentication (`refusals`).
+    pub refusals: Arc<refusals::Refusals>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -302,6 +305,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("the operations database is not available; retry later")]
     Unavailable(#[source] StoreError),
+    /// A refusal before authentication from an address over its budget (`refusals`).
+    #[error("too many refused requests from this address: {0}")]
+    TooManyRefusals(Box<ApiError>),
 }
 
 impl ApiError {
@@ -313,6 +319,7 @@ impl ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyRefusals(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -325,6 +332,7 @@ impl ApiError {
             ApiError::TooSlow(_) => "request_timeout",
             ApiError::NotFound(_) => "not_found",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::TooManyRefusals(_) => "too_many_refusals",
         }
     }
 
@@ -353,9 +361,16 @@ impl IntoResponse for ApiError {
             Json(ErrorBody::new(self.code(), self.to_string())),
         )
             .into_response();
-        if matches!(self, ApiError::Unavailable(_)) {
-            res.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        match self {
+            ApiError::Unavailable(_) => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            ApiError::TooManyRefusals(_) => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            }
+            _ => {}
         }
         res
     }
@@ -467,7 +482,9 @@ pub enum IntakeOk {
         (status = 404, description = "No such source is configured", body = ErrorBody),
         (status = 408, description = "The body did not arrive within `[server] body_timeout`", body = ErrorBody),
         (status = 413, description = "The body is larger than `[server] max_body`", body = ErrorBody),
-        (status = 503, description = "The operations database is not available, or busy for more than 10 s: nothing was accepted",
+        (status = 429, description = "Refused before authenticating (as 401, 404, 408 or 413 would be), from an address over its budget of journaled refusals: counted, not journaled",
+            headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
+        (status = 503, description = "The operations database is not available, busy or silent for more than 10 s: nothing was accepted, or the next attempt is answered as a duplicate",
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
     ),
     security(("source_token" = []), ("source_token_query" = []), ("source_signature" = []), ())
@@ -476,9 +493,11 @@ async fn intake(
     State(state): State<IntakeState>,
     source_name: Result<Path<String>, axum::extract::rejection::PathRejection>,
     RawQuery(query): RawQuery,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let peer = peer.map(|axum::Extension(c)| c.0.ip());
     let received_at = state.store.now();
     // A name that does not percent-decode to UTF-8 names no configured source: it is
     // answered and journaled as an unknown one (axum's rejection would skip the journal).
@@ -504,7 +523,8 @@ async fn intake(
                 received_at,
                 transform_version: TRANSFORM_VERSION,
             };
-            return journal_rejection(&state, reject, e).await;
+            // The body comes before the credentials: a stranger's refusal.
+            return journal_refusal(&state, reject, e, peer).await;
         }
     };
     let query = query.as_deref();
@@ -523,7 +543,11 @@ async fn intake(
                 received_at,
                 transform_version: TRANSFORM_VERSION,
             };
-            journal_rejection(&state, reject, e).await
+            if matches!(e, ApiError::Unauthorized { .. } | ApiError::UnknownSource) {
+                journal_refusal(&state, reject, e, peer).await
+            } else {
+                journal_rejection(&state, reject, e).await
+            }
         }
     }
 }
@@ -563,6 +587,20 @@ fn rejected_body(
             (sources::redacted_body(kind, &payload), e.to_string())
         }
         _ => (Vec::new(), summary()),
+    }
+}
+
+/// A refusal before authentication: journaled while its address and the gateway are
+/// within their budget (`refusals`), else only counted and answered 429.
+async fn journal_refusal(
+    state: &IntakeState,
+    reject: RejectedDelivery,
+    e: ApiError,
+    peer: Option<std::net::IpAddr>,
+) -> Response {
+    match state.refusals.note(peer) {
+        refusals::Verdict::Journal => journal_rejection(state, reject, e).await,
+        refusals::Verdict::CountOnly => ApiError::TooManyRefusals(Box::new(e)).into_response(),
     }
 }
 
@@ -1140,6 +1178,16 @@ async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError>
         .await?;
     let connectors = state.store.connectors().await?;
     let body = crate::metrics::exposition(&snapshot, &connectors);
+    // This process's own counters, before the closing `# EOF`.
+    let body = match body.rfind("# EOF") {
+        Some(at) => format!(
+            "{}{}{}",
+            &body[..at],
+            state.refusals.exposition(),
+            &body[at..]
+        ),
+        None => body + &state.refusals.exposition(),
+    };
     Ok((
         [(
             header::CONTENT_TYPE,

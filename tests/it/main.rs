@@ -37,5 +37,6 @@ mod slow_crm;
 mod sources;
 mod steps;
 mod store;
+mod strangers;
 mod tls;
 mod updates;
