@@ -244,8 +244,13 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, super::StoreError>
         .application_name("leadgate")
         // The session's own transactions (the grouped intake runs in one) at READ
         // COMMITTED whatever the server's or the database's default; the store's explicit
-        // transactions set it themselves.
-        .options([("default_transaction_isolation", "read\\ committed")]))
+        // transactions set it themselves. Commits wait for the WAL flush whatever an
+        // `alter role/database … set synchronous_commit = off` says: a 2xx is answered only
+        // after the commit is durable (the connection's options win over those settings).
+        .options([
+            ("default_transaction_isolation", "read\\ committed"),
+            ("synchronous_commit", "on"),
+        ]))
 }
 
 /// TLS to PostgreSQL fails closed. `sslmode=prefer` and `allow` (which fall back to

@@ -16,6 +16,7 @@ mod diagnose;
 mod gateway;
 mod imap;
 mod intake_paths;
+mod logins;
 mod metrics;
 mod openapi;
 mod outage;
