@@ -7,6 +7,7 @@ mod amocrm;
 mod batch;
 mod boundaries;
 mod calls;
+mod changes;
 mod claim_api;
 mod clock;
 mod console;
