@@ -6,12 +6,14 @@
 //! gateway's commits are synchronous whatever the database's settings say.
 //! Each attack is made as a real login, through raw SQL.
 
+use std::time::{Duration, Instant};
+
 use sqlx::{Connection, PgConnection};
 
 use leadgate::domain::roles::Role;
 use leadgate::store::postgres::{with_database, PgStore};
 use leadgate_testkit::people::{drop_login, url_as, People};
-use leadgate_testkit::process::command;
+use leadgate_testkit::process::{command, free_port, GatewayFile, Process, SiteAuth};
 use leadgate_testkit::{run, Backend};
 
 fn server() -> String {
@@ -50,6 +52,8 @@ struct Install {
     runtime: String,
     admin: String,
     database: String,
+    /// A database a test may create, open to every login (dropped with the rest).
+    open: String,
     /// The runtime login's URL of its database.
     url: String,
     /// The administration login's URL (of the server's own database: roles are the
@@ -87,6 +91,7 @@ impl Install {
             runtime,
             admin,
             database,
+            open: format!("lgt_open_{t}"),
             url,
             admin_url,
         }
@@ -95,8 +100,8 @@ impl Install {
 
 impl Drop for Install {
     fn drop(&mut self) {
-        let (database, logins) = (
-            self.database.clone(),
+        let (databases, logins) = (
+            [self.database.clone(), self.open.clone()],
             [self.runtime.clone(), self.admin.clone()],
         );
         std::thread::spawn(move || {
@@ -106,9 +111,12 @@ impl Drop for Install {
                 .unwrap();
             rt.block_on(async {
                 let mut su = PgConnection::connect(&server()).await.unwrap();
-                let _ = sqlx::raw_sql(&format!("drop database if exists {database} with (force)"))
-                    .execute(&mut su)
-                    .await;
+                for database in databases {
+                    let _ =
+                        sqlx::raw_sql(&format!("drop database if exists {database} with (force)"))
+                            .execute(&mut su)
+                            .await;
+                }
                 for login in logins {
                     drop_login(&mut su, &login).await;
                 }
@@ -198,15 +206,56 @@ async fn the_gateway_needs_no_createrole_and_people_come_through_the_administrat
     people.drop_all().await;
 }
 
+/// Starts `leadgate <what> --config <config>` with its stderr in a file, until `done` is
+/// true of that log (within 60 s), then kills it and returns the log.
+async fn started_log(
+    what: &str,
+    config: &str,
+    dir: &std::path::Path,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let log = dir.join(format!("{what}.log"));
+    let mut cmd = command(env!("CARGO_BIN_EXE_leadgate"), &[what, "--config", config]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut process = Process(cmd.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if done(&text) || Instant::now() > deadline {
+            process.kill();
+            return std::fs::read_to_string(&log).unwrap_or_default();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn migrate_warns_when_its_login_has_superuser_or_createrole() {
+async fn serve_worker_and_migrate_warn_when_their_login_has_superuser_or_createrole() {
     let install = Install::new().await;
     let warning = "WARNING: the gateway's database login";
     // The runtime login of README: no warning.
     let (ok, _, err) = leadgate(&["migrate"], &[("LEADGATE_DATABASE_URL", &install.url)]);
     assert!(ok, "{err}");
     assert!(!err.contains(warning), "{err}");
-    // The test server's superuser, on a database of its own.
+    // A database of the server still open to every login is named at start, once people's
+    // roles exist.
+    let people = People::with_admin(&install.url, &install.admin_url).await;
+    let mut su = PgConnection::connect(&server()).await.unwrap();
+    sqlx::raw_sql(&format!("create database {}", install.open))
+        .execute(&mut su)
+        .await
+        .unwrap();
+    let (ok, _, err) = leadgate(&["migrate"], &[("LEADGATE_DATABASE_URL", &install.url)]);
+    assert!(ok, "{err}");
+    assert!(!err.contains(warning), "{err}");
+    assert!(
+        err.contains("people's logins may connect to other databases")
+            && err.contains(&install.open),
+        "{err}"
+    );
+    people.drop_all().await;
+    // The test server's superuser, on a database of its own: migrate, serve and worker.
     run(Backend::Postgres, |db| async move {
         let (ok, _, err) = leadgate(&["migrate"], &[("LEADGATE_DATABASE_URL", &db.url)]);
         assert!(ok, "{err}");
@@ -214,10 +263,31 @@ async fn migrate_warns_when_its_login_has_superuser_or_createrole() {
             err.contains("WARN") && err.contains(warning) && err.contains("has SUPERUSER"),
             "{err}"
         );
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = GatewayFile {
+            db_url: &db.url,
+            webhook_url: "http://127.0.0.1:9/rest/1/nothing/",
+            port,
+            lease: "4s",
+            concurrency: None,
+            retry: None,
+            read_token: None,
+            site: SiteAuth::Secret("logins-site-key"),
+            crm_timeout: "3s",
+            settle: None,
+        }
+        .write(dir.path(), "leadgate");
+        for what in ["serve", "worker"] {
+            let log = started_log(what, &config, dir.path(), |l| l.contains("has SUPERUSER")).await;
+            assert!(
+                log.contains(warning) && log.contains("has SUPERUSER"),
+                "{what}: {log}"
+            );
+        }
     })
     .await;
     // A login with CREATEROLE owning the database (README's old `create role … createrole`).
-    let mut su = PgConnection::connect(&server()).await.unwrap();
     sqlx::raw_sql(&format!("alter role {} createrole", install.runtime))
         .execute(&mut su)
         .await
@@ -300,6 +370,12 @@ async fn a_login_in_two_roles_is_the_lesser_one_for_the_database_and_for_user_li
 async fn user_add_sends_a_scram_verifier_and_no_password_reaches_the_logs() {
     run(Backend::Postgres, |db| async move {
         let login = format!("lgt_pw_{}", tag());
+        // Without the administration login: a clear error, nothing created.
+        let (ok, _, err) = leadgate(
+            &["user", "add", &login, "--role", "support"],
+            &[("LEADGATE_DATABASE_URL", &db.url)],
+        );
+        assert!(!ok && err.contains("--admin-url"), "{err}");
         let (ok, out, err) = leadgate(
             &["user", "add", &login, "--role", "support"],
             &[
@@ -514,6 +590,25 @@ async fn an_upgrade_closes_the_database_and_its_people_keep_their_way_in() {
                 .any(|u| u.login == person && u.role == Role::Support),
             "{listed:?}"
         );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_start_does_not_hang_on_whoever_holds_the_grants_lock() {
+    run(Backend::Postgres, |db| async move {
+        let _first = PgStore::connect(&db.url).await.unwrap();
+        let mut holder = PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("select pg_advisory_lock(7417001)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        // The grants wait 10 s at most; the start goes on (and says so).
+        let started = tokio::time::timeout(Duration::from_secs(120), PgStore::connect(&db.url))
+            .await
+            .expect("a start that does not hang");
+        assert!(started.is_ok(), "{:?}", started.err());
+        holder.close().await.unwrap();
     })
     .await;
 }

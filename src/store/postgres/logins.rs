@@ -27,6 +27,20 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// object can fail ("tuple concurrently updated").
 const GRANTS_LOCK: &str = "select pg_advisory_xact_lock(7417001)";
 
+/// Takes [`GRANTS_LOCK`] in `tx`, waiting 10 s at most (and as long for every lock the
+/// transaction takes after it): false if another session held it that long — a start
+/// must not hang on whoever holds it.
+async fn grants_lock(tx: &mut sqlx::PgConnection) -> Result<bool> {
+    sqlx::query("set local lock_timeout = '10s'")
+        .execute(&mut *tx)
+        .await?;
+    match sqlx::query(GRANTS_LOCK).execute(&mut *tx).await {
+        Ok(_) => Ok(true),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The four group roles.
 fn groups() -> Vec<String> {
     Role::ALL.iter().map(|r| r.group()).collect()
@@ -61,7 +75,13 @@ impl PgStore {
     /// to the first one's people.
     pub(super) async fn secure_database(&self, upgraded: bool) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(GRANTS_LOCK).execute(&mut *tx).await?;
+        if !grants_lock(&mut tx).await? {
+            tracing::warn!(
+                "the people's grants were not refreshed: another session held Leadgate's \
+                 grants lock for 10 s (they are refreshed at the next start)"
+            );
+            return Ok(());
+        }
         let groups_exist: bool =
             sqlx::query_scalar("select count(*) = 4 from pg_roles where rolname = any($1)")
                 .bind(groups())
@@ -214,7 +234,11 @@ impl PgStore {
     /// is nothing to give; closed, that is the owner's to do.
     async fn person_connect(&self, login: &str, grant: bool) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(GRANTS_LOCK).execute(&mut *tx).await?;
+        if !grants_lock(&mut tx).await? {
+            return Err(StoreError::NotApplied(
+                "another session held Leadgate's grants lock for 10 s: try again".into(),
+            ));
+        }
         let (database, owns, open): (String, bool, bool) = sqlx::query_as(
             "select d.datname::text, pg_has_role(current_user, d.datdba, 'usage'), \
                     has_database_privilege('public', d.oid, 'connect') \
