@@ -34,6 +34,27 @@ impl ConfigArg {
     }
 }
 
+/// The administration login of `leadgate user add/remove`: not the gateway's.
+#[derive(clap::Args)]
+struct AdminArg {
+    /// A PostgreSQL URL whose login may create roles (CREATEROLE), on the gateway's
+    /// server (any database, e.g. `postgres`). Prefer the environment: a command line is
+    /// visible to every user of the machine. Never put it in the service's environment.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LEADGATE_ADMIN_DATABASE_URL",
+        hide_env_values = true
+    )]
+    admin_url: String,
+}
+
+impl std::fmt::Debug for AdminArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminArg { admin_url: *** }")
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the intake HTTP server, the worker and the reconciler.
@@ -127,6 +148,8 @@ enum UserCommand {
         #[arg(long)]
         role: crate::domain::roles::Role,
         #[command(flatten)]
+        admin: AdminArg,
+        #[command(flatten)]
         config: ConfigArg,
     },
     /// List the people's logins and their roles.
@@ -137,6 +160,8 @@ enum UserCommand {
     /// Drop a person's login (what they did stays on the timelines, under their name).
     Remove {
         name: String,
+        #[command(flatten)]
+        admin: AdminArg,
         #[command(flatten)]
         config: ConfigArg,
     },
@@ -584,10 +609,14 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
              single-operator mode, with the OS user as the actor"
         );
     }
+    // The gateway's own login: the schema's owner gives the grants and CONNECT.
     let store = store::postgres::PgStore::connect(url).await?;
     match command {
-        UserCommand::Add { name, role, .. } => {
-            let password = store.add_user(&name, role).await?;
+        UserCommand::Add {
+            name, role, admin, ..
+        } => {
+            let admin = store::postgres::LoginAdmin::connect(&admin.admin_url).await?;
+            let password = admin.add_user(&store, &name, role).await?;
             println!("created the login `{name}` with the role {role}; its password (shown once):");
             println!("  {password}");
             println!("connect the console with:");
@@ -595,11 +624,23 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
         }
         UserCommand::List { .. } => {
             for u in store.users().await? {
-                println!("{:<24} {}", u.login, u.role);
+                let also: Vec<String> = u.also.iter().map(|r| r.to_string()).collect();
+                if also.is_empty() {
+                    println!("{:<24} {}", u.login, u.role);
+                } else {
+                    println!(
+                        "{:<24} {} (also in {}: asks as {}, reads what all allow; revoke the others)",
+                        u.login,
+                        u.role,
+                        also.join(", "),
+                        u.role
+                    );
+                }
             }
         }
-        UserCommand::Remove { name, .. } => {
-            if !store.remove_user(&name).await? {
+        UserCommand::Remove { name, admin, .. } => {
+            let admin = store::postgres::LoginAdmin::connect(&admin.admin_url).await?;
+            if !admin.remove_user(&store, &name).await? {
                 eprintln!("leadgate: `{name}` is not a login in one of Leadgate's roles");
                 return Ok(ExitCode::from(2));
             }

@@ -143,3 +143,58 @@ create trigger human_requests_checked before insert on human_requests
 -- longest ago first.
 create index human_requests_waiting_by_actor on human_requests (actor, id) where applied_at is null;
 create index human_requests_served on human_requests (actor, applied_at) where applied_at is not null;
+
+-- The people's grants (0021's function) leave out what the gateway keeps for itself: who
+-- asked how much (`human_request_logins`) and the rows intake, migrations and grants
+-- serialize on (`leadgate_locks`, `intake_contact_slots`, 0024). Applied at the next start
+-- (`PgStore::secure_database` runs it at every start).
+create or replace function leadgate_install_roles() returns void language plpgsql as $$
+declare
+    r text;
+    t text;
+    cols text;
+    everyone constant text := 'leadgate_support, leadgate_sales_ops, leadgate_manager, leadgate_admin';
+    casework constant text := 'leadgate_sales_ops, leadgate_manager';
+    figures constant text := 'leadgate_support, leadgate_admin';
+begin
+    foreach r in array array['leadgate_support', 'leadgate_sales_ops', 'leadgate_manager', 'leadgate_admin'] loop
+        if not exists (select 1 from pg_roles where rolname = r) then
+            begin
+                execute format('create role %I nologin', r);
+            exception when duplicate_object or unique_violation then
+                null; -- another database of this cluster created it at the same moment
+            end;
+        end if;
+    end loop;
+    execute 'revoke all on all tables in schema public from ' || everyone;
+    execute 'revoke all on all sequences in schema public from ' || everyone;
+    execute 'grant usage on schema public to ' || everyone;
+    -- everyone: the schema version, the counted figures, the connectors, the business rules
+    execute 'grant select on _sqlx_migrations, metric_counters, metric_series, connectors, crm_links, '
+         || 'business_rules, business_rule_history to ' || everyone;
+    -- support and admin: counts by state and reason, nothing a lead said
+    execute 'grant select (operation_id, status, source, created_at, updated_at, lease_expires_at) '
+         || 'on operations to ' || figures;
+    execute 'grant select (id, operation_id, reason, opened_at, resolved_at, resolution, resolved_by) '
+         || 'on review_cases to ' || figures;
+    -- casework: every table but the CRM credentials and others' requests, and no column
+    -- holding a token (a lease's, a grant's hash): whoever reads the database must not be
+    -- able to report for a worker or an integration
+    for t in select tablename from pg_tables where schemaname = 'public'
+             and tablename not in ('crm_tokens', 'human_requests', 'human_request_logins',
+                                   'leadgate_locks', 'intake_contact_slots') loop
+        select string_agg(quote_ident(column_name), ', ' order by ordinal_position) into cols
+        from information_schema.columns
+        where table_schema = 'public' and table_name = t and column_name not like '%token%';
+        execute format('grant select (%s) on %I to %s', cols, t, casework);
+    end loop;
+    -- asking: row-level security says who may ask what; only the columns of the ask (the
+    -- id, the actor, the times and the answer are the database's and the gateway's)
+    execute 'grant select on human_requests to ' || everyone;
+    execute 'grant insert (kind, case_id, operation_id, connector, expected_version, body) '
+         || 'on human_requests to ' || everyone;
+    execute 'grant usage on sequence human_requests_id_seq to ' || everyone;
+    execute 'grant execute on function leadgate_withdraw(bigint) to ' || everyone;
+end
+$$;
+revoke all on function leadgate_install_roles() from public;

@@ -34,7 +34,72 @@ pub struct Changes {
     listener: sqlx::postgres::PgListener,
 }
 
+/// At most this often a [`Changes::forward`] hands changes on. Any login may `NOTIFY`
+/// the channel (PostgreSQL cannot restrict it), so thousands of notifications a second
+/// must not become thousands of console refreshes.
+pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
+
+/// How many distinct payloads one forwarded batch names at most (the tables that notify
+/// are three; the rest is someone's NOTIFY).
+pub const NAMES_PER_BATCH: usize = 4;
+
 impl Changes {
+    /// Listens in a task of its own and hands the changes on through `send`, coalesced:
+    /// after a batch, nothing for `every`; then whatever arrived meanwhile as one batch —
+    /// the distinct names (at most four, each cut to 63 bytes), one `send` each. So
+    /// however many notifications arrive, `send` is called at most four times per
+    /// `every`, and the last change is always handed on. Aborting the returned task stops
+    /// the listening too.
+    pub fn forward(
+        mut self,
+        every: Duration,
+        send: impl Fn(String) + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        use std::sync::{Arc, Mutex};
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let names = Arc::new(Mutex::new(Vec::<String>::new()));
+        let reader = {
+            let (arrived, names) = (Arc::clone(&arrived), Arc::clone(&names));
+            tokio::spawn(async move {
+                loop {
+                    let mut name = self.next().await;
+                    if name.len() > 63 {
+                        let mut end = 63;
+                        while !name.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        name.truncate(end);
+                    }
+                    {
+                        let mut names = names.lock().expect("changes lock");
+                        if names.len() < NAMES_PER_BATCH && !names.contains(&name) {
+                            names.push(name);
+                        }
+                    }
+                    arrived.notify_one();
+                }
+            })
+        };
+        /// Stops the reader when the forwarding task ends or is aborted.
+        struct Stop(tokio::task::JoinHandle<()>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        tokio::spawn(async move {
+            let _reader = Stop(reader);
+            loop {
+                arrived.notified().await;
+                let batch = std::mem::take(&mut *names.lock().expect("changes lock"));
+                for name in batch {
+                    send(name);
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+
     /// The next change: the name of the table that changed. A broken connection is
     /// reconnected on the next try, after a pause that keeps a dead server from spinning
     /// the caller's loop; changes made while it was down are not replayed.

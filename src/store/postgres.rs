@@ -13,7 +13,9 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
 use super::ops::intake::{OneMatch, OneStatement};
 use super::sql::sql_store;
-use crate::domain::roles::Role;
+
+mod logins;
+pub use logins::{LoginAdmin, User, PERSON_SESSION_LIMITS};
 
 pub struct PgStore {
     pool: PgPool,
@@ -88,6 +90,8 @@ impl PgStore {
         store
             .migrate_with(url, sqlx::migrate!("migrations/postgres"))
             .await?;
+        // It says so when its own login may do more than it needs.
+        store.warn_about_own_login().await?;
         Ok(store)
     }
 
@@ -98,7 +102,9 @@ impl PgStore {
         url: &str,
         migrator: sqlx::migrate::Migrator,
     ) -> Result<(), super::StoreError> {
-        let before = self.applied_version().await?;
+        // A database with people's roles (0017) that never closed itself (0025): its
+        // people keep CONNECT when it does.
+        let upgrading = self.applied(17).await? && !self.applied(25).await?;
         let options = connect_options(url)?;
         // One process migrates at a time, on connections of their own: the lock's waits
         // for another process's migration as long as that takes; the migration's
@@ -122,9 +128,9 @@ impl PgStore {
             }
             other => other?,
         }
-        if self.applied_version().await? > before {
-            self.refresh_role_grants().await?;
-        }
+        // Whoever migrates (serve, worker, migrate) is the schema's owner: it gives the
+        // people's roles their grants and keeps the database closed to other logins.
+        self.secure_database(upgrading).await?;
         held.commit().await?;
         Ok(())
     }
@@ -151,108 +157,20 @@ impl PgStore {
         })
     }
 
-    async fn applied_version(&self) -> Result<Option<i64>, super::StoreError> {
+    /// Whether migration `version` was applied.
+    async fn applied(&self, version: i64) -> Result<bool, super::StoreError> {
         let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
             .fetch_one(&self.pool)
             .await?;
         if !exists {
-            return Ok(None);
-        }
-        Ok(
-            sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
-
-    /// Gives the people's roles what they may read of the tables a migration just added
-    /// (`leadgate_install_roles`, migration 0017), when this login may manage roles and
-    /// they are installed; otherwise `leadgate user add` does it.
-    async fn refresh_role_grants(&self) -> Result<(), super::StoreError> {
-        // One process at a time (concurrent GRANTs on one table can fail): the caller
-        // holds the migration lock.
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "select leadgate_install_roles() from pg_roles \
-             where rolname = current_user and (rolsuper or rolcreaterole) \
-               and exists (select 1 from pg_roles where rolname = 'leadgate_support')",
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Creates the login of a person in `role` (and the roles and grants first, which
-    /// needs a login that may create roles: the gateway's). Returns its password.
-    pub async fn add_user(&self, login: &str, role: Role) -> Result<String, super::StoreError> {
-        check_login(login)?;
-        sqlx::query("select leadgate_install_roles()")
-            .execute(&self.pool)
-            .await?;
-        let password = rand::distr::SampleString::sample_string(
-            &rand::distr::Alphanumeric,
-            &mut rand::rng(),
-            24,
-        );
-        let create: String = sqlx::query_scalar(
-            "select format('create role %I login password %L in role %I', $1, $2, $3)",
-        )
-        .bind(login)
-        .bind(&password)
-        .bind(role.group())
-        .fetch_one(&self.pool)
-        .await?;
-        match sqlx::raw_sql(&create).execute(&self.pool).await {
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42710") => Err(
-                super::StoreError::NotApplied(format!("a login `{login}` exists already")),
-            ),
-            other => other.map(|_| password).map_err(Into::into),
-        }
-    }
-
-    /// The people's logins (members of Leadgate's roles, superusers left out).
-    pub async fn users(&self) -> Result<Vec<User>, super::StoreError> {
-        // What leadgate_role_of answers, asked by the roles' oids instead of their names: a
-        // login this scan of pg_roles saw may be dropped by another session before its name
-        // is looked up, which failed the whole list (42704; seen when two tests' logins came
-        // and went at once); an oid that is gone is simply in no role.
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "select m.rolname::text, r.rolname::text from pg_roles m \
-             cross join lateral ( \
-                 select g.rolname from unnest(array['leadgate_admin', 'leadgate_manager', \
-                     'leadgate_sales_ops', 'leadgate_support']) with ordinality as w(name, n) \
-                 join pg_roles g on g.rolname = w.name \
-                 where pg_has_role(m.oid, g.oid, 'member') order by w.n limit 1) r \
-             where m.rolcanlogin and not m.rolsuper order by m.rolname",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|(login, role)| {
-                Ok(User {
-                    login,
-                    role: role
-                        .trim_start_matches("leadgate_")
-                        .parse()
-                        .map_err(|e| super::StoreError::Corrupt(format!("{e}")))?,
-                })
-            })
-            .collect()
-    }
-
-    /// Drops a person's login; false if there is no such person (a login in none of
-    /// Leadgate's roles is never dropped from here).
-    pub async fn remove_user(&self, login: &str) -> Result<bool, super::StoreError> {
-        if !self.users().await?.iter().any(|u| u.login == login) {
             return Ok(false);
         }
-        let drop: String = sqlx::query_scalar("select format('drop role %I', $1)")
-            .bind(login)
-            .fetch_one(&self.pool)
-            .await?;
-        sqlx::raw_sql(&drop).execute(&self.pool).await?;
-        Ok(true)
+        Ok(sqlx::query_scalar(
+            "select exists (select 1 from _sqlx_migrations where version = $1 and success)",
+        )
+        .bind(version)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -281,10 +199,14 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, super::StoreError>
             // COMMITTED whatever the server's or the database's default; the store's
             // explicit transactions set it themselves.
             ("default_transaction_isolation", "read\\ committed"),
+            // Commits wait for the WAL flush whatever an `alter role/database … set
+            // synchronous_commit = off` says: a 2xx is answered only after the commit is
+            // durable (the connection's options win over those settings).
+            ("synchronous_commit", "on"),
             // Nothing waits for ever on what someone else holds (issue 32): a lock wait
             // fails after 5 s, a statement after 30 s (both mean "unavailable, try
             // again"); a session idle in a transaction for a minute is ended. The
-            // migration's connection sets its own (`migrate_postgres`).
+            // migration's connections set their own (`PgStore::migrate_with`).
             ("lock_timeout", "5s"),
             ("statement_timeout", "30s"),
             ("idle_in_transaction_session_timeout", "60s"),
@@ -402,9 +324,11 @@ async fn make_migration_lock(conn: &mut PgConnection) -> Result<(), sqlx::Error>
     sqlx::query("create table if not exists leadgate_locks (name text primary key)")
         .execute(&mut *conn)
         .await?;
-    sqlx::query("insert into leadgate_locks (name) values ('migrate') on conflict do nothing")
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "insert into leadgate_locks (name) values ('migrate'), ('grants') on conflict do nothing",
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
@@ -425,37 +349,6 @@ async fn sessions_in_a_transaction(conn: &mut PgConnection) -> String {
         "a session that has ended since".into()
     } else {
         format!("sessions in a transaction: {}", found.join(", "))
-    }
-}
-
-/// A person's login (`leadgate user list`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
-    pub login: String,
-    pub role: Role,
-}
-
-/// A login name `leadgate user add` accepts: lower case, no room for confusion with
-/// PostgreSQL's or Leadgate's own roles.
-fn check_login(login: &str) -> Result<(), super::StoreError> {
-    let ok = (1..=63).contains(&login.len())
-        && login.starts_with(|c: char| c.is_ascii_lowercase())
-        && login
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c))
-        && !login.starts_with("pg_")
-        && !login.starts_with("leadgate")
-        // the names the system itself acts under on timelines
-        && !["gateway", "worker", "claim_api", "console", "cli", "reconciler", "retention", "system", "postgres"]
-            .contains(&login);
-    if ok {
-        Ok(())
-    } else {
-        Err(super::StoreError::NotApplied(format!(
-            "`{login}` is not a login name Leadgate creates: 1–63 of a–z, 0–9, `_`, `.`, `-`, \
-             starting with a letter, not `pg_…` or `leadgate…`, and not a name the system acts \
-             under (`gateway`, `worker`, `claim_api`, `console`, `cli`, …)"
-        )))
     }
 }
 

@@ -134,6 +134,20 @@ async fn a_persons_advisory_locks_hold_no_lead_and_no_gateway() {
             .expect("a gateway starts while a person holds sqlx's migration lock")
             .unwrap();
 
+        // What a person leaves hanging ends by itself (PERSON_SESSION_LIMITS).
+        let mut shown = vec![];
+        for setting in [
+            "statement_timeout",
+            "idle_in_transaction_session_timeout",
+            "idle_session_timeout",
+        ] {
+            let v: String = sqlx::query_scalar(&format!("show {setting}"))
+                .fetch_one(&mut support)
+                .await
+                .unwrap();
+            shown.push(v);
+        }
+        assert_eq!(shown, ["1min", "1min", "1h"]);
         for role in Role::ALL {
             let mut conn = people.sql(*role).await;
             for sql in [
@@ -142,6 +156,7 @@ async fn a_persons_advisory_locks_hold_no_lead_and_no_gateway() {
                 "select 1 from leadgate_locks for update",
                 "lock table intake_contact_slots in share mode",
                 "lock table leadgate_locks in access exclusive mode",
+                "select count(*) from human_request_logins",
             ] {
                 sqlx::raw_sql("begin").execute(&mut conn).await.unwrap();
                 assert_eq!(sqlstate(&mut conn, sql).await, "42501", "{role} {sql}");

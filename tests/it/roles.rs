@@ -14,7 +14,7 @@ use sqlx::{Connection, PgConnection};
 
 use leadgate::domain::roles::{may_ask, AskKind, Role};
 use leadgate::domain::{Resolution, ReviewReason};
-use leadgate::store::postgres::PgStore;
+use leadgate::store::postgres::{LoginAdmin, PgStore};
 use leadgate::store::{self, Ask, Store, StoreError};
 use leadgate_console_model::*;
 use leadgate_testkit::people::{gateway, url_as, People};
@@ -565,9 +565,13 @@ async fn two_gateways_apply_each_request_once() {
 async fn users_are_added_listed_and_removed_and_bad_names_are_refused() {
     run(Backend::Postgres, |db| async move {
         let owner = PgStore::connect(&db.url).await.unwrap();
+        let admin = LoginAdmin::connect(&db.url).await.unwrap();
         let login = format!("lgt_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        let password = owner.add_user(&login, Role::Manager).await.unwrap();
-        let again = owner.add_user(&login, Role::Support).await.unwrap_err();
+        let password = admin.add_user(&owner, &login, Role::Manager).await.unwrap();
+        let again = admin
+            .add_user(&owner, &login, Role::Support)
+            .await
+            .unwrap_err();
         assert!(again.to_string().contains("exists already"), "{again}");
         for bad in [
             "Anna",
@@ -576,7 +580,10 @@ async fn users_are_added_listed_and_removed_and_bad_names_are_refused() {
             "a;drop role postgres",
             "",
         ] {
-            let e = owner.add_user(bad, Role::Support).await.unwrap_err();
+            let e = admin
+                .add_user(&owner, bad, Role::Support)
+                .await
+                .unwrap_err();
             assert!(e.to_string().contains("not a login name"), "{bad}: {e}");
         }
         let users = owner.users().await.unwrap();
@@ -591,10 +598,10 @@ async fn users_are_added_listed_and_removed_and_bad_names_are_refused() {
             .unwrap();
         assert_eq!(console.connection.role.as_deref(), Some("manager"));
         drop(console);
-        assert!(owner.remove_user(&login).await.unwrap());
-        assert!(!owner.remove_user(&login).await.unwrap());
+        assert!(admin.remove_user(&owner, &login).await.unwrap());
+        assert!(!admin.remove_user(&owner, &login).await.unwrap());
         // A login in none of Leadgate's roles is never dropped from here.
-        assert!(!owner.remove_user("postgres").await.unwrap());
+        assert!(!admin.remove_user(&owner, "postgres").await.unwrap());
         let gone = Console::open(&url_as(&db.url, &login, &password))
             .await
             .err()

@@ -326,8 +326,9 @@ impl ConsoleState {
         }
     }
 
-    /// Live updates: a table name each time a review case or a connector changes, on a
-    /// PostgreSQL database (LISTEN/NOTIFY, migration 0004). On SQLite nothing comes: the
+    /// Live updates: a table name when a review case or a connector changes, on a
+    /// PostgreSQL database (LISTEN/NOTIFY, migration 0004), at most a few every
+    /// `store::changes::REFRESH_EVERY` however many notifications arrive. On SQLite nothing comes: the
     /// console polls (`Connection::live` says which).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.changes.subscribe()
@@ -342,14 +343,13 @@ impl ConsoleState {
         if !live {
             return Ok(());
         }
-        let Some(mut feed) = store::changes::subscribe(url).await? else {
+        let Some(feed) = store::changes::subscribe(url).await? else {
             return Ok(());
         };
         let changes = self.changes.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let _ = changes.send(feed.next().await);
-            }
+        // Coalesced: a NOTIFY storm from any login is a refresh every half second at most.
+        let task = feed.forward(store::changes::REFRESH_EVERY, move |table| {
+            let _ = changes.send(table);
         });
         *self.listener.lock().expect("listener lock") = Some(task);
         Ok(())

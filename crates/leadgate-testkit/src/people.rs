@@ -1,5 +1,5 @@
 //! People with PostgreSQL logins of their own, one per role (issue 17): made with
-//! `PgStore::add_user` (what `leadgate user add` runs) and dropped again when the value
+//! `LoginAdmin::add_user` (what `leadgate user add` runs) and dropped again when the value
 //! goes, also when a test fails (logins are the cluster's, not the test database's).
 
 use std::sync::Arc;
@@ -8,27 +8,40 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 
 use leadgate::domain::roles::Role;
-use leadgate::store::postgres::PgStore;
+use leadgate::store::postgres::{LoginAdmin, PgStore};
 use leadgate::store::Store;
 
 pub struct People {
     pub owner: PgStore,
+    pub admin: LoginAdmin,
     logins: Vec<(Role, String, String)>,
 }
 
 impl People {
-    /// One login per role in the database at `url` (whose login may create roles).
+    /// One login per role in the database at `url`, whose login (the test server's
+    /// superuser) is both the schema's owner and the administration login.
     pub async fn new(url: &str) -> People {
+        People::with_admin(url, url).await
+    }
+
+    /// One login per role in the database at `url`, made by the administration login of
+    /// `admin_url` (a login with CREATEROLE).
+    pub async fn with_admin(url: &str, admin_url: &str) -> People {
         let owner = PgStore::connect(url).await.unwrap();
+        let admin = LoginAdmin::connect(admin_url).await.unwrap();
         let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
         let mut logins = vec![];
         for role in Role::ALL {
             let login = format!("lgt_{tag}_{role}");
-            let password = owner.add_user(&login, *role).await.unwrap();
+            let password = admin.add_user(&owner, &login, *role).await.unwrap();
             assert_eq!(password.len(), 24);
             logins.push((*role, login.clone(), url_as(url, &login, &password)));
         }
-        People { owner, logins }
+        People {
+            owner,
+            admin,
+            logins,
+        }
     }
 
     pub fn login(&self, role: Role) -> &str {
@@ -44,11 +57,11 @@ impl People {
         PgConnection::connect(self.url(role)).await.unwrap()
     }
 
-    /// Drops every login through `PgStore::remove_user`, checking each was there.
+    /// Drops every login through `LoginAdmin::remove_user`, checking each was there.
     pub async fn drop_all(mut self) {
         // One at a time: whatever a failure leaves is dropped by `Drop`.
         while let Some(login) = self.logins.first().map(|l| l.1.clone()) {
-            assert!(self.owner.remove_user(&login).await.unwrap());
+            assert!(self.admin.remove_user(&self.owner, &login).await.unwrap());
             self.logins.remove(0);
         }
     }
@@ -71,15 +84,24 @@ impl Drop for People {
             rt.block_on(async {
                 let mut admin = PgConnection::connect(&server).await.unwrap();
                 for login in logins {
-                    let _ = sqlx::raw_sql(&format!("drop role if exists \"{login}\""))
-                        .execute(&mut admin)
-                        .await;
+                    drop_login(&mut admin, &login).await;
                 }
             });
         })
         .join()
         .ok();
     }
+}
+
+/// Drops `login` if it is there, with what it was granted on the server's databases
+/// (`drop owned` revokes the CONNECT on shared objects too), as the server's superuser.
+pub async fn drop_login(admin: &mut PgConnection, login: &str) {
+    let _ = sqlx::raw_sql(&format!(
+        "do $$ begin if exists (select 1 from pg_roles where rolname = '{login}') then \
+         execute 'drop owned by \"{login}\"'; execute 'drop role \"{login}\"'; end if; end $$"
+    ))
+    .execute(admin)
+    .await;
 }
 
 /// `url` with another login and password.

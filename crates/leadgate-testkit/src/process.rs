@@ -17,11 +17,12 @@ pub fn free_port() -> u16 {
 }
 
 /// `bin args…`, quiet (`RUST_LOG=warn`) and deaf to the developer's own
-/// `LEADGATE_DATABASE_URL`.
+/// `LEADGATE_DATABASE_URL` and `LEADGATE_ADMIN_DATABASE_URL`.
 pub fn command(bin: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(bin);
     cmd.args(args)
         .env_remove("LEADGATE_DATABASE_URL")
+        .env_remove("LEADGATE_ADMIN_DATABASE_URL")
         .env("RUST_LOG", "warn");
     cmd
 }
