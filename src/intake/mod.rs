@@ -590,6 +590,43 @@ fn rejected_body(
     }
 }
 
+/// A signed source whose key is a header (`generic-json`): the signature does not cover
+/// the key, so each signature may name one operation only, for as long as its replay
+/// window lasts — a captured request sent again under another key is refused
+/// (`signature_replayed`), not a new lead. The same key again is a duplicate as before.
+async fn signature_used_once(
+    state: &IntakeState,
+    source: &Source,
+    headers: &HeaderMap,
+    operation_id: &OperationId,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), ApiError> {
+    let (sources::Auth::Hmac { window, .. }, sources::KeySpec::Header(_)) =
+        (&source.auth, &source.key)
+    else {
+        return Ok(());
+    };
+    let Some(signature) = headers.get(sources::SIGNATURE_HEADER) else {
+        return Ok(());
+    };
+    use sha2::Digest;
+    let hash = hex::encode(sha2::Sha256::digest(signature.as_bytes()));
+    // The timestamp may be up to a window in the future or the past of `now`.
+    let expires_at = crate::domain::after(now, *window * 2);
+    let first = state
+        .store
+        .use_signature(&source.name, &hash, operation_id.as_str(), expires_at, now)
+        .await?;
+    if first == operation_id.as_str() {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized {
+            code: "signature_replayed",
+            message: "this signature was already used for another key: a captured request sent again is refused; sign each delivery anew".into(),
+        })
+    }
+}
+
 /// A refusal before authentication: journaled while its address and the gateway are
 /// within their budget (`refusals`), else only counted and answered 429.
 async fn journal_refusal(
@@ -755,6 +792,7 @@ async fn accept(
         received_at,
     )?;
     let operation_id = delivery.operation_id.clone();
+    signature_used_once(state, source, headers, &operation_id, received_at).await?;
     let record = state.store.record_delivery(delivery).await?;
     if source.reply == crate::config::Reply::Ok {
         tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");

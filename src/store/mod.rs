@@ -621,6 +621,17 @@ pub trait Store: Send + Sync + 'static {
 
     /// Journals a delivery that was refused (bad body, missing key, bad signature).
     async fn record_rejected(&self, delivery: RejectedDelivery) -> Result<i64>;
+    /// Remembers that `source`'s signature `signature_sha256` was used for `operation_id`
+    /// until `expires_at` (its replay window's end), unless it was already: the operation
+    /// it was first used for. Signatures whose window ended are forgotten on the way.
+    async fn use_signature(
+        &self,
+        source: &str,
+        signature_sha256: &str,
+        operation_id: &str,
+        expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<String>;
 
     /// Takes the next due operation (status `received`, due, its connector not paused)
     /// and persists `in_progress`, `attempts + 1` and the lease before returning it, so

@@ -1269,6 +1269,44 @@ macro_rules! sql_store {
                 Ok(id)
             }
 
+            async fn use_signature(
+                &self,
+                source: &str,
+                signature_sha256: &str,
+                operation_id: &str,
+                expires_at: DateTime<Utc>,
+                now: DateTime<Utc>,
+            ) -> Result<String> {
+                let mut tx = self.begin_write().await?;
+                sqlx::query(
+                    "delete from signature_uses where (source, signature_sha256) in \
+                       (select source, signature_sha256 from signature_uses where expires_at < $1 limit 100)",
+                )
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                // Of two at once, the second waits for the first's row, then keeps it.
+                sqlx::query(
+                    "insert into signature_uses (source, signature_sha256, operation_id, expires_at) \
+                     values ($1, $2, $3, $4) on conflict (source, signature_sha256) do nothing",
+                )
+                .bind(source)
+                .bind(signature_sha256)
+                .bind(operation_id)
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await?;
+                let first: String = sqlx::query_scalar(
+                    "select operation_id from signature_uses where source = $1 and signature_sha256 = $2",
+                )
+                .bind(source)
+                .bind(signature_sha256)
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(first)
+            }
+
             async fn claim_due(
                 &self,
                 connector: &str,

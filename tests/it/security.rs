@@ -273,6 +273,34 @@ each_backend!(
             (s, b["error"].as_str()),
             (StatusCode::UNAUTHORIZED, Some("bad_signature"))
         );
+        // A captured delivery sent again within the window under another key: the
+        // signature does not cover the key header, so it is refused, not a new lead; under
+        // its own key it is the duplicate it always was.
+        let body = serde_json::to_vec(&lead("r1")).unwrap();
+        let sig = leadgate::intake::sources::sign(b"hmac-key-2", now, &body);
+        let replay = |key: &str| {
+            gw.http
+                .post(format!("{}/v1/intake/signed", gw.base))
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .header("x-leadgate-timestamp", now.to_string())
+                .header("x-leadgate-signature", sig.clone())
+                .body(body.clone())
+        };
+        let (s, b, _) = answer(replay("r1-again").send().await.unwrap()).await;
+        assert_eq!(
+            (s, b["error"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("signature_replayed")),
+            "{b}"
+        );
+        let (s, b, replayed) = answer(replay("r1").send().await.unwrap()).await;
+        assert_eq!((s, replayed), (StatusCode::OK, true), "{b}");
+        assert!(gw
+            .store()
+            .operation(&leadgate::domain::OperationId::new("signed", "r1-again").unwrap())
+            .await
+            .unwrap()
+            .is_none());
         // A captured delivery replayed after the window: refused, signature and all.
         let (s, b, _) = answer(send(b"hmac-key-2", now - 120, "r4").send().await.unwrap()).await;
         assert_eq!(

@@ -761,6 +761,18 @@ impl Store for Hiccup {
     async fn record_rejected(&self, delivery: RejectedDelivery) -> Result<i64> {
         self.inner.record_rejected(delivery).await
     }
+    async fn use_signature(
+        &self,
+        source: &str,
+        signature_sha256: &str,
+        operation_id: &str,
+        expires_at: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<String> {
+        self.inner
+            .use_signature(source, signature_sha256, operation_id, expires_at, now)
+            .await
+    }
     async fn claim_due(
         &self,
         connector: &str,

@@ -21,7 +21,7 @@ export const en = {
     roles: { support: "support", sales_ops: "sales ops", manager: "manager", admin: "administrator" },
     hint: {
       local: "One machine's SQLite file: your OS user is recorded on every action.",
-      owner: "Connected with the gateway's own login. Give each person a login of their own: leadgate user add NAME --role ROLE",
+      owner: "Connected with the gateway's own login. Give each person a login of their own: leadgate user add NAME --role ROLE --admin-url URL (README, People and roles)",
       person: "Your database login is recorded on every action; a running gateway applies it.",
       nobody: "This login is in none of Leadgate's roles: ask an administrator for one.",
     },
