@@ -17,9 +17,11 @@
 -- its `delivery` event). The rest of the contact is matched as before. The store's steps
 -- (store/ops/intake.rs) decide the same way with the same count.
 --
--- The function of 0022 keeps its signature for gateways of the previous version during a
--- rolling upgrade: it locks the same slots (its keys' low 16 bits) and calls this one
--- without the shared rule. `leadgate_record_delivery` (0015, two versions back) is gone.
+-- The function of 0022 keeps its signature for gateways of the previous version: it locks
+-- the same slots (its keys' low 16 bits) and calls this one without the shared rule. Their
+-- steps path still takes advisory locks, which do not serialize with the slots: stop them
+-- before new gateways start (README, Operating it). `leadgate_record_delivery` (0015, two
+-- versions back) is gone.
 
 create table intake_contact_slots (slot integer primary key);
 insert into intake_contact_slots (slot) select generate_series(0, 65535);

@@ -606,11 +606,15 @@ async fn signature_used_once(
     else {
         return Ok(());
     };
-    let Some(signature) = headers.get(sources::SIGNATURE_HEADER) else {
+    let Some(mac) = headers
+        .get(sources::SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(sources::signature_mac)
+    else {
         return Ok(());
     };
     use sha2::Digest;
-    let hash = hex::encode(sha2::Sha256::digest(signature.as_bytes()));
+    let hash = hex::encode(sha2::Sha256::digest(&mac));
     // The timestamp may be up to a window in the future or the past of `now`.
     let expires_at = crate::domain::after(now, *window * 2);
     let first = state

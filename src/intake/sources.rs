@@ -121,6 +121,16 @@ const fn failure(code: &'static str, message: &'static str) -> AuthFailure {
     AuthFailure { code, message }
 }
 
+/// The MAC an `X-Leadgate-Signature` value carries (`sha256=<hex>`, hex in any case),
+/// as bytes: what is checked, and what a signature's one use is remembered by
+/// (`intake::signature_used_once`), so a value written differently is the same signature.
+pub fn signature_mac(header: &str) -> Option<Vec<u8>> {
+    header
+        .trim()
+        .strip_prefix("sha256=")
+        .and_then(|h| hex::decode(h).ok())
+}
+
 /// The signature of `body` sent at `timestamp` (Unix seconds) under `secret`:
 /// `sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`, the value of
 /// `X-Leadgate-Signature`.
@@ -286,11 +296,7 @@ impl Source {
                         "X-Leadgate-Timestamp is outside the replay window: sign each delivery when sending it",
                     ));
                 }
-                let Some(got) = sig
-                    .trim()
-                    .strip_prefix("sha256=")
-                    .and_then(|h| hex::decode(h).ok())
-                else {
+                let Some(got) = signature_mac(sig) else {
                     return Err(failure(
                         "bad_signature",
                         "X-Leadgate-Signature must be sha256=<hex>",

@@ -86,7 +86,8 @@ impl StoreError {
     /// A failure that says nothing about the data and may well pass if the same
     /// transaction is tried again: the connection broke or could not be had, the
     /// server restarted, or the database aborted the transaction to resolve a deadlock
-    /// or a serialization conflict (PostgreSQL `40001`, `40P01`, `57P0x`, class `08`;
+    /// or a serialization conflict, or a lock or statement timeout ended the statement
+    /// (PostgreSQL `40001`, `40P01`, `57P0x`, `55P03`, `57014`, `25P03`, class `08`;
     /// SQLite busy/locked).
     pub fn is_transient(&self) -> bool {
         let StoreError::Database(e) = self else {
@@ -99,6 +100,9 @@ impl StoreError {
                 matches!(
                     code.as_ref(),
                     "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "5" | "6" | "517" | "261"
+                    // a lock or statement timeout, a session ended idle in a transaction
+                    // (`postgres::connect_options`): nothing was written, try again
+                    | "55P03" | "57014" | "25P03"
                 ) || code.starts_with("08")
             }),
             _ => false,

@@ -293,6 +293,27 @@ each_backend!(
             (StatusCode::UNAUTHORIZED, Some("signature_replayed")),
             "{b}"
         );
+        // The same signature written in upper case is the same signature.
+        let upper = gw
+            .http
+            .post(format!("{}/v1/intake/signed", gw.base))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "r1-upper")
+            .header("x-leadgate-timestamp", now.to_string())
+            .header(
+                "x-leadgate-signature",
+                format!(
+                    " sha256={} ",
+                    sig.trim_start_matches("sha256=").to_uppercase()
+                ),
+            )
+            .body(body.clone());
+        let (s, b, _) = answer(upper.send().await.unwrap()).await;
+        assert_eq!(
+            (s, b["error"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("signature_replayed")),
+            "{b}"
+        );
         let (s, b, replayed) = answer(replay("r1").send().await.unwrap()).await;
         assert_eq!((s, replayed), (StatusCode::OK, true), "{b}");
         assert!(gw
