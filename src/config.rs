@@ -501,7 +501,7 @@ impl Default for MatchingConfig {
         MatchingConfig {
             default_region: "RU".into(),
             window: Duration::from_secs(14 * 24 * 3600),
-            shared_after: crate::store::Matching::SHARED_AFTER,
+            shared_after: crate::domain::SHARED_CONTACT_AFTER,
         }
     }
 }

@@ -25,7 +25,7 @@ pub use error_class::{ErrorClass, RetryDecision};
 pub use fingerprint::{fingerprint, Fingerprint, FingerprintError};
 pub use ids::{is_valid_source_name, OperationId, OperationIdError};
 pub use lead::{FieldMap, Lead, LeadChanges};
-pub use review::{HumanAction, MatchRule, Resolution, ReviewReason};
+pub use review::{HumanAction, MatchRule, Resolution, ReviewReason, SHARED_CONTACT_AFTER};
 pub use rules::Refusal;
 pub use secret::Secret;
 pub use status::{Status, TransitionError};

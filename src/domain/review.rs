@@ -63,6 +63,11 @@ named_enum!(Resolution, "resolution", {
     Superseded => "superseded",
 });
 
+/// How many other operations in the matching window may carry a phone or e-mail before
+/// it counts as shared (a placeholder, a switchboard), not one person's: `[matching]
+/// shared_after`'s default.
+pub const SHARED_CONTACT_AFTER: u32 = 20;
+
 /// What a new operation does when its contact (phone or e-mail) matches another
 /// operation's within the matching window: the third kind of repeat (a form, then a
 /// call), which is a business decision, not idempotency.

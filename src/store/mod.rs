@@ -156,7 +156,7 @@ pub struct Matching {
 
 impl Matching {
     /// `[matching] shared_after`'s default.
-    pub const SHARED_AFTER: u32 = 20;
+    pub const SHARED_AFTER: u32 = crate::domain::SHARED_CONTACT_AFTER;
 }
 
 pub use crate::domain::business::SourceRules;
