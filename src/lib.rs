@@ -8,7 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod crm;
 pub mod diagnose;
-pub mod domain;
+pub use leadgate_domain as domain;
 pub mod intake;
 pub mod metrics;
 pub mod pull;

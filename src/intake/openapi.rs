@@ -4,17 +4,12 @@
 //! `/openapi.json` without credentials and committed as `docs/openapi.json`
 //! (`tests/it/openapi.rs` fails when the two differ; `UPDATE_OPENAPI=1` rewrites it).
 
-use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi};
-
-use crate::domain::{ErrorClass, OperationId, ReviewReason, Status};
 
 /// The bearer schemes the annotations name (`security(("integration_token" = []))`).
 const INTEGRATION: &str = "integration_token";
@@ -126,61 +121,4 @@ pub(super) async fn openapi_json() -> Response {
         .into_response()
 }
 
-/// A string schema whose values are exactly `names`.
-fn names_schema(names: impl IntoIterator<Item = &'static str>, description: &str) -> RefOr<Schema> {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .enum_values(Some(names))
-        .description(Some(description))
-        .into()
-}
-
-/// The domain's named enums as string enums of their stable names (`ALL`), so the
-/// document lists exactly the values the code writes.
-macro_rules! named_schema {
-    ($ty:ty, $name:literal, $description:literal) => {
-        impl utoipa::PartialSchema for $ty {
-            fn schema() -> RefOr<Schema> {
-                names_schema(<$ty>::ALL.iter().map(|v| v.as_str()), $description)
-            }
-        }
-        impl utoipa::ToSchema for $ty {
-            fn name() -> Cow<'static, str> {
-                Cow::Borrowed($name)
-            }
-        }
-    };
-}
-
-named_schema!(
-    Status,
-    "Status",
-    "The operation's state (docs/SPEC.md, States)"
-);
-named_schema!(
-    ErrorClass,
-    "ErrorClass",
-    "What kind of failure a CRM call had; it decides what happens next (docs/SPEC.md, Error classes)"
-);
-named_schema!(
-    ReviewReason,
-    "ReviewReason",
-    "Why an operation waits for a person"
-);
-
-impl utoipa::PartialSchema for OperationId {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .max_length(Some(OperationId::MAX_LEN))
-            .description(Some("`<source>:<key>`"))
-            .examples(["web:lead-1"])
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for OperationId {
-    fn name() -> Cow<'static, str> {
-        Cow::Borrowed("OperationId")
-    }
-}
+// The domain's types describe themselves (leadgate-domain's `openapi` feature).

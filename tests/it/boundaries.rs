@@ -1,7 +1,9 @@
 //! The crate's module boundaries, read from the source: every `crate::…` path names a
 //! top-level module, and each module may use only the ones below it in the table of
 //! ARCHITECTURE.md "Layers". Fails on an import the table does not allow, on any cycle
-//! between top-level modules, and on SQL outside the store.
+//! between top-level modules, and on SQL outside the store. The domain is a crate of its
+//! own (crates/leadgate-domain): Cargo keeps it from importing anything above it, and
+//! its dependency list is checked here against data-and-text crates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -251,6 +253,81 @@ fn only_the_store_speaks_sql() {
     assert!(
         speakers.is_empty(),
         "sqlx used outside the store: {speakers:?}"
+    );
+}
+
+/// What the domain crate may depend on: data and text, no runtime, network, database or
+/// file system. `rand` is the backoff's jitter draw.
+const DOMAIN_DEPENDENCIES: &[&str] = &[
+    "chrono",
+    "hex",
+    "humantime",
+    "humantime-serde",
+    "phonenumber",
+    "rand",
+    "serde",
+    "serde_json",
+    "serde_json_canonicalizer",
+    "sha2",
+    "thiserror",
+    // schema description for the OpenAPI document (feature `openapi`)
+    "utoipa",
+];
+
+/// Names of the `[dependencies]` of a crate's manifest, wrong ones first.
+fn unlisted_dependencies(manifest: &str, allowed: &[&str]) -> Vec<String> {
+    let manifest: toml::Table = manifest.parse().expect("a Cargo.toml");
+    manifest
+        .get("dependencies")
+        .and_then(|d| d.as_table())
+        .map(|deps| {
+            deps.keys()
+                .filter(|name| !allowed.contains(&name.as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_domain_crate_depends_on_data_and_text_only() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/leadgate-domain");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let wrong = unlisted_dependencies(&manifest, DOMAIN_DEPENDENCIES);
+    assert!(
+        wrong.is_empty(),
+        "the domain crate depends on {wrong:?}: it does no I/O (tests/it/boundaries.rs)"
+    );
+    // And the standard library's I/O stays out of it too.
+    let mut files = vec![];
+    rust_files(&root.join("src"), &mut files);
+    assert!(files.len() > 10, "{files:?}");
+    let io: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let code = product_code(&std::fs::read_to_string(f).unwrap());
+            [
+                "std::fs",
+                "std::net",
+                "std::process",
+                "std::io",
+                "std::env",
+                "std::thread",
+            ]
+            .iter()
+            .any(|m| code.contains(m))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(io.is_empty(), "I/O in the domain: {io:?}");
+}
+
+#[test]
+fn the_dependency_check_catches_a_runtime_in_the_domain() {
+    let manifest = "[package]\nname = \"d\"\n[dependencies]\nserde = \"1\"\ntokio = \"1\"\n";
+    assert_eq!(
+        unlisted_dependencies(manifest, DOMAIN_DEPENDENCIES),
+        ["tokio"]
     );
 }
 

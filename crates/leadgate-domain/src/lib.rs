@@ -9,6 +9,8 @@ mod error_class;
 mod fingerprint;
 mod ids;
 mod lead;
+#[cfg(feature = "openapi")]
+mod openapi;
 pub mod outage;
 pub mod pacing;
 mod review;
@@ -80,11 +82,11 @@ macro_rules! named_enum {
         }
 
         impl std::str::FromStr for $ty {
-            type Err = $crate::domain::UnknownValue;
+            type Err = $crate::UnknownValue;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 match s {
                     $($name => Ok($ty::$variant),)+
-                    _ => Err($crate::domain::UnknownValue { kind: $kind, value: s.to_owned() }),
+                    _ => Err($crate::UnknownValue { kind: $kind, value: s.to_owned() }),
                 }
             }
         }
