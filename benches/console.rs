@@ -98,7 +98,7 @@ const SURNAME_WORD: &str = "s1.w || s2.w || s3.w || e.w";
 
 fn seed_sql(pg: bool, n: u64) -> Vec<String> {
     // One base time for every statement: an operation's name rows carry its created_at.
-    let base = store::now().format("%Y-%m-%dT%H:%M:%S");
+    let base = store::local_now().format("%Y-%m-%dT%H:%M:%S");
     let (rows, ts, phone) = if pg {
         (
             format!("select i from generate_series(1, {n}) as s(i)"),
@@ -260,11 +260,15 @@ async fn run(url: &str, n: u64) {
     }
     let s = console.store();
     median("  of which metrics", || {
-        s.metrics(store::now(), Duration::from_secs(120))
+        s.metrics(store::local_now(), Duration::from_secs(120))
     })
     .await;
     median("  of which series (24 h, 48)", || {
-        s.series(store::now() - chrono::TimeDelta::days(1), store::now(), 48)
+        s.series(
+            store::local_now() - chrono::TimeDelta::days(1),
+            store::local_now(),
+            48,
+        )
     })
     .await;
     search(&console, n).await;

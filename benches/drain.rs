@@ -64,7 +64,7 @@ async fn drain(store: &dyn Store, connector: &str, n: usize, burst_leads: usize)
     let mut after_burst: Option<(Instant, i64)> = None;
     loop {
         let m = store
-            .metrics(leadgate::store::now(), Duration::from_secs(3600))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(3600))
             .await
             .unwrap();
         let done = m

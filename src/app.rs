@@ -100,7 +100,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     };
     let owner = worker.owner.clone();
     tasks.spawn(worker.run(shutdown_rx.clone()));
-    if store.backend() == "postgres" {
+    if store.backend().is_shared() {
         // Consoles with personal logins ask; any running gateway applies.
         let (requests_store, rx) = (Arc::clone(&store), shutdown_rx.clone());
         tasks.spawn(crate::supervise::supervise(
@@ -244,9 +244,9 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 ));
             }
         }
-        tracing::info!(listen = %bound, database = store.backend(), "leadgate is serving");
+        tracing::info!(listen = %bound, database = %store.backend(), "leadgate is serving");
     } else {
-        tracing::info!(database = store.backend(), "leadgate worker is running");
+        tracing::info!(database = %store.backend(), "leadgate worker is running");
     }
     Ok(Running {
         addr,

@@ -374,10 +374,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .to_owned(),
             };
             let store = open(&config).await?;
-            if store
-                .resume_connector(&name, &actor(), store::now())
-                .await?
-            {
+            if store.resume_connector(&name, &actor(), store.now()).await? {
                 println!("connector `{name}` resumed; its queued operations go to the CRM again");
             } else {
                 println!("connector `{name}` was not paused");
@@ -406,7 +403,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = c.load()?;
             let store = open(&config).await?;
             let m = store
-                .metrics(store::now(), config.review.stale_after)
+                .metrics(store.now(), config.review.stale_after)
                 .await?;
             print!("{}", crate::metrics::table(&m));
         }
@@ -414,7 +411,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = config.load()?;
             let store = open(&config).await?;
             let older_than = older_than.unwrap_or(config.retention.full);
-            let cutoff = store::before(store::now(), older_than);
+            let cutoff = store::before(store.now(), older_than);
             let r = store::purge(store.as_ref(), cutoff, crate::app::PURGE_BATCH).await?;
             println!(
                 "purged {} finished operations (tombstones kept) and {} journal entries older than {}",
@@ -603,7 +600,7 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
         | UserCommand::Remove { config, .. } => config.load()?,
     };
     let url = config.database.url.expose();
-    if !url.starts_with("postgres") {
+    if store::Backend::of(url)? != store::Backend::Postgres {
         anyhow::bail!(
             "people's logins are PostgreSQL's: on SQLite the console runs in local \
              single-operator mode, with the OS user as the actor"
@@ -688,7 +685,9 @@ async fn diagnose(a: DiagnoseArgs) -> anyhow::Result<()> {
         None => None,
     };
     let store = database.clone().filter(|_| !a.no_journal);
-    let now = store::now();
+    // This machine's clock: the window ends now for the person running the report, and
+    // there may be no operations database to ask.
+    let now = store::local_now();
     let since = a
         .since
         .map(|s| chrono::TimeDelta::from_std(s).map_err(anyhow::Error::msg))

@@ -558,7 +558,7 @@ async fn two_scrapes() -> (Scrape, Scrape) {
                 "crm_step",
                 json!({"step": "contact", "entity": "contact", "crm_id": "70", "how": "created"}),
             ),
-            leadgate::store::now(),
+            leadgate::store::local_now(),
         )
         .await
         .unwrap();
@@ -588,7 +588,7 @@ async fn two_scrapes() -> (Scrape, Scrape) {
     gw.post_json("site", &lead("g3")).await;
     assert!(gw
         .store()
-        .resume_connector("bitrix24", "test", leadgate::store::now())
+        .resume_connector("bitrix24", "test", leadgate::store::local_now())
         .await
         .unwrap());
     wait_connector(&gw, "unreachable", |c| {

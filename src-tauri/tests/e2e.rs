@@ -383,7 +383,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         leadgate::domain::ReviewReason::UncertainOutcome,
         "worker:1",
         json!({}),
-        store::now(),
+        store::local_now(),
     )
     .await
     .unwrap();
@@ -428,7 +428,7 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         "tilda",
         "late-1",
         json!({"name": "Vera", "phone": "+79991112233"}),
-        store::now(),
+        store::local_now(),
     );
     late.review = Some(ReviewReason::LateDuplicate);
     db.record_delivery(late).await.unwrap();
@@ -643,7 +643,7 @@ async fn an_outage_is_cleared_in_one_bulk_retry_and_exported_in_a_real_window() 
             ),
             contact_url: None,
         },
-        store::now(),
+        store::local_now(),
     )
     .await
     .unwrap();
@@ -856,7 +856,7 @@ async fn all_day(
         ReviewReason::UncertainOutcome,
         "worker:1",
         json!({}),
-        store::now(),
+        store::local_now(),
     )
     .await
     .unwrap();
@@ -1293,7 +1293,7 @@ async fn click_through(c: &Client, db: &dyn Store, server: &FakeNotifications) {
             "tilda",
             key,
             json!({"name": name, "phone": phone, "email": email}),
-            store::now(),
+            store::local_now(),
         );
         d.review = Some(ReviewReason::LateDuplicate);
         db.record_delivery(d).await.unwrap();
@@ -1343,9 +1343,14 @@ async fn click_through(c: &Client, db: &dyn Store, server: &FakeNotifications) {
 
     // A connector pauses while the operator works on that case: the click opens the
     // Connectors tab.
-    db.pause_connector("amocrm", "auth: invalid_grant", "worker:1", store::now())
-        .await
-        .unwrap();
+    db.pause_connector(
+        "amocrm",
+        "auth: invalid_grant",
+        "worker:1",
+        store::local_now(),
+    )
+    .await
+    .unwrap();
     let paused = server.wait_for("CRM connector paused", 1).await;
     assert_eq!(paused.len(), 1, "{paused:?}");
     assert!(paused[0].body.contains("amocrm"), "{:?}", paused[0]);

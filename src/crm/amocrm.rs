@@ -600,7 +600,7 @@ impl AmoCrm {
         self.save_unsaved(st).await;
         let current = st.current.lock().expect("token state").clone();
         let current = match (current, stale) {
-            (Some(c), None) if store::now() < c.refresh_at => c,
+            (Some(c), None) if st.config.store.now() < c.refresh_at => c,
             (c, stale) => {
                 let seen = stale.or(c.map(|c| c.version));
                 // In a task of its own: amoCRM rotates the pair as it answers, so a refresh
@@ -638,7 +638,7 @@ impl AmoCrm {
         let _one_at_a_time = st.refreshing.lock().await;
         let newer = |version: i64| seen.is_none_or(|s| version > s);
         if let Some(c) = st.current.lock().expect("token state").clone() {
-            if newer(c.version) && store::now() < c.refresh_at {
+            if newer(c.version) && st.config.store.now() < c.refresh_at {
                 return Ok(c);
             }
         }
@@ -809,7 +809,7 @@ impl AmoCrm {
                 (Some(access), Some(refresh), Some(secs)) => Ok(CrmToken {
                     access_token: Some(access),
                     refresh_token: refresh,
-                    expires_at: Some(store::after(store::now(), Duration::from_secs(secs))),
+                    expires_at: Some(store::after(o.store.now(), Duration::from_secs(secs))),
                     version: 0,
                 }),
                 _ => Err(other(CrmError::new(
@@ -852,7 +852,9 @@ fn refresh_lock(key: &str) -> Arc<tokio::sync::Mutex<()>> {
 
 /// Makes `row` the token in use if its access token still works.
 fn adopt(st: &OAuthState, row: &CrmToken) -> Option<Current> {
-    let now = store::now();
+    // The store's clock: the row is shared, and its expiry was written by whichever
+    // process refreshed it.
+    let now = st.config.store.now();
     let (Some(access), Some(expires_at)) = (&row.access_token, row.expires_at) else {
         return None;
     };
@@ -2458,7 +2460,7 @@ mod tests {
         assert_eq!(row.version, 1);
         assert_eq!(row.refresh_token, fake.current_refresh_token());
         assert_ne!(row.refresh_token, fake.initial_refresh_token());
-        assert!(row.expires_at.unwrap() > store::now());
+        assert!(row.expires_at.unwrap() > store::local_now());
         // The access token is kept: no refresh for the next calls.
         let (res, ex) = crm.create(&lead("site:o2")).await;
         res.unwrap();

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use std::sync::Arc;
 
-use super::rate::RateLimiter;
+use super::rate::{self, RateLimiter, MAX_RETRY_AFTER};
 use super::{
     classify_transport, clean_message, note_error, BatchAnswer, ConfigError, Crm, CrmError,
     EntityUpdate, Exchange, Lead, LeadChanges, Lookup,
@@ -48,10 +48,6 @@ const MAX_HOLD: Duration = Duration::from_secs(5);
 const MAX_LOOKUP_PAGES: usize = 4;
 /// A portal whose domain changed answers 302; follow at most this many hops.
 const MAX_REDIRECTS: usize = 3;
-/// A `Retry-After` beyond this is treated as this: the worker's own stop condition
-/// should take over rather than parking a lead for days on one header.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
 /// Which CRM entity a lead becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -1068,26 +1064,17 @@ fn interpret(
 /// The wait the portal asked for: `Retry-After` (seconds or an HTTP date), else the
 /// envelope's `time.operating_reset_at` (when the method's time budget resets).
 fn retry_after(headers: &HeaderMap, json: Option<&Value>) -> Option<Duration> {
-    let from_header = headers
-        .get(RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let v = v.trim();
-            v.parse::<u64>().ok().map(Duration::from_secs).or_else(|| {
-                let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
-                let secs = (at.timestamp() - chrono::Utc::now().timestamp()).max(0);
-                Some(Duration::from_secs(secs as u64))
-            })
-        });
     let from_body = || {
         let reset_at = json?.pointer("/time/operating_reset_at")?.as_f64()?;
         // Clamped before it becomes a Duration: the portal's number may be anything
-        // (1e20 would overflow and panic in `Duration::from_secs_f64`).
+        // (1e20 would overflow and panic in `Duration::from_secs_f64`). This machine's
+        // clock, not the store's: the portal's time is compared with the clock of the
+        // process that will wait, and only for how long to wait.
         let secs = (reset_at - chrono::Utc::now().timestamp() as f64)
             .clamp(0.0, MAX_RETRY_AFTER.as_secs_f64());
         Duration::try_from_secs_f64(secs).ok()
     };
-    from_header
+    rate::retry_after(headers)
         .or_else(from_body)
         .map(|d| d.min(MAX_RETRY_AFTER))
 }

@@ -215,6 +215,8 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         Ok(secs) => Duration::from_secs(secs),
         Err(_) => {
             let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+            // This machine's clock, not the store's: the CRM's date is turned into a
+            // wait for this process, nothing is stored or compared across machines.
             let secs = (at.timestamp() - chrono::Utc::now().timestamp()).max(0);
             Duration::from_secs(secs as u64)
         }

@@ -66,7 +66,9 @@ pub struct Request {
 }
 
 impl Request {
-    /// The period a CRM's API is read over: the one asked for, else the last 30 days.
+    /// The period a CRM's API is read over: the one asked for, else the last 30 days of
+    /// this machine's clock (a report for the person running it; no lease or due time is
+    /// judged by it).
     fn api_period(&self) -> (DateTime<Utc>, DateTime<Utc>) {
         self.period
             .unwrap_or_else(|| (Utc::now() - TimeDelta::days(30), Utc::now()))

@@ -21,15 +21,15 @@ use crate::domain::{
     fingerprint, ErrorClass, OperationId, OperationIdError, RetryDecision, ReviewReason, Status,
 };
 use crate::store::{
-    self, AttemptOutcome, ExternalClaim, ExternalClaimOutcome, Failure, Lease, NewDelivery,
-    StoreError,
+    AttemptOutcome, ExternalClaim, ExternalClaimOutcome, Failure, Lease, NewDelivery, StoreError,
 };
 
 /// The actor named on the timeline for claim-API calls.
 const ACTOR: &str = "claim_api";
 
-fn seconds_until(t: chrono::DateTime<chrono::Utc>) -> u64 {
-    let s = (t - store::now()).num_milliseconds().max(0) as u64;
+/// Whole seconds from `now` (the store's clock, which judged `t`) to `t`, at least 1.
+fn seconds_until(now: chrono::DateTime<chrono::Utc>, t: chrono::DateTime<chrono::Utc>) -> u64 {
+    let s = (t - now).num_milliseconds().max(0) as u64;
     s.div_ceil(1000).max(1)
 }
 
@@ -186,7 +186,7 @@ pub(super) async fn claim(
                 "this key is being processed; retry after the indicated time",
             ),
             "retry-after",
-            seconds_until(until).to_string(),
+            seconds_until(state.store.now(), until).to_string(),
         ),
         ExternalClaimOutcome::Conflict => refusal(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -292,12 +292,14 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError
     serde_json::from_value(value).map_err(|e| ApiError::bad("malformed_body", e.to_string()))
 }
 
-fn lease(id: &OperationId, token: String) -> Lease {
+/// The lease a report names: the store finds it by its token; `owner` is the actor the
+/// timeline names, and `expires_at` is not read (the stored expiry is judged).
+fn lease(id: &OperationId, token: String, now: chrono::DateTime<chrono::Utc>) -> Lease {
     Lease {
         operation_id: id.clone(),
         token,
         owner: ACTOR.into(),
-        expires_at: store::now(),
+        expires_at: now,
     }
 }
 
@@ -309,7 +311,12 @@ async fn finish(
 ) -> Result<Response, ApiError> {
     match state
         .store
-        .finish_attempt(&lease(id, token), outcome, vec![], state.store.now())
+                .finish_attempt(
+            &lease(id, token, state.store.now()),
+            outcome,
+            vec![],
+            state.store.now(),
+        )
         .await
     {
         Ok(op) => Ok((

@@ -3,12 +3,12 @@
 //! here (amoCRM waits 2 s, Tilda 5 s).
 
 mod claims;
+mod error;
 pub mod listen;
 pub mod openapi;
 pub mod refusals;
 pub mod sources;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ use crate::domain::{contact, fingerprint, OperationId, ReviewReason, Status};
 use crate::store::{
     self, ContactKeys, DeliveryOutcome, Matching, NewDelivery, RejectedDelivery, Store, StoreError,
 };
+pub use error::{ApiError, ErrorBody};
 use sources::{BodyKind, Source, TRANSFORM_VERSION};
 
 #[derive(Clone)]
@@ -252,130 +253,6 @@ pub fn router(state: IntakeState) -> Router {
 /// Not a valid source name, so it cannot clash with a configured one.
 pub const UNKNOWN_SOURCE: &str = "(unknown)";
 
-/// Every error answer: `{"error": "<code>", "message": "<human sentence>"}`; the claim
-/// API's refusals of a key also name the operation (and, for `needs_review`, its state).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// A stable code, e.g. `unauthorized`, `bad_signature`, `missing_key`,
-    /// `malformed_body`, `not_found`, `unavailable`, `in_flight`, `lease_lost`.
-    #[schema(example = "not_found")]
-    pub error: Cow<'static, str>,
-    /// A sentence for a person; it never repeats a secret or the lead's data.
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub operation_id: Option<OperationId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<Status>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub review_reason: Option<ReviewReason>,
-}
-
-impl ErrorBody {
-    pub(crate) fn new(error: &'static str, message: impl Into<String>) -> Self {
-        ErrorBody {
-            error: Cow::Borrowed(error),
-            message: message.into(),
-            operation_id: None,
-            status: None,
-            review_reason: None,
-        }
-    }
-
-    /// A refusal concerning one operation.
-    pub(crate) fn about(mut self, id: &OperationId) -> Self {
-        self.operation_id = Some(id.clone());
-        self
-    }
-}
-
-/// What went wrong with a request, as a status code and an [`ErrorBody`].
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("{message}")]
-    BadRequest { code: &'static str, message: String },
-    #[error("no such source is configured")]
-    UnknownSource,
-    #[error("{message}")]
-    Unauthorized { code: &'static str, message: String },
-    #[error("the body is larger than the {0} bytes this gateway accepts")]
-    TooLarge(usize),
-    #[error("the body did not arrive within {} s", .0.as_secs_f64())]
-    TooSlow(std::time::Duration),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("the operations database is not available; retry later")]
-    Unavailable(#[source] StoreError),
-    /// A refusal before authentication from an address over its budget (`refusals`).
-    #[error("too many refused requests from this address: {0}")]
-    TooManyRefusals(Box<ApiError>),
-}
-
-impl ApiError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::UnknownSource | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::TooManyRefusals(_) => StatusCode::TOO_MANY_REQUESTS,
-        }
-    }
-
-    fn code(&self) -> &'static str {
-        match self {
-            ApiError::BadRequest { code, .. } => code,
-            ApiError::UnknownSource => "unknown_source",
-            ApiError::Unauthorized { code, .. } => code,
-            ApiError::TooLarge(_) => "payload_too_large",
-            ApiError::TooSlow(_) => "request_timeout",
-            ApiError::NotFound(_) => "not_found",
-            ApiError::Unavailable(_) => "unavailable",
-            ApiError::TooManyRefusals(_) => "too_many_refusals",
-        }
-    }
-
-    pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::BadRequest {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        ApiError::Unavailable(e)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        if let ApiError::Unavailable(e) = &self {
-            // The details stay in the log; the sender learns only to retry.
-            tracing::error!(error = %e, "operations database error");
-        }
-        let mut res = (
-            self.status_code(),
-            Json(ErrorBody::new(self.code(), self.to_string())),
-        )
-            .into_response();
-        match self {
-            ApiError::Unavailable(_) => {
-                res.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            }
-            ApiError::TooManyRefusals(_) => {
-                res.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
-            }
-            _ => {}
-        }
-        res
-    }
-}
-
 fn content_type(headers: &HeaderMap) -> Option<String> {
     headers
         .get(header::CONTENT_TYPE)
@@ -484,6 +361,8 @@ pub enum IntakeOk {
         (status = 413, description = "The body is larger than `[server] max_body`", body = ErrorBody),
         (status = 429, description = "Refused before authenticating (as 401, 404, 408 or 413 would be), from an address over its budget of journaled refusals: counted, not journaled",
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
+        (status = 422, description = "`refused`: the operations database's own checks refuse a value of this delivery; it would be refused again, so it is not worth sending again as it is", body = ErrorBody),
+        (status = 500, description = "`internal_error`: Leadgate failed on this delivery (the details are in the gateway's log); not worth sending again until someone looks", body = ErrorBody),
         (status = 503, description = "The operations database is not available, busy or silent for more than 10 s: nothing was accepted, or the next attempt is answered as a duplicate",
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
     ),
@@ -1197,7 +1076,7 @@ async fn healthz(State(state): State<IntakeState>) -> Result<Json<Health>, ApiEr
     state.store.ping().await?;
     Ok(Json(Health {
         status: "ok",
-        database: state.store.backend(),
+        database: state.store.backend().name(),
     }))
 }
 

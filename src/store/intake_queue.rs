@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DeliveryRecord, NewDelivery, Result, StoreError};
+use super::{DbError, DbFault, DeliveryRecord, NewDelivery, Result, StoreError};
 
 /// How long a sender waits for its delivery's answer, from the moment it handed the
 /// delivery over: to be queued, taken into a group and committed. Past it the sender is
@@ -44,7 +44,11 @@ pub(crate) struct Jobs(mpsc::Receiver<Job>);
 
 /// "Unavailable": the writer did not take the delivery in time, or is gone.
 fn unavailable() -> StoreError {
-    StoreError::Database(sqlx::Error::PoolTimedOut)
+    StoreError::Database(DbError::new(
+        DbFault::PoolTimedOut,
+        None,
+        "the intake writer did not take the delivery in time",
+    ))
 }
 
 pub(crate) fn queue() -> (IntakeQueue, Jobs) {
@@ -56,7 +60,13 @@ impl IntakeQueue {
     /// Hands `delivery` to the writer and waits for its answer.
     pub(crate) async fn record(&self, delivery: NewDelivery) -> Result<DeliveryRecord> {
         let (reply, answer) = oneshot::channel();
-        let closed = || StoreError::Database(sqlx::Error::PoolClosed);
+        let closed = || {
+            StoreError::Database(DbError::new(
+                DbFault::PoolClosed,
+                None,
+                "the intake writer has stopped",
+            ))
+        };
         let queued = Instant::now();
         let deadline = tokio::time::Instant::from_std(queued + PATIENCE);
         let job = Job {

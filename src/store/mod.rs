@@ -6,20 +6,19 @@
 //! timeline events in the same transaction.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{
-    ErrorClass, Fingerprint, MatchRule, OperationId, Refusal, ReviewReason, Status, TransitionError,
-};
+use crate::domain::{ErrorClass, Fingerprint, MatchRule, OperationId, ReviewReason, Status};
 
 pub use crate::domain::{after, before, AttemptOutcome, Failure, HumanAction};
 
+mod backend;
 pub mod changes;
 mod console;
+mod error;
 mod intake_queue;
 pub mod n8n;
 mod ops;
@@ -28,87 +27,10 @@ mod requests;
 mod sql;
 pub mod sqlite;
 
+pub use backend::{connect, open, Backend};
 pub use console::*;
+pub use error::{DbError, DbFault, ErrorKind, Result, StoreError};
 pub use requests::{ask_and_wait, Answer, Ask, Identity};
-
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("no operation `{0}`")]
-    UnknownOperation(String),
-    #[error("no review case #{0}")]
-    UnknownCase(i64),
-    #[error("review case #{0} was already resolved by {1}")]
-    CaseAlreadyResolved(i64, String),
-    #[error("the operation changed since you loaded it (version {expected}, now {current}); reload and decide again")]
-    StaleVersion { expected: i64, current: i64 },
-    #[error("the lease on `{0}` is no longer held by this worker")]
-    LeaseLost(String),
-    /// A report under a token that `{0}` never handed out (not a late report: a typo, a
-    /// misrouted or forged call). Nothing was recorded.
-    #[error("`{0}` was never leased with this token; nothing was recorded")]
-    UnknownLease(String),
-    /// The decision could contradict the outcome of a CRM call still in flight.
-    #[error("an attempt on `{0}` is in flight until {1}; wait for its outcome")]
-    AttemptInFlight(String, DateTime<Utc>),
-    #[error("{0}")]
-    Transition(#[from] TransitionError),
-    /// A person's action (or a request to open a review) the rules refuse.
-    #[error("{0}")]
-    Refused(#[from] Refusal),
-    #[error("the database URL `{0}` has an unknown scheme: use sqlite://… or postgres://…")]
-    UnknownScheme(String),
-    #[error("the database schema is at version {found}, newer than this build knows ({known}); upgrade Leadgate")]
-    SchemaTooNew { found: i64, known: i64 },
-    #[error("stored data is not valid: {0}")]
-    Corrupt(String),
-    /// The person's role may not ask for this (checked again by the gateway).
-    #[error("{0}")]
-    Forbidden(String),
-    /// A gateway could not apply a person's request (`store::Ask`), or none did in time.
-    #[error("{0}")]
-    NotApplied(String),
-    /// The database refused to take a person's request (migration 0026): a shape no
-    /// console writes, or too many of theirs waiting. The sentence is the database's.
-    #[error("{0}")]
-    RequestRefused(String),
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A migration could not take a table's lock: another session holds the table.
-    #[error("the migration waited for a table that another session holds ({0}); nothing was changed by the migration that waited: end that session (or its transaction) and start again")]
-    MigrationBlocked(String),
-}
-
-impl StoreError {
-    /// A failure that says nothing about the data and may well pass if the same
-    /// transaction is tried again: the connection broke or could not be had, the
-    /// server restarted, or the database aborted the transaction to resolve a deadlock
-    /// or a serialization conflict, or a lock or statement timeout ended the statement
-    /// (PostgreSQL `40001`, `40P01`, `57P0x`, `55P03`, `57014`, `25P03`, class `08`;
-    /// SQLite busy/locked).
-    pub fn is_transient(&self) -> bool {
-        let StoreError::Database(e) = self else {
-            return false;
-        };
-        match e {
-            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
-            sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
-            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-                matches!(
-                    code.as_ref(),
-                    "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "5" | "6" | "517" | "261"
-                    // a lock or statement timeout, a session ended idle in a transaction
-                    // (`postgres::connect_options`): nothing was written, try again
-                    | "55P03" | "57014" | "25P03"
-                ) || code.starts_with("08")
-            }),
-            _ => false,
-        }
-    }
-}
 
 /// Contact data normalized at intake: phone and e-mail for cross-channel matching and
 /// search, the name for search and display (never matched on). Scrubbed by retention.
@@ -605,8 +527,8 @@ pub enum ExternalClaimOutcome {
 /// The operations store. Both backends pass the same conformance suite (tests/it/store.rs).
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// `sqlite` or `postgres`.
-    fn backend(&self) -> &'static str;
+    /// The database's engine.
+    fn backend(&self) -> Backend;
 
     /// The clock leases, due times and takeovers are judged by. PostgreSQL: the
     /// database server's clock (read periodically, carried forward by this process's
@@ -1270,8 +1192,7 @@ pub const ALERT_CASE_IDS: i64 = 10;
 /// Whether PostgreSQL aborted the transaction for a reason that running it again from
 /// the start can cure: a deadlock victim (40P01) or a serialization failure (40001).
 pub(crate) fn is_retryable(e: &StoreError) -> bool {
-    matches!(e, StoreError::Database(sqlx::Error::Database(d))
-        if matches!(d.code().as_deref(), Some("40P01" | "40001")))
+    matches!(e, StoreError::Database(d) if d.is_retryable())
 }
 
 /// Runs the transaction `attempt` again (a few times, briefly spaced) while the database
@@ -1335,32 +1256,6 @@ pub async fn purge(
     }
 }
 
-/// Opens the store named by `url` (`sqlite://…` or `postgres://…`) and brings its schema
-/// up to date.
-pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
-    if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::connect(url).await?))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PgStore::connect(url).await?))
-    } else {
-        let scheme = url.split(':').next().unwrap_or(url);
-        Err(StoreError::UnknownScheme(scheme.to_owned()))
-    }
-}
-
-/// Opens the store named by `url` without creating or upgrading its schema: for the
-/// console, which reports a schema mismatch instead of migrating a shared database.
-pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
-    if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PgStore::open(url).await?))
-    } else {
-        let scheme = url.split(':').next().unwrap_or(url);
-        Err(StoreError::UnknownScheme(scheme.to_owned()))
-    }
-}
-
 /// The schema version this build's migrations bring a database to (both backends share
 /// version numbers).
 pub fn known_schema_version() -> i64 {
@@ -1371,9 +1266,14 @@ pub fn known_schema_version() -> i64 {
         .unwrap_or(0)
 }
 
-/// The current time at the precision both backends keep (microseconds), so a value
+/// This machine's clock, at the precision both backends keep (microseconds), so a value
 /// read back equals the value written.
-pub fn now() -> DateTime<Utc> {
+///
+/// Not the clock running code judges leases, due times or takeovers by: that is
+/// [`Store::now`] (the database server's clock on PostgreSQL, so machines whose clocks
+/// disagree agree). This one is for what only this machine sees: SQLite's clock (every
+/// process on the file shares the machine), tests, and the few places that say why.
+pub fn local_now() -> DateTime<Utc> {
     truncate_micros(Utc::now())
 }
 
@@ -1401,7 +1301,6 @@ async fn migrate<C>(conn: &mut C, mut migrator: sqlx::migrate::Migrator) -> Resu
 where
     C: sqlx::migrate::Migrate + Send,
 {
-    use sqlx::migrate::MigrateError;
     // not sqlx's advisory lock: see above
     migrator.set_locking(false);
     let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
@@ -1423,10 +1322,8 @@ where
             Ok(())
         }
         .await;
-        let lock_timed_out = matches!(&once,
-            Err(StoreError::Migrate(MigrateError::Execute(sqlx::Error::Database(e))
-                | MigrateError::ExecuteMigration(sqlx::Error::Database(e), _)))
-            if e.code().as_deref() == Some("55P03"));
+        let lock_timed_out =
+            matches!(&once, Err(StoreError::Migrate(e)) if e.code() == Some("55P03"));
         match once {
             Err(e) if lock_timed_out => {
                 blocked += 1;

@@ -279,7 +279,7 @@ sql_store! {
     store: PgStore,
     db: Postgres,
     row: sqlx::postgres::PgRow,
-    backend: "postgres",
+    backend: super::Backend::Postgres,
     lock_row: " for update",
     // appended to the pick of due or stale work, so that concurrent workers skip the
     // rows another one is taking instead of waiting for it
@@ -306,7 +306,7 @@ async fn migration_lock(
         };
         // two processes making it at once: one of them fails, and finds it made
         let raced = matches!(&e, sqlx::Error::Database(d)
-            if matches!(d.code().as_deref(), Some("23505" | "42P07")));
+            if matches!(d.code().as_deref(), Some("23505" | "42P07" | "42710")));
         if !raced || tries == 10 {
             return Err(e.into());
         }
@@ -546,29 +546,26 @@ async fn by_steps(pool: &PgPool, d: &NewDelivery) -> Result<DeliveryRecord> {
     .await
 }
 
-/// The server refused the statement for a value in it: a data exception (SQLSTATE class
-/// 22), a constraint (class 23) or a check raised by a function (P0001) — something one
-/// delivery of the group may have caused. Anything else (the connection, a timeout, a
-/// read-only server, a full disk) would fail each delivery alone just the same.
+/// The server refused the statement for a value in it (`DbError::refused_for_its_data`):
+/// something one delivery of the group may have caused. Anything else (the connection, a
+/// timeout, a read-only server, a full disk) would fail each delivery alone just the same.
 fn refused_for_its_data(e: &super::StoreError) -> bool {
-    let super::StoreError::Database(sqlx::Error::Database(db)) = e else {
-        return false;
-    };
-    db.code()
-        .is_some_and(|c| c.starts_with("22") || c.starts_with("23") || c == "P0001")
+    matches!(e, super::StoreError::Database(db) if db.refused_for_its_data())
 }
 
-/// The same failure for every delivery of a group (sqlx's errors cannot be cloned): what
-/// happened, in words, as a failure of the connection's kind (the sender hears 503).
+/// The same failure for every delivery of a group: the database's own error as it was
+/// (its kind decides the sender's answer), anything else in words as a failure of the
+/// connection's kind (the sender hears 503).
 fn copy_of(e: &super::StoreError) -> super::StoreError {
-    use super::StoreError::{Corrupt, Database};
+    use super::{DbError, DbFault, StoreError::*};
     match e {
-        Database(sqlx::Error::PoolTimedOut) => Database(sqlx::Error::PoolTimedOut),
-        Database(sqlx::Error::PoolClosed) => Database(sqlx::Error::PoolClosed),
+        Database(d) => Database(d.clone()),
         Corrupt(what) => Corrupt(what.clone()),
-        other => Database(sqlx::Error::Io(std::io::Error::other(format!(
-            "recording a group of deliveries: {other}"
-        )))),
+        other => Database(DbError::new(
+            DbFault::Io,
+            None,
+            format!("recording a group of deliveries: {other}"),
+        )),
     }
 }
 

@@ -73,7 +73,7 @@ macro_rules! sql_store {
         store: $store:ident,
         db: $db:ty,
         row: $row:ty,
-        backend: $backend:literal,
+        backend: $backend:path,
         // appended to a `select` of one operation to lock its row until commit
         lock_row: $lock_row:literal,
         // appended to PICK_DUE / PICK_STALE
@@ -355,7 +355,7 @@ macro_rules! sql_store {
                 .await?;
                 if inserted.is_some() && !words.is_empty() {
                     // The name's words, for `Store::search` (migration 0012).
-                    let sql = if $backend == "postgres" {
+                    let sql = if $backend == $crate::store::Backend::Postgres {
                         "insert into operation_names (word, created_at, operation_id) \
                          select value, $2, $3 from json_array_elements_text(cast($1 as json))"
                     } else {
@@ -1232,7 +1232,7 @@ macro_rules! sql_store {
 
         #[async_trait::async_trait]
         impl Store for $store {
-            fn backend(&self) -> &'static str {
+            fn backend(&self) -> $crate::store::Backend {
                 $backend
             }
 
@@ -2102,7 +2102,7 @@ macro_rules! sql_store {
             }
 
             async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64> {
-                if $backend != "postgres" {
+                if $backend != $crate::store::Backend::Postgres {
                     return Ok(0); // one writer, one shard: nothing to fold
                 }
                 // Folds the shards of slots before `before` into shard 0, one transaction.
@@ -2203,7 +2203,7 @@ macro_rules! sql_store {
             }
 
             async fn identity(&self) -> Result<Identity> {
-                if $backend == "sqlite" {
+                if $backend == $crate::store::Backend::Sqlite {
                     return Ok(Identity::Local);
                 }
                 let (login, role, owner): (String, Option<String>, bool) = sqlx::query_as(
@@ -2399,7 +2399,7 @@ macro_rules! sql_store {
                     .bind(&token.refresh_token)
                     .bind(token.expires_at)
                     .bind(token.version)
-                    .bind(now());
+                    .bind(self.clock_now());
                 if let Some(expected) = expected_version {
                     query = query.bind(expected);
                 }
@@ -2717,7 +2717,7 @@ macro_rules! sql_store {
                 // A key prefix is a byte range: SQLite's primary key is BINARY; on
                 // PostgreSQL, whatever the database's collation, the "C" expression index
                 // of migration 0012.
-                let key = if $backend == "postgres" { "(o.operation_id collate \"C\")" } else { "o.operation_id" };
+                let key = if $backend == $crate::store::Backend::Postgres { "(o.operation_id collate \"C\")" } else { "o.operation_id" };
                 // Newest first, after the cursor: `(at, id) < (cursor)`, written so that the
                 // first half is an index bound.
                 let keyset = |q: &mut Q, at: &str, id: &str| {

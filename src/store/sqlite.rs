@@ -138,7 +138,7 @@ impl SqliteStore {
 
     /// Every process on one SQLite file runs on one machine and shares its clock.
     fn clock_now(&self) -> chrono::DateTime<chrono::Utc> {
-        super::now()
+        super::local_now()
     }
 }
 
@@ -146,7 +146,7 @@ sql_store! {
     store: SqliteStore,
     db: Sqlite,
     row: sqlx::sqlite::SqliteRow,
-    backend: "sqlite",
+    backend: super::Backend::Sqlite,
     // The transaction holds SQLite's one writer lock from its first statement, so
     // nothing else can change the row before commit: no row lock needed.
     lock_row: "",

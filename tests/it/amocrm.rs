@@ -275,7 +275,7 @@ each_backend!(
         // The block is lifted; a person resumes the connector and nothing was lost.
         gw.fake.reset();
         assert!(store
-            .resume_connector("amocrm", "anna", leadgate::store::now())
+            .resume_connector("amocrm", "anna", leadgate::store::local_now())
             .await
             .unwrap());
         for i in 0..4 {
@@ -292,7 +292,7 @@ each_backend!(
         let gw = start(&db).await;
         let store = gw.store();
         store
-            .pause_connector("amocrm", "test hold", "test", leadgate::store::now())
+            .pause_connector("amocrm", "test hold", "test", leadgate::store::local_now())
             .await
             .unwrap();
         gw.post_json("site", &lead("c1")).await;
@@ -303,7 +303,7 @@ each_backend!(
         assert_eq!(body["outcome"], "conflict");
         assert_eq!(body["status"], "needs_review");
         store
-            .resume_connector("amocrm", "test", leadgate::store::now())
+            .resume_connector("amocrm", "test", leadgate::store::local_now())
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -322,7 +322,7 @@ each_backend!(
         gw.post_json("site", &lead("old")).await;
         let done = gw.wait_status("site:old", "completed").await;
         let store = gw.store();
-        let cutoff = leadgate::store::now() + chrono::TimeDelta::seconds(1);
+        let cutoff = leadgate::store::local_now() + chrono::TimeDelta::seconds(1);
         let purged = leadgate::store::purge(store.as_ref(), cutoff, 50)
             .await
             .unwrap();
@@ -454,7 +454,7 @@ fn token(access: Option<&str>, refresh: &str, version: i64) -> CrmToken {
     CrmToken {
         access_token: access.map(str::to_owned),
         refresh_token: refresh.to_owned(),
-        expires_at: access.map(|_| leadgate::store::now() + chrono::TimeDelta::seconds(3600)),
+        expires_at: access.map(|_| leadgate::store::local_now() + chrono::TimeDelta::seconds(3600)),
         version,
     }
 }

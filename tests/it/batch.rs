@@ -226,7 +226,7 @@ each_backend!(
             .await
             .unwrap();
         let id = "site:never".parse().unwrap();
-        let t0 = leadgate::store::now();
+        let t0 = leadgate::store::local_now();
         let claim = store
             .claim_due(CONNECTOR, "w1", Duration::from_secs(5), t0)
             .await

@@ -245,7 +245,10 @@ settle = "300ms"
         // What a manager sees: the one case, on the message, naming the form and the call.
         let open: Vec<_> = gw
             .store()
-            .metrics(leadgate::store::now(), std::time::Duration::from_secs(60))
+            .metrics(
+                leadgate::store::local_now(),
+                std::time::Duration::from_secs(60),
+            )
             .await
             .unwrap()
             .open_cases_by_reason

@@ -229,7 +229,7 @@ each_backend!(failures_are_classified_as_for_the_worker, |db| async move {
     let (s, _, _, _) = claim(&gw, Some("new-while-paused"), &body).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
     gw.store()
-        .resume_connector("n8n", "anna", leadgate::store::now())
+        .resume_connector("n8n", "anna", leadgate::store::local_now())
         .await
         .unwrap();
     let (s, _, _, _) = claim(&gw, Some("auth"), &body).await;
@@ -271,7 +271,7 @@ each_backend!(
                 actor: "anna".into(),
                 comment: None,
                 action: leadgate::store::HumanAction::AuthorizeRetry,
-                now: leadgate::store::now(),
+                now: leadgate::store::local_now(),
                 bulk: None,
             })
             .await

@@ -647,7 +647,7 @@ each_backend!(
             );
         }
         store
-            .pause_connector("bitrix24", "token revoked", "worker", store::now())
+            .pause_connector("bitrix24", "token revoked", "worker", store::local_now())
             .await
             .unwrap();
         if is_pg {

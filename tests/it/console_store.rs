@@ -22,7 +22,7 @@ async fn fail_terminally(store: &dyn Store, key: &str) {
         .await
         .unwrap();
     let c = store
-        .claim_due("bitrix24", "w", LEASE, now())
+        .claim_due("bitrix24", "w", LEASE, local_now())
         .await
         .unwrap()
         .unwrap();
@@ -35,7 +35,7 @@ async fn fail_terminally(store: &dyn Store, key: &str) {
             &c.lease,
             AttemptOutcome::Terminal { failure },
             vec![],
-            now(),
+            local_now(),
         )
         .await
         .unwrap();
@@ -102,7 +102,7 @@ each_backend!(failed_operations_page_by_keyset, |db| async move {
         .await
         .unwrap()
         .is_empty());
-    let counts = store.queue_counts(now()).await.unwrap();
+    let counts = store.queue_counts(local_now()).await.unwrap();
     assert_eq!(counts.failed_terminal, 5);
     assert_eq!(counts.stale_in_progress, 0);
 });
@@ -114,11 +114,11 @@ each_backend!(stale_leases_are_counted, |db| async move {
         .await
         .unwrap();
     let c = store
-        .claim_due("bitrix24", "w", LEASE, now())
+        .claim_due("bitrix24", "w", LEASE, local_now())
         .await
         .unwrap()
         .unwrap();
-    let before = store.queue_counts(now()).await.unwrap();
+    let before = store.queue_counts(local_now()).await.unwrap();
     assert_eq!(before.stale_in_progress, 0);
     let later = after(c.lease.expires_at, Duration::from_secs(1));
     assert_eq!(
@@ -136,7 +136,7 @@ each_backend!(stale_operations_page_by_keyset, |db| async move {
             .await
             .unwrap();
         let c = store
-            .claim_due("bitrix24", "w", LEASE, now())
+            .claim_due("bitrix24", "w", LEASE, local_now())
             .await
             .unwrap()
             .unwrap();
@@ -241,7 +241,7 @@ each_backend!(the_conflicting_delivery_is_readable, |db| async move {
 each_backend!(series_count_per_bucket, |db| async move {
     let store = db.store().await;
     // A 5-minute boundary: the series' resolution.
-    let t0 = chrono::DateTime::from_timestamp(now().timestamp() / 300 * 300, 0).unwrap();
+    let t0 = chrono::DateTime::from_timestamp(local_now().timestamp() / 300 * 300, 0).unwrap();
     let hour = Duration::from_secs(3600);
     let at = |h: u64| after(t0, hour * h as u32);
     for (key, h) in [("a", 0), ("b", 0), ("c", 2)] {
@@ -292,8 +292,8 @@ each_backend!(
         for t in tasks {
             t.await.unwrap();
         }
-        let from = before(now(), Duration::from_secs(3600));
-        let to = after(now(), Duration::from_secs(600));
+        let from = before(local_now(), Duration::from_secs(3600));
+        let to = after(local_now(), Duration::from_secs(600));
         let total = |p: &[SeriesPoint]| p.iter().map(|p| p.new_operations).sum::<i64>();
         let points = store.series(from, to, 12).await.unwrap();
         assert_eq!(total(&points), 40);

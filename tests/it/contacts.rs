@@ -197,7 +197,7 @@ each_backend!(
         record(store.as_ref(), "first", "+79990000001").await;
         record(store.as_ref(), "second", "+79990000001").await;
         record(store.as_ref(), "other", "+79990000002").await;
-        let t0 = now();
+        let t0 = local_now();
         let first = claim_at(store.as_ref(), Duration::from_secs(2), t0).await;
         assert_eq!(first.operation.operation_id.as_str(), "site:first");
         let taken = store
@@ -334,7 +334,7 @@ each_backend!(
         let store = db.store().await;
         record(store.as_ref(), "unsure", "+79990000003").await;
         record(store.as_ref(), "next", "+79990000003").await;
-        let t0 = now();
+        let t0 = local_now();
         let unsure = claim_at(store.as_ref(), Duration::from_secs(2), t0).await;
         store
             .take_contact_locks(&unsure, 10 * MINUTE, MINUTE, t0)
@@ -409,9 +409,9 @@ each_backend!(
         // A worker elsewhere holds the lock of +79991000001 for a minute.
         let store = db.store().await;
         record(store.as_ref(), "holder", "+79991000001").await;
-        let holder = claim_at(store.as_ref(), MINUTE, now()).await;
+        let holder = claim_at(store.as_ref(), MINUTE, local_now()).await;
         store
-            .take_contact_locks(&holder, 10 * MINUTE, MINUTE, now())
+            .take_contact_locks(&holder, 10 * MINUTE, MINUTE, local_now())
             .await
             .unwrap();
 
@@ -449,7 +449,7 @@ each_backend!(
 
         // It was only the lock: once it is left, the same phone goes through.
         store
-            .leave_contact_locks(&holder.lease, ContactLeave::Settled(None), now())
+            .leave_contact_locks(&holder.lease, ContactLeave::Settled(None), local_now())
             .await
             .unwrap();
         gw.wait_status("site:same", "completed").await;
@@ -464,9 +464,9 @@ each_backend!(
         // anything.
         let store = db.store().await;
         record(store.as_ref(), "dead", "+79991000003").await;
-        let dead = claim_at(store.as_ref(), Duration::from_secs(2), now()).await;
+        let dead = claim_at(store.as_ref(), Duration::from_secs(2), local_now()).await;
         store
-            .take_contact_locks(&dead, 10 * MINUTE, MINUTE, now())
+            .take_contact_locks(&dead, 10 * MINUTE, MINUTE, local_now())
             .await
             .unwrap();
 
@@ -512,7 +512,7 @@ each_backend!(
         let store = db.store().await;
         record(store.as_ref(), "kept", "+79990000009").await;
         record(store.as_ref(), "later", "+79990000009").await;
-        let t0 = now();
+        let t0 = local_now();
         let kept = claim_at(store.as_ref(), Duration::from_secs(2), t0).await;
         store
             .take_contact_locks(&kept, 10 * MINUTE, MINUTE, t0)

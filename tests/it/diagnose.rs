@@ -232,7 +232,7 @@ each_backend!(
             per_second: 2.0,
             burst: 50,
         }));
-        let now = store::now();
+        let now = store::local_now();
         let t = |hours: i64| now - TimeDelta::days(9) + TimeDelta::hours(hours);
 
         // Technical: one operation, the first create timed out after it had landed,
@@ -572,7 +572,7 @@ each_backend!(
             .unwrap();
         // amoCRM's documented limit: 7 requests a second, answered 429 above it.
         fake.set_request_limit(Some(7.0));
-        let now = store::now();
+        let now = store::local_now();
         let t = |hours: i64| now - TimeDelta::days(9) + TimeDelta::hours(hours);
 
         // Technical: one operation, the first create timed out after it had landed,
@@ -1362,7 +1362,7 @@ each_backend!(
             .await
             .unwrap();
         fake.set_request_limit(Some(7.0));
-        let now = store::now();
+        let now = store::local_now();
         let a = amo_lead(
             &fake,
             now - TimeDelta::days(3),

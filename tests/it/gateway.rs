@@ -205,7 +205,7 @@ each_backend!(
         // The token is fixed; a person resumes the connector and nothing was lost.
         gw.fake.reset();
         assert!(store
-            .resume_connector("bitrix24", "anna", leadgate::store::now())
+            .resume_connector("bitrix24", "anna", leadgate::store::local_now())
             .await
             .unwrap());
         for i in 0..4 {
@@ -224,7 +224,12 @@ each_backend!(
         let store = gw.store();
         // Pause the connector so the first delivery is still unfinished when the second comes.
         store
-            .pause_connector("bitrix24", "test hold", "test", leadgate::store::now())
+            .pause_connector(
+                "bitrix24",
+                "test hold",
+                "test",
+                leadgate::store::local_now(),
+            )
             .await
             .unwrap();
         gw.post_json("site", &lead("c1")).await;
@@ -235,7 +240,7 @@ each_backend!(
         assert_eq!(body["outcome"], "conflict");
         assert_eq!(body["status"], "needs_review");
         store
-            .resume_connector("bitrix24", "test", leadgate::store::now())
+            .resume_connector("bitrix24", "test", leadgate::store::local_now())
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -427,7 +432,7 @@ each_backend!(
         // Rejections are journaled, and the gateway keeps serving.
         let m = gw
             .store()
-            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         let rejected: i64 = m

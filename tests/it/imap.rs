@@ -492,7 +492,7 @@ fn hash_key(raw: &[u8]) -> String {
 /// `(new, duplicate)` deliveries journaled for the mail source.
 async fn journaled(store: &dyn leadgate::store::Store) -> (i64, i64) {
     let m = store
-        .metrics(leadgate::store::now(), Duration::from_secs(60))
+        .metrics(leadgate::store::local_now(), Duration::from_secs(60))
         .await
         .unwrap();
     let n = |outcome: &str| {
@@ -507,7 +507,7 @@ async fn journaled(store: &dyn leadgate::store::Store) -> (i64, i64) {
 /// Deliveries of the mail source journaled as rejected.
 async fn rejected(store: &dyn leadgate::store::Store) -> i64 {
     let m = store
-        .metrics(leadgate::store::now(), Duration::from_secs(60))
+        .metrics(leadgate::store::local_now(), Duration::from_secs(60))
         .await
         .unwrap();
     m.deliveries

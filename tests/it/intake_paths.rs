@@ -211,7 +211,7 @@ async fn dump(db: &TestDb) -> Vec<(&'static str, Vec<String>)> {
 /// PostgreSQL only: SQLite has the steps only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_grouped_intake_writes_what_the_steps_write_one_delivery_at_a_time() {
-    let t0 = now() - TimeDelta::hours(1);
+    let t0 = local_now() - TimeDelta::hours(1);
     run(Backend::Postgres, |steps_db| async move {
         run(Backend::Postgres, |one_db| async move {
             let steps = PgStore::connect(&steps_db.url).await.unwrap();
@@ -330,7 +330,7 @@ async fn rows_written_after_the_function_in_its_transaction_are_counted() {
             .bind(vec![None::<String>; n])
             .bind(vec![None::<String>; n])
             .bind(vec![None::<DateTime<Utc>>; n])
-            .bind(vec![now(); n])
+            .bind(vec![local_now(); n])
             .bind(vec![None::<DateTime<Utc>>; n])
             .bind(vec![None::<String>; n])
         };
@@ -468,7 +468,7 @@ async fn before_the_group(store: &PgStore, db: &TestDb, t0: DateTime<Utc>) {
 /// PostgreSQL only: SQLite's group runs the steps for every delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_writes_what_the_steps_write_taking_what_it_took_first() {
-    let t0 = now() - TimeDelta::hours(1);
+    let t0 = local_now() - TimeDelta::hours(1);
     run(Backend::Postgres, |steps_db| async move {
         run(Backend::Postgres, |group_db| async move {
             let steps = PgStore::connect(&steps_db.url).await.unwrap();
@@ -554,8 +554,8 @@ async fn call_group(c: &mut PgConnection, group: &[(String, i64)]) -> sqlx::Resu
     .bind(phones)
     .bind(vec![None::<String>; n])
     .bind(vec![None::<DateTime<Utc>>; n])
-    .bind(vec![now(); n])
-    .bind(vec![Some(now() - TimeDelta::days(1)); n])
+    .bind(vec![local_now(); n])
+    .bind(vec![Some(local_now() - TimeDelta::days(1)); n])
     .bind(slots)
     .bind(vec![None::<i64>; n])
     .bind(Some(20i32))

@@ -598,16 +598,27 @@ async fn an_upgrade_closes_the_database_and_its_people_keep_their_way_in() {
 async fn a_start_does_not_hang_on_whoever_holds_the_grants_lock() {
     run(Backend::Postgres, |db| async move {
         let _first = PgStore::connect(&db.url).await.unwrap();
+        // Another session holds the grants lock (its row of `leadgate_locks`) and does
+        // not let go.
         let mut holder = PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("select pg_advisory_lock(7417001)")
-            .execute(&mut holder)
+        let mut held = holder.begin().await.unwrap();
+        sqlx::query("select 1 from leadgate_locks where name = 'grants' for update")
+            .execute(&mut *held)
             .await
             .unwrap();
         // The grants wait 10 s at most; the start goes on (and says so).
+        let began = Instant::now();
         let started = tokio::time::timeout(Duration::from_secs(120), PgStore::connect(&db.url))
             .await
             .expect("a start that does not hang");
         assert!(started.is_ok(), "{:?}", started.err());
+        // It did wait for the lock (a lower bound holds on a busy machine too).
+        assert!(
+            began.elapsed() >= Duration::from_secs(9),
+            "the start did not meet the held lock: {:?}",
+            began.elapsed()
+        );
+        held.rollback().await.unwrap();
         holder.close().await.unwrap();
     })
     .await;

@@ -48,7 +48,7 @@ async fn all_created_once<F>(gw: &Gateway<F>, keys: &[String], fake: &FakeBitrix
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let m = store
-            .metrics(leadgate::store::now(), Duration::from_secs(3600))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(3600))
             .await
             .unwrap();
         let done = m
@@ -133,7 +133,7 @@ async fn waits_for_probes<F>(gw: &Gateway<F>, calls: impl Fn() -> u64, keys: &[S
          schedule allows {bound}"
     );
     let m = store
-        .metrics(leadgate::store::now(), Duration::from_secs(3600))
+        .metrics(leadgate::store::local_now(), Duration::from_secs(3600))
         .await
         .unwrap();
     assert!(
@@ -194,7 +194,7 @@ each_backend!(
         );
         let m = gw
             .store()
-            .metrics(leadgate::store::now(), Duration::from_secs(3600))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(3600))
             .await
             .unwrap();
         assert!(m.unreachable_connectors.is_empty(), "{m:?}");
@@ -423,7 +423,7 @@ async fn a_down_crm_gets_its_schedule(db: &TestDb, batch: usize, lookup_batch: u
     // out before its call, on a slow machine, is still `in_progress` until the
     // reconciler puts it back).
     let m = store
-        .metrics(leadgate::store::now(), Duration::from_secs(3600))
+        .metrics(leadgate::store::local_now(), Duration::from_secs(3600))
         .await
         .unwrap();
     assert!(m.open_cases_by_reason.is_empty(), "{m:?}");

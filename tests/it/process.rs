@@ -330,7 +330,7 @@ each_backend!(
                 "bitrix24",
                 "expired_token",
                 "worker",
-                leadgate::store::now(),
+                leadgate::store::local_now(),
             )
             .await
             .unwrap();

@@ -37,7 +37,7 @@ async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
 /// `(new, duplicate)` deliveries journaled for the pulled source.
 async fn journaled(store: &dyn leadgate::store::Store) -> (i64, i64) {
     let m = store
-        .metrics(leadgate::store::now(), Duration::from_secs(60))
+        .metrics(leadgate::store::local_now(), Duration::from_secs(60))
         .await
         .unwrap();
     let n = |outcome: &str| {
@@ -386,7 +386,7 @@ each_backend!(
         );
         let m = gw
             .store()
-            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         assert!(m.deliveries[&("tg".to_owned(), "rejected".to_owned())] >= 2);
@@ -488,7 +488,7 @@ each_backend!(
                 .unwrap_or(0)
         };
         let m = store
-            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(count(&m, "new"), 2, "both recorded before the offset moved");
@@ -505,7 +505,7 @@ each_backend!(
             wait_completed(store.as_ref(), &format!("tg-poll:{id}")).await;
         }
         let m = store
-            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(

@@ -70,7 +70,7 @@ fn reported(id: &OperationId, token: &str) -> Lease {
         operation_id: id.clone(),
         token: token.into(),
         owner: "claim_api".into(),
-        expires_at: now(),
+        expires_at: local_now(),
     }
 }
 
@@ -80,7 +80,7 @@ async fn complete(store: &dyn Store, key: &str) {
         .await
         .unwrap();
     let c = store
-        .claim_due(CRM, "w", LEASE, now())
+        .claim_due(CRM, "w", LEASE, local_now())
         .await
         .unwrap()
         .unwrap();
@@ -92,7 +92,7 @@ async fn complete(store: &dyn Store, key: &str) {
                 crm_id: format!("crm-{key}"),
             },
             vec![],
-            now(),
+            local_now(),
         )
         .await
         .unwrap();
@@ -108,7 +108,7 @@ async fn decide(store: &dyn Store, case_id: i64, action: HumanAction) -> Result<
             // A reject needs its reason (rules::needs_comment).
             comment: Some("checked by anna".into()),
             action,
-            now: now(),
+            now: local_now(),
             bulk: None,
         })
         .await
@@ -123,7 +123,7 @@ fn kinds(timeline: &[TimelineEvent]) -> Vec<&str> {
 }
 
 fn a_day_ahead() -> chrono::DateTime<chrono::Utc> {
-    now() + chrono::TimeDelta::days(1)
+    local_now() + chrono::TimeDelta::days(1)
 }
 
 /// Runs `sql` on a connection of the test's own and returns the one integer it selects.
@@ -326,7 +326,7 @@ async fn an_expiry_does_not_open_a_case_on_an_operation_completed_meanwhile() {
         let expiry = tokio::spawn({
             let store = store.clone();
             async move {
-                let later = now() + chrono::TimeDelta::seconds(1);
+                let later = local_now() + chrono::TimeDelta::seconds(1);
                 store.expire_external_leases(later).await
             }
         });
@@ -339,7 +339,7 @@ async fn an_expiry_does_not_open_a_case_on_an_operation_completed_meanwhile() {
                     crm_id: "77".into(),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -371,7 +371,7 @@ async fn two_expiry_loops_open_one_case() {
              when (new.operation_id = 'n8n:a') execute function lg_test_gate('22')",
         )
         .await;
-        let later = now() + chrono::TimeDelta::seconds(1);
+        let later = local_now() + chrono::TimeDelta::seconds(1);
         let one = tokio::spawn({
             let store = first.clone();
             async move { store.expire_external_leases(later).await }
@@ -405,7 +405,7 @@ each_backend!(
     |db| async move {
         let store = db.store().await;
         let lease = claimed_ext(&*store, "x", Duration::from_millis(1)).await;
-        let later = now() + chrono::TimeDelta::seconds(1);
+        let later = local_now() + chrono::TimeDelta::seconds(1);
         assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
         // n8n reports `fail` / uncertain under the token it still holds.
         let o = store
@@ -452,7 +452,7 @@ each_backend!(
     |db| async move {
         let store = db.store().await;
         claimed_ext(&*store, "y", Duration::from_millis(1)).await;
-        let later = now() + chrono::TimeDelta::seconds(1);
+        let later = local_now() + chrono::TimeDelta::seconds(1);
         assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
         // A changed payload under the same key: a payload conflict besides.
         let conflict = claim_ext(&*store, "y", json!({"k": "changed"}), LEASE).await;
@@ -562,7 +562,7 @@ async fn a_conflict_and_a_new_intake_do_not_deadlock_on_the_counters() {
         .expect("both transactions finish");
         n.expect("the new intake commits");
         c.expect("the conflict commits");
-        let m = store.metrics(now(), LEASE).await.unwrap();
+        let m = store.metrics(local_now(), LEASE).await.unwrap();
         assert_eq!(m.operations_by_status.get("received"), Some(&1));
         assert_eq!(m.operations_by_status.get("needs_review"), Some(&1));
     })
@@ -604,7 +604,7 @@ each_backend!(
             failed.extend(t.await.unwrap());
         }
         assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
-        let m = stores[0].metrics(now(), LEASE).await.unwrap();
+        let m = stores[0].metrics(local_now(), LEASE).await.unwrap();
         assert_eq!(m.unique_operations, 20 + 16 * 8);
     }
 );
@@ -664,15 +664,19 @@ each_backend!(
     |db| async move {
         let store = db.store().await;
         complete(&*store, "a").await;
-        let r = store::purge(store.as_ref(), now() + chrono::TimeDelta::seconds(1), 10)
-            .await
-            .unwrap();
+        let r = store::purge(
+            store.as_ref(),
+            local_now() + chrono::TimeDelta::seconds(1),
+            10,
+        )
+        .await
+        .unwrap();
         assert_eq!(r.operations, 1);
         let kept = "select count(*) from deliveries where operation_id = 'site:a' \
                     and (raw_body is not null or payload is not null)";
         assert_eq!(raw_count(&db, kept).await, 0);
         // A late repeat is journaled with its body...
-        let t0 = now();
+        let t0 = local_now();
         let dup = store
             .record_delivery(delivery("a", json!({"k": "a"})))
             .await
@@ -727,7 +731,7 @@ each_backend!(
                 &lease,
                 AttemptOutcome::Created { crm_id: "1".into() },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -742,7 +746,7 @@ each_backend!(
             .unwrap();
         let new_id = accepted.new_operation.unwrap();
         // The gateway's worker must not send it to its own CRM...
-        let taken = store.claim_due(CRM, "w", LEASE, now()).await.unwrap();
+        let taken = store.claim_due(CRM, "w", LEASE, local_now()).await.unwrap();
         assert!(
             taken.is_none(),
             "the worker took an external operation: {taken:?}"
@@ -833,7 +837,7 @@ each_backend!(
                     crm_id: "666".into(),
                 },
                 vec![NewEvent::new("crm_request", json!({"forged": true}))],
-                now(),
+                local_now(),
             )
             .await;
         assert!(
@@ -849,7 +853,7 @@ each_backend!(
         );
         // A token that did hold the operation is still heard (a late answer): the lease
         // runs out, a person grants a retry, the retry is claimed, the first run reports.
-        let later = now() + chrono::TimeDelta::seconds(1);
+        let later = local_now() + chrono::TimeDelta::seconds(1);
         assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
         let case = store.cases_of(&ext("t")).await.unwrap().remove(0);
         decide(&*store, case.id, HumanAction::AuthorizeRetry)
@@ -864,7 +868,7 @@ each_backend!(
                     crm_id: "700".into(),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await;
         assert!(matches!(late, Err(StoreError::LeaseLost(_))), "{late:?}");
@@ -929,7 +933,7 @@ async fn a_repeatable_read_server_default_does_not_fail_writers() {
                         ReviewReason::UncertainOutcome,
                         "anna",
                         json!({}),
-                        now(),
+                        local_now(),
                     )
                     .await
             }
@@ -946,7 +950,7 @@ fn with_phone(key: &str, phone: &str) -> NewDelivery {
     d.contact.phone = Some(phone.into());
     d.matching = Some(Matching {
         rule: MatchRule::Review,
-        since: now() - chrono::TimeDelta::days(1),
+        since: local_now() - chrono::TimeDelta::days(1),
         same_channel: vec![],
         shared_after: Matching::SHARED_AFTER,
     });
@@ -1024,7 +1028,7 @@ each_backend!(reject_waits_for_an_attempt_in_flight, |db| async move {
         .await
         .unwrap();
     let c = store
-        .claim_due(CRM, "w", LEASE, now())
+        .claim_due(CRM, "w", LEASE, local_now())
         .await
         .unwrap()
         .unwrap();
@@ -1048,7 +1052,7 @@ each_backend!(reject_waits_for_an_attempt_in_flight, |db| async move {
                 crm_id: "crm-f".into(),
             },
             vec![],
-            now(),
+            local_now(),
         )
         .await
         .unwrap();
@@ -1062,7 +1066,7 @@ each_backend!(reject_waits_for_an_attempt_in_flight, |db| async move {
     // report that comes after it is a late answer (the CRM has the lead: completed),
     // never a failed operation holding a crm_id.
     let lease = claimed_ext(&*store, "g", Duration::from_millis(1)).await;
-    let later = now() + chrono::TimeDelta::seconds(1);
+    let later = local_now() + chrono::TimeDelta::seconds(1);
     assert_eq!(store.expire_external_leases(later).await.unwrap(), 1);
     let case = store.cases_of(&ext("g")).await.unwrap().remove(0);
     let rejected = decide(&*store, case.id, HumanAction::Reject).await.unwrap();
@@ -1074,7 +1078,7 @@ each_backend!(reject_waits_for_an_attempt_in_flight, |db| async move {
                 crm_id: "crm-g".into(),
             },
             vec![],
-            now(),
+            local_now(),
         )
         .await;
     assert!(matches!(late, Err(StoreError::LeaseLost(_))), "{late:?}");
@@ -1099,7 +1103,7 @@ async fn turned_away(store: &dyn Store, key: &str, at: chrono::DateTime<chrono::
         at,
     };
     let op = store
-        .finish_attempt(&lease, outcome, vec![], now())
+        .finish_attempt(&lease, outcome, vec![], local_now())
         .await
         .unwrap();
     assert_eq!(op.status, Status::Received);
@@ -1117,7 +1121,7 @@ each_backend!(
     |db| async move {
         let first = db.store().await;
         let second = db.store().await; // another process
-        let t0 = now();
+        let t0 = local_now();
         turned_away(&*first, "r", t0).await;
         let resend = t0 + chrono::TimeDelta::seconds(60);
         let take = |s: std::sync::Arc<dyn Store>, at| async move {
@@ -1158,7 +1162,7 @@ each_backend!(
                     at: again,
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -1166,7 +1170,7 @@ each_backend!(
         // A paused connector gets nothing sent back.
         turned_away(&*first, "p", t0).await;
         first
-            .pause_connector("n8n", "401", "test", now())
+            .pause_connector("n8n", "401", "test", local_now())
             .await
             .unwrap();
         assert!(take(first.clone(), again + chrono::TimeDelta::seconds(600))
@@ -1184,7 +1188,7 @@ async fn two_redelivery_loops_send_a_lead_back_once() {
     postgres_only(|db| async move {
         let first = db.store().await;
         let second = db.store().await;
-        let t0 = now();
+        let t0 = local_now();
         turned_away(&*first, "a", t0).await;
         let mut gate = Gate::close(&db, 23).await;
         gate.exec(
@@ -1248,18 +1252,21 @@ async fn a_worker_skips_an_update_another_worker_is_taking_and_takes_it_once_fre
             .unwrap();
         let skipped = tokio::time::timeout(
             Duration::from_secs(5),
-            store.claim_update(CRM, "w2", LEASE, now()),
+            store.claim_update(CRM, "w2", LEASE, local_now()),
         )
         .await
         .expect("skipped, not waited for")
         .unwrap();
         assert!(skipped.is_none(), "the held row is not taken twice");
         sqlx::query("commit").execute(&mut other).await.unwrap();
-        let taken = store.claim_update(CRM, "w2", LEASE, now()).await.unwrap();
+        let taken = store
+            .claim_update(CRM, "w2", LEASE, local_now())
+            .await
+            .unwrap();
         assert_eq!(taken.unwrap().attempts, 1);
         // And once taken, nobody else gets it while the lease is live.
         assert!(store
-            .claim_update(CRM, "w3", LEASE, now())
+            .claim_update(CRM, "w3", LEASE, local_now())
             .await
             .unwrap()
             .is_none());

@@ -165,7 +165,7 @@ each_backend!(
         }
         let store = gw.store();
         let m = store
-            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(

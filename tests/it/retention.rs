@@ -22,7 +22,7 @@ each_backend!(
         let store = gw.store();
         let report = store::purge(
             store.as_ref(),
-            store::now() + chrono::TimeDelta::seconds(1),
+            store::local_now() + chrono::TimeDelta::seconds(1),
             10,
         )
         .await
@@ -49,7 +49,7 @@ each_backend!(
         let timeline = store.timeline(&id).await.unwrap();
         assert!(timeline.iter().any(|e| e.kind == "purged"));
         // Purging again finds nothing.
-        let again = store::purge(store.as_ref(), store::now(), 10)
+        let again = store::purge(store.as_ref(), store::local_now(), 10)
             .await
             .unwrap();
         assert_eq!(again.operations, 0);
@@ -71,7 +71,7 @@ each_backend!(
         assert_eq!(op["open_cases"][0]["reason"], "late_duplicate");
         // A recent event time is an ordinary new lead.
         let mut fresh = lead("fresh");
-        fresh["created_at"] = json!(store::now().to_rfc3339());
+        fresh["created_at"] = json!(store::local_now().to_rfc3339());
         gw.post_json("site", &fresh).await;
         gw.wait_status("site:fresh", "completed").await;
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -91,7 +91,7 @@ each_backend!(purge_never_touches_open_work, |db| async move {
                 .await
                 .unwrap();
             let c = store
-                .claim_due("crm", "w", lease, store::now())
+                .claim_due("crm", "w", lease, store::local_now())
                 .await
                 .unwrap()
                 .unwrap();
@@ -100,7 +100,7 @@ each_backend!(purge_never_touches_open_work, |db| async move {
                     &c.lease,
                     AttemptOutcome::Created { crm_id: key.into() },
                     vec![],
-                    store::now(),
+                    store::local_now(),
                 )
                 .await
                 .unwrap();
@@ -121,13 +121,13 @@ each_backend!(purge_never_touches_open_work, |db| async move {
         .await
         .unwrap();
     let c = store
-        .claim_due("crm", "w", lease, store::now())
+        .claim_due("crm", "w", lease, store::local_now())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(c.operation.operation_id.as_str(), "site:received");
     let c2 = store
-        .claim_due("crm", "w", lease, store::now())
+        .claim_due("crm", "w", lease, store::local_now())
         .await
         .unwrap()
         .unwrap();
@@ -143,14 +143,18 @@ each_backend!(purge_never_touches_open_work, |db| async move {
                 detail: json!({}),
             },
             vec![],
-            store::now(),
+            store::local_now(),
         )
         .await
         .unwrap();
     // Everything is "old" for this purge.
-    let r = store::purge(store.as_ref(), store::now() + chrono::TimeDelta::days(1), 1)
-        .await
-        .unwrap();
+    let r = store::purge(
+        store.as_ref(),
+        store::local_now() + chrono::TimeDelta::days(1),
+        1,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         r.operations, 1,
         "only the plain finished operation, in batches of 1"

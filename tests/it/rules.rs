@@ -287,7 +287,7 @@ each_backend!(
             2
         );
         let rewrite = match store.backend() {
-            "sqlite" => {
+            leadgate::store::Backend::Sqlite => {
                 use sqlx::Connection;
                 let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
                 sqlx::query("update business_rule_history set actor = 'nobody'")

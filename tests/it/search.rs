@@ -73,7 +73,7 @@ async fn assert_finds(store: &dyn Store, raw: &str, want: &[&str], field: Matche
 
 each_backend!(every_kind_of_query_finds_its_operations, |db| async move {
     let store = db.store().await;
-    let t0 = now() - TimeDelta::hours(1);
+    let t0 = local_now() - TimeDelta::hours(1);
     let at = |s: i64| t0 + TimeDelta::seconds(s);
     for d in [
         person(
@@ -229,7 +229,7 @@ each_backend!(every_kind_of_query_finds_its_operations, |db| async move {
 
 each_backend!(pages_follow_the_cursor_newest_first, |db| async move {
     let store = db.store().await;
-    let t0 = now() - TimeDelta::hours(1);
+    let t0 = local_now() - TimeDelta::hours(1);
     // 23 leads, three at each instant: ties are ordered by operation_id.
     let mut want = vec![];
     for i in 0..23 {
@@ -310,7 +310,9 @@ each_backend!(
         // Retention scrubs the name with the rest of the contact data: a tombstone is still
         // found by its key and crm_id, no longer by its name, phone or e-mail.
         gw.wait_status("site:s2", "completed").await;
-        let purged = purge(s, now() + TimeDelta::seconds(1), 100).await.unwrap();
+        let purged = purge(s, local_now() + TimeDelta::seconds(1), 100)
+            .await
+            .unwrap();
         assert_eq!(purged.operations, 2);
         assert_finds(s, "иван", &[], Name).await;
         assert_finds(s, "79991234567", &[], Phone).await;
@@ -327,7 +329,7 @@ each_backend!(
 each_backend!(ops_find_prints_a_page_and_its_cursor, |db| async move {
     use leadgate_testkit::process::{command, GatewayFile, SiteAuth};
     let store = db.store().await;
-    let t0 = now() - TimeDelta::hours(1);
+    let t0 = local_now() - TimeDelta::hours(1);
     for (i, name) in ["Иван Петров", "Иван Сидоров", "Анна"].iter().enumerate()
     {
         let d = person(

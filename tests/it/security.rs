@@ -195,7 +195,7 @@ each_backend!(
         let id = "tilda-preset:555:1".parse().unwrap();
         assert!(store.operation(&id).await.unwrap().is_none());
         let m = store
-            .metrics(leadgate::store::now(), Duration::from_secs(60))
+            .metrics(leadgate::store::local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(
@@ -468,7 +468,7 @@ each_backend!(
             .await
             .unwrap()
             .unwrap();
-        let wait = stored.next_attempt_at.unwrap() - leadgate::store::now();
+        let wait = stored.next_attempt_at.unwrap() - leadgate::store::local_now();
         assert!(
             wait > chrono::TimeDelta::minutes(30) && wait <= chrono::TimeDelta::minutes(61),
             "the wait is capped at an hour: {wait}"

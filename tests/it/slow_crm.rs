@@ -84,7 +84,7 @@ each_backend!(
         assert!(kinds.contains(&"verify_scheduled".to_owned()), "{kinds:?}");
         assert!(kinds.contains(&"recovered".to_owned()), "{kinds:?}");
         assert_eq!(o["crm_id"], json!(gw.fake.entities()[0].id.to_string()));
-        let m = gw.store().metrics(now(), LEASE).await.unwrap();
+        let m = gw.store().metrics(local_now(), LEASE).await.unwrap();
         assert_eq!(m.crm_entities_created, 1);
         gw.stop().await;
     }
@@ -262,7 +262,7 @@ async fn claimed_then_taken_over(
         .record_delivery(delivery(key, json!({"k": key})))
         .await
         .unwrap();
-    let t0 = now();
+    let t0 = local_now();
     let first = store
         .claim_due("bitrix24", "w1", Duration::from_secs(5), t0)
         .await
@@ -322,7 +322,7 @@ each_backend!(
     |db| async move {
         let store = db.store().await;
         let (first, second) = taken_over_and_created_again(store.as_ref(), "two").await;
-        let later = now() + chrono::TimeDelta::seconds(10);
+        let later = local_now() + chrono::TimeDelta::seconds(10);
         let done = store
             .finish_attempt(
                 &second.lease,
@@ -446,7 +446,7 @@ each_backend!(
             .await
             .unwrap();
         let c = store
-            .claim_due("bitrix24", "w", LEASE, now())
+            .claim_due("bitrix24", "w", LEASE, local_now())
             .await
             .unwrap()
             .unwrap();
@@ -460,7 +460,7 @@ each_backend!(
                 &forged,
                 AttemptOutcome::Created { crm_id: "9".into() },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap_err();
@@ -480,17 +480,17 @@ each_backend!(
             .await
             .unwrap();
         let c = store
-            .claim_due("bitrix24", "w", LEASE, now())
+            .claim_due("bitrix24", "w", LEASE, local_now())
             .await
             .unwrap()
             .unwrap();
         let created = AttemptOutcome::Created { crm_id: "5".into() };
         let first = store
-            .finish_attempt(&c.lease, created.clone(), vec![], now())
+            .finish_attempt(&c.lease, created.clone(), vec![], local_now())
             .await
             .unwrap();
         let again = store
-            .finish_attempt(&c.lease, created, vec![], now())
+            .finish_attempt(&c.lease, created, vec![], local_now())
             .await
             .unwrap();
         assert_eq!(first.version, again.version);
@@ -508,7 +508,7 @@ each_backend!(
             .record_delivery(delivery("arm", json!({})))
             .await
             .unwrap();
-        let t0 = now();
+        let t0 = local_now();
         let c = store
             .claim_due("bitrix24", "w", Duration::from_secs(2), t0)
             .await
@@ -554,7 +554,7 @@ each_backend!(
             .record_delivery(delivery("settle", json!({})))
             .await
             .unwrap();
-        let t0 = now();
+        let t0 = local_now();
         let c = store
             .claim_due("bitrix24", "w", LEASE, t0)
             .await
@@ -614,7 +614,7 @@ each_backend!(
             .await
             .unwrap();
         let _c = store
-            .claim_due("bitrix24", "w", LEASE, now())
+            .claim_due("bitrix24", "w", LEASE, local_now())
             .await
             .unwrap()
             .unwrap();
@@ -624,7 +624,7 @@ each_backend!(
                 ReviewReason::UncertainOutcome,
                 "anna",
                 json!({}),
-                now(),
+                local_now(),
             )
             .await
             .unwrap_err();
@@ -635,7 +635,7 @@ each_backend!(
             .await
             .unwrap();
         let c = store
-            .claim_due("bitrix24", "w", LEASE, now())
+            .claim_due("bitrix24", "w", LEASE, local_now())
             .await
             .unwrap()
             .unwrap();
@@ -648,11 +648,11 @@ each_backend!(
                 &c.lease,
                 AttemptOutcome::Terminal { failure },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
-        let future = now() + chrono::TimeDelta::days(1);
+        let future = local_now() + chrono::TimeDelta::days(1);
         purge(store.as_ref(), future, 100).await.unwrap();
         let case_id = store
             .open_review(
@@ -660,7 +660,7 @@ each_backend!(
                 ReviewReason::RetriesExhausted,
                 "anna",
                 json!({}),
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -672,7 +672,7 @@ each_backend!(
                 actor: "anna".into(),
                 comment: None,
                 action: HumanAction::AuthorizeRetry,
-                now: now(),
+                now: local_now(),
                 bulk: None,
             })
             .await
@@ -690,10 +690,7 @@ struct Hiccup {
 }
 
 fn connection_reset() -> StoreError {
-    StoreError::Database(sqlx::Error::Io(std::io::Error::new(
-        std::io::ErrorKind::ConnectionReset,
-        "connection reset by peer",
-    )))
+    StoreError::Database(DbError::new(DbFault::Io, None, "connection reset by peer"))
 }
 
 fn take(n: &AtomicU32) -> bool {
@@ -703,7 +700,7 @@ fn take(n: &AtomicU32) -> bool {
 
 #[async_trait::async_trait]
 impl Store for Hiccup {
-    fn backend(&self) -> &'static str {
+    fn backend(&self) -> Backend {
         self.inner.backend()
     }
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
@@ -1313,7 +1310,7 @@ each_backend!(
             .record_delivery(delivery("grant", json!({"name": "x"})))
             .await
             .unwrap();
-        let t0 = now();
+        let t0 = local_now();
         let c = store
             .claim_due("bitrix24", "w", Duration::from_secs(5), t0)
             .await
@@ -1382,7 +1379,7 @@ each_backend!(
             .await
             .unwrap();
         let c = store
-            .claim_due("bitrix24", "n8n", LEASE, now())
+            .claim_due("bitrix24", "n8n", LEASE, local_now())
             .await
             .unwrap()
             .unwrap();
@@ -1395,7 +1392,7 @@ each_backend!(
                     detail: json!({}),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -1406,7 +1403,7 @@ each_backend!(
                     crm_id: "42".into(),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -1418,7 +1415,7 @@ each_backend!(
         assert_eq!(cases[0].resolution.as_deref(), Some("superseded"));
         assert_eq!(
             store
-                .metrics(now(), LEASE)
+                .metrics(local_now(), LEASE)
                 .await
                 .unwrap()
                 .crm_entities_created,

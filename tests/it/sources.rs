@@ -243,7 +243,7 @@ each_backend!(each_matching_rule, |db| async move {
             action: HumanAction::LinkExisting {
                 crm_id: crm_id.clone(),
             },
-            now: store::now(),
+            now: store::local_now(),
             bulk: None,
         })
         .await
@@ -267,7 +267,7 @@ each_backend!(each_matching_rule, |db| async move {
             actor: "manager".into(),
             comment: None,
             action: HumanAction::CreateNew,
-            now: store::now(),
+            now: store::local_now(),
             bulk: None,
         })
         .await

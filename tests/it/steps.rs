@@ -165,7 +165,7 @@ each_backend!(
         );
         let m = gw
             .store()
-            .metrics(now(), Duration::from_secs(60))
+            .metrics(local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(
@@ -207,7 +207,7 @@ each_backend!(
         assert_eq!(steps[0], ("contact".into(), known, "linked".into()));
         let m = gw
             .store()
-            .metrics(now(), Duration::from_secs(60))
+            .metrics(local_now(), Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(
@@ -528,7 +528,10 @@ each_backend!(
                 ("deal".into(), deal, "recovered".into()),
             ]
         );
-        let m = store.metrics(now(), Duration::from_secs(60)).await.unwrap();
+        let m = store
+            .metrics(local_now(), Duration::from_secs(60))
+            .await
+            .unwrap();
         assert_eq!(
             m.crm_steps.get(&("deal".into(), "recovered".into())),
             Some(&1),

@@ -20,7 +20,10 @@ fn op(key: &str) -> OperationId {
 }
 
 async fn claim(store: &dyn Store, owner: &str) -> Option<Claim> {
-    store.claim_due(CRM, owner, LEASE, now()).await.unwrap()
+    store
+        .claim_due(CRM, owner, LEASE, local_now())
+        .await
+        .unwrap()
 }
 
 fn kinds(timeline: &[TimelineEvent]) -> Vec<&str> {
@@ -48,7 +51,7 @@ async fn into_review(store: &dyn Store, key: &str) -> ReviewCase {
                 detail: json!({}),
             },
             vec![],
-            now(),
+            local_now(),
         )
         .await
         .unwrap();
@@ -95,7 +98,7 @@ each_backend!(
                     crm_id: "101".into(),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -111,7 +114,7 @@ each_backend!(
             }
         );
         let m = store
-            .metrics(now(), Duration::from_secs(120))
+            .metrics(local_now(), Duration::from_secs(120))
             .await
             .unwrap();
         assert_eq!(m.unique_operations, 1);
@@ -148,7 +151,7 @@ each_backend!(
         }
         assert_eq!((new, dup), (1, 63));
         let m = store
-            .metrics(now(), Duration::from_secs(120))
+            .metrics(local_now(), Duration::from_secs(120))
             .await
             .unwrap();
         assert_eq!(m.unique_operations, 1, "one operation row");
@@ -205,7 +208,7 @@ each_backend!(
                 &c.lease,
                 AttemptOutcome::Created { crm_id: "7".into() },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -248,14 +251,18 @@ each_backend!(
                 tokio::spawn(async move {
                     let owner = format!("worker-{w}");
                     let mut mine = Vec::new();
-                    while let Some(c) = store.claim_due(CRM, &owner, LEASE, now()).await.unwrap() {
+                    while let Some(c) = store
+                        .claim_due(CRM, &owner, LEASE, local_now())
+                        .await
+                        .unwrap()
+                    {
                         let crm_id = format!("crm-{}", c.operation.operation_id);
                         store
                             .finish_attempt(
                                 &c.lease,
                                 AttemptOutcome::Created { crm_id },
                                 vec![],
-                                now(),
+                                local_now(),
                             )
                             .await
                             .unwrap();
@@ -278,7 +285,7 @@ each_backend!(
         assert!(seen.values().all(|&n| n == 1), "none claimed twice");
         assert!(busy_workers > 1, "the work was shared between workers");
         let m = store
-            .metrics(now(), Duration::from_secs(120))
+            .metrics(local_now(), Duration::from_secs(120))
             .await
             .unwrap();
         assert_eq!(m.operations_by_status["completed"], 1000);
@@ -307,7 +314,7 @@ each_backend!(
                         actor: actor.into(),
                         comment: Some("checked the CRM: nothing there".into()),
                         action: HumanAction::AuthorizeRetry,
-                        now: now(),
+                        now: local_now(),
                         bulk: None,
                     })
                     .await
@@ -360,7 +367,7 @@ each_backend!(
                 action: HumanAction::ConfirmCrmResult {
                     crm_id: "55".into(),
                 },
-                now: now(),
+                now: local_now(),
                 bulk: None,
             })
             .await
@@ -381,7 +388,7 @@ each_backend!(
                 action: HumanAction::ConfirmCrmResult {
                     crm_id: "55".into(),
                 },
-                now: now(),
+                now: local_now(),
                 bulk: None,
             })
             .await
@@ -398,7 +405,7 @@ each_backend!(
                 actor: "boris".into(),
                 comment: None,
                 action: HumanAction::AuthorizeRetry,
-                now: now(),
+                now: local_now(),
                 bulk: None,
             })
             .await
@@ -431,7 +438,7 @@ each_backend!(
                 LEASE,
                 Duration::ZERO,
                 vec![request.clone()],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -444,10 +451,10 @@ each_backend!(
                         class: ErrorClass::RateLimited,
                         message: "QUERY_LIMIT_EXCEEDED".into(),
                     }),
-                    at: now(),
+                    at: local_now(),
                 },
                 vec![answer],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -465,7 +472,7 @@ each_backend!(
                     detail: json!({"lookup": "failed"}),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -478,7 +485,7 @@ each_backend!(
                 actor: "anna".into(),
                 comment: Some("not in the CRM".into()),
                 action: HumanAction::AuthorizeRetry,
-                now: now(),
+                now: local_now(),
                 bulk: None,
             })
             .await
@@ -491,7 +498,7 @@ each_backend!(
                     crm_id: "900".into(),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -560,7 +567,7 @@ each_backend!(
             true
         );
         let m = store
-            .metrics(now(), Duration::from_secs(120))
+            .metrics(local_now(), Duration::from_secs(120))
             .await
             .unwrap();
         assert_eq!(m.retries_by_class["rate_limited"], 1);
@@ -616,7 +623,7 @@ each_backend!(
             .await
             .unwrap();
         let c = claim(store.as_ref(), "w").await.unwrap();
-        let later = now() + chrono::TimeDelta::seconds(60);
+        let later = local_now() + chrono::TimeDelta::seconds(60);
         store
             .finish_attempt(
                 &c.lease,
@@ -628,7 +635,7 @@ each_backend!(
                     at: later,
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -696,7 +703,7 @@ each_backend!(
             .record_delivery(delivery("l", json!({})))
             .await
             .unwrap();
-        let start = now();
+        let start = local_now();
         let c = store
             .claim_due(CRM, "w1", Duration::from_secs(5), start)
             .await
@@ -806,7 +813,7 @@ each_backend!(payload_conflict_resolutions, |db| async move {
             actor: "anna".into(),
             comment: None,
             action: HumanAction::AuthorizeRetry,
-            now: now(),
+            now: local_now(),
             bulk: None,
         })
         .await
@@ -819,7 +826,7 @@ each_backend!(payload_conflict_resolutions, |db| async move {
             actor: "anna".into(),
             comment: Some("second was a test".into()),
             action: HumanAction::KeepOriginal,
-            now: now(),
+            now: local_now(),
             bulk: None,
         })
         .await
@@ -847,7 +854,7 @@ each_backend!(payload_conflict_resolutions, |db| async move {
             actor: "boris".into(),
             comment: None,
             action: HumanAction::AcceptAsNew,
-            now: now(),
+            now: local_now(),
             bulk: None,
         })
         .await
@@ -886,7 +893,7 @@ each_backend!(link_reject_and_invalid_resolutions, |db| async move {
         actor: "anna".into(),
         comment: None,
         action,
-        now: now(),
+        now: local_now(),
         bulk: None,
     };
     let e = store
@@ -929,7 +936,7 @@ each_backend!(link_reject_and_invalid_resolutions, |db| async move {
             actor: "anna".into(),
             comment: Some("spam".into()),
             action: HumanAction::Reject,
-            now: now(),
+            now: local_now(),
             bulk: None,
         })
         .await
@@ -1000,7 +1007,7 @@ each_backend!(
             .unwrap()
             .is_empty());
         let old = CaseFilter {
-            opened_before: Some(now() - chrono::TimeDelta::hours(1)),
+            opened_before: Some(local_now() - chrono::TimeDelta::hours(1)),
             ..Default::default()
         };
         assert!(store
@@ -1029,13 +1036,13 @@ each_backend!(rejected_deliveries_are_journaled, |db| async move {
             content_type: Some("application/json".into()),
             raw_body: vec![0xff, 0xfe, b'{'],
             reason: "invalid UTF-8".into(),
-            received_at: now(),
+            received_at: local_now(),
             transform_version: 1,
         })
         .await
         .unwrap();
     assert!(id > 0);
-    let m = store.metrics(now(), LEASE).await.unwrap();
+    let m = store.metrics(local_now(), LEASE).await.unwrap();
     assert_eq!(m.deliveries[&("site".into(), "rejected".into())], 1);
     assert_eq!(m.lost, 0);
 });
@@ -1120,7 +1127,7 @@ each_backend!(
                                 crm_id: format!("{w}"),
                             },
                             vec![],
-                            now(),
+                            local_now(),
                         )
                         .await
                         .unwrap();
@@ -1130,7 +1137,7 @@ each_backend!(
         for w in workers {
             w.await.unwrap();
         }
-        let m = store.metrics(now(), LEASE).await.unwrap();
+        let m = store.metrics(local_now(), LEASE).await.unwrap();
         assert_eq!(m.unique_operations, 10);
         assert_eq!(m.deliveries[&("site".into(), "new".into())], 10);
         assert_eq!(m.duplicates_absorbed["site"], 70);
@@ -1169,7 +1176,7 @@ each_backend!(
             .await,
             "ok"
         );
-        let m = store.metrics(now(), LEASE).await.unwrap();
+        let m = store.metrics(local_now(), LEASE).await.unwrap();
         assert_eq!(m.lost, 1);
         assert_eq!(m.unreconstructable, 1);
         assert_eq!(m.operations_by_status["completed"], 1);
@@ -1234,7 +1241,7 @@ each_backend!(
                 }
             }
         }
-        let m = store.metrics(now(), LEASE).await.unwrap();
+        let m = store.metrics(local_now(), LEASE).await.unwrap();
         assert_eq!(
             m.unique_operations, 40,
             "the refused one left nothing behind"

@@ -237,7 +237,7 @@ async fn postgres_over_tls_require_and_verify_full_for_the_gateway_and_the_conso
     let store = leadgate::store::connect(&url("127.0.0.1", "postgres", "sslmode=require"))
         .await
         .expect("sslmode=require");
-    assert_eq!(store.backend(), "postgres");
+    assert_eq!(store.backend(), leadgate::store::Backend::Postgres);
     let mut admin = sqlx::postgres::PgConnection::connect_with(
         &leadgate::store::postgres::connect_options(&url(
             "127.0.0.1",

@@ -336,7 +336,7 @@ async fn requested(store: &dyn Store, key: &str) -> (i64, OperationId) {
         .await
         .unwrap();
     let claim = store
-        .claim_due("bitrix24", "w", Duration::from_secs(30), now())
+        .claim_due("bitrix24", "w", Duration::from_secs(30), local_now())
         .await
         .unwrap()
         .unwrap();
@@ -347,7 +347,7 @@ async fn requested(store: &dyn Store, key: &str) -> (i64, OperationId) {
                 crm_id: "77".into(),
             },
             vec![],
-            now(),
+            local_now(),
         )
         .await
         .unwrap();
@@ -366,7 +366,12 @@ each_backend!(concurrent_workers_claim_an_update_once, |db| async move {
         let store = db.store().await;
         tasks.spawn(async move {
             store
-                .claim_update("bitrix24", &format!("w{n}"), Duration::from_secs(30), now())
+                .claim_update(
+                    "bitrix24",
+                    &format!("w{n}"),
+                    Duration::from_secs(30),
+                    local_now(),
+                )
                 .await
                 .unwrap()
         });
@@ -388,7 +393,7 @@ each_backend!(
     |db| async move {
         let store = db.store().await;
         requested(store.as_ref(), "l1").await;
-        let t0 = now();
+        let t0 = local_now();
         let claim = store
             .claim_update("bitrix24", "w1", Duration::from_secs(5), t0)
             .await
@@ -485,26 +490,26 @@ each_backend!(
             .await
             .unwrap();
         store
-            .pause_connector("bitrix24", "test", "ann", now())
+            .pause_connector("bitrix24", "test", "ann", local_now())
             .await
             .unwrap();
         assert!(store
-            .claim_update("bitrix24", "w", Duration::from_secs(5), now())
+            .claim_update("bitrix24", "w", Duration::from_secs(5), local_now())
             .await
             .unwrap()
             .is_none());
         store
-            .resume_connector("bitrix24", "ann", now())
+            .resume_connector("bitrix24", "ann", local_now())
             .await
             .unwrap();
         let first = store
-            .claim_update("bitrix24", "w", Duration::from_secs(5), now())
+            .claim_update("bitrix24", "w", Duration::from_secs(5), local_now())
             .await
             .unwrap()
             .unwrap();
         assert_eq!(first.case_id, case_a);
         // While the first is pending (and then while it may still land), the second waits.
-        let t = now();
+        let t = local_now();
         store
             .start_update(&first, Duration::from_secs(5), Duration::from_secs(10), t)
             .await
@@ -541,7 +546,7 @@ each_backend!(
     |db| async move {
         let store = db.store().await;
         requested(store.as_ref(), "r1").await;
-        let future = now() + chrono::TimeDelta::days(400);
+        let future = local_now() + chrono::TimeDelta::days(400);
         let purged = store.purge_batch(future, 100, future).await.unwrap();
         let o = store.operation(&op("r1")).await.unwrap().unwrap();
         assert!(
@@ -549,7 +554,7 @@ each_backend!(
             "purged with a pending update ({purged:?})"
         );
         let claim = store
-            .claim_update("bitrix24", "w", Duration::from_secs(5), now())
+            .claim_update("bitrix24", "w", Duration::from_secs(5), local_now())
             .await
             .unwrap()
             .unwrap();
@@ -558,7 +563,7 @@ each_backend!(
                 &claim,
                 UpdateOutcome::Done { fields: vec![] },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -604,7 +609,7 @@ each_backend!(
             .await
             .unwrap();
         let claim = store
-            .claim_due("bitrix24", "w", Duration::from_secs(30), now())
+            .claim_due("bitrix24", "w", Duration::from_secs(30), local_now())
             .await
             .unwrap()
             .unwrap();
@@ -616,7 +621,7 @@ each_backend!(
                     crm_id: "77".into(),
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
@@ -625,14 +630,14 @@ each_backend!(
             .await
             .unwrap();
         let first = store
-            .claim_update("bitrix24", "w1", Duration::from_secs(5), now())
+            .claim_update("bitrix24", "w1", Duration::from_secs(5), local_now())
             .await
             .unwrap()
             .unwrap();
         assert_eq!(first.operation_id, op("e1"), "the older delivery first");
         assert!(
             store
-                .claim_update("bitrix24", "w2", Duration::from_secs(5), now())
+                .claim_update("bitrix24", "w2", Duration::from_secs(5), local_now())
                 .await
                 .unwrap()
                 .is_none(),
@@ -645,12 +650,12 @@ each_backend!(
                     fields: vec!["name".into()],
                 },
                 vec![],
-                now(),
+                local_now(),
             )
             .await
             .unwrap();
         let second = store
-            .claim_update("bitrix24", "w2", Duration::from_secs(5), now())
+            .claim_update("bitrix24", "w2", Duration::from_secs(5), local_now())
             .await
             .unwrap()
             .unwrap();
@@ -680,7 +685,7 @@ each_backend!(
         assert_eq!(gw.fake.calls(UPDATE), 1, "nothing more while paused");
         gw.fake.clear_faults();
         gw.store()
-            .resume_connector("bitrix24", "ann", now())
+            .resume_connector("bitrix24", "ann", local_now())
             .await
             .unwrap();
         let t = events(&gw, "site:a1", "crm_updated", 1, Duration::from_secs(10)).await;

@@ -889,10 +889,10 @@ impl Console {
         };
         Ok(Console {
             connection: Connection {
-                backend: store.backend().to_owned(),
+                backend: store.backend().name().to_owned(),
                 display_url: without_password(url),
                 schema_version: found,
-                live: store.backend() == "postgres",
+                live: store.backend().is_shared(),
                 mode: mode.to_owned(),
                 actor,
                 role,

@@ -66,7 +66,7 @@ impl Demo {
                 .build()
                 .expect("HTTP client"),
             store,
-            run: store::now().format("%H%M%S").to_string(),
+            run: store::local_now().format("%H%M%S").to_string(),
             site_secret,
             read_token,
             deals: None,
@@ -94,7 +94,7 @@ impl Demo {
     fn lead(&self, name: &str, person: &str) -> Value {
         json!({"submission_id": self.key(name), "name": person, "phone": "+7 999 123-45-67",
                "email": format!("{}@example.com", person.to_lowercase()),
-               "sent_at": store::now().to_rfc3339()})
+               "sent_at": store::local_now().to_rfc3339()})
     }
 
     async fn post(&self, body: &Value) -> anyhow::Result<(u16, Value)> {
@@ -103,7 +103,7 @@ impl Demo {
 
     async fn post_to(&self, gateway: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         let body = serde_json::to_vec(body)?;
-        let now = store::now().timestamp();
+        let now = store::local_now().timestamp();
         let signature =
             leadgate::intake::sources::sign(self.site_secret.expose().as_bytes(), now, &body);
         let res = self
@@ -509,7 +509,7 @@ impl Demo {
         // The token is fixed: a person resumes the connector.
         self.clear_faults().await?;
         self.store
-            .resume_connector("bitrix24", "demo", store::now())
+            .resume_connector("bitrix24", "demo", store::local_now())
             .await?;
         for k in &keys {
             self.wait_status(k, "completed").await?;
@@ -549,7 +549,7 @@ impl Demo {
         self.post(&lead).await?;
         let done = self.wait_status(&key, "completed").await?;
         // Retention runs (as `leadgate purge --older-than 0s` would).
-        let purged = store::purge(self.store.as_ref(), store::now(), 200).await?;
+        let purged = store::purge(self.store.as_ref(), store::local_now(), 200).await?;
         let (status, body) = self.post(&lead).await?;
         let mut late = self.lead("s8-late", "Roman");
         late["created_at"] = json!("2024-01-01T00:00:00Z");
@@ -612,7 +612,7 @@ impl Demo {
         // 3. The Telegram message, sharing the contact.
         let update_id: u64 = self.run.parse::<u64>().unwrap_or(0) * 10 + 9;
         let update = json!({"update_id": update_id, "message": {
-            "message_id": 1, "date": store::now().timestamp(), "text": "Перезвоните, пожалуйста",
+            "message_id": 1, "date": store::local_now().timestamp(), "text": "Перезвоните, пожалуйста",
             "from": {"id": 42, "is_bot": false, "first_name": "Maria"},
             "chat": {"id": 42, "type": "private"},
             "contact": {"phone_number": "+79165551234", "first_name": "Maria", "user_id": 42}}});

@@ -244,7 +244,7 @@ impl<F> Gateway<F> {
         let mut idle_since: Option<Instant> = None;
         loop {
             let m = store
-                .metrics(leadgate::store::now(), Duration::from_secs(60))
+                .metrics(leadgate::store::local_now(), Duration::from_secs(60))
                 .await
                 .unwrap();
             if m.operations_by_status.contains_key("in_progress") {

@@ -64,7 +64,7 @@ pub fn lead(source: &str, key: &str, payload: Value, at: DateTime<Utc>) -> NewDe
 
 /// A JSON lead of the `site` source under `key`, received now.
 pub fn delivery(key: &str, payload: Value) -> NewDelivery {
-    lead("site", key, payload, store::now())
+    lead("site", key, payload, store::local_now())
 }
 
 fn form(n: u32, name: &str, phone: &str) -> Value {
@@ -123,7 +123,7 @@ fn exchange(id: &str, answer: Value, class: Option<ErrorClass>) -> Vec<NewEvent>
 
 /// Fills `store` (freshly migrated) with a day of history and one case of each kind.
 pub async fn seed(store: &dyn Store) -> Result<Seeded> {
-    let now = store::now();
+    let now = store::local_now();
     let t = |minutes_ago: i64| now - TimeDelta::minutes(minutes_ago);
 
     // A day of ordinary traffic: created leads, technical duplicates, a rate-limit retry.
@@ -361,7 +361,7 @@ pub async fn seed(store: &dyn Store) -> Result<Seeded> {
 /// person clears with one bulk retry. Call it before the connector is paused (or on a
 /// store without [`seed`]).
 pub async fn outage(store: &dyn Store, n: u32) -> Result<Vec<OperationId>> {
-    let start = store::now() - TimeDelta::minutes(20);
+    let start = store::local_now() - TimeDelta::minutes(20);
     let mut ids = Vec::with_capacity(n as usize);
     for i in 1..=n {
         let at = start + TimeDelta::seconds(i as i64);

@@ -346,7 +346,7 @@ mod tests {
                 name: None,
             },
             event_time: None,
-            received_at: crate::store::now(),
+            received_at: crate::store::local_now(),
             review: None,
             matching: None,
         }
@@ -354,7 +354,7 @@ mod tests {
 
     #[test]
     fn the_one_statement_intake_gets_what_record_would_lock_and_match() {
-        let since = crate::store::now();
+        let since = crate::store::local_now();
         let matching = Some(Matching {
             rule: MatchRule::Review,
             since,

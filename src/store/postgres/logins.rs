@@ -417,9 +417,7 @@ impl LoginAdmin {
         }
         owner.person_connect(login, false).await?;
         match self.drop_login(login).await {
-            Err(StoreError::Database(sqlx::Error::Database(e)))
-                if e.code().as_deref() == Some("2BP01") =>
-            {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("2BP01") => {
                 Err(StoreError::NotApplied(format!(
                     "`{login}` can no longer connect here, but still holds rights elsewhere on \
                      this server and was not dropped: {}",
@@ -428,11 +426,12 @@ impl LoginAdmin {
                         .unwrap_or(e.message())
                 )))
             }
-            other => other.map(|()| true),
+            other => Ok(other.map(|()| true)?),
         }
     }
 
-    async fn drop_login(&self, login: &str) -> Result<()> {
+    /// The driver's error as it is: its DETAIL names where a login still holds rights.
+    async fn drop_login(&self, login: &str) -> std::result::Result<(), sqlx::Error> {
         let drop: String = sqlx::query_scalar("select format('drop role %I', $1)")
             .bind(login)
             .fetch_one(&self.pool)

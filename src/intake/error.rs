@@ -1,0 +1,234 @@
+//! Every error answer of the HTTP API: [`ApiError`] and its body, [`ErrorBody`]. A store
+//! error is mapped by its kind (`store::ErrorKind`), on purpose: only what may pass later
+//! is "503, retry".
+
+use std::borrow::Cow;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::{OperationId, ReviewReason, Status};
+use crate::store::{ErrorKind, StoreError};
+
+/// Every error answer: `{"error": "<code>", "message": "<human sentence>"}`; the claim
+/// API's refusals of a key also name the operation (and, for `needs_review`, its state).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// A stable code, e.g. `unauthorized`, `bad_signature`, `missing_key`,
+    /// `malformed_body`, `not_found`, `unavailable`, `in_flight`, `lease_lost`.
+    #[schema(example = "not_found")]
+    pub error: Cow<'static, str>,
+    /// A sentence for a person; it never repeats a secret or the lead's data.
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<OperationId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review_reason: Option<ReviewReason>,
+}
+
+impl ErrorBody {
+    pub(crate) fn new(error: &'static str, message: impl Into<String>) -> Self {
+        ErrorBody {
+            error: Cow::Borrowed(error),
+            message: message.into(),
+            operation_id: None,
+            status: None,
+            review_reason: None,
+        }
+    }
+
+    /// A refusal concerning one operation.
+    pub(crate) fn about(mut self, id: &OperationId) -> Self {
+        self.operation_id = Some(id.clone());
+        self
+    }
+}
+
+/// What went wrong with a request, as a status code and an [`ErrorBody`].
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("no such source is configured")]
+    UnknownSource,
+    #[error("{message}")]
+    Unauthorized { code: &'static str, message: String },
+    #[error("the body is larger than the {0} bytes this gateway accepts")]
+    TooLarge(usize),
+    #[error("the body did not arrive within {} s", .0.as_secs_f64())]
+    TooSlow(std::time::Duration),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("the operations database is not available; retry later")]
+    Unavailable(#[source] StoreError),
+    /// The request met a state that changed under it (`store::ErrorKind::Conflict`).
+    #[error("{0}")]
+    Conflict(#[source] StoreError),
+    /// The rules, a role or the database's own checks refuse the request as it is: it
+    /// would be refused again (`store::ErrorKind::Refused`).
+    #[error("{0}")]
+    Refused(#[source] StoreError),
+    /// Leadgate failed (`store::ErrorKind::Internal`): the details are in the gateway's
+    /// log, and the same request is not worth repeating until someone looks.
+    #[error("the gateway failed on this request; the details are in its log")]
+    Internal(#[source] StoreError),
+    /// A refusal before authentication from an address over its budget (`refusals`).
+    #[error("too many refused requests from this address: {0}")]
+    TooManyRefusals(Box<ApiError>),
+}
+
+impl ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnknownSource | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::TooManyRefusals(_) => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { code, .. } => code,
+            ApiError::UnknownSource => "unknown_source",
+            ApiError::Unauthorized { code, .. } => code,
+            ApiError::TooLarge(_) => "payload_too_large",
+            ApiError::TooSlow(_) => "request_timeout",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::Refused(_) => "refused",
+            ApiError::Internal(_) => "internal_error",
+            ApiError::TooManyRefusals(_) => "too_many_refusals",
+        }
+    }
+
+    pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Each kind of store error answers what it means to the sender: only what may pass
+/// later is "503, retry"; a refusal or a fault of Leadgate's own is not.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e.kind() {
+            ErrorKind::Unavailable => ApiError::Unavailable(e),
+            ErrorKind::Conflict => ApiError::Conflict(e),
+            ErrorKind::Refused => ApiError::Refused(e),
+            ErrorKind::NotFound => ApiError::NotFound(e.to_string()),
+            ErrorKind::Internal => ApiError::Internal(e),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match &self {
+            // The details stay in the log; the sender learns only to retry.
+            ApiError::Unavailable(e) => tracing::error!(error = %e, "operations database error"),
+            ApiError::Internal(e) => tracing::error!(error = %e, "internal error"),
+            ApiError::Refused(e) | ApiError::Conflict(e) => {
+                tracing::info!(error = %e, "the operations store refused a request")
+            }
+            _ => {}
+        }
+        let mut res = (
+            self.status_code(),
+            Json(ErrorBody::new(self.code(), self.to_string())),
+        )
+            .into_response();
+        match self {
+            ApiError::Unavailable(_) => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            ApiError::TooManyRefusals(_) => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            }
+            _ => {}
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(e: StoreError) -> (StatusCode, Option<String>, String) {
+        let res = ApiError::from(e).into_response();
+        let retry = res
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let status = res.status();
+        let body =
+            futures::executor::block_on(axum::body::to_bytes(res.into_body(), 1 << 16)).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        (status, retry, body["error"].as_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn only_what_may_pass_later_tells_the_sender_to_retry() {
+        use crate::store::{DbError, DbFault};
+        let db = |code| StoreError::Database(DbError::new(DbFault::Server, Some(code), "no"));
+        let cases = [
+            (db("08006"), 503, Some("5"), "unavailable"),
+            (db("55P03"), 503, Some("5"), "unavailable"),
+            (db("23505"), 409, None, "conflict"),
+            (StoreError::LeaseLost("k".into()), 409, None, "conflict"),
+            (db("22001"), 422, None, "refused"),
+            (db("42501"), 422, None, "refused"),
+            (StoreError::Forbidden("no".into()), 422, None, "refused"),
+            (
+                StoreError::UnknownOperation("web:1".into()),
+                404,
+                None,
+                "not_found",
+            ),
+            (
+                StoreError::Corrupt("a row".into()),
+                500,
+                None,
+                "internal_error",
+            ),
+            (db("42P01"), 500, None, "internal_error"),
+        ];
+        for (e, status, retry, code) in cases {
+            let what = e.to_string();
+            assert_eq!(
+                answer(e),
+                (
+                    StatusCode::from_u16(status).unwrap(),
+                    retry.map(str::to_owned),
+                    code.to_owned()
+                ),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_internal_error_keeps_its_details_in_the_log() {
+        let res = ApiError::from(StoreError::Corrupt("secret row 42".into())).into_response();
+        let body =
+            futures::executor::block_on(axum::body::to_bytes(res.into_body(), 1 << 16)).unwrap();
+        assert!(!String::from_utf8_lossy(&body).contains("secret row 42"));
+    }
+}
