@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::config::{RetryConfig, LEASE_MARGIN};
 use crate::crm::{Crm, CrmError, Exchange, FieldMap, StepDone};
 use crate::domain::ErrorClass;
+use crate::domain::EventKind;
 use crate::store::{AttemptOutcome, Lease, NewEvent, Operation, Store, StoreError};
 
 #[derive(Debug, Clone)]
@@ -117,8 +118,8 @@ pub fn cut_off<T>(what: &str, budget: Duration) -> (Result<T, CrmError>, Exchang
 /// Timeline events for one CRM exchange: the request summary and the answer (with its
 /// error class when it failed).
 pub fn exchange_events(
-    request_kind: &'static str,
-    response_kind: &'static str,
+    request_kind: EventKind,
+    response_kind: EventKind,
     exchange: &Exchange,
     error: Option<&CrmError>,
 ) -> Vec<NewEvent> {
@@ -159,5 +160,5 @@ pub fn final_step(crm: &dyn Crm, outcome: &AttemptOutcome) -> Option<NewEvent> {
         crm_id: crm_id.clone(),
         how: how.into(),
     };
-    Some(NewEvent::new("crm_step", json!(step)))
+    Some(NewEvent::new(EventKind::CrmStep, json!(step)))
 }

@@ -22,6 +22,7 @@ use tracing::Instrument;
 use crate::attempt::{cut_off, exchange_events, finish_attempt, WorkerSettings};
 use crate::crm::{Crm, CrmError, Lookup};
 use crate::domain::outage::counts_against_connector;
+use crate::domain::EventKind;
 use crate::domain::{ErrorClass, ReviewReason};
 use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
 
@@ -193,8 +194,8 @@ pub async fn look_up_many(
             }
         };
         let events = exchange_events(
-            "reconcile_request",
-            "reconcile_response",
+            EventKind::ReconcileRequest,
+            EventKind::ReconcileResponse,
             &exchange,
             result.as_ref().err(),
         );
@@ -238,7 +239,7 @@ fn verdict(crm: &dyn Crm, claim: &Claim, result: Result<&Lookup, &CrmError>) -> 
     };
     tracing::info!(operation_id = %claim.operation.operation_id, verdict, "looked up by key");
     NewEvent::new(
-        "reconciliation",
+        EventKind::Reconciliation,
         json!({"verdict": verdict, "authoritative": crm.lookup_is_authoritative(),
                "verify_pass": claim.operation.verify_first}),
     )

@@ -26,6 +26,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::config::Secret;
+use crate::domain::EventKind;
 use crate::store::{self, DueRedelivery, NewEvent, Store};
 
 /// Operations sent back per pass.
@@ -98,7 +99,7 @@ impl Redeliverer {
                 tracing::warn!(operation_id = %r.operation_id, redelivery = r.sent, %error,
                     "redelivery to the integration failed; sent again later");
                 let event = NewEvent::new(
-                    "redelivery_failed",
+                    EventKind::RedeliveryFailed,
                     json!({"redelivery": r.sent, "error": error}),
                 );
                 let now = self.store.now();

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::crm::{Crm, CrmError, Lead, Lookup, StepError};
 use crate::domain::outage::{counts_against_connector, during_outage, Gate};
+use crate::domain::EventKind;
 use crate::domain::{ErrorClass, RetryDecision, ReviewReason};
 use crate::reconcile;
 use crate::store::{self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Store, StoreError};
@@ -285,8 +286,8 @@ impl Worker {
                 Err(e) => {
                     tracing::warn!(class = %e.class, "could not choose the lead's contact");
                     before.extend(exchange_events(
-                        "crm_request",
-                        "crm_response",
+                        EventKind::CrmRequest,
+                        EventKind::CrmResponse,
                         &exchange,
                         Some(&e),
                     ));
@@ -347,8 +348,8 @@ impl Worker {
                 crm_id
             });
             let events = exchange_events(
-                "crm_request",
-                "crm_response",
+                EventKind::CrmRequest,
+                EventKind::CrmResponse,
                 &exchange,
                 result.as_ref().err(),
             );
@@ -526,7 +527,7 @@ impl Worker {
         if let (Some(n), serde_json::Value::Object(m)) = (batch, &mut detail) {
             m.insert("batch".into(), json!(n));
         }
-        NewEvent::new("attempt_started", detail)
+        NewEvent::new(EventKind::AttemptStarted, detail)
     }
 
     /// The CRM answered: an outage (or a run of failures) of the connector ends.
@@ -629,5 +630,8 @@ fn unreachable_failure() -> Failure {
 
 /// The timeline's note that a call was never sent.
 fn not_sent_event(e: &CrmError) -> NewEvent {
-    NewEvent::new("not_sent", json!({"class": e.class, "error": e.message}))
+    NewEvent::new(
+        EventKind::NotSent,
+        json!({"class": e.class, "error": e.message}),
+    )
 }

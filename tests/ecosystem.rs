@@ -555,7 +555,7 @@ async fn two_scrapes() -> (Scrape, Scrape) {
             &g1,
             "worker",
             leadgate::store::NewEvent::new(
-                "crm_step",
+                leadgate::domain::EventKind::CrmStep,
                 json!({"step": "contact", "entity": "contact", "crm_id": "70", "how": "created"}),
             ),
             leadgate::store::local_now(),

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use super::n8n::Execution;
 use super::verdict::{Facts, JournalFacts};
 use super::{CrmEntity, Event, Origin};
+use crate::domain::EventKind;
 use crate::domain::OperationId;
 use crate::store::{Operation, SearchPlan, SearchQuery, Store, StoreError, TimelineEvent};
 
@@ -95,7 +96,7 @@ pub fn journal_facts(j: &Journal) -> JournalFacts {
     let t = &j.timeline;
     let mut workers: Vec<String> = t
         .iter()
-        .filter(|e| e.kind == "attempt_started")
+        .filter(|e| e.is(EventKind::AttemptStarted))
         .map(|e| e.actor.clone())
         .collect();
     workers.sort();
@@ -107,14 +108,14 @@ pub fn journal_facts(j: &Journal) -> JournalFacts {
         deliveries: t
             .iter()
             .filter(|e| {
-                e.kind == "delivery"
+                e.is(EventKind::Delivery)
                     && matches!(
                         e.detail.get("outcome").and_then(Value::as_str),
                         Some("new" | "duplicate")
                     )
             })
             .count() as u32,
-        attempts: t.iter().filter(|e| e.kind == "attempt_started").count() as u32,
+        attempts: t.iter().filter(|e| e.is(EventKind::AttemptStarted)).count() as u32,
         workers,
         uncertain_attempt: t
             .iter()
@@ -143,7 +144,7 @@ pub fn journal_events(entity: &str, j: &Journal) -> Vec<Event> {
     ];
     j.timeline
         .iter()
-        .filter(|e| e.kind != "status_changed")
+        .filter(|e| !e.is(EventKind::StatusChanged))
         .map(|e| {
             let details: Vec<String> = FIELDS
                 .iter()

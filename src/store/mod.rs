@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::domain::{ErrorClass, Fingerprint, MatchRule, OperationId, ReviewReason, Status};
 
-pub use crate::domain::{after, before, AttemptOutcome, Failure, HumanAction};
+pub use crate::domain::{after, before, AttemptOutcome, EventKind, Failure, HumanAction};
 
 mod backend;
 pub mod changes;
@@ -293,13 +293,13 @@ pub enum UpdateOutcome {
 /// An event to append to an operation's timeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
-    pub kind: &'static str,
+    pub kind: EventKind,
     pub error_class: Option<ErrorClass>,
     pub detail: Value,
 }
 
 impl NewEvent {
-    pub fn new(kind: &'static str, detail: Value) -> Self {
+    pub fn new(kind: EventKind, detail: Value) -> Self {
         NewEvent {
             kind,
             error_class: None,
@@ -325,10 +325,18 @@ pub const TIMELINE_PAGE_MAX: i64 = 500;
 pub struct TimelineEvent {
     pub id: i64,
     pub at: DateTime<Utc>,
+    /// Text, not an [`EventKind`]: a timeline may hold a kind a newer Leadgate wrote.
     pub kind: String,
     pub actor: String,
     pub error_class: Option<String>,
     pub detail: Value,
+}
+
+impl TimelineEvent {
+    /// Whether this event is of kind `k`.
+    pub fn is(&self, k: EventKind) -> bool {
+        self.kind == k.as_str()
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

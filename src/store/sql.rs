@@ -440,7 +440,7 @@ macro_rules! sql_store {
                 )
                 .bind(operation_id)
                 .bind(now)
-                .bind(event.kind)
+                .bind(event.kind.as_str())
                 .bind(actor)
                 .bind(event.error_class.map(|c| c.as_str()))
                 .bind(event.detail.to_string())

@@ -23,6 +23,7 @@ use super::{not_sent_event, Worker};
 use crate::attempt::{cut_off, exchange_events};
 use crate::crm::{CrmError, Exchange};
 use crate::domain::ErrorClass;
+use crate::domain::EventKind;
 use crate::reconcile;
 use crate::store::{self, AttemptOutcome, Claim, Failure, Lease, NewEvent, StoreError};
 
@@ -225,8 +226,8 @@ impl Worker {
             Ok(answers) => {
                 for ((claim, _), (result, exchange)) in sent.iter().zip(answers) {
                     let events = exchange_events(
-                        "crm_request",
-                        "crm_response",
+                        EventKind::CrmRequest,
+                        EventKind::CrmResponse,
                         &exchange,
                         result.as_ref().err(),
                     );
@@ -240,7 +241,12 @@ impl Worker {
             Err((e, exchange)) => {
                 tracing::warn!(class = %e.class, "the batch request failed");
                 health = Some(e.class);
-                let events = exchange_events("crm_request", "crm_response", &exchange, Some(&e));
+                let events = exchange_events(
+                    EventKind::CrmRequest,
+                    EventKind::CrmResponse,
+                    &exchange,
+                    Some(&e),
+                );
                 for (claim, _) in &sent {
                     items.push((self.after_item_failure(claim, &e, now), events.clone()));
                 }

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::attempt::{cut_off, exchange_events, through_hiccups};
 use crate::crm::{ContactSearch, StepDone, StepError};
+use crate::domain::EventKind;
 use crate::store::{AttemptOutcome, Claim, Lease, NewEvent, StoreError, TimelineEvent};
 
 use super::Worker;
@@ -23,7 +24,7 @@ use super::Worker;
 /// step (which the lease makes impossible) the first stands.
 pub fn recorded_steps(timeline: &[TimelineEvent]) -> Vec<StepDone> {
     let mut done: Vec<StepDone> = Vec::new();
-    for e in timeline.iter().filter(|e| e.kind == "crm_step") {
+    for e in timeline.iter().filter(|e| e.is(EventKind::CrmStep)) {
         if let Ok(step) = serde_json::from_value::<StepDone>(e.detail.clone()) {
             if !done.iter().any(|d| d.step == step.step) && step.step != FINAL_STEP {
                 done.push(step);
@@ -65,10 +66,10 @@ impl Worker {
         // clears `verify_first`, while the contact's create may still have landed.
         let attempts_started = timeline
             .iter()
-            .filter(|e| e.kind == "attempt_started")
+            .filter(|e| e.is(EventKind::AttemptStarted))
             .count();
         let may_exist = attempts_started > 1
-            || timeline.iter().any(|e| e.kind == "lease_taken_over")
+            || timeline.iter().any(|e| e.is(EventKind::LeaseTakenOver))
             || op.verify_first
             || claim.granted;
         let mut first = true;
@@ -93,11 +94,16 @@ impl Worker {
                 Err(StepError::Crm(e)) => Some(e),
                 _ => None,
             };
-            let mut events = exchange_events("crm_request", "crm_response", &exchange, error);
+            let mut events = exchange_events(
+                EventKind::CrmRequest,
+                EventKind::CrmResponse,
+                &exchange,
+                error,
+            );
             match result {
                 Ok(step_done) => {
                     tracing::info!(step, crm_id = %step_done.crm_id, how = %step_done.how, "step done");
-                    events.push(NewEvent::new("crm_step", json!(step_done)));
+                    events.push(NewEvent::new(EventKind::CrmStep, json!(step_done)));
                     // The recovery point: committed before the next call goes out.
                     through_hiccups(self.settings.keep_trying(), || {
                         self.store
@@ -123,8 +129,8 @@ impl Worker {
         };
         let (result, exchange) = answer.unwrap_or_else(|_| cut_off("create", budget));
         let events = exchange_events(
-            "crm_request",
-            "crm_response",
+            EventKind::CrmRequest,
+            EventKind::CrmResponse,
             &exchange,
             result.as_ref().err(),
         );

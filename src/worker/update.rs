@@ -13,6 +13,7 @@ use crate::config::LEASE_MARGIN;
 use crate::crm::{CrmError, EntityUpdate, Lead};
 use crate::domain::outage::counts_against_connector;
 use crate::domain::update::{after_failed_update, UpdateNext};
+use crate::domain::EventKind;
 use crate::domain::{ErrorClass, RetryDecision};
 use crate::store::{Failure, NewEvent, StoreError, UpdateClaim, UpdateOutcome};
 
@@ -122,8 +123,8 @@ impl Worker {
             Err(_) => cut_off("update", budget),
         };
         let events = exchange_events(
-            "crm_update_request",
-            "crm_update_response",
+            EventKind::CrmUpdateRequest,
+            EventKind::CrmUpdateResponse,
             &exchange,
             result.as_ref().err(),
         );

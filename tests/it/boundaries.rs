@@ -3,8 +3,10 @@
 //! ARCHITECTURE.md "Layers". Fails on an import the table does not allow, on any cycle
 //! between top-level modules, and on SQL outside the store. The domain is a crate of its
 //! own (crates/leadgate-domain): Cargo keeps it from importing anything above it, and
-//! its dependency list is checked here against data-and-text crates.
+//! its dependency list is checked here against data-and-text crates. And the timeline's
+//! kinds: the migrations' SQL writes only `EventKind`s, and every one is written somewhere.
 
+use leadgate::domain::EventKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -337,4 +339,156 @@ fn the_path_reader_sees_grouped_and_macro_imports() {
         "use crate::{a::b, c, d::{e, f}};\nlet x = $crate::g::h;\nuse crate::i;\nmy_crate::j";
     let found: Vec<String> = crate_paths(code).into_iter().collect();
     assert_eq!(found, ["a", "c", "d", "g", "i"]);
+}
+
+/// Splits `a, f(b, c), 'x, y'` at its top-level commas, up to the `)` that closes it.
+fn split_top(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth, mut quoted) = (vec![], String::new(), 0i32, false);
+    for ch in s.chars() {
+        if ch == '\'' {
+            quoted = !quoted;
+        }
+        if !quoted {
+            match ch {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth < 0 {
+                        break;
+                    }
+                }
+                ',' if depth == 0 => {
+                    out.push(cur.trim().to_owned());
+                    cur.clear();
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        cur.push(ch);
+    }
+    out.push(cur.trim().to_owned());
+    out
+}
+
+/// The kind of every `insert into timeline (…) values (…)` / `… select …` in `sql`, and
+/// the values that are not a literal (which the check cannot read).
+fn sql_kinds(sql: &str) -> (Vec<String>, Vec<String>) {
+    let lower = sql.to_lowercase();
+    let (mut kinds, mut unreadable) = (vec![], vec![]);
+    let mut from = 0;
+    while let Some(at) = lower[from..].find("insert into timeline") {
+        let start = from + at + "insert into timeline".len();
+        from = start;
+        let rest = &lower[start..];
+        let Some(open) = rest.find('(') else { break };
+        let Some(close) = rest.find(')') else { break };
+        let columns: Vec<&str> = rest[open + 1..close].split(',').map(str::trim).collect();
+        let after = rest[close + 1..].trim_start();
+        let values = if let Some(v) = after.strip_prefix("values") {
+            v.trim_start().strip_prefix('(').unwrap_or(v)
+        } else if let Some(v) = after.strip_prefix("select") {
+            // the select list ends at its `from` (or the statement's end)
+            let end = v
+                .match_indices("from")
+                .find(|(i, _)| v[..*i].ends_with(char::is_whitespace))
+                .map(|(i, _)| i)
+                .or_else(|| v.find(';'))
+                .unwrap_or(v.len());
+            &v[..end]
+        } else {
+            unreadable.push(after.chars().take(40).collect());
+            continue;
+        };
+        let values = split_top(values);
+        let value = columns
+            .iter()
+            .position(|c| *c == "kind")
+            .and_then(|i| values.get(i))
+            .cloned()
+            .unwrap_or_default();
+        match value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+            Some(kind) => kinds.push(kind.to_owned()),
+            None => unreadable.push(value),
+        }
+    }
+    (kinds, unreadable)
+}
+
+fn migrations_kinds() -> (BTreeSet<String>, Vec<String>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let (mut kinds, mut unreadable) = (BTreeSet::new(), vec![]);
+    for backend in ["sqlite", "postgres"] {
+        for f in std::fs::read_dir(dir.join(backend)).unwrap() {
+            let (k, u) = sql_kinds(&std::fs::read_to_string(f.unwrap().path()).unwrap());
+            kinds.extend(k);
+            unreadable.extend(u);
+        }
+    }
+    (kinds, unreadable)
+}
+
+/// `crm_update_request` → `CrmUpdateRequest`.
+fn variant(kind: EventKind) -> String {
+    kind.as_str()
+        .split('_')
+        .map(|w| w[..1].to_uppercase() + &w[1..])
+        .collect()
+}
+
+#[test]
+fn the_migrations_write_only_the_event_kinds_rust_knows() {
+    let (kinds, unreadable) = migrations_kinds();
+    assert_eq!(
+        unreadable,
+        Vec::<String>::new(),
+        "kinds the check cannot read"
+    );
+    // what the check must see, or it is blind
+    assert!(
+        kinds.contains("delivery") && kinds.contains("review_superseded"),
+        "{kinds:?}"
+    );
+    let unknown: Vec<&String> = kinds
+        .iter()
+        .filter(|k| k.parse::<EventKind>().is_err())
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "migrations write kinds EventKind lacks: {unknown:?}"
+    );
+}
+
+#[test]
+fn every_event_kind_is_written_somewhere() {
+    let mut files = vec![];
+    for dir in ["src", "crates/leadgate-console-model/src"] {
+        rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut files);
+    }
+    let code: String = files
+        .iter()
+        .map(|f| product_code(&std::fs::read_to_string(f).unwrap()))
+        .collect();
+    let (in_sql, _) = migrations_kinds();
+    let nowhere: Vec<&str> = EventKind::ALL
+        .iter()
+        .filter(|k| !code.contains(&format!("EventKind::{}", variant(**k))))
+        .filter(|k| !in_sql.contains(k.as_str()))
+        .map(|k| k.as_str())
+        .collect();
+    assert!(nowhere.is_empty(), "kinds nothing writes: {nowhere:?}");
+}
+
+#[test]
+fn the_kinds_check_reads_values_and_selects() {
+    let sql = "insert into timeline (operation_id, at, kind, actor) values ($1, f(a, b), 'delivery', 'x');\n\
+               INSERT INTO timeline (operation_id, kind) select o.id, 'purged' from o;\n\
+               insert into timeline (operation_id, kind) values ($1, v_kind);";
+    assert_eq!(
+        sql_kinds(sql),
+        (
+            vec!["delivery".to_owned(), "purged".to_owned()],
+            vec!["v_kind".to_owned()]
+        )
+    );
 }

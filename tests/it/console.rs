@@ -1236,7 +1236,7 @@ each_backend!(
                     &s.uncertain,
                     "worker",
                     store::NewEvent::new(
-                        "crm_step",
+                        leadgate::domain::EventKind::CrmStep,
                         serde_json::json!({"entity": entity, "crm_id": crm_id, "how": how}),
                     ),
                     now,

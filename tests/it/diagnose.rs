@@ -167,7 +167,7 @@ async fn attempt(
         .unwrap()
         .expect("a due operation");
     let started = NewEvent::new(
-        "attempt_started",
+        leadgate::domain::EventKind::AttemptStarted,
         json!({"connector": via.0, "attempt": claim.operation.attempts}),
     );
     store
@@ -181,12 +181,15 @@ async fn attempt(
         .await
         .unwrap();
     let mut response = NewEvent::new(
-        "crm_response",
+        leadgate::domain::EventKind::CrmResponse,
         json!({"status": if class.is_some() { 504 } else { 200 }}),
     );
     response.error_class = class;
     let events = vec![
-        NewEvent::new("crm_request", json!({"method": via.1})),
+        NewEvent::new(
+            leadgate::domain::EventKind::CrmRequest,
+            json!({"method": via.1}),
+        ),
         response,
     ];
     store

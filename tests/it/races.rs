@@ -836,7 +836,10 @@ each_backend!(
                 AttemptOutcome::Created {
                     crm_id: "666".into(),
                 },
-                vec![NewEvent::new("crm_request", json!({"forged": true}))],
+                vec![NewEvent::new(
+                    leadgate::domain::EventKind::CrmRequest,
+                    json!({"forged": true}),
+                )],
                 local_now(),
             )
             .await;

@@ -514,7 +514,12 @@ each_backend!(
             .await
             .unwrap()
             .unwrap();
-        let started = || vec![NewEvent::new("attempt_started", json!({}))];
+        let started = || {
+            vec![NewEvent::new(
+                leadgate::domain::EventKind::AttemptStarted,
+                json!({}),
+            )]
+        };
         // In time: extended to cover the call.
         let t1 = t0 + chrono::TimeDelta::seconds(1);
         let armed = store

@@ -431,7 +431,10 @@ each_backend!(
             .unwrap();
         // Attempt 1: rate limited -> retry.
         let c = claim(store.as_ref(), "w1").await.unwrap();
-        let request = NewEvent::new("crm_request", json!({"method": "crm.lead.add"}));
+        let request = NewEvent::new(
+            leadgate::domain::EventKind::CrmRequest,
+            json!({"method": "crm.lead.add"}),
+        );
         store
             .start_attempt(
                 &c.lease,
@@ -442,7 +445,10 @@ each_backend!(
             )
             .await
             .unwrap();
-        let answer = NewEvent::new("crm_response", json!({"status": 503}));
+        let answer = NewEvent::new(
+            leadgate::domain::EventKind::CrmResponse,
+            json!({"status": 503}),
+        );
         store
             .finish_attempt(
                 &c.lease,

@@ -22,6 +22,7 @@ use serde_json::Value;
 use ts_rs::TS;
 
 use leadgate::domain::roles::{may_ask, AskKind, Role};
+use leadgate::domain::EventKind;
 use leadgate::domain::{OperationId, ReviewReason, Status};
 use leadgate::store::{
     self, Answer, Ask, CaseFilter, HumanAction, Identity, Operation, OperationPage, Page,
@@ -723,7 +724,7 @@ fn crm_entities(
     entity_url: Option<&str>,
 ) -> Vec<CrmEntityView> {
     let mut out: Vec<CrmEntityView> = vec![];
-    for e in timeline.iter().filter(|e| e.kind == "crm_step") {
+    for e in timeline.iter().filter(|e| e.is(EventKind::CrmStep)) {
         let text = |k: &str| e.detail.get(k).and_then(Value::as_str).map(str::to_owned);
         let (Some(entity), Some(crm_id)) = (text("entity"), text("crm_id")) else {
             continue;
@@ -1819,6 +1820,16 @@ pub fn typescript_bindings() -> String {
         out.push_str(&d);
         out.push('\n');
     }
+    // The timeline's kinds, from the one list (`domain::EventKind`): what the console
+    // has sentences for.
+    out.push_str(
+        "\n/** Every kind of timeline event Leadgate writes (`EventKind` in crates/leadgate-domain). */\n\
+         export const EVENT_KINDS = [\n",
+    );
+    for k in EventKind::ALL {
+        out.push_str(&format!("  \"{k}\",\n"));
+    }
+    out.push_str("] as const;\n\nexport type EventKind = (typeof EVENT_KINDS)[number];\n");
     out
 }
 

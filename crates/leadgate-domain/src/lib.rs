@@ -6,6 +6,7 @@ mod attempt;
 pub mod business;
 pub mod contact;
 mod error_class;
+mod event_kind;
 mod fingerprint;
 mod ids;
 mod lead;
@@ -24,6 +25,7 @@ pub mod update;
 
 pub use attempt::{AttemptOutcome, Failure, RetryConfig};
 pub use error_class::{ErrorClass, RetryDecision};
+pub use event_kind::EventKind;
 pub use fingerprint::{fingerprint, Fingerprint, FingerprintError};
 pub use ids::{is_valid_source_name, OperationId, OperationIdError};
 pub use lead::{FieldMap, Lead, LeadChanges};

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
+use leadgate::domain::EventKind;
 use leadgate::store::{self, Store};
 
 const CREATE: &str = "crm.lead.add";
@@ -435,7 +436,7 @@ impl Demo {
             records += self.records(&self.key(k)).await?.len();
             let id = format!("site:{}", self.key(k)).parse()?;
             for e in self.store.timeline(&id).await? {
-                if e.kind == "claimed" {
+                if e.is(EventKind::Claimed) {
                     owners.insert(e.actor.split(':').take(3).collect::<Vec<_>>().join(":"));
                 }
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 
+use leadgate::domain::EventKind;
 use leadgate::domain::{fingerprint, ErrorClass, OperationId, ReviewReason};
 use leadgate::store::{
     self, AttemptOutcome, ContactKeys, Failure, NewDelivery, NewEvent, Result, Store,
@@ -89,7 +90,7 @@ async fn attempt(
         .expect("a due operation");
     let id = claim.operation.operation_id.clone();
     let started = NewEvent::new(
-        "attempt_started",
+        EventKind::AttemptStarted,
         json!({"connector": CONNECTOR, "attempt": claim.operation.attempts}),
     );
     store
@@ -110,11 +111,11 @@ async fn attempt(
 }
 
 fn exchange(id: &str, answer: Value, class: Option<ErrorClass>) -> Vec<NewEvent> {
-    let mut response = NewEvent::new("crm_response", answer);
+    let mut response = NewEvent::new(EventKind::CrmResponse, answer);
     response.error_class = class;
     vec![
         NewEvent::new(
-            "crm_request",
+            EventKind::CrmRequest,
             json!({"method": "crm.lead.add", "ORIGINATOR_ID": "leadgate", "ORIGIN_ID": id}),
         ),
         response,
@@ -200,8 +201,7 @@ pub async fn seed(store: &dyn Store) -> Result<Seeded> {
     store.record_delivery(d).await?;
     attempt(store, t(80), |id| {
         let mut events = exchange(&id, json!({"timeout_ms": 10000}), Some(ErrorClass::Uncertain));
-        events.push(NewEvent::new(
-            "reconciliation",
+        events.push(NewEvent::new(EventKind::Reconciliation,
             json!({"verdict": "cannot_tell", "authoritative": false}),
         ));
         (

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::domain::rules::{late_id, LateId};
+use crate::domain::EventKind;
 use crate::domain::{AttemptOutcome, Failure, Status};
 use crate::store::{after, Claim, Lease, NewEvent, Operation, Result, StoreError};
 
@@ -30,7 +31,7 @@ pub(crate) async fn claim_locked<T: WriteTx>(
     l.op.next_attempt_at = None;
     let lease = take_lease(tx, l, owner, lease_for, now).await?;
     let event = NewEvent::new(
-        "claimed",
+        EventKind::Claimed,
         json!({"attempt": l.op.attempts, "lease_expires_at": lease.expires_at, "granted": granted}),
     );
     tx.append(l.id(), owner, &event, now).await?;
@@ -105,7 +106,7 @@ pub(crate) async fn claim_stale<T: WriteTx>(
         if let Some((_, detail)) = tx
             .last_lease_mark(&id)
             .await?
-            .filter(|(kind, _)| kind == "claimed")
+            .filter(|(kind, _)| kind == EventKind::Claimed.as_str())
         {
             // Its holder died (or stalled) before its request left — waiting for the
             // CRM's pace, or during a lookup: nothing can have reached the CRM under
@@ -119,7 +120,7 @@ pub(crate) async fn claim_stale<T: WriteTx>(
             continue;
         }
         let lease = take_lease(&mut tx, &mut l, owner, lease_for, now).await?;
-        let event = NewEvent::new("lease_taken_over", previous);
+        let event = NewEvent::new(EventKind::LeaseTakenOver, previous);
         tx.append(&id, owner, &event, now).await?;
         save(&mut tx, &mut l, now).await?;
         break Some(Claim {
@@ -153,7 +154,7 @@ async fn release_unsent<T: WriteTx>(
     if let Value::Object(m) = &mut previous {
         m.insert("granted".into(), json!(granted));
     }
-    let event = NewEvent::new("released_unsent", previous);
+    let event = NewEvent::new(EventKind::ReleasedUnsent, previous);
     tx.append(l.id(), actor, &event, now).await?;
     set_status(tx, l, Status::Received, actor, now).await?;
     save(tx, l, now).await
@@ -198,9 +199,9 @@ pub(crate) async fn start_attempts<T: WriteTx>(
             continue;
         }
         append_all(&mut tx, id, &lease.owner, events, now).await?;
-        if !events.iter().any(|e| e.kind == "attempt_started") {
+        if !events.iter().any(|e| e.kind == EventKind::AttemptStarted) {
             // The mark the reconciler reads: this claim's call may have left.
-            let mark = NewEvent::new("attempt_started", json!({}));
+            let mark = NewEvent::new(EventKind::AttemptStarted, json!({}));
             tx.append(id, &lease.owner, &mark, now).await?;
         }
         let expires_at = after(now, lease_for).max(l.op.lease_expires_at.unwrap_or(now));
@@ -322,7 +323,7 @@ async fn record_outcome<T: WriteTx>(
     now: DateTime<Utc>,
 ) -> Result<()> {
     let id = l.id().to_owned();
-    let failure_event = |kind: &'static str, f: &Failure, extra: Value| {
+    let failure_event = |kind: EventKind, f: &Failure, extra: Value| {
         let mut detail = json!({"class": f.class, "error": f.message});
         if let (Value::Object(d), Value::Object(e)) = (&mut detail, extra) {
             d.extend(e);
@@ -339,13 +340,13 @@ async fn record_outcome<T: WriteTx>(
     };
     match outcome {
         AttemptOutcome::Created { crm_id } => {
-            let event = NewEvent::new("crm_created", json!({"crm_id": crm_id}));
+            let event = NewEvent::new(EventKind::CrmCreated, json!({"crm_id": crm_id}));
             tx.append(&id, actor, &event, now).await?;
             l.op.crm_id = Some(crm_id);
             l.op.crm_link = Some("created".into());
         }
         AttemptOutcome::Recovered { crm_id } => {
-            let event = NewEvent::new("recovered", json!({"crm_id": crm_id}));
+            let event = NewEvent::new(EventKind::Recovered, json!({"crm_id": crm_id}));
             tx.append(&id, actor, &event, now).await?;
             l.op.crm_id = Some(crm_id);
             l.op.crm_link = Some("recovered".into());
@@ -354,9 +355,9 @@ async fn record_outcome<T: WriteTx>(
             let event = match &failure {
                 Some(f) => {
                     record_failure(l, f);
-                    failure_event("retry_scheduled", f, json!({"at": at}))
+                    failure_event(EventKind::RetryScheduled, f, json!({"at": at}))
                 }
-                None => NewEvent::new("retry_scheduled", json!({"at": at})),
+                None => NewEvent::new(EventKind::RetryScheduled, json!({"at": at})),
             };
             tx.append(&id, actor, &event, now).await?;
             l.op.next_attempt_at = Some(at);
@@ -366,9 +367,9 @@ async fn record_outcome<T: WriteTx>(
             let event = match &failure {
                 Some(f) => {
                     record_failure(l, f);
-                    failure_event("verify_scheduled", f, detail)
+                    failure_event(EventKind::VerifyScheduled, f, detail)
                 }
-                None => NewEvent::new("verify_scheduled", detail),
+                None => NewEvent::new(EventKind::VerifyScheduled, detail),
             };
             tx.append(&id, actor, &event, now).await?;
             l.op.next_attempt_at = Some(at);
@@ -376,7 +377,7 @@ async fn record_outcome<T: WriteTx>(
         }
         AttemptOutcome::Terminal { failure } => {
             record_failure(l, &failure);
-            let event = failure_event("failed", &failure, json!({}));
+            let event = failure_event(EventKind::Failed, &failure, json!({}));
             tx.append(&id, actor, &event, now).await?;
         }
         AttemptOutcome::Review {
@@ -400,7 +401,7 @@ async fn record_outcome<T: WriteTx>(
             l.op.next_attempt_at = Some(at);
             l.op.verify_first = verify;
             let event = failure_event(
-                "connector_unreachable",
+                EventKind::ConnectorUnreachable,
                 &failure,
                 json!({"at": at, "verify": verify}),
             );
@@ -414,13 +415,13 @@ async fn record_outcome<T: WriteTx>(
             tx.pause_connector(&connector, &failure.message, actor, now)
                 .await?;
             let event = failure_event(
-                "connector_paused",
+                EventKind::ConnectorPaused,
                 &failure,
                 json!({"connector": connector}),
             );
             tx.append(&id, actor, &event, now).await?;
             let note = NewEvent::new(
-                "notification",
+                EventKind::Notification,
                 json!({"what": "connector_paused", "connector": connector}),
             );
             tx.append(&id, actor, &note, now).await?;
@@ -444,17 +445,20 @@ pub(crate) async fn late_outcome<T: WriteTx>(
 ) -> Result<()> {
     let id = l.id().to_owned();
     let (crm_id, kind, link) = match outcome {
-        AttemptOutcome::Created { crm_id } => (crm_id, "crm_created", "created"),
-        AttemptOutcome::Recovered { crm_id } => (crm_id, "recovered", "recovered"),
+        AttemptOutcome::Created { crm_id } => (crm_id, EventKind::CrmCreated, "created"),
+        AttemptOutcome::Recovered { crm_id } => (crm_id, EventKind::Recovered, "recovered"),
         other => {
-            let event = NewEvent::new("late_outcome", json!({"outcome": format!("{other:?}")}));
+            let event = NewEvent::new(
+                EventKind::LateOutcome,
+                json!({"outcome": format!("{other:?}")}),
+            );
             return tx.append(&id, actor, &event, now).await;
         }
     };
     match late_id(l.op.crm_id.as_deref(), &crm_id) {
         LateId::SameAsKnown => {
             let event = NewEvent::new(
-                "late_outcome",
+                EventKind::LateOutcome,
                 json!({"crm_id": crm_id, "same_as_known": true}),
             );
             tx.append(&id, actor, &event, now).await?;
@@ -476,7 +480,7 @@ pub(crate) async fn late_outcome<T: WriteTx>(
         LateId::SecondEntity => {
             let known = l.op.crm_id.clone().unwrap_or_default();
             let event = NewEvent::new(
-                "extra_crm_entity",
+                EventKind::ExtraCrmEntity,
                 json!({"crm_id": crm_id, "known_crm_id": known}),
             );
             tx.append(&id, actor, &event, now).await?;

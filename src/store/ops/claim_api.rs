@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::domain::rules::{claim_step, ClaimStep, DeliveryKind};
+use crate::domain::EventKind;
 use crate::domain::OperationId;
 use crate::domain::{ReviewReason, Status};
 use crate::store::{
@@ -32,7 +33,7 @@ pub(crate) async fn claim<T: WriteTx>(
     let event = if kind == DeliveryKind::Conflict {
         conflict_event(detail)
     } else {
-        NewEvent::new("delivery", detail)
+        NewEvent::new(EventKind::Delivery, detail)
     };
     tx.append(id, &c.owner, &event, now).await?;
     let outcome = if kind == DeliveryKind::Conflict {
@@ -135,7 +136,10 @@ pub(crate) async fn take_due_redeliveries<T: WriteTx>(
         let Some(sent) = tx.mark_redelivered(&id, due, now, resend_at).await? else {
             continue;
         };
-        let event = NewEvent::new("redelivered", json!({"redelivery": sent, "due_at": due}));
+        let event = NewEvent::new(
+            EventKind::Redelivered,
+            json!({"redelivery": sent, "due_at": due}),
+        );
         tx.append(&id, actor, &event, now).await?;
         let operation_id =
             OperationId::try_from(id).map_err(|e| StoreError::Corrupt(e.to_string()))?;

@@ -21,6 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use crate::domain::EventKind;
 use crate::domain::Status;
 use crate::store::{
     after, before, Claim, ContactLeave, ContactTurn, Lease, NewEvent, Result, StoreError,
@@ -102,7 +103,10 @@ pub(crate) async fn hand_back<T: WriteTx>(
     }
     l.op.next_attempt_at = Some(at);
     clear_lease(&mut l);
-    let event = NewEvent::new("contact_wait", json!({"at": at, "granted": claim.granted}));
+    let event = NewEvent::new(
+        EventKind::ContactWait,
+        json!({"at": at, "granted": claim.granted}),
+    );
     tx.append(id, &lease.owner, &event, now).await?;
     set_status(&mut tx, &mut l, Status::Received, &lease.owner, now).await?;
     save(&mut tx, &mut l, now).await?;
@@ -144,7 +148,7 @@ pub(crate) async fn after_step<T: WriteTx>(
     now: DateTime<Utc>,
 ) -> Result<()> {
     let contact = events.iter().find_map(|e| {
-        (e.kind == "crm_step" && e.detail["entity"] == "contact")
+        (e.kind == EventKind::CrmStep && e.detail["entity"] == "contact")
             .then(|| e.detail["crm_id"].as_str().map(str::to_owned))
             .flatten()
     });

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use crate::domain::business::{step_for, MatchFact};
 use crate::domain::rules::{DeliveryKind, MatchStep};
+use crate::domain::EventKind;
 use crate::domain::{ErrorClass, ReviewReason, Status};
 use crate::store::{
     contact_lock_key, contact_slot, ContactKeys, DeliveryOutcome, DeliveryRecord, Matching,
@@ -56,8 +57,13 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
         if !matched.shared.is_empty() {
             detail["shared_contact"] = json!(matched.shared);
         }
-        tx.append(id, "gateway", &NewEvent::new("delivery", detail), now)
-            .await?;
+        tx.append(
+            id,
+            "gateway",
+            &NewEvent::new(EventKind::Delivery, detail),
+            now,
+        )
+        .await?;
         // The common path (a plain new lead) stops here, without reading the row back:
         // four statements per delivery.
         let mut status = Status::Received;
@@ -91,7 +97,7 @@ async fn record<T: WriteTx>(tx: &mut T, d: &NewDelivery) -> Result<DeliveryRecor
     let delivery_id = tx.insert_delivery(d, kind.as_str()).await?;
     let outcome = if kind == DeliveryKind::Duplicate {
         let event = NewEvent::new(
-            "delivery",
+            EventKind::Delivery,
             json!({"delivery_id": delivery_id, "outcome": "duplicate"}),
         );
         tx.append(id, "gateway", &event, now).await?;
@@ -221,7 +227,7 @@ pub(crate) fn one_statement(d: &NewDelivery) -> Option<OneStatement> {
 /// The `delivery` event of a conflicting delivery.
 pub(super) fn conflict_event(detail: Value) -> NewEvent {
     NewEvent {
-        kind: "delivery",
+        kind: EventKind::Delivery,
         error_class: Some(ErrorClass::Conflict),
         detail,
     }
@@ -281,7 +287,10 @@ async fn match_contacts<T: WriteTx>(
             v
         })
         .collect();
-    let event = NewEvent::new("contact_match", json!({"rule": m.rule, "matches": matches}));
+    let event = NewEvent::new(
+        EventKind::ContactMatch,
+        json!({"rule": m.rule, "matches": matches}),
+    );
     tx.append(id, "gateway", &event, now).await?;
     let facts: Vec<MatchFact> = rows
         .iter()
@@ -302,7 +311,10 @@ async fn match_contacts<T: WriteTx>(
             } else {
                 "link"
             };
-            let event = NewEvent::new("linked", json!({"crm_id": crm_id, "by_rule": by_rule}));
+            let event = NewEvent::new(
+                EventKind::Linked,
+                json!({"crm_id": crm_id, "by_rule": by_rule}),
+            );
             tx.append(id, "gateway", &event, now).await?;
             l.op.crm_id = Some(crm_id);
             l.op.crm_link = Some("linked".into());

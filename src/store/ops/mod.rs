@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::domain::rules::{status_on_review, OpFacts};
+use crate::domain::EventKind;
 use crate::domain::{OperationId, ReviewReason, Status};
 
 use super::{ContactKeys, Lease, NewDelivery, NewEvent, Operation, Result, StoreError};
@@ -506,7 +507,7 @@ pub(crate) async fn set_status<T: WriteTx>(
     if to != Status::NeedsReview {
         l.op.review_reason = None;
     }
-    let event = NewEvent::new("status_changed", json!({"from": from, "to": to}));
+    let event = NewEvent::new(EventKind::StatusChanged, json!({"from": from, "to": to}));
     tx.append(l.id(), actor, &event, now).await
 }
 
@@ -535,12 +536,12 @@ pub(crate) async fn open_case<T: WriteTx>(
         tx.open_non_conflict_case(l.id()).await?
     };
     let (id, kind) = match open {
-        Some(id) => (id, "review_noted"),
+        Some(id) => (id, EventKind::ReviewNoted),
         None => {
             let id = tx
                 .insert_case(l.id(), reason, delivery_id, &detail, now)
                 .await?;
-            (id, "review_opened")
+            (id, EventKind::ReviewOpened)
         }
     };
     let event = NewEvent::new(
@@ -572,7 +573,7 @@ pub(crate) async fn supersede_open_cases<T: WriteTx>(
 ) -> Result<()> {
     for case_id in tx.supersede_cases(l.id(), actor, why, now).await? {
         let event = NewEvent::new(
-            "review_superseded",
+            EventKind::ReviewSuperseded,
             json!({"case_id": case_id, "by_case": by_case, "why": why, "status": l.op.status}),
         );
         tx.append(l.id(), actor, &event, now).await?;

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::domain::roles::may_ask;
+use crate::domain::EventKind;
 use crate::domain::ReviewReason;
 use crate::store::requests::{outcome_text, Answer, Ask};
 use crate::store::{NewEvent, Resolve, Result, StoreError};
@@ -150,7 +151,7 @@ async fn apply<T: WriteTx>(
             operation_id,
             detail,
         } => {
-            let event = NewEvent::new("notification", detail);
+            let event = NewEvent::new(EventKind::Notification, detail);
             attempts::note_in(tx, operation_id.as_str(), actor, &event, now).await?;
             Answer::Noted
         }

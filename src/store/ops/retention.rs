@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use crate::domain::EventKind;
 use crate::store::{NewEvent, PurgeReport, Result};
 
 use super::WriteTx;
@@ -26,7 +27,10 @@ pub(crate) async fn purge_batch<T: WriteTx>(
         report.operations += 1;
         tx.scrub_operation(&id, now).await?;
         report.deliveries += tx.scrub_deliveries_of(&id).await?;
-        let event = NewEvent::new("purged", json!({"finished_before": finished_before}));
+        let event = NewEvent::new(
+            EventKind::Purged,
+            json!({"finished_before": finished_before}),
+        );
         tx.append(&id, "retention", &event, now).await?;
     }
     // Deliveries that came after their operation was purged (a late repeat or conflict),

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::domain::rules::{bulk_allowed, check_comment, decide, may_open_review, Decision};
+use crate::domain::EventKind;
 use crate::domain::{OperationId, Refusal, ReviewReason, Status};
 use crate::store::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
 
@@ -146,7 +147,7 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
     )
     .await?;
     let event = NewEvent::new(
-        "human_action",
+        EventKind::HumanAction,
         json!({"case_id": req.case_id, "action": resolution, "comment": req.comment,
                "crm_id": crm_id_set.or_else(|| update.as_ref().map(|u| u.1.clone())),
                "new_operation": new_operation, "bulk": req.bulk}),
@@ -154,7 +155,7 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
     tx.append(&op_id, actor, &event, now).await?;
     if let Some((update_id, crm_id, delivery_id)) = update {
         let event = NewEvent::new(
-            "crm_update_requested",
+            EventKind::CrmUpdateRequested,
             json!({"update_id": update_id, "case_id": req.case_id, "crm_id": crm_id,
                    "delivery_id": delivery_id}),
         );
@@ -230,7 +231,7 @@ async fn accept_delivery_as_new<T: WriteTx>(
         .into());
     }
     let event = NewEvent::new(
-        "accepted_as_new",
+        EventKind::AcceptedAsNew,
         json!({"from_operation": original.operation_id, "case_id": case_id, "delivery_id": delivery_id}),
     );
     tx.append(new_id.as_str(), actor, &event, now).await?;

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use crate::domain::EventKind;
 use crate::domain::{ErrorClass, ReviewReason};
 use crate::store::{NewEvent, Result, StoreError, UpdateClaim, UpdateOutcome};
 
@@ -62,12 +63,12 @@ pub(crate) async fn finish<T: WriteTx>(
     match &outcome {
         UpdateOutcome::Done { fields } => {
             write(&mut tx, claim.id, "done", None, false, None, now).await?;
-            let event = NewEvent::new("crm_updated", with(json!({"fields": fields})));
+            let event = NewEvent::new(EventKind::CrmUpdated, with(json!({"fields": fields})));
             tx.append(&id, actor, &event, now).await?;
         }
         UpdateOutcome::Skipped => {
             write(&mut tx, claim.id, "skipped", None, false, None, now).await?;
-            let event = NewEvent::new("crm_update_skipped", with(json!({"fields": []})));
+            let event = NewEvent::new(EventKind::CrmUpdateSkipped, with(json!({"fields": []})));
             tx.append(&id, actor, &event, now).await?;
         }
         UpdateOutcome::Retry {
@@ -84,7 +85,7 @@ pub(crate) async fn finish<T: WriteTx>(
             };
             tx.write_crm_update(claim.id, &w, now).await?;
             let mut event = NewEvent::new(
-                "crm_update_retry",
+                EventKind::CrmUpdateRetry,
                 with(json!({"class": failure.class, "error": failure.message, "due_at": at})),
             );
             event.error_class = Some(failure.class);
@@ -109,7 +110,7 @@ pub(crate) async fn finish<T: WriteTx>(
             )
             .await?;
             let mut event = NewEvent::new(
-                "crm_update_failed",
+                EventKind::CrmUpdateFailed,
                 with(json!({"class": failure.class, "error": failure.message,
                             "review_case": case_id})),
             );
