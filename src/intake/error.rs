@@ -67,11 +67,11 @@ pub enum ApiError {
     #[error("the operations database is not available; retry later")]
     Unavailable(#[source] StoreError),
     /// The request met a state that changed under it (`store::ErrorKind::Conflict`).
-    #[error("{0}")]
+    #[error("{}", said(.0))]
     Conflict(#[source] StoreError),
     /// The rules, a role or the database's own checks refuse the request as it is: it
     /// would be refused again (`store::ErrorKind::Refused`).
-    #[error("{0}")]
+    #[error("{}", said(.0))]
     Refused(#[source] StoreError),
     /// Leadgate failed (`store::ErrorKind::Internal`): the details are in the gateway's
     /// log, and the same request is not worth repeating until someone looks.
@@ -119,6 +119,19 @@ impl ApiError {
             code,
             message: message.into(),
         }
+    }
+}
+
+/// What a sender is told of a store error: Leadgate's own sentence, but of the database's
+/// only its code — its message may quote a value of the request (`22P02`: "invalid input
+/// syntax … \"<the value>\""), and an answer never repeats the lead's data.
+fn said(e: &StoreError) -> String {
+    match e {
+        StoreError::Database(d) => format!(
+            "the operations database refused this request (code {})",
+            d.code().unwrap_or("none")
+        ),
+        other => other.to_string(),
     }
 }
 
@@ -194,7 +207,8 @@ mod tests {
             (db("23505"), 409, None, "conflict"),
             (StoreError::LeaseLost("k".into()), 409, None, "conflict"),
             (db("22001"), 422, None, "refused"),
-            (db("42501"), 422, None, "refused"),
+            (db("42501"), 503, Some("5"), "unavailable"),
+            (db("54000"), 422, None, "refused"),
             (StoreError::Forbidden("no".into()), 422, None, "refused"),
             (
                 StoreError::UnknownOperation("web:1".into()),
@@ -222,6 +236,19 @@ mod tests {
                 "{what}"
             );
         }
+    }
+
+    #[test]
+    fn a_refusal_names_the_code_and_never_the_value() {
+        use crate::store::{DbError, DbFault};
+        let e = StoreError::Database(DbError::new(
+            DbFault::Server,
+            Some("22P02"),
+            "invalid input syntax for type uuid: \"+7 916 123-45-67\"",
+        ));
+        let message = ApiError::from(e).to_string();
+        assert!(message.contains("22P02"), "{message}");
+        assert!(!message.contains("916"), "{message}");
     }
 
     #[test]

@@ -409,7 +409,12 @@ async fn intake(
     let query = query.as_deref();
     match accept(&state, &source_name, query, &headers, &body, received_at).await {
         Ok(res) => res,
-        Err(e @ ApiError::Unavailable(_)) => e.into_response(),
+        // Not the delivery's doing: answered, not journaled as its rejection (a sender's
+        // next attempt may well be taken). A refusal by the database's checks is the
+        // delivery's, and is journaled like any other.
+        Err(e @ (ApiError::Unavailable(_) | ApiError::Conflict(_) | ApiError::Internal(_))) => {
+            e.into_response()
+        }
         Err(e) => {
             let (raw_body, reason) =
                 rejected_body(state.sources.get(&source_name), &headers, &body, &e);

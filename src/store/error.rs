@@ -173,6 +173,8 @@ pub struct DbError {
     fault: DbFault,
     code: Option<String>,
     message: String,
+    /// The code is SQLite's (an extended result code such as `2067`), not a SQLSTATE.
+    sqlite: bool,
 }
 
 impl DbError {
@@ -181,7 +183,30 @@ impl DbError {
             fault,
             code: code.map(str::to_owned),
             message: message.into(),
+            sqlite: false,
         }
+    }
+
+    /// A SQLite error with its (extended) result code.
+    pub fn sqlite(code: i32, message: impl Into<String>) -> DbError {
+        DbError {
+            sqlite: true,
+            ..DbError::new(DbFault::Server, Some(&code.to_string()), message)
+        }
+    }
+
+    /// SQLite's primary result code (the low byte of an extended one: 2067
+    /// SQLITE_CONSTRAINT_UNIQUE is 19 SQLITE_CONSTRAINT).
+    fn sqlite_primary(&self) -> Option<i32> {
+        if !self.sqlite {
+            return None;
+        }
+        self.code()?.parse::<i32>().ok().map(|c| c & 0xff)
+    }
+
+    /// PostgreSQL's SQLSTATE class (its first two characters).
+    fn pg_class_in(&self, classes: &[&str]) -> bool {
+        !self.sqlite && self.code_class(classes)
     }
 
     pub fn fault(&self) -> DbFault {
@@ -232,8 +257,10 @@ impl DbError {
             self.fault,
             DbFault::Io | DbFault::PoolTimedOut | DbFault::Tls
         ) || (self.fault == DbFault::Server
-            // SQLite: cannot open; PostgreSQL: no such database, authentication failed.
-            && self.code_in(&["14", "3D000", "28P01", "28000"]))
+            // SQLite: cannot open (14 and its extended codes); PostgreSQL: no such
+            // database, authentication failed.
+            && (self.sqlite_primary() == Some(14)
+                || self.code_in(&["14", "3D000", "28P01", "28000"])))
     }
 
     /// A deadlock victim (40P01) or a serialization failure (40001): PostgreSQL aborted
@@ -242,11 +269,41 @@ impl DbError {
         self.code_in(&["40P01", "40001"])
     }
 
-    /// The server refused the statement for a value in it: a data exception (SQLSTATE
-    /// class 22), a constraint (class 23) or a check raised by a function (P0001).
+    /// The server refused the statement for a value in it. PostgreSQL: a data exception
+    /// (SQLSTATE class 22), a constraint (23), a value over a limit such as an index
+    /// row's size (54), a check raised by a function (P0001). SQLite: a constraint (19), a
+    /// value too big (18), a type mismatch (20), a parameter out of range (25).
     pub fn refused_for_its_data(&self) -> bool {
-        self.fault == DbFault::Server
-            && (self.code_class(&["22", "23"]) || self.code_in(&["P0001"]))
+        if self.fault != DbFault::Server {
+            return false;
+        }
+        match self.sqlite_primary() {
+            Some(primary) => matches!(primary, 18 | 19 | 20 | 25),
+            None => self.pg_class_in(&["22", "23", "54"]) || self.code_in(&["P0001"]),
+        }
+    }
+
+    /// A duplicate row: PostgreSQL 23505; SQLite 2067 (UNIQUE) or 1555 (PRIMARY KEY).
+    fn is_duplicate(&self) -> bool {
+        if self.sqlite {
+            self.code_in(&["2067", "1555"])
+        } else {
+            self.code_in(&["23505"])
+        }
+    }
+
+    /// The database cannot take work now for a reason of its own, not the request's.
+    /// PostgreSQL: insufficient resources (53, a full disk), operator intervention (57),
+    /// a system error (58), a read-only server (25006: a standby during a failover), or a
+    /// privilege the gateway's own login lacks (42501: its grants are being repaired; a
+    /// person's login meets that as [`StoreError::forbidden`] in the console). SQLite:
+    /// busy or locked (5, 6), an I/O error (10), the disk full (13), a WAL lock race (15),
+    /// the schema changed (17), the file read-only (8), each with its extended codes.
+    fn is_unavailable(&self) -> bool {
+        match self.sqlite_primary() {
+            Some(primary) => matches!(primary, 5 | 6 | 8 | 10 | 13 | 15 | 17),
+            None => self.pg_class_in(&["53", "57", "58"]) || self.code_in(&["25006", "42501"]),
+        }
     }
 
     fn kind(&self) -> ErrorKind {
@@ -256,15 +313,11 @@ impl DbError {
         if self.fault != DbFault::Server {
             return ErrorKind::Internal;
         }
-        if self.code_in(&["23505"]) {
+        if self.is_duplicate() {
             ErrorKind::Conflict
-        } else if self.code_in(&["42501"]) || self.refused_for_its_data() {
+        } else if self.refused_for_its_data() {
             ErrorKind::Refused
-        } else if self.code_class(&["53", "57", "58"])
-            // a read-only server (a standby during a failover); SQLite: the disk is full,
-            // an I/O error, the file is read-only
-            || self.code_in(&["25006", "13", "10", "8"])
-        {
+        } else if self.is_unavailable() {
             ErrorKind::Unavailable
         } else {
             ErrorKind::Internal
@@ -285,9 +338,10 @@ impl From<sqlx::Error> for DbError {
             _ => DbFault::Other,
         };
         match &e {
-            sqlx::Error::Database(d) => {
-                DbError::new(fault, d.code().as_deref(), d.message().to_owned())
-            }
+            sqlx::Error::Database(d) => DbError {
+                sqlite: d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some(),
+                ..DbError::new(fault, d.code().as_deref(), d.message().to_owned())
+            },
             _ => DbError::new(fault, None, e.to_string()),
         }
     }
@@ -334,6 +388,10 @@ mod tests {
         StoreError::Database(DbError::new(DbFault::Server, Some(code), "no"))
     }
 
+    fn sqlite(code: i32) -> StoreError {
+        StoreError::Database(DbError::sqlite(code, "no"))
+    }
+
     fn fault(f: DbFault) -> StoreError {
         StoreError::Database(DbError::new(f, None, "no"))
     }
@@ -354,16 +412,36 @@ mod tests {
             (server("08006"), Unavailable),
             (server("53100"), Unavailable),
             (server("25006"), Unavailable),
-            (server("5"), Unavailable),
-            (server("13"), Unavailable),
             (server("3D000"), Unavailable),
             (server("23505"), Conflict),
             (server("23514"), Refused),
             (server("22001"), Refused),
             (server("P0001"), Refused),
-            (server("42501"), Refused),
+            // an index row too large: a value the sender typed (a 3 KB e-mail)
+            (server("54000"), Refused),
+            // the gateway's own grants: being repaired, not the sender's doing
+            (server("42501"), Unavailable),
             (server("42P01"), Internal),
             (server("XX000"), Internal),
+            // SQLite: an extended code is read by its primary code
+            (sqlite(5), Unavailable),
+            (sqlite(773), Unavailable),  // BUSY_TIMEOUT
+            (sqlite(517), Unavailable),  // BUSY_SNAPSHOT
+            (sqlite(778), Unavailable),  // IOERR_WRITE
+            (sqlite(1034), Unavailable), // IOERR_FSYNC
+            (sqlite(2314), Unavailable), // IOERR_RDLOCK: not a "23" constraint
+            (sqlite(13), Unavailable),   // FULL
+            (sqlite(1032), Unavailable), // READONLY_DBMOVED
+            (sqlite(15), Unavailable),   // PROTOCOL
+            (sqlite(14), Unavailable),   // CANTOPEN
+            (sqlite(2067), Conflict),    // CONSTRAINT_UNIQUE
+            (sqlite(1555), Conflict),    // CONSTRAINT_PRIMARYKEY
+            (sqlite(275), Refused),      // CONSTRAINT_CHECK
+            (sqlite(1299), Refused),     // CONSTRAINT_NOTNULL
+            (sqlite(2323), Refused),     // CONSTRAINT_ROWID
+            (sqlite(18), Refused),       // TOOBIG
+            (sqlite(22), Internal),      // NOLFS: not PostgreSQL's class 22
+            (sqlite(1), Internal),       // ERROR (bad SQL)
         ];
         for (e, kind) in table {
             assert_eq!(e.kind(), kind, "{:?}", e.db_code());
@@ -409,5 +487,6 @@ mod tests {
         assert!(fault(DbFault::Io).unreachable().is_some());
         assert!(fault(DbFault::PoolClosed).unreachable().is_none());
         assert!(server("42501").unreachable().is_none());
+        assert!(sqlite(1038).unreachable().is_some()); // CANTOPEN_CONVPATH
     }
 }

@@ -511,7 +511,10 @@ async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupA
                 answers[i] = recorded(row);
             }
         }
-        Err(e) if taken.len() > 1 && refused_for_its_data(&e) => {
+        // Anything but "unavailable" may be one delivery's doing (a value the server
+        // refuses, a limit it exceeds): each is recorded alone and hears its own answer, so
+        // one bad delivery never fails the others of its group.
+        Err(e) if taken.len() > 1 && e.kind() != super::ErrorKind::Unavailable => {
             tracing::warn!(error = %e, deliveries = taken.len(), "the database refused a group of deliveries; recording them one by one");
             for (&i, one) in taken.iter().zip(&group) {
                 let alone = std::slice::from_ref(one);
@@ -546,16 +549,9 @@ async fn by_steps(pool: &PgPool, d: &NewDelivery) -> Result<DeliveryRecord> {
     .await
 }
 
-/// The server refused the statement for a value in it (`DbError::refused_for_its_data`):
-/// something one delivery of the group may have caused. Anything else (the connection, a
-/// timeout, a read-only server, a full disk) would fail each delivery alone just the same.
-fn refused_for_its_data(e: &super::StoreError) -> bool {
-    matches!(e, super::StoreError::Database(db) if db.refused_for_its_data())
-}
-
-/// The same failure for every delivery of a group: the database's own error as it was
-/// (its kind decides the sender's answer), anything else in words as a failure of the
-/// connection's kind (the sender hears 503).
+/// The same failure for every delivery of a group (one the database could not take at
+/// all: unavailable): the database's own error as it was, anything else in words as a
+/// failure of the connection's kind (the sender hears 503).
 fn copy_of(e: &super::StoreError) -> super::StoreError {
     use super::{DbError, DbFault, StoreError::*};
     match e {

@@ -756,6 +756,77 @@ async fn a_delivery_the_database_refuses_fails_alone_and_its_group_is_recorded()
     .await
 }
 
+/// Whatever the database cannot take of one delivery — not only a refused value (class 22
+/// or 23): an index row over its size limit (54000, a 12 KB e-mail a visitor typed), a
+/// failure of Leadgate's own (XX000) — the others of its group are recorded, and that one
+/// hears its own error, of its own kind: the sender of the long e-mail is told it will be
+/// refused again (422), the broken one is not told to retry for ever, and nobody else is
+/// told anything but their lead's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_delivery_the_database_cannot_take_leaves_its_group_recorded() {
+    run(Backend::Postgres, |db| async move {
+        let store = PgStore::connect(&db.url).await.unwrap();
+        let mut c = PgConnection::connect(&db.url).await.unwrap();
+        sqlx::raw_sql(
+            "create function test_breaks() returns trigger language plpgsql as $$ \
+             begin if new.operation_id = 'site:broken' then \
+               raise exception 'broken' using errcode = 'XX000'; end if; return new; end $$; \
+             create trigger test_breaks before insert on operations \
+               for each row execute function test_breaks();",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        // random hex: no compression brings it under the index row's limit
+        let huge: String = (0..400)
+            .map(|_| uuid::Uuid::new_v4().simple().to_string())
+            .collect();
+        let email = format!("{huge}@example.com");
+        let answers = store
+            .record_group(&[
+                lead("good1", 1),
+                matching(lead("long", 1), MatchRule::Review, None, Some(&email)),
+                lead("broken", 1),
+                lead("good2", 1),
+            ])
+            .await;
+        for i in [0, 3] {
+            assert!(
+                matches!(
+                    answers[i],
+                    Ok((
+                        DeliveryRecord {
+                            outcome: DeliveryOutcome::New { .. },
+                            ..
+                        },
+                        _
+                    ))
+                ),
+                "{answers:?}"
+            );
+        }
+        let long = answers[1].as_ref().unwrap_err();
+        assert_eq!(
+            (long.kind(), long.db_code()),
+            (ErrorKind::Refused, Some("54000")),
+            "{long}"
+        );
+        let broken = answers[2].as_ref().unwrap_err();
+        assert_eq!(
+            (broken.kind(), broken.db_code()),
+            (ErrorKind::Internal, Some("XX000")),
+            "{broken}"
+        );
+        let keys: Vec<String> =
+            sqlx::query_scalar("select operation_id from operations order by 1")
+                .fetch_all(&mut c)
+                .await
+                .unwrap();
+        assert_eq!(keys, ["site:good1", "site:good2"]);
+    })
+    .await
+}
+
 /// Seconds a test waits for what must not take long.
 const PROMPTLY: std::time::Duration = std::time::Duration::from_secs(5);
 
