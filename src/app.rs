@@ -1,6 +1,12 @@
 //! Assembles a running gateway from its configuration: the store, the CRM adapter, the
 //! intake server, the worker and (with `[alerts]`) the team alerts. `leadgate
 //! serve`/`worker` and the tests start it the same way.
+//!
+//! Besides those, a running gateway keeps a few loops of its own, each under
+//! `supervise`: the redelivery of claim-API operations (`redeliver`, with
+//! `[claim_api] redeliver_url`), retention, the requests loop (on PostgreSQL: applies
+//! people's requests, `Store::apply_next_request`) and the rules loop (re-reads the
+//! business rules when their version moved, into `intake::LiveRules`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,6 +1,14 @@
 //! `leadgate.toml`: what the gateway, the worker and the CLI read. Durations are written
 //! like `100ms`, `30s`, `5m`, `30d`; sizes like `256KiB`. `LEADGATE_DATABASE_URL` and
 //! `LEADGATE_LISTEN` override the file, so one file can serve several machines.
+//!
+//! Every secret it holds — source secrets and tokens, pull URLs and tokens, IMAP logins
+//! and passwords, the `[api]` tokens, CRM webhook URLs and tokens, the database URL, alert
+//! channels' bot tokens and webhook URLs — is a `domain::Secret`: Debug prints `***`, and
+//! it is never logged or stored. The `[api]` tokens may come from the environment instead
+//! of the file, and alert secrets too (`env:NAME`). A configuration that would leave a
+//! source open (no authentication and no explicit `auth = "none"`) is refused, as is a
+//! `[worker] lease` shorter than the CRM call's timeout plus its margin.
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,6 +1,26 @@
 //! The figures of docs/SPEC.md "Metrics", for `/metrics` (Prometheus text format) and for
 //! `leadgate metrics` (a table support can read). Both come from one store snapshot,
 //! so every process sharing the database reports the same totals.
+//!
+//! The figures are counters the database keeps, not scans. `metric_counters` (migration
+//! 0004) holds what would otherwise be counted over operations, deliveries and the
+//! timeline (operations by status, deliveries by source and outcome, CRM entities
+//! created, retries by class, lost and unreconstructable leads); triggers on those tables
+//! keep it in the writing transaction, so a figure cannot disagree with its rows
+//! whichever process wrote them. The one writer that counts for itself is PostgreSQL's
+//! grouped intake (see `store::postgres`). On PostgreSQL each counter is sharded by the
+//! session's backend pid (migration 0006), so two sessions never write the same row:
+//! writers neither queue on a hot row nor deadlock over two; a figure is the sum of its
+//! shards. SQLite has one writer and one shard. Lost and unreconstructable are judged when
+//! the row is written (a delivery without its operation; a completion without a
+//! `crm_created`, `recovered`, `linked` or `human_action` event), so writes that bypass the
+//! store are counted too.
+//!
+//! So `/metrics`, `leadgate metrics` and the dashboard read a bounded number of rows
+//! however large the tables grow. The dashboard's charts read `metric_series` the same
+//! way: the same figures per 5-minute slot (a month is 8,640 slots). The retention loop
+//! folds the PostgreSQL shards of past slots into one row each (`Store::compact_metrics`),
+//! and the counter shards of sessions that ended into one.
 
 use std::fmt::Write;
 use std::sync::atomic::AtomicU64;

@@ -10,6 +10,13 @@
 //! connector's settle window, and the worker's first step is another lookup
 //! (`verify_first`); only a "not found" after the window lets a create go out, and only
 //! when the CRM's lookup is authoritative.
+//!
+//! In the outcome's terms: a lookup that finds the entity completes the operation at once;
+//! nothing found or no answer is `AttemptOutcome::Verify` — `received`, due at now +
+//! `[crm] settle`, `verify_first`. A person's grant is the only other way to a create
+//! after an unknown outcome, and it too verifies first. The settle window must be at least
+//! the CRM's own server-side time limit for a request: it is the one setting that can let
+//! a second create through.
 
 use std::sync::Arc;
 use std::time::Duration;

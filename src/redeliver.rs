@@ -18,6 +18,12 @@
 //! in the operations database, so a restart of n8n or of Leadgate loses nothing: a
 //! webhook that is down, answers an error, or whose run dies before claiming is sent the
 //! lead again `[claim_api] redeliver_every` later, until it claims.
+//!
+//! The claim stays the only way to a lease: a redelivery only asks the workflow to claim.
+//! Taking a due operation is a compare-and-set on its `redeliveries` row per due time
+//! (`Store::take_due_redeliveries`), so processes sharing a database send it once.
+//! Nothing in `needs_review`, `in_progress`, `completed` or `failed_terminal` is ever
+//! sent back.
 
 use std::sync::Arc;
 use std::time::Duration;

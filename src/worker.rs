@@ -4,6 +4,31 @@
 //! attempt), calls the CRM through an adapter, and reports the outcome by error class:
 //! retry what cannot have executed, stop on validation, pause the connector on auth,
 //! and never repeat an uncertain create blindly: reconcile by external key instead.
+//!
+//! Once `attempt_started` is on the timeline, nothing but the create's departure follows:
+//! the wait for the CRM's pace (`crm::rate`), a token refresh and a one-call create's
+//! reads (`Crm::choose_contact`, amoCRM's contact searches) all come before it, so a
+//! kill strands as few leads as possible that look sent; a claim whose call never left is
+//! put back, not reconciled (`store::ops::attempts`).
+//!
+//! **Outages** are the connector's, not the leads' (`domain::outage`). Failures the CRM
+//! is to blame for are counted on the connector's row; after `[outage] after_failures` in
+//! a row it is unreachable and `Store::probe_gate` lets one probe out per slot of the
+//! schedule, taken under the row's lock so processes sharing a database send one. The
+//! gate before a claim is not the last word: every call — a create, a batch, an update,
+//! a lookup, the reconciler's too — reads the connector's row right before it leaves
+//! (`Worker::may_call`); while the connector is unreachable only a probe's first call
+//! goes, a call held back is an `Outage` with nothing sent and its attempt given back,
+//! and a batch's lookups stop at the first failure the connector is to blame for. So a
+//! CRM that answers nothing gets at most `OutageConfig::max_calls_while_down`. An
+//! outcome during an outage is due at the next probe, its attempt refunded,
+//! `verify_first` kept when a create may have landed. Health is bookkeeping: failing to
+//! record it never changes an outcome beyond what the retry policy decided.
+//!
+//! A **paused** connector gets no calls at all — no attempts, lookups, updates or
+//! redeliveries — until a person resumes it. The worker and the reconciler never take an
+//! operation an integration executes (claim API); its retries go back to the
+//! integration (`redeliver`).
 
 use std::sync::Arc;
 use std::time::Instant;

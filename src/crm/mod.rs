@@ -9,6 +9,13 @@
 //!
 //! Adapters classify failures in exactly one function each, so that the mapping from
 //! "what the CRM said" to "what Leadgate does" can be read (and tested) as one table.
+//!
+//! What comes back from a CRM is untrusted: adapters scrub webhook secrets, tokens and
+//! the lead's contact values from every message they keep ([`clean_message`] also strips
+//! markup after decoding entities, and control characters); numbers in an answer are
+//! clamped before they become durations; Bitrix24 redirects are followed only within the
+//! webhook's https origin. Configuration secrets are `domain::Secret` (Debug prints
+//! `***`), and logs name the `operation_id`, never the lead's data.
 
 use std::time::Duration;
 

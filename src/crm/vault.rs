@@ -6,6 +6,13 @@
 //!
 //! A stored value without the `enc:v1:` prefix is a plain-text row written before
 //! encryption existed: it is read as it is and sealed at the next save.
+//!
+//! Credentials that rotate live in the shared database, not in each process: amoCRM
+//! answers every refresh with a new refresh token and voids the old one, so every process
+//! reads the current pair from `crm_tokens` and saves a refreshed one with
+//! compare-and-set on its version, and several machines never invalidate each other's
+//! token (migration 0003). Sealing means that reading the database is not enough to use
+//! the CRM account.
 
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};

@@ -9,7 +9,12 @@
 //! - [`groups`] finds the entities sharing a phone or e-mail;
 //! - [`history`] ties each to its Leadgate operation and n8n execution;
 //! - [`verdict`] decides each pair (pure, table-tested);
-//! - [`report`] writes HTML and Markdown.
+//! - [`report`] writes HTML and Markdown, and the saved report's data (`ReportData`,
+//!   migration 0020) that the console's Diagnosis screen reads;
+//! - [`run`] is one run, start to end.
+//!
+//! The CRM reads are `crm/bitrix24/reads.rs` and `crm/amocrm/reads.rs`; n8n's execution
+//! data comes in n8n's "flatted" JSON form ([`n8n`]).
 
 use std::collections::BTreeMap;
 

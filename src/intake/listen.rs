@@ -8,7 +8,9 @@
 //! never queued: a queue is what slow clients fill), a request's head must arrive within
 //! `header_timeout` — also the longest a kept-alive connection may sit idle — and its
 //! body within `body_timeout` (`read_body` in `intake/mod.rs`). The peer address goes
-//! into each request's extensions (`ConnectInfo`).
+//! into each request's extensions (`ConnectInfo`). A body that does not arrive in time is
+//! answered 408 and journaled without it. `tests/it/slow_clients.rs` holds connections
+//! open with real sockets to check each bound.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,31 @@
 //! HTTP intake: the only code that knows HTTP status codes. A delivery is journaled and
 //! its operation claimed before the sender gets its answer; the CRM is never called
 //! here (amoCRM waits 2 s, Tilda 5 s).
+//!
+//! Journal first: every delivery is stored before its sender is answered, rejected ones
+//! too, with the reason — a request that did not authenticate without its body (only its
+//! size and a hash: `rejected_body`), and never a source's `redact` values. While the
+//! database is down the sender hears 503 and nothing is accepted.
+//!
+//! Who gets in, on the one listener that serves intake and the admin surface (put it
+//! behind a proxy that terminates TLS):
+//!
+//! - `POST /v1/intake/{source}`: the source's sender, by the source's authentication
+//!   (`sources`). A source name that is not configured is journaled as `(unknown)`, so
+//!   it never becomes a stored source name or a metric label.
+//! - the claim API (`POST /v1/operations…`): integrations, by
+//!   `Authorization: Bearer <[api] integration_token>`.
+//! - `GET /v1/operations/…`, a timeline, `/metrics`: the read token or the integration
+//!   token. A scope without a configured token is closed (401 for everyone).
+//! - `GET /healthz`: anyone; it says only whether the database answers.
+//!   `GET /openapi.json`: anyone; static, no configuration (no source names, no tokens).
+//!
+//! Bodies are read within `[server] max_body` (413) on intake and the claim API alike. A
+//! `crm_id` that comes in (the claim API's `complete`, a person's *Confirm* or *Link*, a
+//! raw request) is at most 256 characters with no control or invisible character
+//! (`domain::text::check_crm_id`: 400 `invalid_crm_id`). A `fail` text is stored without
+//! the claimed body's values and with phone numbers and e-mail addresses masked
+//! (`domain::text::mask_contacts`).
 
 mod claims;
 mod error;

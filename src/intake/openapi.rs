@@ -3,6 +3,12 @@
 //! router, so a route and its description are registered by the same line). Served at
 //! `/openapi.json` without credentials and committed as `docs/openapi.json`
 //! (`tests/it/openapi.rs` fails when the two differ; `UPDATE_OPENAPI=1` rewrites it).
+//!
+//! The contract is generated, not written: answers are typed structs (`Serialize` +
+//! `ToSchema`), never `json!`; every error is `ErrorBody`; the domain's enums appear as
+//! the names in their `ALL`. `tests/it/openapi.rs` also checks that every documented route
+//! is served behind the documented authentication, and Schemathesis (`make test-api`,
+//! `scripts/contract-test.sh`) checks a live gateway's answers against the document.
 
 use std::sync::LazyLock;
 

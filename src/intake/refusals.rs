@@ -6,6 +6,10 @@
 //! counted here, in aggregate (`/metrics`, and a summary in the log each minute), and
 //! answered `429 too_many_refusals`. A request that authenticates is never held back by
 //! its address's refusals: a sender behind the same NAT as a stranger keeps getting in.
+//!
+//! The budgets are [`PER_ADDRESS_PER_MINUTE`] (10) per client address and
+//! [`OVERALL_PER_MINUTE`] (600) for the gateway, kept with `governor`
+//! (`tests/it/strangers.rs` sends a flood and checks the journal and the disk).
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;

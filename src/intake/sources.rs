@@ -1,6 +1,25 @@
 //! Per-source rules: where the event key is, which fields are volatile, whether
 //! deliveries are signed. Also turns a raw body into the JSON payload that is
 //! fingerprinted and stored.
+//!
+//! **Authentication.** Every source has a method, or the configuration is refused: an
+//! HMAC-SHA256 over `<timestamp>.<raw body>` within `replay_window` (two secrets accepted
+//! while rotating); a token in `X-Leadgate-Token` or `?token=` (a Telegram webhook's only
+//! in `X-Telegram-Bot-Api-Secret-Token`); Bitrix24's `application_token`; Zadarma's
+//! `Signature` (HMAC-SHA1 of caller, called number and call start); or an explicit
+//! `auth = "none"`, warned about at every start. Secrets are compared in constant time,
+//! before the body is parsed where the method allows. A pulled source's intake URL refuses
+//! everything (its events come through `src/pull`). A signed source whose key is a header
+//! lets each signature name one operation for its replay window (`signature_uses`,
+//! migration 0027): the same signature under another key is refused as
+//! `signature_replayed`, not taken as a new lead.
+//!
+//! **Input that cannot hurt.** Bad input is answered 4xx and journaled, never 5xx or a
+//! panic: form fields are decoded as strict UTF-8 (so `%FF` and `%FE` stay different); a
+//! new key with control, zero-width or bidirectional characters is refused; NUL characters,
+//! which PostgreSQL cannot store, are refused where the body is read (`intake::mod`); the
+//! fingerprint hashes integers beyond 2^53 exactly and refuses numbers it could only round
+//! (`domain::fingerprint`). A source's `redact` values are never stored nor fingerprinted.
 
 use std::collections::HashMap;
 

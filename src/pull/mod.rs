@@ -3,6 +3,9 @@
 //! under `supervise`; every event is journaled and claimed through the intake's own steps
 //! (`intake::record_pulled`) and acknowledged to its sender only once it is recorded, so a
 //! gateway that dies in between fetches it again and the operation key absorbs the repeat.
+//! A pulled source's credentials (`[source.pull]`, `env:` values read at start) are
+//! required: without them the pull refuses to start, and the source's HTTP intake URL
+//! refuses every request.
 //!
 //! - `bitrix24_offline`: Bitrix24's offline-event queue (`event.bind` with
 //!   `event_type=offline`, `event.offline.get` with `clear=0`, `event.offline.clear`).

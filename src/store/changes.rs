@@ -1,6 +1,14 @@
 //! What the store offers callers that must not speak SQL (the console's view model): a
 //! subscription to changes the database pushes. (Its errors are classified in
 //! `store::error`.)
+//!
+//! On PostgreSQL, triggers on `review_cases`, `connectors` and `business_rules` — only
+//! those: their writes are rare, and NOTIFY serialises commits — call
+//! `pg_notify('leadgate_console', <table>)`. The console model listens, and the desktop
+//! shell turns each change into a `leadgate://refresh` event. Any login may NOTIFY that
+//! channel (PostgreSQL cannot restrict it), so the listener coalesces
+//! ([`Changes::forward`]): at most four names every [`REFRESH_EVERY`], the last change
+//! always handed on. SQLite pushes nothing: the console polls every 3 s.
 
 use std::time::Duration;
 

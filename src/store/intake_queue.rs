@@ -1,6 +1,15 @@
 //! The queue between intake and a backend's intake writer (`sqlite.rs`, `postgres.rs`):
 //! deliveries wait here to be recorded together, and each sender waits for the answer of
 //! the transaction that recorded its delivery — an answer still means "durable".
+//!
+//! Both backends' writers take their groups from here, so the bounds are the same on
+//! both: a sender waits at most [`PATIENCE`] (10 s) from the moment it handed its
+//! delivery over, then hears "unavailable" (503). A delivery no writer has taken by then
+//! is never written; one already in a running group may still commit, and the sender's
+//! next attempt is answered as a duplicate. A writer gives a group up after
+//! [`GROUP_DEADLINE`] (30 s), so a connection that stopped answering cannot keep it. A
+//! gateway whose database is away, held or silent therefore says so in about that time
+//! (`tests/it/insiders.rs`, `every_sender_hears_unavailable_in_time_…` on both backends).
 
 use std::time::{Duration, Instant};
 

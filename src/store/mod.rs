@@ -4,6 +4,28 @@
 //! each with its own migration folder. [`connect`] picks the backend from the URL scheme
 //! and runs the migrations. Every method that changes an operation appends the matching
 //! timeline events in the same transaction.
+//!
+//! **Time.** Running code takes the time from [`Store::now`] and binds it into queries, at
+//! microsecond precision in UTC, so both backends compare the same values and tests can
+//! move the clock. On PostgreSQL that is the database server's clock (read every 10 s,
+//! carried forward by this process's monotonic clock, so a wrong or stepped wall clock
+//! does not matter); on SQLite it is this machine's ([`local_now`], the one name for this
+//! machine's clock; the few other places that use it say why). Timestamps are
+//! `timestamptz` on PostgreSQL and RFC 3339 text on SQLite (written by sqlx, so text order
+//! is time order).
+//!
+//! **Timelines** are read a page at a time by people and clients:
+//! [`Store::timeline_page`] (at most [`TIMELINE_PAGE_MAX`] events before an event id, and
+//! how many are older) behind the console's *Older events…* (200 a page), `GET
+//! /v1/operations/{id}/timeline` (`?before=&limit=`) and `ops show` (`--events`,
+//! `--before`). [`Store::timeline`], the whole of it, is for the gateway's own reads.
+//!
+//! **Search** reads indexes, never a table scan it cannot bound: [`Store::search`] reads
+//! index ranges (key prefix, `crm_id`, phone, e-mail, `operation_names` for name words;
+//! migration 0012) or walks `operations_created` newest first; [`SearchPlan::Auto`]
+//! counts the ranges first (capped) and walks only a bounded window before it ranges.
+//! Every plan returns the same rows (`tests/it/search.rs` runs each query under every
+//! plan on both backends).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,59 @@
 //! PostgreSQL backend: for several gateway and worker machines sharing one store. Row
 //! locks (`for update`) serialise changes to one operation; workers pick due work with
 //! `for update skip locked`, so two never take the same row and none waits on another.
+//!
+//! **Sessions.** Every connection (`connect_options`) runs with `synchronous_commit = on`
+//! whatever its role or database says, at READ COMMITTED (a startup option, for the
+//! grouped intake's implicit transaction; the store's own write transactions also set it
+//! as they begin, `begin_write`), with `lock_timeout` 5 s, `statement_timeout` 30 s and
+//! server-side TCP keepalives, so a database that is away, held or silent is reported in
+//! about that time. TLS fails closed (`tls_policy`). An intake transaction the server
+//! aborts as a deadlock victim or for serialization (40P01, 40001) is run again
+//! (`store::retrying`) before its sender would hear 503. Leases and due times are judged
+//! by the server's clock (`DbClock`: read every 10 s, carried forward by this process's
+//! monotonic clock).
+//!
+//! **Grouped intake.** `intake_writer` takes up to 64 waiting deliveries at a time from
+//! `store::intake_queue` (two groups in flight, each on its own connection) and hands them
+//! to `leadgate_record_deliveries` (migration 0022, redefined by 0024), which journals and
+//! claims, with one statement per table, every delivery of the group that is a new key
+//! whose contact matches nothing or a duplicate (answered with the stored result). Its
+//! journal rows, claims, timeline events and contact lookups commit together, and each
+//! sender is answered after that commit. It takes its locks in one order — the contacts'
+//! intake slots, sorted; then the group's known operations by key, skipping any another
+//! transaction holds or has changed; then the new keys by key — so two groups never wait
+//! crosswise, a group never waits on a known operation, and an insert waits only for
+//! another intake inserting the same new key. The steps of `store::ops::intake` also take a
+//! delivery's contact slots first, so they never wait crosswise with a group either.
+//! Everything else — a conflict, a contact match, a late delivery, a key or contact an
+//! earlier delivery of the same group carries, a key a concurrent transaction inserted
+//! first, a known operation someone else holds — the function leaves unwritten, and the
+//! steps run for it after the group committed. So a group is recorded as if the
+//! deliveries it took came first, in order, then the others, in order
+//! (`tests/it/intake_paths.rs` compares both paths row for row, ids, event texts and
+//! metric figures included). A group that fails for what may be one delivery's doing is
+//! recorded again one delivery at a time, so one bad delivery fails alone.
+//!
+//! **Counting inside the function.** The insert triggers that keep `metric_counters`
+//! skip the rows written while the transaction-local setting `leadgate.counted` is
+//! `intake`; the function sets it for its inserts only, adds those rows' figures itself
+//! (one upsert per table for the group) and clears it, so every other writer in the same
+//! transaction is counted by the triggers as usual.
+//!
+//! **Intake contact slots.** Two intakes of leads sharing a phone or e-mail serialize on
+//! a row of `intake_contact_slots` (migration 0024: 65,536 rows; a contact's slot is the
+//! low 16 bits of a SHA-256 of its normalized value, `store::contact_slot`), locked in
+//! slot order before anything is looked up, so the second sees the first as under
+//! SQLite's one writer. Only
+//! the gateway's login can lock those rows (no person's role has UPDATE on them), unlike
+//! an advisory lock, which any login could take and hold.
+//!
+//! **Migrations** run under a row lock of `leadgate_locks` (`migration_lock`), not under
+//! sqlx's advisory lock, which any login could hold. Each statement waits at most 1 s for
+//! a table's lock; a migration that could not get one is rolled back and tried again for
+//! about a minute, then fails naming the sessions in its way (`store::migrate`,
+//! [`PgStore::migrate_with`]). A person's transaction left open in front of an `ALTER`
+//! therefore never stalls intake for longer than that.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,30 @@
 //! A person's requests to a gateway (PostgreSQL, migration 0017): who this connection
 //! is, what a personal login asks for, and the answer that comes back. Applying them is
 //! `store::ops::requests`.
+//!
+//! Every action of the console is an [`Ask`]. On SQLite, and under the schema owner's
+//! login, it is written directly (`Store::perform`); a personal PostgreSQL login asks a
+//! gateway instead ([`ask_and_wait`]) — one path, `store::ops::requests`, either way. The
+//! console opens a database with `store::open`, which never migrates: a schema older or
+//! newer than the build is reported, not changed.
+//!
+//! PostgreSQL decides who may do what, and the actor is the login. People's logins
+//! (`leadgate user`) hold `SELECT` grants and may insert only their own rows into
+//! `human_requests`, under a row-level security policy (`actor = session_user`,
+//! `leadgate_may_request`: the SQL twin of `domain::roles::may_ask`, checked case by case
+//! by `tests/it/roles.rs`). Only the schema owner (the gateway's login) writes, reads
+//! `crm_tokens` or can alter the timeline's triggers.
+//!
+//! One login cannot flood the queue (migration 0026). A trigger on `human_requests`
+//! (security definer, which people cannot disable) takes only the shapes [`Ask::body`]
+//! writes (`leadgate_request_problem`: the kind's own key columns, the body's fields typed
+//! and bounded — a CRM id of at most 256 printable characters, a notification's detail of
+//! at most 1 KiB — else `23514`, `leadgate: this request was refused: …`) and at most 100
+//! waiting requests per login (`P0001`, a sentence the console shows:
+//! `StoreError::RequestRefused`). A login's inserts queue on its row of
+//! `human_request_logins` (an upsert in the trigger), so two sessions cannot both count 99;
+//! people cannot lock that row and the gateway never touches it, so holding it delays only
+//! that login's own next request.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

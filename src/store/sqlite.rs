@@ -10,7 +10,17 @@
 //! claimed together in one transaction by one task (`intake_writer`), and each caller is
 //! answered only after that transaction committed, so an answer still means "durable".
 //! Every statement is a hand-off to sqlx's connection thread; sharing `BEGIN` and
-//! `COMMIT` (and the fsync) among a group is what lets intake keep up with the disk.
+//! `COMMIT` (and the fsync) among a group is what lets intake keep up with the disk. A
+//! group is up to 64 deliveries, all run through the steps of `store::ops::intake`; when
+//! any of it fails, the group is rolled back and each of its deliveries is recorded on its
+//! own, so one bad delivery fails alone.
+//!
+//! What PostgreSQL needs locks for, the one writer gives here: the row-lock clause, the
+//! skip-locked suffix of due and stale picks and the intake contact lock are empty. The
+//! clock is this machine's (`store::local_now`), which every process on the file shares;
+//! a SQLite file is not shared between machines (it cannot safely be anyway). There are
+//! no people's logins and no change notifications: whoever can open the file (created
+//! 0600) writes directly, and the console polls.
 
 use std::str::FromStr;
 use std::time::Duration;

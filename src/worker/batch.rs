@@ -13,6 +13,9 @@
 //! `@ORIGIN_ID` for the whole batch) and settle exactly as a single uncertain create
 //! does: found → recovered, several → a person, nothing → looked up again after the
 //! settle window before anything is created.
+//!
+//! A batch is one request, not one operation. The drain waits for its turn of the CRM's
+//! pace before it claims, so no claimed operation waits for a turn.
 
 use std::time::Instant;
 

@@ -8,6 +8,11 @@
 //! lost is never sent blindly again: the attempt that follows an unknown outcome comes
 //! after the settle window (the operation's usual `Verify`), and the step looks its own
 //! external key up first (`may_exist`).
+//!
+//! An adapter declares its steps through `Crm::steps`, `step`, `create_after` and
+//! `create_calls`. The recovery points are `crm_step` events, read back with
+//! `Store::timeline`; the entities they made are counted per kind by migration 0016's
+//! trigger.
 
 use std::time::{Duration, Instant};
 

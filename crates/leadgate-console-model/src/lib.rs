@@ -7,6 +7,14 @@
 //! come from `store::changes::subscribe`, and "the database cannot be reached" from
 //! `StoreError::unreachable`.
 //!
+//! Every decision is `Store::resolve`, with the same guards as for any other caller;
+//! resuming a connector is `Store::resume_connector`, sending a stale or failed operation
+//! to review `Store::open_review`; each is a `store::Ask` (see `store::requests` for how a
+//! personal login's ask reaches a gateway). What a case allows and which actions need a
+//! comment come from `domain::rules` (`allowed_actions`, `needs_comment`), never from the
+//! Svelte side, which calls commands only through `ui/src/lib/api.ts`. A link into the
+//! CRM percent-encodes the `crm_id` it carries.
+//!
 //! The types here are the console's wire format: the TypeScript twins in
 //! `ui/src/lib/bindings.ts` are generated from them (ts-rs) and checked for freshness by
 //! `cargo test` (`bindings_are_fresh` below).

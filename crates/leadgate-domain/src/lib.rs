@@ -1,6 +1,22 @@
 //! The pure domain: operation keys, states and their transitions, error classes and
 //! payload fingerprints. Nothing in here does I/O or knows about storage, HTTP or CRMs;
 //! everything above imports from here, never the other way round.
+//!
+//! It is a crate of its own so that Cargo, not a text scan, keeps I/O out: its
+//! dependencies are data and text crates only (`tests/it/boundaries.rs` holds them to a
+//! list and its source free of `std`'s I/O). Refusals are [`Refusal`]s, a code each,
+//! never free text. Where things are:
+//!
+//! - `rules`: the decisions (a person's action, intake's new/duplicate/conflict/late,
+//!   the claim API's steps, matching, late reports), tested as tables;
+//! - `attempt`: an attempt's outcomes and the retry policy; `status`: the transitions;
+//!   `error_class`; `update`: what follows a failed update of a CRM entity;
+//! - `review`: reasons, resolutions, human actions; `roles`: who may ask for what;
+//! - `ids`: operation keys; `fingerprint`; `contact`: normalization; `lead`: lead
+//!   mapping; `search`: what a query is and how names become words;
+//! - `text`: a CRM id's bounds, masking, escaping; `secret`; `event_kind`;
+//! - `business`: the business rules' values and what a channel changes; `outage`: the
+//!   connector's health; `pacing`: the leaky bucket (GCRA).
 
 mod attempt;
 pub mod business;

@@ -1,6 +1,14 @@
 //! Text that comes in from outside and text that goes out to a person: what a CRM id may
 //! be, contact data masked in a message support reads, and stored text made safe to
 //! print on a terminal.
+//!
+//! A `crm_id` that comes in — the claim API's `complete`, a person's *Confirm* or *Link*,
+//! a raw request — passes [`check_crm_id`] (at most 256 characters, no control or
+//! invisible character: the HTTP answer `invalid_crm_id`, the refusal `crm_id_invalid`,
+//! the database's check of a request). A `fail` text and a connector's reason, which
+//! support reads, have phone numbers and e-mail addresses masked ([`mask_contacts`]). The
+//! CLI prints stored text through [`escape_controls`] (`ops show`, `ops find`,
+//! `connector list`), so a source cannot steer a terminal.
 
 use std::borrow::Cow;
 use std::fmt::Write;

@@ -1,5 +1,30 @@
 //! Claims, leases, an attempt's start and its outcome, and reports that arrive after the
 //! lease was lost.
+//!
+//! **Claiming.** Due work is picked with `for update skip locked` on PostgreSQL, under
+//! the one writer lock `BEGIN IMMEDIATE` takes on SQLite. A picked operation is
+//! `in_progress`, its `attempts` counted and its lease granted, all committed *before*
+//! anyone may call the CRM; a retry a person granted is consumed by that claim in the
+//! same transaction. `start_attempt`, right before a create leaves, writes
+//! `attempt_started` (if the caller did not), refuses a lease that has run out (nothing
+//! is sent) and extends a live one to cover the call (see `attempt`).
+//!
+//! **Stale leases.** A lease that ran out while the operation's latest mark on the
+//! timeline is still `claimed` — its holder died waiting for the CRM's pace or during a
+//! lookup, before anything left — is released by `claim_stale` (`released_unsent`: due
+//! now, the attempt and the grant given back). Only a lease with `attempt_started` after
+//! its claim is taken over and its key looked up.
+//!
+//! **Reports.** Only the lease holder changes an attempt's state, but a CRM id is never
+//! thrown away. A report under a lost lease is believed only from a token that once held
+//! the operation (`lease_grants` keeps their SHA-256); any other token writes nothing
+//! (`StoreError::UnknownLease`, `409 unknown_lease` at the claim API). A late
+//! `Created`/`Recovered` completes an operation that has no `crm_id` (voiding the current
+//! holder's lease and superseding its open non-conflict cases) or, when the operation has
+//! another id, opens an `ambiguous_match` case with both and counts the second entity
+//! (`extra_crm_entity`); the version moves either way. Other late reports are kept as
+//! `late_outcome` events. A report is idempotent by its lease token (`finished_token`),
+//! so recording an outcome can be retried through transient database errors.
 
 use std::time::Duration;
 

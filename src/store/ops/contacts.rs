@@ -14,7 +14,17 @@
 //!
 //! The row remembers the contact its last holder made or linked: the CRM's search lags
 //! behind a create, so the next lead links that contact even when the search does not
-//! show it yet.
+//! show it yet (a contact remembered within `worker::contacts::REMEMBER_CONTACT`, ten
+//! minutes, counts as found: `ContactSearch::known`).
+//!
+//! Each take is an upsert that succeeds only on a free row or on the operation's own. A
+//! lead that finds a key held gets a `contact_wait` event and is due again shortly (at
+//! most about a second later, sooner when the holder's lease ends first), its attempt and
+//! grant given back, so a lane goes on with other leads and a shared placeholder phone
+//! queues only its own leads. Bitrix24's contact step leaves the locks in `record_step`'s
+//! transaction; amoCRM's one-call create leaves them right after the outcome. While a
+//! contact create of the attempt may still land, the row stays held until the
+//! operation's `quiet_after`. Retention deletes rows that ended before its cutoff.
 
 use std::time::Duration;
 

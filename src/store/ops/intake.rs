@@ -1,4 +1,18 @@
 //! A delivery's journal entry and its claim on the key: new, duplicate or conflict.
+//!
+//! The claim is `insert … on conflict do nothing` on the unique key, never "select, then
+//! insert". A conflict (same key, other fingerprint) never changes a completed or failed
+//! operation: unfinished work is blocked in `needs_review`, an attempt in flight still has
+//! its outcome recorded, and after *keep original* the reconciler checks the CRM before
+//! anything is attempted again.
+//!
+//! Cross-channel matching must see a concurrent intake of the same client: before it
+//! looks, a delivery locks the intake slot of each normalized phone and e-mail, sorted
+//! (on PostgreSQL a row of `intake_contact_slots`; on SQLite the one writer suffices), so
+//! of two concurrent leads sharing a phone the second sees the first. A *shared* value —
+//! one that `[matching] shared_after` other operations of the window already carry — is
+//! counted before any lock and is neither locked nor matched, here and in PostgreSQL's
+//! grouped intake alike. Both paths write the name's search words (`operation_names`).
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};

@@ -16,6 +16,25 @@
 //! - [`claim_api`]: operations an external integration executes.
 //! - [`retention`]: scrubbing finished operations down to tombstones.
 //! - [`requests`]: a person's requests a gateway applies (PostgreSQL personal logins).
+//!
+//! What holds for every writer here:
+//!
+//! - Every state change is checked against `Status::can_become` (the one transition
+//!   table) and appends a `status_changed` event in the same transaction; every human
+//!   action appends `human_action` with its actor and comment in the same transaction.
+//!   The timeline itself is append-only in the database: triggers on both backends refuse
+//!   UPDATE and DELETE, so the console, connected to the same database, cannot rewrite it.
+//! - An operation has at most one open review case that is not a payload conflict (the
+//!   partial unique index `review_cases_one_open`, on both backends). A new reason to
+//!   review an operation that has one (a claim-API lease ran out, then n8n reports
+//!   `uncertain` under the token it still holds) is added to that case's timeline as
+//!   `review_noted`, and that case's id is returned. When an operation is settled
+//!   (`completed` or `failed_terminal`), by a resolution or by an attempt's outcome, its
+//!   other open non-conflict cases are closed as `superseded` by the same actor, with a
+//!   `review_superseded` event naming the case that settled it, if one did: every path
+//!   that settles an operation calls [`supersede_open_cases`]. Payload-conflict cases stay
+//!   open until a person decides them: each is about a delivery of its own, and *Keep
+//!   original* / *Accept as new* still work on a completed operation.
 
 use std::future::Future;
 

@@ -2,6 +2,13 @@
 //! the oldest waiting one through the same functions the CLI calls, in one transaction
 //! with the answer, the person's login as the actor. A request the rules refuse is
 //! answered in a transaction of its own, so nothing of it is written.
+//!
+//! A gateway takes a request with `for update skip locked`, so each is applied once
+//! however many gateways share the database (migration 0017). It takes them in turn per
+//! login (`lock_waiting_request`: each login's oldest waiting request, the login whose
+//! last request was applied longest ago first), so one person's backlog delays another's
+//! request by at most one of theirs. The database's side of the queue (who may insert
+//! what, and how many) is described in `store::requests`.
 
 use chrono::{DateTime, Utc};
 

@@ -1,5 +1,14 @@
 //! Retention: finished operations are scrubbed down to tombstones (key, payload hash,
 //! status, crm_id), so late duplicates still get the first result.
+//!
+//! A purge takes finished operations without open cases (and without a pending CRM
+//! update) in small batches and scrubs their payloads and contact data — the name and its
+//! search words (`operation_names`) included. Each picked operation is checked again
+//! under its row lock before it is scrubbed: whoever opens a case locks the row first, so
+//! a case opened during the batch keeps its operation whole. Deliveries that arrive after
+//! their operation was purged (a late repeat or conflict) are scrubbed once they are past
+//! retention themselves and their operation has no open case. Contact locks that ended
+//! before the cutoff are deleted.
 
 use chrono::{DateTime, Utc};
 use serde_json::json;

@@ -1,5 +1,22 @@
 //! Review cases and a person's decisions on them. What an action does, or why it is
 //! refused, is `domain::rules::decide`; this writes it down.
+//!
+//! A resolution is guarded by the operation version the person saw and by the case still
+//! being open, so two people (or a double click) cannot both act. A retry grant is
+//! single-use: the worker's claim consumes it in the same transaction (an integration's
+//! granted attempt that fails again comes back to review, as the worker's does), and an
+//! attempt granted after an earlier one verifies first. *Authorize one retry* is refused
+//! when the operation has a `crm_id`, on an `ambiguous_match` case, while a lease is live
+//! and once retention purged the payload; *Open a review case* is refused while a lease is
+//! live. *Reject* is refused while an attempt's lease is live
+//! (`StoreError::AttemptInFlight`: the call may still create the lead) and drops a lease
+//! that ran out, so a later report is a late answer — a `crm_id` then completes the
+//! operation — never a `failed_terminal` operation holding a `crm_id`.
+//!
+//! *Accept as new* makes the key `<original>#accepted-<delivery id>` (cut to fit 255
+//! bytes; no source can send a key ending like that, so it is never a real key), executed
+//! by the original's executor: a claim-API conflict stays the integration's, and the
+//! worker never takes it. *Keep original, update CRM* queues an update (`updates`).
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};

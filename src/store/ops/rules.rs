@@ -1,6 +1,18 @@
 //! The business rules (migration 0021): a gateway seeds a source that has none from its
 //! TOML, and a manager's edit replaces a source's rules at the version it was made from,
 //! each with its row in the append-only history.
+//!
+//! Business rules are the database's; technical settings are the TOML's. What a contact
+//! match means per source, the matching window and the channels are `business_rules` rows
+//! (migration 0021), changed only through `store::Ask::SetRules`: compare-and-set on the
+//! source's version, `SourceRules::check`, one `business_rule_history` row per version
+//! (append-only by trigger). On PostgreSQL only a manager's login may ask (`may_ask`'s
+//! `EditRules`). The TOML's `on_contact_match` and `[matching] window` only seed a source
+//! that has no row (`app::seed_rules`). Intake never reads the rules per delivery: it
+//! holds them in `intake::LiveRules`, and each `serve`'s rules loop swaps them whole when
+//! the history's row count moves (`Store::rules_version`, polled every second) — the
+//! count, not the newest id, because PostgreSQL ids can commit out of order. What a
+//! channel changes is `domain::business::step_for`.
 
 use chrono::{DateTime, Utc};
 

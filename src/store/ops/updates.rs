@@ -1,6 +1,15 @@
 //! Updates of CRM entities a person asked for: *Keep original and update the CRM* on a
 //! payload conflict. Requesting one is part of the resolution (`review.rs`); this records
 //! how the worker's call ended. What follows a failure is `domain::update`.
+//!
+//! An update never lands over a newer one. Each is a `crm_updates` row (migration 0014);
+//! the worker takes one only when no update of the same entity for an earlier delivery is
+//! pending or may still land (`quiet_after`: the last call's lease plus the settle
+//! window), and a person cannot queue an older delivery's update after a newer one's. An
+//! update may be sent again — it names the entity by id and sets values, and phones and
+//! e-mails are read first so none is added twice — but one whose answer did not come only
+//! after the settle window. A refused update opens a new payload-conflict case on the same
+//! delivery; retention keeps an operation whose update is pending.
 
 use chrono::{DateTime, Utc};
 use serde_json::json;

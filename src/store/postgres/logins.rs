@@ -12,6 +12,15 @@
 //! group roles and the people's logins, and drops them. Table grants and CONNECT stay the
 //! owner's, so `user add` opens both connections: roles first (admin), then grants and
 //! CONNECT (owner).
+//!
+//! The administration login's URL is given as `--admin-url` or
+//! `LEADGATE_ADMIN_DATABASE_URL`, never in the service's environment. `create role`
+//! carries a SCRAM-SHA-256 verifier, never the password. CONNECT goes to each person's
+//! login and never to the group roles: those are the server's, shared by every Leadgate
+//! database on it. A login in two Leadgate roles counts as the least of them
+//! (`leadgate_role_of`, migration 0025: support < admin < sales_ops < manager) for its
+//! requests, for the console and for `leadgate user list` alike. `tests/it/logins.rs`
+//! makes both logins as README's "People and roles" says and attacks as each.
 
 use std::time::Duration;
 
