@@ -744,12 +744,7 @@ async fn a_delivery_the_database_refuses_fails_alone_and_its_group_is_recorded()
             ),
             "{answers:?}"
         );
-        let keys: Vec<String> =
-            sqlx::query_scalar("select operation_id from operations order by 1")
-                .fetch_all(&mut c)
-                .await
-                .unwrap();
-        assert_eq!(keys, ["site:good1", "site:good2"]);
+        assert_eq!(operation_ids(&mut c).await, ["site:good1", "site:good2"]);
         let (counted, kept) = figures(&mut c).await;
         assert_eq!(kept, counted);
     })
@@ -817,14 +812,17 @@ async fn one_delivery_the_database_cannot_take_leaves_its_group_recorded() {
             (ErrorKind::Internal, Some("XX000")),
             "{broken}"
         );
-        let keys: Vec<String> =
-            sqlx::query_scalar("select operation_id from operations order by 1")
-                .fetch_all(&mut c)
-                .await
-                .unwrap();
-        assert_eq!(keys, ["site:good1", "site:good2"]);
+        assert_eq!(operation_ids(&mut c).await, ["site:good1", "site:good2"]);
     })
     .await
+}
+
+/// Every operation's key, in order.
+async fn operation_ids(c: &mut PgConnection) -> Vec<String> {
+    sqlx::query_scalar("select operation_id from operations order by 1")
+        .fetch_all(c)
+        .await
+        .unwrap()
 }
 
 /// Seconds a test waits for what must not take long.
