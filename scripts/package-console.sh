@@ -40,7 +40,15 @@ if [ -n "$debug" ]; then
     echo "no $target/debug/leadgate-console: build the console first (cargo build -p leadgate-console)" >&2
     exit 1
   }
-  npx --no-install tauri bundle --debug --bundles deb --config "$config" >&2
+  # The bundler writes into the binary it packages (its bundle type): it gets a copy in a
+  # target directory of its own, so a console that is running from the shared one (the
+  # other real-window tests, run beside this) is never "Text file busy".
+  private=$(mktemp -d)
+  trap 'rm -rf "$private"' EXIT
+  mkdir -p "$private/debug"
+  cp "$target/debug/leadgate-console" "$private/debug/"
+  target="$private"
+  CARGO_TARGET_DIR="$private" npx --no-install tauri bundle --debug --bundles deb --config "$config" >&2
 else
   profile=release
   # beforeBuildCommand builds ui/ first.
