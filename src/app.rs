@@ -5,7 +5,7 @@
 //! Besides those, a running gateway keeps a few loops of its own, each under
 //! `supervise`: the redelivery of claim-API operations (`redeliver`, with
 //! `[claim_api] redeliver_url`), retention, the requests loop (on PostgreSQL: applies
-//! people's requests, `Store::apply_next_request`) and the rules loop (re-reads the
+//! people's requests, `Review::apply_next_request`) and the rules loop (re-reads the
 //! business rules when their version moved, into `intake::LiveRules`).
 
 use std::collections::HashMap;

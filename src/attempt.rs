@@ -3,12 +3,12 @@
 //! an exchange, and recording the outcome through database hiccups.
 //!
 //! A lease never ends while its holder's CRM call may still be running:
-//! `Store::start_attempt`, right before a create leaves, refuses a lease that has run out
+//! `WorkQueue::start_attempt`, right before a create leaves, refuses a lease that has run out
 //! (the call is not made) and extends a live one to the call's budget (`[crm] timeout`)
 //! plus `LEASE_MARGIN` (1 s); the call is cut at the budget, measured from before the
 //! extension, so the cut always comes before the lease's end. The configuration refuses a
 //! `[worker] lease` shorter than timeout plus margin, but nothing here relies on that.
-//! Grant, expiry, takeover and due times are all judged by `Store::now()`, so processes
+//! Grant, expiry, takeover and due times are all judged by `Clock::now()`, so processes
 //! whose clocks disagree still agree on when a lease ends.
 
 use std::collections::HashMap;

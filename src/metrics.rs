@@ -19,7 +19,7 @@
 //! So `/metrics`, `leadgate metrics` and the dashboard read a bounded number of rows
 //! however large the tables grow. The dashboard's charts read `metric_series` the same
 //! way: the same figures per 5-minute slot (a month is 8,640 slots). The retention loop
-//! folds the PostgreSQL shards of past slots into one row each (`Store::compact_metrics`),
+//! folds the PostgreSQL shards of past slots into one row each (`Upkeep::compact_metrics`),
 //! and the counter shards of sessions that ended into one.
 
 use std::fmt::Write;

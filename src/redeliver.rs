@@ -21,7 +21,7 @@
 //!
 //! The claim stays the only way to a lease: a redelivery only asks the workflow to claim.
 //! Taking a due operation is a compare-and-set on its `redeliveries` row per due time
-//! (`Store::take_due_redeliveries`), so processes sharing a database send it once.
+//! (`ClaimApi::take_due_redeliveries`), so processes sharing a database send it once.
 //! Nothing in `needs_review`, `in_progress`, `completed` or `failed_terminal` is ever
 //! sent back.
 

@@ -13,7 +13,7 @@
 //!
 //! **Outages** are the connector's, not the leads' (`domain::outage`). Failures the CRM
 //! is to blame for are counted on the connector's row; after `[outage] after_failures` in
-//! a row it is unreachable and `Store::probe_gate` lets one probe out per slot of the
+//! a row it is unreachable and `WorkQueue::probe_gate` lets one probe out per slot of the
 //! schedule, taken under the row's lock so processes sharing a database send one. The
 //! gate before a claim is not the last word: every call — a create, a batch, an update,
 //! a lookup, the reconciler's too — reads the connector's row right before it leaves

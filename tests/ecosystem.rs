@@ -546,7 +546,7 @@ async fn two_scrapes() -> (Scrape, Scrape) {
     );
     gw.post_json("site", &lead("g1")).await;
     gw.wait_status("site:g1", "completed").await;
-    // What a contact-and-deal create commits per step (`Store::record_step`, counted by
+    // What a contact-and-deal create commits per step (`WorkQueue::record_step`, counted by
     // migration 0016's trigger), so `leadgate_crm_steps_total` has a sample; the steps
     // themselves are tests/it/steps.rs's.
     let g1 = leadgate::domain::OperationId::new("site", "g1").unwrap();

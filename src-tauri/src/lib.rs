@@ -2,7 +2,7 @@
 //!
 //! It has no network surface of its own and reaches only the database. It opens the CRM's
 //! web pages and nothing else: the gateway publishes its CRM's origins
-//! (`crm::web_links` → `Store::publish_crm_links`, migration 0013: the portal's origin,
+//! (`crm::web_links` → `Rules::publish_crm_links`, migration 0013: the portal's origin,
 //! never a webhook secret or token), and at connect time [`allow_opening`] adds a
 //! capability that lets the opener plugin open exactly those origins; the static
 //! capability grants no opener. Notifications (notify-rust on Linux) open the case they

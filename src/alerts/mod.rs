@@ -6,14 +6,14 @@
 //! cases already announced, the conditions as last announced, the message waiting to be
 //! accepted, its failures, and the sending turn. A channel's loop, every poll interval:
 //!
-//! 1. takes the turn (`Store::alert_turn`, a lease under the row's lock: of several
+//! 1. takes the turn (`Alerts::alert_turn`, a lease under the row's lock: of several
 //!    gateways on one database one sends, so each alert goes out once);
 //! 2. if the rate allows a message now ([`send_gate`]: the retry time, the spacing, the
 //!    per-minute cap), takes the pending message, or composes one from the figures
 //!    ([`compose`], pure) — new cases only once per `interval`, a condition when it
 //!    changes or after `repeat`;
-//! 3. stores it and extends the turn to cover the call (`Store::alert_arm`), sends it,
-//!    and records the answer (`Store::alert_done`): only an accepted message advances the
+//! 3. stores it and extends the turn to cover the call (`Alerts::alert_arm`), sends it,
+//!    and records the answer (`Alerts::alert_done`): only an accepted message advances the
 //!    cursor and the conditions, so a failure or a restart neither loses nor repeats a
 //!    group; a failing channel gets the same message again after a backoff (Telegram's
 //!    `retry_after`, a webhook's `Retry-After` honoured).

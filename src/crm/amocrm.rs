@@ -14,7 +14,7 @@
 //!
 //! OAuth: amoCRM ROTATES refresh tokens (every refresh answers a new one and the old
 //! one stops working), and several processes on several machines share one account.
-//! So the current pair lives in the operations database ([`Store::crm_token`]), one
+//! So the current pair lives in the operations database ([`CrmAccess::crm_token`]), one
 //! row per connector, and the access token is kept in memory. The configured
 //! refresh token only seeds that row on the first run. A refresh happens when the
 //! access token has (nearly) expired, or once per call on a 401; it is written back
@@ -41,7 +41,7 @@ use super::{
     CrmError, EntityUpdate, Exchange, Lead, LeadChanges, Lookup,
 };
 use crate::domain::ErrorClass;
-use crate::store::{self, CrmToken, Store};
+use crate::store::{self, CrmAccess, CrmToken};
 
 pub mod reads;
 
@@ -96,7 +96,7 @@ pub struct OAuth {
     /// configuration after reconnecting the integration).
     pub refresh_token: String,
     /// Where the current tokens live, shared by every process.
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn CrmAccess>,
     /// Seals the tokens in the store (`crm_tokens` holds ciphertext only).
     pub vault: crate::crm::vault::Vault,
 }
@@ -137,7 +137,7 @@ impl OAuth {
         })))
     }
 
-    /// Saves `token` sealed (see [`Store::save_crm_token`] for `expected_version`).
+    /// Saves `token` sealed (see [`CrmAccess::save_crm_token`] for `expected_version`).
     async fn write_row(
         &self,
         token: &CrmToken,
@@ -333,7 +333,7 @@ impl AmoCrm {
 
     /// Keeps the account's request pace in `store`, shared by every process on it
     /// (without it the pace is this process's).
-    pub fn paced_in(mut self, store: Arc<dyn Store>) -> Self {
+    pub fn paced_in(mut self, store: Arc<dyn CrmAccess>) -> Self {
         self.limiter = Arc::new(RateLimiter::in_store(store, &self.base, self.rate_limit, 1));
         self
     }
@@ -1754,6 +1754,7 @@ pub fn fuzz_answer(status: u16, body: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Store;
     use leadgate_fakes::amocrm::{self as fake_amocrm, FakeAmoCrm, Fault, FIELD_ID};
 
     const TOKEN: &str = "fake-amo-token";

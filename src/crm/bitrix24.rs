@@ -20,7 +20,7 @@ use super::{
     EntityUpdate, Exchange, Lead, LeadChanges, Lookup,
 };
 use crate::domain::ErrorClass;
-use crate::store::Store;
+use crate::store::CrmAccess;
 
 /// Read-only calls for `leadgate diagnose`.
 pub mod reads;
@@ -216,7 +216,7 @@ impl Bitrix24 {
     /// Paces every request to the portal at `per_second` with `burst` at once, the
     /// pace kept in `store` and shared by every process on it. The portal is named by
     /// its host and webhook user, never the secret.
-    pub fn paced_in(mut self, store: Arc<dyn Store>, per_second: f64, burst: u32) -> Self {
+    pub fn paced_in(mut self, store: Arc<dyn CrmAccess>, per_second: f64, burst: u32) -> Self {
         let account = reqwest::Url::parse(&self.webhook_url)
             .map(|u| {
                 let user = u

@@ -21,7 +21,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use tokio::time::Instant;
 
 use crate::domain::pacing::Pace;
-use crate::store::Store;
+use crate::store::CrmAccess;
 
 /// How far under a CRM's documented limit the pace stays: this share of its rate, and one
 /// request of its burst kept spare. A request leaves a little after its turn (the claims
@@ -48,7 +48,7 @@ pub struct RateLimiter {
     /// store fails): the theoretical arrival time, in ms since `epoch`.
     local: Mutex<Option<f64>>,
     epoch: Instant,
-    shared: Option<(Arc<dyn Store>, String)>,
+    shared: Option<(Arc<dyn CrmAccess>, String)>,
     /// When this process's latest request left (or is due to), for
     /// [`Pace::spacing`].
     left: Mutex<Option<Instant>>,
@@ -85,7 +85,7 @@ impl RateLimiter {
 
     /// For a CRM that allows `per_second` sustained with `burst` at once, the pace of
     /// `account` kept in `store`: every process on the database shares it.
-    pub fn in_store(store: Arc<dyn Store>, account: &str, per_second: f64, burst: u32) -> Self {
+    pub fn in_store(store: Arc<dyn CrmAccess>, account: &str, per_second: f64, burst: u32) -> Self {
         RateLimiter {
             shared: Some((store, account.to_owned())),
             ..RateLimiter::with_burst(per_second, burst)

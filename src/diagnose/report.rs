@@ -305,7 +305,7 @@ pub fn to_markdown(d: &Diagnosis) -> String {
 }
 
 /// The report as data: what the HTML and Markdown show, kept in the operations
-/// database (`Store::save_diagnosis`) for the console's *Diagnosis* screen. Contacts
+/// database (`Upkeep::save_diagnosis`) for the console's *Diagnosis* screen. Contacts
 /// are masked here as in the reports; the texts are untrusted and shown as text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]

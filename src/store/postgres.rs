@@ -410,7 +410,7 @@ async fn sessions_in_a_transaction(conn: &mut PgConnection) -> String {
 pub enum IntakePath {
     /// `leadgate_record_deliveries` (migration 0022): a group of deliveries in one
     /// statement and one transaction, for new keys whose contact matches nothing and for
-    /// duplicates; anything else goes on to `Steps`. What `Store::record_delivery` does.
+    /// duplicates; anything else goes on to `Steps`. What `Journal::record_delivery` does.
     Grouped,
     /// The store's steps (`store::ops::intake`), one statement each, in one transaction
     /// per delivery: what SQLite runs, and what `Grouped` must match row for row.

@@ -3,7 +3,7 @@
 //! `store::ops::requests`.
 //!
 //! Every action of the console is an [`Ask`]. On SQLite, and under the schema owner's
-//! login, it is written directly (`Store::perform`); a personal PostgreSQL login asks a
+//! login, it is written directly (`Review::perform`); a personal PostgreSQL login asks a
 //! gateway instead ([`ask_and_wait`]) — one path, `store::ops::requests`, either way. The
 //! console opens a database with `store::open`, which never migrates: a schema older or
 //! newer than the build is reported, not changed.

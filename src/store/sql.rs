@@ -354,7 +354,7 @@ macro_rules! sql_store {
                 .fetch_optional(&mut *self.0)
                 .await?;
                 if inserted.is_some() && !words.is_empty() {
-                    // The name's words, for `Store::search` (migration 0012).
+                    // The name's words, for `Reads::search` (migration 0012).
                     let sql = if $backend == $crate::store::Backend::Postgres {
                         "insert into operation_names (word, created_at, operation_id) \
                          select value, $2, $3 from json_array_elements_text(cast($1 as json))"
@@ -1230,8 +1230,7 @@ macro_rules! sql_store {
             }
         }
 
-        #[async_trait::async_trait]
-        impl Store for $store {
+        impl $crate::store::Clock for $store {
             fn backend(&self) -> $crate::store::Backend {
                 $backend
             }
@@ -1239,12 +1238,10 @@ macro_rules! sql_store {
             fn now(&self) -> DateTime<Utc> {
                 self.clock_now()
             }
+        }
 
-            async fn ping(&self) -> Result<()> {
-                sqlx::query("select 1").execute(&self.pool).await?;
-                Ok(())
-            }
-
+        #[async_trait::async_trait]
+        impl $crate::store::Journal for $store {
             async fn record_delivery(&self, d: NewDelivery) -> Result<DeliveryRecord> {
                 self.record_delivery_now(d).await
             }
@@ -1306,7 +1303,10 @@ macro_rules! sql_store {
                 tx.commit().await?;
                 Ok(first)
             }
+        }
 
+        #[async_trait::async_trait]
+        impl $crate::store::WorkQueue for $store {
             async fn claim_due(
                 &self,
                 connector: &str,
@@ -1414,6 +1414,123 @@ macro_rules! sql_store {
                 ops::contacts::leave(self.write().await?, lease, how, now).await
             }
 
+            async fn connector_failed(
+                &self,
+                name: &str,
+                config: &$crate::domain::outage::OutageConfig,
+                now: DateTime<Utc>,
+            ) -> Result<Option<$crate::domain::outage::Unreachable>> {
+                ops::outage::connector_failed(self.write().await?, name, config, now).await
+            }
+
+            async fn connector_answered(&self, name: &str, now: DateTime<Utc>) -> Result<bool> {
+                // A read first, without the writer: this runs after every answer.
+                let failures: Option<i32> =
+                    sqlx::query_scalar("select failures from connectors where name = $1")
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                if failures.unwrap_or(0) == 0 {
+                    return Ok(false);
+                }
+                ops::outage::connector_answered(self.write().await?, name, now).await
+            }
+
+            async fn probe_gate(
+                &self,
+                name: &str,
+                config: &$crate::domain::outage::OutageConfig,
+                now: DateTime<Utc>,
+            ) -> Result<$crate::domain::outage::Gate> {
+                // A read first, without the writer: this runs before every claim.
+                let unreachable: Option<Option<DateTime<Utc>>> =
+                    sqlx::query_scalar("select unreachable_since from connectors where name = $1")
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                if unreachable.flatten().is_none() {
+                    return Ok($crate::domain::outage::Gate::Open);
+                }
+                ops::outage::probe_gate(self.write().await?, name, config, now).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::CrmAccess for $store {
+            async fn take_turn(
+                &self,
+                account: &str,
+                pace: $crate::domain::pacing::Pace,
+                now: DateTime<Utc>,
+            ) -> Result<std::time::Duration> {
+                ops::pacing::take_turn(self.write().await?, account, pace, now).await
+            }
+
+            async fn hold_turns(
+                &self,
+                account: &str,
+                pace: $crate::domain::pacing::Pace,
+                until: DateTime<Utc>,
+            ) -> Result<()> {
+                ops::pacing::hold_turns(self.write().await?, account, pace, until).await
+            }
+
+            async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
+                let row = sqlx::query(
+                    "select access_token, refresh_token, expires_at, version from crm_tokens \
+                     where connector = $1",
+                )
+                .bind(connector)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(|r| {
+                    Ok(CrmToken {
+                        access_token: r.try_get("access_token")?,
+                        refresh_token: r.try_get("refresh_token")?,
+                        expires_at: r.try_get("expires_at")?,
+                        version: r.try_get("version")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn save_crm_token(
+                &self,
+                connector: &str,
+                token: &CrmToken,
+                expected_version: Option<i64>,
+            ) -> Result<bool> {
+                let mut tx = self.begin_write().await?;
+                let sql = match expected_version {
+                    None => {
+                        "insert into crm_tokens (connector, access_token, refresh_token, \
+                         expires_at, version, updated_at) values ($1, $2, $3, $4, $5, $6) \
+                         on conflict (connector) do nothing"
+                    }
+                    Some(_) => {
+                        "update crm_tokens set access_token = $2, refresh_token = $3, \
+                         expires_at = $4, version = $5, updated_at = $6 \
+                         where connector = $1 and version = $7"
+                    }
+                };
+                let mut query = sqlx::query(sql)
+                    .bind(connector)
+                    .bind(&token.access_token)
+                    .bind(&token.refresh_token)
+                    .bind(token.expires_at)
+                    .bind(token.version)
+                    .bind(self.clock_now());
+                if let Some(expected) = expected_version {
+                    query = query.bind(expected);
+                }
+                let done = query.execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::Review for $store {
             async fn open_review(
                 &self,
                 operation_id: &OperationId,
@@ -1430,6 +1547,135 @@ macro_rules! sql_store {
                 ops::review::resolve(self.write().await?, req).await
             }
 
+            async fn note(
+                &self,
+                id: &OperationId,
+                actor: &str,
+                event: NewEvent,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                ops::attempts::note(self.write().await?, id.as_str(), actor, &event, now).await
+            }
+
+            async fn identity(&self) -> Result<Identity> {
+                if $backend == $crate::store::Backend::Sqlite {
+                    return Ok(Identity::Local);
+                }
+                let (login, role, owner): (String, Option<String>, bool) = sqlx::query_as(
+                    "select session_user::text, leadgate_role_of(session_user), \
+                     pg_has_role(session_user, (select relowner from pg_class \
+                       where oid = 'public.operations'::regclass), 'member')",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(match (owner, role) {
+                    (true, _) => Identity::Owner { login },
+                    (false, Some(r)) => Identity::Person {
+                        login,
+                        role: r.trim_start_matches("leadgate_").parse().map_err(corrupt)?,
+                    },
+                    (false, None) => Identity::Nobody { login },
+                })
+            }
+
+            async fn ask(&self, ask: &Ask) -> Result<i64> {
+                let (case_id, version, operation_id, connector) = ask.key_columns();
+                sqlx::query_scalar(
+                    "insert into human_requests (kind, case_id, expected_version, operation_id, \
+                     connector, body) values ($1, $2, $3, $4, $5, $6) returning id",
+                )
+                .bind(ask.kind_name())
+                .bind(case_id)
+                .bind(version)
+                .bind(operation_id)
+                .bind(connector)
+                .bind(ask.body())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(StoreError::refused_request)
+            }
+
+            async fn answer(&self, id: i64) -> Result<Option<Result<Answer>>> {
+                let outcome: Option<Option<String>> =
+                    sqlx::query_scalar("select outcome from human_requests where id = $1")
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                match outcome {
+                    None => Err(StoreError::NotApplied(format!("request #{id} was withdrawn"))),
+                    Some(None) => Ok(None),
+                    Some(Some(text)) => requests_outcome_of(&text).map(Some),
+                }
+            }
+
+            async fn withdraw(&self, id: i64) -> Result<bool> {
+                Ok(sqlx::query_scalar("select leadgate_withdraw($1)")
+                    .bind(id)
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
+            async fn perform(&self, actor: &str, ask: Ask, now: DateTime<Utc>) -> Result<Answer> {
+                ops::requests::perform(self.write().await?, actor, ask, now).await
+            }
+
+            async fn apply_next_request(&self, now: DateTime<Utc>) -> Result<Option<i64>> {
+                use ops::requests::Applied;
+                match ops::requests::apply_next(self.write().await?, now).await? {
+                    Applied::Nothing => Ok(None),
+                    Applied::Done(id) => Ok(Some(id)),
+                    Applied::Declined(id, why) => {
+                        ops::requests::decline(self.write().await?, id, why, now).await?;
+                        Ok(Some(id))
+                    }
+                }
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::ClaimApi for $store {
+            async fn claim_external(&self, c: ExternalClaim) -> Result<ExternalClaimOutcome> {
+                retrying(|| async { ops::claim_api::claim(self.write().await?, &c).await }).await
+            }
+
+            async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
+                ops::claim_api::expire_leases(self.write().await?, now).await
+            }
+
+            async fn take_due_redeliveries(
+                &self,
+                source: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+                resend_at: DateTime<Utc>,
+                limit: i64,
+            ) -> Result<Vec<DueRedelivery>> {
+                // A read first, without the writer: on SQLite a write transaction holds
+                // the one writer lock, and this runs every poll interval.
+                let any: Option<RedeliveryRow> =
+                    sqlx::query_as(PICK_REDELIVERY)
+                        .bind(source)
+                        .bind(now)
+                        .bind(1_i64)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                if any.is_none() {
+                    return Ok(vec![]);
+                }
+                ops::claim_api::take_due_redeliveries(
+                    self.write().await?,
+                    source,
+                    actor,
+                    now,
+                    resend_at,
+                    limit,
+                )
+                .await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::Updates for $store {
             async fn claim_update(
                 &self,
                 connector: &str,
@@ -1549,865 +1795,10 @@ macro_rules! sql_store {
             ) -> Result<()> {
                 ops::updates::finish(self.write().await?, claim, outcome, events, now).await
             }
+        }
 
-            async fn note(
-                &self,
-                id: &OperationId,
-                actor: &str,
-                event: NewEvent,
-                now: DateTime<Utc>,
-            ) -> Result<()> {
-                ops::attempts::note(self.write().await?, id.as_str(), actor, &event, now).await
-            }
-
-            async fn pause_connector(
-                &self,
-                name: &str,
-                reason: &str,
-                actor: &str,
-                now: DateTime<Utc>,
-            ) -> Result<()> {
-                let mut tx = self.write().await?;
-                tx.pause_connector(name, reason, actor, now).await?;
-                tx.commit().await
-            }
-
-            async fn purge_batch(
-                &self,
-                finished_before: DateTime<Utc>,
-                batch: i64,
-                now: DateTime<Utc>,
-            ) -> Result<PurgeReport> {
-                ops::retention::purge_batch(self.write().await?, finished_before, batch, now).await
-            }
-
-            async fn claim_external(&self, c: ExternalClaim) -> Result<ExternalClaimOutcome> {
-                retrying(|| async { ops::claim_api::claim(self.write().await?, &c).await }).await
-            }
-
-            async fn expire_external_leases(&self, now: DateTime<Utc>) -> Result<u64> {
-                ops::claim_api::expire_leases(self.write().await?, now).await
-            }
-
-            async fn connector_failed(
-                &self,
-                name: &str,
-                config: &$crate::domain::outage::OutageConfig,
-                now: DateTime<Utc>,
-            ) -> Result<Option<$crate::domain::outage::Unreachable>> {
-                ops::outage::connector_failed(self.write().await?, name, config, now).await
-            }
-
-            async fn connector_answered(&self, name: &str, now: DateTime<Utc>) -> Result<bool> {
-                // A read first, without the writer: this runs after every answer.
-                let failures: Option<i32> =
-                    sqlx::query_scalar("select failures from connectors where name = $1")
-                        .bind(name)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                if failures.unwrap_or(0) == 0 {
-                    return Ok(false);
-                }
-                ops::outage::connector_answered(self.write().await?, name, now).await
-            }
-
-            async fn take_turn(
-                &self,
-                account: &str,
-                pace: $crate::domain::pacing::Pace,
-                now: DateTime<Utc>,
-            ) -> Result<std::time::Duration> {
-                ops::pacing::take_turn(self.write().await?, account, pace, now).await
-            }
-
-            async fn hold_turns(
-                &self,
-                account: &str,
-                pace: $crate::domain::pacing::Pace,
-                until: DateTime<Utc>,
-            ) -> Result<()> {
-                ops::pacing::hold_turns(self.write().await?, account, pace, until).await
-            }
-
-            async fn probe_gate(
-                &self,
-                name: &str,
-                config: &$crate::domain::outage::OutageConfig,
-                now: DateTime<Utc>,
-            ) -> Result<$crate::domain::outage::Gate> {
-                // A read first, without the writer: this runs before every claim.
-                let unreachable: Option<Option<DateTime<Utc>>> =
-                    sqlx::query_scalar("select unreachable_since from connectors where name = $1")
-                        .bind(name)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                if unreachable.flatten().is_none() {
-                    return Ok($crate::domain::outage::Gate::Open);
-                }
-                ops::outage::probe_gate(self.write().await?, name, config, now).await
-            }
-
-            async fn take_due_redeliveries(
-                &self,
-                source: &str,
-                actor: &str,
-                now: DateTime<Utc>,
-                resend_at: DateTime<Utc>,
-                limit: i64,
-            ) -> Result<Vec<DueRedelivery>> {
-                // A read first, without the writer: on SQLite a write transaction holds
-                // the one writer lock, and this runs every poll interval.
-                let any: Option<RedeliveryRow> =
-                    sqlx::query_as(PICK_REDELIVERY)
-                        .bind(source)
-                        .bind(now)
-                        .bind(1_i64)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                if any.is_none() {
-                    return Ok(vec![]);
-                }
-                ops::claim_api::take_due_redeliveries(
-                    self.write().await?,
-                    source,
-                    actor,
-                    now,
-                    resend_at,
-                    limit,
-                )
-                .await
-            }
-
-            async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
-                let sql = format!("select {OP_COLUMNS} from operations where operation_id = $1");
-                let row = sqlx::query(&sql)
-                    .bind(id.as_str())
-                    .fetch_optional(&self.pool)
-                    .await?;
-                row.as_ref().map(op_from_row).transpose()
-            }
-
-            async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
-                sqlx::query(
-                    "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at) \
-                     values ($1, $2, $3, $4, $5) on conflict (connector) do update set \
-                     entity_url = excluded.entity_url, search_url = excluded.search_url, \
-                     contact_url = excluded.contact_url, updated_at = excluded.updated_at",
-                )
-                .bind(&links.connector)
-                .bind(&links.entity_url)
-                .bind(&links.search_url)
-                .bind(&links.contact_url)
-                .bind(now)
-                .execute(&self.pool)
-                .await?;
-                Ok(())
-            }
-
-            async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
-                let rows = sqlx::query(
-                    "select connector, entity_url, search_url, contact_url from crm_links \
-                     order by updated_at desc, connector",
-                )
-                .fetch_all(&self.pool)
-                .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok(CrmLinks {
-                            connector: r.try_get("connector")?,
-                            entity_url: r.try_get("entity_url")?,
-                            search_url: r.try_get("search_url")?,
-                            contact_url: r.try_get("contact_url")?,
-                        })
-                    })
-                    .collect()
-            }
-
-            async fn business_rules(&self) -> Result<Vec<StoredRules>> {
-                let sql = format!("{RULES_COLUMNS} order by source");
-                let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
-                rows.iter().map(rules_from_row).collect()
-            }
-
-            async fn rules_version(&self) -> Result<i64> {
-                Ok(sqlx::query_scalar(
-                    "select cast(count(*) as bigint) from business_rule_history",
-                )
-                .fetch_one(&self.pool)
-                .await?)
-            }
-
-            async fn rules_history(&self, source: Option<&str>, limit: i64) -> Result<Vec<RuleChange>> {
-                let rows = sqlx::query(
-                    "select id, source, version, actor, changed_at, before, after \
-                     from business_rule_history where (cast($1 as text) is null or source = $1) \
-                     order by id desc limit $2",
-                )
-                .bind(source)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?;
-                let rules = |text: Option<String>| -> Result<Option<SourceRules>> {
-                    text.map(|t| serde_json::from_str(&t).map_err(corrupt)).transpose()
-                };
-                rows.iter()
-                    .map(|r| {
-                        Ok(RuleChange {
-                            id: r.try_get("id")?,
-                            source: r.try_get("source")?,
-                            version: r.try_get("version")?,
-                            actor: r.try_get("actor")?,
-                            changed_at: r.try_get("changed_at")?,
-                            before: rules(r.try_get("before")?)?,
-                            after: rules(Some(r.try_get("after")?))?
-                                .ok_or_else(|| corrupt("a rules change without its rules"))?,
-                        })
-                    })
-                    .collect()
-            }
-
-            async fn seed_rules(&self, seeds: &[SourceRules], now: DateTime<Utc>) -> Result<Vec<String>> {
-                ops::rules::seed(self.write().await?, seeds, now).await
-            }
-
-            async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
-                Ok(sqlx::query_scalar("select mark from pull_cursors where source = $1")
-                    .bind(source)
-                    .fetch_optional(&self.pool)
-                    .await?)
-            }
-
-            async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()> {
-                sqlx::query(
-                    "insert into pull_cursors (source, mark, updated_at) values ($1, $2, $3) \
-                     on conflict (source) do update set mark = excluded.mark, \
-                     updated_at = excluded.updated_at",
-                )
-                .bind(source)
-                .bind(mark)
-                .bind(now)
-                .execute(&self.pool)
-                .await?;
-                Ok(())
-            }
-
-            async fn save_diagnosis(&self, d: &NewDiagnosis) -> Result<i64> {
-                let s = &d.summary;
-                let totals = serde_json::to_string(&s.totals).map_err(corrupt)?;
-                Ok(sqlx::query_scalar(
-                    "insert into diagnosis_reports (generated_at, input, period_from, period_to, \
-                     group_count, pair_count, totals, report) \
-                     values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
-                )
-                .bind(s.generated_at)
-                .bind(&s.input)
-                .bind(s.period_from)
-                .bind(s.period_to)
-                .bind(s.groups)
-                .bind(s.pairs)
-                .bind(totals)
-                .bind(d.report.to_string())
-                .fetch_one(&self.pool)
-                .await?)
-            }
-
-            async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>> {
-                let rows = sqlx::query(
-                    "select id, generated_at, input, period_from, period_to, group_count, \
-                     pair_count, totals from diagnosis_reports \
-                     order by generated_at desc, id desc limit $1",
-                )
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?;
-                rows.iter().map(diagnosis_from_row).collect()
-            }
-
-            async fn diagnosis(&self, id: i64) -> Result<Option<(DiagnosisSummary, Value)>> {
-                let row = sqlx::query(
-                    "select id, generated_at, input, period_from, period_to, group_count, \
-                     pair_count, totals, report from diagnosis_reports where id = $1",
-                )
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-                match row {
-                    None => Ok(None),
-                    Some(r) => {
-                        let report: String = r.try_get("report")?;
-                        Ok(Some((
-                            diagnosis_from_row(&r)?,
-                            serde_json::from_str(&report).map_err(corrupt)?,
-                        )))
-                    }
-                }
-            }
-
-            async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
-                let mut found = vec![];
-                for chunk in ids.chunks(500) {
-                    let marks = (1..=chunk.len())
-                        .map(|i| format!("${i}"))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    let sql = format!(
-                        "select {OP_COLUMNS} from operations where operation_id in ({marks})"
-                    );
-                    let mut q = sqlx::query(&sql);
-                    for id in chunk {
-                        q = q.bind(id.as_str());
-                    }
-                    for row in q.fetch_all(&self.pool).await? {
-                        found.push(op_from_row(&row)?);
-                    }
-                }
-                Ok(found)
-            }
-
-            async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
-                let rows = sqlx::query(
-                    "select id, at, kind, actor, error_class, detail from timeline \
-                     where operation_id = $1 order by id",
-                )
-                .bind(id.as_str())
-                .fetch_all(&self.pool)
-                .await?;
-                rows.iter().map(event_from_row).collect()
-            }
-
-            async fn timeline_page(
-                &self,
-                id: &OperationId,
-                before: Option<i64>,
-                limit: i64,
-            ) -> Result<TimelinePage> {
-                let limit = limit.clamp(1, TIMELINE_PAGE_MAX);
-                let rows = sqlx::query(
-                    "select id, at, kind, actor, error_class, detail from timeline \
-                     where operation_id = $1 and id < $2 order by id desc limit $3",
-                )
-                .bind(id.as_str())
-                .bind(before.unwrap_or(i64::MAX))
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?;
-                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
-                events.reverse();
-                // Counted only when the page is full: a shorter page is the whole rest.
-                let older = match events.first() {
-                    Some(first) if events.len() as i64 == limit => {
-                        sqlx::query_scalar(
-                            "select count(*) from timeline where operation_id = $1 and id < $2",
-                        )
-                        .bind(id.as_str())
-                        .bind(first.id)
-                        .fetch_one(&self.pool)
-                        .await?
-                    }
-                    _ => 0,
-                };
-                Ok(TimelinePage { events, older })
-            }
-
-            async fn timeline_of_kind(
-                &self,
-                id: &OperationId,
-                kind: &str,
-                limit: i64,
-            ) -> Result<Vec<TimelineEvent>> {
-                let rows = sqlx::query(
-                    "select id, at, kind, actor, error_class, detail from timeline \
-                     where operation_id = $1 and kind = $2 order by id desc limit $3",
-                )
-                .bind(id.as_str())
-                .bind(kind)
-                .bind(limit.clamp(1, TIMELINE_PAGE_MAX))
-                .fetch_all(&self.pool)
-                .await?;
-                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
-                events.reverse();
-                Ok(events)
-            }
-
-            async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
-                let sql = format!(
-                    "select {CASE_COLUMNS} from review_cases c join operations o \
-                     on o.operation_id = c.operation_id where c.operation_id = $1 order by c.id"
-                );
-                let rows = sqlx::query(&sql).bind(id.as_str()).fetch_all(&self.pool).await?;
-                rows.iter().map(case_from_row).collect()
-            }
-
-            async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>> {
-                let sql = format!(
-                    "select {CASE_COLUMNS} from review_cases c join operations o \
-                     on o.operation_id = c.operation_id where c.id = $1"
-                );
-                let row = sqlx::query(&sql).bind(case_id).fetch_optional(&self.pool).await?;
-                row.as_ref().map(case_from_row).transpose()
-            }
-
-            async fn review_cases(&self, f: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>> {
-                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
-                    "select {CASE_COLUMNS} from review_cases c join operations o \
-                     on o.operation_id = c.operation_id where "
-                ));
-                q.push(if f.resolved { "c.resolved_at is not null" } else { "c.resolved_at is null" });
-                if let Some(reason) = f.reason {
-                    q.push(" and c.reason = ").push_bind(reason.as_str());
-                }
-                if let Some(reason) = f.except_reason {
-                    q.push(" and c.reason <> ").push_bind(reason.as_str());
-                }
-                if let Some(source) = &f.source {
-                    q.push(" and o.source = ").push_bind(source.clone());
-                }
-                if let Some(before) = f.opened_before {
-                    q.push(" and c.opened_at < ").push_bind(before);
-                }
-                if let Some(after_id) = page.after_id {
-                    q.push(if f.newest_first { " and c.id < " } else { " and c.id > " })
-                        .push_bind(after_id);
-                }
-                q.push(if f.newest_first { " order by c.id desc limit " } else { " order by c.id limit " })
-                    .push_bind(page.limit.clamp(1, 1000));
-                let rows = q.build().fetch_all(&self.pool).await?;
-                rows.iter().map(case_from_row).collect()
-            }
-
-            async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
-                let rows: Vec<(String, i64)> = sqlx::query_as(
-                    "select reason, count(*) from review_cases where resolved_at is null group by reason",
-                )
-                .fetch_all(&self.pool)
-                .await?;
-                rows.into_iter()
-                    .map(|(r, n)| Ok((r.parse().map_err(corrupt)?, n)))
-                    .collect()
-            }
-
-            async fn operations_with_status(
-                &self,
-                status: Status,
-                page: OperationPage,
-            ) -> Result<Vec<Operation>> {
-                // Served by the operations_status index (status, updated_at).
-                let mut q = op_page_query(status, "updated_at", None, &page);
-                let rows = q.build().fetch_all(&self.pool).await?;
-                rows.iter().map(op_from_row).collect()
-            }
-
-            async fn queue_counts(&self, lease_expired_before: DateTime<Utc>) -> Result<QueueCounts> {
-                let failed_terminal: i64 = sqlx::query_scalar(
-                    "select count(*) from operations where status = 'failed_terminal'",
-                )
-                .fetch_one(&self.pool)
-                .await?;
-                let stale_in_progress: i64 = sqlx::query_scalar(
-                    "select count(*) from operations where status = 'in_progress' \
-                     and lease_expires_at < $1",
-                )
-                .bind(lease_expired_before)
-                .fetch_one(&self.pool)
-                .await?;
-                Ok(QueueCounts { failed_terminal, stale_in_progress })
-            }
-
-            async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
-                // The newest `limit` from each index (operations_phone, operations_email: contact,
-                // created_at), joined by union: bounded however many leads share a phone.
-                let sql = format!(
-                    "select {OP_COLUMNS} from operations where operation_id in ( \
-                       select operation_id from (select o.operation_id from operations o \
-                         join operations me on me.operation_id = $1 and o.contact_phone = me.contact_phone \
-                         where o.operation_id <> $1 order by o.created_at desc limit $2) p \
-                       union \
-                       select operation_id from (select o.operation_id from operations o \
-                         join operations me on me.operation_id = $1 and o.contact_email = me.contact_email \
-                         where o.operation_id <> $1 order by o.created_at desc limit $2) e) \
-                     order by created_at desc, operation_id limit $2"
-                );
-                let rows = sqlx::query(&sql)
-                    .bind(id.as_str())
-                    .bind(limit.clamp(1, 200))
-                    .fetch_all(&self.pool)
-                    .await?;
-                rows.iter().map(op_from_row).collect()
-            }
-
-            async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>> {
-                let row = sqlx::query(
-                    "select id, source, operation_id, received_at, outcome, payload, payload_hash \
-                     from deliveries where id = $1",
-                )
-                .bind(delivery_id)
-                .fetch_optional(&self.pool)
-                .await?;
-                row.map(|r| {
-                    Ok(DeliveryView {
-                        id: r.try_get("id")?,
-                        source: r.try_get("source")?,
-                        operation_id: r.try_get("operation_id")?,
-                        received_at: r.try_get("received_at")?,
-                        outcome: r.try_get("outcome")?,
-                        payload: json_text(r.try_get("payload")?)?,
-                        payload_hash: r.try_get("payload_hash")?,
-                    })
-                })
-                .transpose()
-            }
-
-            async fn series(
-                &self,
-                from: DateTime<Utc>,
-                to: DateTime<Utc>,
-                n: u32,
-            ) -> Result<Vec<SeriesPoint>> {
-                // Per-slot figures kept by triggers (metric_series): one index range.
-                let edges = slot_buckets(from, to, n);
-                let (first, end) = (edges[0].0, edges[edges.len() - 1].1);
-                let step = edges[0].1 - edges[0].0;
-                let mut points: Vec<SeriesPoint> = edges
-                    .iter()
-                    .map(|(lo, hi)| SeriesPoint {
-                        start: slot_time(*lo),
-                        end: slot_time(*hi),
-                        ..Default::default()
-                    })
-                    .collect();
-                let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
-                    "select slot, metric, label, cast(sum(value) as bigint) from metric_series \
-                     where slot >= $1 and slot < $2 group by slot, metric, label",
-                )
-                .bind(first)
-                .bind(end)
-                .fetch_all(&self.pool)
-                .await?;
-                for (slot, metric, label, count) in rows {
-                    let Some(p) = points.get_mut(((slot - first) / step) as usize) else {
-                        continue;
-                    };
-                    match metric.as_str() {
-                        "deliveries" => p.deliveries += count,
-                        "new_operations" => p.new_operations += count,
-                        "duplicates" => p.duplicates_absorbed += count,
-                        "crm_entities" => p.crm_entities += count,
-                        "cases_opened" => p.cases_opened += count,
-                        "cases_resolved" => p.cases_resolved += count,
-                        "retries" => *p.retries_by_class.entry(label).or_default() += count,
-                        _ => {}
-                    }
-                }
-                Ok(points)
-            }
-
-            async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64> {
-                if $backend != $crate::store::Backend::Postgres {
-                    return Ok(0); // one writer, one shard: nothing to fold
-                }
-                // Folds the shards of slots before `before` into shard 0, one transaction.
-                let slot = before.timestamp().div_euclid(SLOT_SECONDS);
-                let done = sqlx::query(
-                    "with moved as (delete from metric_series where slot < $1 and shard <> 0 \
-                       returning slot, metric, label, value) \
-                     insert into metric_series (slot, metric, label, shard, value) \
-                     select slot, metric, label, 0, sum(value) from moved group by slot, metric, label \
-                     on conflict (slot, metric, label, shard) \
-                     do update set value = metric_series.value + excluded.value",
-                )
-                .bind(slot)
-                .execute(&self.pool)
-                .await?;
-                // The counters' shards are sessions (backend pids, migration 0006): those of
-                // sessions that ended are folded into shard 0, which no session writes.
-                let folded = sqlx::query(
-                    "with moved as (delete from metric_counters where shard <> 0 \
-                       and shard not in (select pid from pg_stat_activity where pid is not null) \
-                       returning metric, label, label2, value) \
-                     insert into metric_counters (metric, label, label2, shard, value) \
-                     select metric, label, label2, 0, sum(value) from moved \
-                     group by metric, label, label2 \
-                     on conflict (metric, label, label2, shard) \
-                     do update set value = metric_counters.value + excluded.value",
-                )
-                .execute(&self.pool)
-                .await?;
-                Ok(done.rows_affected() + folded.rows_affected())
-            }
-
-            async fn schema_version(&self) -> Result<Option<i64>> {
-                // sqlx's own bookkeeping table; absent on a database never migrated.
-                match sqlx::query_scalar::<_, Option<i64>>(
-                    "select max(version) from _sqlx_migrations where success",
-                )
-                .fetch_one(&self.pool)
-                .await
-                {
-                    Ok(v) => Ok(v),
-                    Err(sqlx::Error::Database(_)) => Ok(None),
-                    Err(e) => Err(e.into()),
-                }
-            }
-
-            async fn stale_in_progress(
-                &self,
-                lease_expired_before: DateTime<Utc>,
-                page: OperationPage,
-            ) -> Result<Vec<Operation>> {
-                // Served by the operations_leases index (lease_expires_at, in_progress only).
-                let mut q = op_page_query(
-                    Status::InProgress,
-                    "lease_expires_at",
-                    Some(lease_expired_before),
-                    &page,
-                );
-                let rows = q.build().fetch_all(&self.pool).await?;
-                rows.iter().map(op_from_row).collect()
-            }
-
-            async fn connector(&self, name: &str) -> Result<Option<Connector>> {
-                Ok(self.connectors().await?.into_iter().find(|c| c.name == name))
-            }
-
-            async fn connectors(&self) -> Result<Vec<Connector>> {
-                let rows = sqlx::query(
-                    "select name, state, reason, since, changed_by, unreachable_since from connectors \
-                     order by name",
-                )
-                .fetch_all(&self.pool)
-                .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok(Connector {
-                            name: r.try_get("name")?,
-                            paused: r.try_get::<String, _>("state")? == "paused",
-                            reason: r.try_get("reason")?,
-                            since: r.try_get("since")?,
-                            changed_by: r.try_get("changed_by")?,
-                            unreachable_since: r.try_get("unreachable_since")?,
-                        })
-                    })
-                    .collect()
-            }
-
-            async fn resume_connector(
-                &self,
-                name: &str,
-                actor: &str,
-                now: DateTime<Utc>,
-            ) -> Result<bool> {
-                let mut tx = self.write().await?;
-                let done = tx.resume_connector(name, actor, now).await?;
-                tx.commit().await?;
-                Ok(done)
-            }
-
-            async fn identity(&self) -> Result<Identity> {
-                if $backend == $crate::store::Backend::Sqlite {
-                    return Ok(Identity::Local);
-                }
-                let (login, role, owner): (String, Option<String>, bool) = sqlx::query_as(
-                    "select session_user::text, leadgate_role_of(session_user), \
-                     pg_has_role(session_user, (select relowner from pg_class \
-                       where oid = 'public.operations'::regclass), 'member')",
-                )
-                .fetch_one(&self.pool)
-                .await?;
-                Ok(match (owner, role) {
-                    (true, _) => Identity::Owner { login },
-                    (false, Some(r)) => Identity::Person {
-                        login,
-                        role: r.trim_start_matches("leadgate_").parse().map_err(corrupt)?,
-                    },
-                    (false, None) => Identity::Nobody { login },
-                })
-            }
-
-            async fn ask(&self, ask: &Ask) -> Result<i64> {
-                let (case_id, version, operation_id, connector) = ask.key_columns();
-                sqlx::query_scalar(
-                    "insert into human_requests (kind, case_id, expected_version, operation_id, \
-                     connector, body) values ($1, $2, $3, $4, $5, $6) returning id",
-                )
-                .bind(ask.kind_name())
-                .bind(case_id)
-                .bind(version)
-                .bind(operation_id)
-                .bind(connector)
-                .bind(ask.body())
-                .fetch_one(&self.pool)
-                .await
-                .map_err(StoreError::refused_request)
-            }
-
-            async fn answer(&self, id: i64) -> Result<Option<Result<Answer>>> {
-                let outcome: Option<Option<String>> =
-                    sqlx::query_scalar("select outcome from human_requests where id = $1")
-                        .bind(id)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                match outcome {
-                    None => Err(StoreError::NotApplied(format!("request #{id} was withdrawn"))),
-                    Some(None) => Ok(None),
-                    Some(Some(text)) => requests_outcome_of(&text).map(Some),
-                }
-            }
-
-            async fn withdraw(&self, id: i64) -> Result<bool> {
-                Ok(sqlx::query_scalar("select leadgate_withdraw($1)")
-                    .bind(id)
-                    .fetch_one(&self.pool)
-                    .await?)
-            }
-
-            async fn perform(&self, actor: &str, ask: Ask, now: DateTime<Utc>) -> Result<Answer> {
-                ops::requests::perform(self.write().await?, actor, ask, now).await
-            }
-
-            async fn apply_next_request(&self, now: DateTime<Utc>) -> Result<Option<i64>> {
-                use ops::requests::Applied;
-                match ops::requests::apply_next(self.write().await?, now).await? {
-                    Applied::Nothing => Ok(None),
-                    Applied::Done(id) => Ok(Some(id)),
-                    Applied::Declined(id, why) => {
-                        ops::requests::decline(self.write().await?, id, why, now).await?;
-                        Ok(Some(id))
-                    }
-                }
-            }
-
-            async fn metrics(
-                &self,
-                now: DateTime<Utc>,
-                stale_after: std::time::Duration,
-            ) -> Result<MetricsSnapshot> {
-                let p = &self.pool;
-                let pairs = |rows: Vec<(String, i64)>| rows.into_iter().collect::<BTreeMap<_, _>>();
-                let mut m = MetricsSnapshot::default();
-                // The counted figures come from `metric_counters`, kept by triggers in the
-                // writing transactions (migration 0004): a few rows, whatever the volume.
-                let counters: Vec<(String, String, String, i64)> = sqlx::query_as(
-                    "select metric, label, label2, cast(sum(value) as bigint) from metric_counters \
-                     group by metric, label, label2",
-                )
-                .fetch_all(p)
-                .await?;
-                for (metric, label, label2, n) in counters {
-                    match metric.as_str() {
-                        "operations" if n != 0 => {
-                            m.operations_by_status.insert(label, n);
-                        }
-                        "deliveries" if n != 0 => {
-                            if label2 == "duplicate" {
-                                m.duplicates_absorbed.insert(label.clone(), n);
-                            }
-                            m.deliveries.insert((label, label2), n);
-                        }
-                        "retries" if n != 0 => {
-                            m.retries_by_class.insert(label, n);
-                        }
-                        "crm_steps" if n != 0 => {
-                            m.crm_steps.insert((label, label2), n);
-                        }
-                        "crm_entities" => m.crm_entities_created = n,
-                        "lost" => m.lost = n,
-                        "unreconstructable" => m.unreconstructable = n,
-                        _ => {}
-                    }
-                }
-                m.unique_operations = m.operations_by_status.values().sum();
-                let stale_since = now - chrono::TimeDelta::from_std(stale_after).unwrap_or(chrono::TimeDelta::MAX);
-                m.stale_in_progress = sqlx::query_scalar(
-                    "select count(*) from operations where status = 'in_progress' and updated_at < $1",
-                )
-                .bind(stale_since)
-                .fetch_one(p)
-                .await?;
-                m.unprocessed = ["received", "in_progress"]
-                    .iter()
-                    .filter_map(|s| m.operations_by_status.get(*s))
-                    .sum();
-                m.open_cases_by_reason = pairs(
-                    sqlx::query_as(
-                        "select reason, count(*) from review_cases where resolved_at is null group by reason",
-                    )
-                    .fetch_all(p)
-                    .await?,
-                );
-                m.resolved_cases = sqlx::query_scalar(
-                    "select count(*) from review_cases where resolved_at is not null",
-                )
-                .fetch_one(p)
-                .await?;
-                m.mean_seconds_to_resolve = sqlx::query_scalar($mean_resolve).fetch_one(p).await?;
-                m.paused_connectors = sqlx::query_scalar(
-                    "select name from connectors where state = 'paused' order by name",
-                )
-                .fetch_all(p)
-                .await?;
-                let unreachable: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
-                    "select name, unreachable_since from connectors \
-                     where unreachable_since is not null order by name",
-                )
-                .fetch_all(p)
-                .await?;
-                m.unreachable_connectors = unreachable.into_iter().collect();
-                Ok(m)
-            }
-
-            async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
-                let row = sqlx::query(
-                    "select access_token, refresh_token, expires_at, version from crm_tokens \
-                     where connector = $1",
-                )
-                .bind(connector)
-                .fetch_optional(&self.pool)
-                .await?;
-                row.map(|r| {
-                    Ok(CrmToken {
-                        access_token: r.try_get("access_token")?,
-                        refresh_token: r.try_get("refresh_token")?,
-                        expires_at: r.try_get("expires_at")?,
-                        version: r.try_get("version")?,
-                    })
-                })
-                .transpose()
-            }
-
-            async fn save_crm_token(
-                &self,
-                connector: &str,
-                token: &CrmToken,
-                expected_version: Option<i64>,
-            ) -> Result<bool> {
-                let mut tx = self.begin_write().await?;
-                let sql = match expected_version {
-                    None => {
-                        "insert into crm_tokens (connector, access_token, refresh_token, \
-                         expires_at, version, updated_at) values ($1, $2, $3, $4, $5, $6) \
-                         on conflict (connector) do nothing"
-                    }
-                    Some(_) => {
-                        "update crm_tokens set access_token = $2, refresh_token = $3, \
-                         expires_at = $4, version = $5, updated_at = $6 \
-                         where connector = $1 and version = $7"
-                    }
-                };
-                let mut query = sqlx::query(sql)
-                    .bind(connector)
-                    .bind(&token.access_token)
-                    .bind(&token.refresh_token)
-                    .bind(token.expires_at)
-                    .bind(token.version)
-                    .bind(self.clock_now());
-                if let Some(expected) = expected_version {
-                    query = query.bind(expected);
-                }
-                let done = query.execute(&mut *tx).await?;
-                tx.commit().await?;
-                Ok(done.rows_affected() == 1)
-            }
-
+        #[async_trait::async_trait]
+        impl $crate::store::Alerts for $store {
             // Team alerts
 
             async fn alert_turn(
@@ -2700,6 +2091,528 @@ macro_rules! sql_store {
                 f.connectors = self.connectors().await?;
                 Ok(f)
             }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::Rules for $store {
+            async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at) \
+                     values ($1, $2, $3, $4, $5) on conflict (connector) do update set \
+                     entity_url = excluded.entity_url, search_url = excluded.search_url, \
+                     contact_url = excluded.contact_url, updated_at = excluded.updated_at",
+                )
+                .bind(&links.connector)
+                .bind(&links.entity_url)
+                .bind(&links.search_url)
+                .bind(&links.contact_url)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
+                let rows = sqlx::query(
+                    "select connector, entity_url, search_url, contact_url from crm_links \
+                     order by updated_at desc, connector",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(CrmLinks {
+                            connector: r.try_get("connector")?,
+                            entity_url: r.try_get("entity_url")?,
+                            search_url: r.try_get("search_url")?,
+                            contact_url: r.try_get("contact_url")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn business_rules(&self) -> Result<Vec<StoredRules>> {
+                let sql = format!("{RULES_COLUMNS} order by source");
+                let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                rows.iter().map(rules_from_row).collect()
+            }
+
+            async fn rules_version(&self) -> Result<i64> {
+                Ok(sqlx::query_scalar(
+                    "select cast(count(*) as bigint) from business_rule_history",
+                )
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn rules_history(&self, source: Option<&str>, limit: i64) -> Result<Vec<RuleChange>> {
+                let rows = sqlx::query(
+                    "select id, source, version, actor, changed_at, before, after \
+                     from business_rule_history where (cast($1 as text) is null or source = $1) \
+                     order by id desc limit $2",
+                )
+                .bind(source)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                let rules = |text: Option<String>| -> Result<Option<SourceRules>> {
+                    text.map(|t| serde_json::from_str(&t).map_err(corrupt)).transpose()
+                };
+                rows.iter()
+                    .map(|r| {
+                        Ok(RuleChange {
+                            id: r.try_get("id")?,
+                            source: r.try_get("source")?,
+                            version: r.try_get("version")?,
+                            actor: r.try_get("actor")?,
+                            changed_at: r.try_get("changed_at")?,
+                            before: rules(r.try_get("before")?)?,
+                            after: rules(Some(r.try_get("after")?))?
+                                .ok_or_else(|| corrupt("a rules change without its rules"))?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn seed_rules(&self, seeds: &[SourceRules], now: DateTime<Utc>) -> Result<Vec<String>> {
+                ops::rules::seed(self.write().await?, seeds, now).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::Reads for $store {
+            async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
+                let sql = format!("select {OP_COLUMNS} from operations where operation_id = $1");
+                let row = sqlx::query(&sql)
+                    .bind(id.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(op_from_row).transpose()
+            }
+
+            async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>> {
+                let rows = sqlx::query(
+                    "select id, generated_at, input, period_from, period_to, group_count, \
+                     pair_count, totals from diagnosis_reports \
+                     order by generated_at desc, id desc limit $1",
+                )
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(diagnosis_from_row).collect()
+            }
+
+            async fn diagnosis(&self, id: i64) -> Result<Option<(DiagnosisSummary, Value)>> {
+                let row = sqlx::query(
+                    "select id, generated_at, input, period_from, period_to, group_count, \
+                     pair_count, totals, report from diagnosis_reports where id = $1",
+                )
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+                match row {
+                    None => Ok(None),
+                    Some(r) => {
+                        let report: String = r.try_get("report")?;
+                        Ok(Some((
+                            diagnosis_from_row(&r)?,
+                            serde_json::from_str(&report).map_err(corrupt)?,
+                        )))
+                    }
+                }
+            }
+
+            async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
+                let mut found = vec![];
+                for chunk in ids.chunks(500) {
+                    let marks = (1..=chunk.len())
+                        .map(|i| format!("${i}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let sql = format!(
+                        "select {OP_COLUMNS} from operations where operation_id in ({marks})"
+                    );
+                    let mut q = sqlx::query(&sql);
+                    for id in chunk {
+                        q = q.bind(id.as_str());
+                    }
+                    for row in q.fetch_all(&self.pool).await? {
+                        found.push(op_from_row(&row)?);
+                    }
+                }
+                Ok(found)
+            }
+
+            async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 order by id",
+                )
+                .bind(id.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(event_from_row).collect()
+            }
+
+            async fn timeline_page(
+                &self,
+                id: &OperationId,
+                before: Option<i64>,
+                limit: i64,
+            ) -> Result<TimelinePage> {
+                let limit = limit.clamp(1, TIMELINE_PAGE_MAX);
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 and id < $2 order by id desc limit $3",
+                )
+                .bind(id.as_str())
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
+                events.reverse();
+                // Counted only when the page is full: a shorter page is the whole rest.
+                let older = match events.first() {
+                    Some(first) if events.len() as i64 == limit => {
+                        sqlx::query_scalar(
+                            "select count(*) from timeline where operation_id = $1 and id < $2",
+                        )
+                        .bind(id.as_str())
+                        .bind(first.id)
+                        .fetch_one(&self.pool)
+                        .await?
+                    }
+                    _ => 0,
+                };
+                Ok(TimelinePage { events, older })
+            }
+
+            async fn timeline_of_kind(
+                &self,
+                id: &OperationId,
+                kind: &str,
+                limit: i64,
+            ) -> Result<Vec<TimelineEvent>> {
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 and kind = $2 order by id desc limit $3",
+                )
+                .bind(id.as_str())
+                .bind(kind)
+                .bind(limit.clamp(1, TIMELINE_PAGE_MAX))
+                .fetch_all(&self.pool)
+                .await?;
+                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
+                events.reverse();
+                Ok(events)
+            }
+
+            async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
+                let sql = format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where c.operation_id = $1 order by c.id"
+                );
+                let rows = sqlx::query(&sql).bind(id.as_str()).fetch_all(&self.pool).await?;
+                rows.iter().map(case_from_row).collect()
+            }
+
+            async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>> {
+                let sql = format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where c.id = $1"
+                );
+                let row = sqlx::query(&sql).bind(case_id).fetch_optional(&self.pool).await?;
+                row.as_ref().map(case_from_row).transpose()
+            }
+
+            async fn review_cases(&self, f: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>> {
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where "
+                ));
+                q.push(if f.resolved { "c.resolved_at is not null" } else { "c.resolved_at is null" });
+                if let Some(reason) = f.reason {
+                    q.push(" and c.reason = ").push_bind(reason.as_str());
+                }
+                if let Some(reason) = f.except_reason {
+                    q.push(" and c.reason <> ").push_bind(reason.as_str());
+                }
+                if let Some(source) = &f.source {
+                    q.push(" and o.source = ").push_bind(source.clone());
+                }
+                if let Some(before) = f.opened_before {
+                    q.push(" and c.opened_at < ").push_bind(before);
+                }
+                if let Some(after_id) = page.after_id {
+                    q.push(if f.newest_first { " and c.id < " } else { " and c.id > " })
+                        .push_bind(after_id);
+                }
+                q.push(if f.newest_first { " order by c.id desc limit " } else { " order by c.id limit " })
+                    .push_bind(page.limit.clamp(1, 1000));
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(case_from_row).collect()
+            }
+
+            async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
+                let rows: Vec<(String, i64)> = sqlx::query_as(
+                    "select reason, count(*) from review_cases where resolved_at is null group by reason",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map(|(r, n)| Ok((r.parse().map_err(corrupt)?, n)))
+                    .collect()
+            }
+
+            async fn operations_with_status(
+                &self,
+                status: Status,
+                page: OperationPage,
+            ) -> Result<Vec<Operation>> {
+                // Served by the operations_status index (status, updated_at).
+                let mut q = op_page_query(status, "updated_at", None, &page);
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn queue_counts(&self, lease_expired_before: DateTime<Utc>) -> Result<QueueCounts> {
+                let failed_terminal: i64 = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'failed_terminal'",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                let stale_in_progress: i64 = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'in_progress' \
+                     and lease_expires_at < $1",
+                )
+                .bind(lease_expired_before)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(QueueCounts { failed_terminal, stale_in_progress })
+            }
+
+            async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
+                // The newest `limit` from each index (operations_phone, operations_email: contact,
+                // created_at), joined by union: bounded however many leads share a phone.
+                let sql = format!(
+                    "select {OP_COLUMNS} from operations where operation_id in ( \
+                       select operation_id from (select o.operation_id from operations o \
+                         join operations me on me.operation_id = $1 and o.contact_phone = me.contact_phone \
+                         where o.operation_id <> $1 order by o.created_at desc limit $2) p \
+                       union \
+                       select operation_id from (select o.operation_id from operations o \
+                         join operations me on me.operation_id = $1 and o.contact_email = me.contact_email \
+                         where o.operation_id <> $1 order by o.created_at desc limit $2) e) \
+                     order by created_at desc, operation_id limit $2"
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(id.as_str())
+                    .bind(limit.clamp(1, 200))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>> {
+                let row = sqlx::query(
+                    "select id, source, operation_id, received_at, outcome, payload, payload_hash \
+                     from deliveries where id = $1",
+                )
+                .bind(delivery_id)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(|r| {
+                    Ok(DeliveryView {
+                        id: r.try_get("id")?,
+                        source: r.try_get("source")?,
+                        operation_id: r.try_get("operation_id")?,
+                        received_at: r.try_get("received_at")?,
+                        outcome: r.try_get("outcome")?,
+                        payload: json_text(r.try_get("payload")?)?,
+                        payload_hash: r.try_get("payload_hash")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn series(
+                &self,
+                from: DateTime<Utc>,
+                to: DateTime<Utc>,
+                n: u32,
+            ) -> Result<Vec<SeriesPoint>> {
+                // Per-slot figures kept by triggers (metric_series): one index range.
+                let edges = slot_buckets(from, to, n);
+                let (first, end) = (edges[0].0, edges[edges.len() - 1].1);
+                let step = edges[0].1 - edges[0].0;
+                let mut points: Vec<SeriesPoint> = edges
+                    .iter()
+                    .map(|(lo, hi)| SeriesPoint {
+                        start: slot_time(*lo),
+                        end: slot_time(*hi),
+                        ..Default::default()
+                    })
+                    .collect();
+                let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+                    "select slot, metric, label, cast(sum(value) as bigint) from metric_series \
+                     where slot >= $1 and slot < $2 group by slot, metric, label",
+                )
+                .bind(first)
+                .bind(end)
+                .fetch_all(&self.pool)
+                .await?;
+                for (slot, metric, label, count) in rows {
+                    let Some(p) = points.get_mut(((slot - first) / step) as usize) else {
+                        continue;
+                    };
+                    match metric.as_str() {
+                        "deliveries" => p.deliveries += count,
+                        "new_operations" => p.new_operations += count,
+                        "duplicates" => p.duplicates_absorbed += count,
+                        "crm_entities" => p.crm_entities += count,
+                        "cases_opened" => p.cases_opened += count,
+                        "cases_resolved" => p.cases_resolved += count,
+                        "retries" => *p.retries_by_class.entry(label).or_default() += count,
+                        _ => {}
+                    }
+                }
+                Ok(points)
+            }
+
+            async fn schema_version(&self) -> Result<Option<i64>> {
+                // sqlx's own bookkeeping table; absent on a database never migrated.
+                match sqlx::query_scalar::<_, Option<i64>>(
+                    "select max(version) from _sqlx_migrations where success",
+                )
+                .fetch_one(&self.pool)
+                .await
+                {
+                    Ok(v) => Ok(v),
+                    Err(sqlx::Error::Database(_)) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+
+            async fn stale_in_progress(
+                &self,
+                lease_expired_before: DateTime<Utc>,
+                page: OperationPage,
+            ) -> Result<Vec<Operation>> {
+                // Served by the operations_leases index (lease_expires_at, in_progress only).
+                let mut q = op_page_query(
+                    Status::InProgress,
+                    "lease_expires_at",
+                    Some(lease_expired_before),
+                    &page,
+                );
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn connector(&self, name: &str) -> Result<Option<Connector>> {
+                Ok(self.connectors().await?.into_iter().find(|c| c.name == name))
+            }
+
+            async fn connectors(&self) -> Result<Vec<Connector>> {
+                let rows = sqlx::query(
+                    "select name, state, reason, since, changed_by, unreachable_since from connectors \
+                     order by name",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(Connector {
+                            name: r.try_get("name")?,
+                            paused: r.try_get::<String, _>("state")? == "paused",
+                            reason: r.try_get("reason")?,
+                            since: r.try_get("since")?,
+                            changed_by: r.try_get("changed_by")?,
+                            unreachable_since: r.try_get("unreachable_since")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn metrics(
+                &self,
+                now: DateTime<Utc>,
+                stale_after: std::time::Duration,
+            ) -> Result<MetricsSnapshot> {
+                let p = &self.pool;
+                let pairs = |rows: Vec<(String, i64)>| rows.into_iter().collect::<BTreeMap<_, _>>();
+                let mut m = MetricsSnapshot::default();
+                // The counted figures come from `metric_counters`, kept by triggers in the
+                // writing transactions (migration 0004): a few rows, whatever the volume.
+                let counters: Vec<(String, String, String, i64)> = sqlx::query_as(
+                    "select metric, label, label2, cast(sum(value) as bigint) from metric_counters \
+                     group by metric, label, label2",
+                )
+                .fetch_all(p)
+                .await?;
+                for (metric, label, label2, n) in counters {
+                    match metric.as_str() {
+                        "operations" if n != 0 => {
+                            m.operations_by_status.insert(label, n);
+                        }
+                        "deliveries" if n != 0 => {
+                            if label2 == "duplicate" {
+                                m.duplicates_absorbed.insert(label.clone(), n);
+                            }
+                            m.deliveries.insert((label, label2), n);
+                        }
+                        "retries" if n != 0 => {
+                            m.retries_by_class.insert(label, n);
+                        }
+                        "crm_steps" if n != 0 => {
+                            m.crm_steps.insert((label, label2), n);
+                        }
+                        "crm_entities" => m.crm_entities_created = n,
+                        "lost" => m.lost = n,
+                        "unreconstructable" => m.unreconstructable = n,
+                        _ => {}
+                    }
+                }
+                m.unique_operations = m.operations_by_status.values().sum();
+                let stale_since = now - chrono::TimeDelta::from_std(stale_after).unwrap_or(chrono::TimeDelta::MAX);
+                m.stale_in_progress = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'in_progress' and updated_at < $1",
+                )
+                .bind(stale_since)
+                .fetch_one(p)
+                .await?;
+                m.unprocessed = ["received", "in_progress"]
+                    .iter()
+                    .filter_map(|s| m.operations_by_status.get(*s))
+                    .sum();
+                m.open_cases_by_reason = pairs(
+                    sqlx::query_as(
+                        "select reason, count(*) from review_cases where resolved_at is null group by reason",
+                    )
+                    .fetch_all(p)
+                    .await?,
+                );
+                m.resolved_cases = sqlx::query_scalar(
+                    "select count(*) from review_cases where resolved_at is not null",
+                )
+                .fetch_one(p)
+                .await?;
+                m.mean_seconds_to_resolve = sqlx::query_scalar($mean_resolve).fetch_one(p).await?;
+                m.paused_connectors = sqlx::query_scalar(
+                    "select name from connectors where state = 'paused' order by name",
+                )
+                .fetch_all(p)
+                .await?;
+                let unreachable: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+                    "select name, unreachable_since from connectors \
+                     where unreachable_since is not null order by name",
+                )
+                .fetch_all(p)
+                .await?;
+                m.unreachable_connectors = unreachable.into_iter().collect();
+                Ok(m)
+            }
 
             // Search
 
@@ -2923,6 +2836,122 @@ macro_rules! sql_store {
                     SearchCursor { created_at: last.created_at, operation_id: last.operation_id.clone() }
                 });
                 Ok(SearchPage { hits, next })
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::Upkeep for $store {
+            async fn ping(&self) -> Result<()> {
+                sqlx::query("select 1").execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn pause_connector(
+                &self,
+                name: &str,
+                reason: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.write().await?;
+                tx.pause_connector(name, reason, actor, now).await?;
+                tx.commit().await
+            }
+
+            async fn purge_batch(
+                &self,
+                finished_before: DateTime<Utc>,
+                batch: i64,
+                now: DateTime<Utc>,
+            ) -> Result<PurgeReport> {
+                ops::retention::purge_batch(self.write().await?, finished_before, batch, now).await
+            }
+
+            async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
+                Ok(sqlx::query_scalar("select mark from pull_cursors where source = $1")
+                    .bind(source)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into pull_cursors (source, mark, updated_at) values ($1, $2, $3) \
+                     on conflict (source) do update set mark = excluded.mark, \
+                     updated_at = excluded.updated_at",
+                )
+                .bind(source)
+                .bind(mark)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn save_diagnosis(&self, d: &NewDiagnosis) -> Result<i64> {
+                let s = &d.summary;
+                let totals = serde_json::to_string(&s.totals).map_err(corrupt)?;
+                Ok(sqlx::query_scalar(
+                    "insert into diagnosis_reports (generated_at, input, period_from, period_to, \
+                     group_count, pair_count, totals, report) \
+                     values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
+                )
+                .bind(s.generated_at)
+                .bind(&s.input)
+                .bind(s.period_from)
+                .bind(s.period_to)
+                .bind(s.groups)
+                .bind(s.pairs)
+                .bind(totals)
+                .bind(d.report.to_string())
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64> {
+                if $backend != $crate::store::Backend::Postgres {
+                    return Ok(0); // one writer, one shard: nothing to fold
+                }
+                // Folds the shards of slots before `before` into shard 0, one transaction.
+                let slot = before.timestamp().div_euclid(SLOT_SECONDS);
+                let done = sqlx::query(
+                    "with moved as (delete from metric_series where slot < $1 and shard <> 0 \
+                       returning slot, metric, label, value) \
+                     insert into metric_series (slot, metric, label, shard, value) \
+                     select slot, metric, label, 0, sum(value) from moved group by slot, metric, label \
+                     on conflict (slot, metric, label, shard) \
+                     do update set value = metric_series.value + excluded.value",
+                )
+                .bind(slot)
+                .execute(&self.pool)
+                .await?;
+                // The counters' shards are sessions (backend pids, migration 0006): those of
+                // sessions that ended are folded into shard 0, which no session writes.
+                let folded = sqlx::query(
+                    "with moved as (delete from metric_counters where shard <> 0 \
+                       and shard not in (select pid from pg_stat_activity where pid is not null) \
+                       returning metric, label, label2, value) \
+                     insert into metric_counters (metric, label, label2, shard, value) \
+                     select metric, label, label2, 0, sum(value) from moved \
+                     group by metric, label, label2 \
+                     on conflict (metric, label, label2, shard) \
+                     do update set value = metric_counters.value + excluded.value",
+                )
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() + folded.rows_affected())
+            }
+
+            async fn resume_connector(
+                &self,
+                name: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
+                let mut tx = self.write().await?;
+                let done = tx.resume_connector(name, actor, now).await?;
+                tx.commit().await?;
+                Ok(done)
             }
         }
     };

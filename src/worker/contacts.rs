@@ -5,14 +5,14 @@
 //! not show it yet) and make a contact each.
 //!
 //! Before anything is sent (before the verify pass and the pace), the attempt takes the
-//! contact locks of its phone and e-mail ([`Store::take_contact_locks`]); a lead that
+//! contact locks of its phone and e-mail ([`WorkQueue::take_contact_locks`]); a lead that
 //! finds one held is handed back, due again shortly, and the lane goes on with other
 //! leads. The locks end with the lease, are left when the contact step is recorded, and
 //! otherwise after the attempt: free, remembering the contact it made or linked, or —
 //! when a contact create of the attempt may still land — held until it can no longer
 //! land.
 //!
-//! [`Store::take_contact_locks`]: crate::store::Store::take_contact_locks
+//! [`WorkQueue::take_contact_locks`]: crate::store::WorkQueue::take_contact_locks
 
 use std::time::Duration;
 

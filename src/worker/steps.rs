@@ -1,7 +1,7 @@
 //! A create that takes several steps (Bitrix24 `contact_deal`: find or create the
 //! contact, then the deal linked to it), with a recovery point per step.
 //!
-//! Each step's result is committed (`Store::record_step`, a `crm_step` event) before the
+//! Each step's result is committed (`WorkQueue::record_step`, a `crm_step` event) before the
 //! next call goes out, under the lease armed for the whole create. A later attempt —
 //! after a crash, a kill, a lost answer — reads the recorded steps from the timeline and
 //! resumes at the first step without one, with the saved ids. A step whose answer was
@@ -11,7 +11,7 @@
 //!
 //! An adapter declares its steps through `Crm::steps`, `step`, `create_after` and
 //! `create_calls`. The recovery points are `crm_step` events, read back with
-//! `Store::timeline`; the entities they made are counted per kind by migration 0016's
+//! `Reads::timeline`; the entities they made are counted per kind by migration 0016's
 //! trigger.
 
 use std::time::{Duration, Instant};

@@ -447,7 +447,7 @@ each_backend!(
 );
 
 // ---------------------------------------------------------------------------------
-// The shared OAuth token row (`Store::crm_token` / `save_crm_token`): conformance on
+// The shared OAuth token row (`CrmAccess::crm_token` / `save_crm_token`): conformance on
 // both backends. amoCRM rotates refresh tokens, so processes coordinate through it.
 
 fn token(access: Option<&str>, refresh: &str, version: i64) -> CrmToken {

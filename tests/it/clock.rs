@@ -7,7 +7,7 @@
 //! does not.
 //!
 //! PostgreSQL only: SQLite is one file on one machine, and every process on it shares
-//! that machine's clock (ARCHITECTURE.md, "How the backends differ"; `Store::now`).
+//! that machine's clock (ARCHITECTURE.md, "How the backends differ"; `Clock::now`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};

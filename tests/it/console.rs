@@ -1224,7 +1224,7 @@ each_backend!(
             )
             .await
             .unwrap();
-        // What a stepped create commits (`Store::record_step`): the contact, found again by
+        // What a stepped create commits (`WorkQueue::record_step`): the contact, found again by
         // its key after a lost answer, then the deal.
         for (entity, crm_id, how) in [
             ("contact", "70", "created"),

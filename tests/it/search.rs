@@ -1,4 +1,4 @@
-//! Search across all operations (`Store::search`, migration 0012): every kind of query,
+//! Search across all operations (`Reads::search`, migration 0012): every kind of query,
 //! on both backends, through every plan (the plans must find the same rows), paging, a
 //! lead recorded through real intake over HTTP, retention, and SQL-special characters.
 

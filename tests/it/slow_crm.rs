@@ -703,14 +703,42 @@ fn take(n: &AtomicU32) -> bool {
         .is_ok()
 }
 
-#[async_trait::async_trait]
-impl Store for Hiccup {
+impl Clock for Hiccup {
     fn backend(&self) -> Backend {
         self.inner.backend()
     }
+
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.inner.now()
     }
+}
+
+#[async_trait::async_trait]
+impl Journal for Hiccup {
+    async fn record_delivery(&self, delivery: NewDelivery) -> Result<DeliveryRecord> {
+        self.inner.record_delivery(delivery).await
+    }
+
+    async fn record_rejected(&self, delivery: RejectedDelivery) -> Result<i64> {
+        self.inner.record_rejected(delivery).await
+    }
+
+    async fn use_signature(
+        &self,
+        source: &str,
+        signature_sha256: &str,
+        operation_id: &str,
+        expires_at: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<String> {
+        self.inner
+            .use_signature(source, signature_sha256, operation_id, expires_at, now)
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkQueue for Hiccup {
     async fn finish_attempt(
         &self,
         lease: &Lease,
@@ -727,6 +755,7 @@ impl Store for Hiccup {
         }
         done
     }
+
     async fn record_step(
         &self,
         lease: &Lease,
@@ -735,6 +764,7 @@ impl Store for Hiccup {
     ) -> Result<()> {
         self.inner.record_step(lease, events, now).await
     }
+
     async fn take_contact_locks(
         &self,
         claim: &Claim,
@@ -746,6 +776,7 @@ impl Store for Hiccup {
             .take_contact_locks(claim, remember, wait, now)
             .await
     }
+
     async fn leave_contact_locks(
         &self,
         lease: &Lease,
@@ -754,27 +785,7 @@ impl Store for Hiccup {
     ) -> Result<()> {
         self.inner.leave_contact_locks(lease, how, now).await
     }
-    async fn ping(&self) -> Result<()> {
-        self.inner.ping().await
-    }
-    async fn record_delivery(&self, delivery: NewDelivery) -> Result<DeliveryRecord> {
-        self.inner.record_delivery(delivery).await
-    }
-    async fn record_rejected(&self, delivery: RejectedDelivery) -> Result<i64> {
-        self.inner.record_rejected(delivery).await
-    }
-    async fn use_signature(
-        &self,
-        source: &str,
-        signature_sha256: &str,
-        operation_id: &str,
-        expires_at: chrono::DateTime<chrono::Utc>,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<String> {
-        self.inner
-            .use_signature(source, signature_sha256, operation_id, expires_at, now)
-            .await
-    }
+
     async fn claim_due(
         &self,
         connector: &str,
@@ -784,9 +795,11 @@ impl Store for Hiccup {
     ) -> Result<Option<Claim>> {
         self.inner.claim_due(connector, owner, lease_for, now).await
     }
+
     async fn has_due(&self, connector: &str, now: chrono::DateTime<chrono::Utc>) -> Result<bool> {
         self.inner.has_due(connector, now).await
     }
+
     async fn claim_due_many(
         &self,
         connector: &str,
@@ -799,6 +812,7 @@ impl Store for Hiccup {
             .claim_due_many(connector, owner, lease_for, limit, now)
             .await
     }
+
     async fn claim_stale(
         &self,
         connector: &str,
@@ -810,6 +824,7 @@ impl Store for Hiccup {
             .claim_stale(connector, owner, lease_for, now)
             .await
     }
+
     async fn start_attempt(
         &self,
         lease: &Lease,
@@ -822,22 +837,7 @@ impl Store for Hiccup {
             .start_attempt(lease, lease_for, settle, events, now)
             .await
     }
-    async fn take_turn(
-        &self,
-        account: &str,
-        pace: leadgate::domain::pacing::Pace,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<std::time::Duration> {
-        self.inner.take_turn(account, pace, now).await
-    }
-    async fn hold_turns(
-        &self,
-        account: &str,
-        pace: leadgate::domain::pacing::Pace,
-        until: chrono::DateTime<chrono::Utc>,
-    ) -> Result<()> {
-        self.inner.hold_turns(account, pace, until).await
-    }
+
     async fn start_attempts(
         &self,
         leases: Vec<(Lease, Vec<NewEvent>)>,
@@ -849,6 +849,72 @@ impl Store for Hiccup {
             .start_attempts(leases, lease_for, settle, now)
             .await
     }
+
+    async fn connector_failed(
+        &self,
+        name: &str,
+        config: &leadgate::domain::outage::OutageConfig,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<leadgate::domain::outage::Unreachable>> {
+        self.inner.connector_failed(name, config, now).await
+    }
+
+    async fn connector_answered(
+        &self,
+        name: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        self.inner.connector_answered(name, now).await
+    }
+
+    async fn probe_gate(
+        &self,
+        name: &str,
+        config: &leadgate::domain::outage::OutageConfig,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<leadgate::domain::outage::Gate> {
+        self.inner.probe_gate(name, config, now).await
+    }
+}
+
+#[async_trait::async_trait]
+impl CrmAccess for Hiccup {
+    async fn take_turn(
+        &self,
+        account: &str,
+        pace: leadgate::domain::pacing::Pace,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<std::time::Duration> {
+        self.inner.take_turn(account, pace, now).await
+    }
+
+    async fn hold_turns(
+        &self,
+        account: &str,
+        pace: leadgate::domain::pacing::Pace,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.hold_turns(account, pace, until).await
+    }
+
+    async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
+        self.inner.crm_token(connector).await
+    }
+
+    async fn save_crm_token(
+        &self,
+        connector: &str,
+        token: &CrmToken,
+        expected_version: Option<i64>,
+    ) -> Result<bool> {
+        self.inner
+            .save_crm_token(connector, token, expected_version)
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Review for Hiccup {
     async fn open_review(
         &self,
         operation_id: &OperationId,
@@ -861,141 +927,11 @@ impl Store for Hiccup {
             .open_review(operation_id, reason, actor, detail, now)
             .await
     }
+
     async fn resolve(&self, request: Resolve) -> Result<Resolved> {
         self.inner.resolve(request).await
     }
-    async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
-        self.inner.operation(id).await
-    }
-    async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
-        self.inner.operations(ids).await
-    }
-    async fn publish_crm_links(
-        &self,
-        links: &leadgate::store::CrmLinks,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<()> {
-        self.inner.publish_crm_links(links, now).await
-    }
-    async fn crm_links(&self) -> Result<Vec<leadgate::store::CrmLinks>> {
-        self.inner.crm_links().await
-    }
-    async fn business_rules(&self) -> Result<Vec<leadgate::store::StoredRules>> {
-        self.inner.business_rules().await
-    }
-    async fn rules_version(&self) -> Result<i64> {
-        self.inner.rules_version().await
-    }
-    async fn rules_history(
-        &self,
-        source: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<leadgate::store::RuleChange>> {
-        self.inner.rules_history(source, limit).await
-    }
-    async fn seed_rules(
-        &self,
-        seeds: &[leadgate::store::SourceRules],
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>> {
-        self.inner.seed_rules(seeds, now).await
-    }
-    async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
-        self.inner.pull_mark(source).await
-    }
-    async fn save_pull_mark(
-        &self,
-        source: &str,
-        mark: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<()> {
-        self.inner.save_pull_mark(source, mark, now).await
-    }
-    async fn save_diagnosis(&self, d: &leadgate::store::NewDiagnosis) -> Result<i64> {
-        self.inner.save_diagnosis(d).await
-    }
-    async fn diagnoses(&self, limit: i64) -> Result<Vec<leadgate::store::DiagnosisSummary>> {
-        self.inner.diagnoses(limit).await
-    }
-    async fn diagnosis(
-        &self,
-        id: i64,
-    ) -> Result<Option<(leadgate::store::DiagnosisSummary, serde_json::Value)>> {
-        self.inner.diagnosis(id).await
-    }
-    async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
-        self.inner.timeline(id).await
-    }
-    async fn timeline_page(
-        &self,
-        id: &OperationId,
-        before: Option<i64>,
-        limit: i64,
-    ) -> Result<leadgate::store::TimelinePage> {
-        self.inner.timeline_page(id, before, limit).await
-    }
-    async fn timeline_of_kind(
-        &self,
-        id: &OperationId,
-        kind: &str,
-        limit: i64,
-    ) -> Result<Vec<TimelineEvent>> {
-        self.inner.timeline_of_kind(id, kind, limit).await
-    }
-    async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
-        self.inner.cases_of(id).await
-    }
-    async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>> {
-        self.inner.case(case_id).await
-    }
-    async fn review_cases(&self, filter: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>> {
-        self.inner.review_cases(filter, page).await
-    }
-    async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
-        self.inner.case_counts().await
-    }
-    async fn operations_with_status(
-        &self,
-        status: Status,
-        page: OperationPage,
-    ) -> Result<Vec<Operation>> {
-        self.inner.operations_with_status(status, page).await
-    }
-    async fn queue_counts(
-        &self,
-        lease_expired_before: chrono::DateTime<chrono::Utc>,
-    ) -> Result<QueueCounts> {
-        self.inner.queue_counts(lease_expired_before).await
-    }
-    async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
-        self.inner.link_candidates(id, limit).await
-    }
-    async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>> {
-        self.inner.delivery(delivery_id).await
-    }
-    async fn series(
-        &self,
-        from: chrono::DateTime<chrono::Utc>,
-        to: chrono::DateTime<chrono::Utc>,
-        buckets: u32,
-    ) -> Result<Vec<SeriesPoint>> {
-        self.inner.series(from, to, buckets).await
-    }
-    async fn compact_metrics(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        self.inner.compact_metrics(before).await
-    }
-    async fn schema_version(&self) -> Result<Option<i64>> {
-        self.inner.schema_version().await
-    }
-    async fn stale_in_progress(
-        &self,
-        lease_expired_before: chrono::DateTime<chrono::Utc>,
-        page: OperationPage,
-    ) -> Result<Vec<Operation>> {
-        self.inner
-            .stale_in_progress(lease_expired_before, page)
-            .await
-    }
+
     async fn note(
         &self,
         id: &OperationId,
@@ -1005,41 +941,23 @@ impl Store for Hiccup {
     ) -> Result<()> {
         self.inner.note(id, actor, event, now).await
     }
-    async fn connector(&self, name: &str) -> Result<Option<Connector>> {
-        self.inner.connector(name).await
-    }
-    async fn connectors(&self) -> Result<Vec<Connector>> {
-        self.inner.connectors().await
-    }
-    async fn pause_connector(
-        &self,
-        name: &str,
-        reason: &str,
-        actor: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<()> {
-        self.inner.pause_connector(name, reason, actor, now).await
-    }
-    async fn resume_connector(
-        &self,
-        name: &str,
-        actor: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool> {
-        self.inner.resume_connector(name, actor, now).await
-    }
+
     async fn identity(&self) -> Result<Identity> {
         self.inner.identity().await
     }
+
     async fn ask(&self, ask: &Ask) -> Result<i64> {
         self.inner.ask(ask).await
     }
+
     async fn answer(&self, id: i64) -> Result<Option<Result<Answer>>> {
         self.inner.answer(id).await
     }
+
     async fn withdraw(&self, id: i64) -> Result<bool> {
         self.inner.withdraw(id).await
     }
+
     async fn perform(
         &self,
         actor: &str,
@@ -1048,53 +966,22 @@ impl Store for Hiccup {
     ) -> Result<Answer> {
         self.inner.perform(actor, ask, now).await
     }
+
     async fn apply_next_request(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Option<i64>> {
         self.inner.apply_next_request(now).await
     }
-    async fn metrics(
-        &self,
-        now: chrono::DateTime<chrono::Utc>,
-        stale_after: std::time::Duration,
-    ) -> Result<MetricsSnapshot> {
-        self.inner.metrics(now, stale_after).await
-    }
-    async fn purge_batch(
-        &self,
-        finished_before: chrono::DateTime<chrono::Utc>,
-        batch: i64,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<PurgeReport> {
-        self.inner.purge_batch(finished_before, batch, now).await
-    }
+}
+
+#[async_trait::async_trait]
+impl ClaimApi for Hiccup {
     async fn claim_external(&self, claim: ExternalClaim) -> Result<ExternalClaimOutcome> {
         self.inner.claim_external(claim).await
     }
+
     async fn expire_external_leases(&self, now: chrono::DateTime<chrono::Utc>) -> Result<u64> {
         self.inner.expire_external_leases(now).await
     }
-    async fn connector_failed(
-        &self,
-        name: &str,
-        config: &leadgate::domain::outage::OutageConfig,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<leadgate::domain::outage::Unreachable>> {
-        self.inner.connector_failed(name, config, now).await
-    }
-    async fn connector_answered(
-        &self,
-        name: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool> {
-        self.inner.connector_answered(name, now).await
-    }
-    async fn probe_gate(
-        &self,
-        name: &str,
-        config: &leadgate::domain::outage::OutageConfig,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<leadgate::domain::outage::Gate> {
-        self.inner.probe_gate(name, config, now).await
-    }
+
     async fn take_due_redeliveries(
         &self,
         source: &str,
@@ -1107,20 +994,45 @@ impl Store for Hiccup {
             .take_due_redeliveries(source, actor, now, resend_at, limit)
             .await
     }
-    async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
-        self.inner.crm_token(connector).await
-    }
-    async fn save_crm_token(
+}
+
+#[async_trait::async_trait]
+impl Updates for Hiccup {
+    async fn claim_update(
         &self,
         connector: &str,
-        token: &CrmToken,
-        expected_version: Option<i64>,
-    ) -> Result<bool> {
+        owner: &str,
+        lease_for: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<UpdateClaim>> {
         self.inner
-            .save_crm_token(connector, token, expected_version)
+            .claim_update(connector, owner, lease_for, now)
             .await
     }
 
+    async fn start_update(
+        &self,
+        claim: &UpdateClaim,
+        lease_for: std::time::Duration,
+        settle: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.start_update(claim, lease_for, settle, now).await
+    }
+
+    async fn finish_update(
+        &self,
+        claim: &UpdateClaim,
+        outcome: UpdateOutcome,
+        events: Vec<NewEvent>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.finish_update(claim, outcome, events, now).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Alerts for Hiccup {
     // Team alerts
     async fn alert_turn(
         &self,
@@ -1131,6 +1043,7 @@ impl Store for Hiccup {
     ) -> Result<Option<leadgate::store::AlertTurn>> {
         self.inner.alert_turn(channel, owner, lease_for, now).await
     }
+
     async fn alert_arm(
         &self,
         channel: &str,
@@ -1143,6 +1056,7 @@ impl Store for Hiccup {
             .alert_arm(channel, token, pending, lease_for, now)
             .await
     }
+
     async fn alert_done(
         &self,
         channel: &str,
@@ -1152,9 +1066,11 @@ impl Store for Hiccup {
     ) -> Result<()> {
         self.inner.alert_done(channel, token, outcome, now).await
     }
+
     async fn alert_release(&self, channel: &str, token: &str) -> Result<()> {
         self.inner.alert_release(channel, token).await
     }
+
     async fn alert_facts(
         &self,
         after_case: i64,
@@ -1166,35 +1082,166 @@ impl Store for Hiccup {
             .alert_facts(after_case, cases_until, stale_before, review_before)
             .await
     }
+}
 
-    async fn claim_update(
+#[async_trait::async_trait]
+impl Rules for Hiccup {
+    async fn publish_crm_links(
         &self,
-        connector: &str,
-        owner: &str,
-        lease_for: std::time::Duration,
+        links: &leadgate::store::CrmLinks,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<UpdateClaim>> {
+    ) -> Result<()> {
+        self.inner.publish_crm_links(links, now).await
+    }
+
+    async fn crm_links(&self) -> Result<Vec<leadgate::store::CrmLinks>> {
+        self.inner.crm_links().await
+    }
+
+    async fn business_rules(&self) -> Result<Vec<leadgate::store::StoredRules>> {
+        self.inner.business_rules().await
+    }
+
+    async fn rules_version(&self) -> Result<i64> {
+        self.inner.rules_version().await
+    }
+
+    async fn rules_history(
+        &self,
+        source: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<leadgate::store::RuleChange>> {
+        self.inner.rules_history(source, limit).await
+    }
+
+    async fn seed_rules(
+        &self,
+        seeds: &[leadgate::store::SourceRules],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>> {
+        self.inner.seed_rules(seeds, now).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Reads for Hiccup {
+    async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
+        self.inner.operation(id).await
+    }
+
+    async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
+        self.inner.operations(ids).await
+    }
+
+    async fn diagnoses(&self, limit: i64) -> Result<Vec<leadgate::store::DiagnosisSummary>> {
+        self.inner.diagnoses(limit).await
+    }
+
+    async fn diagnosis(
+        &self,
+        id: i64,
+    ) -> Result<Option<(leadgate::store::DiagnosisSummary, serde_json::Value)>> {
+        self.inner.diagnosis(id).await
+    }
+
+    async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
+        self.inner.timeline(id).await
+    }
+
+    async fn timeline_page(
+        &self,
+        id: &OperationId,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<leadgate::store::TimelinePage> {
+        self.inner.timeline_page(id, before, limit).await
+    }
+
+    async fn timeline_of_kind(
+        &self,
+        id: &OperationId,
+        kind: &str,
+        limit: i64,
+    ) -> Result<Vec<TimelineEvent>> {
+        self.inner.timeline_of_kind(id, kind, limit).await
+    }
+
+    async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
+        self.inner.cases_of(id).await
+    }
+
+    async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>> {
+        self.inner.case(case_id).await
+    }
+
+    async fn review_cases(&self, filter: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>> {
+        self.inner.review_cases(filter, page).await
+    }
+
+    async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
+        self.inner.case_counts().await
+    }
+
+    async fn operations_with_status(
+        &self,
+        status: Status,
+        page: OperationPage,
+    ) -> Result<Vec<Operation>> {
+        self.inner.operations_with_status(status, page).await
+    }
+
+    async fn queue_counts(
+        &self,
+        lease_expired_before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<QueueCounts> {
+        self.inner.queue_counts(lease_expired_before).await
+    }
+
+    async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
+        self.inner.link_candidates(id, limit).await
+    }
+
+    async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>> {
+        self.inner.delivery(delivery_id).await
+    }
+
+    async fn series(
+        &self,
+        from: chrono::DateTime<chrono::Utc>,
+        to: chrono::DateTime<chrono::Utc>,
+        buckets: u32,
+    ) -> Result<Vec<SeriesPoint>> {
+        self.inner.series(from, to, buckets).await
+    }
+
+    async fn schema_version(&self) -> Result<Option<i64>> {
+        self.inner.schema_version().await
+    }
+
+    async fn stale_in_progress(
+        &self,
+        lease_expired_before: chrono::DateTime<chrono::Utc>,
+        page: OperationPage,
+    ) -> Result<Vec<Operation>> {
         self.inner
-            .claim_update(connector, owner, lease_for, now)
+            .stale_in_progress(lease_expired_before, page)
             .await
     }
-    async fn start_update(
-        &self,
-        claim: &UpdateClaim,
-        lease_for: std::time::Duration,
-        settle: std::time::Duration,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<()> {
-        self.inner.start_update(claim, lease_for, settle, now).await
+
+    async fn connector(&self, name: &str) -> Result<Option<Connector>> {
+        self.inner.connector(name).await
     }
-    async fn finish_update(
+
+    async fn connectors(&self) -> Result<Vec<Connector>> {
+        self.inner.connectors().await
+    }
+
+    async fn metrics(
         &self,
-        claim: &UpdateClaim,
-        outcome: UpdateOutcome,
-        events: Vec<NewEvent>,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<()> {
-        self.inner.finish_update(claim, outcome, events, now).await
+        stale_after: std::time::Duration,
+    ) -> Result<MetricsSnapshot> {
+        self.inner.metrics(now, stale_after).await
     }
 
     // Search
@@ -1207,6 +1254,62 @@ impl Store for Hiccup {
         plan: SearchPlan,
     ) -> Result<SearchPage> {
         self.inner.search(query, after, limit, plan).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Upkeep for Hiccup {
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+
+    async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
+        self.inner.pull_mark(source).await
+    }
+
+    async fn save_pull_mark(
+        &self,
+        source: &str,
+        mark: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.save_pull_mark(source, mark, now).await
+    }
+
+    async fn save_diagnosis(&self, d: &leadgate::store::NewDiagnosis) -> Result<i64> {
+        self.inner.save_diagnosis(d).await
+    }
+
+    async fn compact_metrics(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        self.inner.compact_metrics(before).await
+    }
+
+    async fn pause_connector(
+        &self,
+        name: &str,
+        reason: &str,
+        actor: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.pause_connector(name, reason, actor, now).await
+    }
+
+    async fn resume_connector(
+        &self,
+        name: &str,
+        actor: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        self.inner.resume_connector(name, actor, now).await
+    }
+
+    async fn purge_batch(
+        &self,
+        finished_before: chrono::DateTime<chrono::Utc>,
+        batch: i64,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<PurgeReport> {
+        self.inner.purge_batch(finished_before, batch, now).await
     }
 }
 

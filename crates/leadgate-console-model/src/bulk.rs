@@ -2,9 +2,9 @@
 //! `retries_exhausted` case of it gets one retry in one go.
 //!
 //! A preview reads the cases the filter matches and asks the rules (`domain::rules::decide`,
-//! the same function `Store::resolve` applies) whether the action would be allowed on each;
+//! the same function `Review::resolve` applies) whether the action would be allowed on each;
 //! it remembers the operation version each case was read at. The run then resolves the
-//! cases one by one through `Store::resolve` with that version, exactly as if each had
+//! cases one by one through `Review::resolve` with that version, exactly as if each had
 //! been clicked alone: a case resolved or changed since the preview is skipped and
 //! reported, never decided on data the person did not see. Each resolution carries the
 //! run's id (`store::Bulk`) onto its case's timeline, and a comment, which a bulk action

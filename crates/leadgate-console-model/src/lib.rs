@@ -1,15 +1,15 @@
 //! What the operator console asks of Leadgate: the queue, a case with everything on one
 //! screen, the human actions and the dashboard. The desktop app (`src-tauri`) is a thin
-//! shell over this crate; every action goes through the same `Store::resolve` /
-//! `Store::resume_connector` the CLI uses, so it means the same wherever it is taken.
+//! shell over this crate; every action goes through the same `Review::resolve` /
+//! `Upkeep::resume_connector` the CLI uses, so it means the same wherever it is taken.
 //!
 //! It stands on the store's API only: no SQL and no database driver here. Live updates
 //! come from `store::changes::subscribe`, and "the database cannot be reached" from
 //! `StoreError::unreachable`.
 //!
-//! Every decision is `Store::resolve`, with the same guards as for any other caller;
-//! resuming a connector is `Store::resume_connector`, sending a stale or failed operation
-//! to review `Store::open_review`; each is a `store::Ask` (see `store::requests` for how a
+//! Every decision is `Review::resolve`, with the same guards as for any other caller;
+//! resuming a connector is `Upkeep::resume_connector`, sending a stale or failed operation
+//! to review `Review::open_review`; each is a `store::Ask` (see `store::requests` for how a
 //! personal login's ask reaches a gateway). What a case allows and which actions need a
 //! comment come from `domain::rules` (`allowed_actions`, `needs_comment`), never from the
 //! Svelte side, which calls commands only through `ui/src/lib/api.ts`. A link into the
@@ -636,7 +636,7 @@ pub struct CaseDetail {
     /// once (its latest `crm_step` event), with the CRM page to open it on.
     pub crm_entities: Vec<CrmEntityView>,
     /// What a person may do on `case` now, as the resolution each would record
-    /// (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
+    /// (`domain::rules::allowed_actions`: the same rules `Review::resolve` applies); empty
     /// when the case is resolved.
     pub allowed: Vec<String>,
     /// False when this person's role decides no case of this reason (a cross-channel
@@ -1291,7 +1291,7 @@ impl Console {
         })
     }
 
-    /// A person's decision (`Store::resolve`'s rules, guarded by the version they saw).
+    /// A person's decision (`Review::resolve`'s rules, guarded by the version they saw).
     /// `operator`: who a direct write is recorded as (the shell passes
     /// `Connection::actor`); a personal login's is recorded under the login whatever it
     /// says.

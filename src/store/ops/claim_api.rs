@@ -16,7 +16,7 @@ use super::attempts::claim_locked;
 use super::intake::{conflict_event, open_conflict};
 use super::{must_lock, open_case, save, Locked, WriteTx};
 
-/// One try of `Store::claim_external` (the backend retries it as a whole on a deadlock).
+/// One try of `ClaimApi::claim_external` (the backend retries it as a whole on a deadlock).
 pub(crate) async fn claim<T: WriteTx>(
     mut tx: T,
     c: &ExternalClaim,
@@ -122,7 +122,7 @@ async fn lease_ran_out<T: WriteTx>(
     save(tx, l, now).await
 }
 
-/// `Store::take_due_redeliveries`.
+/// `ClaimApi::take_due_redeliveries`.
 pub(crate) async fn take_due_redeliveries<T: WriteTx>(
     mut tx: T,
     source: &str,

@@ -10,7 +10,7 @@
 //! `EditRules`). The TOML's `on_contact_match` and `[matching] window` only seed a source
 //! that has no row (`app::seed_rules`). Intake never reads the rules per delivery: it
 //! holds them in `intake::LiveRules`, and each `serve`'s rules loop swaps them whole when
-//! the history's row count moves (`Store::rules_version`, polled every second) — the
+//! the history's row count moves (`Rules::rules_version`, polled every second) — the
 //! count, not the newest id, because PostgreSQL ids can commit out of order. What a
 //! channel changes is `domain::business::step_for`.
 
