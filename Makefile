@@ -16,6 +16,8 @@ lint:
 	scripts/install-console-deps.sh
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked --features leadgate-console/e2e -- -D warnings
+	# the product as it ships: without the test kit's `test-support`
+	cargo clippy -p leadgate --lib --bins --locked -- -D warnings
 	scripts/deny.sh
 
 ## tests/n8n.rs (part of `cargo test --workspace`) runs the n8n example in a real n8n:

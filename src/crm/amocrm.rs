@@ -1745,6 +1745,7 @@ fn with_value_first(contact: &Value, code: &str, value: &str) -> Value {
 /// For `fuzz/`: one amoCRM answer through the adapter's parsing (an error answer and a
 /// `leads/complex` result). Not part of the API.
 #[doc(hidden)]
+#[cfg(feature = "test-support")]
 pub fn fuzz_answer(status: u16, body: &[u8]) {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
     let _ = error_answer("create", status, &HeaderMap::new(), body, &["s3cret"]);

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::header::{HeaderMap, LOCATION, RETRY_AFTER};
+use reqwest::header::{HeaderMap, LOCATION};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -1581,10 +1581,11 @@ impl Crm for Bitrix24 {
 /// For `fuzz/`: one Bitrix24 answer through the same parsing and classification the
 /// adapter uses. Not part of the API.
 #[doc(hidden)]
+#[cfg(feature = "test-support")]
 pub fn fuzz_answer(status: u16, retry_after: &str, body: &[u8]) {
     let mut headers = HeaderMap::new();
     if let Ok(v) = retry_after.parse() {
-        headers.insert(RETRY_AFTER, v);
+        headers.insert(reqwest::header::RETRY_AFTER, v);
     }
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     let _ = interpret("crm.lead.add", status, &headers, body, &["s3cret"]);
@@ -1605,6 +1606,7 @@ pub fn fuzz_answer(status: u16, retry_after: &str, body: &[u8]) {
 mod tests {
     use super::*;
     use leadgate_fakes::bitrix24::{FakeBitrix24, Fault};
+    use reqwest::header::RETRY_AFTER;
 
     const SECRET: &str = "fake-secret";
 

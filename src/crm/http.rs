@@ -1112,6 +1112,7 @@ fn ids_at(body: &[u8], ids_pointer: &str, id_pointer: Option<&str>) -> Option<Ve
 /// For `fuzz/`: one answer of a home-grown CRM through the adapter's parsing (the error
 /// description, the id at a pointer). Not part of the API.
 #[doc(hidden)]
+#[cfg(feature = "test-support")]
 pub fn fuzz_answer(pointer_text: &str, body: &[u8]) {
     let _ = describe(body);
     if let Ok(json) = serde_json::from_slice::<Value>(body) {

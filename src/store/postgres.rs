@@ -450,9 +450,14 @@ impl PgStore {
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
         self.intake.record(d).await
     }
+}
 
+/// For the tests (feature `test-support`, which the test kit turns on): each intake path
+/// on its own, so both can be compared and a group's answers checked one by one.
+#[cfg(feature = "test-support")]
+impl PgStore {
     /// Records one delivery by `path` now, bypassing the writer's grouping, and says
-    /// which path recorded it (public so that a test can compare both paths).
+    /// which path recorded it.
     pub async fn record_delivery_by(&self, d: NewDelivery, path: IntakePath) -> GroupAnswer {
         match path {
             IntakePath::Grouped => record_group(&self.pool, &[d]).await.remove(0),
@@ -529,7 +534,9 @@ async fn intake_writer(pool: PgPool, mut jobs: super::intake_queue::Jobs) {
 
 /// Records a group as the intake writer does: `leadgate_record_deliveries` takes what it
 /// can in one transaction; then every delivery it left (and every late one) runs the
-/// store's steps, in order, each in a transaction of its own.
+/// store's steps, in order, each in a transaction of its own (for the tests: the writer
+/// itself also bounds the steps' time).
+#[cfg(feature = "test-support")]
 async fn record_group(pool: &PgPool, ds: &[NewDelivery]) -> Vec<GroupAnswer> {
     let answers = by_the_function(pool, ds).await;
     let mut out = Vec::with_capacity(ds.len());
