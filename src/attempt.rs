@@ -20,7 +20,7 @@ use crate::config::{RetryConfig, LEASE_MARGIN};
 use crate::crm::{Crm, CrmError, Exchange, FieldMap, StepDone};
 use crate::domain::ErrorClass;
 use crate::domain::EventKind;
-use crate::store::{AttemptOutcome, Lease, NewEvent, Operation, Store, StoreError};
+use crate::store::{AttemptOutcome, Lease, NewEvent, Operation, StoreError, WorkQueue};
 
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -71,7 +71,7 @@ impl WorkerSettings {
 /// because of a database hiccup. Repeating is safe: the store recognises a report it
 /// has already recorded by its lease token.
 pub async fn finish_attempt(
-    store: &dyn Store,
+    store: &dyn WorkQueue,
     lease: &Lease,
     outcome: AttemptOutcome,
     events: Vec<NewEvent>,

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::domain::OperationId;
-use crate::store::{Result, SearchPage, Store};
+use crate::store::{Reads, Result, SearchPage};
 
 /// How many of the newest timeline events `ops show` prints unless told otherwise.
 pub const SHOW_EVENTS: i64 = 200;
@@ -14,7 +14,7 @@ pub const SHOW_EVENTS: i64 = 200;
 /// (`domain::text::escape_controls`): what a source or an integration sent must not
 /// drive the terminal.
 pub async fn operation(
-    store: &dyn Store,
+    store: &dyn Reads,
     id: &OperationId,
     before: Option<i64>,
     events: i64,

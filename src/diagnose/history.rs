@@ -13,7 +13,7 @@ use super::verdict::{Facts, JournalFacts};
 use super::{CrmEntity, Event, Origin};
 use crate::domain::EventKind;
 use crate::domain::OperationId;
-use crate::store::{Operation, SearchPlan, SearchQuery, Store, StoreError, TimelineEvent};
+use crate::store::{Operation, Reads, SearchPlan, SearchQuery, StoreError, TimelineEvent};
 
 /// An entity's operation and its timeline.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct Journal {
 
 /// The operation whose key is the entity's `ORIGIN_ID` (stamped by Leadgate, with
 /// `ORIGINATOR_ID` `leadgate` or none), else the one holding its id as `crm_id`.
-pub async fn journal_of(store: &dyn Store, e: &CrmEntity) -> Result<Option<Journal>, StoreError> {
+pub async fn journal_of(store: &dyn Reads, e: &CrmEntity) -> Result<Option<Journal>, StoreError> {
     let by_key = match (&e.origin_id, e.originator_id.as_deref()) {
         (Some(key), None | Some("leadgate")) => match key.parse::<OperationId>() {
             Ok(id) => store.operation(&id).await?,

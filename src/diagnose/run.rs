@@ -14,7 +14,7 @@ use super::{diagnose, from_amocrm, from_bitrix24, AmoFields, CrmEntity, Diagnosi
 use crate::crm::amocrm::{self, AmoCrm};
 use crate::crm::bitrix24::{Bitrix24, Entity, DEFAULT_BURST, DEFAULT_RATE_LIMIT};
 use crate::domain::contact::{normalize_email, normalize_phone, Region};
-use crate::store::Store;
+use crate::store::{Store, Upkeep};
 
 /// Where the CRM's entities come from.
 #[derive(Debug, Clone)]
@@ -189,7 +189,7 @@ pub async fn run(
 
 /// Saves the diagnosis's report (`report::data`) in the operations database for the
 /// console's *Diagnosis* screen; returns its id.
-pub async fn save(store: &dyn Store, d: &Diagnosis) -> Result<i64, crate::store::StoreError> {
+pub async fn save(store: &dyn Upkeep, d: &Diagnosis) -> Result<i64, crate::store::StoreError> {
     let data = super::report::data(d);
     let summary = crate::store::DiagnosisSummary {
         id: 0,

@@ -143,7 +143,7 @@ timeline: Array<EventView>, older_events: number, conflict: Conflict | null, can
 crm_entities: Array<CrmEntityView>, 
 /**
  * What a person may do on `case` now, as the resolution each would record
- * (`domain::rules::allowed_actions`: the same rules `Store::resolve` applies); empty
+ * (`domain::rules::allowed_actions`: the same rules `Review::resolve` applies); empty
  * when the case is resolved.
  */
 allowed: Array<string>, 
