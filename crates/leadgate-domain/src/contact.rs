@@ -35,11 +35,17 @@ pub fn normalize_phone(raw: &str, region: Region) -> Option<String> {
         .then(|| number.format().mode(phonenumber::Mode::E164).to_string())
 }
 
+/// The longest e-mail address there is: RFC 5321's 256-octet path less its angle
+/// brackets. Longer text a visitor typed is not an address (and would not fit an index
+/// row on PostgreSQL).
+pub const MAX_EMAIL_LEN: usize = 254;
+
 /// The e-mail address trimmed and lower-cased, or `None` if it does not look like one.
 pub fn normalize_email(raw: &str) -> Option<String> {
     let e = raw.trim().to_lowercase();
     let (local, domain) = e.split_once('@')?;
-    let plausible = !local.is_empty()
+    let plausible = e.len() <= MAX_EMAIL_LEN
+        && !local.is_empty()
         && domain.contains('.')
         && !domain.starts_with('.')
         && !domain.ends_with('.')
@@ -51,6 +57,14 @@ pub fn normalize_email(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_longer_than_any_email_is_none() {
+        let local = "a".repeat(MAX_EMAIL_LEN - "@example.com".len());
+        let longest = format!("{local}@example.com");
+        assert_eq!(normalize_email(&longest).as_deref(), Some(longest.as_str()));
+        assert_eq!(normalize_email(&format!("a{longest}")), None);
+    }
 
     #[test]
     fn russian_phone_formats_become_e164() {
