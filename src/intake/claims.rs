@@ -309,14 +309,10 @@ async fn finish(
     token: String,
     outcome: AttemptOutcome,
 ) -> Result<Response, ApiError> {
+    let now = state.store.now();
     match state
         .store
-                .finish_attempt(
-            &lease(id, token, state.store.now()),
-            outcome,
-            vec![],
-            state.store.now(),
-        )
+        .finish_attempt(&lease(id, token, now), outcome, vec![], now)
         .await
     {
         Ok(op) => Ok((

@@ -3,13 +3,10 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use super::{postgres, sqlite, Result, Store, StoreError};
 
 /// The operations database's engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// Embedded, one file, one machine (`sqlite:…`).
     Sqlite,

@@ -10,7 +10,7 @@ use crate::domain::{Refusal, TransitionError};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("no operation `{0}`")]
     UnknownOperation(String),
@@ -114,6 +114,13 @@ impl StoreError {
         matches!(self, StoreError::Database(e) if e.is_transient())
     }
 
+    /// Whether PostgreSQL aborted the transaction for a reason that running it again
+    /// from the start can cure: a deadlock victim (40P01) or a serialization failure
+    /// (40001).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Database(e) if e.is_retryable())
+    }
+
     /// PostgreSQL refused this login what it asked (`42501`: no privilege on a table or
     /// column, or a row-level security policy): the database's message.
     pub fn forbidden(&self) -> Option<String> {
@@ -209,16 +216,8 @@ impl DbError {
         !self.sqlite && self.code_class(classes)
     }
 
-    pub fn fault(&self) -> DbFault {
-        self.fault
-    }
-
     pub fn code(&self) -> Option<&str> {
         self.code.as_deref()
-    }
-
-    pub fn message(&self) -> &str {
-        &self.message
     }
 
     fn code_in(&self, codes: &[&str]) -> bool {
@@ -259,8 +258,7 @@ impl DbError {
         ) || (self.fault == DbFault::Server
             // SQLite: cannot open (14 and its extended codes); PostgreSQL: no such
             // database, authentication failed.
-            && (self.sqlite_primary() == Some(14)
-                || self.code_in(&["14", "3D000", "28P01", "28000"])))
+            && (self.sqlite_primary() == Some(14) || self.code_in(&["3D000", "28P01", "28000"])))
     }
 
     /// A deadlock victim (40P01) or a serialization failure (40001): PostgreSQL aborted

@@ -717,12 +717,6 @@ pub struct AlertFacts {
 /// How many new case ids [`Alerts::alert_facts`] lists.
 pub const ALERT_CASE_IDS: i64 = 10;
 
-/// Whether PostgreSQL aborted the transaction for a reason that running it again from
-/// the start can cure: a deadlock victim (40P01) or a serialization failure (40001).
-pub(crate) fn is_retryable(e: &StoreError) -> bool {
-    matches!(e, StoreError::Database(d) if d.is_retryable())
-}
-
 /// Runs the transaction `attempt` again (a few times, briefly spaced) while the database
 /// aborts it with a retryable error, so that a sender is not answered 503 for what the
 /// database itself resolved by aborting one side. SQLite never reports these codes.
@@ -735,7 +729,7 @@ where
     let mut tries = 0;
     loop {
         match attempt().await {
-            Err(e) if tries < RETRIES && is_retryable(&e) => {
+            Err(e) if tries < RETRIES && e.is_retryable() => {
                 tries += 1;
                 tracing::warn!(error = %e, retry = tries, "transaction aborted by the database; running it again");
                 let jitter = rand::random::<u64>() % 10;

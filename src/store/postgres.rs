@@ -584,9 +584,11 @@ async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupA
                 };
             }
         }
+        // The database could not take the group at all (or it was one delivery): each
+        // hears that error as it is.
         Err(e) => {
             for &i in &taken {
-                answers[i] = Some(Err(copy_of(&e)));
+                answers[i] = Some(Err(e.clone()));
             }
         }
     }
@@ -607,22 +609,6 @@ async fn by_steps(pool: &PgPool, d: &NewDelivery) -> Result<DeliveryRecord> {
         Ok(records.remove(0))
     })
     .await
-}
-
-/// The same failure for every delivery of a group (one the database could not take at
-/// all: unavailable): the database's own error as it was, anything else in words as a
-/// failure of the connection's kind (the sender hears 503).
-fn copy_of(e: &super::StoreError) -> super::StoreError {
-    use super::{DbError, DbFault, StoreError::*};
-    match e {
-        Database(d) => Database(d.clone()),
-        Corrupt(what) => Corrupt(what.clone()),
-        other => Database(DbError::new(
-            DbFault::Io,
-            None,
-            format!("recording a group of deliveries: {other}"),
-        )),
-    }
 }
 
 /// `leadgate_record_deliveries` over `group`, in its own transaction (the session is at
