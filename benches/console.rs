@@ -192,7 +192,8 @@ async fn run(url: &str, n: u64) {
             .execute(&mut c)
             .await
             .unwrap();
-        let migration = include_str!("../migrations/postgres/0004_metric_counters.sql");
+        let migration =
+            include_str!("../crates/leadgate-store/migrations/postgres/0004_metric_counters.sql");
         let backfill = migration
             .split_once(BACKFILL)
             .expect("the migration's backfill section")

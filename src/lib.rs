@@ -15,6 +15,6 @@ pub mod pull;
 pub mod reconcile;
 pub mod redeliver;
 pub mod report;
-pub mod store;
+pub use leadgate_store as store;
 pub mod supervise;
 pub mod worker;

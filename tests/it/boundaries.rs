@@ -1,9 +1,10 @@
 //! The crate's module boundaries, read from the source: every `crate::…` path names a
 //! top-level module, and each module may use only the ones below it in the table of
 //! ARCHITECTURE.md "Layers". Fails on an import the table does not allow, on any cycle
-//! between top-level modules, and on SQL outside the store. The domain is a crate of its
-//! own (crates/leadgate-domain): Cargo keeps it from importing anything above it, and
-//! its dependency list is checked here against data-and-text crates. And the timeline's
+//! between top-level modules, and on SQL outside the store. The domain and the store are
+//! crates of their own (crates/leadgate-domain, crates/leadgate-store): Cargo keeps them
+//! from importing anything above them; the domain's dependency list is checked here
+//! against data-and-text crates, and every workspace manifest for who depends on sqlx. And the timeline's
 //! kinds: the migrations' SQL writes only `EventKind`s, and every one is written somewhere.
 
 use leadgate::domain::EventKind;
@@ -11,10 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Top-level module → the modules it may use (besides itself). Lower layers first.
+/// `domain` and `store` are crates of their own (`leadgate::domain`, `leadgate::store`):
+/// Cargo keeps them from importing anything above them.
 const ALLOWED: &[(&str, &[&str])] = &[
-    ("domain", &[]),
     ("supervise", &[]),
-    ("store", &["domain"]),
     ("crm", &["domain", "store"]),
     ("config", &["domain", "crm"]),
     ("metrics", &["domain", "store"]),
@@ -68,8 +69,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Where only the store may speak SQL.
-const SQL_OWNER: &str = "store";
+/// The workspace crates whose `[dependencies]` may name `sqlx`: the store, and the test kit
+/// for its scratch databases. Every other crate reaches the database through the store.
+const SQL_CRATES: &[&str] = &["crates/leadgate-store", "crates/leadgate-testkit"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -178,7 +180,7 @@ fn every_module_imports_only_what_its_layer_allows() {
         .collect();
     let edges = graph();
     assert!(
-        edges.contains_key("store") && edges.contains_key("worker"),
+        edges.contains_key("intake") && edges.contains_key("worker"),
         "{edges:?}"
     );
     let mut wrong = vec![];
@@ -243,18 +245,97 @@ fn no_cycles_between_top_level_modules() {
 
 #[test]
 fn only_the_store_speaks_sql() {
+    // No source file of the product crate names sqlx (its `store` is leadgate-store)...
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = vec![];
     rust_files(&src, &mut files);
     let speakers: Vec<String> = files
         .iter()
-        .filter(|f| top_module(&src, f) != SQL_OWNER)
         .filter(|f| product_code(&std::fs::read_to_string(f).unwrap()).contains("sqlx"))
         .map(|f| f.display().to_string())
         .collect();
     assert!(
         speakers.is_empty(),
         "sqlx used outside the store: {speakers:?}"
+    );
+    // ...and Cargo keeps it so: only the store and the test kit depend on sqlx.
+    let wrong = sql_dependents(&workspace_manifests());
+    assert!(
+        wrong.is_empty(),
+        "these crates depend on sqlx; only {SQL_CRATES:?} may (tests/it/boundaries.rs): {wrong:?}"
+    );
+}
+
+/// Every workspace member's directory (relative to the root) and its manifest's text.
+fn workspace_manifests() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let top: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let members = top["workspace"]["members"].as_array().unwrap();
+    assert!(members.len() >= 6, "{members:?}");
+    std::iter::once(".".to_owned())
+        .chain(members.iter().map(|m| m.as_str().unwrap().to_owned()))
+        .map(|dir| {
+            let text = std::fs::read_to_string(root.join(&dir).join("Cargo.toml")).unwrap();
+            (dir, text)
+        })
+        .collect()
+}
+
+/// The members outside `SQL_CRATES` whose product dependencies (`[dependencies]`, also
+/// per target, and `[build-dependencies]`) name sqlx. Dev-dependencies may: tests poke the
+/// database.
+fn sql_dependents(manifests: &[(String, String)]) -> Vec<String> {
+    fn names_sqlx(t: &toml::Table) -> bool {
+        ["dependencies", "build-dependencies"]
+            .iter()
+            .filter_map(|k| t.get(*k).and_then(|d| d.as_table()))
+            .any(|deps| deps.contains_key("sqlx"))
+    }
+    manifests
+        .iter()
+        .filter(|(dir, _)| !SQL_CRATES.contains(&dir.as_str()))
+        .filter(|(_, text)| {
+            let m: toml::Table = text.parse().expect("a Cargo.toml");
+            names_sqlx(&m)
+                || m.get("target")
+                    .and_then(|t| t.as_table())
+                    .is_some_and(|targets| {
+                        targets
+                            .values()
+                            .filter_map(|t| t.as_table())
+                            .any(names_sqlx)
+                    })
+        })
+        .map(|(dir, _)| dir.clone())
+        .collect()
+}
+
+#[test]
+fn the_sql_check_catches_sqlx_in_another_crate() {
+    let manifests = [
+        (
+            ".".to_owned(),
+            "[dependencies]\nserde = \"1\"\n[dev-dependencies]\nsqlx = \"0.8\"\n".to_owned(),
+        ),
+        (
+            "crates/leadgate-store".to_owned(),
+            "[dependencies]\nsqlx = \"0.8\"\n".to_owned(),
+        ),
+        (
+            "src-tauri".to_owned(),
+            "[target.'cfg(unix)'.dependencies]\nsqlx = \"0.8\"\n".to_owned(),
+        ),
+        (
+            "crates/leadgate-console-model".to_owned(),
+            "[build-dependencies]\nsqlx = \"0.8\"\n".to_owned(),
+        ),
+    ];
+    assert_eq!(
+        sql_dependents(&manifests),
+        ["src-tauri", "crates/leadgate-console-model"]
     );
 }
 
@@ -416,7 +497,7 @@ fn sql_kinds(sql: &str) -> (Vec<String>, Vec<String>) {
 }
 
 fn migrations_kinds() -> (BTreeSet<String>, Vec<String>) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/leadgate-store/migrations");
     let (mut kinds, mut unreadable) = (BTreeSet::new(), vec![]);
     for backend in ["sqlite", "postgres"] {
         for f in std::fs::read_dir(dir.join(backend)).unwrap() {
@@ -462,7 +543,11 @@ fn the_migrations_write_only_the_event_kinds_rust_knows() {
 #[test]
 fn every_event_kind_is_written_somewhere() {
     let mut files = vec![];
-    for dir in ["src", "crates/leadgate-console-model/src"] {
+    for dir in [
+        "src",
+        "crates/leadgate-store/src",
+        "crates/leadgate-console-model/src",
+    ] {
         rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut files);
     }
     let code: String = files

@@ -185,7 +185,7 @@ async fn a_migration_behind_a_persons_open_transaction_neither_stalls_intake_nor
             .await
             .unwrap();
         let with_an_alter = || {
-            let mut m = sqlx::migrate!("migrations/postgres");
+            let mut m = sqlx::migrate!("crates/leadgate-store/migrations/postgres");
             m.migrations.to_mut().push(Migration::new(
                 9_000,
                 "a test's alter".into(),

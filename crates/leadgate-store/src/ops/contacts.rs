@@ -31,11 +31,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use crate::domain::EventKind;
-use crate::domain::Status;
-use crate::store::{
-    after, before, Claim, ContactLeave, ContactTurn, Lease, NewEvent, Result, StoreError,
-};
+use crate::{after, before, Claim, ContactLeave, ContactTurn, Lease, NewEvent, Result, StoreError};
+use leadgate_domain::EventKind;
+use leadgate_domain::Status;
 
 use super::intake::contact_lock_keys;
 use super::{clear_lease, must_lock, save, set_status, token_hash, Locked, WriteTx};

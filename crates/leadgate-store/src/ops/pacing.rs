@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::pacing::Pace;
-use crate::store::Result;
+use crate::Result;
+use leadgate_domain::pacing::Pace;
 
 use super::WriteTx;
 

@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::outage::{Gate, Health, OutageConfig, Unreachable};
-use crate::store::Result;
+use crate::Result;
+use leadgate_domain::outage::{Gate, Health, OutageConfig, Unreachable};
 
 use super::WriteTx;
 

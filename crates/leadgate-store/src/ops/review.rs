@@ -21,10 +21,10 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::rules::{bulk_allowed, check_comment, decide, may_open_review, Decision};
-use crate::domain::EventKind;
-use crate::domain::{OperationId, Refusal, ReviewReason, Status};
-use crate::store::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
+use crate::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
+use leadgate_domain::rules::{bulk_allowed, check_comment, decide, may_open_review, Decision};
+use leadgate_domain::EventKind;
+use leadgate_domain::{OperationId, Refusal, ReviewReason, Status};
 
 use super::{clear_lease, must_lock, open_case, save, set_status, supersede_open_cases, WriteTx};
 

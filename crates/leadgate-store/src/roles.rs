@@ -169,9 +169,9 @@ pub trait WorkQueue: Clock {
     async fn connector_failed(
         &self,
         name: &str,
-        config: &crate::domain::outage::OutageConfig,
+        config: &leadgate_domain::outage::OutageConfig,
         now: DateTime<Utc>,
-    ) -> Result<Option<crate::domain::outage::Unreachable>>;
+    ) -> Result<Option<leadgate_domain::outage::Unreachable>>;
 
     /// The connector's CRM answered: the count starts again and an outage ends. True
     /// when it had been unreachable.
@@ -182,9 +182,9 @@ pub trait WorkQueue: Clock {
     async fn probe_gate(
         &self,
         name: &str,
-        config: &crate::domain::outage::OutageConfig,
+        config: &leadgate_domain::outage::OutageConfig,
         now: DateTime<Utc>,
-    ) -> Result<crate::domain::outage::Gate>;
+    ) -> Result<leadgate_domain::outage::Gate>;
 }
 
 /// What the CRM adapters may do in the store, and nothing more: the shared request pace and amoCRM's rotating tokens.
@@ -195,7 +195,7 @@ pub trait CrmAccess: Clock {
     async fn take_turn(
         &self,
         account: &str,
-        pace: crate::domain::pacing::Pace,
+        pace: leadgate_domain::pacing::Pace,
         now: DateTime<Utc>,
     ) -> Result<std::time::Duration>;
 
@@ -203,7 +203,7 @@ pub trait CrmAccess: Clock {
     async fn hold_turns(
         &self,
         account: &str,
-        pace: crate::domain::pacing::Pace,
+        pace: leadgate_domain::pacing::Pace,
         until: DateTime<Utc>,
     ) -> Result<()>;
 

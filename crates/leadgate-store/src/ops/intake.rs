@@ -17,14 +17,14 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::business::{step_for, MatchFact};
-use crate::domain::rules::{DeliveryKind, MatchStep};
-use crate::domain::EventKind;
-use crate::domain::{ErrorClass, ReviewReason, Status};
-use crate::store::{
+use crate::{
     contact_lock_key, contact_slot, ContactKeys, DeliveryOutcome, DeliveryRecord, Matching,
     NewDelivery, NewEvent, Result,
 };
+use leadgate_domain::business::{step_for, MatchFact};
+use leadgate_domain::rules::{DeliveryKind, MatchStep};
+use leadgate_domain::EventKind;
+use leadgate_domain::{ErrorClass, ReviewReason, Status};
 
 use super::{must_lock, open_case, save, set_status, ContactMatch, Locked, WriteTx};
 
@@ -354,7 +354,7 @@ async fn match_contacts<T: WriteTx>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{fingerprint, MatchRule, OperationId};
+    use leadgate_domain::{fingerprint, MatchRule, OperationId};
 
     fn delivery(phone: Option<&str>, email: Option<&str>) -> NewDelivery {
         let payload = json!({"k": 1});
@@ -372,7 +372,7 @@ mod tests {
                 name: None,
             },
             event_time: None,
-            received_at: crate::store::local_now(),
+            received_at: crate::local_now(),
             review: None,
             matching: None,
         }
@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn the_one_statement_intake_gets_what_record_would_lock_and_match() {
-        let since = crate::store::local_now();
+        let since = crate::local_now();
         let matching = Some(Matching {
             rule: MatchRule::Review,
             since,

@@ -41,9 +41,9 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::rules::{status_on_review, OpFacts};
-use crate::domain::EventKind;
-use crate::domain::{OperationId, ReviewReason, Status};
+use leadgate_domain::rules::{status_on_review, OpFacts};
+use leadgate_domain::EventKind;
+use leadgate_domain::{OperationId, ReviewReason, Status};
 
 use super::{ContactKeys, Lease, NewDelivery, NewEvent, Operation, Result, StoreError};
 
@@ -370,7 +370,7 @@ pub(crate) trait WriteTx: Send {
     fn role_of(
         &mut self,
         login: &str,
-    ) -> impl Future<Output = Result<Option<crate::domain::roles::Role>>> + Send;
+    ) -> impl Future<Output = Result<Option<leadgate_domain::roles::Role>>> + Send;
     /// Writes the answer (`store::requests::outcome_text`) and marks it applied.
     fn answer_request(
         &mut self,
@@ -434,7 +434,7 @@ pub(crate) trait WriteTx: Send {
     fn lock_connector_health(
         &mut self,
         name: &str,
-    ) -> impl Future<Output = Result<Option<crate::domain::outage::Health>>> + Send;
+    ) -> impl Future<Output = Result<Option<leadgate_domain::outage::Health>>> + Send;
     /// Creates the connector's row, active and healthy, if there is none; waits for one
     /// another transaction is creating (so that [`lock_connector_health`] then has a row
     /// to lock).
@@ -449,7 +449,7 @@ pub(crate) trait WriteTx: Send {
     fn save_connector_health(
         &mut self,
         name: &str,
-        health: &crate::domain::outage::Health,
+        health: &leadgate_domain::outage::Health,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 

@@ -13,8 +13,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use crate::domain::EventKind;
-use crate::store::{NewEvent, PurgeReport, Result};
+use crate::{NewEvent, PurgeReport, Result};
+use leadgate_domain::EventKind;
 
 use super::WriteTx;
 

@@ -631,7 +631,7 @@ async fn in_one_statement(pool: &PgPool, taken: &[Taken<'_>]) -> Result<Vec<Opti
     let (mut names_words, mut word_rows, mut words) = (vec![], vec![], vec![]);
     for (i, d) in group.iter().enumerate() {
         let own = super::sql::name_words(&d.contact);
-        names_words.push(crate::domain::search::words_text(&own));
+        names_words.push(leadgate_domain::search::words_text(&own));
         for w in own {
             word_rows.push(i as i32 + 1);
             words.push(w);
@@ -723,7 +723,7 @@ async fn in_one_statement(pool: &PgPool, taken: &[Taken<'_>]) -> Result<Vec<Opti
             if row != i as i32 + 1 {
                 return Err(corrupt(&format!("answer {row} in place {}", i + 1)));
             }
-            let status = || -> Result<crate::domain::Status> {
+            let status = || -> Result<leadgate_domain::Status> {
                 status
                     .as_deref()
                     .ok_or_else(|| corrupt("no status"))?

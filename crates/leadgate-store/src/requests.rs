@@ -30,8 +30,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::roles::{AskKind, Role};
-use crate::domain::{HumanAction, OperationId, Refusal, Resolution, ReviewReason};
+use leadgate_domain::roles::{AskKind, Role};
+use leadgate_domain::{HumanAction, OperationId, Refusal, Resolution, ReviewReason};
 
 use super::{Bulk, StoreError};
 
@@ -171,7 +171,7 @@ impl Ask {
                 let resolution: Resolution = text("resolution")
                     .ok_or_else(|| bad("no resolution"))?
                     .parse()
-                    .map_err(|e: crate::domain::UnknownValue| bad(&e.to_string()))?;
+                    .map_err(|e: leadgate_domain::UnknownValue| bad(&e.to_string()))?;
                 let crm_id = || text("crm_id").unwrap_or_default();
                 let action = match resolution {
                     Resolution::ConfirmedCrmResult => {
@@ -429,7 +429,7 @@ mod tests {
                 expected_version: 2,
                 rules: super::super::SourceRules {
                     source: "calls".into(),
-                    rule: crate::domain::MatchRule::Review,
+                    rule: leadgate_domain::MatchRule::Review,
                     window_secs: 7200,
                     channel: "phone".into(),
                 },

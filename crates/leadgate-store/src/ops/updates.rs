@@ -14,9 +14,9 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use crate::domain::EventKind;
-use crate::domain::{ErrorClass, ReviewReason};
-use crate::store::{NewEvent, Result, StoreError, UpdateClaim, UpdateOutcome};
+use crate::{NewEvent, Result, StoreError, UpdateClaim, UpdateOutcome};
+use leadgate_domain::EventKind;
+use leadgate_domain::{ErrorClass, ReviewReason};
 
 use super::{append_all, must_lock, open_case, save, WriteTx};
 

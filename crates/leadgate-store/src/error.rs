@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{Refusal, TransitionError};
+use leadgate_domain::{Refusal, TransitionError};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

@@ -31,10 +31,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::domain::rules::{late_id, LateId};
-use crate::domain::EventKind;
-use crate::domain::{AttemptOutcome, Failure, Status};
-use crate::store::{after, Claim, Lease, NewEvent, Operation, Result, StoreError};
+use crate::{after, Claim, Lease, NewEvent, Operation, Result, StoreError};
+use leadgate_domain::rules::{late_id, LateId};
+use leadgate_domain::EventKind;
+use leadgate_domain::{AttemptOutcome, Failure, Status};
 
 use super::{
     append_all, clear_lease, must_lock, open_case, save, set_status, supersede_open_cases,
@@ -513,7 +513,7 @@ pub(crate) async fn late_outcome<T: WriteTx>(
             open_case(
                 tx,
                 l,
-                crate::domain::ReviewReason::AmbiguousMatch,
+                leadgate_domain::ReviewReason::AmbiguousMatch,
                 None,
                 actor,
                 detail,

@@ -12,11 +12,11 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::roles::may_ask;
-use crate::domain::EventKind;
-use crate::domain::ReviewReason;
-use crate::store::requests::{outcome_text, Answer, Ask};
-use crate::store::{NewEvent, Resolve, Result, StoreError};
+use crate::requests::{outcome_text, Answer, Ask};
+use crate::{NewEvent, Resolve, Result, StoreError};
+use leadgate_domain::roles::may_ask;
+use leadgate_domain::EventKind;
+use leadgate_domain::ReviewReason;
 
 use super::{attempts, review, WriteTx};
 

@@ -33,9 +33,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{ErrorClass, Fingerprint, MatchRule, OperationId, ReviewReason, Status};
+use leadgate_domain::{ErrorClass, Fingerprint, MatchRule, OperationId, ReviewReason, Status};
 
-pub use crate::domain::{after, before, AttemptOutcome, EventKind, Failure, HumanAction};
+pub use leadgate_domain::{after, before, AttemptOutcome, EventKind, Failure, HumanAction};
 
 mod backend;
 pub mod changes;
@@ -102,10 +102,10 @@ pub struct Matching {
 
 impl Matching {
     /// `[matching] shared_after`'s default.
-    pub const SHARED_AFTER: u32 = crate::domain::SHARED_CONTACT_AFTER;
+    pub const SHARED_AFTER: u32 = leadgate_domain::SHARED_CONTACT_AFTER;
 }
 
-pub use crate::domain::business::SourceRules;
+pub use leadgate_domain::business::SourceRules;
 
 /// A source's business rules as stored (migration 0021).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,8 +218,8 @@ pub struct Operation {
 impl Operation {
     /// What the domain's rules see of it from outside the store (the settle window is
     /// the store's own: a granted retry's due time is decided under the row lock).
-    pub fn facts(&self) -> crate::domain::rules::OpFacts<'_> {
-        crate::domain::rules::OpFacts {
+    pub fn facts(&self) -> leadgate_domain::rules::OpFacts<'_> {
+        leadgate_domain::rules::OpFacts {
             status: self.status,
             crm_id: self.crm_id.as_deref(),
             crm_link: self.crm_link.as_deref(),
@@ -558,7 +558,7 @@ pub enum ExternalClaimOutcome {
 
 // Search
 
-pub use crate::domain::search::{MatchedField, SearchCursor, SearchQuery};
+pub use leadgate_domain::search::{MatchedField, SearchCursor, SearchQuery};
 
 /// How [`Reads::search`] finds its rows. The results are the same; only the cost differs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

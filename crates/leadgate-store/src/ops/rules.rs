@@ -16,8 +16,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::Refusal;
-use crate::store::{Result, SourceRules, SEEDED_BY};
+use crate::{Result, SourceRules, SEEDED_BY};
+use leadgate_domain::Refusal;
 
 use super::WriteTx;
 

@@ -27,8 +27,8 @@ use std::time::Duration;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::{connect_options, PgStore};
-use crate::domain::roles::Role;
-use crate::store::StoreError;
+use crate::StoreError;
+use leadgate_domain::roles::Role;
 
 type Result<T> = std::result::Result<T, StoreError>;
 

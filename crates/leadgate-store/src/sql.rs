@@ -61,7 +61,7 @@ pub(crate) fn name_words(contact: &super::ContactKeys) -> Vec<String> {
     contact
         .name
         .as_deref()
-        .map(crate::domain::search::words)
+        .map(leadgate_domain::search::words)
         .unwrap_or_default()
 }
 
@@ -90,16 +90,16 @@ macro_rules! sql_store {
         use serde_json::Value;
         use sqlx::Row;
 
-        use $crate::domain::{OperationId, Resolution, ReviewReason, Status};
-        use $crate::store::ops::{
+        use leadgate_domain::{OperationId, Resolution, ReviewReason, Status};
+        use $crate::ops::{
             self, CaseRow, ContactMatch, DeliveryData, Locked, RedeliveryRow, WriteTx,
         };
-        use $crate::store::sql::{
+        use $crate::sql::{
             SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_REDELIVERY, PICK_STALE, REQUEST_COLUMNS,
             RULES_COLUMNS,
         };
-        use $crate::store::requests::outcome_of as requests_outcome_of;
-        use $crate::store::*;
+        use $crate::requests::outcome_of as requests_outcome_of;
+        use $crate::*;
 
         type Tx = sqlx::Transaction<'static, $db>;
 
@@ -332,7 +332,7 @@ macro_rules! sql_store {
                 executor: &str,
                 now: DateTime<Utc>,
             ) -> Result<bool> {
-                let words = $crate::store::sql::name_words(&d.contact);
+                let words = $crate::sql::name_words(&d.contact);
                 let inserted = sqlx::query(
                     "insert into operations (operation_id, source, status, payload_hash, payload, \
                      contact_phone, contact_email, event_time, executor, next_attempt_at, created_at, \
@@ -350,12 +350,12 @@ macro_rules! sql_store {
                 .bind(now)
                 .bind(executor)
                 .bind(&d.contact.name)
-                .bind($crate::domain::search::words_text(&words))
+                .bind(leadgate_domain::search::words_text(&words))
                 .fetch_optional(&mut *self.0)
                 .await?;
                 if inserted.is_some() && !words.is_empty() {
                     // The name's words, for `Reads::search` (migration 0012).
-                    let sql = if $backend == $crate::store::Backend::Postgres {
+                    let sql = if $backend == $crate::Backend::Postgres {
                         "insert into operation_names (word, created_at, operation_id) \
                          select value, $2, $3 from json_array_elements_text(cast($1 as json))"
                     } else {
@@ -788,7 +788,7 @@ macro_rules! sql_store {
                 .bind(name)
                 // Support reads it: whatever the CRM or an integration wrote about a lead,
                 // no phone number or e-mail address.
-                .bind(crate::domain::text::mask_contacts(reason))
+                .bind(leadgate_domain::text::mask_contacts(reason))
                 .bind(now)
                 .bind(actor)
                 .execute(&mut *self.0)
@@ -838,7 +838,7 @@ macro_rules! sql_store {
                 row.as_ref().map(request_from_row).transpose()
             }
 
-            async fn role_of(&mut self, login: &str) -> Result<Option<$crate::domain::roles::Role>> {
+            async fn role_of(&mut self, login: &str) -> Result<Option<leadgate_domain::roles::Role>> {
                 let role: Option<String> = sqlx::query_scalar("select leadgate_role_of($1)")
                     .bind(login)
                     .fetch_one(&mut *self.0)
@@ -1078,7 +1078,7 @@ macro_rules! sql_store {
             async fn lock_connector_health(
                 &mut self,
                 name: &str,
-            ) -> Result<Option<$crate::domain::outage::Health>> {
+            ) -> Result<Option<leadgate_domain::outage::Health>> {
                 let sql = format!(
                     "select failures, unreachable_since, probe_at, probes from connectors \
                      where name = $1{}",
@@ -1086,7 +1086,7 @@ macro_rules! sql_store {
                 );
                 let row = sqlx::query(&sql).bind(name).fetch_optional(&mut *self.0).await?;
                 row.map(|r| {
-                    Ok($crate::domain::outage::Health {
+                    Ok(leadgate_domain::outage::Health {
                         failures: r.try_get("failures")?,
                         unreachable_since: r.try_get("unreachable_since")?,
                         probe_at: r.try_get("probe_at")?,
@@ -1111,7 +1111,7 @@ macro_rules! sql_store {
             async fn save_connector_health(
                 &mut self,
                 name: &str,
-                h: &$crate::domain::outage::Health,
+                h: &leadgate_domain::outage::Health,
                 now: DateTime<Utc>,
             ) -> Result<()> {
                 sqlx::query(
@@ -1230,8 +1230,8 @@ macro_rules! sql_store {
             }
         }
 
-        impl $crate::store::Clock for $store {
-            fn backend(&self) -> $crate::store::Backend {
+        impl $crate::Clock for $store {
+            fn backend(&self) -> $crate::Backend {
                 $backend
             }
 
@@ -1241,7 +1241,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::Journal for $store {
+        impl $crate::Journal for $store {
             async fn record_delivery(&self, d: NewDelivery) -> Result<DeliveryRecord> {
                 self.record_delivery_now(d).await
             }
@@ -1306,7 +1306,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::WorkQueue for $store {
+        impl $crate::WorkQueue for $store {
             async fn claim_due(
                 &self,
                 connector: &str,
@@ -1417,9 +1417,9 @@ macro_rules! sql_store {
             async fn connector_failed(
                 &self,
                 name: &str,
-                config: &$crate::domain::outage::OutageConfig,
+                config: &leadgate_domain::outage::OutageConfig,
                 now: DateTime<Utc>,
-            ) -> Result<Option<$crate::domain::outage::Unreachable>> {
+            ) -> Result<Option<leadgate_domain::outage::Unreachable>> {
                 ops::outage::connector_failed(self.write().await?, name, config, now).await
             }
 
@@ -1439,9 +1439,9 @@ macro_rules! sql_store {
             async fn probe_gate(
                 &self,
                 name: &str,
-                config: &$crate::domain::outage::OutageConfig,
+                config: &leadgate_domain::outage::OutageConfig,
                 now: DateTime<Utc>,
-            ) -> Result<$crate::domain::outage::Gate> {
+            ) -> Result<leadgate_domain::outage::Gate> {
                 // A read first, without the writer: this runs before every claim.
                 let unreachable: Option<Option<DateTime<Utc>>> =
                     sqlx::query_scalar("select unreachable_since from connectors where name = $1")
@@ -1449,18 +1449,18 @@ macro_rules! sql_store {
                         .fetch_optional(&self.pool)
                         .await?;
                 if unreachable.flatten().is_none() {
-                    return Ok($crate::domain::outage::Gate::Open);
+                    return Ok(leadgate_domain::outage::Gate::Open);
                 }
                 ops::outage::probe_gate(self.write().await?, name, config, now).await
             }
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::CrmAccess for $store {
+        impl $crate::CrmAccess for $store {
             async fn take_turn(
                 &self,
                 account: &str,
-                pace: $crate::domain::pacing::Pace,
+                pace: leadgate_domain::pacing::Pace,
                 now: DateTime<Utc>,
             ) -> Result<std::time::Duration> {
                 ops::pacing::take_turn(self.write().await?, account, pace, now).await
@@ -1469,7 +1469,7 @@ macro_rules! sql_store {
             async fn hold_turns(
                 &self,
                 account: &str,
-                pace: $crate::domain::pacing::Pace,
+                pace: leadgate_domain::pacing::Pace,
                 until: DateTime<Utc>,
             ) -> Result<()> {
                 ops::pacing::hold_turns(self.write().await?, account, pace, until).await
@@ -1530,7 +1530,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::Review for $store {
+        impl $crate::Review for $store {
             async fn open_review(
                 &self,
                 operation_id: &OperationId,
@@ -1558,7 +1558,7 @@ macro_rules! sql_store {
             }
 
             async fn identity(&self) -> Result<Identity> {
-                if $backend == $crate::store::Backend::Sqlite {
+                if $backend == $crate::Backend::Sqlite {
                     return Ok(Identity::Local);
                 }
                 let (login, role, owner): (String, Option<String>, bool) = sqlx::query_as(
@@ -1633,7 +1633,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::ClaimApi for $store {
+        impl $crate::ClaimApi for $store {
             async fn claim_external(&self, c: ExternalClaim) -> Result<ExternalClaimOutcome> {
                 retrying(|| async { ops::claim_api::claim(self.write().await?, &c).await }).await
             }
@@ -1675,7 +1675,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::Updates for $store {
+        impl $crate::Updates for $store {
             async fn claim_update(
                 &self,
                 connector: &str,
@@ -1798,7 +1798,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::Alerts for $store {
+        impl $crate::Alerts for $store {
             // Team alerts
 
             async fn alert_turn(
@@ -2094,7 +2094,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::Rules for $store {
+        impl $crate::Rules for $store {
             async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
                     "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at) \
@@ -2180,7 +2180,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::Reads for $store {
+        impl $crate::Reads for $store {
             async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
                 let sql = format!("select {OP_COLUMNS} from operations where operation_id = $1");
                 let row = sqlx::query(&sql)
@@ -2623,14 +2623,14 @@ macro_rules! sql_store {
                 limit: i64,
                 plan: SearchPlan,
             ) -> Result<SearchPage> {
-                use $crate::domain::search::prefix_end;
-                use $crate::store::sql::like_escape;
+                use leadgate_domain::search::prefix_end;
+                use $crate::sql::like_escape;
                 type Q = sqlx::QueryBuilder<'static, $db>;
                 let limit = limit.clamp(1, 200);
                 // A key prefix is a byte range: SQLite's primary key is BINARY; on
                 // PostgreSQL, whatever the database's collation, the "C" expression index
                 // of migration 0012.
-                let key = if $backend == $crate::store::Backend::Postgres { "(o.operation_id collate \"C\")" } else { "o.operation_id" };
+                let key = if $backend == $crate::Backend::Postgres { "(o.operation_id collate \"C\")" } else { "o.operation_id" };
                 // Newest first, after the cursor: `(at, id) < (cursor)`, written so that the
                 // first half is an index bound.
                 let keyset = |q: &mut Q, at: &str, id: &str| {
@@ -2840,7 +2840,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::store::Upkeep for $store {
+        impl $crate::Upkeep for $store {
             async fn ping(&self) -> Result<()> {
                 sqlx::query("select 1").execute(&self.pool).await?;
                 Ok(())
@@ -2909,7 +2909,7 @@ macro_rules! sql_store {
             }
 
             async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64> {
-                if $backend != $crate::store::Backend::Postgres {
+                if $backend != $crate::Backend::Postgres {
                     return Ok(0); // one writer, one shard: nothing to fold
                 }
                 // Folds the shards of slots before `before` into shard 0, one transaction.

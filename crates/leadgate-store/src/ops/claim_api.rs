@@ -4,13 +4,13 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use crate::domain::rules::{claim_step, ClaimStep, DeliveryKind};
-use crate::domain::EventKind;
-use crate::domain::OperationId;
-use crate::domain::{ReviewReason, Status};
-use crate::store::{
+use crate::{
     after, DueRedelivery, ExternalClaim, ExternalClaimOutcome, NewEvent, Result, StoreError,
 };
+use leadgate_domain::rules::{claim_step, ClaimStep, DeliveryKind};
+use leadgate_domain::EventKind;
+use leadgate_domain::OperationId;
+use leadgate_domain::{ReviewReason, Status};
 
 use super::attempts::claim_locked;
 use super::intake::{conflict_event, open_conflict};
