@@ -108,7 +108,8 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     tasks.spawn(worker.run(shutdown_rx.clone()));
     if store.backend().is_shared() {
         // Consoles with personal logins ask; any running gateway applies.
-        let (requests_store, rx) = (Arc::clone(&store), shutdown_rx.clone());
+        let requests_store: Arc<dyn store::Review> = Arc::clone(&store) as _;
+        let rx = shutdown_rx.clone();
         tasks.spawn(crate::supervise::supervise(
             "requests",
             shutdown_rx.clone(),
@@ -237,8 +238,9 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         ));
         if let Some(alerts) = &config.alerts {
             let owner = format!("serve:{}:{}", hostname(), std::process::id());
+            let alerts_store: Arc<dyn store::Alerts> = Arc::clone(&store) as _;
             let alerters =
-                crate::alerts::alerters(&store, alerts, config.review.stale_after, &owner)
+                crate::alerts::alerters(&alerts_store, alerts, config.review.stale_after, &owner)
                     .map_err(anyhow::Error::msg)?;
             for alerter in alerters {
                 let rx = shutdown_rx.clone();
@@ -266,7 +268,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
 /// Gives each configured source without business rules the TOML's (`on_contact_match`,
 /// `[matching] window`, its own channel), and says once where the TOML now disagrees with
 /// the database, which decides.
-async fn seed_rules(store: &dyn Store, config: &Config) -> anyhow::Result<()> {
+async fn seed_rules(store: &dyn store::Rules, config: &Config) -> anyhow::Result<()> {
     // A window the rules do not allow (a TOML written before they lived in the database
     // accepted any) seeds the nearest one they do, said once, instead of stopping the start.
     let toml_secs = i64::try_from(config.matching.window.as_secs()).unwrap_or(i64::MAX);
@@ -365,7 +367,7 @@ async fn tidy_refusals(
 pub const REQUESTS_POLL: std::time::Duration = std::time::Duration::from_millis(150);
 
 /// Applies the requests of people's consoles (PostgreSQL personal logins), oldest first.
-async fn requests_loop(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
+async fn requests_loop(store: Arc<dyn store::Review>, mut shutdown: watch::Receiver<bool>) {
     loop {
         match store.apply_next_request(store.now()).await {
             Ok(Some(id)) => {

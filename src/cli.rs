@@ -612,7 +612,7 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
         UserCommand::Add {
             name, role, admin, ..
         } => {
-            let admin = store::postgres::LoginAdmin::connect(&admin.admin_url).await?;
+            let admin = store::logins::LoginAdmin::connect(&admin.admin_url).await?;
             let password = admin.add_user(&store, &name, role).await?;
             println!("created the login `{name}` with the role {role}; its password (shown once):");
             println!("  {password}");
@@ -636,7 +636,7 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
             }
         }
         UserCommand::Remove { name, admin, .. } => {
-            let admin = store::postgres::LoginAdmin::connect(&admin.admin_url).await?;
+            let admin = store::logins::LoginAdmin::connect(&admin.admin_url).await?;
             if !admin.remove_user(&store, &name).await? {
                 eprintln!("leadgate: `{name}` is not a login in one of Leadgate's roles");
                 return Ok(ExitCode::from(2));

@@ -9,7 +9,7 @@
 //! the wait for the CRM's pace (`crm::rate`), a token refresh and a one-call create's
 //! reads (`Crm::choose_contact`, amoCRM's contact searches) all come before it, so a
 //! kill strands as few leads as possible that look sent; a claim whose call never left is
-//! put back, not reconciled (`store::ops::attempts`).
+//! put back, not reconciled (`store::work_queue::attempts`).
 //!
 //! **Outages** are the connector's, not the leads' (`domain::outage`). Failures the CRM
 //! is to blame for are counted on the connector's row; after `[outage] after_failures` in

@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use crate::config::AlertsConfig;
-use crate::store::{self, AlertFacts, AlertOutcome, AlertTurn, PendingAlert, Store, StoreError};
+use crate::store::{self, AlertFacts, AlertOutcome, AlertTurn, PendingAlert, StoreError};
 
 pub mod channel;
 pub mod message;
@@ -248,7 +248,7 @@ pub fn compose(
 
 /// One channel's loop.
 pub struct Alerter {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn store::Alerts>,
     pub channel: Channel,
     pub rules: Rules,
     pub poll_interval: Duration,
@@ -409,7 +409,7 @@ impl Alerter {
 
 /// The alert loops of `config` (one per channel), with their `env:` secrets read.
 pub fn alerters(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn store::Alerts>,
     config: &AlertsConfig,
     stale_after: Duration,
     owner: &str,

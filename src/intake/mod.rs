@@ -118,7 +118,7 @@ impl LiveRules {
     /// Reads the rules again if the database's version moved since; true when it did.
     /// The version is read before the rules, so rules newer than it are read again on the
     /// next round, never older ones kept.
-    pub async fn refresh(&self, store: &dyn Store) -> Result<bool, StoreError> {
+    pub async fn refresh(&self, store: &dyn store::Rules) -> Result<bool, StoreError> {
         let version = store.rules_version().await?;
         if version == self.current().version {
             return Ok(false);

@@ -84,7 +84,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module a file belongs to: `src/store/sql.rs` → `store`, `src/cli.rs` → `cli`.
+/// The module a file belongs to: `src/intake/sources.rs` → `intake`, `src/cli.rs` → `cli`.
 fn top_module(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
     let first = rel

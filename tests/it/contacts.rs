@@ -1,4 +1,4 @@
-//! Contact locks (`store/ops/contacts.rs`, `worker/contacts.rs`): two leads of one new
+//! Contact locks (`store/work_queue/contacts.rs`, `worker/contacts.rs`): two leads of one new
 //! client arriving together make one contact, not two. Bitrix24 `contact_deal` and
 //! amoCRM `link_contacts` search the client's phone and e-mail before they create a
 //! contact; two leads searching at once both found nothing (and the CRM's search lags

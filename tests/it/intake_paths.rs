@@ -1,5 +1,5 @@
 //! PostgreSQL's grouped intake (`leadgate_record_deliveries`, migration 0022) against the
-//! store's steps (`store::ops::intake`, what SQLite runs): the same deliveries, in the
+//! store's steps (`store::journal::ops`, what SQLite runs): the same deliveries, in the
 //! same order, with the same clock, into two fresh databases — one through each path —
 //! must leave the same rows in operations, deliveries, the timeline and review_cases
 //! (ids and event texts included), the same metric figures, and the same answers. The

@@ -197,7 +197,7 @@ async fn the_gateway_needs_no_createrole_and_people_come_through_the_administrat
     );
     // The administration login is refused as a gateway would be refused as one: it may
     // not create roles without CREATEROLE.
-    let not_admin = leadgate::store::postgres::LoginAdmin::connect(&install.url)
+    let not_admin = leadgate::store::logins::LoginAdmin::connect(&install.url)
         .await
         .err()
         .expect("the runtime login is no administration login");

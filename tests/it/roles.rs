@@ -14,7 +14,8 @@ use sqlx::{Connection, PgConnection};
 
 use leadgate::domain::roles::{may_ask, AskKind, Role};
 use leadgate::domain::{Resolution, ReviewReason};
-use leadgate::store::postgres::{LoginAdmin, PgStore};
+use leadgate::store::logins::LoginAdmin;
+use leadgate::store::postgres::PgStore;
 use leadgate::store::{self, Ask, Store, StoreError};
 use leadgate_console_model::*;
 use leadgate_testkit::people::{gateway, url_as, People};

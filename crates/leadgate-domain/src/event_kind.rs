@@ -13,7 +13,7 @@ use super::named_enum;
 /// The kind of a timeline event. The comments say who writes each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EventKind {
-    // intake (store/ops/intake.rs, claim_api.rs; PostgreSQL: migration 0008)
+    // intake (store/journal/ops.rs, claim_api.rs; PostgreSQL: migration 0008)
     Delivery,
     ContactMatch,
     Linked,
@@ -23,11 +23,11 @@ pub enum EventKind {
     ReviewOpened,
     ReviewNoted,
     ReviewSuperseded,
-    // claims and leases (store/ops/attempts.rs)
+    // claims and leases (store/work_queue/attempts.rs)
     Claimed,
     LeaseTakenOver,
     ReleasedUnsent,
-    // a lead whose contact another lead is finding or making (store/ops/contacts.rs)
+    // a lead whose contact another lead is finding or making (store/work_queue/contacts.rs)
     ContactWait,
     AttemptStarted,
     // a CRM exchange (attempt.rs, worker.rs, worker/batch.rs, reconcile.rs)
@@ -37,7 +37,7 @@ pub enum EventKind {
     ReconcileRequest,
     ReconcileResponse,
     Reconciliation,
-    // outcomes (store/ops/attempts.rs)
+    // outcomes (store/work_queue/attempts.rs)
     CrmCreated,
     Recovered,
     RetryScheduled,
@@ -50,12 +50,12 @@ pub enum EventKind {
     ExtraCrmEntity,
     // steps of a contact-and-deal create (worker/steps.rs)
     CrmStep,
-    // people (store/ops/review.rs, console model)
+    // people (store/review/ops.rs, console model)
     HumanAction,
-    // claim-API redelivery (store/ops/claim_api.rs, redeliver.rs)
+    // claim-API redelivery (store/claim_api/ops.rs, redeliver.rs)
     Redelivered,
     RedeliveryFailed,
-    // updates of CRM entities a person asked for (store/ops/review.rs, store/ops/updates.rs, worker/update.rs)
+    // updates of CRM entities a person asked for (store/review/ops.rs, store/updates/ops.rs, worker/update.rs)
     CrmUpdateRequested,
     CrmUpdateRequest,
     CrmUpdateResponse,
@@ -63,7 +63,7 @@ pub enum EventKind {
     CrmUpdateSkipped,
     CrmUpdateRetry,
     CrmUpdateFailed,
-    // retention (store/ops/retention.rs)
+    // retention (store/upkeep/retention.rs)
     Purged,
 }
 

@@ -1,9 +1,18 @@
-//! The operations store: the only place that speaks SQL.
+//! The operations store: the only crate of Leadgate that speaks SQL.
 //!
-//! [`Store`] is the domain-level interface; [`sqlite`] and [`postgres`] implement it,
-//! each with its own migration folder. [`connect`] picks the backend from the URL scheme
-//! and runs the migrations. Every method that changes an operation appends the matching
-//! timeline events in the same transaction.
+//! **Roles.** Each kind of caller takes one role trait, in a folder of its own with its
+//! SQL: [`Journal`] (intake), [`WorkQueue`] (the worker), [`CrmAccess`] (the CRM
+//! adapters), [`Review`] (people's decisions), [`ClaimApi`], [`Updates`], [`Alerts`],
+//! [`Rules`], [`Reads`] and [`Upkeep`]; [`Store`] is their sum (`roles.rs`). [`sqlite`]
+//! and [`postgres`] implement every role through one SQL text (`sql/`: `sql_store!`, the
+//! dialects' few differences in each backend's `DIALECT`), each with its own migration
+//! folder; rows become values through `FromRow` structs (`rows.rs`). Writes run the
+//! backend-independent orchestration of `ops/` inside one write transaction, whose
+//! statements are split by resource (`ops/tx.rs`). [`connect`] picks the backend from the
+//! URL scheme and runs the migrations. Every method that changes an operation appends the
+//! matching timeline events in the same transaction. Outside the roles: [`logins`]
+//! (people's PostgreSQL logins, administered by `leadgate user`) and [`n8n`] (a reader of
+//! n8n's own database for `leadgate diagnose`, here because only this crate speaks SQL).
 //!
 //! **Time.** Running code takes the time from [`Clock::now`] and binds it into queries, at
 //! microsecond precision in UTC, so both backends compare the same values and tests can
@@ -37,24 +46,41 @@ use leadgate_domain::{ErrorClass, Fingerprint, MatchRule, OperationId, ReviewRea
 
 pub use leadgate_domain::{after, before, AttemptOutcome, EventKind, Failure, HumanAction};
 
+mod alerts;
 mod backend;
 pub mod changes;
+mod claim_api;
 mod console;
+mod crm_access;
 mod error;
 mod intake_queue;
+mod journal;
+pub mod logins;
 pub mod n8n;
 mod ops;
 pub mod postgres;
+mod reads;
 mod requests;
+mod review;
 mod roles;
+mod rows;
+mod rules;
 mod sql;
 pub mod sqlite;
+mod updates;
+mod upkeep;
+mod work_queue;
 
 pub use backend::{connect, open, Backend};
 pub use console::*;
 pub use error::{DbError, DbFault, ErrorKind, Result, StoreError};
 pub use requests::{ask_and_wait, Answer, Ask, Identity};
-pub use roles::*;
+pub use roles::{Clock, Store};
+// Each role's trait and the types only it speaks in.
+pub use {
+    alerts::*, claim_api::*, crm_access::*, journal::*, reads::*, review::*, rules::*, updates::*,
+    upkeep::*, work_queue::*,
+};
 
 /// Contact data normalized at intake: phone and e-mail for cross-channel matching and
 /// search, the name for search and display (never matched on). Scrubbed by retention.
@@ -106,33 +132,6 @@ impl Matching {
 }
 
 pub use leadgate_domain::business::SourceRules;
-
-/// A source's business rules as stored (migration 0021).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredRules {
-    pub rules: SourceRules,
-    /// Each edit names the version it was made from.
-    pub version: i64,
-    pub changed_at: DateTime<Utc>,
-    /// The login (or OS user) of the last edit; `configuration` when seeded.
-    pub changed_by: String,
-}
-
-/// One version in the business rules' history: who changed what, when, from what to what.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleChange {
-    pub id: i64,
-    pub source: String,
-    pub version: i64,
-    pub actor: String,
-    pub changed_at: DateTime<Utc>,
-    /// `None`: seeded from the configuration.
-    pub before: Option<SourceRules>,
-    pub after: SourceRules,
-}
-
-/// The actor of rules a gateway seeded from its TOML.
-pub const SEEDED_BY: &str = "configuration";
 
 /// A delivery refused before it could become an operation. Kept all the same: nothing
 /// that reached the gateway is lost.
@@ -251,7 +250,7 @@ pub struct Claim {
     pub granted: bool,
 }
 
-/// What [`WorkQueue::take_contact_locks`] found (migration 0023, `store/ops/contacts.rs`).
+/// What [`WorkQueue::take_contact_locks`] found (migration 0023, `store/work_queue/contacts.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContactTurn {
     /// The claim holds the locks of its phone and e-mail until its lease ends (or it
@@ -272,46 +271,6 @@ pub enum ContactLeave {
     /// A contact create of this attempt may still land (its outcome is unknown): the
     /// locks stay until the operation's `quiet_after`, when it can no longer land.
     Unsettled,
-}
-
-/// A person's request that a CRM entity get a conflicting delivery's changed fields
-/// (migration 0014), claimed by a worker: its lease is `token` until `expires_at`.
-#[derive(Debug, Clone)]
-pub struct UpdateClaim {
-    pub id: i64,
-    pub operation_id: OperationId,
-    pub source: String,
-    pub crm_id: String,
-    pub case_id: i64,
-    pub delivery_id: i64,
-    /// The operation's payload (the lead as it was created) and the conflicting
-    /// delivery's (`None`: purged, so nothing can be sent).
-    pub original: Option<Value>,
-    pub later: Option<Value>,
-    /// Tries so far, this one included.
-    pub attempts: i32,
-    pub owner: String,
-    pub token: String,
-    pub expires_at: DateTime<Utc>,
-}
-
-/// How an update of a CRM entity ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum UpdateOutcome {
-    /// The CRM took these fields.
-    Done { fields: Vec<String> },
-    /// Nothing the CRM was sent at creation differs: no call was made.
-    Skipped,
-    /// Send it again, not before `at`; with `refund` the try is not counted (the
-    /// connector's outage or pause, not the update's).
-    Retry {
-        at: DateTime<Utc>,
-        failure: Failure,
-        refund: bool,
-    },
-    /// Given up: the payload-conflict question goes back to a person (a new case on the
-    /// same delivery, saying why).
-    Failed { failure: Failure },
 }
 
 /// An event to append to an operation's timeline.
@@ -424,36 +383,6 @@ impl Default for Page {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct Resolve {
-    pub case_id: i64,
-    /// The operation version the person saw; the resolution is refused if it moved.
-    pub expected_version: i64,
-    pub actor: String,
-    pub comment: Option<String>,
-    pub action: HumanAction,
-    pub now: DateTime<Utc>,
-    /// Part of one action taken on many cases at once (the console's bulk actions):
-    /// recorded on each case's timeline, and it must carry a comment.
-    pub bulk: Option<Bulk>,
-}
-
-/// Which bulk action a resolution belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Bulk {
-    /// The bulk run's id, the same on every case it touched.
-    pub id: String,
-    /// How many cases it was started on.
-    pub of: usize,
-}
-
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    pub operation: Operation,
-    /// With `AcceptAsNew`: the operation made from the conflicting delivery.
-    pub new_operation: Option<OperationId>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Connector {
     pub name: String,
@@ -514,208 +443,11 @@ impl PurgeReport {
     }
 }
 
-/// A claim through the claim API: an external integration (an n8n workflow) will make
-/// the CRM call itself and report back with the lease token.
-#[derive(Debug, Clone)]
-pub struct ExternalClaim {
-    pub delivery: NewDelivery,
-    pub owner: String,
-    pub lease_for: std::time::Duration,
-    /// Paused while the integration reported an auth failure.
-    pub connector: String,
-}
-
-/// A claim-API operation taken for a redelivery to the integration's webhook (the
-/// timeline says `redelivered` already).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DueRedelivery {
-    pub operation_id: OperationId,
-    /// The payload the integration claimed it with (JSON text), to be sent back as is.
-    pub payload: String,
-    /// How many times it has been sent back, this one included.
-    pub sent: i64,
-}
-
-/// What a claim through the claim API found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExternalClaimOutcome {
-    /// The caller holds the lease and may call the CRM now.
-    Claimed { lease: Lease, attempts: i32 },
-    /// Done before: the saved result.
-    Completed { crm_id: Option<String> },
-    /// Refused for good before.
-    Failed { last_error: Option<String> },
-    /// Someone holds the lease, or the next attempt is not due yet.
-    InFlight { until: DateTime<Utc> },
-    /// The key was used with another payload (a review case was opened).
-    Conflict,
-    /// A person must decide first (this includes a lease that ran out with the outcome
-    /// unknown: it goes to review, never back to a fresh claim).
-    NeedsReview { reason: Option<ReviewReason> },
-    /// The integration's connector is paused after an auth failure.
-    ConnectorPaused,
-}
-
 // Search
 
 pub use leadgate_domain::search::{MatchedField, SearchCursor, SearchQuery};
 
-/// How [`Reads::search`] finds its rows. The results are the same; only the cost differs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SearchPlan {
-    /// Counts the key range and each name word's range in their indexes (up to
-    /// [`SEARCH_WALK_AFTER`] rows, no further). When neither the key range nor the rarest
-    /// word reaches it: `Ranges`, the rarest word's range leading (the others tested on
-    /// the row). Otherwise `Window(SEARCH_WINDOW)`.
-    #[default]
-    Auto,
-    /// Each index (key prefix, crm_id, name words, phone, e-mail) gives its newest rows
-    /// and the union is sorted; several name words intersect their ranges. The cost grows
-    /// with the number of rows in the ranges.
-    Ranges,
-    /// Operations newest first (`operations_created`), each row tested: the cost grows
-    /// with the number of operations newer than the last match of the page.
-    Walk,
-    /// `Walk` over the newest `n` operations only; when they do not hold a full page,
-    /// `Ranges`. Cheap when the query matches many recent operations.
-    Window(i64),
-}
-
-/// A key prefix or name word matching this many rows makes `SearchPlan::Auto` walk.
-pub const SEARCH_WALK_AFTER: i64 = 5000;
-/// How many of the newest operations `SearchPlan::Auto` walks before it ranges instead.
-pub const SEARCH_WINDOW: i64 = 20_000;
-
-/// One operation found by [`Reads::search`]: what a results list shows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SearchHit {
-    pub operation_id: String,
-    pub source: String,
-    pub status: Status,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub crm_id: Option<String>,
-    pub review_reason: Option<ReviewReason>,
-    /// The newest open review case of the operation, if any.
-    pub open_case_id: Option<i64>,
-    pub name: Option<String>,
-    pub phone: Option<String>,
-    pub email: Option<String>,
-    /// Which field the query matched (the first of key, crm_id, name for text).
-    pub matched: MatchedField,
-}
-
-/// A page of search results; `next` continues after its last row.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SearchPage {
-    pub hits: Vec<SearchHit>,
-    pub next: Option<SearchCursor>,
-}
-
-/// A CRM connector's OAuth tokens as stored (see [`CrmAccess::crm_token`]). `Debug` never
-/// shows the tokens.
-#[derive(Clone, PartialEq, Eq)]
-pub struct CrmToken {
-    /// `None` until the first refresh (a row seeded from the configured refresh token).
-    pub access_token: Option<String>,
-    pub refresh_token: String,
-    /// When the access token stops working.
-    pub expires_at: Option<DateTime<Utc>>,
-    /// Bumped by every save; what a compare-and-set compares.
-    pub version: i64,
-}
-
-impl std::fmt::Debug for CrmToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CrmToken")
-            .field("access_token", &self.access_token.as_ref().map(|_| "***"))
-            .field("refresh_token", &"***")
-            .field("expires_at", &self.expires_at)
-            .field("version", &self.version)
-            .finish()
-    }
-}
-
 // Team alerts
-
-/// A channel's sending turn and the state it was taken with (see [`Alerts::alert_turn`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct AlertTurn {
-    pub token: String,
-    pub lease_until: DateTime<Utc>,
-    /// The newest review case already announced to the channel.
-    pub case_cursor: i64,
-    /// When the last message announcing new cases was accepted.
-    pub last_group_at: Option<DateTime<Utc>>,
-    /// When the channel accepted messages in the last minute, oldest first.
-    pub recent_sends: Vec<DateTime<Utc>>,
-    pub pending: Option<PendingAlert>,
-    /// Failed tries of the pending message.
-    pub failures: i32,
-    /// The pending message is not tried again before this.
-    pub next_try_at: Option<DateTime<Utc>>,
-    /// The conditions as last announced to the channel.
-    pub conditions: Vec<AlertCondition>,
-}
-
-/// A message waiting for a channel to accept it, with what accepting it announces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingAlert {
-    /// The message (JSON text of `alerts::Digest`; no personal data).
-    pub body: String,
-    /// The case cursor it advances to, when it announces new cases.
-    pub cursor: Option<i64>,
-    /// The conditions it announces: key and whether it is firing.
-    pub conditions: Vec<(String, bool)>,
-}
-
-/// A threshold or a connector pause as last announced to a channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AlertCondition {
-    pub key: String,
-    pub firing: bool,
-    /// Since when it has been in this state (as announced).
-    pub since: DateTime<Utc>,
-    pub notified_at: DateTime<Utc>,
-}
-
-/// What became of a pending alert (see [`Alerts::alert_done`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlertOutcome {
-    /// The channel accepted it.
-    Accepted,
-    /// The channel refused it for good (it would refuse it again): it is not retried.
-    Dropped,
-    /// Not accepted; try again at this time.
-    Retry { at: DateTime<Utc> },
-}
-
-/// New review cases of one reason from one source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewCaseCount {
-    pub reason: String,
-    pub source: String,
-    pub count: i64,
-}
-
-/// See [`Alerts::alert_facts`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AlertFacts {
-    pub new_cases: Vec<NewCaseCount>,
-    /// The first new case ids (at most [`ALERT_CASE_IDS`]), oldest first.
-    pub new_case_ids: Vec<i64>,
-    pub new_cases_max_id: Option<i64>,
-    /// When the oldest new case was opened.
-    pub new_cases_first_at: Option<DateTime<Utc>>,
-    pub lost: i64,
-    pub stale_in_progress: i64,
-    pub old_open_cases: i64,
-    pub oldest_open_case_at: Option<DateTime<Utc>>,
-    pub connectors: Vec<Connector>,
-}
-
-/// How many new case ids [`Alerts::alert_facts`] lists.
-pub const ALERT_CASE_IDS: i64 = 10;
 
 /// Runs the transaction `attempt` again (a few times, briefly spaced) while the database
 /// aborts it with a retryable error, so that a sender is not answered 503 for what the

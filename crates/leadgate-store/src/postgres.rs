@@ -23,7 +23,7 @@
 //! intake slots, sorted; then the group's known operations by key, skipping any another
 //! transaction holds or has changed; then the new keys by key — so two groups never wait
 //! crosswise, a group never waits on a known operation, and an insert waits only for
-//! another intake inserting the same new key. The steps of `store::ops::intake` also take a
+//! another intake inserting the same new key. The steps of `store::journal::ops` also take a
 //! delivery's contact slots first, so they never wait crosswise with a group either.
 //! Everything else — a conflict, a contact match, a late delivery, a key or contact an
 //! earlier delivery of the same group carries, a key a concurrent transaction inserted
@@ -64,14 +64,11 @@ use chrono::{DateTime as ChronoDateTime, Utc as ChronoUtc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
-use super::ops::intake::{OneMatch, OneStatement};
 use super::sql::sql_store;
-
-mod logins;
-pub use logins::{LoginAdmin, User, PERSON_SESSION_LIMITS};
+use crate::journal::ops::{OneMatch, OneStatement};
 
 pub struct PgStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
     clock: Arc<DbClock>,
     /// Deliveries waiting for the intake writer.
     intake: super::intake_queue::IntakeQueue,
@@ -328,21 +325,18 @@ pub fn with_database(server_url: &str, name: &str) -> String {
     format!("{root}/{name}{query}")
 }
 
-sql_store! {
-    store: PgStore,
-    db: Postgres,
-    row: sqlx::postgres::PgRow,
+const DIALECT: super::sql::Dialect = super::sql::Dialect {
     backend: super::Backend::Postgres,
     lock_row: " for update",
-    // appended to the pick of due or stale work, so that concurrent workers skip the
-    // rows another one is taking instead of waiting for it
     skip_locked: " for update skip locked",
     mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
                            from review_cases where resolved_at is not null",
     // held until commit, so a concurrent intake with the same contact sees this one: a
     // row only the gateway's login may lock (migration 0024), not an advisory lock
     lock_contact: "select 1 from intake_contact_slots where slot = $1 for update",
-}
+};
+
+sql_store!(PgStore, Postgres);
 
 /// Takes the migration lock: the row `migrate` of `leadgate_locks`, for update, in a
 /// transaction on `conn` that the caller ends when its migration is done. Only the
@@ -412,7 +406,7 @@ pub enum IntakePath {
     /// statement and one transaction, for new keys whose contact matches nothing and for
     /// duplicates; anything else goes on to `Steps`. What `Journal::record_delivery` does.
     Grouped,
-    /// The store's steps (`store::ops::intake`), one statement each, in one transaction
+    /// The store's steps (`store::journal::ops`), one statement each, in one transaction
     /// per delivery: what SQLite runs, and what `Grouped` must match row for row.
     Steps,
 }
@@ -559,7 +553,7 @@ async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupA
     let (taken, group): (Vec<usize>, Vec<Taken>) = ds
         .iter()
         .enumerate()
-        .filter_map(|(i, d)| super::ops::intake::one_statement(d).map(|one| (i, (d, one))))
+        .filter_map(|(i, d)| crate::journal::ops::one_statement(d).map(|one| (i, (d, one))))
         .unzip();
     if taken.is_empty() {
         return answers;

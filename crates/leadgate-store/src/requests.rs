@@ -1,10 +1,10 @@
 //! A person's requests to a gateway (PostgreSQL, migration 0017): who this connection
 //! is, what a personal login asks for, and the answer that comes back. Applying them is
-//! `store::ops::requests`.
+//! `store::review::requests`.
 //!
 //! Every action of the console is an [`Ask`]. On SQLite, and under the schema owner's
 //! login, it is written directly (`Review::perform`); a personal PostgreSQL login asks a
-//! gateway instead ([`ask_and_wait`]) — one path, `store::ops::requests`, either way. The
+//! gateway instead ([`ask_and_wait`]) — one path, `store::review::requests`, either way. The
 //! console opens a database with `store::open`, which never migrates: a schema older or
 //! newer than the build is reported, not changed.
 //!

@@ -11,7 +11,7 @@
 //! answered only after that transaction committed, so an answer still means "durable".
 //! Every statement is a hand-off to sqlx's connection thread; sharing `BEGIN` and
 //! `COMMIT` (and the fsync) among a group is what lets intake keep up with the disk. A
-//! group is up to 64 deliveries, all run through the steps of `store::ops::intake`; when
+//! group is up to 64 deliveries, all run through the steps of `store::journal::ops`; when
 //! any of it fails, the group is rolled back and each of its deliveries is recorded on its
 //! own, so one bad delivery fails alone.
 //!
@@ -152,22 +152,20 @@ impl SqliteStore {
     }
 }
 
-sql_store! {
-    store: SqliteStore,
-    db: Sqlite,
-    row: sqlx::sqlite::SqliteRow,
+const DIALECT: super::sql::Dialect = super::sql::Dialect {
     backend: super::Backend::Sqlite,
     // The transaction holds SQLite's one writer lock from its first statement, so
     // nothing else can change the row before commit: no row lock needed.
     lock_row: "",
-    // appended to the pick of due or stale work, so that concurrent workers skip the
-    // rows another one is taking instead of waiting for it
+    // nothing to skip: one writer takes due work at a time
     skip_locked: "",
     mean_resolve_seconds: "select avg((julianday(resolved_at) - julianday(opened_at)) * 86400.0) \
                            from review_cases where resolved_at is not null",
     // one writer: a second intake starts only after the first committed
     lock_contact: "",
-}
+};
+
+sql_store!(SqliteStore, Sqlite);
 
 impl SqliteStore {
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {

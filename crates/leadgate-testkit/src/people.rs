@@ -8,7 +8,8 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 
 use leadgate::domain::roles::Role;
-use leadgate::store::postgres::{LoginAdmin, PgStore};
+use leadgate::store::logins::LoginAdmin;
+use leadgate::store::postgres::PgStore;
 use leadgate::store::Store;
 
 pub struct People {

@@ -12,7 +12,7 @@ const rust = import.meta.glob(["../../../src/**/*.rs", "../../../crates/*/src/**
   import: "default",
   eager: true,
 }) as Record<string, string>;
-/** `../../../src/store/ops/mod.rs` → `src/store/ops/mod.rs`. */
+/** `../../../crates/leadgate-store/src/ops/mod.rs` → `crates/leadgate-store/src/ops/mod.rs`. */
 const rel = (path: string) => path.replace(/^(\.\.\/)+/, "");
 const files = (glob: Record<string, string>) => Object.entries(glob).map(([p, text]) => [rel(p), text] as const);
 const source = (path: string) => rust[`../../../${path}`] ?? "";

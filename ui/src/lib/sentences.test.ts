@@ -348,7 +348,7 @@ const TABLE: Row[] = [
     ru: "Отправка обратно в интеграцию не удалась (переотправка 2) — the webhook answered 502; будет повторена",
   },
   {
-    // store/ops/review.rs
+    // store/review/ops.rs
     kind: "crm_update_requested",
     detail: { update_id: 3, case_id: 12, crm_id: "5555", delivery_id: 49 },
     more: { actor: "ann" },
@@ -383,7 +383,7 @@ const TABLE: Row[] = [
     ru: "Нет ответа за 10 с — исход неизвестен",
   },
   {
-    // store/ops/updates.rs
+    // store/updates/ops.rs
     kind: "crm_updated",
     detail: { update_id: 3, crm_id: "5555", case_id: 12, fields: ["phone", "comment"] },
     en: "CRM entity 5555 updated: phone, comment",

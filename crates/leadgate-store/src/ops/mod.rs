@@ -1,21 +1,27 @@
-//! The store's orchestration, written once in plain Rust for both backends.
+//! The store's orchestration, written once in plain Rust for both backends: what every
+//! write shares.
 //!
 //! Every operation that writes runs inside one write transaction, seen here as a
-//! [`WriteTx`]: a small set of SQL statements (lock a row, write it back, append an
-//! event, insert a delivery …) that `sql_store!` implements for each backend with SQL
-//! text and binds only. The functions in this module and its children take the row
-//! locks, ask `domain::rules` what to do, and write down what was decided; they commit
-//! the transaction themselves where the old code did (some paths commit and still report
-//! an error, e.g. a late report under a lost lease), and an early return drops the
-//! transaction, which rolls it back.
+//! [`WriteTx`] (`tx.rs`): small sets of SQL statements by resource (lock a row, write it
+//! back, append an event, insert a delivery …) that `sql_store!` implements for each
+//! backend with SQL text and binds only. The write functions take the row locks, ask
+//! `domain::rules` what to do, and write down what was decided; they commit the
+//! transaction themselves where the old code did (some paths commit and still report an
+//! error, e.g. a late report under a lost lease), and an early return drops the
+//! transaction, which rolls it back. This module holds the steps they share (lock and
+//! save an operation, change its status, open a case, take a lease); each write lives
+//! with the role that makes it:
 //!
-//! - [`intake`]: a delivery's journal entry and its claim (new / duplicate / conflict,
-//!   late deliveries, cross-channel matching).
-//! - [`attempts`]: claims, leases, an attempt's start and outcome, late reports.
-//! - [`review`]: review cases and a person's decisions.
-//! - [`claim_api`]: operations an external integration executes.
-//! - [`retention`]: scrubbing finished operations down to tombstones.
-//! - [`requests`]: a person's requests a gateway applies (PostgreSQL personal logins).
+//! - `journal/ops.rs`: a delivery's journal entry and its claim (new / duplicate /
+//!   conflict, late deliveries, cross-channel matching).
+//! - `work_queue/attempts.rs`, `contacts.rs`, `outage.rs`: claims, leases, an attempt's
+//!   start and outcome, late reports; contact locks; the connector's health.
+//! - `crm_access/pacing.rs`: the CRM account's shared request pace.
+//! - `review/ops.rs`: review cases and a person's decisions; `review/requests.rs`: a
+//!   person's requests a gateway applies (PostgreSQL personal logins).
+//! - `claim_api/ops.rs`: operations an external integration executes.
+//! - `updates/ops.rs`, `rules/ops.rs`: CRM entity updates; business rules.
+//! - `upkeep/retention.rs`: scrubbing finished operations down to tombstones.
 //!
 //! What holds for every writer here:
 //!
@@ -36,8 +42,6 @@
 //!   open until a person decides them: each is about a delivery of its own, and *Keep
 //!   original* / *Accept as new* still work on a completed operation.
 
-use std::future::Future;
-
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
@@ -46,18 +50,6 @@ use leadgate_domain::EventKind;
 use leadgate_domain::{OperationId, ReviewReason, Status};
 
 use super::{ContactKeys, Lease, NewDelivery, NewEvent, Operation, Result, StoreError};
-
-pub(super) mod attempts;
-pub(super) mod claim_api;
-pub(super) mod contacts;
-pub(super) mod intake;
-pub(super) mod outage;
-pub(super) mod pacing;
-pub(super) mod requests;
-pub(super) mod retention;
-pub(super) mod review;
-pub(super) mod rules;
-pub(super) mod updates;
 
 /// The operation together with what only the store sees of it, as read under its row
 /// lock.
@@ -119,376 +111,8 @@ pub(crate) struct DeliveryData {
 /// A claim-API operation due for a redelivery: `(operation_id, payload, due at)`.
 pub(crate) type RedeliveryRow = (String, String, Option<DateTime<Utc>>);
 
-/// The statements of one write transaction. Implemented by `sql_store!` for each
-/// backend: SQL and binds, no decisions. Row locks are the backend's (`for update` on
-/// PostgreSQL; SQLite's one writer holds the whole database).
-pub(crate) trait WriteTx: Send {
-    fn commit(self) -> impl Future<Output = Result<()>> + Send;
-
-    // operations
-    /// The operation, locked until commit.
-    fn lock_operation(&mut self, id: &str) -> impl Future<Output = Result<Option<Locked>>> + Send;
-    /// Writes back every mutable column of `l` where the row is still at
-    /// `l.read_version`; the rows written.
-    fn update_operation(&mut self, l: &Locked) -> impl Future<Output = Result<u64>> + Send;
-    /// Insert-if-absent on the unique key: true when this call created the operation.
-    fn insert_operation(
-        &mut self,
-        d: &NewDelivery,
-        executor: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    /// A new operation from `original`'s row (its executor), keyed `new_id`: true when
-    /// inserted.
-    fn insert_accepted(
-        &mut self,
-        new_id: &OperationId,
-        original: &Operation,
-        data: &DeliveryData,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    /// The worker's next due operation on `connector` (none while it is paused).
-    fn pick_due(
-        &mut self,
-        connector: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Option<String>>> + Send;
-    /// A worker's operation whose lease ran out.
-    fn pick_stale(
-        &mut self,
-        connector: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Option<String>>> + Send;
-    /// Externally executed operations whose lease ran out (a bounded batch).
-    fn pick_expired_external(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Vec<String>>> + Send;
-
-    // timeline, deliveries, leases
-    fn append(
-        &mut self,
-        operation_id: &str,
-        actor: &str,
-        event: &NewEvent,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-    fn insert_delivery(
-        &mut self,
-        d: &NewDelivery,
-        outcome: &str,
-    ) -> impl Future<Output = Result<i64>> + Send;
-    fn delivery_data(
-        &mut self,
-        delivery_id: i64,
-    ) -> impl Future<Output = Result<DeliveryData>> + Send;
-    fn record_grant(
-        &mut self,
-        operation_id: &str,
-        token_sha256: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-    fn was_granted(
-        &mut self,
-        operation_id: &str,
-        token_sha256: &str,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    /// The kind and detail (JSON text) of the operation's latest `claimed`,
-    /// `attempt_started` or `lease_taken_over` event: whether its current holder ever
-    /// sent anything.
-    fn last_lease_mark(
-        &mut self,
-        operation_id: &str,
-    ) -> impl Future<Output = Result<Option<(String, String)>>> + Send;
-
-    // updates of CRM entities (migration 0014)
-    /// A pending update of `operation_id`'s entity `crm_id`, asked for on `case_id` with
-    /// the fields of `delivery_id`, due now: false (nothing written) when the operation
-    /// is not the worker's to send (claim API).
-    fn insert_crm_update(
-        &mut self,
-        operation_id: &str,
-        case_id: i64,
-        delivery_id: i64,
-        crm_id: &str,
-        actor: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Option<i64>>> + Send;
-    /// Whether entity `crm_id` already has an update (pending or sent) carrying a delivery
-    /// newer than `delivery_id`.
-    fn newer_update_of_entity(
-        &mut self,
-        crm_id: &str,
-        delivery_id: i64,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    /// The update, locked until commit.
-    fn lock_crm_update(
-        &mut self,
-        id: i64,
-    ) -> impl Future<Output = Result<Option<updates::UpdateRow>>> + Send;
-    /// Writes how an update's try ended and drops its lease.
-    fn write_crm_update(
-        &mut self,
-        id: i64,
-        w: &updates::UpdateWrite<'_>,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    // request pacing
-    /// An account's pacing `tat` (ms), locked until commit where the row exists.
-    fn lock_pacing(&mut self, account: &str) -> impl Future<Output = Result<Option<f64>>> + Send;
-    fn save_pacing(
-        &mut self,
-        account: &str,
-        tat_ms: f64,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    // review cases
-    /// The open case of an operation that is not a payload conflict, if any.
-    fn open_non_conflict_case(
-        &mut self,
-        operation_id: &str,
-    ) -> impl Future<Output = Result<Option<i64>>> + Send;
-    fn insert_case(
-        &mut self,
-        operation_id: &str,
-        reason: ReviewReason,
-        delivery_id: Option<i64>,
-        detail: &Value,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<i64>> + Send;
-    /// The case, locked until commit.
-    fn lock_case(&mut self, case_id: i64) -> impl Future<Output = Result<Option<CaseRow>>> + Send;
-    fn close_case(
-        &mut self,
-        case_id: i64,
-        resolution: &str,
-        actor: &str,
-        comment: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-    fn open_case_count(&mut self, operation_id: &str) -> impl Future<Output = Result<i64>> + Send;
-    fn has_open_conflict(
-        &mut self,
-        operation_id: &str,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    /// Resolves every open case of the operation that is not a payload conflict as
-    /// `superseded`; the ids closed.
-    fn supersede_cases(
-        &mut self,
-        operation_id: &str,
-        actor: &str,
-        why: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Vec<i64>>> + Send;
-
-    // contact matching
-    /// Takes the transaction-level locks of these intake slots (`store::contact_slot`,
-    /// sorted), where the backend needs them to serialise matching intakes.
-    fn lock_contacts(&mut self, slots: &[i64]) -> impl Future<Output = Result<()>> + Send;
-    /// How many operations other than `operation_id`, created since `since`, carry the
-    /// phone and the e-mail: each counted up to `at_most`.
-    fn contact_uses(
-        &mut self,
-        operation_id: &str,
-        since: DateTime<Utc>,
-        contact: &ContactKeys,
-        at_most: i64,
-    ) -> impl Future<Output = Result<(i64, i64)>> + Send;
-    /// Up to ten operations created since `since` sharing the phone or e-mail, newest
-    /// first.
-    fn contact_matches(
-        &mut self,
-        operation_id: &str,
-        since: DateTime<Utc>,
-        contact: &ContactKeys,
-    ) -> impl Future<Output = Result<Vec<ContactMatch>>> + Send;
-
-    // contact locks (migration 0023, `contacts`)
-    /// Takes contact lock `key` for `operation_id`'s attempt `holder` (its lease token's
-    /// hash) until `until`, if it is free at `now` or the operation's own: the
-    /// remembered contact and when it was remembered. `None`: another lead holds it.
-    fn take_contact_lock(
-        &mut self,
-        key: i64,
-        operation_id: &str,
-        holder: &str,
-        until: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Option<contacts::Remembered>>> + Send;
-    /// Until when contact lock `key` is held.
-    fn contact_lock_until(
-        &mut self,
-        key: i64,
-    ) -> impl Future<Output = Result<Option<DateTime<Utc>>>> + Send;
-    /// Where `holder` holds lock `key`: held until `until` (now: free), and the contact
-    /// remembered with its time, when given.
-    fn move_contact_lock(
-        &mut self,
-        key: i64,
-        holder: &str,
-        until: DateTime<Utc>,
-        contact: Option<(&str, DateTime<Utc>)>,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    /// Deletes up to `batch` contact locks that ended before `before`.
-    fn purge_contact_locks(
-        &mut self,
-        before: DateTime<Utc>,
-        batch: i64,
-    ) -> impl Future<Output = Result<u64>> + Send;
-
-    // connectors
-    fn connector_paused(&mut self, name: &str) -> impl Future<Output = Result<bool>> + Send;
-    fn pause_connector(
-        &mut self,
-        name: &str,
-        reason: &str,
-        actor: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-    /// Resumes a paused connector; false if it was not paused.
-    fn resume_connector(
-        &mut self,
-        name: &str,
-        actor: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<bool>> + Send;
-
-    // a person's requests (PostgreSQL, migration 0017)
-    /// The oldest request no gateway has applied, locked; one another gateway is
-    /// applying is skipped.
-    fn lock_waiting_request(
-        &mut self,
-    ) -> impl Future<Output = Result<Option<requests::RequestRow>>> + Send;
-    /// Request `id`, locked, unless a gateway applied it already.
-    fn lock_request(
-        &mut self,
-        id: i64,
-    ) -> impl Future<Output = Result<Option<requests::RequestRow>>> + Send;
-    /// The Leadgate role `login` is in now (`leadgate_role_of`).
-    fn role_of(
-        &mut self,
-        login: &str,
-    ) -> impl Future<Output = Result<Option<leadgate_domain::roles::Role>>> + Send;
-    /// Writes the answer (`store::requests::outcome_text`) and marks it applied.
-    fn answer_request(
-        &mut self,
-        id: i64,
-        outcome: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    // business rules (migration 0021)
-    /// A source's rules, locked until commit (`None`: the source has none).
-    fn lock_rules(
-        &mut self,
-        source: &str,
-    ) -> impl Future<Output = Result<Option<super::StoredRules>>> + Send;
-    /// A source's first rules, at version 1, unless it has some: true when inserted.
-    fn insert_rules(
-        &mut self,
-        rules: &super::SourceRules,
-        actor: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    /// Writes a (locked) source's rules at `version`.
-    fn save_rules(
-        &mut self,
-        rules: &super::SourceRules,
-        version: i64,
-        actor: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-    /// Appends a version to the rules' history.
-    fn append_rule_change(
-        &mut self,
-        version: i64,
-        actor: &str,
-        now: DateTime<Utc>,
-        before: Option<&super::SourceRules>,
-        after: &super::SourceRules,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    // redeliveries of claim-API operations
-    /// Due redeliveries of `source` (locked where the backend locks rows, skipping rows
-    /// another process is taking): `(operation_id, payload, due at)`.
-    fn pick_redeliveries(
-        &mut self,
-        source: &str,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> impl Future<Output = Result<Vec<RedeliveryRow>>> + Send;
-    /// Marks one as sent unless another process did since it became due at `due`: the
-    /// sending's number, or `None`.
-    fn mark_redelivered(
-        &mut self,
-        operation_id: &str,
-        due: Option<DateTime<Utc>>,
-        now: DateTime<Utc>,
-        resend_at: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Option<i64>>> + Send;
-
-    // connector health
-    /// The connector's health, locked until commit (`None`: no row yet).
-    fn lock_connector_health(
-        &mut self,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<leadgate_domain::outage::Health>>> + Send;
-    /// Creates the connector's row, active and healthy, if there is none; waits for one
-    /// another transaction is creating (so that [`lock_connector_health`] then has a row
-    /// to lock).
-    ///
-    /// [`lock_connector_health`]: WriteTx::lock_connector_health
-    fn add_connector_row(
-        &mut self,
-        name: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-    /// Writes the connector's health (creating its row, active, if there is none).
-    fn save_connector_health(
-        &mut self,
-        name: &str,
-        health: &leadgate_domain::outage::Health,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    // retention
-    fn purge_candidates(
-        &mut self,
-        finished_before: DateTime<Utc>,
-        batch: i64,
-    ) -> impl Future<Output = Result<Vec<String>>> + Send;
-    /// Whether the (locked) operation is still finished, unpurged, older than
-    /// `finished_before` and without an open case.
-    fn still_purgeable(
-        &mut self,
-        operation_id: &str,
-        finished_before: DateTime<Utc>,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    fn scrub_operation(
-        &mut self,
-        operation_id: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
-    /// Scrubs the journal entries of one operation; how many.
-    fn scrub_deliveries_of(
-        &mut self,
-        operation_id: &str,
-    ) -> impl Future<Output = Result<u64>> + Send;
-    /// Scrubs deliveries that came after their operation was purged, past retention.
-    fn scrub_late_deliveries(
-        &mut self,
-        finished_before: DateTime<Utc>,
-        batch: i64,
-    ) -> impl Future<Output = Result<u64>> + Send;
-    /// Scrubs refused deliveries past retention.
-    fn scrub_rejected(
-        &mut self,
-        finished_before: DateTime<Utc>,
-        batch: i64,
-    ) -> impl Future<Output = Result<u64>> + Send;
-}
+pub(crate) mod tx;
+pub(crate) use tx::*;
 
 pub(crate) async fn must_lock<T: WriteTx>(tx: &mut T, id: &str) -> Result<Locked> {
     tx.lock_operation(id)

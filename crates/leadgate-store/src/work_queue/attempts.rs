@@ -36,7 +36,7 @@ use leadgate_domain::rules::{late_id, LateId};
 use leadgate_domain::EventKind;
 use leadgate_domain::{AttemptOutcome, Failure, Status};
 
-use super::{
+use crate::ops::{
     append_all, clear_lease, must_lock, open_case, save, set_status, supersede_open_cases,
     take_lease, token_hash, Locked, WriteTx,
 };
@@ -234,7 +234,8 @@ pub(crate) async fn start_attempts<T: WriteTx>(
         l.quiet_after = Some(after(expires_at, settle));
         // To `quiet_after`, not the lease's end: a holder that dies mid-create leaves a
         // contact that may still land until then, and nobody remembers it.
-        super::contacts::follow_lease(&mut tx, &l, lease, after(expires_at, settle)).await?;
+        crate::work_queue::contacts::follow_lease(&mut tx, &l, lease, after(expires_at, settle))
+            .await?;
         save(&mut tx, &mut l, now).await?;
         started.push(Ok(Lease {
             expires_at,
@@ -264,7 +265,7 @@ pub(crate) async fn record_step<T: WriteTx>(
         return Err(StoreError::LeaseLost(id.to_owned()));
     }
     append_all(&mut tx, id, &lease.owner, events, now).await?;
-    super::contacts::after_step(&mut tx, &l, lease, events, now).await?;
+    crate::work_queue::contacts::after_step(&mut tx, &l, lease, events, now).await?;
     save(&mut tx, &mut l, now).await?;
     tx.commit().await
 }

@@ -26,7 +26,9 @@ use leadgate_domain::rules::{bulk_allowed, check_comment, decide, may_open_revie
 use leadgate_domain::EventKind;
 use leadgate_domain::{OperationId, Refusal, ReviewReason, Status};
 
-use super::{clear_lease, must_lock, open_case, save, set_status, supersede_open_cases, WriteTx};
+use crate::ops::{
+    clear_lease, must_lock, open_case, save, set_status, supersede_open_cases, WriteTx,
+};
 
 pub(crate) async fn open_review<T: WriteTx>(
     mut tx: T,
@@ -198,10 +200,10 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
 }
 
 /// Queues the update of entity `crm_id` with the fields of the conflicting delivery: due
-/// now, sent by the worker (`store::ops::updates`).
+/// now, sent by the worker (`store::updates::ops`).
 async fn request_update<T: WriteTx>(
     tx: &mut T,
-    l: &super::Locked,
+    l: &crate::ops::Locked,
     case_id: i64,
     delivery_id: i64,
     crm_id: &str,

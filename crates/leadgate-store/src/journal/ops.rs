@@ -26,7 +26,7 @@ use leadgate_domain::rules::{DeliveryKind, MatchStep};
 use leadgate_domain::EventKind;
 use leadgate_domain::{ErrorClass, ReviewReason, Status};
 
-use super::{must_lock, open_case, save, set_status, ContactMatch, Locked, WriteTx};
+use crate::ops::{must_lock, open_case, save, set_status, ContactMatch, Locked, WriteTx};
 
 /// Records `deliveries` in order in the write transaction `tx` and commits it: all of
 /// them or, on the first error, none.
@@ -239,7 +239,7 @@ pub(crate) fn one_statement(d: &NewDelivery) -> Option<OneStatement> {
 }
 
 /// The `delivery` event of a conflicting delivery.
-pub(super) fn conflict_event(detail: Value) -> NewEvent {
+pub(crate) fn conflict_event(detail: Value) -> NewEvent {
     NewEvent {
         kind: EventKind::Delivery,
         error_class: Some(ErrorClass::Conflict),
@@ -249,7 +249,7 @@ pub(super) fn conflict_event(detail: Value) -> NewEvent {
 
 /// Opens the payload-conflict case of a conflicting delivery and writes the operation
 /// back.
-pub(super) async fn open_conflict<T: WriteTx>(
+pub(crate) async fn open_conflict<T: WriteTx>(
     tx: &mut T,
     l: &mut Locked,
     delivery_id: i64,

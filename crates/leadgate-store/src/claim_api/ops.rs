@@ -12,9 +12,9 @@ use leadgate_domain::EventKind;
 use leadgate_domain::OperationId;
 use leadgate_domain::{ReviewReason, Status};
 
-use super::attempts::claim_locked;
-use super::intake::{conflict_event, open_conflict};
-use super::{must_lock, open_case, save, Locked, WriteTx};
+use crate::journal::ops::{conflict_event, open_conflict};
+use crate::ops::{must_lock, open_case, save, Locked, WriteTx};
+use crate::work_queue::attempts::claim_locked;
 
 /// One try of `ClaimApi::claim_external` (the backend retries it as a whole on a deadlock).
 pub(crate) async fn claim<T: WriteTx>(

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::Result;
 use leadgate_domain::pacing::Pace;
 
-use super::WriteTx;
+use crate::ops::WriteTx;
 
 fn millis(t: DateTime<Utc>) -> f64 {
     t.timestamp_micros() as f64 / 1000.0

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::{connect_options, PgStore};
+use crate::postgres::{connect_options, PgStore};
 use crate::StoreError;
 use leadgate_domain::roles::Role;
 
@@ -91,7 +91,7 @@ impl PgStore {
     /// 0025), the people who could connect until then are given CONNECT one by one; a new
     /// database gives it to nobody, so a second Leadgate database on the server is closed
     /// to the first one's people.
-    pub(super) async fn secure_database(&self, upgraded: bool) -> Result<()> {
+    pub(crate) async fn secure_database(&self, upgraded: bool) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         if !grants_lock(&mut tx).await? {
             tracing::warn!(
@@ -191,7 +191,7 @@ impl PgStore {
     /// Logs a warning when the runtime login may do more than it needs: SUPERUSER, or
     /// CREATEROLE (on PostgreSQL 15 a CREATEROLE login can grant itself
     /// `pg_execute_server_program` and run programs on the server).
-    pub(super) async fn warn_about_own_login(&self) -> Result<()> {
+    pub(crate) async fn warn_about_own_login(&self) -> Result<()> {
         let (login, superuser, createrole): (String, bool, bool) = sqlx::query_as(
             "select rolname::text, rolsuper, rolcreaterole from pg_roles where rolname = current_user",
         )

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use crate::{Result, SourceRules, SEEDED_BY};
 use leadgate_domain::Refusal;
 
-use super::WriteTx;
+use crate::ops::WriteTx;
 
 /// Seeds every source of `seeds` that has no rules yet; the sources seeded.
 pub(crate) async fn seed<T: WriteTx>(

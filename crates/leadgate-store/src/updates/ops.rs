@@ -18,7 +18,7 @@ use crate::{NewEvent, Result, StoreError, UpdateClaim, UpdateOutcome};
 use leadgate_domain::EventKind;
 use leadgate_domain::{ErrorClass, ReviewReason};
 
-use super::{append_all, must_lock, open_case, save, WriteTx};
+use crate::ops::{append_all, must_lock, open_case, save, WriteTx};
 
 /// A `crm_updates` row as [`finish`] reads it, locked.
 #[derive(Debug, Clone)]

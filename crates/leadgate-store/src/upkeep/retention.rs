@@ -16,7 +16,7 @@ use serde_json::json;
 use crate::{NewEvent, PurgeReport, Result};
 use leadgate_domain::EventKind;
 
-use super::WriteTx;
+use crate::ops::WriteTx;
 
 pub(crate) async fn purge_batch<T: WriteTx>(
     mut tx: T,

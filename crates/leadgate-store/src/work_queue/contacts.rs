@@ -35,8 +35,8 @@ use crate::{after, before, Claim, ContactLeave, ContactTurn, Lease, NewEvent, Re
 use leadgate_domain::EventKind;
 use leadgate_domain::Status;
 
-use super::intake::contact_lock_keys;
-use super::{clear_lease, must_lock, save, set_status, token_hash, Locked, WriteTx};
+use crate::journal::ops::contact_lock_keys;
+use crate::ops::{clear_lease, must_lock, save, set_status, token_hash, Locked, WriteTx};
 
 /// The contact a lock remembers and when it was remembered.
 pub(crate) type Remembered = (Option<String>, Option<DateTime<Utc>>);

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use crate::Result;
 use leadgate_domain::outage::{Gate, Health, OutageConfig, Unreachable};
 
-use super::WriteTx;
+use crate::ops::WriteTx;
 
 pub(crate) async fn connector_failed<T: WriteTx>(
     mut tx: T,

@@ -18,7 +18,9 @@ use leadgate_domain::roles::may_ask;
 use leadgate_domain::EventKind;
 use leadgate_domain::ReviewReason;
 
-use super::{attempts, review, WriteTx};
+use crate::ops::WriteTx;
+use crate::review::ops as review;
+use crate::work_queue::attempts;
 
 /// One row of `human_requests` no gateway has applied yet.
 pub(crate) struct RequestRow {
@@ -169,7 +171,7 @@ async fn apply<T: WriteTx>(
             expected_version,
             rules,
         } => Answer::RulesSet {
-            version: super::rules::set_in(tx, actor, expected_version, rules, now).await?,
+            version: crate::rules::ops::set_in(tx, actor, expected_version, rules, now).await?,
         },
     })
 }

@@ -1,0 +1,304 @@
+//! [`Alerts`](crate::Alerts) for one backend: its SQL, and the write transactions it
+//! runs through `crate::ops`. Expanded by [`sql_store!`](crate::sql::sql_store) in the
+//! backend's module, where its imports and its `DIALECT` are.
+
+macro_rules! alerts_sql {
+    ($store:ident, $db:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::Alerts for $store {
+            // Team alerts
+
+            async fn alert_turn(
+                &self,
+                channel: &str,
+                owner: &str,
+                lease_for: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<Option<AlertTurn>> {
+                let mut tx = self.begin_write().await?;
+                // `where true`: SQLite's parser needs it between a select and `on conflict`.
+                sqlx::query(
+                    "insert into alert_channels (channel, case_cursor) \
+                     select $1, coalesce(max(id), 0) from review_cases \
+                     where true on conflict (channel) do nothing",
+                )
+                .bind(channel)
+                .execute(&mut *tx)
+                .await?;
+                let sql = format!(
+                    "select case_cursor, last_group_at, recent_sends, pending, pending_cursor, \
+                     pending_conditions, failures, next_try_at, lease_token, lease_until \
+                     from alert_channels where channel = $1{}",
+                    DIALECT.lock_row
+                );
+                let r = sqlx::query(&sql).bind(channel).fetch_one(&mut *tx).await?;
+                let held: Option<String> = r.try_get("lease_token")?;
+                let until: Option<DateTime<Utc>> = r.try_get("lease_until")?;
+                if held.is_some() && until.is_some_and(|u| u > now) {
+                    tx.commit().await?;
+                    return Ok(None);
+                }
+                let token = uuid::Uuid::new_v4().simple().to_string();
+                let lease_until = after(now, lease_for);
+                sqlx::query(
+                    "update alert_channels set lease_owner = $2, lease_token = $3, lease_until = $4 \
+                     where channel = $1",
+                )
+                .bind(channel)
+                .bind(owner)
+                .bind(&token)
+                .bind(lease_until)
+                .execute(&mut *tx)
+                .await?;
+                let conditions = sqlx::query(
+                    "select key, firing, since, notified_at from alert_conditions \
+                     where channel = $1 order by key",
+                )
+                .bind(channel)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|c| {
+                    Ok(AlertCondition {
+                        key: c.try_get("key")?,
+                        firing: c.try_get("firing")?,
+                        since: c.try_get("since")?,
+                        notified_at: c.try_get("notified_at")?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+                tx.commit().await?;
+                let recent: Vec<i64> =
+                    serde_json::from_str(&r.try_get::<String, _>("recent_sends")?).map_err(corrupt)?;
+                let pending = match r.try_get::<Option<String>, _>("pending")? {
+                    None => None,
+                    Some(body) => Some(PendingAlert {
+                        body,
+                        cursor: r.try_get("pending_cursor")?,
+                        conditions: serde_json::from_str(
+                            r.try_get::<Option<String>, _>("pending_conditions")?
+                                .as_deref()
+                                .unwrap_or("[]"),
+                        )
+                        .map_err(corrupt)?,
+                    }),
+                };
+                Ok(Some(AlertTurn {
+                    token,
+                    lease_until,
+                    case_cursor: r.try_get("case_cursor")?,
+                    last_group_at: r.try_get("last_group_at")?,
+                    recent_sends: recent
+                        .into_iter()
+                        .filter_map(DateTime::<Utc>::from_timestamp_millis)
+                        .collect(),
+                    pending,
+                    failures: r.try_get("failures")?,
+                    next_try_at: r.try_get("next_try_at")?,
+                    conditions,
+                }))
+            }
+
+            async fn alert_arm(
+                &self,
+                channel: &str,
+                token: &str,
+                pending: Option<&PendingAlert>,
+                lease_for: std::time::Duration,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.begin_write().await?;
+                let until = after(now, lease_for);
+                let done = match pending {
+                    Some(p) => sqlx::query(
+                        "update alert_channels set lease_until = $3, pending = $4, \
+                         pending_cursor = $5, pending_conditions = $6, failures = 0, next_try_at = null \
+                         where channel = $1 and lease_token = $2 and lease_until > $7",
+                    )
+                    .bind(channel)
+                    .bind(token)
+                    .bind(until)
+                    .bind(&p.body)
+                    .bind(p.cursor)
+                    .bind(serde_json::to_string(&p.conditions).map_err(corrupt)?)
+                    .bind(now),
+                    None => sqlx::query(
+                        "update alert_channels set lease_until = $3 \
+                         where channel = $1 and lease_token = $2 and lease_until > $4 \
+                         and pending is not null",
+                    )
+                    .bind(channel)
+                    .bind(token)
+                    .bind(until)
+                    .bind(now),
+                }
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                if done.rows_affected() == 1 {
+                    Ok(())
+                } else {
+                    Err(StoreError::LeaseLost(format!("alert channel {channel}")))
+                }
+            }
+
+            async fn alert_done(
+                &self,
+                channel: &str,
+                token: &str,
+                outcome: AlertOutcome,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.begin_write().await?;
+                let sql = format!(
+                    "select recent_sends, pending, pending_cursor, pending_conditions \
+                     from alert_channels where channel = $1 and lease_token = $2{}",
+                    DIALECT.lock_row
+                );
+                let Some(r) = sqlx::query(&sql)
+                    .bind(channel)
+                    .bind(token)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
+                    return Err(StoreError::LeaseLost(format!("alert channel {channel}")));
+                };
+                let release = "lease_owner = null, lease_token = null, lease_until = null";
+                if let AlertOutcome::Retry { at } = outcome {
+                    sqlx::query(&format!(
+                        "update alert_channels set failures = failures + 1, next_try_at = $2, \
+                         {release} where channel = $1"
+                    ))
+                    .bind(channel)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    return Ok(());
+                }
+                let mut recent: Vec<i64> =
+                    serde_json::from_str(&r.try_get::<String, _>("recent_sends")?).map_err(corrupt)?;
+                let minute_ago = (now - chrono::TimeDelta::minutes(1)).timestamp_millis();
+                recent.retain(|ms| *ms > minute_ago);
+                if outcome == AlertOutcome::Accepted {
+                    recent.push(now.timestamp_millis());
+                }
+                let cursor: Option<i64> = r.try_get("pending_cursor")?;
+                let conditions: Vec<(String, bool)> = match r.try_get::<Option<String>, _>("pending")? {
+                    None => vec![],
+                    Some(_) => serde_json::from_str(
+                        r.try_get::<Option<String>, _>("pending_conditions")?
+                            .as_deref()
+                            .unwrap_or("[]"),
+                    )
+                    .map_err(corrupt)?,
+                };
+                sqlx::query(&format!(
+                    "update alert_channels set recent_sends = $2, \
+                     case_cursor = coalesce($3, case_cursor), \
+                     last_group_at = case when $3 is null then last_group_at else $4 end, \
+                     pending = null, pending_cursor = null, pending_conditions = null, \
+                     failures = 0, next_try_at = null, {release} where channel = $1"
+                ))
+                .bind(channel)
+                .bind(serde_json::to_string(&recent).map_err(corrupt)?)
+                .bind(cursor)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                for (key, firing) in conditions {
+                    sqlx::query(
+                        "insert into alert_conditions (channel, key, firing, since, notified_at) \
+                         values ($1, $2, $3, $4, $4) on conflict (channel, key) do update set \
+                         since = case when alert_conditions.firing = excluded.firing \
+                           then alert_conditions.since else excluded.since end, \
+                         firing = excluded.firing, notified_at = excluded.notified_at",
+                    )
+                    .bind(channel)
+                    .bind(key)
+                    .bind(firing)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn alert_release(&self, channel: &str, token: &str) -> Result<()> {
+                let mut tx = self.begin_write().await?;
+                sqlx::query(
+                    "update alert_channels set lease_owner = null, lease_token = null, \
+                     lease_until = null where channel = $1 and lease_token = $2",
+                )
+                .bind(channel)
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn alert_facts(
+                &self,
+                after_case: i64,
+                cases_until: DateTime<Utc>,
+                stale_before: DateTime<Utc>,
+                review_before: DateTime<Utc>,
+            ) -> Result<AlertFacts> {
+                let p = &self.pool;
+                let mut f = AlertFacts::default();
+                let groups: Vec<(String, String, i64, i64, DateTime<Utc>)> = sqlx::query_as(
+                    "select c.reason, o.source, count(*), max(c.id), min(c.opened_at) \
+                     from review_cases c join operations o on o.operation_id = c.operation_id \
+                     where c.id > $1 and c.opened_at <= $2 \
+                     group by c.reason, o.source order by c.reason, o.source",
+                )
+                .bind(after_case)
+                .bind(cases_until)
+                .fetch_all(p)
+                .await?;
+                for (reason, source, count, max_id, first_at) in groups {
+                    f.new_cases_max_id = f.new_cases_max_id.max(Some(max_id));
+                    f.new_cases_first_at = Some(f.new_cases_first_at.map_or(first_at, |t| t.min(first_at)));
+                    f.new_cases.push(NewCaseCount { reason, source, count });
+                }
+                if let Some(max_id) = f.new_cases_max_id {
+                    f.new_case_ids = sqlx::query_scalar(
+                        "select id from review_cases where id > $1 and id <= $2 \
+                         order by id limit $3",
+                    )
+                    .bind(after_case)
+                    .bind(max_id)
+                    .bind(ALERT_CASE_IDS)
+                    .fetch_all(p)
+                    .await?;
+                }
+                f.lost = sqlx::query_scalar(
+                    "select cast(coalesce(sum(value), 0) as bigint) from metric_counters \
+                     where metric = 'lost'",
+                )
+                .fetch_one(p)
+                .await?;
+                f.stale_in_progress = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'in_progress' and updated_at < $1",
+                )
+                .bind(stale_before)
+                .fetch_one(p)
+                .await?;
+                let (old, oldest): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
+                    "select count(*), min(opened_at) from review_cases \
+                     where resolved_at is null and opened_at < $1",
+                )
+                .bind(review_before)
+                .fetch_one(p)
+                .await?;
+                f.old_open_cases = old;
+                f.oldest_open_case_at = oldest;
+                f.connectors = self.connectors().await?;
+                Ok(f)
+            }
+        }
+    };
+}
+pub(crate) use alerts_sql;

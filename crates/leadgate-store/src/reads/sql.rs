@@ -1,0 +1,668 @@
+//! [`Reads`](crate::Reads) for one backend: its SQL, and the write transactions it
+//! runs through `crate::ops`. Expanded by [`sql_store!`](crate::sql::sql_store) in the
+//! backend's module, where its imports and its `DIALECT` are.
+
+macro_rules! reads_sql {
+    ($store:ident, $db:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::Reads for $store {
+            async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
+                let sql = format!("select {OP_COLUMNS} from operations where operation_id = $1");
+                let row = sqlx::query(&sql)
+                    .bind(id.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(op_from_row).transpose()
+            }
+
+            async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>> {
+                let rows = sqlx::query(
+                    "select id, generated_at, input, period_from, period_to, group_count, \
+                     pair_count, totals from diagnosis_reports \
+                     order by generated_at desc, id desc limit $1",
+                )
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(diagnosis_from_row).collect()
+            }
+
+            async fn diagnosis(&self, id: i64) -> Result<Option<(DiagnosisSummary, Value)>> {
+                let row = sqlx::query(
+                    "select id, generated_at, input, period_from, period_to, group_count, \
+                     pair_count, totals, report from diagnosis_reports where id = $1",
+                )
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+                match row {
+                    None => Ok(None),
+                    Some(r) => {
+                        let report: String = r.try_get("report")?;
+                        Ok(Some((
+                            diagnosis_from_row(&r)?,
+                            serde_json::from_str(&report).map_err(corrupt)?,
+                        )))
+                    }
+                }
+            }
+
+            async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
+                let mut found = vec![];
+                for chunk in ids.chunks(500) {
+                    let marks = (1..=chunk.len())
+                        .map(|i| format!("${i}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let sql = format!(
+                        "select {OP_COLUMNS} from operations where operation_id in ({marks})"
+                    );
+                    let mut q = sqlx::query(&sql);
+                    for id in chunk {
+                        q = q.bind(id.as_str());
+                    }
+                    for row in q.fetch_all(&self.pool).await? {
+                        found.push(op_from_row(&row)?);
+                    }
+                }
+                Ok(found)
+            }
+
+            async fn timeline(&self, id: &OperationId) -> Result<Vec<TimelineEvent>> {
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 order by id",
+                )
+                .bind(id.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(event_from_row).collect()
+            }
+
+            async fn timeline_page(
+                &self,
+                id: &OperationId,
+                before: Option<i64>,
+                limit: i64,
+            ) -> Result<TimelinePage> {
+                let limit = limit.clamp(1, TIMELINE_PAGE_MAX);
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 and id < $2 order by id desc limit $3",
+                )
+                .bind(id.as_str())
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
+                events.reverse();
+                // Counted only when the page is full: a shorter page is the whole rest.
+                let older = match events.first() {
+                    Some(first) if events.len() as i64 == limit => {
+                        sqlx::query_scalar(
+                            "select count(*) from timeline where operation_id = $1 and id < $2",
+                        )
+                        .bind(id.as_str())
+                        .bind(first.id)
+                        .fetch_one(&self.pool)
+                        .await?
+                    }
+                    _ => 0,
+                };
+                Ok(TimelinePage { events, older })
+            }
+
+            async fn timeline_of_kind(
+                &self,
+                id: &OperationId,
+                kind: &str,
+                limit: i64,
+            ) -> Result<Vec<TimelineEvent>> {
+                let rows = sqlx::query(
+                    "select id, at, kind, actor, error_class, detail from timeline \
+                     where operation_id = $1 and kind = $2 order by id desc limit $3",
+                )
+                .bind(id.as_str())
+                .bind(kind)
+                .bind(limit.clamp(1, TIMELINE_PAGE_MAX))
+                .fetch_all(&self.pool)
+                .await?;
+                let mut events = rows.iter().map(event_from_row).collect::<Result<Vec<_>>>()?;
+                events.reverse();
+                Ok(events)
+            }
+
+            async fn cases_of(&self, id: &OperationId) -> Result<Vec<ReviewCase>> {
+                let sql = format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where c.operation_id = $1 order by c.id"
+                );
+                let rows = sqlx::query(&sql).bind(id.as_str()).fetch_all(&self.pool).await?;
+                rows.iter().map(case_from_row).collect()
+            }
+
+            async fn case(&self, case_id: i64) -> Result<Option<ReviewCase>> {
+                let sql = format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where c.id = $1"
+                );
+                let row = sqlx::query(&sql).bind(case_id).fetch_optional(&self.pool).await?;
+                row.as_ref().map(case_from_row).transpose()
+            }
+
+            async fn review_cases(&self, f: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>> {
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                    "select {CASE_COLUMNS} from review_cases c join operations o \
+                     on o.operation_id = c.operation_id where "
+                ));
+                q.push(if f.resolved { "c.resolved_at is not null" } else { "c.resolved_at is null" });
+                if let Some(reason) = f.reason {
+                    q.push(" and c.reason = ").push_bind(reason.as_str());
+                }
+                if let Some(reason) = f.except_reason {
+                    q.push(" and c.reason <> ").push_bind(reason.as_str());
+                }
+                if let Some(source) = &f.source {
+                    q.push(" and o.source = ").push_bind(source.clone());
+                }
+                if let Some(before) = f.opened_before {
+                    q.push(" and c.opened_at < ").push_bind(before);
+                }
+                if let Some(after_id) = page.after_id {
+                    q.push(if f.newest_first { " and c.id < " } else { " and c.id > " })
+                        .push_bind(after_id);
+                }
+                q.push(if f.newest_first { " order by c.id desc limit " } else { " order by c.id limit " })
+                    .push_bind(page.limit.clamp(1, 1000));
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(case_from_row).collect()
+            }
+
+            async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
+                let rows: Vec<(String, i64)> = sqlx::query_as(
+                    "select reason, count(*) from review_cases where resolved_at is null group by reason",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map(|(r, n)| Ok((r.parse().map_err(corrupt)?, n)))
+                    .collect()
+            }
+
+            async fn operations_with_status(
+                &self,
+                status: Status,
+                page: OperationPage,
+            ) -> Result<Vec<Operation>> {
+                // Served by the operations_status index (status, updated_at).
+                let mut q = op_page_query(status, "updated_at", None, &page);
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn queue_counts(&self, lease_expired_before: DateTime<Utc>) -> Result<QueueCounts> {
+                let failed_terminal: i64 = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'failed_terminal'",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                let stale_in_progress: i64 = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'in_progress' \
+                     and lease_expires_at < $1",
+                )
+                .bind(lease_expired_before)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(QueueCounts { failed_terminal, stale_in_progress })
+            }
+
+            async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
+                // The newest `limit` from each index (operations_phone, operations_email: contact,
+                // created_at), joined by union: bounded however many leads share a phone.
+                let sql = format!(
+                    "select {OP_COLUMNS} from operations where operation_id in ( \
+                       select operation_id from (select o.operation_id from operations o \
+                         join operations me on me.operation_id = $1 and o.contact_phone = me.contact_phone \
+                         where o.operation_id <> $1 order by o.created_at desc limit $2) p \
+                       union \
+                       select operation_id from (select o.operation_id from operations o \
+                         join operations me on me.operation_id = $1 and o.contact_email = me.contact_email \
+                         where o.operation_id <> $1 order by o.created_at desc limit $2) e) \
+                     order by created_at desc, operation_id limit $2"
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(id.as_str())
+                    .bind(limit.clamp(1, 200))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>> {
+                let row = sqlx::query(
+                    "select id, source, operation_id, received_at, outcome, payload, payload_hash \
+                     from deliveries where id = $1",
+                )
+                .bind(delivery_id)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(|r| {
+                    Ok(DeliveryView {
+                        id: r.try_get("id")?,
+                        source: r.try_get("source")?,
+                        operation_id: r.try_get("operation_id")?,
+                        received_at: r.try_get("received_at")?,
+                        outcome: r.try_get("outcome")?,
+                        payload: json_text(r.try_get("payload")?)?,
+                        payload_hash: r.try_get("payload_hash")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn series(
+                &self,
+                from: DateTime<Utc>,
+                to: DateTime<Utc>,
+                n: u32,
+            ) -> Result<Vec<SeriesPoint>> {
+                // Per-slot figures kept by triggers (metric_series): one index range.
+                let edges = slot_buckets(from, to, n);
+                let (first, end) = (edges[0].0, edges[edges.len() - 1].1);
+                let step = edges[0].1 - edges[0].0;
+                let mut points: Vec<SeriesPoint> = edges
+                    .iter()
+                    .map(|(lo, hi)| SeriesPoint {
+                        start: slot_time(*lo),
+                        end: slot_time(*hi),
+                        ..Default::default()
+                    })
+                    .collect();
+                let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+                    "select slot, metric, label, cast(sum(value) as bigint) from metric_series \
+                     where slot >= $1 and slot < $2 group by slot, metric, label",
+                )
+                .bind(first)
+                .bind(end)
+                .fetch_all(&self.pool)
+                .await?;
+                for (slot, metric, label, count) in rows {
+                    let Some(p) = points.get_mut(((slot - first) / step) as usize) else {
+                        continue;
+                    };
+                    match metric.as_str() {
+                        "deliveries" => p.deliveries += count,
+                        "new_operations" => p.new_operations += count,
+                        "duplicates" => p.duplicates_absorbed += count,
+                        "crm_entities" => p.crm_entities += count,
+                        "cases_opened" => p.cases_opened += count,
+                        "cases_resolved" => p.cases_resolved += count,
+                        "retries" => *p.retries_by_class.entry(label).or_default() += count,
+                        _ => {}
+                    }
+                }
+                Ok(points)
+            }
+
+            async fn schema_version(&self) -> Result<Option<i64>> {
+                // sqlx's own bookkeeping table; absent on a database never migrated.
+                match sqlx::query_scalar::<_, Option<i64>>(
+                    "select max(version) from _sqlx_migrations where success",
+                )
+                .fetch_one(&self.pool)
+                .await
+                {
+                    Ok(v) => Ok(v),
+                    Err(sqlx::Error::Database(_)) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+
+            async fn stale_in_progress(
+                &self,
+                lease_expired_before: DateTime<Utc>,
+                page: OperationPage,
+            ) -> Result<Vec<Operation>> {
+                // Served by the operations_leases index (lease_expires_at, in_progress only).
+                let mut q = op_page_query(
+                    Status::InProgress,
+                    "lease_expires_at",
+                    Some(lease_expired_before),
+                    &page,
+                );
+                let rows = q.build().fetch_all(&self.pool).await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
+            async fn connector(&self, name: &str) -> Result<Option<Connector>> {
+                Ok(self.connectors().await?.into_iter().find(|c| c.name == name))
+            }
+
+            async fn connectors(&self) -> Result<Vec<Connector>> {
+                let rows = sqlx::query(
+                    "select name, state, reason, since, changed_by, unreachable_since from connectors \
+                     order by name",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(Connector {
+                            name: r.try_get("name")?,
+                            paused: r.try_get::<String, _>("state")? == "paused",
+                            reason: r.try_get("reason")?,
+                            since: r.try_get("since")?,
+                            changed_by: r.try_get("changed_by")?,
+                            unreachable_since: r.try_get("unreachable_since")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn metrics(
+                &self,
+                now: DateTime<Utc>,
+                stale_after: std::time::Duration,
+            ) -> Result<MetricsSnapshot> {
+                let p = &self.pool;
+                let pairs = |rows: Vec<(String, i64)>| rows.into_iter().collect::<BTreeMap<_, _>>();
+                let mut m = MetricsSnapshot::default();
+                // The counted figures come from `metric_counters`, kept by triggers in the
+                // writing transactions (migration 0004): a few rows, whatever the volume.
+                let counters: Vec<(String, String, String, i64)> = sqlx::query_as(
+                    "select metric, label, label2, cast(sum(value) as bigint) from metric_counters \
+                     group by metric, label, label2",
+                )
+                .fetch_all(p)
+                .await?;
+                for (metric, label, label2, n) in counters {
+                    match metric.as_str() {
+                        "operations" if n != 0 => {
+                            m.operations_by_status.insert(label, n);
+                        }
+                        "deliveries" if n != 0 => {
+                            if label2 == "duplicate" {
+                                m.duplicates_absorbed.insert(label.clone(), n);
+                            }
+                            m.deliveries.insert((label, label2), n);
+                        }
+                        "retries" if n != 0 => {
+                            m.retries_by_class.insert(label, n);
+                        }
+                        "crm_steps" if n != 0 => {
+                            m.crm_steps.insert((label, label2), n);
+                        }
+                        "crm_entities" => m.crm_entities_created = n,
+                        "lost" => m.lost = n,
+                        "unreconstructable" => m.unreconstructable = n,
+                        _ => {}
+                    }
+                }
+                m.unique_operations = m.operations_by_status.values().sum();
+                let stale_since = now - chrono::TimeDelta::from_std(stale_after).unwrap_or(chrono::TimeDelta::MAX);
+                m.stale_in_progress = sqlx::query_scalar(
+                    "select count(*) from operations where status = 'in_progress' and updated_at < $1",
+                )
+                .bind(stale_since)
+                .fetch_one(p)
+                .await?;
+                m.unprocessed = ["received", "in_progress"]
+                    .iter()
+                    .filter_map(|s| m.operations_by_status.get(*s))
+                    .sum();
+                m.open_cases_by_reason = pairs(
+                    sqlx::query_as(
+                        "select reason, count(*) from review_cases where resolved_at is null group by reason",
+                    )
+                    .fetch_all(p)
+                    .await?,
+                );
+                m.resolved_cases = sqlx::query_scalar(
+                    "select count(*) from review_cases where resolved_at is not null",
+                )
+                .fetch_one(p)
+                .await?;
+                m.mean_seconds_to_resolve = sqlx::query_scalar(DIALECT.mean_resolve_seconds).fetch_one(p).await?;
+                m.paused_connectors = sqlx::query_scalar(
+                    "select name from connectors where state = 'paused' order by name",
+                )
+                .fetch_all(p)
+                .await?;
+                let unreachable: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+                    "select name, unreachable_since from connectors \
+                     where unreachable_since is not null order by name",
+                )
+                .fetch_all(p)
+                .await?;
+                m.unreachable_connectors = unreachable.into_iter().collect();
+                Ok(m)
+            }
+
+            // Search
+
+            async fn search(
+                &self,
+                query: &SearchQuery,
+                after: Option<&SearchCursor>,
+                limit: i64,
+                plan: SearchPlan,
+            ) -> Result<SearchPage> {
+                use leadgate_domain::search::prefix_end;
+                use $crate::sql::like_escape;
+                type Q = sqlx::QueryBuilder<'static, $db>;
+                let limit = limit.clamp(1, 200);
+                // A key prefix is a byte range: SQLite's primary key is BINARY; on
+                // PostgreSQL, whatever the database's collation, the "C" expression index
+                // of migration 0012.
+                let key = if DIALECT.backend == $crate::Backend::Postgres { "(o.operation_id collate \"C\")" } else { "o.operation_id" };
+                // Newest first, after the cursor: `(at, id) < (cursor)`, written so that the
+                // first half is an index bound.
+                let keyset = |q: &mut Q, at: &str, id: &str| {
+                    if let Some(c) = after {
+                        q.push(format!(" and {at} <= ")).push_bind(c.created_at)
+                            .push(format!(" and ({at} < ")).push_bind(c.created_at)
+                            .push(format!(" or {id} < ")).push_bind(c.operation_id.clone())
+                            .push(")");
+                    }
+                };
+                let range = |q: &mut Q, col: &str, prefix: &str| {
+                    q.push(format!("{col} >= ")).push_bind(prefix.to_owned());
+                    if let Some(end) = prefix_end(prefix) {
+                        q.push(format!(" and {col} < ")).push_bind(end);
+                    }
+                };
+                // The row's name has a word starting with `w` (words are letters and
+                // digits only; escaped all the same).
+                let word_like = |q: &mut Q, w: &str| {
+                    q.push("o.name_words like ").push_bind(format!("% {}%", like_escape(w)))
+                        .push(" escape '\\'");
+                };
+                let select = |q: &mut Q| {
+                    q.push(
+                        "select o.operation_id, o.source, o.status, o.created_at, o.updated_at, o.crm_id, \
+                         o.review_reason, o.contact_name, o.contact_phone, o.contact_email, \
+                         (select max(c.id) from review_cases c where c.operation_id = o.operation_id \
+                           and c.resolved_at is null) as open_case_id from ",
+                    );
+                };
+                let order = |q: &mut Q| {
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                };
+                // Walk: operations newest first (operations_created), each tested; only the
+                // newest `window` of them when given.
+                let walk = |text: &str, words: &[String], window: Option<i64>| {
+                    let mut q = Q::new("");
+                    select(&mut q);
+                    q.push("operations o where 1 = 1");
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    if let Some(w) = window {
+                        // No older than the w-th newest after the cursor (read in the index;
+                        // none when fewer are left: then nothing is walked, and it ranges).
+                        q.push(" and o.created_at >= (select o2.created_at from operations o2 where 1 = 1");
+                        keyset(&mut q, "o2.created_at", "o2.operation_id");
+                        q.push(" order by o2.created_at desc, o2.operation_id desc limit 1 offset ")
+                            .push_bind(w - 1)
+                            .push(")");
+                    }
+                    q.push(" and ((");
+                    range(&mut q, key, text);
+                    q.push(") or o.crm_id = ").push_bind(text.to_owned());
+                    if !words.is_empty() {
+                        q.push(" or (");
+                        for (i, w) in words.iter().enumerate() {
+                            q.push(if i == 0 { "" } else { " and " });
+                            word_like(&mut q, w);
+                        }
+                        q.push(")");
+                    }
+                    q.push(")");
+                    order(&mut q);
+                    q
+                };
+                // Ranges: each index (key prefix, crm_id, name words) gives its newest
+                // `limit + 1` rows after the cursor; the union is sorted. The name's rows
+                // are the range of the `lead` word with the others tested on the row, or
+                // (no lead) the intersection of every word's range.
+                let ranges = |text: &str, words: &[String], lead: Option<usize>| {
+                    let mut q = Q::new("");
+                    select(&mut q);
+                    q.push("operations o where o.operation_id in (select operation_id from (");
+                    q.push("select operation_id from (select o.operation_id from operations o where ");
+                    range(&mut q, key, text);
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                    q.push(") k union select operation_id from (select o.operation_id from operations o where o.crm_id = ")
+                        .push_bind(text.to_owned());
+                    keyset(&mut q, "o.created_at", "o.operation_id");
+                    q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
+                    q.push(") c");
+                    match lead {
+                        _ if words.is_empty() => {}
+                        Some(l) => {
+                            q.push(" union select operation_id from (select n.operation_id from operation_names n");
+                            if words.len() > 1 {
+                                q.push(" join operations o on o.operation_id = n.operation_id");
+                            }
+                            q.push(" where ");
+                            range(&mut q, "n.word", &words[l]);
+                            for (i, w) in words.iter().enumerate() {
+                                if i != l {
+                                    q.push(" and ");
+                                    word_like(&mut q, w);
+                                }
+                            }
+                            keyset(&mut q, "n.created_at", "n.operation_id");
+                            q.push(" order by n.created_at desc, n.operation_id desc limit ").push_bind(limit + 1);
+                            q.push(") w");
+                        }
+                        None => {
+                            q.push(" union select operation_id from (select operation_id, created_at from (");
+                            for (i, w) in words.iter().enumerate() {
+                                q.push(if i == 0 { "" } else { " intersect " });
+                                q.push("select n.operation_id, n.created_at from operation_names n where ");
+                                range(&mut q, "n.word", w);
+                                keyset(&mut q, "n.created_at", "n.operation_id");
+                            }
+                            q.push(") i order by created_at desc, operation_id desc limit ").push_bind(limit + 1);
+                            q.push(") w");
+                        }
+                    }
+                    q.push(") u)");
+                    order(&mut q);
+                    q
+                };
+                let rows = match query {
+                    SearchQuery::Phone(v) | SearchQuery::Email(v) => {
+                        let col = if matches!(query, SearchQuery::Phone(_)) { "o.contact_phone" } else { "o.contact_email" };
+                        let mut q = Q::new("");
+                        select(&mut q);
+                        q.push(format!("operations o where {col} = ")).push_bind(v.clone());
+                        keyset(&mut q, "o.created_at", "o.operation_id");
+                        order(&mut q);
+                        q.build().fetch_all(&self.pool).await?
+                    }
+                    SearchQuery::Text { text, words } => {
+                        // (Window: when the newest `w` operations hold a full page, it is
+                        // the page: every older match is older than all of them.)
+                        let window = |w: i64| async move {
+                            let rows = walk(text, words, Some(w)).build().fetch_all(&self.pool).await?;
+                            if rows.len() as i64 > limit {
+                                return Ok::<_, StoreError>(rows);
+                            }
+                            Ok(ranges(text, words, None).build().fetch_all(&self.pool).await?)
+                        };
+                        match plan {
+                            SearchPlan::Walk => walk(text, words, None).build().fetch_all(&self.pool).await?,
+                            SearchPlan::Ranges => ranges(text, words, None).build().fetch_all(&self.pool).await?,
+                            SearchPlan::Window(w) => window(w.max(1)).await?,
+                            SearchPlan::Auto => {
+                                // Each range counted in its index, up to SEARCH_WALK_AFTER rows
+                                // and no further.
+                                let mut q = Q::new("select count(*) from (select 1 from operations o where ");
+                                range(&mut q, key, text);
+                                q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") k");
+                                let keys: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                                let mut rarest: Option<(usize, i64)> = None;
+                                for (i, w) in words.iter().enumerate() {
+                                    let mut q = Q::new("select count(*) from (select 1 from operation_names n where ");
+                                    range(&mut q, "n.word", w);
+                                    q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") w");
+                                    let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+                                    if rarest.is_none_or(|(_, m)| n < m) {
+                                        rarest = Some((i, n));
+                                    }
+                                }
+                                let dense = |n: i64| n >= SEARCH_WALK_AFTER;
+                                if dense(keys) || rarest.is_some_and(|(_, n)| dense(n)) {
+                                    window(SEARCH_WINDOW).await?
+                                } else {
+                                    ranges(text, words, rarest.map(|(i, _)| i)).build().fetch_all(&self.pool).await?
+                                }
+                            }
+                        }
+                    }
+                };
+                let mut hits = rows
+                    .iter()
+                    .map(|r| {
+                        let operation_id: String = r.try_get("operation_id")?;
+                        let crm_id: Option<String> = r.try_get("crm_id")?;
+                        let matched = match query {
+                            SearchQuery::Phone(_) => MatchedField::Phone,
+                            SearchQuery::Email(_) => MatchedField::Email,
+                            SearchQuery::Text { text, .. } if operation_id.starts_with(text.as_str()) => {
+                                MatchedField::OperationId
+                            }
+                            SearchQuery::Text { text, .. } if crm_id.as_deref() == Some(text.as_str()) => {
+                                MatchedField::CrmId
+                            }
+                            SearchQuery::Text { .. } => MatchedField::Name,
+                        };
+                        Ok(SearchHit {
+                            operation_id,
+                            source: r.try_get("source")?,
+                            status: r.try_get::<String, _>("status")?.parse().map_err(corrupt)?,
+                            created_at: r.try_get("created_at")?,
+                            updated_at: r.try_get("updated_at")?,
+                            crm_id,
+                            review_reason: parse_opt(r.try_get("review_reason")?)?,
+                            open_case_id: r.try_get("open_case_id")?,
+                            name: r.try_get("contact_name")?,
+                            phone: r.try_get("contact_phone")?,
+                            email: r.try_get("contact_email")?,
+                            matched,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let next = (hits.len() as i64 > limit).then(|| {
+                    hits.truncate(limit as usize);
+                    let last = &hits[hits.len() - 1];
+                    SearchCursor { created_at: last.created_at, operation_id: last.operation_id.clone() }
+                });
+                Ok(SearchPage { hits, next })
+            }
+        }
+    };
+}
+pub(crate) use reads_sql;

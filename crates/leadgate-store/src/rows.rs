@@ -1,0 +1,315 @@
+//! Rows as both backends return them, and how each becomes the store's type.
+//!
+//! Each `…Row` is a `sqlx::FromRow` struct (generic over the backend's row: the same
+//! struct reads a SQLite and a PostgreSQL row, column by name) holding the columns as
+//! stored; its `TryFrom` parses what the database keeps as text (statuses, reasons, JSON)
+//! and fails with [`StoreError::Corrupt`] on what does not parse, never with a default.
+//! The `…_from_row` functions are what the SQL calls: one row in, one value out.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::FromRow;
+
+use leadgate_domain::OperationId;
+
+use crate::review::requests::RequestRow;
+use crate::{
+    Ask, ContactKeys, DiagnosisSummary, Operation, Result, ReviewCase, SourceRules, StoreError,
+    StoredRules, TimelineEvent,
+};
+
+fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+/// A text column parsed into `T`; `None` stays `None`.
+pub(crate) fn parse_opt<T: std::str::FromStr>(v: Option<String>) -> Result<Option<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    v.map(|s| s.parse::<T>().map_err(corrupt)).transpose()
+}
+
+/// A JSON document kept as text; `None` stays `None`.
+pub(crate) fn json_text(v: Option<String>) -> Result<Option<Value>> {
+    v.map(|s| serde_json::from_str(&s).map_err(corrupt))
+        .transpose()
+}
+
+/// Reads one row as `Stored` and converts it: what the `…_from_row` functions share.
+fn read<'r, R, Stored, T>(r: &'r R) -> Result<T>
+where
+    R: sqlx::Row,
+    Stored: FromRow<'r, R>,
+    T: TryFrom<Stored, Error = StoreError>,
+{
+    T::try_from(Stored::from_row(r)?)
+}
+
+/// `operations` as [`OP_COLUMNS`](crate::sql::OP_COLUMNS) selects it.
+#[derive(FromRow)]
+pub(crate) struct OperationRow {
+    operation_id: String,
+    source: String,
+    status: String,
+    payload_hash: String,
+    payload: Option<String>,
+    crm_id: Option<String>,
+    crm_link: Option<String>,
+    attempts: i32,
+    last_error: Option<String>,
+    last_error_class: Option<String>,
+    review_reason: Option<String>,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    retry_grants: i32,
+    verify_first: bool,
+    contact_phone: Option<String>,
+    contact_email: Option<String>,
+    contact_name: Option<String>,
+    event_time: Option<DateTime<Utc>>,
+    version: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    purged_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<OperationRow> for Operation {
+    type Error = StoreError;
+
+    fn try_from(r: OperationRow) -> Result<Self> {
+        Ok(Operation {
+            operation_id: OperationId::try_from(r.operation_id).map_err(corrupt)?,
+            source: r.source,
+            status: r.status.parse().map_err(corrupt)?,
+            payload_hash: r.payload_hash,
+            payload: json_text(r.payload)?,
+            crm_id: r.crm_id,
+            crm_link: r.crm_link,
+            attempts: r.attempts,
+            last_error: r.last_error,
+            last_error_class: parse_opt(r.last_error_class)?,
+            review_reason: parse_opt(r.review_reason)?,
+            lease_owner: r.lease_owner,
+            lease_expires_at: r.lease_expires_at,
+            next_attempt_at: r.next_attempt_at,
+            retry_grants: r.retry_grants,
+            verify_first: r.verify_first,
+            contact: ContactKeys {
+                phone: r.contact_phone,
+                email: r.contact_email,
+                name: r.contact_name,
+            },
+            event_time: r.event_time,
+            version: r.version,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            purged_at: r.purged_at,
+        })
+    }
+}
+
+pub(crate) fn op_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<Operation>
+where
+    OperationRow: FromRow<'r, R>,
+{
+    read::<R, OperationRow, _>(r)
+}
+
+/// A review case joined with its operation ([`CASE_COLUMNS`](crate::sql::CASE_COLUMNS)).
+#[derive(FromRow)]
+pub(crate) struct ReviewCaseRow {
+    id: i64,
+    operation_id: String,
+    source: String,
+    reason: String,
+    status: String,
+    opened_at: DateTime<Utc>,
+    resolved_at: Option<DateTime<Utc>>,
+    resolution: Option<String>,
+    resolved_by: Option<String>,
+    comment: Option<String>,
+    delivery_id: Option<i64>,
+    detail: Option<String>,
+    version: i64,
+}
+
+impl TryFrom<ReviewCaseRow> for ReviewCase {
+    type Error = StoreError;
+
+    fn try_from(r: ReviewCaseRow) -> Result<Self> {
+        Ok(ReviewCase {
+            id: r.id,
+            operation_id: r.operation_id,
+            source: r.source,
+            reason: r.reason.parse().map_err(corrupt)?,
+            status: r.status.parse().map_err(corrupt)?,
+            opened_at: r.opened_at,
+            resolved_at: r.resolved_at,
+            resolution: r.resolution,
+            resolved_by: r.resolved_by,
+            comment: r.comment,
+            delivery_id: r.delivery_id,
+            detail: json_text(r.detail)?.unwrap_or(Value::Null),
+            version: r.version,
+        })
+    }
+}
+
+pub(crate) fn case_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<ReviewCase>
+where
+    ReviewCaseRow: FromRow<'r, R>,
+{
+    read::<R, ReviewCaseRow, _>(r)
+}
+
+/// One `events` row.
+#[derive(FromRow)]
+pub(crate) struct EventRow {
+    id: i64,
+    at: DateTime<Utc>,
+    kind: String,
+    actor: String,
+    error_class: Option<String>,
+    detail: Option<String>,
+}
+
+impl TryFrom<EventRow> for TimelineEvent {
+    type Error = StoreError;
+
+    fn try_from(r: EventRow) -> Result<Self> {
+        Ok(TimelineEvent {
+            id: r.id,
+            at: r.at,
+            kind: r.kind,
+            actor: r.actor,
+            error_class: r.error_class,
+            detail: json_text(r.detail)?.unwrap_or(Value::Null),
+        })
+    }
+}
+
+pub(crate) fn event_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<TimelineEvent>
+where
+    EventRow: FromRow<'r, R>,
+{
+    read::<R, EventRow, _>(r)
+}
+
+/// A source's `business_rules` ([`RULES_COLUMNS`](crate::sql::RULES_COLUMNS)).
+#[derive(FromRow)]
+pub(crate) struct RulesRow {
+    source: String,
+    rule: String,
+    window_secs: i64,
+    channel: String,
+    version: i64,
+    changed_at: DateTime<Utc>,
+    changed_by: String,
+}
+
+impl TryFrom<RulesRow> for StoredRules {
+    type Error = StoreError;
+
+    fn try_from(r: RulesRow) -> Result<Self> {
+        Ok(StoredRules {
+            rules: SourceRules {
+                source: r.source,
+                rule: r.rule.parse().map_err(corrupt)?,
+                window_secs: r.window_secs,
+                channel: r.channel,
+            },
+            version: r.version,
+            changed_at: r.changed_at,
+            changed_by: r.changed_by,
+        })
+    }
+}
+
+pub(crate) fn rules_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<StoredRules>
+where
+    RulesRow: FromRow<'r, R>,
+{
+    read::<R, RulesRow, _>(r)
+}
+
+/// A saved diagnosis's summary (`diagnosis_reports` without the report).
+#[derive(FromRow)]
+pub(crate) struct DiagnosisRow {
+    id: i64,
+    generated_at: DateTime<Utc>,
+    input: String,
+    period_from: Option<DateTime<Utc>>,
+    period_to: Option<DateTime<Utc>>,
+    group_count: i64,
+    pair_count: i64,
+    totals: String,
+}
+
+impl TryFrom<DiagnosisRow> for DiagnosisSummary {
+    type Error = StoreError;
+
+    fn try_from(r: DiagnosisRow) -> Result<Self> {
+        let totals: BTreeMap<String, i64> = serde_json::from_str(&r.totals).map_err(corrupt)?;
+        Ok(DiagnosisSummary {
+            id: r.id,
+            generated_at: r.generated_at,
+            input: r.input,
+            period_from: r.period_from,
+            period_to: r.period_to,
+            groups: r.group_count,
+            pairs: r.pair_count,
+            totals,
+        })
+    }
+}
+
+pub(crate) fn diagnosis_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<DiagnosisSummary>
+where
+    DiagnosisRow: FromRow<'r, R>,
+{
+    read::<R, DiagnosisRow, _>(r)
+}
+
+/// A person's request ([`REQUEST_COLUMNS`](crate::sql::REQUEST_COLUMNS)).
+#[derive(FromRow)]
+pub(crate) struct HumanRequestRow {
+    id: i64,
+    actor: String,
+    kind: String,
+    case_id: Option<i64>,
+    operation_id: Option<String>,
+    connector: Option<String>,
+    expected_version: Option<i64>,
+    body: String,
+}
+
+impl TryFrom<HumanRequestRow> for RequestRow {
+    type Error = StoreError;
+
+    fn try_from(r: HumanRequestRow) -> Result<Self> {
+        Ok(RequestRow {
+            id: r.id,
+            actor: r.actor,
+            // A body that does not read back is the request's answer, not the read's error.
+            ask: Ask::from_row(
+                &r.kind,
+                r.case_id,
+                r.operation_id,
+                r.connector,
+                r.expected_version,
+                &r.body,
+            ),
+        })
+    }
+}
+
+pub(crate) fn request_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<RequestRow>
+where
+    HumanRequestRow: FromRow<'r, R>,
+{
+    read::<R, HumanRequestRow, _>(r)
+}

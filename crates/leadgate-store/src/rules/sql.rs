@@ -1,0 +1,94 @@
+//! [`Rules`](crate::Rules) for one backend: its SQL, and the write transactions it
+//! runs through `crate::ops`. Expanded by [`sql_store!`](crate::sql::sql_store) in the
+//! backend's module, where its imports and its `DIALECT` are.
+
+macro_rules! rules_sql {
+    ($store:ident, $db:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::Rules for $store {
+            async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at) \
+                     values ($1, $2, $3, $4, $5) on conflict (connector) do update set \
+                     entity_url = excluded.entity_url, search_url = excluded.search_url, \
+                     contact_url = excluded.contact_url, updated_at = excluded.updated_at",
+                )
+                .bind(&links.connector)
+                .bind(&links.entity_url)
+                .bind(&links.search_url)
+                .bind(&links.contact_url)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
+                let rows = sqlx::query(
+                    "select connector, entity_url, search_url, contact_url from crm_links \
+                     order by updated_at desc, connector",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(CrmLinks {
+                            connector: r.try_get("connector")?,
+                            entity_url: r.try_get("entity_url")?,
+                            search_url: r.try_get("search_url")?,
+                            contact_url: r.try_get("contact_url")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn business_rules(&self) -> Result<Vec<StoredRules>> {
+                let sql = format!("{RULES_COLUMNS} order by source");
+                let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                rows.iter().map(rules_from_row).collect()
+            }
+
+            async fn rules_version(&self) -> Result<i64> {
+                Ok(sqlx::query_scalar(
+                    "select cast(count(*) as bigint) from business_rule_history",
+                )
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn rules_history(&self, source: Option<&str>, limit: i64) -> Result<Vec<RuleChange>> {
+                let rows = sqlx::query(
+                    "select id, source, version, actor, changed_at, before, after \
+                     from business_rule_history where (cast($1 as text) is null or source = $1) \
+                     order by id desc limit $2",
+                )
+                .bind(source)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                let rules = |text: Option<String>| -> Result<Option<SourceRules>> {
+                    text.map(|t| serde_json::from_str(&t).map_err(corrupt)).transpose()
+                };
+                rows.iter()
+                    .map(|r| {
+                        Ok(RuleChange {
+                            id: r.try_get("id")?,
+                            source: r.try_get("source")?,
+                            version: r.try_get("version")?,
+                            actor: r.try_get("actor")?,
+                            changed_at: r.try_get("changed_at")?,
+                            before: rules(r.try_get("before")?)?,
+                            after: rules(Some(r.try_get("after")?))?
+                                .ok_or_else(|| corrupt("a rules change without its rules"))?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn seed_rules(&self, seeds: &[SourceRules], now: DateTime<Utc>) -> Result<Vec<String>> {
+                $crate::rules::ops::seed(self.write().await?, seeds, now).await
+            }
+        }
+    };
+}
+pub(crate) use rules_sql;

@@ -1,0 +1,140 @@
+//! The write transaction's statements on connectors: pause, request pacing, health ([`ConnectorTx`](crate::ops::ConnectorTx)),
+//! for one backend: SQL text and binds, no decisions. Expanded by
+//! [`sql_store!`](crate::sql::sql_store) in the backend's module, where its imports and
+//! its `DIALECT` are.
+
+macro_rules! tx_connectors {
+    ($store:ident, $db:ty) => {
+        impl $crate::ops::ConnectorTx for SqlTx<$db> {
+            async fn connector_paused(&mut self, name: &str) -> Result<bool> {
+                let state: Option<String> =
+                    sqlx::query_scalar("select state from connectors where name = $1")
+                        .bind(name)
+                        .fetch_optional(&mut *self.0)
+                        .await?;
+                Ok(state.as_deref() == Some("paused"))
+            }
+
+            async fn pause_connector(
+                &mut self,
+                name: &str,
+                reason: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                sqlx::query(
+                    "insert into connectors (name, state, reason, since, changed_by) \
+                     values ($1, 'paused', $2, $3, $4) \
+                     on conflict (name) do update set state = 'paused', reason = excluded.reason, \
+                     since = case when connectors.state = 'paused' then connectors.since else excluded.since end, \
+                     changed_by = excluded.changed_by",
+                )
+                .bind(name)
+                // Support reads it: whatever the CRM or an integration wrote about a lead,
+                // no phone number or e-mail address.
+                .bind(leadgate_domain::text::mask_contacts(reason))
+                .bind(now)
+                .bind(actor)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn resume_connector(
+                &mut self,
+                name: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
+                let done = sqlx::query(
+                    "update connectors set state = 'active', reason = null, since = $1, \
+                     changed_by = $2 where name = $3 and state = 'paused'",
+                )
+                .bind(now)
+                .bind(actor)
+                .bind(name)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn lock_pacing(&mut self, account: &str) -> Result<Option<f64>> {
+                let sql = format!(
+                    "select tat_ms from request_pacing where account = $1{}",
+                    DIALECT.lock_row
+                );
+                Ok(sqlx::query_scalar(&sql).bind(account).fetch_optional(&mut *self.0).await?)
+            }
+
+            async fn save_pacing(&mut self, account: &str, tat_ms: f64) -> Result<()> {
+                sqlx::query(
+                    "insert into request_pacing (account, tat_ms) values ($1, $2) \
+                     on conflict (account) do update set tat_ms = excluded.tat_ms",
+                )
+                .bind(account)
+                .bind(tat_ms)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn lock_connector_health(
+                &mut self,
+                name: &str,
+            ) -> Result<Option<leadgate_domain::outage::Health>> {
+                let sql = format!(
+                    "select failures, unreachable_since, probe_at, probes from connectors \
+                     where name = $1{}",
+                    DIALECT.lock_row
+                );
+                let row = sqlx::query(&sql).bind(name).fetch_optional(&mut *self.0).await?;
+                row.map(|r| {
+                    Ok(leadgate_domain::outage::Health {
+                        failures: r.try_get("failures")?,
+                        unreachable_since: r.try_get("unreachable_since")?,
+                        probe_at: r.try_get("probe_at")?,
+                        probes: r.try_get("probes")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn add_connector_row(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into connectors (name, state, since, changed_by) \
+                     values ($1, 'active', $2, 'worker') on conflict (name) do nothing",
+                )
+                .bind(name)
+                .bind(now)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+
+            async fn save_connector_health(
+                &mut self,
+                name: &str,
+                h: &leadgate_domain::outage::Health,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                sqlx::query(
+                    "insert into connectors (name, state, since, changed_by, failures, \
+                     unreachable_since, probe_at, probes) values ($1, 'active', $2, 'worker', $3, $4, $5, $6) \
+                     on conflict (name) do update set failures = excluded.failures, \
+                     unreachable_since = excluded.unreachable_since, probe_at = excluded.probe_at, \
+                     probes = excluded.probes",
+                )
+                .bind(name)
+                .bind(now)
+                .bind(h.failures)
+                .bind(h.unreachable_since)
+                .bind(h.probe_at)
+                .bind(h.probes)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(())
+            }
+        }
+    };
+}
+pub(crate) use tx_connectors;

@@ -1,0 +1,102 @@
+//! The write transaction's statements on retention: scrubbing finished operations ([`RetentionTx`](crate::ops::RetentionTx)),
+//! for one backend: SQL text and binds, no decisions. Expanded by
+//! [`sql_store!`](crate::sql::sql_store) in the backend's module, where its imports and
+//! its `DIALECT` are.
+
+macro_rules! tx_retention {
+    ($store:ident, $db:ty) => {
+        impl $crate::ops::RetentionTx for SqlTx<$db> {
+            async fn purge_candidates(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<Vec<String>> {
+                Ok(sqlx::query_scalar(
+                    "select o.operation_id from operations o \
+                     where o.status in ('completed', 'failed_terminal') and o.purged_at is null \
+                     and o.updated_at < $1 and not exists (select 1 from review_cases c \
+                       where c.operation_id = o.operation_id and c.resolved_at is null) \
+                     and not exists (select 1 from crm_updates u \
+                       where u.operation_id = o.operation_id and u.state = 'pending') \
+                     order by o.updated_at limit $2",
+                )
+                .bind(finished_before)
+                .bind(batch)
+                .fetch_all(&mut *self.0)
+                .await?)
+            }
+
+            async fn still_purgeable(&mut self, operation_id: &str, finished_before: DateTime<Utc>) -> Result<bool> {
+                let still: i64 = sqlx::query_scalar(
+                    "select count(*) from operations o where o.operation_id = $1 \
+                     and o.status in ('completed', 'failed_terminal') and o.purged_at is null \
+                     and o.updated_at < $2 and not exists (select 1 from review_cases c \
+                       where c.operation_id = o.operation_id and c.resolved_at is null) \
+                     and not exists (select 1 from crm_updates u \
+                       where u.operation_id = o.operation_id and u.state = 'pending')",
+                )
+                .bind(operation_id)
+                .bind(finished_before)
+                .fetch_one(&mut *self.0)
+                .await?;
+                Ok(still > 0)
+            }
+
+            async fn scrub_operation(&mut self, operation_id: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "update operations set payload = null, contact_phone = null, \
+                     contact_email = null, contact_name = null, name_words = null, purged_at = $1 \
+                     where operation_id = $2",
+                )
+                .bind(now)
+                .bind(operation_id)
+                .execute(&mut *self.0)
+                .await?;
+                sqlx::query("delete from operation_names where operation_id = $1")
+                    .bind(operation_id)
+                    .execute(&mut *self.0)
+                    .await?;
+                Ok(())
+            }
+
+            async fn scrub_deliveries_of(&mut self, operation_id: &str) -> Result<u64> {
+                Ok(sqlx::query(
+                    "update deliveries set raw_body = null, payload = null \
+                     where operation_id = $1 and (raw_body is not null or payload is not null)",
+                )
+                .bind(operation_id)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected())
+            }
+
+            async fn scrub_late_deliveries(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
+                Ok(sqlx::query(
+                    "update deliveries set raw_body = null, payload = null where id in \
+                     (select d.id from deliveries d join operations o \
+                        on o.operation_id = d.operation_id \
+                      where (d.raw_body is not null or d.payload is not null) \
+                      and d.received_at < $1 and o.purged_at is not null \
+                      and not exists (select 1 from review_cases c \
+                        where c.operation_id = d.operation_id and c.resolved_at is null) \
+                      limit $2)",
+                )
+                .bind(finished_before)
+                .bind(batch)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected())
+            }
+
+            async fn scrub_rejected(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
+                Ok(sqlx::query(
+                    "update deliveries set raw_body = null, payload = null where id in \
+                     (select id from deliveries where outcome = 'rejected' and received_at < $1 \
+                      and (raw_body is not null or payload is not null) limit $2)",
+                )
+                .bind(finished_before)
+                .bind(batch)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected())
+            }
+        }
+    };
+}
+pub(crate) use tx_retention;

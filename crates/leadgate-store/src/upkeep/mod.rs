@@ -1,0 +1,50 @@
+//! The [`Upkeep`] role: its trait, and (`sql.rs`) its implementation for both backends.
+
+use crate::*;
+
+pub(crate) mod retention;
+pub(crate) mod sql;
+
+/// Keeping the database: health, retention, metric compaction, connector pause and resume, pull cursors, saved diagnoses.
+#[async_trait::async_trait]
+pub trait Upkeep: Clock {
+    /// Answers when the database does.
+    async fn ping(&self) -> Result<()>;
+
+    async fn pull_mark(&self, source: &str) -> Result<Option<String>>;
+
+    /// Saves a pull source's mark, replacing the one before.
+    async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()>;
+
+    /// Saves a `leadgate diagnose` report (migration 0020); returns its id.
+    async fn save_diagnosis(&self, d: &NewDiagnosis) -> Result<i64>;
+
+    /// Folds the per-connection shards of the dashboard's past time slots (before
+    /// `before`) into one row each, so a month of figures stays a few thousand rows, and
+    /// the counter shards of connections that ended into one. Returns the rows written.
+    /// A no-op on SQLite.
+    async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64>;
+
+    async fn pause_connector(
+        &self,
+        name: &str,
+        reason: &str,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// Resumes a paused connector; returns false if it was not paused.
+    async fn resume_connector(&self, name: &str, actor: &str, now: DateTime<Utc>) -> Result<bool>;
+
+    /// One batch of retention: scrubs payloads and contact data of up to `batch`
+    /// finished operations last changed before `finished_before` (a tombstone stays:
+    /// key, payload hash, status, crm_id, dates), and the bodies of rejected deliveries
+    /// received before it. Open operations and operations with an open review case are
+    /// never touched. Small batches keep intake unblocked; call until empty.
+    async fn purge_batch(
+        &self,
+        finished_before: DateTime<Utc>,
+        batch: i64,
+        now: DateTime<Utc>,
+    ) -> Result<PurgeReport>;
+}

@@ -1,0 +1,124 @@
+//! [`Upkeep`](crate::Upkeep) for one backend: its SQL, and the write transactions it
+//! runs through `crate::ops`. Expanded by [`sql_store!`](crate::sql::sql_store) in the
+//! backend's module, where its imports and its `DIALECT` are.
+
+macro_rules! upkeep_sql {
+    ($store:ident, $db:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::Upkeep for $store {
+            async fn ping(&self) -> Result<()> {
+                sqlx::query("select 1").execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn pause_connector(
+                &self,
+                name: &str,
+                reason: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                let mut tx = self.write().await?;
+                tx.pause_connector(name, reason, actor, now).await?;
+                tx.commit().await
+            }
+
+            async fn purge_batch(
+                &self,
+                finished_before: DateTime<Utc>,
+                batch: i64,
+                now: DateTime<Utc>,
+            ) -> Result<PurgeReport> {
+                $crate::upkeep::retention::purge_batch(self.write().await?, finished_before, batch, now).await
+            }
+
+            async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
+                Ok(sqlx::query_scalar("select mark from pull_cursors where source = $1")
+                    .bind(source)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "insert into pull_cursors (source, mark, updated_at) values ($1, $2, $3) \
+                     on conflict (source) do update set mark = excluded.mark, \
+                     updated_at = excluded.updated_at",
+                )
+                .bind(source)
+                .bind(mark)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn save_diagnosis(&self, d: &NewDiagnosis) -> Result<i64> {
+                let s = &d.summary;
+                let totals = serde_json::to_string(&s.totals).map_err(corrupt)?;
+                Ok(sqlx::query_scalar(
+                    "insert into diagnosis_reports (generated_at, input, period_from, period_to, \
+                     group_count, pair_count, totals, report) \
+                     values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
+                )
+                .bind(s.generated_at)
+                .bind(&s.input)
+                .bind(s.period_from)
+                .bind(s.period_to)
+                .bind(s.groups)
+                .bind(s.pairs)
+                .bind(totals)
+                .bind(d.report.to_string())
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn compact_metrics(&self, before: DateTime<Utc>) -> Result<u64> {
+                if DIALECT.backend != $crate::Backend::Postgres {
+                    return Ok(0); // one writer, one shard: nothing to fold
+                }
+                // Folds the shards of slots before `before` into shard 0, one transaction.
+                let slot = before.timestamp().div_euclid(SLOT_SECONDS);
+                let done = sqlx::query(
+                    "with moved as (delete from metric_series where slot < $1 and shard <> 0 \
+                       returning slot, metric, label, value) \
+                     insert into metric_series (slot, metric, label, shard, value) \
+                     select slot, metric, label, 0, sum(value) from moved group by slot, metric, label \
+                     on conflict (slot, metric, label, shard) \
+                     do update set value = metric_series.value + excluded.value",
+                )
+                .bind(slot)
+                .execute(&self.pool)
+                .await?;
+                // The counters' shards are sessions (backend pids, migration 0006): those of
+                // sessions that ended are folded into shard 0, which no session writes.
+                let folded = sqlx::query(
+                    "with moved as (delete from metric_counters where shard <> 0 \
+                       and shard not in (select pid from pg_stat_activity where pid is not null) \
+                       returning metric, label, label2, value) \
+                     insert into metric_counters (metric, label, label2, shard, value) \
+                     select metric, label, label2, 0, sum(value) from moved \
+                     group by metric, label, label2 \
+                     on conflict (metric, label, label2, shard) \
+                     do update set value = metric_counters.value + excluded.value",
+                )
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() + folded.rows_affected())
+            }
+
+            async fn resume_connector(
+                &self,
+                name: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
+                let mut tx = self.write().await?;
+                let done = tx.resume_connector(name, actor, now).await?;
+                tx.commit().await?;
+                Ok(done)
+            }
+        }
+    };
+}
+pub(crate) use upkeep_sql;
