@@ -31,7 +31,7 @@ use crate::crm::{Crm, CrmError, Lookup};
 use crate::domain::outage::counts_against_connector;
 use crate::domain::EventKind;
 use crate::domain::{ErrorClass, ReviewReason};
-use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Reads, Store, StoreError};
+use crate::store::{self, AttemptOutcome, Claim, Dashboard, Failure, NewEvent, Store, StoreError};
 
 /// Takes over expired leases until `shutdown`.
 pub async fn run(
@@ -121,7 +121,7 @@ pub async fn reconcile_one_stale(
 
 /// Whether the connector is reachable (not in an outage); if that cannot be read, the
 /// lookup goes (health is bookkeeping).
-async fn reachable(store: &dyn Reads, crm: &dyn Crm) -> bool {
+async fn reachable(store: &dyn Dashboard, crm: &dyn Crm) -> bool {
     match store.connector(crm.connector()).await {
         Ok(c) => c.and_then(|c| c.unreachable_since).is_none(),
         Err(e) => {

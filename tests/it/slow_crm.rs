@@ -1178,23 +1178,12 @@ impl Reads for Hiccup {
         self.inner.review_cases(filter, page).await
     }
 
-    async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
-        self.inner.case_counts().await
-    }
-
     async fn operations_with_status(
         &self,
         status: Status,
         page: OperationPage,
     ) -> Result<Vec<Operation>> {
         self.inner.operations_with_status(status, page).await
-    }
-
-    async fn queue_counts(
-        &self,
-        lease_expired_before: chrono::DateTime<chrono::Utc>,
-    ) -> Result<QueueCounts> {
-        self.inner.queue_counts(lease_expired_before).await
     }
 
     async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>> {
@@ -1205,6 +1194,36 @@ impl Reads for Hiccup {
         self.inner.delivery(delivery_id).await
     }
 
+    async fn schema_version(&self) -> Result<Option<i64>> {
+        self.inner.schema_version().await
+    }
+
+    // Search
+
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        after: Option<&SearchCursor>,
+        limit: i64,
+        plan: SearchPlan,
+    ) -> Result<SearchPage> {
+        self.inner.search(query, after, limit, plan).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Dashboard for Hiccup {
+    async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
+        self.inner.case_counts().await
+    }
+
+    async fn queue_counts(
+        &self,
+        lease_expired_before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<QueueCounts> {
+        self.inner.queue_counts(lease_expired_before).await
+    }
+
     async fn series(
         &self,
         from: chrono::DateTime<chrono::Utc>,
@@ -1212,10 +1231,6 @@ impl Reads for Hiccup {
         buckets: u32,
     ) -> Result<Vec<SeriesPoint>> {
         self.inner.series(from, to, buckets).await
-    }
-
-    async fn schema_version(&self) -> Result<Option<i64>> {
-        self.inner.schema_version().await
     }
 
     async fn stale_in_progress(
@@ -1242,18 +1257,6 @@ impl Reads for Hiccup {
         stale_after: std::time::Duration,
     ) -> Result<MetricsSnapshot> {
         self.inner.metrics(now, stale_after).await
-    }
-
-    // Search
-
-    async fn search(
-        &self,
-        query: &SearchQuery,
-        after: Option<&SearchCursor>,
-        limit: i64,
-        plan: SearchPlan,
-    ) -> Result<SearchPage> {
-        self.inner.search(query, after, limit, plan).await
     }
 }
 

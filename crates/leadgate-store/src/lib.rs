@@ -3,8 +3,8 @@
 //! **Roles.** Each kind of caller takes one role trait, in a folder of its own with its
 //! SQL: [`Journal`] (intake), [`WorkQueue`] (the worker), [`CrmAccess`] (the CRM
 //! adapters), [`Review`] (people's decisions), [`ClaimApi`], [`Updates`], [`Alerts`],
-//! [`Rules`], [`Reads`] and [`Upkeep`]; [`Store`] is their sum (`roles.rs`). [`sqlite`]
-//! and [`postgres`] implement every role through one SQL text (`sql/`: `sql_store!`, the
+//! [`Rules`], [`Reads`], [`Dashboard`] and [`Upkeep`]; [`Store`] is their sum
+//! (`roles.rs`). [`sqlite`] and [`postgres`] implement every role through one SQL text (`sql/`: `sql_store!`, the
 //! dialects' few differences in each backend's `DIALECT`), each with its own migration
 //! folder; rows become values through `FromRow` structs (`rows.rs`). Writes run the
 //! backend-independent orchestration of `ops/` inside one write transaction, whose
@@ -52,6 +52,7 @@ pub mod changes;
 mod claim_api;
 mod console;
 mod crm_access;
+mod dashboard;
 mod error;
 mod intake_queue;
 mod journal;
@@ -78,8 +79,8 @@ pub use requests::{ask_and_wait, Answer, Ask, Identity};
 pub use roles::{Clock, Store};
 // Each role's trait and the types only it speaks in.
 pub use {
-    alerts::*, claim_api::*, crm_access::*, journal::*, reads::*, review::*, rules::*, updates::*,
-    upkeep::*, work_queue::*,
+    alerts::*, claim_api::*, crm_access::*, dashboard::*, journal::*, reads::*, review::*,
+    rules::*, updates::*, upkeep::*, work_queue::*,
 };
 
 /// Contact data normalized at intake: phone and e-mail for cross-channel matching and

@@ -19,7 +19,17 @@ pub trait Clock: Send + Sync + 'static {
 /// The operations store: every role. Both backends pass the same conformance suite
 /// (tests/it/store.rs).
 pub trait Store:
-    Journal + WorkQueue + CrmAccess + Review + ClaimApi + Updates + Alerts + Rules + Reads + Upkeep
+    Journal
+    + WorkQueue
+    + CrmAccess
+    + Review
+    + ClaimApi
+    + Updates
+    + Alerts
+    + Rules
+    + Reads
+    + Dashboard
+    + Upkeep
 {
 }
 
@@ -33,6 +43,7 @@ impl<
             + Alerts
             + Rules
             + Reads
+            + Dashboard
             + Upkeep
             + ?Sized,
     > Store for T

@@ -16,8 +16,8 @@ use leadgate_domain::OperationId;
 
 use crate::review::requests::RequestRow;
 use crate::{
-    Ask, ContactKeys, DiagnosisSummary, Operation, Result, ReviewCase, SourceRules, StoreError,
-    StoredRules, TimelineEvent,
+    Ask, ContactKeys, DeliveryView, DiagnosisSummary, MatchedField, Operation, Result, ReviewCase,
+    SearchHit, SearchQuery, SourceRules, StoreError, StoredRules, TimelineEvent,
 };
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
@@ -25,7 +25,7 @@ fn corrupt(what: impl std::fmt::Display) -> StoreError {
 }
 
 /// A text column parsed into `T`; `None` stays `None`.
-pub(crate) fn parse_opt<T: std::str::FromStr>(v: Option<String>) -> Result<Option<T>>
+fn parse_opt<T: std::str::FromStr>(v: Option<String>) -> Result<Option<T>>
 where
     T::Err: std::fmt::Display,
 {
@@ -312,4 +312,98 @@ where
     HumanRequestRow: FromRow<'r, R>,
 {
     read::<R, HumanRequestRow, _>(r)
+}
+
+/// A journaled delivery as a person reads it.
+#[derive(FromRow)]
+pub(crate) struct DeliveryRow {
+    id: i64,
+    source: String,
+    operation_id: Option<String>,
+    received_at: DateTime<Utc>,
+    outcome: String,
+    payload: Option<String>,
+    payload_hash: Option<String>,
+}
+
+impl TryFrom<DeliveryRow> for DeliveryView {
+    type Error = StoreError;
+
+    fn try_from(r: DeliveryRow) -> Result<Self> {
+        Ok(DeliveryView {
+            id: r.id,
+            source: r.source,
+            operation_id: r.operation_id,
+            received_at: r.received_at,
+            outcome: r.outcome,
+            payload: json_text(r.payload)?,
+            payload_hash: r.payload_hash,
+        })
+    }
+}
+
+pub(crate) fn delivery_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<DeliveryView>
+where
+    DeliveryRow: FromRow<'r, R>,
+{
+    read::<R, DeliveryRow, _>(r)
+}
+
+/// One search hit's columns; which field it matched is the query's to say
+/// ([`SearchRow::hit`]).
+#[derive(FromRow)]
+pub(crate) struct SearchRow {
+    operation_id: String,
+    source: String,
+    status: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    crm_id: Option<String>,
+    review_reason: Option<String>,
+    open_case_id: Option<i64>,
+    contact_name: Option<String>,
+    contact_phone: Option<String>,
+    contact_email: Option<String>,
+}
+
+impl SearchRow {
+    pub(crate) fn read<'r, R: sqlx::Row>(r: &'r R) -> Result<Self>
+    where
+        Self: FromRow<'r, R>,
+    {
+        Ok(Self::from_row(r)?)
+    }
+
+    /// The hit, matched on `matched` (which [`SearchRow::matched_by`] tells).
+    pub(crate) fn hit(self, matched: MatchedField) -> Result<SearchHit> {
+        Ok(SearchHit {
+            operation_id: self.operation_id,
+            source: self.source,
+            status: self.status.parse().map_err(corrupt)?,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            crm_id: self.crm_id,
+            review_reason: parse_opt(self.review_reason)?,
+            open_case_id: self.open_case_id,
+            name: self.contact_name,
+            phone: self.contact_phone,
+            email: self.contact_email,
+            matched,
+        })
+    }
+
+    /// Which field `query` matched in this row: the first of key, `crm_id`, name for text.
+    pub(crate) fn matched_by(&self, query: &SearchQuery) -> MatchedField {
+        match query {
+            SearchQuery::Phone(_) => MatchedField::Phone,
+            SearchQuery::Email(_) => MatchedField::Email,
+            SearchQuery::Text { text, .. } if self.operation_id.starts_with(text.as_str()) => {
+                MatchedField::OperationId
+            }
+            SearchQuery::Text { text, .. } if self.crm_id.as_deref() == Some(text.as_str()) => {
+                MatchedField::CrmId
+            }
+            SearchQuery::Text { .. } => MatchedField::Name,
+        }
+    }
 }

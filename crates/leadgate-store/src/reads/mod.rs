@@ -47,9 +47,6 @@ pub trait Reads: Clock {
 
     async fn review_cases(&self, filter: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>>;
 
-    /// Open cases per reason.
-    async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>>;
-
     /// Operations in one status by `updated_at`, keyset-paged (the console's
     /// `failed_terminal` tab).
     async fn operations_with_status(
@@ -58,44 +55,14 @@ pub trait Reads: Clock {
         page: OperationPage,
     ) -> Result<Vec<Operation>>;
 
-    /// Counts of the console's operation tabs; stale = lease ran out before the time given.
-    async fn queue_counts(&self, lease_expired_before: DateTime<Utc>) -> Result<QueueCounts>;
-
     /// Other operations sharing the normalized phone or e-mail of `id`, newest first.
     async fn link_candidates(&self, id: &OperationId, limit: i64) -> Result<Vec<Operation>>;
 
     /// One journaled delivery (e.g. the conflicting side of a payload conflict).
     async fn delivery(&self, delivery_id: i64) -> Result<Option<DeliveryView>>;
 
-    /// Dashboard figures per bucket over `[from, to)`, at 5-minute resolution (see
-    /// `slot_buckets`: the range is widened to whole slots).
-    async fn series(
-        &self,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-        buckets: u32,
-    ) -> Result<Vec<SeriesPoint>>;
-
     /// The newest migration applied to this database (`None`: no schema yet). Reads only.
     async fn schema_version(&self) -> Result<Option<i64>>;
-
-    /// `in_progress` operations whose lease ran out before `lease_expired_before`, keyset-
-    /// paged on `(lease_expires_at, operation_id)`.
-    async fn stale_in_progress(
-        &self,
-        lease_expired_before: DateTime<Utc>,
-        page: OperationPage,
-    ) -> Result<Vec<Operation>>;
-
-    async fn connector(&self, name: &str) -> Result<Option<Connector>>;
-
-    async fn connectors(&self) -> Result<Vec<Connector>>;
-
-    async fn metrics(
-        &self,
-        now: DateTime<Utc>,
-        stale_after: std::time::Duration,
-    ) -> Result<MetricsSnapshot>;
 
     // Search
 

@@ -113,8 +113,8 @@ macro_rules! sql_store {
         };
         use $crate::requests::outcome_of as requests_outcome_of;
         use $crate::rows::{
-            case_from_row, diagnosis_from_row, event_from_row, json_text, op_from_row, parse_opt,
-            request_from_row, rules_from_row,
+            case_from_row, delivery_from_row, diagnosis_from_row, event_from_row, json_text,
+            op_from_row, request_from_row, rules_from_row, SearchRow,
         };
         use $crate::sql::{
             SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_REDELIVERY, PICK_STALE,
@@ -215,6 +215,7 @@ macro_rules! sql_store {
         $crate::alerts::sql::alerts_sql!($store, $db);
         $crate::rules::sql::rules_sql!($store, $db);
         $crate::reads::sql::reads_sql!($store, $db);
+        $crate::dashboard::sql::dashboard_sql!($store, $db);
         $crate::upkeep::sql::upkeep_sql!($store, $db);
     };
 }
