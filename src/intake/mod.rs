@@ -4,8 +4,10 @@
 //!
 //! Journal first: every delivery is stored before its sender is answered, rejected ones
 //! too, with the reason — a request that did not authenticate without its body (only its
-//! size and a hash: `rejected_body`), and never a source's `redact` values. While the
-//! database is down the sender hears 503 and nothing is accepted.
+//! size and a hash), and never a source's `redact` values. While the database is down the
+//! sender hears 503 and nothing is accepted. What happens to a delivery between its
+//! arrival and its answer is `admission`'s, for the pulled sources' events too; this
+//! module reads the request and writes the answer.
 //!
 //! Who gets in, on the one listener that serves intake and the admin surface (put it
 //! behind a proxy that terminates TLS):
@@ -27,6 +29,7 @@
 //! the claimed body's values and with phone numbers and e-mail addresses masked
 //! (`domain::text::mask_contacts`).
 
+mod admission;
 mod claims;
 mod error;
 pub mod listen;
@@ -48,12 +51,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::domain::{contact, fingerprint, OperationId, ReviewReason, Status};
-use crate::store::{
-    self, ContactKeys, DeliveryOutcome, Matching, NewDelivery, RejectedDelivery, Store, StoreError,
-};
+use crate::domain::{contact, OperationId, ReviewReason, Status};
+use crate::store::{self, DeliveryOutcome, RejectedDelivery, Store, StoreError};
 pub use error::{ApiError, ErrorBody};
-use sources::{BodyKind, Source, TRANSFORM_VERSION};
+use sources::{Source, TRANSFORM_VERSION};
 
 #[derive(Clone)]
 pub struct IntakeState {
@@ -406,312 +407,63 @@ async fn intake(
     // A name that does not percent-decode to UTF-8 names no configured source: it is
     // answered and journaled as an unknown one (axum's rejection would skip the journal).
     let source_name = source_name.map(|Path(name)| name).unwrap_or_default();
-    let content_type = content_type(&headers);
-    // Only configured names are journaled as sources.
-    let journal_source = if state.sources.contains_key(&source_name) {
-        source_name.clone()
-    } else {
-        UNKNOWN_SOURCE.to_owned()
-    };
     let body = match read_body(body, &headers, state.max_body, state.body_timeout).await {
         Ok(b) => b,
         Err(e) => {
             // Nothing to keep of a body over the limit or too slow to arrive, but the
             // refusal is journaled.
             let reject = RejectedDelivery {
-                source: journal_source,
+                source: match state.sources.get(&source_name) {
+                    Some(s) => s.name.clone(),
+                    None => UNKNOWN_SOURCE.to_owned(),
+                },
                 operation_id: None,
-                content_type,
+                content_type: content_type(&headers),
                 raw_body: Vec::new(),
                 reason: e.to_string(),
                 received_at,
                 transform_version: TRANSFORM_VERSION,
             };
             // The body comes before the credentials: a stranger's refusal.
-            return journal_refusal(&state, reject, e, peer).await;
+            return admission::journal_refusal(&state, reject, e, peer)
+                .await
+                .into_response();
         }
     };
-    let query = query.as_deref();
-    match accept(&state, &source_name, query, &headers, &body, received_at).await {
-        Ok(res) => res,
-        // Not the delivery's doing: answered, not journaled as its rejection (a sender's
-        // next attempt may well be taken). A refusal by the database's checks is the
-        // delivery's, and is journaled like any other.
-        Err(e @ (ApiError::Unavailable(_) | ApiError::Conflict(_) | ApiError::Internal(_))) => {
-            e.into_response()
+    let arrival = admission::Arrival::Pushed {
+        headers: &headers,
+        query: query.as_deref(),
+        body: &body,
+        peer,
+    };
+    match admission::receive(&state, &source_name, arrival, received_at).await {
+        Ok(admitted) => {
+            let reply = state.sources.get(&source_name).map(|s| s.reply);
+            answer(reply.unwrap_or_default(), admitted)
         }
-        Err(e) => {
-            let (raw_body, reason) =
-                rejected_body(state.sources.get(&source_name), &headers, &body, &e);
-            let reject = RejectedDelivery {
-                source: journal_source,
-                operation_id: None,
-                content_type,
-                raw_body,
-                reason,
-                received_at,
-                transform_version: TRANSFORM_VERSION,
-            };
-            if matches!(e, ApiError::Unauthorized { .. } | ApiError::UnknownSource) {
-                journal_refusal(&state, reject, e, peer).await
-            } else {
-                journal_rejection(&state, reject, e).await
-            }
-        }
+        Err(admission::NotAdmitted::Answer(e)) => e.into_response(),
+        Err(admission::NotAdmitted::Store(e)) => ApiError::from(e).into_response(),
     }
 }
 
-/// What a refused delivery's journal row keeps of its body, and the reason it gives. A
-/// request that did not authenticate (or names no source) keeps no body, only its size
-/// and a hash: strangers must not be able to store what they like. A source's `redact`
-/// values are never kept: a body that cannot be read to find them is not kept either.
-fn rejected_body(
-    source: Option<&Source>,
-    headers: &HeaderMap,
-    body: &[u8],
-    e: &ApiError,
-) -> (Vec<u8>, String) {
-    let summary = || {
-        use sha2::Digest;
-        let hash = sha2::Sha256::digest(body);
-        format!(
-            "{e} (body not kept: {} bytes, sha256 {})",
-            body.len(),
-            hex::encode(&hash[..8])
-        )
-    };
-    let source = match (e, source) {
-        (ApiError::Unauthorized { .. } | ApiError::UnknownSource, _) | (_, None) => {
-            return (Vec::new(), summary())
-        }
-        (_, Some(source)) => source,
-    };
-    if source.redact.is_empty() {
-        return (body.to_vec(), e.to_string());
-    }
-    let kind = BodyKind::detect(content_type(headers).as_deref(), body);
-    match kind.map(|k| sources::parse_body(k, body)) {
-        Some(Ok(mut payload)) => {
-            sources::redact(&mut payload, &source.redact);
-            (sources::redacted_body(kind, &payload), e.to_string())
-        }
-        _ => (Vec::new(), summary()),
-    }
-}
-
-/// A signed source whose key is a header (`generic-json`): the signature does not cover
-/// the key, so each signature may name one operation only, for as long as its replay
-/// window lasts — a captured request sent again under another key is refused
-/// (`signature_replayed`), not a new lead. The same key again is a duplicate as before.
-async fn signature_used_once(
-    state: &IntakeState,
-    source: &Source,
-    headers: &HeaderMap,
-    operation_id: &OperationId,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Result<(), ApiError> {
-    let (sources::Auth::Hmac { window, .. }, sources::KeySpec::Header(_)) =
-        (&source.auth, &source.key)
-    else {
-        return Ok(());
-    };
-    let Some(mac) = headers
-        .get(sources::SIGNATURE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(sources::signature_mac)
-    else {
-        return Ok(());
-    };
-    use sha2::Digest;
-    let hash = hex::encode(sha2::Sha256::digest(&mac));
-    // The timestamp may be up to a window in the future or the past of `now`.
-    let expires_at = crate::domain::after(now, *window * 2);
-    let first = state
-        .store
-        .use_signature(&source.name, &hash, operation_id.as_str(), expires_at, now)
-        .await?;
-    if first == operation_id.as_str() {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized {
-            code: "signature_replayed",
-            message: "this signature was already used for another key: a captured request sent again is refused; sign each delivery anew".into(),
-        })
-    }
-}
-
-/// A refusal before authentication: journaled while its address and the gateway are
-/// within their budget (`refusals`), else only counted and answered 429.
-async fn journal_refusal(
-    state: &IntakeState,
-    reject: RejectedDelivery,
-    e: ApiError,
-    peer: Option<std::net::IpAddr>,
-) -> Response {
-    match state.refusals.note(peer) {
-        refusals::Verdict::Journal => journal_rejection(state, reject, e).await,
-        refusals::Verdict::CountOnly => ApiError::TooManyRefusals(Box::new(e)).into_response(),
-    }
-}
-
-async fn journal_rejection(state: &IntakeState, reject: RejectedDelivery, e: ApiError) -> Response {
-    tracing::info!(source = %reject.source, error = e.code(), "delivery rejected");
-    match state.store.record_rejected(reject).await {
-        Ok(_) => e.into_response(),
-        Err(db) => ApiError::Unavailable(db).into_response(),
-    }
-}
-
-/// A parsed, authenticated delivery of `source` as the store records it: the key, the
-/// fingerprint, the event time and the contact keys. HTTP deliveries and pulled events
-/// (`record_pulled`) go through the same steps.
-fn delivery(
-    state: &IntakeState,
-    source: &Source,
-    payload: Value,
-    headers: &HeaderMap,
-    body: &[u8],
-    content_type: Option<String>,
-    received_at: chrono::DateTime<chrono::Utc>,
-) -> Result<NewDelivery, ApiError> {
-    reject_nul(&payload)?;
-    let key = source.key(&payload, headers).ok_or_else(|| {
-        ApiError::bad(
-            "missing_key",
-            format!(
-                "the delivery has no operation key: {} is missing or empty",
-                source.key.describe()
-            ),
-        )
-    })?;
-    let operation_id = OperationId::new(&source.name, &key)
-        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
-    let payload_hash = fingerprint(&payload, &source.ignore)
-        .map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
-    let event_time = source.event_time(&payload);
-    let horizon = store::before(received_at, state.tombstone);
-    // Applies only if the key turns out to be new: a known key is answered as usual.
-    let review = event_time
-        .filter(|t| *t < horizon)
-        .map(|_| crate::domain::ReviewReason::LateDuplicate);
-    // Contact keys for cross-channel matching, from the same field mapping the CRM gets.
-    let lead =
-        crate::crm::Lead::from_payload(&operation_id, &source.name, &payload, &source.fields);
-    let contact = ContactKeys {
-        phone: lead
-            .phone
-            .as_deref()
-            .and_then(|p| contact::normalize_phone(p, state.matching.region)),
-        email: lead.email.as_deref().and_then(contact::normalize_email),
-        name: lead
-            .name
-            .as_deref()
-            .and_then(crate::domain::search::display_name),
-    };
-    let rules = state.rules.current();
-    let matching = Some(match rules.sources.get(&source.name) {
-        Some(m) => Matching {
-            rule: m.rule,
-            since: store::before(received_at, m.window),
-            same_channel: m.same_channel.clone(),
-            shared_after: state.matching.shared_after,
-        },
-        None => Matching {
-            rule: source.on_contact_match,
-            since: store::before(received_at, state.matching.window),
-            same_channel: vec![],
-            shared_after: state.matching.shared_after,
-        },
-    });
-    // Credentials the sender put in the delivery are never stored: not in the payload,
-    // not in the journaled body (the key, fingerprint and contact keys are taken above).
-    let mut payload = payload;
-    let raw_body = if sources::redact(&mut payload, &source.redact) {
-        sources::redacted_body(BodyKind::detect(content_type.as_deref(), body), &payload)
-    } else {
-        body.to_vec()
-    };
-    Ok(NewDelivery {
-        operation_id: operation_id.clone(),
-        source: source.name.clone(),
-        content_type,
-        raw_body,
-        payload,
-        payload_hash,
-        transform_version: TRANSFORM_VERSION,
-        contact,
-        event_time,
-        received_at,
-        review,
-        matching,
-    })
-}
-
-async fn accept(
-    state: &IntakeState,
-    source_name: &str,
-    query: Option<&str>,
-    headers: &HeaderMap,
-    body: &Bytes,
-    received_at: chrono::DateTime<chrono::Utc>,
-) -> Result<Response, ApiError> {
-    let source = state
-        .sources
-        .get(source_name)
-        .ok_or(ApiError::UnknownSource)?;
-    source
-        .authenticate(headers, query, body, received_at)
-        .map_err(|f| ApiError::Unauthorized {
-            code: f.code,
-            message: f.message.into(),
-        })?;
-    let content_type = content_type(headers);
-    let kind = BodyKind::detect(content_type.as_deref(), body).ok_or_else(|| {
-        ApiError::bad(
-            "unsupported_media_type",
-            "send application/json or application/x-www-form-urlencoded",
-        )
-    })?;
-    let payload =
-        sources::parse_body(kind, body).map_err(|m| ApiError::bad("malformed_body", m))?;
-    if sources::is_connection_check(kind, &payload) {
-        return Ok((
-            StatusCode::OK,
-            Json(IntakeOk::ConnectionCheck(ConnectionCheck {
+/// The answer to an admitted delivery, in its source's `reply` form.
+fn answer(reply: crate::config::Reply, admitted: admission::Admitted) -> Response {
+    let (operation_id, record) = match admitted {
+        admission::Admitted::ConnectionCheck => {
+            let check = ConnectionCheck {
                 outcome: ConnectionCheckOutcome::ConnectionCheck,
-            })),
-        )
-            .into_response());
-    }
-    if !source.application_token_ok(&payload) {
-        return Err(ApiError::Unauthorized {
-            code: "bad_application_token",
-            message: "auth[application_token] is missing or does not match".into(),
-        });
-    }
-    if !source.zadarma_signature_ok(headers, &payload) {
-        return Err(ApiError::Unauthorized {
-            code: "bad_signature",
-            message: "the Signature header is missing or does not match caller_id, called_did and call_start".into(),
-        });
-    }
-    let delivery = delivery(
-        state,
-        source,
-        payload,
-        headers,
-        body,
-        content_type,
-        received_at,
-    )?;
-    let operation_id = delivery.operation_id.clone();
-    signature_used_once(state, source, headers, &operation_id, received_at).await?;
-    let record = state.store.record_delivery(delivery).await?;
-    if source.reply == crate::config::Reply::Ok {
-        tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
-        return Ok((StatusCode::OK, "ok").into_response());
-    }
+            };
+            return (StatusCode::OK, Json(IntakeOk::ConnectionCheck(check))).into_response();
+        }
+        admission::Admitted::Recorded {
+            operation_id,
+            record,
+        } => (operation_id, record),
+    };
     tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
+    if reply == crate::config::Reply::Ok {
+        return (StatusCode::OK, "ok").into_response();
+    }
     let status = record.outcome.status();
     let recorded = |outcome, crm_id| Recorded {
         operation_id: operation_id.clone(),
@@ -719,7 +471,7 @@ async fn accept(
         status,
         crm_id,
     };
-    let res = match record.outcome {
+    match record.outcome {
         DeliveryOutcome::New { .. } => (
             StatusCode::ACCEPTED,
             Json(recorded(IntakeOutcome::New, None)),
@@ -737,8 +489,7 @@ async fn accept(
             Json(recorded(IntakeOutcome::Conflict, None)),
         )
             .into_response(),
-    };
-    Ok(res)
+    }
 }
 
 /// Zadarma checks a notification URL with `GET ?zd_echo=<random>` and wants the value
@@ -794,9 +545,9 @@ pub enum Pulled {
 }
 
 /// Journals and claims an event that the gateway pulled from `source`'s sender (src/pull)
-/// exactly as an HTTP delivery of that source would be: `Ok` once it is recorded (or its
-/// rejection is journaled), so the puller may acknowledge it; `Err` when the database is
-/// not available, and the event must stay unacknowledged.
+/// exactly as an HTTP delivery of that source would be (`admission`): `Ok` once it is
+/// recorded (or its rejection is journaled), so the puller may acknowledge it; `Err`
+/// when the database is not available, and the event must stay unacknowledged.
 pub async fn record_pulled(
     state: &IntakeState,
     source_name: &str,
@@ -804,83 +555,26 @@ pub async fn record_pulled(
     content_type: &str,
     payload: Value,
 ) -> Result<Pulled, StoreError> {
-    let received_at = state.store.now();
-    let content_type = Some(content_type.to_owned());
-    let Some(source) = state.sources.get(source_name) else {
-        return Ok(Pulled::Rejected(ApiError::UnknownSource.to_string()));
-    };
-    let built = delivery(
-        state,
-        source,
+    let arrival = admission::Arrival::Pulled {
+        body: &raw_body,
+        content_type,
         payload,
-        &HeaderMap::new(),
-        &raw_body,
-        content_type.clone(),
-        received_at,
-    );
-    match built {
-        Ok(d) => {
-            let record = state.store.record_delivery(d).await?;
-            Ok(Pulled::Recorded(record.outcome))
+    };
+    match admission::receive(state, source_name, arrival, state.store.now()).await {
+        Ok(admission::Admitted::Recorded { record, .. }) => Ok(Pulled::Recorded(record.outcome)),
+        // Only a pushed delivery is a connection check; nothing was recorded.
+        Ok(admission::Admitted::ConnectionCheck) => {
+            Ok(Pulled::Rejected("a connection check".into()))
         }
-        Err(e) => {
-            let reason = e.to_string();
-            state
-                .store
-                .record_rejected(RejectedDelivery {
-                    source: source.name.clone(),
-                    operation_id: None,
-                    content_type,
-                    raw_body,
-                    reason: reason.clone(),
-                    received_at,
-                    transform_version: TRANSFORM_VERSION,
-                })
-                .await?;
-            Ok(Pulled::Rejected(reason))
-        }
+        Err(admission::NotAdmitted::Store(e)) => Err(e),
+        // The journal could not take its rejection.
+        Err(admission::NotAdmitted::Answer(ApiError::Unavailable(e))) => Err(e),
+        Err(admission::NotAdmitted::Answer(e)) => Ok(Pulled::Rejected(e.to_string())),
     }
 }
 
-/// Journals a rejection the puller itself decided (an event it cannot read or take:
-/// too large, refused by the sender), so a person sees it in the journal and the
-/// metrics (`outcome="rejected"`); `Err` when the database is not available.
-pub async fn reject_pulled(
-    state: &IntakeState,
-    source_name: &str,
-    raw_body: Vec<u8>,
-    content_type: &str,
-    reason: String,
-) -> Result<(), StoreError> {
-    state
-        .store
-        .record_rejected(RejectedDelivery {
-            source: source_name.to_owned(),
-            operation_id: None,
-            content_type: Some(content_type.to_owned()),
-            raw_body,
-            reason,
-            received_at: state.store.now(),
-            transform_version: TRANSFORM_VERSION,
-        })
-        .await?;
-    Ok(())
-}
-
-/// PostgreSQL stores no NUL character in text or JSON: refused here, with a clear
-/// answer, rather than failing in the database as "unavailable".
-pub(crate) fn reject_nul(payload: &Value) -> Result<(), ApiError> {
-    match sources::find_nul(payload) {
-        Some(at) => Err(ApiError::bad(
-            "nul_character",
-            format!(
-                "the field {} contains a NUL character (\\u0000), which cannot be stored",
-                at.chars().take(120).collect::<String>()
-            ),
-        )),
-        None => Ok(()),
-    }
-}
+pub(crate) use admission::reject_nul;
+pub use admission::reject_pulled;
 
 pub(crate) fn parse_id(id: &str) -> Result<OperationId, ApiError> {
     id.parse()

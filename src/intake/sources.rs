@@ -31,6 +31,8 @@ use crate::config::{Reply, Secret, SourceAuth, SourceConfig};
 use crate::crm::FieldMap;
 use crate::domain::MatchRule;
 
+use super::ApiError;
+
 /// Bumped whenever the way a body becomes a payload changes, so the journal tells which
 /// rules produced a stored payload.
 pub const TRANSFORM_VERSION: i32 = 1;
@@ -100,7 +102,7 @@ pub enum Auth {
     /// A pulled source (`src/pull`): its intake URL takes nothing.
     Pull,
     /// Zadarma's `Signature` header, checked once the body is parsed
-    /// ([`Source::zadarma_signature_ok`]).
+    /// ([`Source::authenticate_payload`]).
     Zadarma(Secret),
 }
 
@@ -252,8 +254,8 @@ impl Source {
 
     /// Checks what can be checked before the body is read: the signature over the
     /// timestamp and the raw body (within the replay window), or the token, in
-    /// constant time. Bitrix24's application token is in the body:
-    /// [`Source::application_token_ok`].
+    /// constant time. What is in the body is [`Source::authenticate_payload`]'s; both are
+    /// called by [`Source::open`].
     pub fn authenticate(
         &self,
         headers: &axum::http::HeaderMap,
@@ -342,50 +344,116 @@ impl Source {
         }
     }
 
-    /// The event key of a delivery, if present and not blank.
-    pub fn key(&self, payload: &Value, headers: &axum::http::HeaderMap) -> Option<String> {
+    /// The event key of a delivery, if present and not blank. A pulled event has no
+    /// headers: a key in a header is missing from it.
+    pub fn key(&self, payload: &Value, headers: Option<&axum::http::HeaderMap>) -> Option<String> {
         let value = match &self.key {
             KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
             KeySpec::Form(alternatives) => form_key(payload, alternatives)?,
-            KeySpec::Header(h) => headers.get(h.as_str())?.to_str().ok()?.to_owned(),
+            KeySpec::Header(h) => headers?.get(h.as_str())?.to_str().ok()?.to_owned(),
         };
         let value = value.trim().to_owned();
         (!value.is_empty()).then_some(value)
     }
+}
 
-    /// Bitrix24 events carry the application's token (compared in constant time);
-    /// sources authenticated otherwise pass.
-    pub fn application_token_ok(&self, payload: &Value) -> bool {
-        let Auth::ApplicationToken(expected) = &self.auth else {
-            return true;
-        };
-        let got = payload
-            .get("auth[application_token]")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        matches_any(got.as_bytes(), std::slice::from_ref(expected))
-    }
+/// A pushed delivery's body once its sender is known to be the source's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Opened {
+    /// A form builder's connection check (`test=test`): answered, never journaled.
+    ConnectionCheck,
+    /// The body, parsed, whose credentials (if it carries any) were checked.
+    Payload(Value),
 }
 
 impl Source {
-    /// Zadarma notifications carry `Signature` over `caller_id`, `called_did` and
-    /// `call_start` (compared in constant time); other sources pass.
-    pub fn zadarma_signature_ok(&self, headers: &axum::http::HeaderMap, payload: &Value) -> bool {
-        let Auth::Zadarma(secret) = &self.auth else {
-            return true;
+    /// Authenticates a delivery POSTed to this source and parses its body: the request's
+    /// credentials first, before the body is parsed ([`Source::authenticate`]), then the
+    /// body, then the credentials some senders carry inside it or sign with it
+    /// ([`Source::authenticate_payload`]). Admission's one call for a pushed delivery
+    /// (`intake::admission`): a new authentication method is an arm of the two `match`es
+    /// over [`Auth`], which the compiler makes every method name.
+    pub fn open(
+        &self,
+        headers: &axum::http::HeaderMap,
+        query: Option<&str>,
+        body: &[u8],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Opened, ApiError> {
+        let unauthorized = |f: AuthFailure| ApiError::Unauthorized {
+            code: f.code,
+            message: f.message.into(),
         };
-        let field = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or("");
-        let Some(got) = headers.get("signature").and_then(|v| v.to_str().ok()) else {
-            return false;
-        };
-        let expected = zadarma_signature(
-            secret.expose().as_bytes(),
-            field("caller_id"),
-            field("called_did"),
-            field("call_start"),
-        );
-        use subtle::ConstantTimeEq;
-        got.trim().as_bytes().ct_eq(expected.as_bytes()).into()
+        self.authenticate(headers, query, body, now)
+            .map_err(unauthorized)?;
+        let content_type = headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        let kind = BodyKind::detect(content_type, body).ok_or_else(|| {
+            ApiError::bad(
+                "unsupported_media_type",
+                "send application/json or application/x-www-form-urlencoded",
+            )
+        })?;
+        let payload = parse_body(kind, body).map_err(|m| ApiError::bad("malformed_body", m))?;
+        if is_connection_check(kind, &payload) {
+            return Ok(Opened::ConnectionCheck);
+        }
+        self.authenticate_payload(headers, &payload)
+            .map_err(unauthorized)?;
+        Ok(Opened::Payload(payload))
+    }
+
+    /// The second look of [`Source::authenticate`], at the parsed body: Bitrix24's
+    /// application token travels in it, Zadarma's `Signature` header signs three of its
+    /// fields (`caller_id`, `called_did`, `call_start`); both are compared in constant
+    /// time. The other methods were settled by the first look.
+    pub fn authenticate_payload(
+        &self,
+        headers: &axum::http::HeaderMap,
+        payload: &Value,
+    ) -> Result<(), AuthFailure> {
+        match &self.auth {
+            Auth::None
+            | Auth::Pull
+            | Auth::Token(_)
+            | Auth::HeaderToken { .. }
+            | Auth::Hmac { .. } => Ok(()),
+            Auth::ApplicationToken(expected) => {
+                let got = payload
+                    .get("auth[application_token]")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if matches_any(got.as_bytes(), std::slice::from_ref(expected)) {
+                    Ok(())
+                } else {
+                    Err(failure(
+                        "bad_application_token",
+                        "auth[application_token] is missing or does not match",
+                    ))
+                }
+            }
+            Auth::Zadarma(secret) => {
+                let field = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or("");
+                let expected = zadarma_signature(
+                    secret.expose().as_bytes(),
+                    field("caller_id"),
+                    field("called_did"),
+                    field("call_start"),
+                );
+                let got = headers.get("signature").and_then(|v| v.to_str().ok());
+                use subtle::ConstantTimeEq;
+                match got {
+                    Some(got) if bool::from(got.trim().as_bytes().ct_eq(expected.as_bytes())) => {
+                        Ok(())
+                    }
+                    _ => Err(failure(
+                        "bad_signature",
+                        "the Signature header is missing or does not match caller_id, called_did and call_start",
+                    )),
+                }
+            }
+        }
     }
 
     /// Whether the intake URL answers Zadarma's `GET ?zd_echo=…` check.
@@ -687,24 +755,26 @@ mod tests {
         headers.insert("idempotency-key", " abc ".parse().unwrap());
         let p = json!({"submission_id": 42, "nested": {"id": "x"}, "blank": "  ", "tranid": "t1"});
         assert_eq!(
-            source("json:/submission_id", None).key(&p, &headers),
+            source("json:/submission_id", None).key(&p, Some(&headers)),
             Some("42".into())
         );
         assert_eq!(
-            source("json:/nested/id", None).key(&p, &headers),
+            source("json:/nested/id", None).key(&p, Some(&headers)),
             Some("x".into())
         );
-        assert_eq!(source("json:/blank", None).key(&p, &headers), None);
-        assert_eq!(source("json:/nested", None).key(&p, &headers), None);
-        assert_eq!(source("json:/missing", None).key(&p, &headers), None);
+        assert_eq!(source("json:/blank", None).key(&p, Some(&headers)), None);
+        assert_eq!(source("json:/nested", None).key(&p, Some(&headers)), None);
+        assert_eq!(source("json:/missing", None).key(&p, Some(&headers)), None);
         assert_eq!(
-            source("header:Idempotency-Key", None).key(&p, &headers),
+            source("header:Idempotency-Key", None).key(&p, Some(&headers)),
             Some("abc".into())
         );
         assert_eq!(
-            source("form:tranid", None).key(&p, &headers),
+            source("form:tranid", None).key(&p, Some(&headers)),
             Some("t1".into())
         );
+        // A pulled event has no headers: its header key is missing.
+        assert_eq!(source("header:Idempotency-Key", None).key(&p, None), None);
     }
 
     #[test]
@@ -725,15 +795,18 @@ mod tests {
         let h = axum::http::HeaderMap::new();
         let b24 = json!({"event": "ONCRMLEADADD", "data[FIELDS][ID]": "42", "ts": "1700000000"});
         assert_eq!(
-            source("form:event+data[FIELDS][ID]+ts", None).key(&b24, &h),
+            source("form:event+data[FIELDS][ID]+ts", None).key(&b24, Some(&h)),
             Some("ONCRMLEADADD:42:1700000000".into())
         );
         let amo = json!({"leads[status][0][id]": "9774766", "account[id]": "1"});
         let s = source("form:leads[add][0][id]|leads[status][0][id]", None);
-        assert_eq!(s.key(&amo, &h), Some("leads[status][0][id]:9774766".into()));
-        assert_eq!(s.key(&json!({"account[id]": "1"}), &h), None);
         assert_eq!(
-            source("form:a+b", None).key(&json!({"a": "1", "b": " "}), &h),
+            s.key(&amo, Some(&h)),
+            Some("leads[status][0][id]:9774766".into())
+        );
+        assert_eq!(s.key(&json!({"account[id]": "1"}), Some(&h)), None);
+        assert_eq!(
+            source("form:a+b", None).key(&json!({"a": "1", "b": " "}), Some(&h)),
             None
         );
     }
@@ -751,22 +824,29 @@ mod tests {
             "NjEwMTZhODI5MWIyYjE3MDZlNjU5M2NhYWE2OWY3MTJlNjEyNmQ5NA=="
         );
         let mut s = source("form:pbx_call_id", None);
-        assert!(s.zadarma_signature_ok(&axum::http::HeaderMap::new(), &json!({})));
+        let ok = |s: &Source, h: &axum::http::HeaderMap, p: &Value| {
+            s.authenticate_payload(h, p).map_err(|f| f.code)
+        };
+        assert_eq!(ok(&s, &axum::http::HeaderMap::new(), &json!({})), Ok(()));
         s.auth = Auth::Zadarma(Secret::new("zd-secret"));
         let call = json!({"caller_id": "+79161234567", "called_did": "74951112233",
                           "call_start": "2026-12-01 10:00:00", "pbx_call_id": "in_1"});
         let mut h = axum::http::HeaderMap::new();
-        assert!(!s.zadarma_signature_ok(&h, &call), "no signature");
+        assert_eq!(ok(&s, &h, &call), Err("bad_signature"), "no signature");
         h.insert(
             "signature",
             "NjEwMTZhODI5MWIyYjE3MDZlNjU5M2NhYWE2OWY3MTJlNjEyNmQ5NA=="
                 .parse()
                 .unwrap(),
         );
-        assert!(s.zadarma_signature_ok(&h, &call));
+        assert_eq!(ok(&s, &h, &call), Ok(()));
         let mut other = call.clone();
         other["caller_id"] = json!("+79160000000");
-        assert!(!s.zadarma_signature_ok(&h, &other), "the caller is signed");
+        assert_eq!(
+            ok(&s, &h, &other),
+            Err("bad_signature"),
+            "the caller is signed"
+        );
     }
 
     #[test]
@@ -796,11 +876,14 @@ mod tests {
     #[test]
     fn application_tokens_are_checked() {
         let mut s = source("form:x", None);
-        assert!(s.application_token_ok(&json!({})));
+        let h = axum::http::HeaderMap::new();
+        let ok = |s: &Source, p: Value| s.authenticate_payload(&h, &p).map_err(|f| f.code);
+        assert_eq!(ok(&s, json!({})), Ok(()));
         s.auth = Auth::ApplicationToken(Secret::new("tok"));
-        assert!(s.application_token_ok(&json!({"auth[application_token]": "tok"})));
-        assert!(!s.application_token_ok(&json!({"auth[application_token]": "bad"})));
-        assert!(!s.application_token_ok(&json!({})));
+        assert_eq!(ok(&s, json!({"auth[application_token]": "tok"})), Ok(()));
+        for bad in [json!({"auth[application_token]": "bad"}), json!({})] {
+            assert_eq!(ok(&s, bad), Err("bad_application_token"));
+        }
     }
 
     #[test]

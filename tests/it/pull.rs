@@ -516,3 +516,67 @@ each_backend!(
         assert_eq!(fake.calls(CREATE), 2, "one lead per update");
     }
 );
+
+each_backend!(
+    a_pulled_event_is_admitted_as_a_posted_one_would_be_keyed_journaled_and_redacted,
+    |db| async move {
+        // One admission for both (src/intake/admission.rs): a pulled event that cannot be
+        // taken is journaled as a POSTed delivery of its source would be, without the
+        // values its source redacts, and acknowledged; a good one is recorded.
+        let tg = FakeTelegram::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let var = format!("TEST_TG_ADMISSION_{}", std::process::id());
+        std::env::set_var(&var, tg.token());
+        let toml = format!(
+            "{}\n[[source]]\nname = \"tg-pulled\"\npreset = \"telegram-updates\"\n\
+             redact = [\"/message/contact/phone_number\"]\n\
+             [source.pull]\nurl = \"{}\"\nbot_token = \"env:{var}\"\nevery = \"50ms\"\n",
+            config_toml(&db.url, &fake.webhook_url()),
+            tg.api_base(),
+        );
+        let gw = Gateway::start_with(fake, Config::parse(&toml).unwrap()).await;
+        // PostgreSQL cannot store a NUL character: refused at admission, like a POST.
+        let mut bad = telegram_message(21, "+7 912 000-77-66");
+        bad["text"] = json!("a\u{0}b");
+        tg.user_sends(bad);
+        let good = tg.user_sends(telegram_message(22, "+7 912 000-88-99"));
+        until(
+            "both updates are confirmed",
+            Duration::from_secs(15),
+            || tg.pending_updates().is_empty(),
+        )
+        .await;
+        gw.wait_status(&format!("tg-pulled:{good}"), "completed")
+            .await;
+        let body = match db.backend {
+            leadgate_testkit::Backend::Sqlite => "cast(raw_body as text)",
+            leadgate_testkit::Backend::Postgres => "convert_from(raw_body, 'UTF8')",
+        };
+        let rejected = db
+            .texts(&format!(
+                "select coalesce({body}, '') || ' | ' || reject_reason from deliveries \
+                 where source = 'tg-pulled' and outcome = 'rejected'"
+            ))
+            .await;
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert!(rejected[0].contains("NUL character"), "{}", rejected[0]);
+        assert!(
+            rejected[0].contains("[redacted]") && !rejected[0].contains("000-77-66"),
+            "the redacted value is not kept: {}",
+            rejected[0]
+        );
+        let kept = db
+            .texts(&format!(
+                "select {body} from deliveries where source = 'tg-pulled' and outcome = 'new'"
+            ))
+            .await;
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(!kept[0].contains("000-88-99"), "{}", kept[0]);
+        std::env::remove_var(&var);
+        gw.stop().await;
+    }
+);
