@@ -38,15 +38,26 @@ pub(crate) fn json_text(v: Option<String>) -> Result<Option<Value>> {
         .transpose()
 }
 
-/// Reads one row as `Stored` and converts it: what the `…_from_row` functions share.
-fn read<'r, R, Stored, T>(r: &'r R) -> Result<T>
-where
-    R: sqlx::Row,
-    Stored: FromRow<'r, R>,
-    T: TryFrom<Stored, Error = StoreError>,
-{
-    T::try_from(Stored::from_row(r)?)
+/// `$name(row)`: one row read as `$stored` (its `FromRow`) and converted to `$value` (its
+/// `TryFrom`), for either backend's row.
+macro_rules! reader {
+    ($name:ident: $stored:ty => $value:ty) => {
+        pub(crate) fn $name<'r, R: sqlx::Row>(r: &'r R) -> Result<$value>
+        where
+            $stored: FromRow<'r, R>,
+        {
+            <$value>::try_from(<$stored>::from_row(r)?)
+        }
+    };
 }
+
+reader!(op_from_row: OperationRow => Operation);
+reader!(case_from_row: ReviewCaseRow => ReviewCase);
+reader!(event_from_row: EventRow => TimelineEvent);
+reader!(rules_from_row: RulesRow => StoredRules);
+reader!(diagnosis_from_row: DiagnosisRow => DiagnosisSummary);
+reader!(request_from_row: HumanRequestRow => RequestRow);
+reader!(delivery_from_row: DeliveryRow => DeliveryView);
 
 /// `operations` as [`OP_COLUMNS`](crate::sql::OP_COLUMNS) selects it.
 #[derive(FromRow)]
@@ -112,13 +123,6 @@ impl TryFrom<OperationRow> for Operation {
     }
 }
 
-pub(crate) fn op_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<Operation>
-where
-    OperationRow: FromRow<'r, R>,
-{
-    read::<R, OperationRow, _>(r)
-}
-
 /// A review case joined with its operation ([`CASE_COLUMNS`](crate::sql::CASE_COLUMNS)).
 #[derive(FromRow)]
 pub(crate) struct ReviewCaseRow {
@@ -159,13 +163,6 @@ impl TryFrom<ReviewCaseRow> for ReviewCase {
     }
 }
 
-pub(crate) fn case_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<ReviewCase>
-where
-    ReviewCaseRow: FromRow<'r, R>,
-{
-    read::<R, ReviewCaseRow, _>(r)
-}
-
 /// One `events` row.
 #[derive(FromRow)]
 pub(crate) struct EventRow {
@@ -190,13 +187,6 @@ impl TryFrom<EventRow> for TimelineEvent {
             detail: json_text(r.detail)?.unwrap_or(Value::Null),
         })
     }
-}
-
-pub(crate) fn event_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<TimelineEvent>
-where
-    EventRow: FromRow<'r, R>,
-{
-    read::<R, EventRow, _>(r)
 }
 
 /// A source's `business_rules` ([`RULES_COLUMNS`](crate::sql::RULES_COLUMNS)).
@@ -229,13 +219,6 @@ impl TryFrom<RulesRow> for StoredRules {
     }
 }
 
-pub(crate) fn rules_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<StoredRules>
-where
-    RulesRow: FromRow<'r, R>,
-{
-    read::<R, RulesRow, _>(r)
-}
-
 /// A saved diagnosis's summary (`diagnosis_reports` without the report).
 #[derive(FromRow)]
 pub(crate) struct DiagnosisRow {
@@ -265,13 +248,6 @@ impl TryFrom<DiagnosisRow> for DiagnosisSummary {
             totals,
         })
     }
-}
-
-pub(crate) fn diagnosis_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<DiagnosisSummary>
-where
-    DiagnosisRow: FromRow<'r, R>,
-{
-    read::<R, DiagnosisRow, _>(r)
 }
 
 /// A person's request ([`REQUEST_COLUMNS`](crate::sql::REQUEST_COLUMNS)).
@@ -307,13 +283,6 @@ impl TryFrom<HumanRequestRow> for RequestRow {
     }
 }
 
-pub(crate) fn request_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<RequestRow>
-where
-    HumanRequestRow: FromRow<'r, R>,
-{
-    read::<R, HumanRequestRow, _>(r)
-}
-
 /// A journaled delivery as a person reads it.
 #[derive(FromRow)]
 pub(crate) struct DeliveryRow {
@@ -340,13 +309,6 @@ impl TryFrom<DeliveryRow> for DeliveryView {
             payload_hash: r.payload_hash,
         })
     }
-}
-
-pub(crate) fn delivery_from_row<'r, R: sqlx::Row>(r: &'r R) -> Result<DeliveryView>
-where
-    DeliveryRow: FromRow<'r, R>,
-{
-    read::<R, DeliveryRow, _>(r)
 }
 
 /// One search hit's columns; which field it matched is the query's to say
