@@ -529,8 +529,12 @@ each_backend!(
         let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        let var = format!("TEST_TG_ADMISSION_{}", std::process::id());
-        std::env::set_var(&var, tg.token());
+        // One variable per backend: both run at once in this process.
+        let var = match db.backend {
+            leadgate_testkit::Backend::Sqlite => "TEST_TG_ADMISSION_SQLITE",
+            leadgate_testkit::Backend::Postgres => "TEST_TG_ADMISSION_POSTGRES",
+        };
+        std::env::set_var(var, tg.token());
         let toml = format!(
             "{}\n[[source]]\nname = \"tg-pulled\"\npreset = \"telegram-updates\"\n\
              redact = [\"/message/contact/phone_number\"]\n\
@@ -576,7 +580,6 @@ each_backend!(
             .await;
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert!(!kept[0].contains("000-88-99"), "{}", kept[0]);
-        std::env::remove_var(&var);
         gw.stop().await;
     }
 );

@@ -343,7 +343,7 @@ pub struct ReviewCase {
 
 /// A connector's web pages (migration 0013): `{id}` in `entity_url` is the CRM id, `{q}`
 /// in `search_url` what to search for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct CrmLinks {
     pub connector: String,
     pub entity_url: String,

@@ -44,7 +44,7 @@ pub trait CrmAccess: Clock {
 
 /// A CRM connector's OAuth tokens as stored (see [`CrmAccess::crm_token`]). `Debug` never
 /// shows the tokens.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct CrmToken {
     /// `None` until the first refresh (a row seeded from the configured refresh token).
     pub access_token: Option<String>,

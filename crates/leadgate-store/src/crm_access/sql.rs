@@ -26,22 +26,13 @@ macro_rules! crm_access_sql {
             }
 
             async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
-                let row = sqlx::query(
+                Ok(sqlx::query_as::<_, CrmToken>(
                     "select access_token, refresh_token, expires_at, version from crm_tokens \
                      where connector = $1",
                 )
                 .bind(connector)
                 .fetch_optional(&self.pool)
-                .await?;
-                row.map(|r| {
-                    Ok(CrmToken {
-                        access_token: r.try_get("access_token")?,
-                        refresh_token: r.try_get("refresh_token")?,
-                        expires_at: r.try_get("expires_at")?,
-                        version: r.try_get("version")?,
-                    })
-                })
-                .transpose()
+                .await?)
             }
 
             async fn save_crm_token(

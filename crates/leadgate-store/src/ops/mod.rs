@@ -101,7 +101,7 @@ pub(crate) struct ContactMatch {
 }
 
 /// A conflicting delivery's data, for *accept as new*.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct DeliveryData {
     pub payload: Option<String>,
     pub payload_hash: Option<String>,

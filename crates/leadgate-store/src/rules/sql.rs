@@ -24,22 +24,12 @@ macro_rules! rules_sql {
             }
 
             async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
-                let rows = sqlx::query(
+                Ok(sqlx::query_as::<_, CrmLinks>(
                     "select connector, entity_url, search_url, contact_url from crm_links \
                      order by updated_at desc, connector",
                 )
                 .fetch_all(&self.pool)
-                .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok(CrmLinks {
-                            connector: r.try_get("connector")?,
-                            entity_url: r.try_get("entity_url")?,
-                            search_url: r.try_get("search_url")?,
-                            contact_url: r.try_get("contact_url")?,
-                        })
-                    })
-                    .collect()
+                .await?)
             }
 
             async fn business_rules(&self) -> Result<Vec<StoredRules>> {

@@ -204,17 +204,12 @@ macro_rules! tx_operations {
             }
 
             async fn delivery_data(&mut self, delivery_id: i64) -> Result<DeliveryData> {
-                let row = sqlx::query(
+                Ok(sqlx::query_as::<_, DeliveryData>(
                     "select payload, payload_hash, event_time from deliveries where id = $1",
                 )
                 .bind(delivery_id)
                 .fetch_one(&mut *self.0)
-                .await?;
-                Ok(DeliveryData {
-                    payload: row.try_get("payload")?,
-                    payload_hash: row.try_get("payload_hash")?,
-                    event_time: row.try_get("event_time")?,
-                })
+                .await?)
             }
 
             async fn record_grant(&mut self, operation_id: &str, token_sha256: &str, now: DateTime<Utc>) -> Result<()> {

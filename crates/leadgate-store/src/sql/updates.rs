@@ -48,15 +48,7 @@ macro_rules! tx_updates {
                     "select state, lease_token, delivery_id, crm_id from crm_updates where id = $1{}",
                     DIALECT.lock_row
                 );
-                let Some(r) = sqlx::query(&sql).bind(id).fetch_optional(&mut *self.0).await? else {
-                    return Ok(None);
-                };
-                Ok(Some($crate::updates::ops::UpdateRow {
-                    state: r.try_get("state")?,
-                    lease_token: r.try_get("lease_token")?,
-                    delivery_id: r.try_get("delivery_id")?,
-                    crm_id: r.try_get("crm_id")?,
-                }))
+                Ok(sqlx::query_as(&sql).bind(id).fetch_optional(&mut *self.0).await?)
             }
 
             async fn write_crm_update(

@@ -21,7 +21,7 @@ use leadgate_domain::{ErrorClass, ReviewReason};
 use crate::ops::{append_all, must_lock, open_case, save, WriteTx};
 
 /// A `crm_updates` row as [`finish`] reads it, locked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct UpdateRow {
     pub state: String,
     pub lease_token: Option<String>,
