@@ -57,7 +57,7 @@ impl Arrival<'_> {
 
     fn content_type(&self) -> Option<String> {
         match self {
-            Arrival::Pushed { headers, .. } => super::content_type(headers),
+            Arrival::Pushed { headers, .. } => sources::content_type(headers),
             Arrival::Pulled { content_type, .. } => Some((*content_type).to_owned()),
         }
     }
@@ -113,24 +113,40 @@ pub(super) async fn receive(
         return Err(NotAdmitted::Answer(e));
     }
     let (raw_body, reason) = rejected_body(source, &arrival, &e);
-    let reject = RejectedDelivery {
-        // Only configured names are journaled as sources.
-        source: source
-            .map_or(UNKNOWN_SOURCE, |s| s.name.as_str())
-            .to_owned(),
-        operation_id: None,
-        content_type: arrival.content_type(),
+    let reject = refusal(
+        source,
+        arrival.content_type(),
         raw_body,
         reason,
         received_at,
-        transform_version: TRANSFORM_VERSION,
-    };
+    );
     Err(NotAdmitted::Answer(match (&e, &arrival) {
         (ApiError::Unauthorized { .. } | ApiError::UnknownSource, Arrival::Pushed { peer, .. }) => {
             journal_refusal(state, reject, e, *peer).await
         }
         _ => journal_rejection(state, reject, e).await,
     }))
+}
+
+/// A refused delivery's journal row. Only configured names are journaled as sources.
+pub(super) fn refusal(
+    source: Option<&Source>,
+    content_type: Option<String>,
+    raw_body: Vec<u8>,
+    reason: String,
+    received_at: chrono::DateTime<chrono::Utc>,
+) -> RejectedDelivery {
+    RejectedDelivery {
+        source: source
+            .map_or(UNKNOWN_SOURCE, |s| s.name.as_str())
+            .to_owned(),
+        operation_id: None,
+        content_type,
+        raw_body,
+        reason,
+        received_at,
+        transform_version: TRANSFORM_VERSION,
+    }
 }
 
 /// Where [`admit`] stopped.

@@ -52,9 +52,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::domain::{contact, OperationId, ReviewReason, Status};
-use crate::store::{self, DeliveryOutcome, RejectedDelivery, Store, StoreError};
+use crate::store::{self, DeliveryOutcome, Store, StoreError};
 pub use error::{ApiError, ErrorBody};
-use sources::{Source, TRANSFORM_VERSION};
+use sources::Source;
 
 #[derive(Clone)]
 pub struct IntakeState {
@@ -279,13 +279,6 @@ pub fn router(state: IntakeState) -> Router {
 /// Not a valid source name, so it cannot clash with a configured one.
 pub const UNKNOWN_SOURCE: &str = "(unknown)";
 
-fn content_type(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
 /// Reads the body up to `max` bytes.
 async fn read_body(
     body: Body,
@@ -412,18 +405,13 @@ async fn intake(
         Err(e) => {
             // Nothing to keep of a body over the limit or too slow to arrive, but the
             // refusal is journaled.
-            let reject = RejectedDelivery {
-                source: match state.sources.get(&source_name) {
-                    Some(s) => s.name.clone(),
-                    None => UNKNOWN_SOURCE.to_owned(),
-                },
-                operation_id: None,
-                content_type: content_type(&headers),
-                raw_body: Vec::new(),
-                reason: e.to_string(),
+            let reject = admission::refusal(
+                state.sources.get(&source_name),
+                sources::content_type(&headers),
+                Vec::new(),
+                e.to_string(),
                 received_at,
-                transform_version: TRANSFORM_VERSION,
-            };
+            );
             // The body comes before the credentials: a stranger's refusal.
             return admission::journal_refusal(&state, reject, e, peer)
                 .await

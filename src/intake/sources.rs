@@ -357,6 +357,14 @@ impl Source {
     }
 }
 
+/// A request's `Content-Type`, as sent.
+pub fn content_type(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// A pushed delivery's body once its sender is known to be the source's.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Opened {
@@ -386,10 +394,7 @@ impl Source {
         };
         self.authenticate(headers, query, body, now)
             .map_err(unauthorized)?;
-        let content_type = headers
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        let kind = BodyKind::detect(content_type, body).ok_or_else(|| {
+        let kind = BodyKind::detect(content_type(headers).as_deref(), body).ok_or_else(|| {
             ApiError::bad(
                 "unsupported_media_type",
                 "send application/json or application/x-www-form-urlencoded",
