@@ -14,10 +14,14 @@ use sqlx::FromRow;
 
 use leadgate_domain::OperationId;
 
+use leadgate_domain::outage::Health;
+
+use crate::ops::{CaseRow, Locked};
 use crate::review::requests::RequestRow;
 use crate::{
-    Ask, ContactKeys, DeliveryView, DiagnosisSummary, MatchedField, Operation, Result, ReviewCase,
-    SearchHit, SearchQuery, SourceRules, StoreError, StoredRules, TimelineEvent,
+    AlertTurn, Ask, Connector, ContactKeys, DeliveryView, DiagnosisSummary, MatchedField,
+    Operation, PendingAlert, Result, ReviewCase, RuleChange, SearchHit, SearchQuery, SourceRules,
+    StoreError, StoredRules, TimelineEvent, UpdateClaim,
 };
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
@@ -119,6 +123,258 @@ impl TryFrom<OperationRow> for Operation {
             created_at: r.created_at,
             updated_at: r.updated_at,
             purged_at: r.purged_at,
+        })
+    }
+}
+
+/// An operation as a write locks it: its row and the lease bookkeeping beside it.
+#[derive(FromRow)]
+pub(crate) struct LockedRow {
+    #[sqlx(flatten)]
+    op: OperationRow,
+    lease_token: Option<String>,
+    finished_token: Option<String>,
+    quiet_after: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<LockedRow> for Locked {
+    type Error = StoreError;
+
+    fn try_from(r: LockedRow) -> Result<Self> {
+        let op = Operation::try_from(r.op)?;
+        Ok(Locked {
+            read_version: op.version,
+            lease_token: r.lease_token,
+            finished_token: r.finished_token,
+            quiet_after: r.quiet_after,
+            op,
+        })
+    }
+}
+
+/// A review case as a write locks it (`review_cases` alone).
+#[derive(FromRow)]
+pub(crate) struct CaseLockRow {
+    operation_id: String,
+    reason: String,
+    resolved_at: Option<DateTime<Utc>>,
+    resolved_by: Option<String>,
+    delivery_id: Option<i64>,
+}
+
+impl TryFrom<CaseLockRow> for CaseRow {
+    type Error = StoreError;
+
+    fn try_from(r: CaseLockRow) -> Result<Self> {
+        Ok(CaseRow {
+            operation_id: r.operation_id,
+            reason: r.reason.parse().map_err(corrupt)?,
+            resolved_at: r.resolved_at,
+            resolved_by: r.resolved_by,
+            delivery_id: r.delivery_id,
+        })
+    }
+}
+
+/// A connector's outage bookkeeping (`connectors`), which the domain decides on.
+#[derive(FromRow)]
+pub(crate) struct HealthRow {
+    failures: i32,
+    unreachable_since: Option<DateTime<Utc>>,
+    probe_at: Option<DateTime<Utc>>,
+    probes: i32,
+}
+
+impl From<HealthRow> for Health {
+    fn from(r: HealthRow) -> Self {
+        Health {
+            failures: r.failures,
+            unreachable_since: r.unreachable_since,
+            probe_at: r.probe_at,
+            probes: r.probes,
+        }
+    }
+}
+
+/// A connector as the dashboard shows it (`connectors`; paused is a state).
+#[derive(FromRow)]
+pub(crate) struct ConnectorRow {
+    name: String,
+    state: String,
+    reason: Option<String>,
+    since: DateTime<Utc>,
+    changed_by: String,
+    unreachable_since: Option<DateTime<Utc>>,
+}
+
+impl From<ConnectorRow> for Connector {
+    fn from(r: ConnectorRow) -> Self {
+        Connector {
+            paused: r.state == "paused",
+            name: r.name,
+            reason: r.reason,
+            since: r.since,
+            changed_by: r.changed_by,
+            unreachable_since: r.unreachable_since,
+        }
+    }
+}
+
+/// One `business_rule_history` row: the rules before and after, as JSON text.
+#[derive(FromRow)]
+pub(crate) struct RuleChangeRow {
+    id: i64,
+    source: String,
+    version: i64,
+    actor: String,
+    changed_at: DateTime<Utc>,
+    before: Option<String>,
+    after: String,
+}
+
+impl TryFrom<RuleChangeRow> for RuleChange {
+    type Error = StoreError;
+
+    fn try_from(r: RuleChangeRow) -> Result<Self> {
+        let rules = |t: &str| serde_json::from_str::<SourceRules>(t).map_err(corrupt);
+        Ok(RuleChange {
+            id: r.id,
+            source: r.source,
+            version: r.version,
+            actor: r.actor,
+            changed_at: r.changed_at,
+            before: r.before.as_deref().map(rules).transpose()?,
+            after: rules(&r.after)?,
+        })
+    }
+}
+
+/// A saved diagnosis with its report.
+#[derive(FromRow)]
+pub(crate) struct DiagnosisReportRow {
+    #[sqlx(flatten)]
+    summary: DiagnosisRow,
+    report: String,
+}
+
+impl TryFrom<DiagnosisReportRow> for (DiagnosisSummary, Value) {
+    type Error = StoreError;
+
+    fn try_from(r: DiagnosisReportRow) -> Result<Self> {
+        Ok((
+            r.summary.try_into()?,
+            serde_json::from_str(&r.report).map_err(corrupt)?,
+        ))
+    }
+}
+
+/// A CRM update as a claim reads it: the update, its operation's lead and the later
+/// delivery's.
+#[derive(FromRow)]
+pub(crate) struct UpdateRow {
+    id: i64,
+    operation_id: String,
+    source: String,
+    crm_id: String,
+    case_id: i64,
+    delivery_id: i64,
+    attempts: i32,
+    original: Option<String>,
+    later: Option<String>,
+}
+
+impl UpdateRow {
+    /// The claim of this update under the lease `token` of `owner`.
+    pub(crate) fn claim(
+        self,
+        owner: &str,
+        token: String,
+        expires_at: DateTime<Utc>,
+    ) -> Result<UpdateClaim> {
+        Ok(UpdateClaim {
+            id: self.id,
+            operation_id: OperationId::try_from(self.operation_id).map_err(corrupt)?,
+            source: self.source,
+            crm_id: self.crm_id,
+            case_id: self.case_id,
+            delivery_id: self.delivery_id,
+            original: json_text(self.original)?,
+            later: json_text(self.later)?,
+            attempts: self.attempts,
+            owner: owner.to_owned(),
+            token,
+            expires_at,
+        })
+    }
+}
+
+/// An alert channel's state ([`CHANNEL_COLUMNS`]): what it sent in the last minute and
+/// the message it has yet to deliver, as JSON text.
+#[derive(FromRow)]
+pub(crate) struct ChannelRow {
+    case_cursor: i64,
+    last_group_at: Option<DateTime<Utc>>,
+    recent_sends: String,
+    pending: Option<String>,
+    /// The case cursor the pending message advances to.
+    pub(crate) pending_cursor: Option<i64>,
+    pending_conditions: Option<String>,
+    failures: i32,
+    next_try_at: Option<DateTime<Utc>>,
+    lease_token: Option<String>,
+    lease_until: Option<DateTime<Utc>>,
+}
+
+/// The columns of a [`ChannelRow`].
+pub(crate) const CHANNEL_COLUMNS: &str = "case_cursor, last_group_at, recent_sends, pending, \
+    pending_cursor, pending_conditions, failures, next_try_at, lease_token, lease_until";
+
+impl ChannelRow {
+    /// Another owner holds the channel's lease at `now`.
+    pub(crate) fn leased_at(&self, now: DateTime<Utc>) -> bool {
+        self.lease_token.is_some() && self.lease_until.is_some_and(|u| u > now)
+    }
+
+    /// When the channel accepted messages lately, as epoch milliseconds.
+    pub(crate) fn recent_sends(&self) -> Result<Vec<i64>> {
+        serde_json::from_str(&self.recent_sends).map_err(corrupt)
+    }
+
+    /// The message the channel has yet to deliver.
+    pub(crate) fn pending(&self) -> Result<Option<PendingAlert>> {
+        let Some(body) = &self.pending else {
+            return Ok(None);
+        };
+        Ok(Some(PendingAlert {
+            body: body.clone(),
+            cursor: self.pending_cursor,
+            conditions: serde_json::from_str(self.pending_conditions.as_deref().unwrap_or("[]"))
+                .map_err(corrupt)?,
+        }))
+    }
+
+    /// The turn of the lease `token` until `lease_until`, with the conditions as last
+    /// announced.
+    pub(crate) fn turn(
+        self,
+        token: String,
+        lease_until: DateTime<Utc>,
+        conditions: Vec<crate::AlertCondition>,
+    ) -> Result<AlertTurn> {
+        Ok(AlertTurn {
+            recent_sends: self
+                .recent_sends()?
+                .into_iter()
+                .filter_map(DateTime::<Utc>::from_timestamp_millis)
+                .collect(),
+            pending: self.pending()?,
+            token,
+            lease_until,
+            case_cursor: self.case_cursor,
+            last_group_at: self.last_group_at,
+            failures: self.failures,
+            next_try_at: self.next_try_at,
+            conditions,
         })
     }
 }

@@ -96,7 +96,7 @@ pub struct PendingAlert {
 }
 
 /// A threshold or a connector pause as last announced to a channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AlertCondition {
     pub key: String,
     pub firing: bool,

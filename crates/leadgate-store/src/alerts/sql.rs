@@ -26,15 +26,11 @@ macro_rules! alerts_sql {
                 .execute(&mut *tx)
                 .await?;
                 let sql = format!(
-                    "select case_cursor, last_group_at, recent_sends, pending, pending_cursor, \
-                     pending_conditions, failures, next_try_at, lease_token, lease_until \
-                     from alert_channels where channel = $1{}",
+                    "select {CHANNEL_COLUMNS} from alert_channels where channel = $1{}",
                     DIALECT.lock_row
                 );
-                let r = sqlx::query(&sql).bind(channel).fetch_one(&mut *tx).await?;
-                let held: Option<String> = r.try_get("lease_token")?;
-                let until: Option<DateTime<Utc>> = r.try_get("lease_until")?;
-                if held.is_some() && until.is_some_and(|u| u > now) {
+                let r: ChannelRow = sqlx::query_as(&sql).bind(channel).fetch_one(&mut *tx).await?;
+                if r.leased_at(now) {
                     tx.commit().await?;
                     return Ok(None);
                 }
@@ -50,53 +46,15 @@ macro_rules! alerts_sql {
                 .bind(lease_until)
                 .execute(&mut *tx)
                 .await?;
-                let conditions = sqlx::query(
+                let conditions: Vec<AlertCondition> = sqlx::query_as(
                     "select key, firing, since, notified_at from alert_conditions \
                      where channel = $1 order by key",
                 )
                 .bind(channel)
                 .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|c| {
-                    Ok(AlertCondition {
-                        key: c.try_get("key")?,
-                        firing: c.try_get("firing")?,
-                        since: c.try_get("since")?,
-                        notified_at: c.try_get("notified_at")?,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+                .await?;
                 tx.commit().await?;
-                let recent: Vec<i64> =
-                    serde_json::from_str(&r.try_get::<String, _>("recent_sends")?).map_err(corrupt)?;
-                let pending = match r.try_get::<Option<String>, _>("pending")? {
-                    None => None,
-                    Some(body) => Some(PendingAlert {
-                        body,
-                        cursor: r.try_get("pending_cursor")?,
-                        conditions: serde_json::from_str(
-                            r.try_get::<Option<String>, _>("pending_conditions")?
-                                .as_deref()
-                                .unwrap_or("[]"),
-                        )
-                        .map_err(corrupt)?,
-                    }),
-                };
-                Ok(Some(AlertTurn {
-                    token,
-                    lease_until,
-                    case_cursor: r.try_get("case_cursor")?,
-                    last_group_at: r.try_get("last_group_at")?,
-                    recent_sends: recent
-                        .into_iter()
-                        .filter_map(DateTime::<Utc>::from_timestamp_millis)
-                        .collect(),
-                    pending,
-                    failures: r.try_get("failures")?,
-                    next_try_at: r.try_get("next_try_at")?,
-                    conditions,
-                }))
+                r.turn(token, lease_until, conditions).map(Some)
             }
 
             async fn alert_arm(
@@ -151,11 +109,11 @@ macro_rules! alerts_sql {
             ) -> Result<()> {
                 let mut tx = self.begin_write().await?;
                 let sql = format!(
-                    "select recent_sends, pending, pending_cursor, pending_conditions \
-                     from alert_channels where channel = $1 and lease_token = $2{}",
+                    "select {CHANNEL_COLUMNS} from alert_channels \
+                     where channel = $1 and lease_token = $2{}",
                     DIALECT.lock_row
                 );
-                let Some(r) = sqlx::query(&sql)
+                let Some(r): Option<ChannelRow> = sqlx::query_as(&sql)
                     .bind(channel)
                     .bind(token)
                     .fetch_optional(&mut *tx)
@@ -176,23 +134,14 @@ macro_rules! alerts_sql {
                     tx.commit().await?;
                     return Ok(());
                 }
-                let mut recent: Vec<i64> =
-                    serde_json::from_str(&r.try_get::<String, _>("recent_sends")?).map_err(corrupt)?;
+                let mut recent = r.recent_sends()?;
                 let minute_ago = (now - chrono::TimeDelta::minutes(1)).timestamp_millis();
                 recent.retain(|ms| *ms > minute_ago);
                 if outcome == AlertOutcome::Accepted {
                     recent.push(now.timestamp_millis());
                 }
-                let cursor: Option<i64> = r.try_get("pending_cursor")?;
-                let conditions: Vec<(String, bool)> = match r.try_get::<Option<String>, _>("pending")? {
-                    None => vec![],
-                    Some(_) => serde_json::from_str(
-                        r.try_get::<Option<String>, _>("pending_conditions")?
-                            .as_deref()
-                            .unwrap_or("[]"),
-                    )
-                    .map_err(corrupt)?,
-                };
+                let cursor = r.pending_cursor;
+                let conditions = r.pending()?.map(|p| p.conditions).unwrap_or_default();
                 sqlx::query(&format!(
                     "update alert_channels set recent_sends = $2, \
                      case_cursor = coalesce($3, case_cursor), \

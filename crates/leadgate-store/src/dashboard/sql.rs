@@ -98,24 +98,13 @@ macro_rules! dashboard_sql {
             }
 
             async fn connectors(&self) -> Result<Vec<Connector>> {
-                let rows = sqlx::query(
+                let rows = sqlx::query_as::<_, ConnectorRow>(
                     "select name, state, reason, since, changed_by, unreachable_since from connectors \
                      order by name",
                 )
                 .fetch_all(&self.pool)
                 .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok(Connector {
-                            name: r.try_get("name")?,
-                            paused: r.try_get::<String, _>("state")? == "paused",
-                            reason: r.try_get("reason")?,
-                            since: r.try_get("since")?,
-                            changed_by: r.try_get("changed_by")?,
-                            unreachable_since: r.try_get("unreachable_since")?,
-                        })
-                    })
-                    .collect()
+                Ok(rows.into_iter().map(Into::into).collect())
             }
 
             async fn metrics(

@@ -28,23 +28,15 @@ macro_rules! reads_sql {
             }
 
             async fn diagnosis(&self, id: i64) -> Result<Option<(DiagnosisSummary, Value)>> {
-                let row = sqlx::query(
+                sqlx::query_as::<_, DiagnosisReportRow>(
                     "select id, generated_at, input, period_from, period_to, group_count, \
                      pair_count, totals, report from diagnosis_reports where id = $1",
                 )
                 .bind(id)
                 .fetch_optional(&self.pool)
-                .await?;
-                match row {
-                    None => Ok(None),
-                    Some(r) => {
-                        let report: String = r.try_get("report")?;
-                        Ok(Some((
-                            diagnosis_from_row(&r)?,
-                            serde_json::from_str(&report).map_err(corrupt)?,
-                        )))
-                    }
-                }
+                .await?
+                .map(TryInto::try_into)
+                .transpose()
             }
 
             async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {

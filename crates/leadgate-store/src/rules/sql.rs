@@ -47,7 +47,7 @@ macro_rules! rules_sql {
             }
 
             async fn rules_history(&self, source: Option<&str>, limit: i64) -> Result<Vec<RuleChange>> {
-                let rows = sqlx::query(
+                let rows = sqlx::query_as::<_, RuleChangeRow>(
                     "select id, source, version, actor, changed_at, before, after \
                      from business_rule_history where (cast($1 as text) is null or source = $1) \
                      order by id desc limit $2",
@@ -56,23 +56,7 @@ macro_rules! rules_sql {
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await?;
-                let rules = |text: Option<String>| -> Result<Option<SourceRules>> {
-                    text.map(|t| serde_json::from_str(&t).map_err(corrupt)).transpose()
-                };
-                rows.iter()
-                    .map(|r| {
-                        Ok(RuleChange {
-                            id: r.try_get("id")?,
-                            source: r.try_get("source")?,
-                            version: r.try_get("version")?,
-                            actor: r.try_get("actor")?,
-                            changed_at: r.try_get("changed_at")?,
-                            before: rules(r.try_get("before")?)?,
-                            after: rules(Some(r.try_get("after")?))?
-                                .ok_or_else(|| corrupt("a rules change without its rules"))?,
-                        })
-                    })
-                    .collect()
+                rows.into_iter().map(RuleChange::try_from).collect()
             }
 
             async fn seed_rules(&self, seeds: &[SourceRules], now: DateTime<Utc>) -> Result<Vec<String>> {

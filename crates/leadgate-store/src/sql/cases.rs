@@ -43,17 +43,12 @@ macro_rules! tx_cases {
                      from review_cases where id = $1{}",
                     DIALECT.lock_row
                 );
-                let row = sqlx::query(&sql).bind(case_id).fetch_optional(&mut *self.0).await?;
-                row.map(|r| {
-                    Ok(CaseRow {
-                        operation_id: r.try_get("operation_id")?,
-                        reason: r.try_get::<String, _>("reason")?.parse().map_err(corrupt)?,
-                        resolved_at: r.try_get("resolved_at")?,
-                        resolved_by: r.try_get("resolved_by")?,
-                        delivery_id: r.try_get("delivery_id")?,
-                    })
-                })
-                .transpose()
+                sqlx::query_as::<_, CaseLockRow>(&sql)
+                    .bind(case_id)
+                    .fetch_optional(&mut *self.0)
+                    .await?
+                    .map(CaseRow::try_from)
+                    .transpose()
             }
 
             async fn close_case(

@@ -87,16 +87,11 @@ macro_rules! tx_connectors {
                      where name = $1{}",
                     DIALECT.lock_row
                 );
-                let row = sqlx::query(&sql).bind(name).fetch_optional(&mut *self.0).await?;
-                row.map(|r| {
-                    Ok(leadgate_domain::outage::Health {
-                        failures: r.try_get("failures")?,
-                        unreachable_since: r.try_get("unreachable_since")?,
-                        probe_at: r.try_get("probe_at")?,
-                        probes: r.try_get("probes")?,
-                    })
-                })
-                .transpose()
+                let row = sqlx::query_as::<_, HealthRow>(&sql)
+                    .bind(name)
+                    .fetch_optional(&mut *self.0)
+                    .await?;
+                Ok(row.map(Into::into))
             }
 
             async fn add_connector_row(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {

@@ -105,7 +105,6 @@ macro_rules! sql_store {
 
         use chrono::{DateTime, Utc};
         use serde_json::Value;
-        use sqlx::Row;
 
         use leadgate_domain::{OperationId, Resolution, ReviewReason, Status};
         use $crate::ops::{
@@ -113,8 +112,10 @@ macro_rules! sql_store {
         };
         use $crate::requests::outcome_of as requests_outcome_of;
         use $crate::rows::{
-            case_from_row, delivery_from_row, diagnosis_from_row, event_from_row, json_text,
-            op_from_row, request_from_row, rules_from_row, SearchRow,
+            case_from_row, delivery_from_row, diagnosis_from_row, event_from_row, op_from_row,
+            request_from_row, rules_from_row, CaseLockRow, ChannelRow, ConnectorRow,
+            DiagnosisReportRow, HealthRow, LockedRow, RuleChangeRow, SearchRow, UpdateRow,
+            CHANNEL_COLUMNS,
         };
         use $crate::sql::{
             SqlTx, CASE_COLUMNS, OP_COLUMNS, PICK_DUE, PICK_REDELIVERY, PICK_STALE,

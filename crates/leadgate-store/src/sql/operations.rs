@@ -12,18 +12,12 @@ macro_rules! tx_operations {
                      where operation_id = $1{}",
                     DIALECT.lock_row
                 );
-                let row = sqlx::query(&sql).bind(id).fetch_optional(&mut *self.0).await?;
-                row.map(|r| {
-                    let op = op_from_row(&r)?;
-                    Ok(Locked {
-                        read_version: op.version,
-                        lease_token: r.try_get("lease_token")?,
-                        finished_token: r.try_get("finished_token")?,
-                        quiet_after: r.try_get("quiet_after")?,
-                        op,
-                    })
-                })
-                .transpose()
+                sqlx::query_as::<_, LockedRow>(&sql)
+                    .bind(id)
+                    .fetch_optional(&mut *self.0)
+                    .await?
+                    .map(Locked::try_from)
+                    .transpose()
             }
 
             async fn update_operation(&mut self, l: &Locked) -> Result<u64> {

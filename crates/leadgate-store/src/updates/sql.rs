@@ -61,7 +61,7 @@ macro_rules! updates_sql {
                 .bind(now)
                 .execute(&mut *tx.0)
                 .await?;
-                let r = sqlx::query(
+                let row = sqlx::query_as::<_, UpdateRow>(
                     "select u.id, u.operation_id, o.source, u.crm_id, u.case_id, u.delivery_id, \
                      u.attempts, o.payload as original, d.payload as later \
                      from crm_updates u join operations o on o.operation_id = u.operation_id \
@@ -70,21 +70,7 @@ macro_rules! updates_sql {
                 .bind(id)
                 .fetch_one(&mut *tx.0)
                 .await?;
-                let claim = UpdateClaim {
-                    id,
-                    operation_id: OperationId::try_from(r.try_get::<String, _>("operation_id")?)
-                        .map_err(corrupt)?,
-                    source: r.try_get("source")?,
-                    crm_id: r.try_get("crm_id")?,
-                    case_id: r.try_get("case_id")?,
-                    delivery_id: r.try_get("delivery_id")?,
-                    original: json_text(r.try_get("original")?)?,
-                    later: json_text(r.try_get("later")?)?,
-                    attempts: r.try_get("attempts")?,
-                    owner: owner.to_owned(),
-                    token,
-                    expires_at,
-                };
+                let claim = row.claim(owner, token, expires_at)?;
                 tx.commit().await?;
                 Ok(Some(claim))
             }
