@@ -7,8 +7,9 @@ export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 .PHONY: test check lint unit test-loaded test-n8n test-api test-n8n-node demo bench chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
-## PostgreSQL, the UI's type check and unit tests, the console in a real window, the
-## HTTP contract fuzzed against a live gateway and the n8n community node's tests.
+## PostgreSQL (the web console in Chromium among them), the UI's type check and unit tests,
+## the console in a real window, the HTTP contract fuzzed against a live gateway and the n8n
+## community node's tests.
 test: lint unit test-console e2e test-api test-n8n-node
 
 ## The workspace includes the console, so these need WebKitGTK: installed when missing.
@@ -22,11 +23,15 @@ lint:
 
 ## tests/n8n.rs (part of `cargo test --workspace`) runs the n8n example in a real n8n:
 ## installed first, once, under /var/tmp; a failed install fails here.
-unit:
+## tests/browser.rs drives the web console in Chromium: the browser, its driver and the
+## built UI come first.
+unit: ui/node_modules
 	scripts/install-console-deps.sh
 	scripts/install-test-deps.sh
+	scripts/install-browser-deps.sh
 	scripts/ensure-postgres.sh
 	scripts/install-n8n.sh >/dev/null
+	npm --prefix ui run build
 	cargo test --workspace --locked
 
 ## `unit`'s Rust tests with the machine loaded by `stress-ng --cpu $(LOAD_CPUS)` (default 2;

@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 choose_port GATEWAY_PORT DEMO_GATEWAY_PORT 18080
 choose_port CRM_PORT DEMO_CRM_PORT 18091
 choose_port DEALS_PORT DEMO_DEALS_PORT 18081
+choose_port CONSOLE_PORT DEMO_CONSOLE_PORT 18090
 DIR="$PWD/demo-data"
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 BIN="$TARGET/debug/leadgate"
@@ -26,6 +27,15 @@ if ! command -v cc >/dev/null; then
   echo "== installing a C compiler (build-essential) ..."
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq && $sudo apt-get install -y -qq build-essential pkg-config >/dev/null
+fi
+
+# The web console's UI, embedded by the build below (a build without it says so on the page).
+if command -v npm >/dev/null; then
+  echo "== building the console's UI (ui/dist) ..."
+  [ -d ui/node_modules ] || npm --prefix ui ci --no-audit --no-fund >/dev/null
+  npm --prefix ui run build >/dev/null
+else
+  echo "== npm not found: the web console will say its UI is not built (apt-get install nodejs npm)"
 fi
 
 echo "== building leadgate and leadgate-dev (the first build takes a few minutes; cargo shows its progress) ..."
@@ -96,6 +106,11 @@ TOML
 sed -e "s#$DIR/leadgate.db#$DIR/leadgate-deals.db#" -e "s#127.0.0.1:$GATEWAY_PORT#127.0.0.1:$DEALS_PORT#" \
   "$DIR/leadgate.toml" > "$DIR/deals.toml"
 printf 'entity = "contact_deal"\n' >> "$DIR/deals.toml"
+# The web console of the first gateway: the operator `demo`, a fresh password each run.
+CONSOLE_PASSWORD="$(rand_hex)"
+(umask 077; printf '%s\n' "$CONSOLE_PASSWORD" > "$DIR/console-password")
+{ printf '\n'; printf '%s\n' "$CONSOLE_PASSWORD" | "$BIN" console password --operator demo
+  printf 'listen = "127.0.0.1:%s"\n' "$CONSOLE_PORT"; } >> "$DIR/leadgate.toml"
 chmod 600 "$DIR/deals.toml"
 rm -f "$DIR"/leadgate-deals.db "$DIR"/leadgate-deals.db-wal "$DIR"/leadgate-deals.db-shm
 
@@ -127,7 +142,7 @@ echo "== starting the fake Bitrix24 on 127.0.0.1:$CRM_PORT"
 "$DEV" fake-crm --kind bitrix24 --listen "127.0.0.1:$CRM_PORT" >"$DIR/fake-crm.log" 2>&1 &
 pids+=($!)
 wait_http "$CRM_PORT" $! "$DIR/fake-crm.log"
-echo "== starting leadgate serve on 127.0.0.1:$GATEWAY_PORT and a second leadgate worker (SQLite: $DIR/leadgate.db)"
+echo "== starting leadgate serve on 127.0.0.1:$GATEWAY_PORT (its console on http://127.0.0.1:$CONSOLE_PORT/) and a second leadgate worker (SQLite: $DIR/leadgate.db)"
 "$BIN" serve --config "$DIR/leadgate.toml" >"$DIR/serve.log" 2>&1 &
 pids+=($!)
 wait_http "$GATEWAY_PORT" $! "$DIR/serve.log"
@@ -152,6 +167,8 @@ cat <<TXT
 The database is kept: $DIR/leadgate.db
   look at one operation:  $BIN ops show site:<key> --config $DIR/leadgate.toml
   open the console on it: make console-run LEADGATE_DATABASE_URL=sqlite://$DIR/leadgate.db
+  or in a browser:        $BIN serve --config $DIR/leadgate.toml
+                          then http://127.0.0.1:$CONSOLE_PORT/, login demo, password in $DIR/console-password
 TXT
 # With a display, the console opens on the demo database (it builds first: minutes when
 # cold); LEADGATE_DEMO_NO_CONSOLE=1 skips it.

@@ -27,6 +27,9 @@ done
 
 target="${CARGO_TARGET_DIR:-target}"
 if [ -z "$binary" ]; then
+  # The web console's UI is embedded in the release binary: built first.
+  [ -d ui/node_modules ] || npm --prefix ui ci --no-audit --no-fund >&2
+  npm --prefix ui run build >&2
   cargo build --release --locked --bin leadgate >&2
   binary="$target/release/leadgate"
 fi

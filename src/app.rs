@@ -34,6 +34,8 @@ pub enum Mode {
 pub struct Running {
     /// Where the intake listens (with `Mode::Serve`).
     pub addr: Option<SocketAddr>,
+    /// Where the web console listens (with `Mode::Serve` and `[console]`).
+    pub console_addr: Option<SocketAddr>,
     pub store: Arc<dyn Store>,
     /// The business rules intake matches by, as this gateway last read them.
     pub rules: Arc<intake::LiveRules>,
@@ -143,6 +145,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     }
 
     let mut addr = None;
+    let mut console_addr = None;
     if mode == Mode::Serve {
         for s in &config.sources {
             if s.auth == Some(crate::config::SourceAuth::None) {
@@ -202,15 +205,46 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 .await
             });
         }
+        let limits = intake::listen::Limits {
+            max_connections: config.server.max_connections,
+            header_timeout: config.server.header_timeout,
+        };
+        if let Some(console) = &config.console {
+            // Refused here, before anything listens, when it cannot sign anyone in.
+            let web = crate::console_web::Web::new(
+                config.database.url.expose(),
+                console,
+                state.matching.region,
+                config.review.stale_after,
+            )
+            .map_err(anyhow::Error::msg)?;
+            let web = Arc::new(web);
+            let tls = crate::console_web::tls_acceptor(console).map_err(anyhow::Error::msg)?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let listener = tokio::net::TcpListener::bind(&console.listen)
+                .await
+                .with_context(|| format!("listening on {} (the console)", console.listen))?;
+            let bound = listener.local_addr()?;
+            console_addr = Some(bound);
+            tasks.spawn(intake::listen::serve_tls(
+                listener,
+                crate::console_web::router(Arc::clone(&web)),
+                limits,
+                tls,
+                shutdown_rx.clone(),
+            ));
+            tasks.spawn(crate::console_web::sweep(
+                Arc::clone(&web),
+                shutdown_rx.clone(),
+            ));
+            tasks.spawn(crate::console_web::relay_changes(web, shutdown_rx.clone()));
+            tracing::info!(console = %format!("{scheme}://{bound}/"), "the console is served to browsers");
+        }
         let listener = tokio::net::TcpListener::bind(&config.server.listen)
             .await
             .with_context(|| format!("listening on {}", config.server.listen))?;
         let bound = listener.local_addr()?;
         addr = Some(bound);
-        let limits = intake::listen::Limits {
-            max_connections: config.server.max_connections,
-            header_timeout: config.server.header_timeout,
-        };
         tasks.spawn(intake::listen::serve(
             listener,
             intake::router(state),
@@ -258,6 +292,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     }
     Ok(Running {
         addr,
+        console_addr,
         store,
         rules: live_rules,
         shutdown,

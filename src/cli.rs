@@ -92,6 +92,11 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// The web console (`[console]`).
+    Console {
+        #[command(subcommand)]
+        command: ConsoleCommand,
+    },
     /// The business rules in the database: per source, what a contact match means, the
     /// matching window and the channel (the console's Rules screen).
     Rules {
@@ -135,6 +140,18 @@ enum RulesCommand {
         from_version: Option<i64>,
         #[command(flatten)]
         config: ConfigArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConsoleCommand {
+    /// The SQLite operator's account for the web console: reads a password (twice, not
+    /// echoed, at a terminal; one line from a pipe) and prints the two `[console]` lines
+    /// that let `operator` sign in with it. Nothing is written anywhere.
+    Password {
+        /// The login the operator signs in with.
+        #[arg(long)]
+        operator: String,
     },
 }
 
@@ -481,6 +498,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Diagnose(args) => diagnose(*args).await?,
         Command::User { command } => return user(command).await,
+        Command::Console {
+            command: ConsoleCommand::Password { operator },
+        } => {
+            let password = crate::console_web::password::read_new()?;
+            let hash = crate::console_web::password::hash(&password).map_err(anyhow::Error::msg)?;
+            println!("[console]\noperator = {operator:?}\noperator_password_hash = {hash:?}");
+        }
         Command::Rules { command } => return rules(command).await,
     }
     Ok(ExitCode::SUCCESS)
@@ -649,14 +673,8 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
 
 /// The gateway's database URL with a person's login instead of the gateway's.
 fn console_url(url: &str, login: &str, password: &str) -> String {
-    let fallback = || format!("postgres://{login}:{password}@HOST:5432/DATABASE");
-    let Ok(mut u) = reqwest::Url::parse(url) else {
-        return fallback();
-    };
-    if u.set_username(login).is_err() || u.set_password(Some(password)).is_err() {
-        return fallback();
-    }
-    u.to_string()
+    crate::console_web::person_url(url, login, password)
+        .unwrap_or_else(|| format!("postgres://{login}:{password}@HOST:5432/DATABASE"))
 }
 
 /// `leadgate diagnose`: the journal when a database is configured, progress on stderr,

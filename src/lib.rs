@@ -6,6 +6,7 @@ pub mod app;
 pub mod attempt;
 pub mod cli;
 pub mod config;
+pub mod console_web;
 pub mod crm;
 pub mod diagnose;
 pub use leadgate_domain as domain;

@@ -23,9 +23,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::elements::Element;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Client;
 use serde_json::json;
+
+use leadgate_testkit::webdriver::{
+    choose, click, css, el, open_row, session, shot, tab, text_until,
+};
 
 use leadgate::domain::{OperationId, ReviewReason, Status};
 use leadgate::store::{self, Store};
@@ -79,110 +82,13 @@ async fn connect_client() -> Client {
 
 /// A WebDriver session with the console binary at `application`.
 async fn connect_client_to(application: &str) -> Client {
-    // Two TLS backends are linked in the workspace; WebDriver runs over plain HTTP, but
-    // rustls insists on a chosen provider.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut caps = serde_json::Map::new();
     caps.insert(
         "tauri:options".into(),
         json!({ "application": application }),
     );
     caps.insert("browserName".into(), json!("wry"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match ClientBuilder::rustls()
-            .expect("tls")
-            .capabilities(caps.clone())
-            .connect(&format!("http://127.0.0.1:{DRIVER_PORT}"))
-            .await
-        {
-            Ok(c) => return c,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("waiting for tauri-driver: {e}");
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            Err(e) => panic!("no WebDriver session: {e}"),
-        }
-    }
-}
-
-fn css(s: &str) -> Locator<'_> {
-    Locator::Css(s)
-}
-
-/// Clicks the element once it is there.
-async fn click(c: &Client, selector: &str) {
-    el(c, selector).await.click().await.unwrap();
-}
-
-async fn el(c: &Client, selector: &str) -> Element {
-    match c
-        .wait()
-        .at_most(Duration::from_secs(15))
-        .for_element(css(selector))
-        .await
-    {
-        Ok(e) => e,
-        Err(e) => {
-            let page = c.source().await.unwrap_or_default();
-            let text = page.chars().take(3000).collect::<String>();
-            if let Ok(png) = c.screenshot().await {
-                let _ = std::fs::write(std::env::temp_dir().join("leadgate-e2e-failure.png"), png);
-            }
-            panic!("no `{selector}` on screen: {e}\npage: {text}")
-        }
-    }
-}
-
-/// Waits until the element's text satisfies `pred`.
-async fn text_until(c: &Client, selector: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut seen = None;
-    loop {
-        if let Ok(e) = c.find(css(selector)).await {
-            if let Ok(mut t) = e.text().await {
-                // WebKitWebDriver reads no text inside a <button> (queue rows are
-                // buttons): the DOM's text content then.
-                if t.is_empty() {
-                    if let Ok(v) = c
-                        .execute(
-                            "const e = document.querySelector(arguments[0]); return e ? e.textContent.trim() : '';",
-                            vec![json!(selector)],
-                        )
-                        .await
-                    {
-                        t = v.as_str().unwrap_or_default().to_owned();
-                    }
-                }
-                if pred(&t) {
-                    return t;
-                }
-                seen = Some(t);
-            }
-        }
-        if Instant::now() > deadline {
-            if let Ok(png) = c.screenshot().await {
-                let _ = std::fs::write(std::env::temp_dir().join("leadgate-e2e-failure.png"), png);
-            }
-            let page = c.source().await.unwrap_or_default();
-            panic!("`{selector}` never showed {what} (last seen: {seen:?})\npage: {page}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn open_row(c: &Client, operation: &str) {
-    click(
-        c,
-        &format!("[data-testid=queue-row][data-operation='{operation}']"),
-    )
-    .await;
-    text_until(c, "[data-testid=case-key]", operation, |t| t == operation).await;
-}
-
-/// Picks `value` in the `<select>` at `selector`.
-async fn choose(c: &Client, selector: &str, value: &str) {
-    el(c, selector).await.select_by_value(value).await.unwrap();
+    session(&format!("http://127.0.0.1:{DRIVER_PORT}"), caps).await
 }
 
 /// Another operator, in another console, authorizes a retry on `case` first.
@@ -199,19 +105,6 @@ async fn ivan_grants_a_retry(console: &Console, case: &leadgate::store::ReviewCa
         )
         .await
         .unwrap();
-}
-
-async fn tab(c: &Client, name: &str) {
-    click(c, &format!("[data-testid=tab-{name}]")).await;
-}
-
-async fn shot(c: &Client, name: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    // WebKit hands out the last painted frame: let the latest change reach the screen.
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let png = c.screenshot().await.expect("screenshot");
-    std::fs::write(dir.join(name), png).unwrap();
 }
 
 async fn op(store: &dyn Store, id: &OperationId) -> leadgate::store::Operation {

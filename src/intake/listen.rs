@@ -37,6 +37,18 @@ pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: Limits,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_tls(listener, app, limits, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given: a handshake that does not finish within
+/// `header_timeout` ends the connection (and frees its slot) like a slow request head.
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -80,9 +92,30 @@ pub async fn serve(
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
             .keep_alive(true);
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let (watcher, tls, handshake) = (graceful.watcher(), tls.clone(), limits.header_timeout);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let ended = match tls {
+                None => {
+                    watcher
+                        .watch(builder.serve_connection(TokioIo::new(stream), service))
+                        .await
+                }
+                Some(acceptor) => {
+                    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            watcher
+                                .watch(builder.serve_connection(TokioIo::new(tls), service))
+                                .await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "a TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => Ok(()),
+                    }
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             drop(slot);

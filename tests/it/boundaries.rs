@@ -45,11 +45,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("redeliver", &["config", "domain", "store", "supervise"]),
     ("alerts", &["config", "domain", "store", "supervise"]),
     ("diagnose", &["crm", "domain", "store"]),
+    ("console_web", &["config", "domain", "store", "supervise"]),
     (
         "app",
         &[
             "alerts",
             "config",
+            "console_web",
             "crm",
             "domain",
             "intake",
@@ -64,7 +66,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "app", "config", "crm", "diagnose", "domain", "metrics", "report", "store",
+            "app",
+            "config",
+            "console_web",
+            "crm",
+            "diagnose",
+            "domain",
+            "metrics",
+            "report",
+            "store",
         ],
     ),
 ];
@@ -353,6 +363,8 @@ const DOMAIN_DEPENDENCIES: &[&str] = &[
     "serde_json_canonicalizer",
     "sha2",
     "thiserror",
+    // the saved diagnosis report's TypeScript twin for the console (feature `ts`)
+    "ts-rs",
     // schema description for the OpenAPI document (feature `openapi`)
     "utoipa",
 ];

@@ -12,6 +12,7 @@ mod claim_api;
 mod clock;
 mod console;
 mod console_store;
+mod console_web;
 mod contacts;
 mod crm_ids;
 mod diagnose;

@@ -4,68 +4,15 @@
 //! server certificate from a CA the test makes itself, and a pg_hba.conf that refuses
 //! every connection without TLS: a connection that works is a TLS connection.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use leadgate::config::Config;
 use leadgate_fakes::bitrix24::FakeBitrix24;
 use reqwest::StatusCode;
 
+pub(crate) use leadgate_testkit::cluster::unsafe_is_root;
+use leadgate_testkit::cluster::Cluster;
 use leadgate_testkit::gateway::{config_toml, lead, Gateway};
-
-/// Runs a PostgreSQL program as the `postgres` user (the tests run as root; PostgreSQL
-/// refuses to run as root).
-fn as_postgres(program: &Path, args: &[&str]) -> std::process::Output {
-    let out = if unsafe_is_root() {
-        Command::new("runuser")
-            .arg("-u")
-            .arg("postgres")
-            .arg("--")
-            .arg(program)
-            .args(args)
-            .output()
-    } else {
-        Command::new(program).args(args).output()
-    };
-    out.unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
-}
-
-pub(crate) fn unsafe_is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-fn pg_bin(name: &str) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL's server programs in /usr/lib/postgresql (Debian's postgresql package)")
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|d| d.join(name).exists())
-        .collect();
-    dirs.sort();
-    dirs.pop()
-        .unwrap_or_else(|| panic!("no {name} under /usr/lib/postgresql/*/bin"))
-        .join(name)
-}
-
-/// A private cluster; stopped (immediately) and deleted on drop.
-struct Cluster {
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let data = self.dir.path().join("data");
-        as_postgres(
-            &pg_bin("pg_ctl"),
-            &["-D", data.to_str().unwrap(), "-m", "immediate", "stop"],
-        );
-    }
-}
 
 pub(crate) struct Pki {
     pub ca_pem: String,
@@ -96,96 +43,15 @@ pub(crate) fn make_pki() -> Pki {
     }
 }
 
+/// TLS or nothing: clear-text TCP connections are rejected by the server itself.
+const TLS_ONLY: &str = "local all all trust\n\
+    hostssl all all 127.0.0.1/32 trust\n\
+    hostssl all all ::1/128 trust\n\
+    hostnossl all all 0.0.0.0/0 reject\n\
+    hostnossl all all ::/0 reject\n";
+
 fn start_cluster(pki: &Pki) -> Cluster {
-    let dir = tempfile::Builder::new()
-        .prefix("lg-tls-")
-        .tempdir()
-        .unwrap();
-    let path = dir.path();
-    let chown = |p: &Path| {
-        if unsafe_is_root() {
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:postgres", p.to_str().unwrap()])
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "chown {}", p.display());
-        }
-    };
-    std::fs::write(path.join("server.crt"), &pki.cert_pem).unwrap();
-    std::fs::write(path.join("server.key"), &pki.key_pem).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            path.join("server.key"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    chown(path);
-    let data = path.join("data");
-    let out = as_postgres(
-        &pg_bin("initdb"),
-        &[
-            "-D",
-            data.to_str().unwrap(),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "--no-sync",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "initdb: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // TLS or nothing: clear-text TCP connections are rejected by the server itself.
-    std::fs::write(
-        data.join("pg_hba.conf"),
-        "local all all trust\n\
-         hostssl all all 127.0.0.1/32 trust\n\
-         hostssl all all ::1/128 trust\n\
-         hostnossl all all 0.0.0.0/0 reject\n\
-         hostnossl all all ::/0 reject\n",
-    )
-    .unwrap();
-    chown(&data);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let opts = format!(
-        "-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={dir} \
-         -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key \
-         -c fsync=off -c max_connections=40",
-        dir = path.display()
-    );
-    let log = path.join("server.log");
-    let out = as_postgres(
-        &pg_bin("pg_ctl"),
-        &[
-            "-D",
-            data.to_str().unwrap(),
-            "-o",
-            &opts,
-            "-l",
-            log.to_str().unwrap(),
-            "-w",
-            "-t",
-            "60",
-            "start",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "pg_ctl start: {}{}",
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
-    Cluster { dir, port }
+    Cluster::start(TLS_ONLY, Some((&pki.cert_pem, &pki.key_pem)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

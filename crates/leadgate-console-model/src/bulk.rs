@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use leadgate::domain::rules::{bulk_allowed, check_comment, decide};
-use leadgate::domain::{HumanAction, Resolution};
-use leadgate::store::{Ask, Bulk};
+use leadgate_domain::rules::{bulk_allowed, check_comment, decide};
+use leadgate_domain::{HumanAction, Resolution};
+use leadgate_store::{Ask, Bulk};
 
 use crate::{ApiResult, Console, ConsoleError, Selection, Tab};
 
@@ -216,7 +216,7 @@ impl Console {
             .map(|c| c.trim().to_owned())
             .filter(|c| !c.is_empty());
         check_comment(request.action.resolution(), true, comment.as_deref())
-            .map_err(|r| ConsoleError::from(leadgate::store::StoreError::Refused(r)))?;
+            .map_err(|r| ConsoleError::from(leadgate_store::StoreError::Refused(r)))?;
         if request.items.len() > MAX_BULK {
             return Err(ConsoleError::Invalid {
                 message: format!("at most {MAX_BULK} cases at once"),

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use leadgate::diagnose::report::ReportData;
-use leadgate::store::DiagnosisSummary;
+use leadgate_domain::report::ReportData;
+use leadgate_store::DiagnosisSummary;
 
 use crate::{ts, ApiResult, Console, ConsoleError};
 

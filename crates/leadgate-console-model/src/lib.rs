@@ -29,11 +29,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
-use leadgate::domain::roles::{may_ask, AskKind, Role};
-use leadgate::domain::EventKind;
-use leadgate::domain::{OperationId, ReviewReason, Status};
-use leadgate::store::{
-    self, Answer, Ask, CaseFilter, HumanAction, Identity, Operation, OperationPage, Page,
+use leadgate_domain::roles::{may_ask, AskKind, Role};
+use leadgate_domain::EventKind;
+use leadgate_domain::{OperationId, ReviewReason, Status};
+use leadgate_store::{
+    self as store, Answer, Ask, CaseFilter, HumanAction, Identity, Operation, OperationPage, Page,
     ReviewCase, Store, StoreError, TimelineEvent,
 };
 
@@ -108,7 +108,7 @@ impl From<StoreError> for ConsoleError {
                 detail: r.detail(),
             },
             e @ StoreError::AttemptInFlight(_, until) => {
-                let refusal = leadgate::domain::Refusal::AttemptInFlight { until };
+                let refusal = leadgate_domain::Refusal::AttemptInFlight { until };
                 ConsoleError::Refused {
                     code: refusal.code().to_owned(),
                     message: e.to_string(),
@@ -147,7 +147,7 @@ impl From<StoreError> for ConsoleError {
 pub type ApiResult<T> = Result<T, ConsoleError>;
 
 /// The PostgreSQL channel the database notifies on (migration 0004).
-pub use leadgate::store::changes::CHANGES_CHANNEL;
+pub use leadgate_store::changes::CHANGES_CHANNEL;
 
 /// What the console remembers per user (in the OS's config folder).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
@@ -255,7 +255,7 @@ impl Permissions {
             }
             Identity::Person { role, .. } => *role,
         };
-        use leadgate::domain::Resolution as Res;
+        use leadgate_domain::Resolution as Res;
         Permissions {
             read_cases: role.reads_cases(),
             resolve: may_ask(
@@ -813,13 +813,15 @@ impl Range {
 }
 
 mod bulk;
+mod call;
 mod diagnosis;
 mod export;
 mod rules;
 pub use bulk::*;
+pub use call::*;
 pub use diagnosis::*;
 pub use export::*;
-pub use leadgate::diagnose::report::{
+pub use leadgate_domain::report::{
     CauseCount, LineData, PairData, ReportData, SourceCounts, VerdictCount,
 };
 pub use rules::*;
@@ -834,7 +836,7 @@ pub struct Console {
     pub stale_after: Duration,
     /// Where a phone searched for without a country code is (intake's `[matching]
     /// default_region`; RU unless the shell sets it).
-    pub phone_region: leadgate::domain::contact::Region,
+    pub phone_region: leadgate_domain::contact::Region,
 }
 
 pub(crate) fn ts(t: DateTime<Utc>) -> String {
@@ -1210,7 +1212,7 @@ impl Console {
         let crm_url_template = template;
         let allowed = match &case {
             Some(c) if c.resolved_at.is_none() => {
-                leadgate::domain::rules::allowed_actions(c.reason, op.facts(), self.store.now())
+                leadgate_domain::rules::allowed_actions(c.reason, op.facts(), self.store.now())
                     .into_iter()
                     // What this person's role may ask for (the database checks it too).
                     .filter(|r| {
@@ -1226,7 +1228,7 @@ impl Console {
         // Whether this person's role decides this kind of case at all (a manager decides
         // cross-channel matches; support and admin decide none).
         let role_decides = match (&case, self.performer.role()) {
-            (Some(c), Some(role)) => leadgate::domain::Resolution::ALL
+            (Some(c), Some(role)) => leadgate_domain::Resolution::ALL
                 .iter()
                 .any(|r| may_ask(role, AskKind::Resolve(c.reason, *r))),
             _ => true,
@@ -1234,8 +1236,8 @@ impl Console {
         let needs_comment = allowed
             .iter()
             .filter(|r| {
-                r.parse::<leadgate::domain::Resolution>()
-                    .is_ok_and(|r| leadgate::domain::rules::needs_comment(r, false))
+                r.parse::<leadgate_domain::Resolution>()
+                    .is_ok_and(|r| leadgate_domain::rules::needs_comment(r, false))
             })
             .cloned()
             .collect();
@@ -1721,7 +1723,7 @@ impl Console {
         cursor: Option<String>,
         limit: Option<i64>,
     ) -> ApiResult<SearchResults> {
-        use leadgate::store::{SearchCursor, SearchPlan, SearchQuery};
+        use leadgate_store::{SearchCursor, SearchPlan, SearchQuery};
         let q =
             SearchQuery::parse(query, self.phone_region).map_err(|e| ConsoleError::Invalid {
                 message: e.to_string(),

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use leadgate::domain::MatchRule;
-use leadgate::store::{Answer, Ask, RuleChange, SourceRules, StoredRules};
+use leadgate_domain::MatchRule;
+use leadgate_store::{Answer, Ask, RuleChange, SourceRules, StoredRules};
 
 use crate::{ts, unexpected_answer, ApiResult, Console, ConsoleError};
 
@@ -96,7 +96,7 @@ fn source_view(s: &StoredRules, all: &[SourceRules]) -> SourceRulesView {
         version: s.version,
         changed_at: ts(s.changed_at),
         changed_by: s.changed_by.clone(),
-        same_channel: leadgate::domain::business::channel_siblings(&s.rules.source, all)
+        same_channel: leadgate_domain::business::channel_siblings(&s.rules.source, all)
             .into_iter()
             .map(str::to_owned)
             .collect(),

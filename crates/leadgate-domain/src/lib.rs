@@ -16,7 +16,8 @@
 //!   mapping; `search`: what a query is and how names become words;
 //! - `text`: a CRM id's bounds, masking, escaping; `secret`; `event_kind`;
 //! - `business`: the business rules' values and what a channel changes; `outage`: the
-//!   connector's health; `pacing`: the leaky bucket (GCRA).
+//!   connector's health; `pacing`: the leaky bucket (GCRA); `report`: a saved
+//!   diagnosis's shape.
 
 mod attempt;
 pub mod business;
@@ -30,6 +31,7 @@ mod lead;
 mod openapi;
 pub mod outage;
 pub mod pacing;
+pub mod report;
 mod review;
 pub mod roles;
 pub mod rules;

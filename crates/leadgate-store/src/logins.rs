@@ -450,6 +450,50 @@ impl LoginAdmin {
     }
 }
 
+/// What the PostgreSQL server said to a person's login and password.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasswordCheck {
+    /// It let the login in with this password, and refuses it with another.
+    Accepted,
+    /// It refused the login with this password (or there is no such login).
+    Refused,
+    /// It lets the login in whatever the password (`trust` in pg_hba.conf): whoever
+    /// connects could be anyone, so the web console signs nobody in on it.
+    NotChecked,
+}
+
+/// Checks `login` and `password` against the PostgreSQL server of `url` (its host,
+/// port, database and TLS; not its login): first that the server refuses a password
+/// nobody has, then the one given. Two connections, each closed at once.
+pub async fn check_password(url: &str, login: &str, password: &str) -> Result<PasswordCheck> {
+    use sqlx::Connection;
+    let options = connect_options(url)?.username(login);
+    let nobodys = uuid::Uuid::new_v4().simple().to_string();
+    let mut result = PasswordCheck::NotChecked;
+    for (attempt, outcome) in [
+        (nobodys.as_str(), PasswordCheck::NotChecked),
+        (password, PasswordCheck::Accepted),
+    ] {
+        match sqlx::postgres::PgConnection::connect_with(&options.clone().password(attempt)).await {
+            Ok(conn) => {
+                let _ = conn.close().await;
+                result = outcome;
+                if outcome == PasswordCheck::NotChecked {
+                    break;
+                }
+            }
+            // 28P01: wrong password; 28000: no such login, or pg_hba.conf rejects it.
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("28P01" | "28000")) =>
+            {
+                result = PasswordCheck::Refused;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(result)
+}
+
 /// A login name `leadgate user add` accepts: lower case, no room for confusion with
 /// PostgreSQL's or Leadgate's own roles.
 fn check_login(login: &str) -> Result<()> {

@@ -54,6 +54,24 @@ impl People {
         &self.logins.iter().find(|l| l.0 == role).unwrap().2
     }
 
+    /// The password `leadgate user add` gave this role's login.
+    pub fn password(&self, role: Role) -> String {
+        reqwest::Url::parse(self.url(role))
+            .unwrap()
+            .password()
+            .map(|p| {
+                percent_encoding::percent_decode_str(p)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+            .unwrap()
+    }
+
+    /// Forgets this role's login, which the test dropped itself.
+    pub fn forget(&mut self, role: Role) {
+        self.logins.retain(|l| l.0 != role);
+    }
+
     pub async fn sql(&self, role: Role) -> PgConnection {
         PgConnection::connect(self.url(role)).await.unwrap()
     }

@@ -1,5 +1,7 @@
-// The one module that talks to Tauri: every command, typed with the generated bindings,
-// the shell's events, and the opener plugin (scoped by the shell to the CRM's own address).
+// The one module that talks to the shell: every command, typed with the generated
+// bindings, the shell's events, and opening the CRM's pages. Two shells run this same UI,
+// chosen at start: the desktop app (Tauri: `invoke`, its events, the opener plugin scoped
+// to the CRM's own address) and a browser served by the gateway (HTTP: ./web.ts).
 import { invoke } from "@tauri-apps/api/core";
 import { listen, type UnlistenFn } from "@tauri-apps/api/event";
 import { openUrl } from "@tauri-apps/plugin-opener";
@@ -31,16 +33,64 @@ import type {
   TabCounts,
   TimelinePageView,
 } from "./bindings";
+import { mayOpen, WebTransport } from "./web";
+
+/** Which shell this UI runs in: the Tauri window, or a browser. */
+export const shell: "desktop" | "web" =
+  typeof window !== "undefined" && "__TAURI_INTERNALS__" in window ? "desktop" : "web";
+const web = new WebTransport();
+const SETTINGS_KEY = "leadgate.settings";
 
 /** What clicking a desktop notification opens; the shell sends it back as `leadgate://open`. */
 export type OpenTarget = { case: { operation_id: string; case_id: number | null } } | { tab: Tab };
 
 async function call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
   try {
-    return await invoke<T>(cmd, args);
+    return shell === "web" ? await web.call<T>(cmd, args) : await invoke<T>(cmd, args);
   } catch (e) {
     throw asConsoleError(e);
   }
+}
+
+/** In a browser the settings (only the language matters there) stay in the browser. */
+function webSettings(): Settings {
+  try {
+    const s = JSON.parse(localStorage.getItem(SETTINGS_KEY) ?? "{}") as Partial<Settings>;
+    return { database_url: null, language: s.language ?? null, crm_url_template: null };
+  } catch {
+    return { database_url: null, language: null, crm_url_template: null };
+  }
+}
+
+/** Handlers of clicked browser notifications (the desktop's `leadgate://open`). */
+const openHandlers = new Set<(target: OpenTarget) => void>();
+
+function browserNotify(title: string, body: string, open: OpenTarget | null) {
+  if (typeof Notification === "undefined" || Notification.permission !== "granted") return;
+  const n = new Notification(title, { body });
+  n.onclick = () => {
+    window.focus();
+    if (open) for (const h of openHandlers) h(open);
+    n.close();
+  };
+}
+
+/** Refreshes pushed by the gateway (server-sent events), when the database pushes them. */
+function webRefresh(handler: () => void): Promise<UnlistenFn> {
+  if (typeof EventSource === "undefined") return Promise.resolve(() => {});
+  const source = new EventSource("/api/events");
+  source.addEventListener("refresh", () => handler());
+  return Promise.resolve(() => source.close());
+}
+
+function download(blob: Blob, name: string) {
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = name;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
 /** Commands reject with a `ConsoleError`; anything else (a bridge failure) is wrapped. */
@@ -50,9 +100,30 @@ export function asConsoleError(e: unknown): ConsoleError {
 }
 
 export const api = {
-  settings: () => call<Settings>("settings"),
-  saveSettings: (settings: Settings) => call<Settings>("save_settings", { settings }),
-  connect: (url: string | null) => call<Connection>("connect", { url }),
+  settings: async (): Promise<Settings> => (shell === "web" ? webSettings() : call<Settings>("settings")),
+  saveSettings: async (settings: Settings): Promise<Settings> => {
+    if (shell === "desktop") return call<Settings>("save_settings", { settings });
+    localStorage.setItem(SETTINGS_KEY, JSON.stringify({ language: settings.language }));
+    return webSettings();
+  },
+  /** The desktop connects to a database URL; a browser resumes its signed-in session. */
+  connect: async (url: string | null): Promise<Connection> => {
+    if (shell === "desktop") return call<Connection>("connect", { url });
+    try {
+      return await web.session();
+    } catch (e) {
+      throw asConsoleError(e);
+    }
+  },
+  /** A browser signs in with the person's login and password (web shell only). */
+  signIn: async (login: string, password: string): Promise<Connection> => {
+    try {
+      return await web.signIn(login, password);
+    } catch (e) {
+      throw asConsoleError(e);
+    }
+  },
+  signOut: (): Promise<void> => web.signOut(),
   counts: () => call<TabCounts>("counts"),
   queue: (tab: Tab, query: QueueQuery) => call<QueuePage>("queue", { tab, query }),
   caseDetail: (operationId: string, caseId: number | null) =>
@@ -68,20 +139,39 @@ export const api = {
   dashboard: (range: Range) => call<Dashboard>("dashboard", { range }),
   /** A desktop notification, recorded on the timeline of the operations it is about;
    *  clicking it brings the window to the front and sends `open` to `onOpen`. */
-  notify: (title: string, body: string, what: string, operationIds: string[], open: OpenTarget | null) =>
-    call<null>("notify", { title, body, what, operationIds, open }),
+  notify: (title: string, body: string, what: string, operationIds: string[], open: OpenTarget | null) => {
+    if (shell === "web") browserNotify(title, body, open);
+    return call<null>("notify", { title, body, what, operationIds, open });
+  },
+  /** Asks the browser to allow notifications (the desktop app has them already). */
+  allowNotifications: async (): Promise<void> => {
+    if (shell === "web" && typeof Notification !== "undefined" && Notification.permission === "default")
+      await Notification.requestPermission();
+  },
   /** The database changed (PostgreSQL pushes it). */
-  onRefresh: (handler: () => void): Promise<UnlistenFn> => listen("leadgate://refresh", () => handler()),
-  /** A desktop notification was clicked. */
-  onOpen: (handler: (target: OpenTarget) => void): Promise<UnlistenFn> =>
-    listen<OpenTarget>("leadgate://open", (e) => handler(e.payload)),
+  onRefresh: (handler: () => void): Promise<UnlistenFn> =>
+    shell === "web" ? webRefresh(handler) : listen("leadgate://refresh", () => handler()),
+  /** A notification was clicked. */
+  onOpen: (handler: (target: OpenTarget) => void): Promise<UnlistenFn> => {
+    if (shell === "desktop") return listen<OpenTarget>("leadgate://open", (e) => handler(e.payload));
+    openHandlers.add(handler);
+    return Promise.resolve(() => void openHandlers.delete(handler));
+  },
   /** What a bulk action would do to every case the tab's filters select. */
   bulkPreview: (selection: Selection, action: BulkAction) => call<BulkPreview>("bulk_preview", { selection, action }),
   /** Starts it in the background; answers the run's id. */
   bulkStart: (request: BulkRequest) => call<string>("bulk_start", { request }),
   bulkProgress: (id: string) => call<BulkProgress>("bulk_progress", { id }),
-  /** Writes the tab's rows as CSV; answers the file's path and the row count. */
-  exportCsv: (request: ExportRequest) => call<[string, number]>("export_csv", { request }),
+  /** Writes the tab's rows as CSV (a browser downloads it); answers the file's path or
+   *  name and the row count. */
+  exportCsv: async (request: ExportRequest): Promise<[string, number]> => {
+    if (shell === "desktop") return call<[string, number]>("export_csv", { request });
+    try {
+      return await web.exportCsv(request, download);
+    } catch (e) {
+      throw asConsoleError(e);
+    }
+  },
   /** Operations of any status by key, phone in any format, e-mail, crm_id or name. */
   search: (query: string, cursor: string | null) => call<SearchResults>("search", { query, cursor }),
   /** The reports `leadgate diagnose` saved in this database, the newest first. */
@@ -91,10 +181,13 @@ export const api = {
   rules: () => call<RulesView>("rules"),
   /** A manager's edit of one source's rules, at the version shown; answers the rules after it. */
   setRules: (edit: RulesEdit) => call<RulesView>("set_rules", { edit }),
-  /** Opens a CRM page in the system browser; any other address is refused by the shell. */
+  /** Opens a CRM page in the system browser (a new tab); any other address is refused. */
   openInBrowser: async (url: string): Promise<void> => {
     try {
-      await openUrl(url);
+      if (shell === "desktop") return await openUrl(url);
+      const origins = await call<string[]>("crm_origins");
+      if (!mayOpen(url, origins)) throw { kind: "forbidden", message: `not a CRM address: ${url}` };
+      window.open(url, "_blank", "noopener,noreferrer");
     } catch (e) {
       throw asConsoleError(e);
     }

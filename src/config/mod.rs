@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod console;
 pub use crate::crm::CrmConfig;
 pub use crate::domain::{RetryConfig, Secret};
+pub use console::ConsoleConfig;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +48,8 @@ pub struct Config {
     pub crm: Option<CrmConfig>,
     /// `[alerts]`: team alerts sent by `serve` (src/alerts); absent: none.
     pub alerts: Option<AlertsConfig>,
+    /// `[console]`: the operator console for browsers (src/console_web); absent: none.
+    pub console: Option<ConsoleConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -1107,6 +1111,9 @@ impl Config {
                     humantime::format_duration(d)
                 ));
             }
+        }
+        if let Some(console) = &self.console {
+            console.validate().map_err(ConfigError::Invalid)?;
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.sources {

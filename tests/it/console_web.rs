@@ -1,0 +1,784 @@
+//! The web console (issue 34): the view model's calls over HTTP from a real listener, a
+//! person signed in with their own database login, sessions, CSRF, the lockout, and the
+//! database (not the web layer) refusing what a role may not do. On SQLite the one
+//! operator of `[console]` signs in with the Argon2id-hashed password; on PostgreSQL a
+//! private cluster that checks passwords (scram-sha-256), as a deployment's must, since
+//! the shared test server trusts every login (and the console refuses to sign anyone in
+//! on it: proven below too).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leadgate::config::{Config, ConsoleConfig};
+use leadgate::console_web::{self, password, Web};
+use leadgate::domain::roles::Role;
+use leadgate::store::Store;
+use leadgate_testkit::cluster::Cluster;
+use leadgate_testkit::people::{gateway, People};
+use leadgate_testkit::seed::{seed, Seeded};
+use leadgate_testkit::{run, Backend, TestDb};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const OPERATOR: &str = "anna";
+const OPERATOR_PASSWORD: &str = "a long operator password";
+
+/// `[console]` as a deployment would write it, on loopback, with the SQLite operator.
+fn console_config(extra: &str) -> ConsoleConfig {
+    let hash = password::hash(OPERATOR_PASSWORD).unwrap();
+    let text = format!(
+        "[database]\nurl = \"sqlite::memory:\"\n[console]\nlisten = \"127.0.0.1:0\"\n\
+         operator = \"{OPERATOR}\"\noperator_password_hash = \"{hash}\"\n{extra}"
+    );
+    Config::parse(&text).unwrap().console.unwrap()
+}
+
+/// A web console on its own listener (the intake's listener code, real HTTP), with its
+/// session sweeper.
+struct Site {
+    base: String,
+    client: reqwest::Client,
+    web: Arc<Web>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Site {
+    async fn start(url: &str, config: &ConsoleConfig) -> Site {
+        Site::start_with(url, config, reqwest::Client::new()).await
+    }
+
+    /// With `client` (a TLS test's trusts its CA).
+    async fn start_with(url: &str, config: &ConsoleConfig, client: reqwest::Client) -> Site {
+        let web =
+            Arc::new(Web::new(url, config, Default::default(), Duration::from_secs(600)).unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tls = console_web::tls_acceptor(config).unwrap();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let host = if tls.is_some() {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
+        let base = format!(
+            "{scheme}://{host}:{}",
+            listener.local_addr().unwrap().port()
+        );
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let limits = leadgate::intake::listen::Limits {
+            max_connections: 64,
+            header_timeout: Duration::from_secs(10),
+        };
+        tokio::spawn(leadgate::intake::listen::serve_tls(
+            listener,
+            console_web::router(Arc::clone(&web)),
+            limits,
+            tls,
+            rx.clone(),
+        ));
+        tokio::spawn(console_web::sweep(Arc::clone(&web), rx.clone()));
+        tokio::spawn(console_web::relay_changes(Arc::clone(&web), rx));
+        Site {
+            base,
+            client,
+            web,
+            stop,
+        }
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// One browser: its cookie and the CSRF token its page holds.
+#[derive(Clone, Default)]
+struct Browser {
+    cookie: Option<String>,
+    csrf: Option<String>,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+impl Answer {
+    fn kind(&self) -> &str {
+        self.body["kind"].as_str().unwrap_or("")
+    }
+}
+
+async fn send(
+    site: &Site,
+    b: &Browser,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
+    let mut req = site.client.request(method, format!("{}{path}", site.base));
+    if let Some(c) = &b.cookie {
+        req = req.header("Cookie", format!("{}={c}", console_web::session::COOKIE));
+    }
+    if let Some(t) = &b.csrf {
+        req = req.header("X-CSRF-Token", t);
+    }
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let r = req.send().await.unwrap();
+    let (status, headers) = (r.status(), r.headers().clone());
+    let text = r.text().await.unwrap();
+    Answer {
+        status,
+        headers,
+        body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    }
+}
+
+async fn sign_in(site: &Site, login: &str, password: &str) -> (Answer, Browser) {
+    let a = send(
+        site,
+        &Browser::default(),
+        reqwest::Method::POST,
+        "/api/session",
+        Some(json!({"login": login, "password": password})),
+    )
+    .await;
+    let cookie = a
+        .headers
+        .get("set-cookie")
+        .and_then(|c| c.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .and_then(|c| c.split_once('='))
+        .map(|(_, v)| v.to_owned());
+    let csrf = a.body["csrf"].as_str().map(str::to_owned);
+    (a, Browser { cookie, csrf })
+}
+
+async fn call(site: &Site, b: &Browser, command: &str, args: Value) -> Answer {
+    send(
+        site,
+        b,
+        reqwest::Method::POST,
+        &format!("/api/call/{command}"),
+        Some(args),
+    )
+    .await
+}
+
+/// A deployment the web console serves: its database, and on PostgreSQL one person per
+/// role made as `leadgate user add` makes them.
+struct Deployment {
+    url: String,
+    store: Arc<dyn Store>,
+    seeded: Seeded,
+    people: Option<People>,
+}
+
+impl Deployment {
+    /// Who signs in, in which role: on PostgreSQL each role's own login, on SQLite the
+    /// one operator.
+    fn logins(&self) -> Vec<(Option<Role>, String, String)> {
+        match &self.people {
+            Some(p) => Role::ALL
+                .iter()
+                .map(|r| (Some(*r), p.login(*r).to_owned(), p.password(*r)))
+                .collect(),
+            None => vec![(None, OPERATOR.into(), OPERATOR_PASSWORD.into())],
+        }
+    }
+
+    async fn done(self) {
+        if let Some(p) = self.people {
+            p.drop_all().await;
+        }
+    }
+}
+
+const OWNER_PASSWORD: &str = "gateway-owner-password";
+
+/// A private cluster that checks passwords (scram-sha-256), as a deployment's must.
+fn checked_cluster() -> (Cluster, String) {
+    Cluster::checking_passwords(OWNER_PASSWORD)
+}
+
+async fn deployment(url: &str, backend: Backend) -> Deployment {
+    let store = leadgate::store::connect(url).await.unwrap();
+    let seeded = seed(&*store).await.unwrap();
+    let people = match backend {
+        Backend::Postgres => Some(People::new(url).await),
+        Backend::Sqlite => None,
+    };
+    Deployment {
+        url: url.to_owned(),
+        store,
+        seeded,
+        people,
+    }
+}
+
+/// How many database sessions `login` holds on the server of `url` a moment from now (a
+/// closed connection's backend takes a moment to go).
+async fn sessions_of(url: &str, login: &str) -> i64 {
+    use sqlx::Connection;
+    let mut owner = sqlx::PgConnection::connect(url).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where usename = $1")
+            .bind(login)
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+        if n == 0 || tokio::time::Instant::now() > deadline {
+            owner.close().await.unwrap();
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One test per backend: SQLite with its operator, PostgreSQL on a cluster that checks
+/// passwords, with a person per role.
+macro_rules! web_test {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                run(Backend::Sqlite, |db: TestDb| async move {
+                    let d = deployment(&db.url, Backend::Sqlite).await;
+                    ($body)(d).await;
+                })
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn postgres() {
+                let (cluster, url) = checked_cluster();
+                let d = deployment(&url, Backend::Postgres).await;
+                ($body)(d).await;
+                drop(cluster);
+            }
+        }
+    };
+}
+
+web_test!(
+    a_person_signs_in_and_every_call_runs_as_them,
+    |d: Deployment| async move {
+        let gw = gateway(d.store.clone());
+        let site = Site::start(&d.url, &console_config("")).await;
+
+        for (role, login, password) in d.logins() {
+            let (a, b) = sign_in(&site, &login, &password).await;
+            assert_eq!(a.status, StatusCode::OK, "{login}: {}", a.body);
+            let set = a.headers["set-cookie"].to_str().unwrap().to_owned();
+            assert!(
+                set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+                "{set}"
+            );
+            assert!(!set.contains("Secure"), "plain loopback HTTP: {set}");
+            assert_eq!(b.cookie.as_ref().unwrap().len(), 43, "a 256-bit session id");
+            let c = &a.body["connection"];
+            assert_eq!(c["actor"], login.as_str(), "who acts is who signed in");
+            match role {
+                Some(r) => {
+                    assert_eq!(
+                        (c["mode"].as_str(), c["role"].as_str()),
+                        (Some("person"), Some(r.as_str()))
+                    );
+                }
+                None => assert_eq!(c["mode"], "local"),
+            }
+            // A reload: the same session, the same CSRF token.
+            let again = send(
+                &site,
+                &Browser {
+                    csrf: None,
+                    ..b.clone()
+                },
+                reqwest::Method::GET,
+                "/api/session",
+                None,
+            )
+            .await;
+            assert_eq!(again.status, StatusCode::OK);
+            assert_eq!(again.body["csrf"].as_str(), b.csrf.as_deref());
+
+            // Every role reads the counts.
+            let counts = call(&site, &b, "counts", json!({})).await;
+            assert_eq!(counts.status, StatusCode::OK, "{login}: {}", counts.body);
+            assert!(counts.body["needs_review"].as_i64().unwrap() > 0);
+
+            // The queue and a case's detail: the database decides who may.
+            let queue = call(
+                &site,
+                &b,
+                "queue",
+                json!({"tab": "needs_review", "query": {}}),
+            )
+            .await;
+            let detail = call(
+                &site,
+                &b,
+                "case_detail",
+                json!({"operationId": d.seeded.uncertain.as_str(), "caseId": null}),
+            )
+            .await;
+            let may_read = !matches!(role, Some(Role::Support) | Some(Role::Admin));
+            if may_read {
+                assert_eq!(queue.status, StatusCode::OK, "{login}: {}", queue.body);
+                assert!(!queue.body["rows"].as_array().unwrap().is_empty());
+                assert_eq!(detail.status, StatusCode::OK, "{login}: {}", detail.body);
+            } else {
+                // The web layer checks no role: this refusal is PostgreSQL's (42501).
+                for refused in [&queue, &detail] {
+                    assert_eq!(
+                        refused.status,
+                        StatusCode::FORBIDDEN,
+                        "{login}: {}",
+                        refused.body
+                    );
+                    assert_eq!(refused.kind(), "forbidden");
+                    let m = refused.body["message"].as_str().unwrap();
+                    assert!(
+                        m.contains("permission denied"),
+                        "the database's own words: {m}"
+                    );
+                }
+            }
+
+            // Signing out ends the session: the cookie is worth nothing after.
+            let out = send(&site, &b, reqwest::Method::DELETE, "/api/session", None).await;
+            assert_eq!(out.status, StatusCode::NO_CONTENT);
+            assert!(out.headers["set-cookie"]
+                .to_str()
+                .unwrap()
+                .contains("Max-Age=0"));
+            let after = call(&site, &b, "counts", json!({})).await;
+            assert_eq!(
+                (after.status, after.kind()),
+                (StatusCode::UNAUTHORIZED, "not_connected")
+            );
+            // … and so is the person's database session.
+            if role.is_some() {
+                assert_eq!(
+                    sessions_of(&d.url, &login).await,
+                    0,
+                    "{login} still connected after signing out"
+                );
+            }
+        }
+        assert_eq!(site.web.sessions.len(), 0);
+        gw.abort();
+        d.done().await;
+    }
+);
+
+web_test!(
+    sessions_refuse_what_a_browser_did_not_mean_to_send,
+    |d: Deployment| async move {
+        let site = Site::start(&d.url, &console_config("")).await;
+        let (_, login, password) = d.logins().pop().unwrap();
+
+        // No cookie: not signed in, for every route but sign-in.
+        let none = Browser::default();
+        assert_eq!(
+            call(&site, &none, "counts", json!({})).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            send(&site, &none, reqwest::Method::GET, "/api/session", None)
+                .await
+                .status,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            send(&site, &none, reqwest::Method::GET, "/api/events", None)
+                .await
+                .status,
+            StatusCode::UNAUTHORIZED
+        );
+
+        // Session fixation: a cookie planted before sign-in is not the session's id.
+        let planted = Browser {
+            cookie: Some("planted-by-someone-else".into()),
+            csrf: None,
+        };
+        let a = send(
+            &site,
+            &planted,
+            reqwest::Method::POST,
+            "/api/session",
+            Some(json!({"login": login, "password": password})),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert!(!a.headers["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("planted"));
+        assert_eq!(
+            call(
+                &site,
+                &Browser {
+                    csrf: a.body["csrf"].as_str().map(Into::into),
+                    ..planted
+                },
+                "counts",
+                json!({})
+            )
+            .await
+            .status,
+            StatusCode::UNAUTHORIZED
+        );
+
+        let (_, one) = sign_in(&site, &login, &password).await;
+        let (_, two) = sign_in(&site, &login, &password).await;
+        assert_ne!(one.cookie, two.cookie);
+        // CSRF: without the token, or with another session's, nothing runs.
+        let bare = Browser {
+            csrf: None,
+            ..one.clone()
+        };
+        let r = call(&site, &bare, "counts", json!({})).await;
+        assert_eq!((r.status, r.kind()), (StatusCode::FORBIDDEN, "forbidden"));
+        assert!(r.body["message"].as_str().unwrap().contains("CSRF"));
+        let crossed = Browser {
+            csrf: two.csrf.clone(),
+            ..one.clone()
+        };
+        assert_eq!(
+            call(&site, &crossed, "counts", json!({})).await.status,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            send(&site, &bare, reqwest::Method::DELETE, "/api/session", None)
+                .await
+                .status,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            call(&site, &one, "counts", json!({})).await.status,
+            StatusCode::OK,
+            "the session itself is intact"
+        );
+
+        // Bad input: a clear error, nothing run.
+        let r = call(&site, &one, "case_detail", json!({"operation_id": "x"})).await;
+        assert_eq!((r.status, r.kind()), (StatusCode::BAD_REQUEST, "invalid"));
+        assert!(
+            r.body["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("case_detail:"),
+            "{}",
+            r.body
+        );
+        let r = call(&site, &one, "drop_everything", json!({})).await;
+        assert_eq!((r.status, r.kind()), (StatusCode::BAD_REQUEST, "invalid"));
+        let r = send(
+            &site,
+            &none,
+            reqwest::Method::POST,
+            "/api/session",
+            Some(json!({"login": login})),
+        )
+        .await;
+        assert_eq!((r.status, r.kind()), (StatusCode::BAD_REQUEST, "invalid"));
+
+        // Every answer carries the strict policy.
+        let csp = r.headers["content-security-policy"].to_str().unwrap();
+        assert!(
+            csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+            "{csp}"
+        );
+        d.done().await;
+    }
+);
+
+web_test!(
+    failed_sign_ins_are_slowed_then_locked_out,
+    |d: Deployment| async move {
+        let site = Site::start(&d.url, &console_config("")).await;
+        let (_, login, password) = d.logins().pop().unwrap();
+        for i in 0..console_web::session::LOCK_AFTER {
+            let (a, b) = sign_in(&site, &login, &format!("wrong {i}")).await;
+            assert_eq!((a.status, a.kind()), (StatusCode::FORBIDDEN, "forbidden"));
+            assert_eq!(a.body["message"], "wrong login or password");
+            assert!(b.cookie.is_none() && b.csrf.is_none());
+        }
+        // Locked: the right password no longer helps, for this login from anywhere.
+        let (a, _) = sign_in(&site, &login, &password).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN);
+        assert!(
+            a.body["message"]
+                .as_str()
+                .unwrap()
+                .contains("too many failed sign-ins"),
+            "{}",
+            a.body
+        );
+        assert_eq!(site.web.sessions.len(), 0);
+        d.done().await;
+    }
+);
+
+/// On PostgreSQL: the gateway's own login is not a person's and is refused, and a person
+/// `leadgate user remove` drops loses every open session within a sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_owner_cannot_sign_in_and_a_removed_person_is_signed_out() {
+    let (cluster, url) = checked_cluster();
+    let mut d = deployment(&url, Backend::Postgres).await;
+    let site = Site::start(&d.url, &console_config("")).await;
+    let (a, _) = sign_in(&site, "postgres", OWNER_PASSWORD).await;
+    assert_eq!(
+        (a.status, a.kind()),
+        (StatusCode::FORBIDDEN, "forbidden"),
+        "{}",
+        a.body
+    );
+    assert!(
+        a.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a person's"),
+        "{}",
+        a.body
+    );
+
+    let people = d.people.as_mut().unwrap();
+    let (login, password) = (
+        people.login(Role::SalesOps).to_owned(),
+        people.password(Role::SalesOps),
+    );
+    let (_, b) = sign_in(&site, &login, &password).await;
+    let (_, b2) = sign_in(&site, &login, &password).await;
+    assert_eq!(
+        call(&site, &b, "counts", json!({})).await.status,
+        StatusCode::OK
+    );
+    assert!(people
+        .admin
+        .remove_user(&people.owner, &login)
+        .await
+        .unwrap());
+    people.forget(Role::SalesOps);
+    let deadline = tokio::time::Instant::now() + console_web::SWEEP_EVERY * 10;
+    while !site.web.sessions.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for browser in [&b, &b2] {
+        let r = call(&site, browser, "counts", json!({})).await;
+        assert_eq!(
+            (r.status, r.kind()),
+            (StatusCode::UNAUTHORIZED, "not_connected")
+        );
+    }
+    drop(site);
+    d.done().await;
+    drop(cluster);
+}
+
+/// PostgreSQL's change notifications reach a signed-in browser as server-sent events, and
+/// the stream ends with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signed_in_browser_hears_that_the_queue_changed() {
+    use sqlx::Connection;
+    let (cluster, url) = checked_cluster();
+    let d = deployment(&url, Backend::Postgres).await;
+    let site = Site::start(&d.url, &console_config("")).await;
+    let (_, login, password) = d.logins().pop().unwrap();
+    let (_, b) = sign_in(&site, &login, &password).await;
+    let mut events = site
+        .client
+        .get(format!("{}/api/events", site.base))
+        .header(
+            "Cookie",
+            format!(
+                "{}={}",
+                console_web::session::COOKIE,
+                b.cookie.as_ref().unwrap()
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    assert!(events.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    // What a review case's insert or update notifies (migration 0004), sent by the owner.
+    let mut owner = sqlx::PgConnection::connect(&url).await.unwrap();
+    let notify = "select pg_notify('leadgate_console', 'review_cases')";
+    let mut heard = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !heard.contains("event: refresh") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no refresh event: {heard:?}"
+        );
+        sqlx::query(notify).execute(&mut owner).await.unwrap();
+        if let Ok(Ok(Some(chunk))) =
+            tokio::time::timeout(Duration::from_millis(700), events.chunk()).await
+        {
+            heard.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+    assert!(
+        !heard.contains(&login) && !heard.contains("review_cases"),
+        "no data, only that something changed: {heard:?}"
+    );
+    // Signed out: the stream ends at the next change.
+    assert_eq!(
+        send(&site, &b, reqwest::Method::DELETE, "/api/session", None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let ended = async {
+        loop {
+            sqlx::query(notify).execute(&mut owner).await.unwrap();
+            match tokio::time::timeout(Duration::from_millis(700), events.chunk()).await {
+                Ok(Ok(None)) | Ok(Err(_)) => return,
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), ended)
+        .await
+        .expect("the stream ends with the session");
+    owner.close().await.unwrap();
+    drop(site);
+    d.done().await;
+    drop(cluster);
+}
+
+/// On a server that does not check passwords (`trust`, as the shared test server), the
+/// console signs nobody in: anyone could otherwise sign in as anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_one_signs_in_where_the_database_does_not_check_passwords() {
+    run(Backend::Postgres, |db: TestDb| async move {
+        let d = deployment(&db.url, Backend::Postgres).await;
+        let site = Site::start(&d.url, &console_config("")).await;
+        let (_, login, password) = d.logins().pop().unwrap();
+        for attempt in [password.as_str(), "not the password"] {
+            let (a, b) = sign_in(&site, &login, attempt).await;
+            assert_eq!(
+                (a.status, a.kind()),
+                (StatusCode::FORBIDDEN, "forbidden"),
+                "{}",
+                a.body
+            );
+            assert!(
+                a.body["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("without checking its password"),
+                "{}",
+                a.body
+            );
+            assert!(b.cookie.is_none());
+        }
+        assert!(site.web.sessions.is_empty());
+        drop(site);
+        d.done().await;
+    })
+    .await;
+}
+
+/// With `tls_cert` and `tls_key` the console speaks HTTPS only, and its session cookie is
+/// `Secure` whatever the headers say; a certificate that cannot be read stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn over_tls_the_session_cookie_is_secure_and_plain_http_is_refused() {
+    run(Backend::Sqlite, |db: TestDb| async move {
+        let d = deployment(&db.url, Backend::Sqlite).await;
+        let pki = crate::tls::make_pki();
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (
+            dir.path().join("console.crt"),
+            dir.path().join("console.key"),
+        );
+        std::fs::write(&cert, &pki.cert_pem).unwrap();
+        std::fs::write(&key, &pki.key_pem).unwrap();
+        let config = console_config(&format!("tls_cert = {cert:?}\ntls_key = {key:?}\n"));
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap())
+            .build()
+            .unwrap();
+        let site = Site::start_with(&d.url, &config, client).await;
+        assert!(site.base.starts_with("https://"));
+        let (a, b) = sign_in(&site, OPERATOR, OPERATOR_PASSWORD).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        let set = a.headers["set-cookie"].to_str().unwrap();
+        assert!(
+            set.contains("; Secure") && set.contains("HttpOnly"),
+            "{set}"
+        );
+        assert_eq!(
+            call(&site, &b, "counts", json!({})).await.status,
+            StatusCode::OK
+        );
+        // The same port in plain HTTP: no answer, only a closed connection.
+        let plain = site.base.replace("https://", "http://");
+        assert!(reqwest::get(format!("{plain}/api/session")).await.is_err());
+
+        let missing = console_config(
+            "tls_cert = \"/nonexistent/console.crt\"\ntls_key = \"/nonexistent/console.key\"\n",
+        );
+        let e = console_web::tls_acceptor(&missing).err().unwrap();
+        assert!(e.contains("/nonexistent/console.crt"), "{e}");
+        let swapped = console_config(&format!("tls_cert = {key:?}\ntls_key = {cert:?}\n"));
+        assert!(console_web::tls_acceptor(&swapped).is_err());
+        drop(site);
+        d.done().await;
+    })
+    .await;
+}
+
+#[test]
+fn the_console_refuses_to_start_without_a_way_to_sign_in_or_off_loopback_in_plain_http() {
+    let no_operator = Config::parse("[database]\nurl = \"sqlite://x.db\"\n[console]\n").unwrap();
+    let e = Web::new(
+        "sqlite://x.db",
+        no_operator.console.as_ref().unwrap(),
+        Default::default(),
+        Duration::from_secs(60),
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("leadgate console password"), "{e}");
+    for (toml, says) in [
+        ("listen = \"0.0.0.0:8090\"", "behind_proxy"),
+        ("listen = \"0.0.0.0:8090\"", "tls_cert"),
+        ("tls_cert = \"/etc/c.pem\"", "go together"),
+        ("operator = \"anna\"", "go together"),
+        (
+            "operator_password_hash = \"hunter2\"\noperator = \"anna\"",
+            "not a password hash",
+        ),
+        ("idle_timeout = \"1s\"", "idle_timeout"),
+        ("listen = \"console\"", "give an address"),
+    ] {
+        let text = format!("[database]\nurl = \"sqlite://x.db\"\n[console]\n{toml}\n");
+        let e = match Config::parse(&text) {
+            Err(e) => e.to_string(),
+            Ok(c) => Web::new(
+                "sqlite://x.db",
+                c.console.as_ref().unwrap(),
+                Default::default(),
+                Duration::from_secs(60),
+            )
+            .err()
+            .expect(toml),
+        };
+        assert!(e.contains(says), "{toml}: {e}");
+    }
+    let proxied = Config::parse("[database]\nurl = \"sqlite://x.db\"\n[console]\nlisten = \"0.0.0.0:8090\"\nbehind_proxy = true\n");
+    assert!(proxied.is_ok());
+}
