@@ -216,7 +216,9 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 console,
                 state.matching.region,
                 config.review.stale_after,
+                shutdown_rx.clone(),
             )
+            .await
             .map_err(anyhow::Error::msg)?;
             let web = Arc::new(web);
             let tls = crate::console_web::tls_acceptor(console).map_err(anyhow::Error::msg)?;

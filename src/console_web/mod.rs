@@ -26,32 +26,29 @@
 mod assets;
 pub mod password;
 pub mod session;
+mod sign_in;
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leadgate_console_model::{Call, Console, ConsoleError, ExportRequest};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::config::ConsoleConfig;
 use session::{Lockout, Sessions, COOKIE};
 
-/// How long a failed sign-in waits per failure before it answers (at most
-/// [`MAX_SLOWDOWN`]): guessing is slow even before the lockout.
-const SLOWDOWN: Duration = Duration::from_millis(250);
-const MAX_SLOWDOWN: Duration = Duration::from_secs(2);
-
 /// How people sign in.
 pub enum SignIn {
-    /// PostgreSQL: the person's own login, checked by the database itself.
-    Database,
+    /// PostgreSQL: the person's own login, checked by the database itself; `people` is
+    /// the gateway's own connection, which lists who is a person.
+    Database {
+        people: crate::store::postgres::PgStore,
+    },
     /// SQLite: the one operator of `[console]`.
     Operator { login: String, hash: String },
 }
@@ -64,6 +61,10 @@ pub struct Web {
     sign_in: SignIn,
     pub sessions: Sessions,
     lockout: Lockout,
+    /// Sign-ins being checked now ([`sign_in::CHECKS_AT_ONCE`] at most).
+    checks: tokio::sync::Semaphore,
+    /// The gateway stops: event streams end.
+    shutdown: tokio::sync::watch::Receiver<bool>,
     behind_proxy: bool,
     /// Served over TLS (`tls_cert`): the session cookie is always `Secure`.
     tls: bool,
@@ -76,18 +77,23 @@ pub struct Web {
 
 impl Web {
     /// The console for `database_url` as `[console]` says, or why it cannot start.
-    pub fn new(
+    pub async fn new(
         database_url: &str,
         config: &ConsoleConfig,
         phone_region: crate::domain::contact::Region,
         stale_after: Duration,
+        shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Result<Web, String> {
         let shared = crate::store::Backend::of(database_url)
             .map_err(|e| e.to_string())?
             .is_shared();
         let sign_in =
             match (&config.operator, &config.operator_password_hash) {
-                _ if shared => SignIn::Database,
+                _ if shared => SignIn::Database {
+                    people: crate::store::postgres::PgStore::open(database_url)
+                        .await
+                        .map_err(|e| format!("the console cannot read the people's logins: {e}"))?,
+                },
                 (Some(login), Some(hash)) => {
                     password::check_hash(hash.expose())?;
                     SignIn::Operator {
@@ -106,6 +112,8 @@ impl Web {
             sign_in,
             sessions: Sessions::new(config.idle_timeout, config.absolute_timeout),
             lockout: Lockout::new(),
+            checks: tokio::sync::Semaphore::new(sign_in::CHECKS_AT_ONCE),
+            shutdown,
             behind_proxy: config.behind_proxy,
             tls: config.tls_cert.is_some(),
             phone_region,
@@ -152,13 +160,47 @@ pub fn tls_acceptor(config: &ConsoleConfig) -> Result<Option<tokio_rustls::TlsAc
 /// The console's routes.
 pub fn router(web: Arc<Web>) -> Router {
     Router::new()
-        .route("/api/session", post(sign_in).get(current).delete(sign_out))
+        .route(
+            "/api/session",
+            post(sign_in::sign_in).get(current).delete(sign_out),
+        )
         .route("/api/call/{command}", post(call))
         .route("/api/events", get(events))
         .route("/api/export", post(export))
         .fallback(get(assets::serve))
+        .layer(axum::middleware::from_fn(body_within))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(web)
+}
+
+/// A request's body must arrive within this …
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// … and be at most this long (a rules edit or a bulk request is a few KiB).
+const MAX_BODY: usize = 256 * 1024;
+
+/// Reads every request's body within [`BODY_TIMEOUT`] and [`MAX_BODY`] before a route
+/// sees it: a client that sends a body a byte at a time holds no connection for long.
+async fn body_within(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(bytes)) => {
+            next.run(axum::extract::Request::from_parts(
+                parts,
+                axum::body::Body::from(bytes),
+            ))
+            .await
+        }
+        Ok(Err(_)) => refuse(ConsoleError::Invalid {
+            message: format!("a request's body is at most {} KiB", MAX_BODY / 1024),
+        }),
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            Json(ConsoleError::Failed {
+                message: "the request's body did not arrive in time".into(),
+            }),
+        )
+            .into_response(),
+    }
 }
 
 /// Headers on every answer: a strict Content-Security-Policy (the UI's own scripts and
@@ -221,7 +263,12 @@ fn authorized(
     writes: bool,
 ) -> Result<(Arc<Console>, String), ConsoleError> {
     let id = session_id(headers).ok_or(ConsoleError::NotConnected)?;
-    let (console, csrf) = web.sessions.touch(&id).ok_or(ConsoleError::NotConnected)?;
+    // The UI's own polling says so: it does not keep an unattended session alive.
+    let person = headers.get("x-leadgate-background").is_none();
+    let (console, csrf) = web
+        .sessions
+        .get(&id, person)
+        .ok_or(ConsoleError::NotConnected)?;
     if writes {
         let sent = headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
         if !sent.is_some_and(|s| constant_time_eq(s.as_bytes(), csrf.as_bytes())) {
@@ -233,7 +280,7 @@ fn authorized(
     Ok((console, csrf))
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -253,128 +300,13 @@ fn cookie(web: &Web, headers: &HeaderMap, id: Option<&str>) -> HeaderValue {
     HeaderValue::from_str(&value).expect("a cookie of token characters")
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Credentials {
-    login: String,
-    password: String,
-}
-
-/// The client's address: the peer's, or with `behind_proxy` the first of
-/// `X-Forwarded-For` (the proxy's client).
-fn client(web: &Web, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
-    let forwarded = web
-        .behind_proxy
-        .then(|| headers.get("x-forwarded-for")?.to_str().ok())
-        .flatten()
-        .and_then(|v| v.split(',').next()?.trim().parse().ok());
-    forwarded.unwrap_or(peer.ip())
-}
-
-async fn sign_in(
-    State(web): State<Arc<Web>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: Result<Json<Credentials>, axum::extract::rejection::JsonRejection>,
-) -> Response {
-    let Ok(Json(c)) = body else {
-        return refuse(ConsoleError::Invalid {
-            message: "sign in with a JSON body {\"login\": …, \"password\": …}".into(),
-        });
-    };
-    let addr = client(&web, peer, &headers);
-    let login = c.login.trim().to_owned();
-    if web.lockout.locked(&login, addr) {
-        tracing::warn!(target: "leadgate::console_web", login = %login, client = %addr, outcome = "locked", "console sign-in refused");
-        return refuse(ConsoleError::Forbidden {
-            message: format!(
-                "too many failed sign-ins: try again in {} minutes",
-                session::LOCK_FOR.as_secs() / 60
-            ),
-        });
-    }
-    match open_console(&web, &login, &c.password).await {
-        Ok(console) => {
-            web.lockout.succeeded(&login);
-            tracing::info!(target: "leadgate::console_web", login = %login, client = %addr, outcome = "signed_in", "console sign-in");
-            let connection = console.connection.clone();
-            let (id, csrf) = web.sessions.open(&login, console);
-            let mut r = Json(json!({"csrf": csrf, "connection": connection})).into_response();
-            r.headers_mut()
-                .insert(header::SET_COOKIE, cookie(&web, &headers, Some(&id)));
-            r
-        }
-        Err(e) => {
-            let failures = web.lockout.failures(&login, addr);
-            web.lockout.failed(&login, addr);
-            tracing::warn!(target: "leadgate::console_web", login = %login, client = %addr, outcome = "failed", "console sign-in refused");
-            tokio::time::sleep((SLOWDOWN * (failures + 1)).min(MAX_SLOWDOWN)).await;
-            refuse(e)
-        }
-    }
-}
-
-/// The gateway's database URL with a person's login and password instead of its own.
+/// The gateway's database URL with a person's login and password instead of its own
+/// (what `leadgate user add` prints, and what the console shows with `***`).
 pub fn person_url(url: &str, login: &str, password: &str) -> Option<String> {
     let mut u = reqwest::Url::parse(url).ok()?;
     u.set_username(login).ok()?;
     u.set_password(Some(password)).ok()?;
     Some(u.to_string())
-}
-
-/// The person's own connection, or why not (one sentence, never which half was wrong).
-async fn open_console(web: &Web, login: &str, password: &str) -> Result<Console, ConsoleError> {
-    let wrong = || ConsoleError::Forbidden {
-        message: "wrong login or password".into(),
-    };
-    let url = match &web.sign_in {
-        SignIn::Operator { login: who, hash } => {
-            // Argon2 takes tens of milliseconds of CPU by design: off the async threads.
-            let (hash, attempt) = (hash.clone(), password.to_owned());
-            let verified = tokio::task::spawn_blocking(move || password::verify(&attempt, &hash))
-                .await
-                .unwrap_or(false);
-            if !(constant_time_eq(who.as_bytes(), login.as_bytes()) & verified) {
-                return Err(wrong());
-            }
-            web.database_url.clone()
-        }
-        SignIn::Database => {
-            if login.is_empty() || password.is_empty() {
-                return Err(wrong());
-            }
-            // The database is what checks the password: it must check it.
-            use crate::store::logins::{check_password, PasswordCheck};
-            match check_password(&web.database_url, login, password).await? {
-                PasswordCheck::Accepted => {}
-                PasswordCheck::Refused => return Err(wrong()),
-                PasswordCheck::NotChecked => {
-                    return Err(ConsoleError::Forbidden {
-                        message: "PostgreSQL lets this login in without checking its password \
-                                  (`trust` in pg_hba.conf): the web console signs nobody in \
-                                  until the database checks passwords (scram-sha-256)"
-                            .into(),
-                    })
-                }
-            }
-            person_url(&web.database_url, login, password).ok_or_else(|| ConsoleError::Failed {
-                message: "the gateway's database URL cannot carry a login".into(),
-            })?
-        }
-    };
-    let mut console = Console::open(&url).await?;
-    if matches!(web.sign_in, SignIn::Database) && console.connection.mode != "person" {
-        // The gateway's owner or a login in no role: the web console signs people in.
-        return Err(ConsoleError::Forbidden {
-            message: "this login is not a person's: add one with `leadgate user add`".into(),
-        });
-    }
-    if let SignIn::Operator { login, .. } = &web.sign_in {
-        console.connection.actor = login.clone();
-    }
-    console.phone_region = web.phone_region;
-    console.stale_after = web.stale_after;
-    Ok(console)
 }
 
 async fn current(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
@@ -483,21 +415,29 @@ async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
     }
     let id = session_id(&headers).unwrap_or_default();
     let rx = web.changes.subscribe();
-    let stream = futures::stream::unfold((web, id, rx), |(web, id, mut rx)| async move {
-        loop {
-            let changed = tokio::select! {
-                r = rx.recv() => !matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)),
-                _ = tokio::time::sleep(KEEP_ALIVE) => false,
-            };
-            if !web.sessions.alive(&id) {
-                return None;
+    let stop = web.shutdown.clone();
+    let stream = futures::stream::unfold(
+        (web, id, rx, stop),
+        |(web, id, mut rx, mut stop)| async move {
+            loop {
+                let changed = tokio::select! {
+                    r = rx.recv() => !matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)),
+                    _ = tokio::time::sleep(KEEP_ALIVE) => false,
+                    _ = stop.wait_for(|s| *s) => return None,
+                };
+                if !web.sessions.alive(&id) {
+                    return None;
+                }
+                if changed {
+                    let event = Event::default().event("refresh").data("");
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(event),
+                        (web, id, rx, stop),
+                    ));
+                }
             }
-            if changed {
-                let event = Event::default().event("refresh").data("");
-                return Some((Ok::<_, std::convert::Infallible>(event), (web, id, rx)));
-            }
-        }
-    });
+        },
+    );
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response()
@@ -528,17 +468,6 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
 /// Sweeps the sessions until shutdown.
 pub async fn sweep(web: Arc<Web>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let people = match web.sign_in {
-        SignIn::Database => match crate::store::postgres::PgStore::connect(&web.database_url).await
-        {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, "the console's session sweeper cannot read the people's logins");
-                None
-            }
-        },
-        SignIn::Operator { .. } => None,
-    };
     loop {
         tokio::select! {
             _ = tokio::time::sleep(SWEEP_EVERY) => {}
@@ -547,13 +476,13 @@ pub async fn sweep(web: Arc<Web>, mut shutdown: tokio::sync::watch::Receiver<boo
         if web.sessions.is_empty() {
             continue;
         }
-        let current: Option<std::collections::HashSet<String>> = match &people {
-            Some(store) => match store.users().await {
+        let current: Option<std::collections::HashSet<String>> = match &web.sign_in {
+            SignIn::Database { people } => match people.users().await {
                 Ok(users) => Some(users.into_iter().map(|u| u.login).collect()),
                 // The database is away: keep the sessions; their calls say so.
                 Err(_) => continue,
             },
-            None => None,
+            SignIn::Operator { .. } => None,
         };
         let ended = web
             .sessions

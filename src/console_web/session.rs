@@ -39,6 +39,12 @@ pub struct Sessions<C = Console> {
     absolute: Duration,
 }
 
+/// Open sessions of one login at most: a new sign-in beyond it ends the oldest (each
+/// holds a database connection on PostgreSQL).
+pub const SESSIONS_PER_LOGIN: usize = 3;
+/// Open sessions at most, everyone's together: a sign-in beyond it is refused.
+pub const SESSIONS_AT_MOST: usize = 500;
+
 impl<C> Sessions<C> {
     pub fn new(idle: Duration, absolute: Duration) -> Sessions<C> {
         Sessions {
@@ -48,12 +54,27 @@ impl<C> Sessions<C> {
         }
     }
 
-    /// Opens a session for `login` on `console`; answers its id and CSRF token. The id
-    /// is new at every sign-in, so an id planted before sign-in is worth nothing.
-    pub fn open(&self, login: &str, console: C) -> (String, String) {
+    /// Opens a session for `login` on `console`; answers its id and CSRF token, or `None`
+    /// when [`SESSIONS_AT_MOST`] are open. The id is new at every sign-in, so an id
+    /// planted before sign-in is worth nothing; the login's oldest session ends when it
+    /// has [`SESSIONS_PER_LOGIN`].
+    pub fn open(&self, login: &str, console: C) -> Option<(String, String)> {
         let (id, csrf) = (random_token(), random_token());
         let now = Instant::now();
-        self.lock().insert(
+        let mut open = self.lock();
+        let mut mine: Vec<(Instant, String)> = open
+            .iter()
+            .filter(|(_, s)| s.login == login)
+            .map(|(id, s)| (s.started, id.clone()))
+            .collect();
+        mine.sort();
+        while mine.len() >= SESSIONS_PER_LOGIN {
+            open.remove(&mine.remove(0).1);
+        }
+        if open.len() >= SESSIONS_AT_MOST {
+            return None;
+        }
+        open.insert(
             id.clone(),
             Session {
                 console: Arc::new(console),
@@ -63,12 +84,13 @@ impl<C> Sessions<C> {
                 last_used: now,
             },
         );
-        (id, csrf)
+        Some((id, csrf))
     }
 
-    /// The session `id` as of now, its idle clock restarted; `None` when there is none or
-    /// it has timed out (then it is ended).
-    pub fn touch(&self, id: &str) -> Option<(Arc<C>, String)> {
+    /// The session `id` as of now, its idle clock restarted when `touch` (a person's
+    /// call; the UI's background polling is not); `None` when there is none or it has
+    /// timed out (then it is ended).
+    pub fn get(&self, id: &str, touch: bool) -> Option<(Arc<C>, String)> {
         let mut open = self.lock();
         let now = Instant::now();
         let s = open.get_mut(id)?;
@@ -78,7 +100,9 @@ impl<C> Sessions<C> {
             open.remove(id);
             return None;
         }
-        s.last_used = now;
+        if touch {
+            s.last_used = now;
+        }
         Some((Arc::clone(&s.console), s.csrf.clone()))
     }
 
@@ -127,11 +151,13 @@ impl<C> Sessions<C> {
     }
 }
 
-/// Failed sign-ins, per login and per client address: after [`LOCK_AFTER`] failures
-/// within [`LOCK_FOR`], that login (or address) is refused until [`LOCK_FOR`] has passed
-/// since the last failure, whatever the password.
+/// Sign-in attempts that did not succeed, per login and per client address: after
+/// [`LOCK_AFTER`] within [`LOCK_FOR`], that login (or address) is refused until
+/// [`LOCK_FOR`] has passed since the last one, whatever the password. An attempt counts
+/// from the moment it starts ([`Lockout::begin`]), so attempts sent at once cannot all
+/// slip in before the first has failed.
 pub struct Lockout {
-    failures: Mutex<HashMap<String, (u32, Instant)>>,
+    attempts: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
 pub const LOCK_AFTER: u32 = 5;
@@ -140,7 +166,7 @@ pub const LOCK_FOR: Duration = Duration::from_secs(15 * 60);
 impl Lockout {
     pub fn new() -> Lockout {
         Lockout {
-            failures: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
         }
     }
 
@@ -148,40 +174,65 @@ impl Lockout {
         [format!("login:{login}"), format!("addr:{addr}")]
     }
 
-    /// Failures so far for this login or address (the larger), forgetting old ones.
-    pub fn failures(&self, login: &str, addr: IpAddr) -> u32 {
-        let mut f = self.lock();
+    /// Counts an attempt of `login` from `addr` and answers how many came before it, or
+    /// `None` when either is locked out (nothing counted).
+    pub fn begin(&self, login: &str, addr: IpAddr) -> Option<u32> {
         let now = Instant::now();
-        f.retain(|_, (_, last)| now.duration_since(*last) < LOCK_FOR);
-        Self::keys(login, addr)
+        let mut a = self.lock();
+        a.retain(|_, (_, last)| now.duration_since(*last) < LOCK_FOR);
+        let keys = Self::keys(login, addr);
+        let before = keys
             .iter()
-            .filter_map(|k| f.get(k).map(|(n, _)| *n))
+            .filter_map(|k| a.get(k).map(|(n, _)| *n))
             .max()
-            .unwrap_or(0)
-    }
-
-    pub fn locked(&self, login: &str, addr: IpAddr) -> bool {
-        self.failures(login, addr) >= LOCK_AFTER
-    }
-
-    pub fn failed(&self, login: &str, addr: IpAddr) {
-        let now = Instant::now();
-        let mut f = self.lock();
-        for k in Self::keys(login, addr) {
-            let e = f.entry(k).or_insert((0, now));
+            .unwrap_or(0);
+        if before >= LOCK_AFTER {
+            return None;
+        }
+        for k in keys {
+            let e = a.entry(k).or_insert((0, now));
             e.0 += 1;
             e.1 = now;
         }
+        Some(before)
     }
 
-    /// A success forgets the login's failures (the address's stay: one address trying
-    /// many logins is still slowed down).
-    pub fn succeeded(&self, login: &str) {
-        self.lock().remove(&format!("login:{login}"));
+    /// Whether `login` or `addr` is locked out now.
+    pub fn locked(&self, login: &str, addr: IpAddr) -> bool {
+        let a = self.lock();
+        Self::keys(login, addr).iter().any(|k| {
+            a.get(k)
+                .is_some_and(|(n, last)| *n >= LOCK_AFTER && last.elapsed() < LOCK_FOR)
+        })
+    }
+
+    /// The attempt succeeded: the login's count is forgotten, and this attempt is taken
+    /// off the address's (one address trying many logins is still slowed down).
+    pub fn succeeded(&self, login: &str, addr: IpAddr) {
+        let mut a = self.lock();
+        a.remove(&format!("login:{login}"));
+        Self::uncount(&mut a, &format!("addr:{addr}"));
+    }
+
+    /// The attempt was no guess (the database could not be asked): it does not count.
+    pub fn release(&self, login: &str, addr: IpAddr) {
+        let mut a = self.lock();
+        for k in Self::keys(login, addr) {
+            Self::uncount(&mut a, &k);
+        }
+    }
+
+    fn uncount(a: &mut HashMap<String, (u32, Instant)>, key: &str) {
+        if let Some(e) = a.get_mut(key) {
+            e.0 = e.0.saturating_sub(1);
+            if e.0 == 0 {
+                a.remove(key);
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u32, Instant)>> {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner())
+        self.attempts.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -205,11 +256,11 @@ mod tests {
     #[test]
     fn an_idle_session_ends() {
         let s: Sessions<()> = Sessions::new(Duration::from_millis(100), Duration::from_secs(60));
-        let (id, csrf) = s.open("anna", ());
+        let (id, csrf) = s.open("anna", ()).unwrap();
         assert_ne!(id, csrf);
         std::thread::sleep(Duration::from_millis(300));
         assert!(!s.alive(&id));
-        assert!(s.touch(&id).is_none());
+        assert!(s.get(&id, true).is_none());
         assert!(
             s.is_empty(),
             "a timed-out session is ended when it is touched"
@@ -220,10 +271,10 @@ mod tests {
     fn a_used_session_still_ends_at_its_absolute_timeout() {
         let absolute = Duration::from_millis(600);
         let s: Sessions<()> = Sessions::new(Duration::from_secs(60), absolute);
-        let (id, _) = s.open("anna", ());
+        let (id, _) = s.open("anna", ()).unwrap();
         let started = Instant::now();
         let mut touches = 0;
-        while s.touch(&id).is_some() {
+        while s.get(&id, true).is_some() {
             touches += 1;
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -238,31 +289,107 @@ mod tests {
     #[test]
     fn a_sweep_ends_the_sessions_of_a_removed_login_only() {
         let s: Sessions<()> = Sessions::new(Duration::from_secs(60), Duration::from_secs(60));
-        let (a1, _) = s.open("anna", ());
-        let (a2, _) = s.open("anna", ());
-        let (b, _) = s.open("boris", ());
+        let (a1, _) = s.open("anna", ()).unwrap();
+        let (a2, _) = s.open("anna", ()).unwrap();
+        let (b, _) = s.open("boris", ()).unwrap();
         assert_eq!(s.sweep(|login| login == "anna"), 2);
-        assert!(s.touch(&a1).is_none() && s.touch(&a2).is_none());
-        assert!(s.touch(&b).is_some());
+        assert!(s.get(&a1, true).is_none() && s.get(&a2, true).is_none());
+        assert!(s.get(&b, true).is_some());
         assert_eq!(s.logins(), ["boris"]);
         assert!(s.close(&b) && !s.close(&b));
+    }
+
+    #[test]
+    fn background_calls_do_not_keep_a_session_alive() {
+        let s: Sessions<()> = Sessions::new(Duration::from_millis(300), Duration::from_secs(60));
+        let (id, _) = s.open("anna", ()).unwrap();
+        let started = Instant::now();
+        while s.get(&id, false).is_some() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+
+    #[test]
+    fn a_login_keeps_its_newest_sessions_only() {
+        let s: Sessions<()> = Sessions::new(Duration::from_secs(60), Duration::from_secs(60));
+        let ids: Vec<String> = (0..SESSIONS_PER_LOGIN + 2)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(2));
+                s.open("anna", ()).unwrap().0
+            })
+            .collect();
+        assert_eq!(s.len(), SESSIONS_PER_LOGIN);
+        assert!(s.get(&ids[0], true).is_none() && s.get(&ids[1], true).is_none());
+        assert!(ids[2..].iter().all(|id| s.get(id, true).is_some()));
     }
 
     #[test]
     fn a_login_or_an_address_is_locked_after_repeated_failures() {
         let l = Lockout::new();
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        for _ in 0..LOCK_AFTER - 1 {
-            l.failed("anna", a);
+        for i in 0..LOCK_AFTER - 1 {
+            assert_eq!(l.begin("anna", a), Some(i));
         }
         assert!(!l.locked("anna", a));
-        l.failed("anna", a);
-        assert!(l.locked("anna", a), "the login from its address");
-        assert!(l.locked("anna", b), "the login from anywhere");
-        assert!(l.locked("boris", a), "any login from the address");
-        assert!(!l.locked("boris", b));
-        l.succeeded("anna");
-        assert!(l.locked("anna", a), "the address stays locked");
+        // The last attempt allowed succeeds: the login starts afresh, the address keeps
+        // the failures it made.
+        assert_eq!(l.begin("anna", a), Some(LOCK_AFTER - 1));
+        l.succeeded("anna", a);
         assert!(!l.locked("anna", b));
+        assert_eq!(
+            l.begin("boris", a),
+            Some(LOCK_AFTER - 1),
+            "the address's failures stay"
+        );
+        assert!(l.locked("boris", a), "the address, after one more failure");
+        assert_eq!(l.begin("carl", a), None, "any login from the address");
+        assert_eq!(
+            l.begin("boris", b),
+            Some(1),
+            "boris from elsewhere: his one failure"
+        );
+        for _ in 0..LOCK_AFTER - 2 {
+            assert!(l.begin("boris", b).is_some());
+        }
+        assert_eq!(
+            l.begin("boris", "10.0.0.3".parse().unwrap()),
+            None,
+            "the login from anywhere"
+        );
+    }
+
+    #[test]
+    fn attempts_sent_at_once_are_counted_before_any_has_failed() {
+        let l = Arc::new(Lockout::new());
+        let addr: IpAddr = "10.0.0.1".parse().unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(50));
+        let let_in: u32 = (0..50)
+            .map(|_| {
+                let (l, barrier) = (Arc::clone(&l), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    l.begin("anna", addr).is_some() as u32
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .sum();
+        assert_eq!(
+            let_in, LOCK_AFTER,
+            "exactly as many attempts as the lockout allows"
+        );
+    }
+
+    #[test]
+    fn an_attempt_the_database_could_not_answer_does_not_count() {
+        let l = Lockout::new();
+        let addr: IpAddr = "10.0.0.1".parse().unwrap();
+        for _ in 0..LOCK_AFTER * 2 {
+            assert!(l.begin("anna", addr).is_some());
+            l.release("anna", addr);
+        }
+        assert!(!l.locked("anna", addr));
     }
 }

@@ -49,8 +49,15 @@ impl Site {
 
     /// With `client` (a TLS test's trusts its CA).
     async fn start_with(url: &str, config: &ConsoleConfig, client: reqwest::Client) -> Site {
-        let web =
-            Arc::new(Web::new(url, config, Default::default(), Duration::from_secs(600)).unwrap());
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let web = Web::new(
+            url,
+            config,
+            Default::default(),
+            Duration::from_secs(600),
+            rx.clone(),
+        );
+        let web = Arc::new(web.await.unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let tls = console_web::tls_acceptor(config).unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -63,7 +70,6 @@ impl Site {
             "{scheme}://{host}:{}",
             listener.local_addr().unwrap().port()
         );
-        let (stop, rx) = tokio::sync::watch::channel(false);
         let limits = leadgate::intake::listen::Limits {
             max_connections: 64,
             header_timeout: Duration::from_secs(10),
@@ -437,6 +443,33 @@ web_test!(
             StatusCode::UNAUTHORIZED
         );
 
+        // Signing in again from the same browser ends its earlier session.
+        let (_, earlier) = sign_in(&site, &login, &password).await;
+        let again = send(
+            &site,
+            &earlier,
+            reqwest::Method::POST,
+            "/api/session",
+            Some(json!({"login": login, "password": password})),
+        )
+        .await;
+        assert_eq!(again.status, StatusCode::OK);
+        assert_eq!(
+            call(&site, &earlier, "counts", json!({})).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+        // A body too large for any call: refused before any route reads it.
+        let big = json!({"login": "x".repeat(300 * 1024), "password": "y"});
+        let r = send(
+            &site,
+            &none,
+            reqwest::Method::POST,
+            "/api/session",
+            Some(big),
+        )
+        .await;
+        assert_eq!((r.status, r.kind()), (StatusCode::BAD_REQUEST, "invalid"));
+
         let (_, one) = sign_in(&site, &login, &password).await;
         let (_, two) = sign_in(&site, &login, &password).await;
         assert_ne!(one.cookie, two.cookie);
@@ -524,32 +557,67 @@ web_test!(
             a.body
         );
         assert_eq!(site.web.sessions.len(), 0);
+
+        // Guesses sent all at once: no more get checked than the lockout allows, and no
+        // more are checked at the same time than the console takes.
+        let site = Site::start(&d.url, &console_config("")).await;
+        let other = d.logins().first().unwrap().1.clone();
+        let guesses: Vec<_> = (0..30)
+            .map(|i| {
+                let (site_base, client) = (site.base.clone(), site.client.clone());
+                let other = other.clone();
+                tokio::spawn(async move {
+                    let r = client
+                        .post(format!("{site_base}/api/session"))
+                        .json(&json!({"login": other, "password": format!("guess {i}")}))
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = r.status();
+                    (status, r.json::<Value>().await.unwrap())
+                })
+            })
+            .collect();
+        let mut checked = 0;
+        for g in guesses {
+            let (status, body) = g.await.unwrap();
+            match (status, body["message"].as_str().unwrap_or("")) {
+                (StatusCode::FORBIDDEN, "wrong login or password") => checked += 1,
+                (StatusCode::FORBIDDEN, m) if m.contains("too many failed sign-ins") => {}
+                (StatusCode::SERVICE_UNAVAILABLE, m) if m.contains("try again") => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            checked <= console_web::session::LOCK_AFTER,
+            "{checked} guesses were checked"
+        );
         d.done().await;
     }
 );
 
-/// On PostgreSQL: the gateway's own login is not a person's and is refused, and a person
+/// On PostgreSQL: the gateway's own login is not a person's and is refused with the words
+/// a wrong password gets (the console confirms no password but a person's), and a person
 /// `leadgate user remove` drops loses every open session within a sweep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_owner_cannot_sign_in_and_a_removed_person_is_signed_out() {
     let (cluster, url) = checked_cluster();
     let mut d = deployment(&url, Backend::Postgres).await;
     let site = Site::start(&d.url, &console_config("")).await;
-    let (a, _) = sign_in(&site, "postgres", OWNER_PASSWORD).await;
-    assert_eq!(
-        (a.status, a.kind()),
-        (StatusCode::FORBIDDEN, "forbidden"),
-        "{}",
-        a.body
-    );
-    assert!(
-        a.body["message"]
-            .as_str()
-            .unwrap()
-            .contains("not a person's"),
-        "{}",
-        a.body
-    );
+    for attempt in [OWNER_PASSWORD, "not the owner's password"] {
+        let (a, b) = sign_in(&site, "postgres", attempt).await;
+        assert_eq!(
+            (a.status, a.kind(), a.body["message"].as_str()),
+            (
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                Some("wrong login or password")
+            ),
+            "{}",
+            a.body
+        );
+        assert!(b.cookie.is_none());
+    }
 
     let people = d.people.as_mut().unwrap();
     let (login, password) = (
@@ -741,15 +809,18 @@ async fn over_tls_the_session_cookie_is_secure_and_plain_http_is_refused() {
     .await;
 }
 
-#[test]
-fn the_console_refuses_to_start_without_a_way_to_sign_in_or_off_loopback_in_plain_http() {
+#[tokio::test]
+async fn the_console_refuses_to_start_without_a_way_to_sign_in_or_off_loopback_in_plain_http() {
+    let (_stop, rx) = tokio::sync::watch::channel(false);
     let no_operator = Config::parse("[database]\nurl = \"sqlite://x.db\"\n[console]\n").unwrap();
     let e = Web::new(
         "sqlite://x.db",
         no_operator.console.as_ref().unwrap(),
         Default::default(),
         Duration::from_secs(60),
+        rx.clone(),
     )
+    .await
     .err()
     .unwrap();
     assert!(e.contains("leadgate console password"), "{e}");
@@ -773,7 +844,9 @@ fn the_console_refuses_to_start_without_a_way_to_sign_in_or_off_loopback_in_plai
                 c.console.as_ref().unwrap(),
                 Default::default(),
                 Duration::from_secs(60),
+                rx.clone(),
             )
+            .await
             .err()
             .expect(toml),
         };

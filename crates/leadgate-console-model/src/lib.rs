@@ -878,7 +878,12 @@ fn cursor_err() -> ConsoleError {
 impl Console {
     /// Opens the database without migrating it and checks its schema version.
     pub async fn open(url: &str) -> ApiResult<Console> {
-        let store = store::open(url).await?;
+        Console::on(store::open(url).await?, without_password(url)).await
+    }
+
+    /// The console over `store`, already opened (the web console opens a person's own,
+    /// `PgStore::open_as`), shown as `display_url`; checks the schema version.
+    pub async fn on(store: Arc<dyn Store>, display_url: String) -> ApiResult<Console> {
         store.ping().await?;
         let known = store::known_schema_version();
         let found = store
@@ -901,7 +906,7 @@ impl Console {
         Ok(Console {
             connection: Connection {
                 backend: store.backend().name().to_owned(),
-                display_url: without_password(url),
+                display_url,
                 schema_version: found,
                 live: store.backend().is_shared(),
                 mode: mode.to_owned(),

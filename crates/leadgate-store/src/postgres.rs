@@ -187,9 +187,38 @@ impl PgStore {
 
     /// Connects without touching the schema (the console checks the version instead).
     pub async fn open(url: &str) -> Result<Self, super::StoreError> {
-        let options = connect_options(url)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(16)
+        Self::open_pool(
+            connect_options(url)?,
+            PgPoolOptions::new().max_connections(16),
+        )
+        .await
+    }
+
+    /// [`PgStore::open`] as `login` with `password` instead of the URL's login, with at
+    /// most `max_connections`, each closed after `idle` unused: a person's session of the
+    /// web console, which holds no more of the server than it uses.
+    pub async fn open_as(
+        url: &str,
+        login: &str,
+        password: &str,
+        max_connections: u32,
+        idle: Duration,
+    ) -> Result<Self, super::StoreError> {
+        Self::open_pool(
+            connect_options(url)?.username(login).password(password),
+            PgPoolOptions::new()
+                .max_connections(max_connections)
+                .min_connections(0)
+                .idle_timeout(idle),
+        )
+        .await
+    }
+
+    async fn open_pool(
+        options: PgConnectOptions,
+        pool: PgPoolOptions,
+    ) -> Result<Self, super::StoreError> {
+        let pool = pool
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;

@@ -75,12 +75,30 @@ function browserNotify(title: string, body: string, open: OpenTarget | null) {
   };
 }
 
-/** Refreshes pushed by the gateway (server-sent events), when the database pushes them. */
+/** Refreshes pushed by the gateway (server-sent events), when the database pushes them:
+ *  the stream opens once a session exists (a browser never retries one refused) and
+ *  closes at sign-out. */
+const refreshHandlers = new Set<() => void>();
+let events: EventSource | null = null;
+
+function openEvents() {
+  if (typeof EventSource === "undefined" || events) return;
+  events = new EventSource("/api/events");
+  events.addEventListener("refresh", () => refreshHandlers.forEach((h) => h()));
+  // A stream the gateway ended (session over, gateway gone) is not reopened by itself.
+  events.onerror = () => {
+    if (events?.readyState === EventSource.CLOSED) events = null;
+  };
+}
+
+function closeEvents() {
+  events?.close();
+  events = null;
+}
+
 function webRefresh(handler: () => void): Promise<UnlistenFn> {
-  if (typeof EventSource === "undefined") return Promise.resolve(() => {});
-  const source = new EventSource("/api/events");
-  source.addEventListener("refresh", () => handler());
-  return Promise.resolve(() => source.close());
+  refreshHandlers.add(handler);
+  return Promise.resolve(() => void refreshHandlers.delete(handler));
 }
 
 function download(blob: Blob, name: string) {
@@ -110,7 +128,9 @@ export const api = {
   connect: async (url: string | null): Promise<Connection> => {
     if (shell === "desktop") return call<Connection>("connect", { url });
     try {
-      return await web.session();
+      const c = await web.session();
+      openEvents();
+      return c;
     } catch (e) {
       throw asConsoleError(e);
     }
@@ -118,12 +138,20 @@ export const api = {
   /** A browser signs in with the person's login and password (web shell only). */
   signIn: async (login: string, password: string): Promise<Connection> => {
     try {
-      return await web.signIn(login, password);
+      const c = await web.signIn(login, password);
+      closeEvents();
+      openEvents();
+      return c;
     } catch (e) {
       throw asConsoleError(e);
     }
   },
-  signOut: (): Promise<void> => web.signOut(),
+  signOut: (): Promise<void> => {
+    closeEvents();
+    return web.signOut();
+  },
+  /** Runs `work` as the UI's own polling: in a browser it does not keep the session alive. */
+  background: <T>(work: () => Promise<T>): Promise<T> => (shell === "web" ? web.inBackground(work) : work()),
   counts: () => call<TabCounts>("counts"),
   queue: (tab: Tab, query: QueueQuery) => call<QueuePage>("queue", { tab, query }),
   caseDetail: (operationId: string, caseId: number | null) =>

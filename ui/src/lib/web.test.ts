@@ -56,6 +56,15 @@ describe("the web transport", () => {
     expect(new Headers(seen[2].init.headers).get("X-CSRF-Token")).toBeNull();
   });
 
+  it("marks the UI's own polling, and only it, as background", async () => {
+    const { seen, web } = fake([json({}), json({}), json({})]);
+    await web.call("counts");
+    await web.inBackground(() => web.call("counts"));
+    await web.call("counts");
+    const flags = seen.map((s) => new Headers(s.init.headers).get("X-Leadgate-Background"));
+    expect(flags).toEqual([null, "1", null]);
+  });
+
   it("downloads an export under the name the gateway gave, with its row count", async () => {
     const { web } = fake([
       new Response("a,b\n1,2\n", {

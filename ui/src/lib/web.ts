@@ -8,6 +8,9 @@ type Fetch = typeof fetch;
 
 export class WebTransport {
   private csrf: string | null = null;
+  /** Calls made while this is above 0 are the UI's own polling: they do not count as the
+   *  person's activity (an unattended tab still times out). */
+  private background = 0;
 
   constructor(private readonly fetcher: Fetch = (...a) => fetch(...a)) {}
 
@@ -26,6 +29,7 @@ export class WebTransport {
   private async request(path: string, init: RequestInit): Promise<Response> {
     const headers = new Headers(init.headers);
     if (this.csrf) headers.set("X-CSRF-Token", this.csrf);
+    if (this.background > 0) headers.set("X-Leadgate-Background", "1");
     if (init.body !== undefined) headers.set("Content-Type", "application/json");
     let r: Response;
     try {
@@ -39,6 +43,16 @@ export class WebTransport {
       throw e;
     }
     return r;
+  }
+
+  /** Runs `work` as background polling (see `background`). */
+  async inBackground<T>(work: () => Promise<T>): Promise<T> {
+    this.background++;
+    try {
+      return await work();
+    } finally {
+      this.background--;
+    }
   }
 
   async call<T>(command: string, args?: Record<string, unknown>): Promise<T> {
