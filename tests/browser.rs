@@ -3,7 +3,8 @@
 //! chromedriver. A person signs in, sees the queue, opens a case and confirms the CRM
 //! result; the database then says the case is resolved by that person. On SQLite the
 //! operator of `[console]`; on PostgreSQL a private cluster that checks passwords, with a
-//! sales-ops person who resolves and a support person who sees the figures only. Saves
+//! sales-ops person who resolves, a support person who sees the figures only, and a
+//! manager who searches and changes a business rule (the database records it as theirs). Saves
 //! the README's browser screenshot (docs/screenshots/browser-console.png).
 //!
 //! Needs Chromium, chromedriver and the built UI: `make test` installs and builds them
@@ -25,7 +26,7 @@ use leadgate_testkit::people::People;
 use leadgate_testkit::process::{command, free_port, wait_healthy, GatewayFile, Process, SiteAuth};
 use leadgate_testkit::seed::{seed, Seeded};
 use leadgate_testkit::webdriver::{
-    click, css, el, open_row, session, shot, text_until, type_into, Client,
+    choose, click, css, el, open_row, session, shot, text_until, type_into, Client,
 };
 use serde_json::json;
 
@@ -254,7 +255,7 @@ fn checked_cluster() -> (Cluster, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_a_person_resolves_a_case_and_support_sees_the_figures_only_in_chromium() {
+async fn postgres_each_role_does_in_chromium_what_it_may_resolve_search_rules_figures() {
     let (cluster, url) = checked_cluster();
     // The schema first (the gateway would make it too), then the people in it.
     leadgate::store::connect(&url).await.unwrap();
@@ -263,6 +264,10 @@ async fn postgres_a_person_resolves_a_case_and_support_sees_the_figures_only_in_
     let (sales, sales_password) = (
         people.login(Role::SalesOps).to_owned(),
         people.password(Role::SalesOps),
+    );
+    let (manager, manager_password) = (
+        people.login(Role::Manager).to_owned(),
+        people.password(Role::Manager),
     );
     let (support, support_password) = (
         people.login(Role::Support).to_owned(),
@@ -285,6 +290,36 @@ async fn postgres_a_person_resolves_a_case_and_support_sees_the_figures_only_in_
         assert!(
             c.find(css("[data-testid=search]")).await.is_err(),
             "support has no search"
+        );
+        click(&c, "[data-testid=sign-out]").await;
+        el(&c, "[data-testid=sign-in-screen]").await;
+
+        // A manager: finds a lead by its key among all operations (it is completed now),
+        // then makes a contact match on the site link to the CRM record — the database's
+        // rules change, recorded as the manager.
+        sign_in(&c, &manager, &manager_password).await;
+        text_until(&c, "[data-testid=operator]", &manager, |t| t == manager).await;
+        let key = d.seeded.uncertain.as_str().to_owned();
+        type_into(&c, "[data-testid=search]", &format!("{key}\u{E007}")).await;
+        text_until(&c, "[data-testid=search-header]", "the search", |t| {
+            t.contains(&key)
+        })
+        .await;
+        open_row(&c, d.seeded.uncertain.as_str()).await;
+        click(&c, "[data-testid=search-clear]").await;
+        click(&c, "[data-testid=nav-rules]").await;
+        el(&c, "[data-testid=rules-row-site]").await;
+        choose(&c, "[data-testid=rule-site]", "link").await;
+        click(&c, "[data-testid=save-site]").await;
+        text_until(&c, "[data-testid=rules-notice]", "site saved", |t| {
+            t.contains("site") && t.contains("version 2")
+        })
+        .await;
+        let rules = d.store.business_rules().await.unwrap();
+        let site = rules.iter().find(|r| r.rules.source == "site").unwrap();
+        assert_eq!(
+            (site.rules.rule, site.changed_by.as_str(), site.version),
+            (leadgate::domain::MatchRule::Link, manager.as_str(), 2)
         );
         click(&c, "[data-testid=sign-out]").await;
         el(&c, "[data-testid=sign-in-screen]").await;
