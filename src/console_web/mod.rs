@@ -256,12 +256,15 @@ fn session_id(headers: &HeaderMap) -> Option<String> {
         .map(|(_, v)| v.to_owned())
 }
 
+/// A request's signed-in session.
+struct Signed {
+    id: String,
+    console: Arc<Console>,
+    csrf: String,
+}
+
 /// The signed-in session of a request, checked against its CSRF header when `writes`.
-fn authorized(
-    web: &Web,
-    headers: &HeaderMap,
-    writes: bool,
-) -> Result<(Arc<Console>, String), ConsoleError> {
+fn authorized(web: &Web, headers: &HeaderMap, writes: bool) -> Result<Signed, ConsoleError> {
     let id = session_id(headers).ok_or(ConsoleError::NotConnected)?;
     // The UI's own polling says so: it does not keep an unattended session alive.
     let person = headers.get("x-leadgate-background").is_none();
@@ -277,7 +280,7 @@ fn authorized(
             });
         }
     }
-    Ok((console, csrf))
+    Ok(Signed { id, console, csrf })
 }
 
 pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -311,20 +314,16 @@ pub fn person_url(url: &str, login: &str, password: &str) -> Option<String> {
 
 async fn current(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
     match authorized(&web, &headers, false) {
-        Ok((console, csrf)) => {
-            Json(json!({"csrf": csrf, "connection": console.connection})).into_response()
-        }
+        Ok(s) => Json(json!({"csrf": s.csrf, "connection": s.console.connection})).into_response(),
         Err(e) => refuse(e),
     }
 }
 
 async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authorized(&web, &headers, true) {
-        return refuse(e);
-    }
-    if let Some(id) = session_id(&headers) {
-        web.sessions.close(&id);
-    }
+    match authorized(&web, &headers, true) {
+        Ok(s) => web.sessions.close(&s.id),
+        Err(e) => return refuse(e),
+    };
     let mut r = StatusCode::NO_CONTENT.into_response();
     r.headers_mut()
         .insert(header::SET_COOKIE, cookie(&web, &headers, None));
@@ -339,8 +338,8 @@ async fn call(
 ) -> Response {
     // Every call is checked for the CSRF token: reads too, so that a page elsewhere
     // cannot even time them.
-    let (console, _) = match authorized(&web, &headers, true) {
-        Ok(s) => s,
+    let console = match authorized(&web, &headers, true) {
+        Ok(s) => s.console,
         Err(e) => return refuse(e),
     };
     let args: Value = if body.is_empty() {
@@ -371,8 +370,8 @@ async fn export(
     headers: HeaderMap,
     body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let (console, _) = match authorized(&web, &headers, true) {
-        Ok(s) => s,
+    let console = match authorized(&web, &headers, true) {
+        Ok(s) => s.console,
         Err(e) => return refuse(e),
     };
     let request: ExportRequest = match body
@@ -410,10 +409,10 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// with the session. It carries no data, only that something changed.
 async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
-    if let Err(e) = authorized(&web, &headers, false) {
-        return refuse(e);
-    }
-    let id = session_id(&headers).unwrap_or_default();
+    let id = match authorized(&web, &headers, false) {
+        Ok(s) => s.id,
+        Err(e) => return refuse(e),
+    };
     let rx = web.changes.subscribe();
     let stop = web.shutdown.clone();
     let stream = futures::stream::unfold(
@@ -425,9 +424,8 @@ async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
                     _ = tokio::time::sleep(KEEP_ALIVE) => false,
                     _ = stop.wait_for(|s| *s) => return None,
                 };
-                if !web.sessions.alive(&id) {
-                    return None;
-                }
+                // The stream ends with the session.
+                web.sessions.get(&id, false)?;
                 if changed {
                     let event = Event::default().event("refresh").data("");
                     return Some((
@@ -454,10 +452,7 @@ pub async fn relay_changes(web: Arc<Web>, mut shutdown: tokio::sync::watch::Rece
             return;
         }
     };
-    let changes = web.changes.clone();
-    let task = feed.forward(crate::store::changes::REFRESH_EVERY, move |table| {
-        let _ = changes.send(table);
-    });
+    let task = feed.relay(web.changes.clone());
     let _ = shutdown.wait_for(|stop| *stop).await;
     task.abort();
 }

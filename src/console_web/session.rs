@@ -94,9 +94,7 @@ impl<C> Sessions<C> {
         let mut open = self.lock();
         let now = Instant::now();
         let s = open.get_mut(id)?;
-        if now.duration_since(s.last_used) > self.idle
-            || now.duration_since(s.started) > self.absolute
-        {
+        if !self.within(s, now) {
             open.remove(id);
             return None;
         }
@@ -106,13 +104,10 @@ impl<C> Sessions<C> {
         Some((Arc::clone(&s.console), s.csrf.clone()))
     }
 
-    /// Whether the session `id` is open and within its timeouts (its clock untouched).
-    pub fn alive(&self, id: &str) -> bool {
-        let now = Instant::now();
-        self.lock().get(id).is_some_and(|s| {
-            now.duration_since(s.last_used) <= self.idle
-                && now.duration_since(s.started) <= self.absolute
-        })
+    /// Whether `s` is within its idle and absolute timeouts at `now`.
+    fn within(&self, s: &Session<C>, now: Instant) -> bool {
+        now.duration_since(s.last_used) <= self.idle
+            && now.duration_since(s.started) <= self.absolute
     }
 
     /// Ends the session `id`; its database connection closes when its last call ends.
@@ -125,16 +120,13 @@ impl<C> Sessions<C> {
         let now = Instant::now();
         let mut open = self.lock();
         let before = open.len();
-        open.retain(|_, s| {
-            now.duration_since(s.last_used) <= self.idle
-                && now.duration_since(s.started) <= self.absolute
-                && !removed(&s.login)
-        });
+        open.retain(|_, s| self.within(s, now) && !removed(&s.login));
         before - open.len()
     }
 
     /// The logins signed in now (one entry per session).
-    pub fn logins(&self) -> Vec<String> {
+    #[cfg(test)]
+    fn logins(&self) -> Vec<String> {
         self.lock().values().map(|s| s.login.clone()).collect()
     }
 
@@ -198,7 +190,8 @@ impl Lockout {
     }
 
     /// Whether `login` or `addr` is locked out now.
-    pub fn locked(&self, login: &str, addr: IpAddr) -> bool {
+    #[cfg(test)]
+    fn locked(&self, login: &str, addr: IpAddr) -> bool {
         let a = self.lock();
         Self::keys(login, addr).iter().any(|k| {
             a.get(k)
@@ -259,7 +252,10 @@ mod tests {
         let (id, csrf) = s.open("anna", ()).unwrap();
         assert_ne!(id, csrf);
         std::thread::sleep(Duration::from_millis(300));
-        assert!(!s.alive(&id));
+        assert!(
+            s.get(&id, false).is_none(),
+            "a look without touching sees it ended"
+        );
         assert!(s.get(&id, true).is_none());
         assert!(
             s.is_empty(),

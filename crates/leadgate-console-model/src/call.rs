@@ -92,29 +92,35 @@ pub enum Call {
 }
 
 impl Call {
-    /// The call named `command` with `args` (an object, or null for none).
+    /// The call named `command` with `args` (an object, or null for none). A call that
+    /// takes no arguments is a unit variant, which serde reads without `args`: an empty
+    /// object or null is read that way when the call does not take it as arguments.
     pub fn parse(command: &str, args: Value) -> ApiResult<Call> {
-        let args = match args {
-            Value::Null => Value::Object(Default::default()),
-            a => a,
+        let read = |args: Option<Value>| {
+            let mut call = serde_json::Map::new();
+            call.insert("command".into(), Value::String(command.to_owned()));
+            if let Some(args) = args {
+                call.insert("args".into(), args);
+            }
+            serde_json::from_value::<Call>(Value::Object(call))
         };
-        let no_args = args.as_object().is_some_and(|o| o.is_empty());
-        let mut call = serde_json::Map::new();
-        call.insert("command".into(), Value::String(command.to_owned()));
-        // A call without arguments is a unit variant: serde wants no `args` for it.
-        if !no_args || !Self::takes_no_args(command) {
-            call.insert("args".into(), args);
-        }
-        serde_json::from_value(Value::Object(call)).map_err(|e| ConsoleError::Invalid {
-            message: format!("{command}: {e}"),
-        })
-    }
-
-    fn takes_no_args(command: &str) -> bool {
-        matches!(
-            command,
-            "counts" | "connectors" | "diagnoses" | "rules" | "crm_origins"
-        )
+        let none = args.is_null() || args.as_object().is_some_and(|o| o.is_empty());
+        let args = if args.is_null() {
+            Value::Object(Default::default())
+        } else {
+            args
+        };
+        read(Some(args))
+            .or_else(|e| {
+                if none {
+                    read(None).map_err(|_| e)
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| ConsoleError::Invalid {
+                message: format!("{command}: {e}"),
+            })
     }
 
     /// Whether the call changes anything (the web console asks for its CSRF token on
@@ -204,6 +210,9 @@ mod tests {
             ("counts", Value::Null, true),
             ("counts", json!({}), true),
             ("rules", json!({}), true),
+            ("crm_origins", Value::Null, true),
+            ("connectors", json!({}), true),
+            ("cases_after", json!({"after": null}), true),
             (
                 "case_detail",
                 json!({"operationId": "k", "caseId": 3}),

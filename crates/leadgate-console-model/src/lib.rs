@@ -355,11 +355,7 @@ impl ConsoleState {
         let Some(feed) = store::changes::subscribe(url).await? else {
             return Ok(());
         };
-        let changes = self.changes.clone();
-        // Coalesced: a NOTIFY storm from any login is a refresh every half second at most.
-        let task = feed.forward(store::changes::REFRESH_EVERY, move |table| {
-            let _ = changes.send(table);
-        });
+        let task = feed.relay(self.changes.clone());
         *self.listener.lock().expect("listener lock") = Some(task);
         Ok(())
     }

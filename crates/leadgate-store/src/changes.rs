@@ -52,6 +52,15 @@ pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
 pub const NAMES_PER_BATCH: usize = 4;
 
 impl Changes {
+    /// [`Changes::forward`] every [`REFRESH_EVERY`] into `to`, the channel a console's
+    /// screens listen on (the desktop's and the browsers'): a NOTIFY storm from any login
+    /// is a few refreshes every half second at most.
+    pub fn relay(self, to: tokio::sync::broadcast::Sender<String>) -> tokio::task::JoinHandle<()> {
+        self.forward(REFRESH_EVERY, move |table| {
+            let _ = to.send(table);
+        })
+    }
+
     /// Listens in a task of its own and hands the changes on through `send`, coalesced:
     /// after a batch, nothing for `every`; then whatever arrived meanwhile as one batch —
     /// the distinct names (at most four, each cut to 63 bytes), one `send` each. So

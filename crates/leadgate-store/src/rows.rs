@@ -12,9 +12,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::FromRow;
 
-use leadgate_domain::OperationId;
-
 use leadgate_domain::outage::Health;
+use leadgate_domain::OperationId;
 
 use crate::ops::{CaseRow, Locked};
 use crate::review::requests::RequestRow;

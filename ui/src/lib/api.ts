@@ -44,12 +44,17 @@ const SETTINGS_KEY = "leadgate.settings";
 /** What clicking a desktop notification opens; the shell sends it back as `leadgate://open`. */
 export type OpenTarget = { case: { operation_id: string; case_id: number | null } } | { tab: Tab };
 
-async function call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
+/** Runs `work`; whatever it rejects with becomes a `ConsoleError`. */
+async function guarded<T>(work: () => Promise<T>): Promise<T> {
   try {
-    return shell === "web" ? await web.call<T>(cmd, args) : await invoke<T>(cmd, args);
+    return await work();
   } catch (e) {
     throw asConsoleError(e);
   }
+}
+
+function call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
+  return guarded(() => (shell === "web" ? web.call<T>(cmd, args) : invoke<T>(cmd, args)));
 }
 
 /** In a browser the settings (only the language matters there) stay in the browser. */
@@ -127,24 +132,16 @@ export const api = {
   /** The desktop connects to a database URL; a browser resumes its signed-in session. */
   connect: async (url: string | null): Promise<Connection> => {
     if (shell === "desktop") return call<Connection>("connect", { url });
-    try {
-      const c = await web.session();
-      openEvents();
-      return c;
-    } catch (e) {
-      throw asConsoleError(e);
-    }
+    const c = await guarded(() => web.session());
+    openEvents();
+    return c;
   },
   /** A browser signs in with the person's login and password (web shell only). */
   signIn: async (login: string, password: string): Promise<Connection> => {
-    try {
-      const c = await web.signIn(login, password);
-      closeEvents();
-      openEvents();
-      return c;
-    } catch (e) {
-      throw asConsoleError(e);
-    }
+    const c = await guarded(() => web.signIn(login, password));
+    closeEvents();
+    openEvents();
+    return c;
   },
   signOut: (): Promise<void> => {
     closeEvents();
@@ -194,11 +191,7 @@ export const api = {
    *  name and the row count. */
   exportCsv: async (request: ExportRequest): Promise<[string, number]> => {
     if (shell === "desktop") return call<[string, number]>("export_csv", { request });
-    try {
-      return await web.exportCsv(request, download);
-    } catch (e) {
-      throw asConsoleError(e);
-    }
+    return guarded(() => web.exportCsv(request, download));
   },
   /** Operations of any status by key, phone in any format, e-mail, crm_id or name. */
   search: (query: string, cursor: string | null) => call<SearchResults>("search", { query, cursor }),
@@ -210,14 +203,11 @@ export const api = {
   /** A manager's edit of one source's rules, at the version shown; answers the rules after it. */
   setRules: (edit: RulesEdit) => call<RulesView>("set_rules", { edit }),
   /** Opens a CRM page in the system browser (a new tab); any other address is refused. */
-  openInBrowser: async (url: string): Promise<void> => {
-    try {
+  openInBrowser: (url: string): Promise<void> =>
+    guarded(async () => {
       if (shell === "desktop") return await openUrl(url);
       const origins = await call<string[]>("crm_origins");
       if (!mayOpen(url, origins)) throw { kind: "forbidden", message: `not a CRM address: ${url}` };
       window.open(url, "_blank", "noopener,noreferrer");
-    } catch (e) {
-      throw asConsoleError(e);
-    }
-  },
+    }),
 };
