@@ -214,6 +214,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             let web = crate::console_web::Web::new(
                 config.database.url.expose(),
                 console,
+                Arc::clone(&store) as _,
                 state.matching.region,
                 config.review.stale_after,
                 shutdown_rx.clone(),
@@ -441,6 +442,7 @@ async fn retention_loop(
             Ok(r) if !r.is_empty() => tracing::info!(
                 operations = r.operations,
                 deliveries = r.deliveries,
+                sign_ins = r.sign_ins,
                 "retention purge"
             ),
             Ok(_) => {}

@@ -73,13 +73,17 @@ pub struct Web {
     /// What changed in the database (a table name), pushed by PostgreSQL to
     /// [`relay_changes`] and on to every browser's `/api/events`.
     changes: tokio::sync::broadcast::Sender<String>,
+    /// Sign-in attempts on their way to the database's journal ([`sign_in::journal`]).
+    journal: tokio::sync::mpsc::Sender<sign_in::Attempt>,
 }
 
 impl Web {
-    /// The console for `database_url` as `[console]` says, or why it cannot start.
+    /// The console for `database_url` as `[console]` says, or why it cannot start; sign-in
+    /// attempts are journaled in `journal` (the gateway's own store).
     pub async fn new(
         database_url: &str,
         config: &ConsoleConfig,
+        journal: Arc<dyn crate::store::SignIns>,
         phone_region: crate::domain::contact::Region,
         stale_after: Duration,
         shutdown: tokio::sync::watch::Receiver<bool>,
@@ -90,9 +94,13 @@ impl Web {
         let sign_in =
             match (&config.operator, &config.operator_password_hash) {
                 _ if shared => SignIn::Database {
-                    people: crate::store::postgres::PgStore::open(database_url)
-                        .await
-                        .map_err(|e| format!("the console cannot read the people's logins: {e}"))?,
+                    people: crate::store::postgres::PgStore::open_few(
+                        database_url,
+                        sign_in::PERSON_CONNECTIONS,
+                        sign_in::PERSON_IDLE,
+                    )
+                    .await
+                    .map_err(|e| format!("the console cannot read the people's logins: {e}"))?,
                 },
                 (Some(login), Some(hash)) => {
                     password::check_hash(hash.expose())?;
@@ -119,6 +127,7 @@ impl Web {
             phone_region,
             stale_after,
             changes: tokio::sync::broadcast::channel(64).0,
+            journal: sign_in::journal(journal),
         })
     }
 }

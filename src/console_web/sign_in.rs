@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::{cookie, password, refuse, session, session_id, SignIn, Web};
 use crate::store::logins::{check_password, PasswordCheck};
+use crate::store::{SignInAttempt, SignIns};
 
 /// How long a refused sign-in waits per earlier attempt before it answers (at most
 /// [`MAX_SLOWDOWN`]): guessing is slow even before the lockout.
@@ -31,6 +32,51 @@ pub const CHECKS_AT_ONCE: usize = 4;
 /// after [`PERSON_IDLE`] unused.
 pub const PERSON_CONNECTIONS: u32 = 2;
 pub const PERSON_IDLE: Duration = Duration::from_secs(60);
+
+/// Sign-in attempts waiting for the journal: beyond this many, an attempt is only logged
+/// (a flood of sign-ins never becomes a flood of database writes).
+const JOURNAL_BACKLOG: usize = 1024;
+
+/// A sign-in attempt for the journal: the login (`None` when it was not plausible), the
+/// client's address, the outcome.
+pub(super) type Attempt = (Option<String>, IpAddr, &'static str);
+
+/// Starts the journal's writer, one insert at a time into `store`'s `console_sign_ins`;
+/// the sender to hand attempts to. The writer ends when the console does.
+pub(super) fn journal(store: Arc<dyn SignIns>) -> tokio::sync::mpsc::Sender<Attempt> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Attempt>(JOURNAL_BACKLOG);
+    tokio::spawn(async move {
+        while let Some((login, client, outcome)) = rx.recv().await {
+            let attempt = SignInAttempt {
+                at: store.now(),
+                login,
+                client: client.to_string(),
+                outcome: outcome.to_owned(),
+            };
+            if let Err(e) = store.record_sign_in(&attempt).await {
+                tracing::warn!(target: "leadgate::console_web", error = %e, "a console sign-in was not journaled");
+            }
+        }
+    });
+    tx
+}
+
+/// Logs a sign-in attempt and hands it to the journal. Never the password.
+fn record(web: &Web, login: Option<&str>, client: IpAddr, outcome: &'static str, cause: &str) {
+    let shown = login.unwrap_or("(not a login)");
+    if outcome == "signed_in" {
+        tracing::info!(target: "leadgate::console_web", login = shown, %client, outcome, "console sign-in");
+    } else {
+        tracing::warn!(target: "leadgate::console_web", login = shown, %client, outcome, cause, "console sign-in refused");
+    }
+    if web
+        .journal
+        .try_send((login.map(str::to_owned), client, outcome))
+        .is_err()
+    {
+        tracing::warn!(target: "leadgate::console_web", "the sign-in journal is behind: this attempt is only logged");
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,17 +133,25 @@ pub(super) async fn sign_in(
     let addr = client(&web, peer, &headers);
     let login = c.login.trim();
     if !plausible(login) {
+        record(&web, None, addr, "failed", "not a plausible login");
         tokio::time::sleep(SLOWDOWN).await;
         return refuse(wrong());
     }
     let Ok(permit) = web.checks.try_acquire() else {
+        record(&web, Some(login), addr, "busy", "too many sign-ins at once");
         return refuse(ConsoleError::Unreachable {
             message: "too many sign-ins at once: try again in a moment".into(),
         });
     };
     let Some(before) = web.lockout.begin(login, addr) else {
         drop(permit);
-        tracing::warn!(target: "leadgate::console_web", login, client = %addr, outcome = "locked", "console sign-in refused");
+        record(
+            &web,
+            Some(login),
+            addr,
+            "locked",
+            "too many failed sign-ins",
+        );
         return refuse(ConsoleError::Forbidden {
             message: format!(
                 "too many failed sign-ins: try again in {} minutes",
@@ -111,11 +165,23 @@ pub(super) async fn sign_in(
         Ok(console) => console,
         Err(Refusal::Unavailable(e)) => {
             web.lockout.release(login, addr);
-            tracing::warn!(target: "leadgate::console_web", login, client = %addr, outcome = "unavailable", "console sign-in failed");
+            record(
+                &web,
+                Some(login),
+                addr,
+                "unavailable",
+                "the database did not answer",
+            );
             return refuse(e);
         }
         Err(Refusal::NotChecked) => {
-            tracing::warn!(target: "leadgate::console_web", login, client = %addr, outcome = "password_not_checked", "console sign-in refused: PostgreSQL does not check this login's password");
+            record(
+                &web,
+                Some(login),
+                addr,
+                "password_not_checked",
+                "PostgreSQL does not check this login's password",
+            );
             return refuse(ConsoleError::Forbidden {
                 message: "PostgreSQL lets this login in without checking its password \
                           (`trust` in pg_hba.conf): the web console signs nobody in until the \
@@ -124,7 +190,7 @@ pub(super) async fn sign_in(
             });
         }
         Err(Refusal::Wrong(cause)) => {
-            tracing::warn!(target: "leadgate::console_web", login, client = %addr, outcome = "failed", cause, "console sign-in refused");
+            record(&web, Some(login), addr, "failed", cause);
             tokio::time::sleep((SLOWDOWN * (before + 1)).min(MAX_SLOWDOWN)).await;
             return refuse(wrong());
         }
@@ -136,11 +202,18 @@ pub(super) async fn sign_in(
     }
     let connection = console.connection.clone();
     let Some((id, csrf)) = web.sessions.open(login, console) else {
+        record(
+            &web,
+            Some(login),
+            addr,
+            "too_many_sessions",
+            "as many sessions as allowed",
+        );
         return refuse(ConsoleError::Unreachable {
             message: "the console has as many sessions open as it may: try again later".into(),
         });
     };
-    tracing::info!(target: "leadgate::console_web", login, client = %addr, outcome = "signed_in", "console sign-in");
+    record(&web, Some(login), addr, "signed_in", "");
     let mut r = Json(json!({"csrf": csrf, "connection": connection})).into_response();
     r.headers_mut()
         .insert(header::SET_COOKIE, cookie(&web, &headers, Some(&id)));

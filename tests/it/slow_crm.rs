@@ -1261,6 +1261,21 @@ impl Dashboard for Hiccup {
 }
 
 #[async_trait::async_trait]
+impl SignIns for Hiccup {
+    async fn record_sign_in(&self, attempt: &SignInAttempt) -> Result<()> {
+        self.inner.record_sign_in(attempt).await
+    }
+
+    async fn sign_ins(&self, login: Option<&str>, limit: i64) -> Result<Vec<SignInAttempt>> {
+        self.inner.sign_ins(login, limit).await
+    }
+
+    async fn forget_sign_ins(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        self.inner.forget_sign_ins(before).await
+    }
+}
+
+#[async_trait::async_trait]
 impl Upkeep for Hiccup {
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await

@@ -66,6 +66,7 @@ mod review;
 mod roles;
 mod rows;
 mod rules;
+mod sign_ins;
 mod sql;
 pub mod sqlite;
 mod updates;
@@ -80,7 +81,7 @@ pub use roles::{Clock, Store};
 // Each role's trait and the types only it speaks in.
 pub use {
     alerts::*, claim_api::*, crm_access::*, dashboard::*, journal::*, reads::*, review::*,
-    rules::*, updates::*, upkeep::*, work_queue::*,
+    rules::*, sign_ins::*, updates::*, upkeep::*, work_queue::*,
 };
 
 /// Contact data normalized at intake: phone and e-mail for cross-channel matching and
@@ -436,11 +437,13 @@ pub struct PurgeReport {
     pub operations: u64,
     /// Journal entries whose body and payload were scrubbed.
     pub deliveries: u64,
+    /// Web console sign-ins forgotten (they name a login and an address).
+    pub sign_ins: u64,
 }
 
 impl PurgeReport {
     pub fn is_empty(&self) -> bool {
-        self.operations == 0 && self.deliveries == 0
+        self.operations == 0 && self.deliveries == 0 && self.sign_ins == 0
     }
 }
 
@@ -491,7 +494,8 @@ pub(crate) fn contact_slot(kind: &str, value: &str) -> i64 {
     contact_lock_key(kind, value) & 0xFFFF
 }
 
-/// Runs purge batches until nothing is left, yielding between batches.
+/// Runs purge batches until nothing is left, yielding between batches, then forgets the
+/// web console's sign-ins made before `finished_before`.
 pub async fn purge(
     store: &dyn Store,
     finished_before: DateTime<Utc>,
@@ -505,6 +509,7 @@ pub async fn purge(
         total.operations += r.operations;
         total.deliveries += r.deliveries;
         if r.operations < batch as u64 && r.deliveries < batch as u64 {
+            total.sign_ins = store.forget_sign_ins(finished_before).await?;
             return Ok(total);
         }
         tokio::task::yield_now().await;

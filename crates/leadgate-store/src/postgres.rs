@@ -206,12 +206,18 @@ impl PgStore {
     ) -> Result<Self, super::StoreError> {
         Self::open_pool(
             connect_options(url)?.username(login).password(password),
-            PgPoolOptions::new()
-                .max_connections(max_connections)
-                .min_connections(0)
-                .idle_timeout(idle),
+            few(max_connections, idle),
         )
         .await
+    }
+
+    /// [`PgStore::open`] with at most `max_connections`, each closed after `idle` unused.
+    pub async fn open_few(
+        url: &str,
+        max_connections: u32,
+        idle: Duration,
+    ) -> Result<Self, super::StoreError> {
+        Self::open_pool(connect_options(url)?, few(max_connections, idle)).await
     }
 
     async fn open_pool(
@@ -364,6 +370,14 @@ const DIALECT: super::sql::Dialect = super::sql::Dialect {
     // row only the gateway's login may lock (migration 0024), not an advisory lock
     lock_contact: "select 1 from intake_contact_slots where slot = $1 for update",
 };
+
+/// A pool that holds no more of the server than it uses.
+fn few(max_connections: u32, idle: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(0)
+        .idle_timeout(idle)
+}
 
 sql_store!(PgStore, Postgres);
 

@@ -30,6 +30,7 @@ pub trait Store:
     + Reads
     + Dashboard
     + Upkeep
+    + SignIns
 {
 }
 
@@ -45,6 +46,7 @@ impl<
             + Reads
             + Dashboard
             + Upkeep
+            + SignIns
             + ?Sized,
     > Store for T
 {

@@ -50,9 +50,12 @@ impl Site {
     /// With `client` (a TLS test's trusts its CA).
     async fn start_with(url: &str, config: &ConsoleConfig, client: reqwest::Client) -> Site {
         let (stop, rx) = tokio::sync::watch::channel(false);
+        // The sign-in journal goes to the database as the gateway's own login writes it.
+        let journal = leadgate::store::open(url).await.unwrap();
         let web = Web::new(
             url,
             config,
+            journal,
             Default::default(),
             Duration::from_secs(600),
             rx.clone(),

@@ -542,10 +542,12 @@ async fn over_tls_the_session_cookie_is_secure_and_plain_http_is_refused() {
 #[tokio::test]
 async fn the_console_refuses_to_start_without_a_way_to_sign_in_or_off_loopback_in_plain_http() {
     let (_stop, rx) = tokio::sync::watch::channel(false);
+    let journal = leadgate::store::connect("sqlite::memory:").await.unwrap();
     let no_operator = Config::parse("[database]\nurl = \"sqlite://x.db\"\n[console]\n").unwrap();
     let e = Web::new(
         "sqlite://x.db",
         no_operator.console.as_ref().unwrap(),
+        journal.clone(),
         Default::default(),
         Duration::from_secs(60),
         rx.clone(),
@@ -572,6 +574,7 @@ async fn the_console_refuses_to_start_without_a_way_to_sign_in_or_off_loopback_i
             Ok(c) => Web::new(
                 "sqlite://x.db",
                 c.console.as_ref().unwrap(),
+                journal.clone(),
                 Default::default(),
                 Duration::from_secs(60),
                 rx.clone(),
@@ -585,3 +588,78 @@ async fn the_console_refuses_to_start_without_a_way_to_sign_in_or_off_loopback_i
     let proxied = Config::parse("[database]\nurl = \"sqlite://x.db\"\n[console]\nlisten = \"0.0.0.0:8090\"\nbehind_proxy = true\n");
     assert!(proxied.is_ok());
 }
+
+web_test!(
+    every_sign_in_is_journaled_and_never_its_password,
+    |d: Deployment| async move {
+        let site = Site::start(&d.url, &console_config("")).await;
+        let (_, login, password) = d.logins().pop().unwrap();
+        // A password typed into the login field, a wrong password, the right one.
+        let typed_into_login = "my secret password";
+        let wrong = "not the password at all";
+        for (l, p) in [
+            (typed_into_login, "x"),
+            (login.as_str(), wrong),
+            (login.as_str(), password.as_str()),
+        ] {
+            sign_in(&site, l, p).await;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let journal = loop {
+            let j = d.store.sign_ins(None, 10).await.unwrap();
+            if j.len() >= 3 || tokio::time::Instant::now() > deadline {
+                break j;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let seen: Vec<_> = journal
+            .iter()
+            .map(|a| (a.login.as_deref(), a.client.as_str(), a.outcome.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (Some(login.as_str()), "127.0.0.1", "signed_in"),
+                (Some(login.as_str()), "127.0.0.1", "failed"),
+                (None, "127.0.0.1", "failed"),
+            ]
+        );
+        for a in &journal {
+            let row = format!("{a:?}");
+            for secret in [typed_into_login, wrong, password.as_str()] {
+                assert!(!row.contains(secret), "{row}");
+            }
+        }
+        assert_eq!(
+            d.store.sign_ins(Some(&login), 10).await.unwrap().len(),
+            2,
+            "one login's"
+        );
+
+        // On PostgreSQL the journal is an admin's to read, not casework's.
+        if let Some(people) = &d.people {
+            use sqlx::Connection;
+            for (role, may) in [(Role::Admin, true), (Role::SalesOps, false)] {
+                let mut c = sqlx::PgConnection::connect(people.url(role)).await.unwrap();
+                let read = sqlx::query("select login from console_sign_ins")
+                    .fetch_all(&mut c)
+                    .await;
+                match read {
+                    Ok(rows) => assert!(may && rows.len() == 3, "{role:?}"),
+                    Err(sqlx::Error::Database(e)) => {
+                        assert!(!may, "{role:?}: {e}");
+                        assert_eq!(e.code().as_deref(), Some("42501"));
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+
+        // Retention forgets them with the payloads.
+        let later = d.store.now() + chrono::TimeDelta::seconds(1);
+        let purged = leadgate::store::purge(&*d.store, later, 200).await.unwrap();
+        assert_eq!(purged.sign_ins, 3);
+        assert!(d.store.sign_ins(None, 10).await.unwrap().is_empty());
+        d.done().await;
+    }
+);

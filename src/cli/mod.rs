@@ -9,6 +9,9 @@ use crate::config::Config;
 use crate::domain::OperationId;
 use crate::store::{self, Store};
 
+mod rules;
+use rules::{rules, RulesCommand};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "leadgate",
@@ -106,44 +109,6 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-enum RulesCommand {
-    /// Every source's rules.
-    List {
-        #[command(flatten)]
-        config: ConfigArg,
-    },
-    /// Who changed what, when, from what to what (newest first).
-    History {
-        /// Only this source's.
-        #[arg(long)]
-        source: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: i64,
-        #[command(flatten)]
-        config: ConfigArg,
-    },
-    /// Change a source's rules; what is not given stays as it is.
-    Set {
-        source: String,
-        /// create, link or review.
-        #[arg(long)]
-        rule: Option<crate::domain::MatchRule>,
-        /// How far back a contact is matched (e.g. 14d, 12h; 1 s to 365 days).
-        #[arg(long, value_parser = humantime::parse_duration)]
-        window: Option<std::time::Duration>,
-        /// Sources in one channel are one way in for the client.
-        #[arg(long)]
-        channel: Option<String>,
-        /// The version the change is made from (default: the current one); refused if
-        /// someone changed the rules since.
-        #[arg(long)]
-        from_version: Option<i64>,
-        #[command(flatten)]
-        config: ConfigArg,
-    },
-}
-
-#[derive(Debug, Subcommand)]
 enum ConsoleCommand {
     /// The SQLite operator's account for the web console: reads a password (twice, not
     /// echoed, at a terminal; one line from a pipe) and prints the two `[console]` lines
@@ -152,6 +117,17 @@ enum ConsoleCommand {
         /// The login the operator signs in with.
         #[arg(long)]
         operator: String,
+    },
+    /// The web console's sign-in journal, newest first: when, who, from where, how it
+    /// ended (never a password). On PostgreSQL an admin's login may read it.
+    SignIns {
+        /// Only this login's.
+        #[arg(long)]
+        login: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[command(flatten)]
+        config: ConfigArg,
     },
 }
 
@@ -431,9 +407,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let cutoff = store::before(store.now(), older_than);
             let r = store::purge(store.as_ref(), cutoff, crate::app::PURGE_BATCH).await?;
             println!(
-                "purged {} finished operations (tombstones kept) and {} journal entries older than {}",
+                "purged {} finished operations (tombstones kept), {} journal entries and {} console \
+                 sign-ins older than {}",
                 r.operations,
                 r.deliveries,
+                r.sign_ins,
                 humantime::format_duration(older_than)
             );
         }
@@ -505,113 +483,27 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let hash = crate::console_web::password::hash(&password).map_err(anyhow::Error::msg)?;
             println!("[console]\noperator = {operator:?}\noperator_password_hash = {hash:?}");
         }
-        Command::Rules { command } => return rules(command).await,
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `leadgate rules`: what the console's Rules screen shows and does. With a personal
-/// PostgreSQL login the change is asked of a gateway, as from the console.
-async fn rules(command: RulesCommand) -> anyhow::Result<ExitCode> {
-    let config = match &command {
-        RulesCommand::List { config }
-        | RulesCommand::History { config, .. }
-        | RulesCommand::Set { config, .. } => config.load()?,
-    };
-    let store = store::open(config.database.url.expose()).await?;
-    let show = |r: &store::SourceRules| {
-        format!(
-            "{:<7} {:<10} {}",
-            r.rule.as_str(),
-            humantime::format_duration(std::time::Duration::from_secs(r.window_secs.max(0) as u64))
-                .to_string(),
-            r.channel
-        )
-    };
-    match command {
-        RulesCommand::List { .. } => {
-            println!(
-                "{:<20} {:<7} {:<10} {:<20} version",
-                "source", "rule", "window", "channel"
-            );
-            for s in store.business_rules().await? {
-                println!(
-                    "{:<20} {:<39} v{} by {} at {}",
-                    s.rules.source,
-                    show(&s.rules),
-                    s.version,
-                    s.changed_by,
-                    s.changed_at.to_rfc3339()
-                );
-            }
-        }
-        RulesCommand::History { source, limit, .. } => {
-            for c in store.rules_history(source.as_deref(), limit).await? {
-                let before = c
-                    .before
-                    .as_ref()
-                    .map(&show)
-                    .unwrap_or_else(|| "(seeded)".into());
-                println!(
-                    "{} {:<20} v{:<3} {:<20} {} -> {}",
-                    c.changed_at.to_rfc3339(),
-                    c.source,
-                    c.version,
-                    c.actor,
-                    before,
-                    show(&c.after)
-                );
-            }
-        }
-        RulesCommand::Set {
-            source,
-            rule,
-            window,
-            channel,
-            from_version,
-            ..
+        Command::Console {
+            command:
+                ConsoleCommand::SignIns {
+                    login,
+                    limit,
+                    config,
+                },
         } => {
-            let Some(current) = store
-                .business_rules()
-                .await?
-                .into_iter()
-                .find(|s| s.rules.source == source)
-            else {
-                eprintln!(
-                    "leadgate: {}",
-                    crate::domain::Refusal::UnknownRuleSource { name: source }
+            let config = config.load()?;
+            let store = store::open(config.database.url.expose()).await?;
+            for a in store.sign_ins(login.as_deref(), limit).await? {
+                println!(
+                    "{} {:<20} {:<40} {}",
+                    a.at.to_rfc3339(),
+                    a.login.as_deref().unwrap_or("(not a login)"),
+                    a.client,
+                    a.outcome
                 );
-                return Ok(ExitCode::from(2));
-            };
-            let rules = store::SourceRules {
-                source,
-                rule: rule.unwrap_or(current.rules.rule),
-                window_secs: window
-                    .map(|w| i64::try_from(w.as_secs()).unwrap_or(i64::MAX))
-                    .unwrap_or(current.rules.window_secs),
-                channel: channel.unwrap_or(current.rules.channel),
-            };
-            let ask = store::Ask::SetRules {
-                expected_version: from_version.unwrap_or(current.version),
-                rules: rules.clone(),
-            };
-            let answer = match store.identity().await? {
-                store::Identity::Person { .. } => {
-                    store::ask_and_wait(&*store, &ask, std::time::Duration::from_secs(10)).await
-                }
-                _ => store.perform(&actor(), ask, store.now()).await,
-            };
-            match answer {
-                Ok(store::Answer::RulesSet { version }) => {
-                    println!("{} {} (version {version})", rules.source, show(&rules));
-                }
-                Ok(other) => anyhow::bail!("unexpected answer {other:?}"),
-                Err(e) => {
-                    eprintln!("leadgate: {e}; nothing was changed");
-                    return Ok(ExitCode::from(2));
-                }
             }
         }
+        Command::Rules { command } => return rules(command).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,69 @@
+-- Issue 34, point 4: every sign-in to the web console is journaled — when, the login as
+-- typed (none when it was not a plausible login: it may be a password typed into the
+-- wrong field), the client's address and how it ended. Never the password.
+create table console_sign_ins (
+    id       bigserial primary key,
+    at       timestamptz not null,
+    login    text,
+    client   text not null,
+    outcome  text not null
+);
+create index console_sign_ins_at on console_sign_ins (at);
+create index console_sign_ins_login on console_sign_ins (login, id);
+
+-- The people's grants (0026's function): the journal names logins and addresses, so
+-- casework does not read it; an admin, who manages the people, does. Applied at the next
+-- start (`PgStore::secure_database` runs it at every start).
+create or replace function leadgate_install_roles() returns void language plpgsql as $$
+declare
+    r text;
+    t text;
+    cols text;
+    everyone constant text := 'leadgate_support, leadgate_sales_ops, leadgate_manager, leadgate_admin';
+    casework constant text := 'leadgate_sales_ops, leadgate_manager';
+    figures constant text := 'leadgate_support, leadgate_admin';
+begin
+    foreach r in array array['leadgate_support', 'leadgate_sales_ops', 'leadgate_manager', 'leadgate_admin'] loop
+        if not exists (select 1 from pg_roles where rolname = r) then
+            begin
+                execute format('create role %I nologin', r);
+            exception when duplicate_object or unique_violation then
+                null; -- another database of this cluster created it at the same moment
+            end;
+        end if;
+    end loop;
+    execute 'revoke all on all tables in schema public from ' || everyone;
+    execute 'revoke all on all sequences in schema public from ' || everyone;
+    execute 'grant usage on schema public to ' || everyone;
+    -- everyone: the schema version, the counted figures, the connectors, the business rules
+    execute 'grant select on _sqlx_migrations, metric_counters, metric_series, connectors, crm_links, '
+         || 'business_rules, business_rule_history to ' || everyone;
+    -- support and admin: counts by state and reason, nothing a lead said
+    execute 'grant select (operation_id, status, source, created_at, updated_at, lease_expires_at) '
+         || 'on operations to ' || figures;
+    execute 'grant select (id, operation_id, reason, opened_at, resolved_at, resolution, resolved_by) '
+         || 'on review_cases to ' || figures;
+    -- casework: every table but the CRM credentials and others' requests, and no column
+    -- holding a token (a lease's, a grant's hash): whoever reads the database must not be
+    -- able to report for a worker or an integration
+    for t in select tablename from pg_tables where schemaname = 'public'
+             and tablename not in ('crm_tokens', 'human_requests', 'human_request_logins',
+                                   'leadgate_locks', 'intake_contact_slots',
+                                   'console_sign_ins') loop
+        select string_agg(quote_ident(column_name), ', ' order by ordinal_position) into cols
+        from information_schema.columns
+        where table_schema = 'public' and table_name = t and column_name not like '%token%';
+        execute format('grant select (%s) on %I to %s', cols, t, casework);
+    end loop;
+    -- asking: row-level security says who may ask what; only the columns of the ask (the
+    -- id, the actor, the times and the answer are the database's and the gateway's)
+    execute 'grant select on human_requests to ' || everyone;
+    execute 'grant insert (kind, case_id, operation_id, connector, expected_version, body) '
+         || 'on human_requests to ' || everyone;
+    execute 'grant usage on sequence human_requests_id_seq to ' || everyone;
+    execute 'grant execute on function leadgate_withdraw(bigint) to ' || everyone;
+    -- admin: who signed in to the web console, from where (the people they manage)
+    execute 'grant select on console_sign_ins to leadgate_admin';
+end
+$$;
+revoke all on function leadgate_install_roles() from public;

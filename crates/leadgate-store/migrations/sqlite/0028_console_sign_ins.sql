@@ -1,0 +1,12 @@
+-- Issue 34, point 4: every sign-in to the web console is journaled — when, the login as
+-- typed (none when it was not a plausible login: it may be a password typed into the
+-- wrong field), the client's address and how it ended. Never the password.
+create table console_sign_ins (
+    id       integer primary key autoincrement,
+    at       text not null,
+    login    text,
+    client   text not null,
+    outcome  text not null
+);
+create index console_sign_ins_at on console_sign_ins (at);
+create index console_sign_ins_login on console_sign_ins (login, id);
