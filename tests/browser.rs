@@ -1,13 +1,14 @@
 //! The web console in a real browser (issue 34): `leadgate serve` with `[console]`, as a
 //! separate process over real HTTP, driven in Debian's Chromium (headless) through
-//! chromedriver. A person signs in, sees the queue, opens a case and confirms the CRM
-//! result; the database then says the case is resolved by that person. On SQLite the
-//! operator of `[console]`; on PostgreSQL a private cluster that checks passwords, with a
+//! chromedriver, and in Debian's Firefox ESR through geckodriver. A person signs in, sees
+//! the queue, opens a case and confirms the CRM result; the database then says the case
+//! is resolved by that person. On SQLite the operator of `[console]`, in both browsers;
+//! on PostgreSQL a private cluster that checks passwords, with a
 //! sales-ops person who resolves, a support person who sees the figures only, and a
 //! manager who searches and changes a business rule (the database records it as theirs). Saves
 //! the README's browser screenshot (docs/screenshots/browser-console.png).
 //!
-//! Needs Chromium, chromedriver and the built UI: `make test` installs and builds them
+//! Needs Chromium, chromedriver, Firefox ESR, geckodriver and the built UI: `make test` installs and builds them
 //! (scripts/install-browser-deps.sh, `npm --prefix ui run build`); a missing one fails the
 //! test with what to run, it never passes unseen.
 
@@ -34,32 +35,74 @@ const OPERATOR: &str = "anna";
 const OPERATOR_PASSWORD: &str = "a long operator password";
 const OWNER_PASSWORD: &str = "gateway-owner-password";
 
-/// chromedriver on a port of its own, killed with the test.
-fn chromedriver() -> (Process, String) {
-    let ui = Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/dist/index.html");
-    assert!(
-        ui.exists(),
-        "the console's UI is not built: run `npm --prefix ui ci && npm --prefix ui run build` (make test does)"
-    );
-    let port = free_port();
-    let child = std::process::Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver on PATH: run scripts/install-browser-deps.sh (make test does)");
-    (Process(child), format!("http://127.0.0.1:{port}"))
+/// The browsers the console is tried in, each through its own WebDriver.
+#[derive(Clone, Copy, PartialEq)]
+enum Browser {
+    /// Debian's Chromium, through chromedriver.
+    Chromium,
+    /// Debian's Firefox ESR, through geckodriver.
+    Firefox,
 }
 
-/// A headless Chromium session, in English, the size of a laptop's screen.
-async fn browser(driver: &str) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert("browserName".into(), json!("chrome"));
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,800", "--lang=en-US"]}),
-    );
-    session(driver, caps).await
+impl Browser {
+    /// Its WebDriver on a port of its own, killed with the test.
+    fn driver(self) -> (Process, String) {
+        let ui = Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/dist/index.html");
+        assert!(
+            ui.exists(),
+            "the console's UI is not built: run `npm --prefix ui ci && npm --prefix ui run build` (make test does)"
+        );
+        let port = free_port();
+        let (program, args) = match self {
+            Browser::Chromium => ("chromedriver", vec![format!("--port={port}")]),
+            Browser::Firefox => (
+                "geckodriver",
+                vec![
+                    "--port".into(),
+                    port.to_string(),
+                    "--log".into(),
+                    "fatal".into(),
+                ],
+            ),
+        };
+        let child = std::process::Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{program} on PATH: run scripts/install-browser-deps.sh (make test does): {e}"
+                )
+            });
+        (Process(child), format!("http://127.0.0.1:{port}"))
+    }
+
+    /// A headless session, in English, the size of a laptop's screen.
+    async fn open(self, driver: &str) -> Client {
+        let mut caps = serde_json::Map::new();
+        match self {
+            Browser::Chromium => {
+                caps.insert("browserName".into(), json!("chrome"));
+                caps.insert(
+                    "goog:chromeOptions".into(),
+                    json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,800", "--lang=en-US"]}),
+                );
+            }
+            Browser::Firefox => {
+                caps.insert("browserName".into(), json!("firefox"));
+                caps.insert(
+                    "moz:firefoxOptions".into(),
+                    json!({
+                        "binary": "/usr/bin/firefox-esr",
+                        "args": ["-headless", "-width=1280", "-height=800"],
+                        "prefs": {"intl.accept_languages": "en-US"},
+                    }),
+                );
+            }
+        }
+        session(driver, caps).await
+    }
 }
 
 /// The running gateway with its console, and what the test checks against.
@@ -140,8 +183,9 @@ async fn sign_in(c: &Client, login: &str, password: &str) {
     click(c, "[data-testid=sign-in]").await;
 }
 
-/// A person resolves the uncertain case in the browser; the database agrees.
-async fn resolve_a_case(c: &Client, d: &Deployment, login: &str, password: &str) {
+/// A person resolves the uncertain case in the browser; the database agrees. Chromium's
+/// run saves the README's screenshot.
+async fn resolve_a_case(c: &Client, d: &Deployment, login: &str, password: &str, b: Browser) {
     // A link to a case, sent by a colleague: it survives the sign-in.
     let linked = d.seeded.exhausted.as_str();
     let path = percent_encoding::utf8_percent_encode(linked, percent_encoding::NON_ALPHANUMERIC);
@@ -167,7 +211,9 @@ async fn resolve_a_case(c: &Client, d: &Deployment, login: &str, password: &str)
             .unwrap(),
         format!("/case/{}", d.seeded.uncertain.as_str())
     );
-    shot(c, "browser-console.png").await;
+    if b == Browser::Chromium {
+        shot(c, "browser-console.png").await;
+    }
     type_into(c, "[data-testid=crm-id-input]", "5555").await;
     type_into(c, "[data-testid=comment]", "found in Bitrix24 by phone").await;
     click(c, "[data-testid=confirm]").await;
@@ -214,14 +260,14 @@ async fn resolve_a_case(c: &Client, d: &Deployment, login: &str, password: &str)
     }
 }
 
-/// Runs `steps` in a browser session that is closed whatever happens.
-async fn in_browser<F, Fut>(steps: F)
+/// Runs `steps` in a session of `browser` that is closed whatever happens.
+async fn in_browser<F, Fut>(browser: Browser, steps: F)
 where
     F: FnOnce(Client) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
-    let (_driver, url) = chromedriver();
-    let c = browser(&url).await;
+    let (_driver, url) = browser.driver();
+    let c = browser.open(&url).await;
     let run = tokio::spawn({
         let c = c.clone();
         async move { steps(c).await }
@@ -233,8 +279,8 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sqlite_the_operator_resolves_a_case_in_chromium() {
+/// The SQLite operator resolves a case in `browser`.
+async fn sqlite_the_operator_resolves_a_case(browser: Browser) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
     let hash = password::hash(OPERATOR_PASSWORD).unwrap();
@@ -243,10 +289,20 @@ async fn sqlite_the_operator_resolves_a_case_in_chromium() {
         &format!("operator = \"{OPERATOR}\"\noperator_password_hash = \"{hash}\"\n"),
     )
     .await;
-    in_browser(move |c| async move {
-        resolve_a_case(&c, &d, OPERATOR, OPERATOR_PASSWORD).await;
+    in_browser(browser, move |c| async move {
+        resolve_a_case(&c, &d, OPERATOR, OPERATOR_PASSWORD, browser).await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_the_operator_resolves_a_case_in_chromium() {
+    sqlite_the_operator_resolves_a_case(Browser::Chromium).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_the_operator_resolves_a_case_in_firefox() {
+    sqlite_the_operator_resolves_a_case(Browser::Firefox).await;
 }
 
 /// A private cluster that checks passwords (scram-sha-256), as a deployment's must.
@@ -273,8 +329,8 @@ async fn postgres_each_role_does_in_chromium_what_it_may_resolve_search_rules_fi
         people.login(Role::Support).to_owned(),
         people.password(Role::Support),
     );
-    in_browser(move |c| async move {
-        resolve_a_case(&c, &d, &sales, &sales_password).await;
+    in_browser(Browser::Chromium, move |c| async move {
+        resolve_a_case(&c, &d, &sales, &sales_password, Browser::Chromium).await;
 
         // Support: the dashboard, no queue, no search — as the database grants.
         sign_in(&c, &support, &support_password).await;

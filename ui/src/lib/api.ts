@@ -169,9 +169,12 @@ export const api = {
     return call<null>("notify", { title, body, what, operationIds, open });
   },
   /** Asks the browser to allow notifications (the desktop app has them already). */
-  allowNotifications: async (): Promise<void> => {
+  /** Asks the browser whether new cases may raise notifications, without waiting for the
+   *  answer: Firefox holds the promise until the person answers its prompt, and the
+   *  console must not wait for that. */
+  allowNotifications: (): void => {
     if (shell === "web" && typeof Notification !== "undefined" && Notification.permission === "default")
-      await Notification.requestPermission();
+      void Notification.requestPermission().catch(() => undefined);
   },
   /** The database changed (PostgreSQL pushes it). */
   onRefresh: (handler: () => void): Promise<UnlistenFn> =>
