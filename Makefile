@@ -23,7 +23,7 @@ lint:
 
 ## tests/n8n.rs (part of `cargo test --workspace`) runs the n8n example in a real n8n:
 ## installed first, once, under /var/tmp; a failed install fails here.
-## tests/browser.rs drives the web console in Chromium: the browser, its driver and the
+## tests/browser/ drives the web console in Chromium and Firefox ESR: the browsers, their drivers and the
 ## built UI come first.
 unit: ui/node_modules
 	scripts/install-console-deps.sh

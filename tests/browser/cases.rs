@@ -1,0 +1,351 @@
+//! Every kind of case decided in Chromium, and an outage cleared with one bulk retry, on
+//! both backends. On SQLite the operator does it all; on PostgreSQL each step is done by
+//! the role whose it is (sales ops, a manager for the cross-channel match, an admin for
+//! the connector), through the person's own database session and a running gateway.
+
+use super::*;
+use leadgate::domain::OperationId;
+
+/// Who signs in for a step: on SQLite always the operator.
+struct Team {
+    people: Option<People>,
+}
+
+impl Team {
+    fn login(&self, role: Role) -> (String, String) {
+        match &self.people {
+            Some(p) => (p.login(role).to_owned(), p.password(role)),
+            None => (OPERATOR.to_owned(), OPERATOR_PASSWORD.to_owned()),
+        }
+    }
+}
+
+/// A deployment on `backend` and its team: on SQLite the `[console]` operator, on
+/// PostgreSQL a private cluster that checks passwords with a person per role.
+async fn team_and_deployment(
+    backend: leadgate_testkit::Backend,
+    seeding: Seeding,
+) -> (Team, Deployment, Option<Cluster>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    match backend {
+        leadgate_testkit::Backend::Sqlite => {
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+            let hash = password::hash(OPERATOR_PASSWORD).unwrap();
+            let console =
+                format!("operator = \"{OPERATOR}\"\noperator_password_hash = \"{hash}\"\n");
+            let d = deploy_with(&url, &console, seeding).await;
+            (Team { people: None }, d, None, dir)
+        }
+        leadgate_testkit::Backend::Postgres => {
+            let (cluster, url) = checked_cluster();
+            leadgate::store::connect(&url).await.unwrap();
+            let people = People::new(&url).await;
+            let d = deploy_with(&url, "", seeding).await;
+            (
+                Team {
+                    people: Some(people),
+                },
+                d,
+                Some(cluster),
+                dir,
+            )
+        }
+    }
+}
+
+async fn op(d: &Deployment, id: &OperationId) -> leadgate::store::Operation {
+    d.store.operation(id).await.unwrap().unwrap()
+}
+
+async fn sign_in_as(c: &Client, team: &Team, role: Role) -> String {
+    let (login, password) = team.login(role);
+    sign_in(c, &login, &password).await;
+    text_until(c, "[data-testid=operator]", &login, |t| t == login).await;
+    login
+}
+
+/// `steps` as a boxed `Send` future: the compiler cannot see through these long
+/// scenarios' borrows that they are `Send` for every lifetime `in_browser` asks about.
+fn sendable<'a>(
+    steps: impl std::future::Future<Output = ()> + Send + 'a,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    Box::pin(steps)
+}
+
+/// Whether nothing on the page matches `selector` now.
+async fn absent(c: &Client, selector: &str) -> bool {
+    c.find(css(selector)).await.is_err()
+}
+
+async fn sign_out(c: &Client) {
+    click(c, "[data-testid=sign-out]").await;
+    el(c, "[data-testid=sign-in-screen]").await;
+}
+
+/// Retry, reject, keep original, link and resume, each by whose it is.
+async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
+    let s = d.cases();
+    c.goto(&d.console).await.unwrap();
+    let sales = sign_in_as(c, team, Role::SalesOps).await;
+
+    // Authorize one retry: granted once, through the dialog.
+    open_row(c, s.exhausted.as_str()).await;
+    click(c, "[data-testid=authorize]").await;
+    click(c, "[data-testid=authorize-dialog-yes]").await;
+    el(c, "[data-testid=resolved-by]").await;
+    let o = op(d, &s.exhausted).await;
+    assert_eq!(o.retry_grants, 1);
+    assert!(
+        absent(c, "[data-testid=authorize]").await,
+        "no second grant offered"
+    );
+
+    // Reject a stale operation: sent to review, then dropped with a reason, after a
+    // question.
+    tab(c, "stale").await;
+    open_row(c, s.stale.as_str()).await;
+    click(c, "[data-testid=send-to-review]").await;
+    let reject = el(c, "[data-testid=reject]").await;
+    assert!(
+        !reject.is_enabled().await.unwrap(),
+        "no reject without a reason"
+    );
+    type_into(
+        c,
+        "[data-testid=comment]",
+        "test submission from the agency",
+    )
+    .await;
+    click(c, "[data-testid=reject]").await;
+    click(c, "[data-testid=action-dialog-yes]").await;
+    el(c, "[data-testid=op-status][data-status=failed_terminal]").await;
+    let case = d.store.cases_of(&s.stale).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (case.resolution.as_deref(), case.comment.as_deref()),
+        (Some("rejected"), Some("test submission from the agency"))
+    );
+
+    // Keep the original on a payload conflict, after looking at the diff.
+    tab(c, "payload_conflict").await;
+    open_row(c, s.conflict.as_str()).await;
+    el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
+    click(c, "[data-testid=keep-original]").await;
+    click(c, "[data-testid=action-dialog-yes]").await;
+    el(c, "[data-testid=resolved-by]").await;
+    let case = d.store.cases_of(&s.conflict).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (case.resolution.as_deref(), case.resolved_by.as_deref()),
+        (Some("kept_original"), Some(sales.as_str()))
+    );
+
+    // A cross-channel match is a manager's: sales ops see it and are offered no link.
+    tab(c, "needs_review").await;
+    open_row(c, s.cross_channel.as_str()).await;
+    if team.people.is_some() {
+        el(c, "[data-testid=case-key]").await;
+        assert!(
+            absent(c, "[data-testid=link]").await,
+            "sales ops may not decide a cross-channel match"
+        );
+        sign_out(c).await;
+        sign_in_as(c, team, Role::Manager).await;
+        open_row(c, s.cross_channel.as_str()).await;
+    }
+    click(c, "[data-testid=pick-candidate]").await;
+    click(c, "[data-testid=link]").await;
+    el(c, "[data-testid=op-status][data-status=completed]").await;
+    let o = op(d, &s.cross_channel).await;
+    assert_eq!(o.crm_id.as_deref(), Some(s.linked_crm_id.as_str()));
+    assert_eq!(o.crm_link.as_deref(), Some("linked"));
+
+    // Resuming the paused connector is an admin's.
+    if team.people.is_some() {
+        assert!(
+            absent(c, "[data-testid=banner-resume]").await,
+            "a manager may not resume a connector"
+        );
+        sign_out(c).await;
+        sign_in_as(c, team, Role::Admin).await;
+    }
+    click(c, "[data-testid=banner-resume]").await;
+    click(c, "[data-testid=resume-dialog-yes]").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while d.store.connector("bitrix24").await.unwrap().unwrap().paused {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the connector stays paused"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The worker then sends the retried lead, once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while op(d, &s.exhausted).await.status != Status::Completed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the retried lead was never sent"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    sign_out(c).await;
+}
+
+/// 50 leads of an outage: found by a phone written otherwise, exported as CSV (the file
+/// the browser downloads), then retried in one bulk action; the running worker creates
+/// each once.
+async fn outage_cleared(c: &Client, d: &Deployment, team: &Team) {
+    c.goto(&d.console).await.unwrap();
+    let who = sign_in_as(c, team, Role::SalesOps).await;
+    text_until(c, "[data-testid=count-needs_review]", "50", |t| t == "50").await;
+
+    // Search by a phone written otherwise than stored (+79160000005).
+    let fifth = &d.outage[4];
+    type_into(c, "[data-testid=search]", "8 (916) 000-00-05\u{E007}").await;
+    open_row(c, fifth.as_str()).await;
+    text_until(c, "[data-testid=case-key]", fifth.as_str(), |t| {
+        t == fifth.as_str()
+    })
+    .await;
+    click(c, "[data-testid=search-clear]").await;
+
+    // Export the queue: the browser downloads the file.
+    let downloads = downloads_dir();
+    let file = downloads.join("leadgate-export.csv");
+    let _ = std::fs::remove_file(&file);
+    click(c, "[data-testid=export]").await;
+    text_until(c, "[data-testid=flash]", "50 rows exported", |t| {
+        t.contains("50")
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let csv = loop {
+        match std::fs::read_to_string(&file) {
+            Ok(text) if text.lines().count() == 51 => break text,
+            _ => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no download in {downloads:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(csv.starts_with('\u{feff}'), "a BOM, for spreadsheets");
+    assert!(csv.contains(fifth.as_str()));
+    std::fs::remove_file(&file).unwrap();
+
+    // One bulk retry, with a reason.
+    choose(c, "select[aria-label='Reason']", "retries_exhausted").await;
+    click(c, "[data-testid=bulk-open]").await;
+    choose(c, "select[data-testid=bulk-action]", "authorize_retry").await;
+    click(c, "[data-testid=bulk-preview]").await;
+    text_until(c, "[data-testid=bulk-applies]", "50 applicable", |t| {
+        t.contains("50")
+    })
+    .await;
+    type_into(
+        c,
+        "[data-testid=bulk-comment]",
+        "Bitrix24 outage of the morning is over",
+    )
+    .await;
+    click(c, "[data-testid=bulk-start]").await;
+    let done = el(c, "[data-testid=bulk-done]").await;
+    assert_eq!(
+        done.attr("data-succeeded").await.unwrap().as_deref(),
+        Some("50")
+    );
+    assert_eq!(
+        done.attr("data-skipped").await.unwrap().as_deref(),
+        Some("0")
+    );
+    click(c, "[data-testid=bulk-close]").await;
+    text_until(c, "[data-testid=count-needs_review]", "0", |t| t == "0").await;
+
+    // The worker sends each lead once; each decision is the person's, once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    for id in &d.outage {
+        while op(d, id).await.status != Status::Completed {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} never completed"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let created = d
+            .fake
+            .entities()
+            .iter()
+            .filter(|e| e.fields["ORIGIN_ID"] == id.as_str())
+            .count();
+        assert_eq!(created, 1, "{id}: one lead in the CRM");
+        let decided: Vec<_> = d
+            .store
+            .timeline(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == "human_action")
+            .map(|e| e.actor)
+            .collect();
+        assert_eq!(
+            decided,
+            std::slice::from_ref(&who),
+            "{id} decided once, by the person"
+        );
+    }
+    sign_out(c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_every_kind_of_case_is_decided_in_chromium() {
+    let (team, d, _cluster, _dir) =
+        team_and_deployment(leadgate_testkit::Backend::Sqlite, Seeding::Cases).await;
+    in_browser(Browser::Chromium, move |c| async move {
+        sendable(every_kind_of_case(&c, &d, &team)).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_every_kind_of_case_is_decided_by_whose_it_is_in_chromium() {
+    let (team, d, cluster, _dir) =
+        team_and_deployment(leadgate_testkit::Backend::Postgres, Seeding::Cases).await;
+    let team = Arc::new(team);
+    let t = Arc::clone(&team);
+    in_browser(Browser::Chromium, move |c| async move {
+        sendable(every_kind_of_case(&c, &d, &t)).await;
+    })
+    .await;
+    // The steps' task has ended: its handle on the team is gone.
+    if let Some(p) = Arc::try_unwrap(team).ok().and_then(|t| t.people) {
+        p.drop_all().await;
+    }
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_an_outage_is_cleared_in_one_bulk_retry_in_chromium() {
+    let (team, d, _cluster, _dir) =
+        team_and_deployment(leadgate_testkit::Backend::Sqlite, Seeding::Outage(50)).await;
+    in_browser(Browser::Chromium, move |c| async move {
+        sendable(outage_cleared(&c, &d, &team)).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_an_outage_is_cleared_in_one_bulk_retry_in_chromium() {
+    let (team, d, cluster, _dir) =
+        team_and_deployment(leadgate_testkit::Backend::Postgres, Seeding::Outage(50)).await;
+    let team = Arc::new(team);
+    let t = Arc::clone(&team);
+    in_browser(Browser::Chromium, move |c| async move {
+        sendable(outage_cleared(&c, &d, &t)).await;
+    })
+    .await;
+    // The steps' task has ended: its handle on the team is gone.
+    if let Some(p) = Arc::try_unwrap(team).ok().and_then(|t| t.people) {
+        p.drop_all().await;
+    }
+    drop(cluster);
+}
