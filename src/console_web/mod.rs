@@ -40,7 +40,7 @@ use leadgate_console_model::{Call, Console, ConsoleError, ExportRequest};
 use serde_json::{json, Value};
 
 use crate::config::ConsoleConfig;
-use session::{Lockout, Sessions, COOKIE};
+use session::{cookie_name, Lockout, Sessions};
 
 /// How people sign in.
 pub enum SignIn {
@@ -253,15 +253,27 @@ fn refuse(e: ConsoleError) -> Response {
     (status, Json(e)).into_response()
 }
 
-/// The session id the request's cookie carries.
-fn session_id(headers: &HeaderMap) -> Option<String> {
+/// Whether the browser reached the console over HTTPS: its own TLS, or a proxy that says
+/// so when `behind_proxy` is set.
+fn https(web: &Web, headers: &HeaderMap) -> bool {
+    web.tls
+        || web.behind_proxy
+            && headers
+                .get("x-forwarded-proto")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|p| p.eq_ignore_ascii_case("https"))
+}
+
+/// The session id the request's cookie carries (the `__Host-` one over HTTPS).
+fn session_id(web: &Web, headers: &HeaderMap) -> Option<String> {
+    let name = cookie_name(https(web, headers));
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, v)| v.to_owned())
 }
 
@@ -274,7 +286,7 @@ struct Signed {
 
 /// The signed-in session of a request, checked against its CSRF header when `writes`.
 fn authorized(web: &Web, headers: &HeaderMap, writes: bool) -> Result<Signed, ConsoleError> {
-    let id = session_id(headers).ok_or(ConsoleError::NotConnected)?;
+    let id = session_id(web, headers).ok_or(ConsoleError::NotConnected)?;
     // The UI's own polling says so: it does not keep an unattended session alive.
     let person = headers.get("x-leadgate-background").is_none();
     let (console, csrf) = web
@@ -298,16 +310,11 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The cookie that carries session `id` (empty and expired: the one that ends it).
 fn cookie(web: &Web, headers: &HeaderMap, id: Option<&str>) -> HeaderValue {
-    let https = web.tls
-        || web.behind_proxy
-            && headers
-                .get("x-forwarded-proto")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    let secure = if https { "; Secure" } else { "" };
+    let https = https(web, headers);
+    let (name, secure) = (cookie_name(https), if https { "; Secure" } else { "" });
     let value = match id {
-        Some(id) => format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{secure}"),
-        None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
+        Some(id) => format!("{name}={id}; Path=/; HttpOnly; SameSite=Strict{secure}"),
+        None => format!("{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
     };
     HeaderValue::from_str(&value).expect("a cookie of token characters")
 }

@@ -11,8 +11,22 @@ use base64::Engine;
 use leadgate_console_model::Console;
 use rand::RngCore;
 
-/// The session cookie's name.
+/// The session cookie's name over plain HTTP (loopback only).
 pub const COOKIE: &str = "leadgate_session";
+
+/// Its name over HTTPS: with the `__Host-` prefix a browser takes the cookie only when it
+/// is `Secure`, for the whole site (`Path=/`) and set by this host alone (no `Domain`),
+/// so a sibling subdomain cannot plant one. Over HTTPS only this name is read.
+pub const SECURE_COOKIE: &str = "__Host-leadgate_session";
+
+/// The session cookie's name, over HTTPS or not.
+pub fn cookie_name(https: bool) -> &'static str {
+    if https {
+        SECURE_COOKIE
+    } else {
+        COOKIE
+    }
+}
 
 /// A random token: 32 bytes from the OS's generator, URL-safe base64.
 pub fn random_token() -> String {

@@ -197,7 +197,7 @@ pub(super) async fn sign_in(
     };
     web.lockout.succeeded(login, addr);
     // The browser's earlier session, if it sent one, ends: a sign-in is a new session.
-    if let Some(old) = session_id(&headers) {
+    if let Some(old) = session_id(&web, &headers) {
         web.sessions.close(&old);
     }
     let connection = console.connection.clone();

@@ -101,11 +101,24 @@ impl Drop for Site {
     }
 }
 
-/// One browser: its cookie and the CSRF token its page holds.
+/// One browser: its cookie (name and value) and the CSRF token its page holds.
 #[derive(Clone, Default)]
 struct Browser {
     cookie: Option<String>,
+    /// The cookie's name as the console set it (`__Host-` over HTTPS).
+    cookie_name: Option<String>,
     csrf: Option<String>,
+}
+
+impl Browser {
+    /// The `Cookie` header it sends.
+    fn cookie_header(&self) -> Option<String> {
+        let name = self
+            .cookie_name
+            .as_deref()
+            .unwrap_or(console_web::session::COOKIE);
+        self.cookie.as_ref().map(|c| format!("{name}={c}"))
+    }
 }
 
 struct Answer {
@@ -128,8 +141,8 @@ async fn send(
     body: Option<Value>,
 ) -> Answer {
     let mut req = site.client.request(method, format!("{}{path}", site.base));
-    if let Some(c) = &b.cookie {
-        req = req.header("Cookie", format!("{}={c}", console_web::session::COOKIE));
+    if let Some(c) = b.cookie_header() {
+        req = req.header("Cookie", c);
     }
     if let Some(t) = &b.csrf {
         req = req.header("X-CSRF-Token", t);
@@ -156,15 +169,19 @@ async fn sign_in(site: &Site, login: &str, password: &str) -> (Answer, Browser) 
         Some(json!({"login": login, "password": password})),
     )
     .await;
-    let cookie = a
+    let set = a
         .headers
         .get("set-cookie")
         .and_then(|c| c.to_str().ok())
         .and_then(|c| c.split(';').next())
-        .and_then(|c| c.split_once('='))
-        .map(|(_, v)| v.to_owned());
+        .and_then(|c| c.split_once('='));
     let csrf = a.body["csrf"].as_str().map(str::to_owned);
-    (a, Browser { cookie, csrf })
+    let browser = Browser {
+        cookie: set.map(|(_, v)| v.to_owned()),
+        cookie_name: set.map(|(n, _)| n.to_owned()),
+        csrf,
+    };
+    (a, browser)
 }
 
 async fn call(site: &Site, b: &Browser, command: &str, args: Value) -> Answer {

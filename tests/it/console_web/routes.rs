@@ -339,14 +339,7 @@ web_test!(
             let events = site
                 .client
                 .get(format!("{}/api/events", site.base))
-                .header(
-                    "Cookie",
-                    format!(
-                        "{}={}",
-                        console_web::session::COOKIE,
-                        b.cookie.as_deref().unwrap()
-                    ),
-                )
+                .header("Cookie", b.cookie_header().unwrap())
                 .send()
                 .await
                 .unwrap();

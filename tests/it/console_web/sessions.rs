@@ -143,7 +143,7 @@ web_test!(
         // Session fixation: a cookie planted before sign-in is not the session's id.
         let planted = Browser {
             cookie: Some("planted-by-someone-else".into()),
-            csrf: None,
+            ..Browser::default()
         };
         let a = send(
             &site,
@@ -395,14 +395,7 @@ async fn a_signed_in_browser_hears_that_the_queue_changed() {
     let mut events = site
         .client
         .get(format!("{}/api/events", site.base))
-        .header(
-            "Cookie",
-            format!(
-                "{}={}",
-                console_web::session::COOKIE,
-                b.cookie.as_ref().unwrap()
-            ),
-        )
+        .header("Cookie", b.cookie_header().unwrap())
         .send()
         .await
         .unwrap();
@@ -515,12 +508,26 @@ async fn over_tls_the_session_cookie_is_secure_and_plain_http_is_refused() {
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
         let set = a.headers["set-cookie"].to_str().unwrap();
         assert!(
-            set.contains("; Secure") && set.contains("HttpOnly"),
-            "{set}"
+            set.starts_with("__Host-leadgate_session=")
+                && set.contains("; Secure")
+                && set.contains("; Path=/")
+                && !set.contains("Domain")
+                && set.contains("HttpOnly"),
+            "the __Host- prefix, with what it requires: {set}"
         );
         assert_eq!(
             call(&site, &b, "counts", json!({})).await.status,
             StatusCode::OK
+        );
+        // Over HTTPS only the prefixed name is read: the same id under the plain name
+        // (as a sibling subdomain could plant it) is no session.
+        let planted = Browser {
+            cookie_name: Some(console_web::session::COOKIE.into()),
+            ..b.clone()
+        };
+        assert_eq!(
+            call(&site, &planted, "counts", json!({})).await.status,
+            StatusCode::UNAUTHORIZED
         );
         // The same port in plain HTTP: no answer, only a closed connection.
         let plain = site.base.replace("https://", "http://");
@@ -660,6 +667,52 @@ web_test!(
         let purged = leadgate::store::purge(&*d.store, later, 200).await.unwrap();
         assert_eq!(purged.sign_ins, 3);
         assert!(d.store.sign_ins(None, 10).await.unwrap().is_empty());
+        d.done().await;
+    }
+);
+
+web_test!(
+    behind_a_proxy_the_cookie_follows_its_scheme_and_the_journal_names_its_client,
+    |d: Deployment| async move {
+        let site = Site::start(&d.url, &console_config("behind_proxy = true\n")).await;
+        let (_, login, password) = d.logins().pop().unwrap();
+        let sign_in_via = |proto: &'static str, forwarded_for: &'static str| {
+            let (site, login, password) = (&site, login.clone(), password.clone());
+            async move {
+                site.client
+                    .post(format!("{}/api/session", site.base))
+                    .header("X-Forwarded-Proto", proto)
+                    // The client wrote the first; the proxy appended the last.
+                    .header("X-Forwarded-For", forwarded_for)
+                    .json(&json!({"login": login, "password": password}))
+                    .send()
+                    .await
+                    .unwrap()
+            }
+        };
+        let https = sign_in_via("https", "203.0.113.9, 198.51.100.7").await;
+        assert_eq!(https.status(), StatusCode::OK);
+        let set = https.headers()["set-cookie"].to_str().unwrap();
+        assert!(
+            set.starts_with("__Host-leadgate_session=") && set.contains("; Secure"),
+            "{set}"
+        );
+        let http = sign_in_via("http", "198.51.100.8").await;
+        let set = http.headers()["set-cookie"].to_str().unwrap();
+        assert!(
+            set.starts_with("leadgate_session=") && !set.contains("Secure"),
+            "{set}"
+        );
+        // The journal names the address the proxy saw, not the one the client claimed.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let clients = loop {
+            let j = d.store.sign_ins(Some(&login), 10).await.unwrap();
+            if j.len() >= 2 || tokio::time::Instant::now() > deadline {
+                break j.into_iter().map(|a| a.client).collect::<Vec<_>>();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(clients, ["198.51.100.8", "198.51.100.7"]);
         d.done().await;
     }
 );
