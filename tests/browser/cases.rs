@@ -349,3 +349,78 @@ async fn postgres_an_outage_is_cleared_in_one_bulk_retry_in_chromium() {
     }
     drop(cluster);
 }
+
+/// The browser's Notification API as the console uses it, with the person's permission
+/// given: each notification shown is recorded (title, body), the last one kept to click.
+const NOTIFICATIONS: &str = "
+    const Real = window.Notification;
+    window.__shown = [];
+    class Recorded extends Real {
+        constructor(title, options) {
+            super(title, options);
+            window.__shown.push({ title, body: options && options.body });
+            window.__last = this;
+        }
+        static get permission() { return 'granted'; }
+    }
+    window.Notification = Recorded;
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_new_case_raises_a_browser_notification_whose_click_opens_it() {
+    let (team, d, _cluster, _dir) =
+        team_and_deployment(leadgate_testkit::Backend::Sqlite, Seeding::Cases).await;
+    in_browser(Browser::Chromium, move |c| {
+        sendable(async move {
+            c.goto(&d.console).await.unwrap();
+            let who = sign_in_as(&c, &team, Role::SalesOps).await;
+            text_until(&c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
+            c.execute(NOTIFICATIONS, vec![]).await.unwrap();
+            // The operator is elsewhere, on the dashboard, when a late duplicate arrives.
+            click(&c, "[data-testid=nav-dashboard]").await;
+            let mut late = leadgate_testkit::seed::lead(
+                "tilda",
+                "late-1",
+                json!({"name": "Vera", "phone": "+79991112233"}),
+                leadgate::store::local_now(),
+            );
+            late.review = Some(leadgate::domain::ReviewReason::LateDuplicate);
+            d.store.record_delivery(late).await.unwrap();
+            let late = OperationId::new("tilda", "late-1").unwrap();
+
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let shown = loop {
+                let shown = c.execute("return window.__shown", vec![]).await.unwrap();
+                if shown.as_array().is_some_and(|a| !a.is_empty()) {
+                    break shown;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "no notification");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            assert_eq!(shown.as_array().unwrap().len(), 1, "{shown}");
+            assert_eq!(shown[0]["title"], "New review case");
+            let body = shown[0]["body"].as_str().unwrap();
+            for personal in ["Vera", "+7999", "79991112233"] {
+                assert!(!body.contains(personal), "personal data in {body:?}");
+            }
+            // A click brings the console forward with the new case open.
+            c.execute("window.__last.onclick()", vec![]).await.unwrap();
+            text_until(&c, "[data-testid=case-key]", late.as_str(), |t| {
+                t == late.as_str()
+            })
+            .await;
+            // The timeline says who was told.
+            let told: Vec<_> = d
+                .store
+                .timeline(&late)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.kind == "notification")
+                .map(|e| e.actor)
+                .collect();
+            assert_eq!(told, [who]);
+        })
+    })
+    .await;
+}
