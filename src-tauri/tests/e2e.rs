@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use fantoccini::Client;
 use serde_json::json;
 
+use leadgate_testkit::steps;
 use leadgate_testkit::webdriver::{
     choose, click, css, el, open_row, session, shot, tab, text_until,
 };
@@ -238,36 +239,13 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
 
     // Link to an existing crm_id, picked from the candidates sharing the phone: Link is
     // then the primary action, not Confirm.
-    open_row(c, s.cross_channel.as_str()).await;
-    click(c, "[data-testid=pick-candidate]").await;
-    let classes = |sel: &'static str| async move {
-        el(c, sel)
-            .await
-            .attr("class")
-            .await
-            .unwrap()
-            .unwrap_or_default()
-    };
-    assert!(classes("[data-testid=link]").await.contains("primary"));
-    assert!(!classes("[data-testid=confirm]").await.contains("primary"));
-    click(c, "[data-testid=link]").await;
-    el(c, "[data-testid=op-status][data-status=completed]").await;
-    let o = op(db, &s.cross_channel).await;
-    assert_eq!(o.crm_id.as_deref(), Some(s.linked_crm_id.as_str()));
-    assert_eq!(o.crm_link.as_deref(), Some("linked"));
+    steps::link_candidate(c, db, &s.cross_channel, &s.linked_crm_id).await;
 
-    // Authorize one retry: granted once through the dialog...
-    open_row(c, s.exhausted.as_str()).await;
-    click(c, "[data-testid=authorize]").await;
-    click(c, "[data-testid=authorize-dialog-yes]").await;
+    // Authorize one retry: granted once through the dialog (the connector is paused: the
+    // operation waits, received)...
+    steps::authorize_retry(c, db, &s.exhausted).await;
     el(c, "[data-testid=op-status][data-status=received]").await;
-    let o = op(db, &s.exhausted).await;
-    assert_eq!((o.status, o.retry_grants), (Status::Received, 1));
-    el(c, "[data-testid=resolved-by]").await;
-    assert!(
-        c.find(css("[data-testid=authorize]")).await.is_err(),
-        "no second grant offered"
-    );
+    assert_eq!(op(db, &s.exhausted).await.status, Status::Received);
 
     // ...and a second operator who acted first wins: the window refuses, one grant stays.
     let console = Console::open(url).await.unwrap();
@@ -335,55 +313,15 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     assert_eq!(op(db, &late).await.status, Status::Received);
 
     // Reject: a stale operation is sent to review, then dropped with a reason (the button
-    // waits for the comment).
-    tab(c, "stale").await;
-    open_row(c, s.stale.as_str()).await;
-    click(c, "[data-testid=send-to-review]").await;
-    let reject = el(c, "[data-testid=reject]").await;
-    assert!(
-        !reject.is_enabled().await.unwrap(),
-        "no reject without a reason"
-    );
-    el(c, "[data-testid=comment]")
-        .await
-        .send_keys("test submission from the agency")
-        .await
-        .unwrap();
-    click(c, "[data-testid=reject]").await;
-    // Dropping a lead for good asks first; Esc says no.
-    el(c, "[data-testid=action-dialog]").await;
-    el(c, "body").await.send_keys("\u{E00C}").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        c.find(css("[data-testid=action-dialog]")).await.is_err(),
-        "Esc closes the question"
-    );
-    assert_eq!(
-        op(db, &s.stale).await.status,
-        Status::NeedsReview,
-        "Esc rejected nothing"
-    );
-    click(c, "[data-testid=reject]").await;
-    click(c, "[data-testid=action-dialog-yes]").await;
-    el(c, "[data-testid=op-status][data-status=failed_terminal]").await;
-    let case = db.cases_of(&s.stale).await.unwrap().pop().unwrap();
-    assert_eq!(
-        (case.resolution.as_deref(), case.comment.as_deref()),
-        (Some("rejected"), Some("test submission from the agency"))
-    );
+    // waits for the comment); dropping a lead for good asks first, and Esc says no.
+    steps::reject_stale(c, db, &s.stale, "test submission from the agency").await;
 
     // Keep original on a payload conflict, after looking at the diff.
     tab(c, "payload_conflict").await;
     open_row(c, s.conflict.as_str()).await;
     el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
     shot(c, "conflict-diff.png").await;
-    click(c, "[data-testid=keep-original]").await;
-    click(c, "[data-testid=action-dialog-yes]").await;
-    el(c, "[data-testid=resolved-by]").await;
-    let case = db.cases_of(&s.conflict).await.unwrap().pop().unwrap();
-    assert_eq!(case.resolution.as_deref(), Some("kept_original"));
-    assert_eq!(case.resolved_by, Some(operator()));
-    assert_ne!(op(db, &s.conflict).await.status, Status::NeedsReview);
+    steps::keep_original(c, db, &s.conflict, &operator()).await;
 
     // Resume the paused connector.
     tab(c, "connectors").await;

@@ -5,6 +5,7 @@
 
 use super::*;
 use leadgate::domain::OperationId;
+use leadgate_testkit::steps::{self, absent};
 
 /// Who signs in for a step: on SQLite always the operator.
 struct Team {
@@ -72,11 +73,6 @@ fn sendable<'a>(
     Box::pin(steps)
 }
 
-/// Whether nothing on the page matches `selector` now.
-async fn absent(c: &Client, selector: &str) -> bool {
-    c.find(css(selector)).await.is_err()
-}
-
 async fn sign_out(c: &Client) {
     click(c, "[data-testid=sign-out]").await;
     el(c, "[data-testid=sign-in-screen]").await;
@@ -88,55 +84,9 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
     c.goto(&d.console).await.unwrap();
     let sales = sign_in_as(c, team, Role::SalesOps).await;
 
-    // Authorize one retry: granted once, through the dialog.
-    open_row(c, s.exhausted.as_str()).await;
-    click(c, "[data-testid=authorize]").await;
-    click(c, "[data-testid=authorize-dialog-yes]").await;
-    el(c, "[data-testid=resolved-by]").await;
-    let o = op(d, &s.exhausted).await;
-    assert_eq!(o.retry_grants, 1);
-    assert!(
-        absent(c, "[data-testid=authorize]").await,
-        "no second grant offered"
-    );
-
-    // Reject a stale operation: sent to review, then dropped with a reason, after a
-    // question.
-    tab(c, "stale").await;
-    open_row(c, s.stale.as_str()).await;
-    click(c, "[data-testid=send-to-review]").await;
-    let reject = el(c, "[data-testid=reject]").await;
-    assert!(
-        !reject.is_enabled().await.unwrap(),
-        "no reject without a reason"
-    );
-    type_into(
-        c,
-        "[data-testid=comment]",
-        "test submission from the agency",
-    )
-    .await;
-    click(c, "[data-testid=reject]").await;
-    click(c, "[data-testid=action-dialog-yes]").await;
-    el(c, "[data-testid=op-status][data-status=failed_terminal]").await;
-    let case = d.store.cases_of(&s.stale).await.unwrap().pop().unwrap();
-    assert_eq!(
-        (case.resolution.as_deref(), case.comment.as_deref()),
-        (Some("rejected"), Some("test submission from the agency"))
-    );
-
-    // Keep the original on a payload conflict, after looking at the diff.
-    tab(c, "payload_conflict").await;
-    open_row(c, s.conflict.as_str()).await;
-    el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
-    click(c, "[data-testid=keep-original]").await;
-    click(c, "[data-testid=action-dialog-yes]").await;
-    el(c, "[data-testid=resolved-by]").await;
-    let case = d.store.cases_of(&s.conflict).await.unwrap().pop().unwrap();
-    assert_eq!(
-        (case.resolution.as_deref(), case.resolved_by.as_deref()),
-        (Some("kept_original"), Some(sales.as_str()))
-    );
+    steps::authorize_retry(c, &*d.store, &s.exhausted).await;
+    steps::reject_stale(c, &*d.store, &s.stale, "test submission from the agency").await;
+    steps::keep_original(c, &*d.store, &s.conflict, &sales).await;
 
     // A cross-channel match is a manager's: sales ops see it and are offered no link.
     tab(c, "needs_review").await;
@@ -149,14 +99,8 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
         );
         sign_out(c).await;
         sign_in_as(c, team, Role::Manager).await;
-        open_row(c, s.cross_channel.as_str()).await;
     }
-    click(c, "[data-testid=pick-candidate]").await;
-    click(c, "[data-testid=link]").await;
-    el(c, "[data-testid=op-status][data-status=completed]").await;
-    let o = op(d, &s.cross_channel).await;
-    assert_eq!(o.crm_id.as_deref(), Some(s.linked_crm_id.as_str()));
-    assert_eq!(o.crm_link.as_deref(), Some("linked"));
+    steps::link_candidate(c, &*d.store, &s.cross_channel, &s.linked_crm_id).await;
 
     // Resuming the paused connector is an admin's.
     if team.people.is_some() {

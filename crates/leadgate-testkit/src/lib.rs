@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod people;
 pub mod process;
 pub mod seed;
+pub mod steps;
 pub mod webdriver;
 
 pub use db::{run, Backend, TestDb};

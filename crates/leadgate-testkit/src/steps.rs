@@ -1,0 +1,113 @@
+//! What a person does in the console, one decision at a time, in either shell: the
+//! desktop app's real window (`src-tauri/tests/e2e.rs`) and a browser (`tests/browser/`)
+//! show the same UI, so the same selectors, clicks and checks against the database serve
+//! both. Each step starts with the case's row in the current tab and ends when the
+//! database holds the decision.
+
+use std::time::Duration;
+
+use fantoccini::Client;
+use leadgate::domain::{OperationId, Status};
+use leadgate::store::{Operation, ReviewCase, Store};
+
+use crate::webdriver::{click, css, el, open_row, tab, type_into};
+
+async fn op(db: &dyn Store, id: &OperationId) -> Operation {
+    db.operation(id).await.unwrap().expect("the operation")
+}
+
+async fn last_case(db: &dyn Store, id: &OperationId) -> ReviewCase {
+    db.cases_of(id).await.unwrap().pop().expect("a case")
+}
+
+/// Whether nothing on the page matches `selector` now.
+pub async fn absent(c: &Client, selector: &str) -> bool {
+    c.find(css(selector)).await.is_err()
+}
+
+/// *Authorize one retry* on `exhausted`, answered yes: one grant, and no second offered.
+pub async fn authorize_retry(c: &Client, db: &dyn Store, exhausted: &OperationId) {
+    open_row(c, exhausted.as_str()).await;
+    click(c, "[data-testid=authorize]").await;
+    click(c, "[data-testid=authorize-dialog-yes]").await;
+    el(c, "[data-testid=resolved-by]").await;
+    assert_eq!(op(db, exhausted).await.retry_grants, 1);
+    assert!(
+        absent(c, "[data-testid=authorize]").await,
+        "no second grant offered"
+    );
+}
+
+/// Links `cross_channel` to the candidate sharing its contact: *Link* is then the primary
+/// action, not *Confirm*; the operation completes with the candidate's `crm_id`.
+pub async fn link_candidate(c: &Client, db: &dyn Store, cross_channel: &OperationId, crm_id: &str) {
+    open_row(c, cross_channel.as_str()).await;
+    click(c, "[data-testid=pick-candidate]").await;
+    let class = |sel: &'static str| async move {
+        el(c, sel)
+            .await
+            .attr("class")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    };
+    assert!(class("[data-testid=link]").await.contains("primary"));
+    assert!(!class("[data-testid=confirm]").await.contains("primary"));
+    click(c, "[data-testid=link]").await;
+    el(c, "[data-testid=op-status][data-status=completed]").await;
+    let o = op(db, cross_channel).await;
+    assert_eq!(o.crm_id.as_deref(), Some(crm_id));
+    assert_eq!(o.crm_link.as_deref(), Some("linked"));
+}
+
+/// Sends the `stale` operation to review and drops it with `reason`: the button waits for
+/// the reason, and the question it asks first is answered no (Esc) and then yes.
+pub async fn reject_stale(c: &Client, db: &dyn Store, stale: &OperationId, reason: &str) {
+    tab(c, "stale").await;
+    open_row(c, stale.as_str()).await;
+    click(c, "[data-testid=send-to-review]").await;
+    let reject = el(c, "[data-testid=reject]").await;
+    assert!(
+        !reject.is_enabled().await.unwrap(),
+        "no reject without a reason"
+    );
+    type_into(c, "[data-testid=comment]", reason).await;
+    click(c, "[data-testid=reject]").await;
+    el(c, "[data-testid=action-dialog]").await;
+    el(c, "body").await.send_keys("\u{E00C}").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        absent(c, "[data-testid=action-dialog]").await,
+        "Esc closes the question"
+    );
+    assert_eq!(
+        op(db, stale).await.status,
+        Status::NeedsReview,
+        "Esc rejected nothing"
+    );
+    click(c, "[data-testid=reject]").await;
+    click(c, "[data-testid=action-dialog-yes]").await;
+    el(c, "[data-testid=op-status][data-status=failed_terminal]").await;
+    let case = last_case(db, stale).await;
+    assert_eq!(
+        (case.resolution.as_deref(), case.comment.as_deref()),
+        (Some("rejected"), Some(reason))
+    );
+}
+
+/// Keeps the original of the payload conflict `conflict`, after the diff is shown. The
+/// case is resolved by `by`.
+pub async fn keep_original(c: &Client, db: &dyn Store, conflict: &OperationId, by: &str) {
+    tab(c, "payload_conflict").await;
+    open_row(c, conflict.as_str()).await;
+    el(c, "[data-testid=conflict-diff] tr[data-kind=changed]").await;
+    click(c, "[data-testid=keep-original]").await;
+    click(c, "[data-testid=action-dialog-yes]").await;
+    el(c, "[data-testid=resolved-by]").await;
+    let case = last_case(db, conflict).await;
+    assert_eq!(
+        (case.resolution.as_deref(), case.resolved_by.as_deref()),
+        (Some("kept_original"), Some(by))
+    );
+    assert_ne!(op(db, conflict).await.status, Status::NeedsReview);
+}
