@@ -149,6 +149,37 @@ async fn outage_cleared(c: &Client, d: &Deployment, team: &Team) {
         t == fifth.as_str()
     })
     .await;
+    // Find in CRM: a new tab at the portal's list searched by the lead's phone — the
+    // address the gateway published for this CRM, nothing else.
+    let tabs = c.windows().await.unwrap().len();
+    click(c, "[data-testid=find-in-crm]").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let console_tab = c.window().await.unwrap();
+    let opened = loop {
+        let all = c.windows().await.unwrap();
+        if all.len() > tabs {
+            break all.into_iter().find(|w| *w != console_tab).unwrap();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no tab opened");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    c.switch_to_window(opened).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let portal = d.fake.webhook_url();
+    let origin = portal.split("/rest/").next().unwrap().to_owned();
+    let at = loop {
+        let at = c.current_url().await.unwrap().to_string();
+        if at != "about:blank" || tokio::time::Instant::now() > deadline {
+            break at;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        at.starts_with(&origin) && at.contains("79160000005"),
+        "{at} is not the portal's search for the lead's phone ({origin})"
+    );
+    c.close_window().await.unwrap();
+    c.switch_to_window(console_tab).await.unwrap();
     click(c, "[data-testid=search-clear]").await;
 
     // Export the queue: the browser downloads the file.
