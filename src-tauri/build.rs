@@ -21,6 +21,7 @@ const COMMANDS: &[&str] = &[
     "bulk_progress",
     "export_csv",
     "search",
+    "lookup",
     "diagnoses",
     "diagnosis",
     "rules",

@@ -4,8 +4,8 @@
 use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
     CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, DiagnosisRow,
-    DiagnosisView, ExportRequest, QueuePage, QueueQuery, QueueRow, Range, RulesEdit, RulesView,
-    SearchResults, Selection, Settings, Tab, TabCounts, TimelinePageView,
+    DiagnosisView, ExportRequest, LookupResult, QueuePage, QueueQuery, QueueRow, Range, RulesEdit,
+    RulesView, SearchResults, Selection, Settings, Tab, TabCounts, TimelinePageView,
 };
 use tauri::State;
 
@@ -219,6 +219,12 @@ pub async fn search(
         .await?
         .search(&query, cursor, Some(50))
         .await
+}
+
+/// "Did my lead arrive?": status, received-at and crm_id by phone, key or crm_id.
+#[tauri::command]
+pub async fn lookup(state: S<'_>, query: String) -> ApiResult<LookupResult> {
+    state.console().await?.lookup(&query).await
 }
 
 /// Every source's business rules and their history.

@@ -180,6 +180,7 @@ pub fn run() {
             commands::bulk_progress,
             commands::export_csv,
             commands::search,
+            commands::lookup,
             commands::rules,
             commands::set_rules,
         ])

@@ -143,6 +143,25 @@ async fn postgres_each_role_does_in_chromium_what_it_may_resolve_search_rules_fi
             c.find(css("[data-testid=search]")).await.is_err(),
             "support has no search"
         );
+        // ...but answers "did my lead arrive?" by the lead's key or CRM id: the status and
+        // whether the CRM has it, nothing a lead said.
+        let key = d.cases().uncertain.as_str().to_owned();
+        for asked in [key.as_str(), "5555"] {
+            let input = el(&c, "[data-testid=lookup-input]").await;
+            input.clear().await.unwrap();
+            input.send_keys(asked).await.unwrap();
+            click(&c, "[data-testid=lookup-go]").await;
+            let row =
+                format!("[data-testid=lookup-row][data-operation='{key}'][data-status=completed]");
+            text_until(
+                &c,
+                &format!("{row} [data-testid=lookup-crm]"),
+                "in the CRM",
+                |t| t == "yes · 5555",
+            )
+            .await;
+        }
+        shot(&c, "support-lookup.png").await;
         click(&c, "[data-testid=sign-out]").await;
         el(&c, "[data-testid=sign-in-screen]").await;
 

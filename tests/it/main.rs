@@ -21,6 +21,7 @@ mod imap;
 mod insiders;
 mod intake_paths;
 mod logins;
+mod lookup;
 mod metrics;
 mod openapi;
 mod outage;

@@ -1125,6 +1125,15 @@ impl Rules for Hiccup {
 
 #[async_trait::async_trait]
 impl Reads for Hiccup {
+    async fn lookup(
+        &self,
+        phone: Option<&str>,
+        text: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<LookupHit>> {
+        self.inner.lookup(phone, text, limit).await
+    }
+
     async fn operation(&self, id: &OperationId) -> Result<Option<Operation>> {
         self.inner.operation(id).await
     }

@@ -79,6 +79,10 @@ pub enum Call {
         query: String,
         cursor: Option<String>,
     },
+    /// "Did my lead arrive?": status, received-at and crm_id, nothing a lead said.
+    Lookup {
+        query: String,
+    },
     Diagnoses,
     Diagnosis {
         id: i64,
@@ -190,6 +194,7 @@ impl Console {
             Call::BulkStart { request } => json(self.bulk_start(operator, request).await?),
             Call::BulkProgress { id } => json(self.bulk_progress(&id)?),
             Call::Search { query, cursor } => json(self.search(&query, cursor, Some(50)).await?),
+            Call::Lookup { query } => json(self.lookup(&query).await?),
             Call::Diagnoses => json(self.diagnoses().await?),
             Call::Diagnosis { id } => json(self.diagnosis(id).await?),
             Call::Rules => json(self.rules().await?),

@@ -812,6 +812,7 @@ mod bulk;
 mod call;
 mod diagnosis;
 mod export;
+mod lookup;
 mod rules;
 pub use bulk::*;
 pub use call::*;
@@ -820,6 +821,7 @@ pub use export::*;
 pub use leadgate_domain::report::{
     CauseCount, LineData, PairData, ReportData, SourceCounts, VerdictCount,
 };
+pub use lookup::*;
 pub use rules::*;
 
 /// A connected console.
@@ -1807,6 +1809,8 @@ pub fn typescript_bindings() -> String {
         ExportRequest::decl(&cfg),
         SearchRow::decl(&cfg),
         SearchResults::decl(&cfg),
+        LookupRow::decl(&cfg),
+        LookupResult::decl(&cfg),
         DiagnosisRow::decl(&cfg),
         DiagnosisView::decl(&cfg),
         ReportData::decl(&cfg),

@@ -624,3 +624,27 @@ impl SearchRow {
         }
     }
 }
+
+/// An operation as [`Reads::lookup`](crate::Reads::lookup) finds it.
+#[derive(FromRow)]
+pub(crate) struct LookupRow {
+    operation_id: String,
+    source: String,
+    status: String,
+    received_at: DateTime<Utc>,
+    crm_id: Option<String>,
+}
+
+impl TryFrom<LookupRow> for crate::LookupHit {
+    type Error = StoreError;
+
+    fn try_from(r: LookupRow) -> Result<Self> {
+        Ok(crate::LookupHit {
+            operation_id: r.operation_id,
+            source: r.source,
+            status: r.status.parse().map_err(corrupt)?,
+            received_at: r.received_at,
+            crm_id: r.crm_id,
+        })
+    }
+}

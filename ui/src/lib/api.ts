@@ -26,6 +26,7 @@ import type {
   Range,
   RulesEdit,
   RulesView,
+  LookupResult,
   SearchResults,
   Selection,
   Settings,
@@ -198,6 +199,8 @@ export const api = {
   },
   /** Operations of any status by key, phone in any format, e-mail, crm_id or name. */
   search: (query: string, cursor: string | null) => call<SearchResults>("search", { query, cursor }),
+  /** "Did my lead arrive?": status, received-at and CRM id, nothing a lead said. */
+  lookup: (query: string) => call<LookupResult>("lookup", { query }),
   /** The reports `leadgate diagnose` saved in this database, the newest first. */
   diagnoses: () => call<DiagnosisRow[]>("diagnoses"),
   diagnosis: (id: number) => call<DiagnosisView>("diagnosis", { id }),

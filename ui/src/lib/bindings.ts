@@ -289,6 +289,18 @@ kind: "phone" | "email" | "text", normalized: string, rows: Array<SearchRow>,
  */
 next: string | null, };
 
+export type LookupRow = { operation_id: string, source: string, status: string, received_at: string, crm_id: string | null, 
+/**
+ * The CRM has it: the lead was created there or linked to an entity it holds.
+ */
+in_crm: boolean, };
+
+export type LookupResult = { 
+/**
+ * The phone as it was looked for (normalized), when the query reads as one.
+ */
+phone: string | null, rows: Array<LookupRow>, };
+
 export type DiagnosisRow = { id: number, generated_at: string, input: string, period_from: string | null, period_to: string | null, groups: number, pairs: number, 
 /**
  * Verdict code → pairs.

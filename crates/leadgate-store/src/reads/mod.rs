@@ -76,6 +76,27 @@ pub trait Reads: Clock {
         limit: i64,
         plan: SearchPlan,
     ) -> Result<SearchPage>;
+
+    /// "Did my lead arrive?": operations whose phone is `phone` (normalized) or whose key
+    /// or crm_id is `text`, exact matches only, newest first, at most `limit` (1–50). What
+    /// a lookup answers is all it reads (no name, contact or payload): on PostgreSQL the
+    /// `leadgate_lookup` function (migration 0028), which every role may run.
+    async fn lookup(
+        &self,
+        phone: Option<&str>,
+        text: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<LookupHit>>;
+}
+
+/// One operation found by [`Reads::lookup`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupHit {
+    pub operation_id: String,
+    pub source: String,
+    pub status: Status,
+    pub received_at: DateTime<Utc>,
+    pub crm_id: Option<String>,
 }
 
 /// How [`Reads::search`] finds its rows. The results are the same; only the cost differs.

@@ -215,6 +215,35 @@ macro_rules! reads_sql {
                 row.as_ref().map(delivery_from_row).transpose()
             }
 
+            async fn lookup(
+                &self,
+                phone: Option<&str>,
+                text: Option<&str>,
+                limit: i64,
+            ) -> Result<Vec<LookupHit>> {
+                // PostgreSQL: the function people may run; SQLite (one operator): its body.
+                let sql = if DIALECT.backend == $crate::Backend::Postgres {
+                    "select operation_id, source, status, received_at, crm_id \
+                     from leadgate_lookup($1, $2, cast($3 as integer))"
+                } else {
+                    "select o.operation_id, o.source, o.status, o.created_at as received_at, o.crm_id \
+                     from operations o where o.operation_id in ( \
+                         select m.operation_id from operations m \
+                             where $1 is not null and m.contact_phone = $1 \
+                         union select m.operation_id from operations m where m.operation_id = $2 \
+                         union select m.operation_id from operations m \
+                             where $2 is not null and m.crm_id = $2) \
+                     order by o.created_at desc, o.operation_id desc limit max(min($3, 50), 1)"
+                };
+                let rows = sqlx::query_as::<_, $crate::rows::LookupRow>(sql)
+                    .bind(phone)
+                    .bind(text)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.into_iter().map(LookupHit::try_from).collect()
+            }
+
             async fn schema_version(&self) -> Result<Option<i64>> {
                 // sqlx's own bookkeeping table; absent on a database never migrated.
                 match sqlx::query_scalar::<_, Option<i64>>(

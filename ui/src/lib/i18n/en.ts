@@ -207,6 +207,16 @@ export const en = {
     seeded: "seeded from leadgate.toml",
     none: "No sources yet: a gateway seeds each configured source when it starts.",
   },
+  lookup: {
+    title: "Did a lead arrive?",
+    placeholder: "Phone, key or CRM id",
+    go: "Look up",
+    note: "Whether a lead arrived and where it is now — no names, contacts or form data.",
+    none: (q: string) => `No lead found for “${q}”.`,
+    columns: { key: "Key", source: "Source", status: "Status", received: "Received", crm: "In the CRM" },
+    yes: (id: string) => `yes · ${id}`,
+    no: "not yet",
+  },
   search: {
     placeholder: "Search: phone, e-mail, name, key or CRM id",
     results: (q: string) => `Search “${q}”`,

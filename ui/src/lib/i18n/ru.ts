@@ -208,6 +208,16 @@ export const ru: Strings = {
     seeded: "из leadgate.toml",
     none: "Источников пока нет: шлюз заводит каждый настроенный источник при запуске.",
   },
+  lookup: {
+    title: "Дошла ли заявка?",
+    placeholder: "Телефон, ключ или id в CRM",
+    go: "Найти",
+    note: "Дошла ли заявка и где она сейчас — без имён, контактов и данных формы.",
+    none: (q: string) => `Заявок по «${q}» не найдено.`,
+    columns: { key: "Ключ", source: "Источник", status: "Статус", received: "Получена", crm: "В CRM" },
+    yes: (id: string) => `да · ${id}`,
+    no: "ещё нет",
+  },
   search: {
     placeholder: "Поиск: телефон, e-mail, имя, ключ или id в CRM",
     results: (q: string) => `Поиск «${q}»`,

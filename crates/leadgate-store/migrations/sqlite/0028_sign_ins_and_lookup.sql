@@ -10,3 +10,6 @@ create table console_sign_ins (
 );
 create index console_sign_ins_at on console_sign_ins (at);
 create index console_sign_ins_login on console_sign_ins (login, id);
+
+-- Issue 37, point 1 (support's lookup) needs no schema here: one operator, no roles; the
+-- store runs the same select PostgreSQL's `leadgate_lookup` does.

@@ -11,9 +11,30 @@ create table console_sign_ins (
 create index console_sign_ins_at on console_sign_ins (at);
 create index console_sign_ins_login on console_sign_ins (login, id);
 
+-- Issue 37, point 1: "did my lead arrive?" is answered by support without reading a
+-- lead. Phone (normalized), key or crm_id in, exact matches only (nothing to enumerate by
+-- prefix); key, source, status, received-at and crm_id out — no name, contact or payload.
+-- The function runs with its owner's rights and returns those five columns alone; the
+-- people may execute it and still read no column they could not before.
+create function leadgate_lookup(p_phone text, p_text text, p_limit integer)
+returns table (operation_id text, source text, status text, received_at timestamptz, crm_id text)
+language sql stable security definer set search_path = pg_catalog, public as $$
+    select o.operation_id, o.source, o.status, o.created_at, o.crm_id
+    from operations o
+    where o.operation_id in (
+        select m.operation_id from operations m
+            where p_phone is not null and m.contact_phone = p_phone
+        union select m.operation_id from operations m where m.operation_id = p_text
+        union select m.operation_id from operations m
+            where p_text is not null and m.crm_id = p_text)
+    order by o.created_at desc, o.operation_id desc
+    limit least(greatest(p_limit, 1), 50)
+$$;
+revoke all on function leadgate_lookup(text, text, integer) from public;
+
 -- The people's grants (0026's function): the journal names logins and addresses, so
--- casework does not read it; an admin, who manages the people, does. Applied at the next
--- start (`PgStore::secure_database` runs it at every start).
+-- casework does not read it; an admin, who manages the people, does; everyone may look a
+-- lead up. Applied at the next start (`PgStore::secure_database` runs it at every start).
 create or replace function leadgate_install_roles() returns void language plpgsql as $$
 declare
     r text;
@@ -64,6 +85,8 @@ begin
     execute 'grant execute on function leadgate_withdraw(bigint) to ' || everyone;
     -- admin: who signed in to the web console, from where (the people they manage)
     execute 'grant select on console_sign_ins to leadgate_admin';
+    -- everyone: "did my lead arrive?" (status, received-at, crm_id; nothing a lead said)
+    execute 'grant execute on function leadgate_lookup(text, text, integer) to ' || everyone;
 end
 $$;
 revoke all on function leadgate_install_roles() from public;
