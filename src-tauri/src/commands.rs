@@ -184,7 +184,7 @@ pub async fn bulk_start(state: S<'_>, request: BulkRequest) -> ApiResult<String>
 
 #[tauri::command]
 pub async fn bulk_progress(state: S<'_>, id: String) -> ApiResult<BulkProgress> {
-    state.console().await?.bulk_progress(&id)
+    state.console().await?.bulk_progress(&id).await
 }
 
 /// Writes the tab's rows as CSV into the export folder (`LEADGATE_EXPORT_DIR`, else the

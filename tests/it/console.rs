@@ -680,7 +680,7 @@ fn every_refusal_is_translated_in_the_console() {
 /// Polls a bulk run until it is over.
 async fn finished(console: &Console, id: &str) -> BulkProgress {
     for _ in 0..600 {
-        let p = console.bulk_progress(id).unwrap();
+        let p = console.bulk_progress(id).await.unwrap();
         if p.finished {
             return p;
         }
@@ -688,7 +688,7 @@ async fn finished(console: &Console, id: &str) -> BulkProgress {
     }
     panic!(
         "bulk run {id} did not finish: {:?}",
-        console.bulk_progress(id)
+        console.bulk_progress(id).await
     );
 }
 
@@ -786,9 +786,69 @@ each_backend!(
         }
         assert_eq!(console.counts().await.unwrap().needs_review, 0);
         assert!(matches!(
-            console.bulk_progress("bulk-unknown"),
+            console.bulk_progress("bulk-unknown").await,
             Err(ConsoleError::NotFound { .. })
         ));
+
+        // The run reports what the worker makes of its 49 leads as it does: first all
+        // waiting; then 30 found in the CRM by their key, 18 created, 1 uncertain again.
+        let outcomes = |p: BulkProgress| p.outcomes.expect("a re-check counts outcomes");
+        let o = outcomes(console.bulk_progress(&run).await.unwrap());
+        assert_eq!(
+            (o.found, o.created, o.back_for_review, o.waiting),
+            (0, 0, 0, 49)
+        );
+        let at = leadgate::store::local_now() + chrono::TimeDelta::minutes(10);
+        // All 50 are due (Ivan's grant too, which is not the run's).
+        let mut i = 0;
+        for _ in 0..50 {
+            let c = store
+                .claim_due(
+                    leadgate_testkit::seed::CONNECTOR,
+                    "worker:1",
+                    std::time::Duration::from_secs(30),
+                    at,
+                )
+                .await
+                .unwrap()
+                .expect("a granted lead is due");
+            if c.operation.operation_id == ids[17] {
+                let created = store::AttemptOutcome::Created {
+                    crm_id: "8999".into(),
+                };
+                store
+                    .finish_attempt(&c.lease, created, vec![], at)
+                    .await
+                    .unwrap();
+                continue;
+            }
+            i += 1;
+            let outcome = match i - 1 {
+                0..30 => store::AttemptOutcome::Recovered {
+                    crm_id: format!("{}", 9000 + i),
+                },
+                30..48 => store::AttemptOutcome::Created {
+                    crm_id: format!("{}", 9000 + i),
+                },
+                _ => store::AttemptOutcome::Review {
+                    reason: leadgate::domain::ReviewReason::UncertainOutcome,
+                    failure: Some(leadgate::store::Failure {
+                        class: leadgate::domain::ErrorClass::Uncertain,
+                        message: "timed out".into(),
+                    }),
+                    detail: serde_json::json!({}),
+                },
+            };
+            store
+                .finish_attempt(&c.lease, outcome, vec![], at)
+                .await
+                .unwrap();
+        }
+        let o = outcomes(console.bulk_progress(&run).await.unwrap());
+        assert_eq!(
+            (o.found, o.created, o.back_for_review, o.waiting),
+            (30, 18, 1, 0)
+        );
     }
 );
 

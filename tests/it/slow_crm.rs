@@ -1125,6 +1125,10 @@ impl Rules for Hiccup {
 
 #[async_trait::async_trait]
 impl Reads for Hiccup {
+    async fn states_of(&self, ids: &[String]) -> Result<Vec<OperationState>> {
+        self.inner.states_of(ids).await
+    }
+
     async fn lookup(
         &self,
         phone: Option<&str>,

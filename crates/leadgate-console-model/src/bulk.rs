@@ -122,6 +122,43 @@ pub struct BulkProgress {
     pub succeeded: i64,
     pub skipped: Vec<BulkSkip>,
     pub finished: bool,
+    /// A re-check run's leads as the worker settles them, counted afresh at each call.
+    pub outcomes: Option<RecheckOutcomes>,
+    /// The operations whose case the run resolved.
+    #[serde(skip)]
+    #[ts(skip)]
+    pub resolved: Vec<String>,
+}
+
+/// What became of the leads a bulk *Re-check in CRM* sent back to the worker, as they
+/// arrive: found in the CRM (nothing created), created once, back for review (the answer
+/// was uncertain again, or the CRM refused), or still waiting for the worker.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct RecheckOutcomes {
+    #[ts(type = "number")]
+    pub found: i64,
+    #[ts(type = "number")]
+    pub created: i64,
+    #[ts(type = "number")]
+    pub back_for_review: i64,
+    #[ts(type = "number")]
+    pub waiting: i64,
+}
+
+impl RecheckOutcomes {
+    fn of(states: &[leadgate_store::OperationState]) -> RecheckOutcomes {
+        use leadgate_domain::Status;
+        let mut o = RecheckOutcomes::default();
+        for s in states {
+            match (s.status, s.crm_link.as_deref()) {
+                (Status::Completed, Some("created")) => o.created += 1,
+                (Status::Completed, _) => o.found += 1,
+                (Status::NeedsReview | Status::FailedTerminal, _) => o.back_for_review += 1,
+                _ => o.waiting += 1,
+            }
+        }
+        o
+    }
 }
 
 /// The runs of this console session, by id.
@@ -242,6 +279,8 @@ impl Console {
                 succeeded: 0,
                 skipped: vec![],
                 finished: false,
+                outcomes: None,
+                resolved: vec![],
             },
         );
         drop(runs);
@@ -255,8 +294,10 @@ impl Console {
         Ok(id)
     }
 
-    pub fn bulk_progress(&self, id: &str) -> ApiResult<BulkProgress> {
-        self.bulk_runs
+    /// A run's progress; for a re-check, what the worker made of its leads so far.
+    pub async fn bulk_progress(&self, id: &str) -> ApiResult<BulkProgress> {
+        let mut p = self
+            .bulk_runs
             .0
             .lock()
             .expect("bulk runs lock")
@@ -264,7 +305,12 @@ impl Console {
             .cloned()
             .ok_or_else(|| ConsoleError::NotFound {
                 message: format!("no bulk action `{id}`"),
-            })
+            })?;
+        if p.action == BulkAction::AuthorizeRetry && !p.resolved.is_empty() {
+            let states = self.store.states_of(&p.resolved).await?;
+            p.outcomes = Some(RecheckOutcomes::of(&states));
+        }
+        Ok(p)
     }
 }
 
@@ -293,7 +339,10 @@ async fn run_bulk(
         runs.update(id, |p| {
             p.done += 1;
             match outcome {
-                Ok(_) => p.succeeded += 1,
+                Ok(_) => {
+                    p.succeeded += 1;
+                    p.resolved.push(item.operation_id);
+                }
                 Err(e) => p.skipped.push(BulkSkip {
                     case_id: item.case_id,
                     operation_id: item.operation_id,

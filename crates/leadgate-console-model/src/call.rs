@@ -192,7 +192,7 @@ impl Console {
                 json(self.bulk_preview(selection, action).await?)
             }
             Call::BulkStart { request } => json(self.bulk_start(operator, request).await?),
-            Call::BulkProgress { id } => json(self.bulk_progress(&id)?),
+            Call::BulkProgress { id } => json(self.bulk_progress(&id).await?),
             Call::Search { query, cursor } => json(self.search(&query, cursor, Some(50)).await?),
             Call::Lookup { query } => json(self.lookup(&query).await?),
             Call::Diagnoses => json(self.diagnoses().await?),

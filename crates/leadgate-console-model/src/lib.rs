@@ -1806,6 +1806,7 @@ pub fn typescript_bindings() -> String {
         BulkRequest::decl(&cfg),
         BulkSkip::decl(&cfg),
         BulkProgress::decl(&cfg),
+        RecheckOutcomes::decl(&cfg),
         ExportRequest::decl(&cfg),
         SearchRow::decl(&cfg),
         SearchResults::decl(&cfg),

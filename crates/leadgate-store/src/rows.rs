@@ -648,3 +648,23 @@ impl TryFrom<LookupRow> for crate::LookupHit {
         })
     }
 }
+
+/// An operation's state ([`Reads::states_of`](crate::Reads::states_of)).
+#[derive(FromRow)]
+pub(crate) struct StateRow {
+    operation_id: String,
+    status: String,
+    crm_link: Option<String>,
+}
+
+impl TryFrom<StateRow> for crate::OperationState {
+    type Error = StoreError;
+
+    fn try_from(r: StateRow) -> Result<Self> {
+        Ok(crate::OperationState {
+            operation_id: r.operation_id,
+            status: r.status.parse().map_err(corrupt)?,
+            crm_link: r.crm_link,
+        })
+    }
+}

@@ -25,9 +25,23 @@ pub async fn absent(c: &Client, selector: &str) -> bool {
     c.find(css(selector)).await.is_err()
 }
 
-/// *Authorize one retry* on `exhausted`, answered yes: one grant, and no second offered.
+/// *Re-check in CRM, create only if absent* on `exhausted` (an attempt was made: the
+/// primary action while no CRM id is typed), answered yes: one grant, no second offered.
 pub async fn authorize_retry(c: &Client, db: &dyn Store, exhausted: &OperationId) {
     open_row(c, exhausted.as_str()).await;
+    let button = el(c, "[data-testid=authorize]").await;
+    assert_eq!(
+        button.attr("data-recheck").await.unwrap().as_deref(),
+        Some("true")
+    );
+    let class = button.attr("class").await.unwrap().unwrap_or_default();
+    assert!(
+        class.contains("primary"),
+        "the safe way out is primary: {class}"
+    );
+    let confirm = el(c, "[data-testid=confirm]").await;
+    let class = confirm.attr("class").await.unwrap().unwrap_or_default();
+    assert!(!class.contains("primary"), "one primary action: {class}");
     click(c, "[data-testid=authorize]").await;
     click(c, "[data-testid=authorize-dialog-yes]").await;
     el(c, "[data-testid=resolved-by]").await;

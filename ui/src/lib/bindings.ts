@@ -250,7 +250,13 @@ items: Array<BulkItem>, };
 
 export type BulkSkip = { case_id: number, operation_id: string, error: ConsoleError, };
 
-export type BulkProgress = { id: string, action: BulkAction, by: string, total: number, done: number, succeeded: number, skipped: Array<BulkSkip>, finished: boolean, };
+export type BulkProgress = { id: string, action: BulkAction, by: string, total: number, done: number, succeeded: number, skipped: Array<BulkSkip>, finished: boolean, 
+/**
+ * A re-check run's leads as the worker settles them, counted afresh at each call.
+ */
+outcomes: RecheckOutcomes | null, };
+
+export type RecheckOutcomes = { found: number, created: number, back_for_review: number, waiting: number, };
 
 export type ExportRequest = { 
 /**

@@ -87,6 +87,19 @@ pub trait Reads: Clock {
         text: Option<&str>,
         limit: i64,
     ) -> Result<Vec<LookupHit>>;
+
+    /// Where each of `ids` stands now (status and how its CRM id came), those that exist:
+    /// what a bulk retry's outcomes are counted from.
+    async fn states_of(&self, ids: &[String]) -> Result<Vec<OperationState>>;
+}
+
+/// Where an operation stands, as [`Reads::states_of`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationState {
+    pub operation_id: String,
+    pub status: Status,
+    /// `created`, `recovered`, `confirmed` or `linked` once it has a CRM id.
+    pub crm_link: Option<String>,
 }
 
 /// One operation found by [`Reads::lookup`].

@@ -244,6 +244,29 @@ macro_rules! reads_sql {
                 rows.into_iter().map(LookupHit::try_from).collect()
             }
 
+            async fn states_of(&self, ids: &[String]) -> Result<Vec<OperationState>> {
+                let mut out = Vec::with_capacity(ids.len());
+                // Bound parameters stay well under both backends' limits per statement.
+                for chunk in ids.chunks(500) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "select operation_id, status, crm_link from operations where operation_id in (",
+                    );
+                    let mut list = q.separated(", ");
+                    for id in chunk {
+                        list.push_bind(id.clone());
+                    }
+                    q.push(")");
+                    let rows = q
+                        .build_query_as::<$crate::rows::StateRow>()
+                        .fetch_all(&self.pool)
+                        .await?;
+                    for r in rows {
+                        out.push(OperationState::try_from(r)?);
+                    }
+                }
+                Ok(out)
+            }
+
             async fn schema_version(&self) -> Result<Option<i64>> {
                 // sqlx's own bookkeeping table; absent on a database never migrated.
                 match sqlx::query_scalar::<_, Option<i64>>(
