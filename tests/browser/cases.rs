@@ -84,6 +84,33 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
     c.goto(&d.console).await.unwrap();
     let sales = sign_in_as(c, team, Role::SalesOps).await;
 
+    // A bulk re-check over every reason: the preview counts reason by reason, refuses
+    // the cross-channel match nothing was sent for (a retry would create it) and warns
+    // that the connector is paused.
+    click(c, "[data-testid=bulk-open]").await;
+    choose(c, "select[data-testid=bulk-action]", "authorize_retry").await;
+    click(c, "[data-testid=bulk-preview]").await;
+    text_until(c, "[data-testid=bulk-applies]", "2 applicable", |t| {
+        t.contains('2')
+    })
+    .await;
+    el(
+        c,
+        "[data-testid=bulk-by-reason] li[data-reason=cross_channel_match][data-applies='0'][data-refused='1']",
+    )
+    .await;
+    el(
+        c,
+        "[data-testid=bulk-refused] li[data-code=bulk_would_create]",
+    )
+    .await;
+    el(c, "[data-testid=bulk-paused]").await;
+    el(c, "body").await.send_keys("\u{E00C}").await.unwrap();
+    assert!(
+        absent(c, "[data-testid=bulk-dialog]").await,
+        "Esc closes the preview"
+    );
+
     steps::authorize_retry(c, &*d.store, &s.exhausted).await;
     steps::reject_stale(c, &*d.store, &s.stale, "test submission from the agency").await;
     steps::keep_original(c, &*d.store, &s.conflict, &sales).await;

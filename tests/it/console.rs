@@ -882,6 +882,53 @@ each_backend!(
             .await
             .unwrap();
         assert_eq!(conflicts.refused.get("not_in_bulk"), Some(&1));
+        // A re-check over every reason: where an attempt was made it looks the key up
+        // first and applies; the cross-channel match was never sent, so a retry would
+        // create it — not in bulk. The preview says so reason by reason, and that the
+        // connector is paused (the re-checks would wait).
+        let recheck = console
+            .bulk_preview(all.clone(), BulkAction::AuthorizeRetry)
+            .await
+            .unwrap();
+        assert_eq!(recheck.items.len(), 2, "{:?}", recheck.items);
+        assert_eq!(recheck.refused.get("bulk_would_create"), Some(&1));
+        let groups: Vec<_> = recheck
+            .by_reason
+            .iter()
+            .map(|g| (g.reason.as_str(), g.applies, g.refused))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("uncertain_outcome", 1, 0),
+                ("retries_exhausted", 1, 0),
+                ("cross_channel_match", 0, 1)
+            ]
+        );
+        assert_eq!(recheck.paused, [leadgate_testkit::seed::CONNECTOR]);
+        // A run asked for without the preview is refused the same way by the store.
+        let cross = open_case_of(&console, &s.cross_channel).await;
+        let run = console
+            .bulk_start(
+                "Olga",
+                BulkRequest {
+                    action: BulkAction::AuthorizeRetry,
+                    comment: Some("all of them".into()),
+                    items: vec![BulkItem {
+                        case_id: cross.id,
+                        operation_id: s.cross_channel.to_string(),
+                        version: cross.version,
+                        crm_id: None,
+                    }],
+                },
+            )
+            .await
+            .unwrap();
+        let p = finished(&console, &run).await;
+        assert!(
+            matches!(&p.skipped[..], [skip] if matches!(&skip.error, ConsoleError::Refused { code, .. } if code == "bulk_would_create")),
+            "{p:?}"
+        );
         // Rejects apply to every open case of the tab.
         let reject = console.bulk_preview(all, BulkAction::Reject).await.unwrap();
         let mut ids: Vec<_> = reject

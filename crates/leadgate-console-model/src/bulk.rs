@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use leadgate_domain::rules::{bulk_allowed, check_comment, decide};
+use leadgate_domain::rules::{bulk_allowed, bulk_decision_allowed, check_comment, decide};
 use leadgate_domain::{HumanAction, Resolution};
 use leadgate_store::{Ask, Bulk};
 
@@ -89,6 +89,20 @@ pub struct BulkPreview {
     pub refused: BTreeMap<String, i64>,
     /// Whether the comment is required (always, for a bulk action).
     pub comment_required: bool,
+    /// The same, reason by reason (the review reason's code), in the reasons' order.
+    pub by_reason: Vec<ReasonGroup>,
+    /// Connectors paused now: what the action sends to the worker waits until resumed.
+    pub paused: Vec<String>,
+}
+
+/// How many cases of one review reason the action applies to, and how many it does not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ReasonGroup {
+    pub reason: String,
+    #[ts(type = "number")]
+    pub applies: i64,
+    #[ts(type = "number")]
+    pub refused: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -198,6 +212,7 @@ impl Console {
         let now = self.store.now();
         let mut items = vec![];
         let mut refused = BTreeMap::new();
+        let mut by_reason: BTreeMap<leadgate_domain::ReviewReason, ReasonGroup> = BTreeMap::new();
         // The operations in one query; each case read on its own (it may have been
         // resolved since the list was read).
         let ops = self.operations_of(&rows).await?;
@@ -222,18 +237,38 @@ impl Console {
                             now,
                         )
                     })
+                    .and_then(|d| bulk_decision_allowed(&d))
                     .map_err(|r| r.code())
             };
+            let group = by_reason.entry(case.reason).or_insert_with(|| ReasonGroup {
+                reason: case.reason.as_str().into(),
+                applies: 0,
+                refused: 0,
+            });
             match verdict {
-                Ok(_) => items.push(BulkItem {
-                    case_id,
-                    operation_id: op_id,
-                    version: op.version,
-                    crm_id,
-                }),
-                Err(code) => *refused.entry(code.to_owned()).or_insert(0) += 1,
+                Ok(_) => {
+                    group.applies += 1;
+                    items.push(BulkItem {
+                        case_id,
+                        operation_id: op_id,
+                        version: op.version,
+                        crm_id,
+                    })
+                }
+                Err(code) => {
+                    group.refused += 1;
+                    *refused.entry(code.to_owned()).or_insert(0) += 1
+                }
             }
         }
+        let paused = self
+            .store
+            .connectors()
+            .await?
+            .into_iter()
+            .filter(|c| c.paused)
+            .map(|c| c.name)
+            .collect();
         Ok(BulkPreview {
             action,
             matched,
@@ -241,6 +276,8 @@ impl Console {
             items,
             refused,
             comment_required: true,
+            by_reason: by_reason.into_values().collect(),
+            paused,
         })
     }
 

@@ -1807,6 +1807,7 @@ pub fn typescript_bindings() -> String {
         BulkSkip::decl(&cfg),
         BulkProgress::decl(&cfg),
         RecheckOutcomes::decl(&cfg),
+        ReasonGroup::decl(&cfg),
         ExportRequest::decl(&cfg),
         SearchRow::decl(&cfg),
         SearchResults::decl(&cfg),

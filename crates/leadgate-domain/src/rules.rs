@@ -61,6 +61,8 @@ pub enum Refusal {
     RejectOnConflict,
     #[error("a `{reason}` case needs a person to look at it: decide it alone, not in bulk")]
     NotInBulk { reason: ReviewReason },
+    #[error("nothing was sent to the CRM for this lead yet, so a re-check would create it: decide it alone, not in bulk")]
+    BulkWouldCreate,
     #[error("the lead is not in the CRM yet, so there is nothing to update: keep the original or accept the new data as a lead of its own")]
     UpdateWithoutEntity,
     #[error("this lead is sent to the CRM by an integration, not by Leadgate: update it there")]
@@ -102,6 +104,7 @@ impl Refusal {
         "reject_over_known_result",
         "reject_on_conflict",
         "not_in_bulk",
+        "bulk_would_create",
         "update_without_entity",
         "update_not_ours",
         "update_superseded",
@@ -160,6 +163,7 @@ impl Refusal {
             Refusal::RejectOverKnownResult { .. } => "reject_over_known_result",
             Refusal::RejectOnConflict => "reject_on_conflict",
             Refusal::NotInBulk { .. } => "not_in_bulk",
+            Refusal::BulkWouldCreate => "bulk_would_create",
             Refusal::UpdateWithoutEntity => "update_without_entity",
             Refusal::UpdateNotOurs => "update_not_ours",
             Refusal::UpdateSuperseded => "update_superseded",
@@ -382,6 +386,19 @@ pub fn bulk_allowed(reason: ReviewReason) -> Result<(), Refusal> {
         ReviewReason::PayloadConflict | ReviewReason::AmbiguousMatch => {
             Err(Refusal::NotInBulk { reason })
         }
+        _ => Ok(()),
+    }
+}
+
+/// Whether a `decision` [`decide`] allowed may be taken in bulk: a retry on a lead nothing
+/// was sent for is a create (no look-up first), which nobody decides for many leads at
+/// once — *Re-check in CRM* in bulk only re-checks.
+pub fn bulk_decision_allowed(decision: &Decision) -> Result<(), Refusal> {
+    match decision {
+        Decision::GrantRetry {
+            verify_first: false,
+            ..
+        } => Err(Refusal::BulkWouldCreate),
         _ => Ok(()),
     }
 }
@@ -866,12 +883,24 @@ mod tests {
         ] {
             assert_eq!(bulk_allowed(r), Ok(()));
         }
+        // A retry that looks the key up first may go in bulk; one that creates may not.
+        let grant = |verify_first| Decision::GrantRetry {
+            due_at: now(),
+            verify_first,
+        };
+        assert_eq!(bulk_decision_allowed(&grant(true)), Ok(()));
+        assert_eq!(
+            bulk_decision_allowed(&grant(false)),
+            Err(Refusal::BulkWouldCreate)
+        );
+        assert_eq!(bulk_decision_allowed(&Decision::Reject), Ok(()));
         for r in [
             Refusal::RejectOverKnownResult { crm_id: "1".into() },
             Refusal::RejectOnConflict,
             Refusal::NotInBulk {
                 reason: R::AmbiguousMatch,
             },
+            Refusal::BulkWouldCreate,
         ] {
             assert!(Refusal::CODES.contains(&r.code()), "{r:?}");
         }

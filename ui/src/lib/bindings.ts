@@ -240,7 +240,15 @@ refused: Record<string, number>,
 /**
  * Whether the comment is required (always, for a bulk action).
  */
-comment_required: boolean, };
+comment_required: boolean, 
+/**
+ * The same, reason by reason (the review reason's code), in the reasons' order.
+ */
+by_reason: Array<ReasonGroup>, 
+/**
+ * Connectors paused now: what the action sends to the worker waits until resumed.
+ */
+paused: Array<string>, };
 
 export type BulkRequest = { action: BulkAction, comment: string | null, 
 /**
@@ -257,6 +265,8 @@ export type BulkProgress = { id: string, action: BulkAction, by: string, total: 
 outcomes: RecheckOutcomes | null, };
 
 export type RecheckOutcomes = { found: number, created: number, back_for_review: number, waiting: number, };
+
+export type ReasonGroup = { reason: string, applies: number, refused: number, };
 
 export type ExportRequest = { 
 /**

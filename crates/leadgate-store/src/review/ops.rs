@@ -22,7 +22,9 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
-use leadgate_domain::rules::{bulk_allowed, check_comment, decide, may_open_review, Decision};
+use leadgate_domain::rules::{
+    bulk_allowed, bulk_decision_allowed, check_comment, decide, may_open_review, Decision,
+};
 use leadgate_domain::EventKind;
 use leadgate_domain::{OperationId, Refusal, ReviewReason, Status};
 
@@ -94,6 +96,7 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
     };
     if req.bulk.is_some() {
         bulk_allowed(case.reason)?;
+        bulk_decision_allowed(&decision)?;
     }
     check_comment(
         req.action.resolution(),

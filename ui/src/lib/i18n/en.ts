@@ -161,6 +161,7 @@ export const en = {
     update_superseded: (_d: string) => "A later delivery's changes were already sent to this CRM entity (or are on their way): keep the original, or accept this delivery as new.",
     update_not_ours: (_d: string) => "This lead is sent to the CRM by an integration, not by Leadgate: update it there.",
     not_in_bulk: (d: string) => `A case of this kind (${d}) needs a person to look at it: decide it alone, not in bulk.`,
+    bulk_would_create: (_d: string) => "Nothing was sent to the CRM for this lead yet, so a re-check would create it: decide it alone, not in bulk.",
     unknown_rule_source: (d: string) => `There are no rules for the source ${d}: a source gets them when a gateway configured with it starts.`,
     rule_window_out_of_range: (_d: string) => "The matching window must be from 1 second to 365 days.",
     rule_channel_name: (d: string) => `“${d}” is not a channel name: use Latin letters, digits, - and _ (up to 64).`,
@@ -241,6 +242,8 @@ export const en = {
     comment: "Comment (required: it is recorded on every case)",
     start: (n: number) => `Apply to ${n} cases`,
     running: (done: number, total: number) => `${done} of ${total} done…`,
+    byReason: (reason: string, applies: number, refused: number) => `${reason}: ${applies} apply${refused ? `, ${refused} not applicable` : ""}`,
+    paused: (names: string) => `Connector ${names} is paused: what this sends to the CRM waits until it is resumed.`,
     summary: (ok: number, skipped: number) => `Done: ${ok} resolved, ${skipped} skipped.`,
     outcomes: (found: number, created: number, back: number, waiting: number) =>
       `In the CRM: ${found} found · ${created} created · ${back} back for review${waiting ? ` · ${waiting} waiting for the worker…` : ""}`,

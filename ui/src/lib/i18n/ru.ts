@@ -162,6 +162,7 @@ export const ru: Strings = {
     update_superseded: (_d: string) => "В эту сущность CRM уже отправлены (или отправляются) изменения более поздней доставки: оставьте исходные данные или примите эту доставку как новую.",
     update_not_ours: (_d: string) => "Этот лид в CRM отправляет интеграция, а не Leadgate: обновите его там.",
     not_in_bulk: (d: string) => `Такой кейс (${d}) требует, чтобы его посмотрел человек: решайте его по одному, не массово.`,
+    bulk_would_create: (_d: string) => "В CRM по этой заявке ещё ничего не отправлялось, и перепроверка создала бы её: решайте её отдельно, не массово.",
     unknown_rule_source: (d: string) => `Для источника ${d} нет правил: они появляются, когда запускается шлюз, в настройках которого он есть.`,
     rule_window_out_of_range: (_d: string) => "Окно сопоставления — от 1 секунды до 365 дней.",
     rule_channel_name: (d: string) => `«${d}» не подходит как имя канала: латинские буквы, цифры, - и _ (до 64).`,
@@ -242,6 +243,8 @@ export const ru: Strings = {
     comment: "Комментарий (обязателен: записывается в каждый кейс)",
     start: (n: number) => `Применить к ${n}`,
     running: (done: number, total: number) => `Готово ${done} из ${total}…`,
+    byReason: (reason: string, applies: number, refused: number) => `${reason}: подходит ${applies}${refused ? `, не подходит ${refused}` : ""}`,
+    paused: (names: string) => `Коннектор ${names} приостановлен: отправка в CRM подождёт, пока его не возобновят.`,
     summary: (ok: number, skipped: number) => `Готово: решено ${ok}, пропущено ${skipped}.`,
     outcomes: (found: number, created: number, back: number, waiting: number) =>
       `В CRM: найдено ${found} · создано ${created} · вернулось на разбор ${back}${waiting ? ` · ждут обработчика: ${waiting}…` : ""}`,
