@@ -85,8 +85,8 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
     let sales = sign_in_as(c, team, Role::SalesOps).await;
 
     // A bulk re-check over every reason: the preview counts reason by reason, refuses
-    // the cross-channel match nothing was sent for (a retry would create it) and warns
-    // that the connector is paused.
+    // the cross-channel match (a manager's, and nothing was sent for it: a retry would
+    // create it) and warns that the connector is paused.
     click(c, "[data-testid=bulk-open]").await;
     choose(c, "select[data-testid=bulk-action]", "authorize_retry").await;
     click(c, "[data-testid=bulk-preview]").await;
@@ -99,9 +99,16 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
         "[data-testid=bulk-by-reason] li[data-reason=cross_channel_match][data-applies='0'][data-refused='1']",
     )
     .await;
+    // Sales ops are told first that it is not theirs to decide; the operator, that a
+    // re-check would create it.
+    let code = if team.people.is_some() {
+        "not_your_role"
+    } else {
+        "bulk_would_create"
+    };
     el(
         c,
-        "[data-testid=bulk-refused] li[data-code=bulk_would_create]",
+        &format!("[data-testid=bulk-refused] li[data-code={code}]"),
     )
     .await;
     el(c, "[data-testid=bulk-paused]").await;
@@ -115,8 +122,12 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
     steps::reject_stale(c, &*d.store, &s.stale, "test submission from the agency").await;
     steps::keep_original(c, &*d.store, &s.conflict, &sales).await;
 
-    // A cross-channel match is a manager's: sales ops see it and are offered no link.
+    // A cross-channel match is a manager's: sales ops find it apart, "waiting for a
+    // manager", one click away, and are offered no link.
     tab(c, "needs_review").await;
+    if team.people.is_some() {
+        click(c, "[data-testid=for-manager]").await;
+    }
     open_row(c, s.cross_channel.as_str()).await;
     if team.people.is_some() {
         el(c, "[data-testid=case-key]").await;

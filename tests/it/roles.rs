@@ -611,3 +611,44 @@ async fn users_are_added_listed_and_removed_and_bad_names_are_refused() {
     })
     .await;
 }
+
+/// Issue 37, point 3: each role's queue holds the work it may do. Sales ops count the
+/// cross-channel match apart (it waits for a manager) and a bulk preview tells them, in
+/// the console's words, that it is not theirs — before the database would refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_role_counts_and_previews_only_what_it_decides() {
+    run(Backend::Postgres, |db: TestDb| async move {
+        let (_store, _s) = seeded(&db).await;
+        let people = People::new(&db.url).await;
+        let all = Selection {
+            tab: Tab::NeedsReview,
+            query: QueueQuery::default(),
+            search: None,
+        };
+        for (role, others, refused) in [
+            (Role::SalesOps, 1, Some("not_your_role")),
+            (Role::Manager, 0, None),
+        ] {
+            let c = console(&people, role).await;
+            let counts = c.counts().await.unwrap();
+            assert_eq!(
+                (counts.needs_review, counts.others_decide),
+                (3, others),
+                "{role:?}"
+            );
+            let preview = c
+                .bulk_preview(all.clone(), BulkAction::Reject)
+                .await
+                .unwrap();
+            match refused {
+                Some(code) => {
+                    assert_eq!(preview.refused.get(code), Some(&1), "{role:?}: {preview:?}");
+                    assert_eq!(preview.items.len(), 2);
+                }
+                None => assert_eq!(preview.items.len(), 3, "{role:?}: {preview:?}"),
+            }
+        }
+        people.drop_all().await;
+    })
+    .await;
+}

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use leadgate_domain::rules::{bulk_allowed, bulk_decision_allowed, check_comment, decide};
+use leadgate_domain::rules::{bulk_allowed, bulk_decision_allowed, check_comment, decide, Refusal};
 use leadgate_domain::{HumanAction, Resolution};
 use leadgate_store::{Ask, Bulk};
 
@@ -226,6 +226,12 @@ impl Console {
             let crm_id = op.crm_id.clone();
             let verdict = if case.resolved_at.is_some() {
                 Err("already_resolved")
+            } else if !self.decides(case.reason) {
+                // Said here, in the console's words, before the database refuses the ask.
+                Err(Refusal::NotYourRole {
+                    reason: case.reason,
+                }
+                .code())
             } else {
                 bulk_allowed(case.reason)
                     .and_then(|()| {

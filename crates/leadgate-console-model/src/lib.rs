@@ -302,6 +302,24 @@ impl Performer {
             _ => None,
         }
     }
+
+    /// Whether this connection's role decides cases of `reason` at all (a manager
+    /// decides cross-channel matches; support and admin decide none; without a role —
+    /// local mode, the owner's login — every kind).
+    fn decides(&self, reason: ReviewReason) -> bool {
+        self.role().is_none_or(|role| {
+            leadgate_domain::Resolution::ALL
+                .iter()
+                .any(|r| may_ask(role, AskKind::Resolve(reason, *r)))
+        })
+    }
+}
+
+impl Console {
+    /// Whether this person's role decides cases of `reason` (see `Performer::decides`).
+    pub(crate) fn decides(&self, reason: ReviewReason) -> bool {
+        self.performer.decides(reason)
+    }
 }
 
 /// How long a personal login's action waits for a gateway to apply it.
@@ -522,6 +540,10 @@ pub struct TabCounts {
     pub failed_terminal: i64,
     #[ts(type = "number")]
     pub paused_connectors: i64,
+    /// Of `needs_review`, the cases this person's role does not decide (for sales ops the
+    /// cross-channel matches, which wait for a manager).
+    #[ts(type = "number")]
+    pub others_decide: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -964,6 +986,9 @@ impl Console {
                 c.payload_conflict = n;
             } else {
                 c.needs_review += n;
+                if !self.decides(reason) {
+                    c.others_decide += n;
+                }
             }
             c.by_reason.insert(reason.as_str().to_owned(), n);
         }
@@ -1230,12 +1255,7 @@ impl Console {
         };
         // Whether this person's role decides this kind of case at all (a manager decides
         // cross-channel matches; support and admin decide none).
-        let role_decides = match (&case, self.performer.role()) {
-            (Some(c), Some(role)) => leadgate_domain::Resolution::ALL
-                .iter()
-                .any(|r| may_ask(role, AskKind::Resolve(c.reason, *r))),
-            _ => true,
-        };
+        let role_decides = case.as_ref().is_none_or(|c| self.decides(c.reason));
         let needs_comment = allowed
             .iter()
             .filter(|r| {

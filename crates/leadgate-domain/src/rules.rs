@@ -63,6 +63,8 @@ pub enum Refusal {
     NotInBulk { reason: ReviewReason },
     #[error("nothing was sent to the CRM for this lead yet, so a re-check would create it: decide it alone, not in bulk")]
     BulkWouldCreate,
+    #[error("your role does not decide a `{reason}` case: it waits for a manager")]
+    NotYourRole { reason: ReviewReason },
     #[error("the lead is not in the CRM yet, so there is nothing to update: keep the original or accept the new data as a lead of its own")]
     UpdateWithoutEntity,
     #[error("this lead is sent to the CRM by an integration, not by Leadgate: update it there")]
@@ -105,6 +107,7 @@ impl Refusal {
         "reject_on_conflict",
         "not_in_bulk",
         "bulk_would_create",
+        "not_your_role",
         "update_without_entity",
         "update_not_ours",
         "update_superseded",
@@ -126,7 +129,8 @@ impl Refusal {
             }
             Refusal::NotAPayloadConflict { reason }
             | Refusal::CreateNewNotApplicable { reason }
-            | Refusal::NotInBulk { reason } => Some(reason.to_string()),
+            | Refusal::NotInBulk { reason }
+            | Refusal::NotYourRole { reason } => Some(reason.to_string()),
             Refusal::AttemptInFlight { until } => Some(until.to_rfc3339()),
             Refusal::AcceptedExists { operation_id } => Some(operation_id.clone()),
             Refusal::UnknownRuleSource { name } => Some(name.clone()),
@@ -164,6 +168,7 @@ impl Refusal {
             Refusal::RejectOnConflict => "reject_on_conflict",
             Refusal::NotInBulk { .. } => "not_in_bulk",
             Refusal::BulkWouldCreate => "bulk_would_create",
+            Refusal::NotYourRole { .. } => "not_your_role",
             Refusal::UpdateWithoutEntity => "update_without_entity",
             Refusal::UpdateNotOurs => "update_not_ours",
             Refusal::UpdateSuperseded => "update_superseded",
@@ -901,6 +906,9 @@ mod tests {
                 reason: R::AmbiguousMatch,
             },
             Refusal::BulkWouldCreate,
+            Refusal::NotYourRole {
+                reason: R::CrossChannelMatch,
+            },
         ] {
             assert!(Refusal::CODES.contains(&r.code()), "{r:?}");
         }

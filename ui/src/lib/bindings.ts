@@ -100,7 +100,12 @@ form: string | null, };
 
 export type QueuePage = { rows: Array<QueueRow>, next: string | null, };
 
-export type TabCounts = { needs_review: number, by_reason: Record<string, number>, payload_conflict: number, stale: number, failed_terminal: number, paused_connectors: number, };
+export type TabCounts = { needs_review: number, by_reason: Record<string, number>, payload_conflict: number, stale: number, failed_terminal: number, paused_connectors: number, 
+/**
+ * Of `needs_review`, the cases this person's role does not decide (for sales ops the
+ * cross-channel matches, which wait for a manager).
+ */
+others_decide: number, };
 
 export type OperationView = { operation_id: string, source: string, status: string, payload_hash: string, payload: JsonValue | null, crm_id: string | null, crm_link: string | null, 
 /**
