@@ -108,6 +108,18 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     };
     let owner = worker.owner.clone();
     tasks.spawn(worker.run(shutdown_rx.clone()));
+    // Consoles say before a click when no gateway runs (issue 37, point 5).
+    let kind = if mode == Mode::Serve {
+        "serve"
+    } else {
+        "worker"
+    };
+    let (beat_store, beat_owner) = (
+        Arc::clone(&store),
+        format!("{kind}:{}:{}", hostname(), std::process::id()),
+    );
+    let rx = shutdown_rx.clone();
+    tasks.spawn(async move { heartbeat_loop(beat_store, beat_owner, kind, rx).await });
     if store.backend().is_shared() {
         // Consoles with personal logins ask; any running gateway applies.
         let requests_store: Arc<dyn store::Review> = Arc::clone(&store) as _;
@@ -382,6 +394,36 @@ async fn rules_loop(
             ),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "reading the business rules failed; trying again"),
+        }
+    }
+}
+
+/// How often a running gateway or worker says it is alive; a console counts it gone
+/// after [`leadgate_console_model::GATEWAY_SILENT_AFTER`].
+pub const BEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Beats in `gateway_heartbeats` until shutdown; a failed beat is logged once per run of
+/// failures (the database may be away for a while).
+async fn heartbeat_loop(
+    store: Arc<dyn Store>,
+    owner: String,
+    kind: &'static str,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let started = store.now();
+    let mut failing = false;
+    loop {
+        match store.beat(&owner, kind, started, store.now()).await {
+            Ok(()) => failing = false,
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "the heartbeat could not be written; consoles will say no gateway runs");
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(BEAT_EVERY) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
         }
     }
 }

@@ -172,6 +172,10 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     text_until(c, "[data-testid=count-payload_conflict]", "1", |t| t == "1").await;
     text_until(c, "[data-testid=count-stale]", "1", |t| t == "1").await;
     text_until(c, "[data-testid=count-failed_terminal]", "1", |t| t == "1").await;
+    // No gateway runs beside this window: it says so before any click (nothing is sent;
+    // in local mode a decision is applied at once all the same).
+    el(c, "[data-testid=no-gateway]").await;
+    el(c, "[data-testid=gateway][data-running=false]").await;
     text_until(c, "[data-testid=count-connectors]", "1", |t| t == "1").await;
     // The paused connector is a banner saying what to do, not only a count on a tab.
     text_until(
@@ -1286,10 +1290,13 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
                     |t| t == "sales ops",
                 )
                 .await;
-                text_until(&c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
+                // Theirs: two; the cross-channel match waits for a manager, apart.
+                text_until(&c, "[data-testid=count-needs_review]", "2", |t| t == "2").await;
+                click(&c, "[data-testid=for-manager]").await;
                 open_row(&c, s.cross_channel.as_str()).await;
                 el(&c, "[data-testid=not-your-case]").await;
                 assert!(c.find(css("[data-testid=link]")).await.is_err());
+                choose(&c, "select[aria-label='Reason']", "").await;
                 open_row(&c, s.uncertain.as_str()).await;
                 el(&c, "[data-testid=crm-id-input]")
                     .await

@@ -27,6 +27,9 @@ async fn resolve_a_case(
     sign_in(c, login, password).await;
     text_until(c, "[data-testid=operator]", login, |t| t == login).await;
     text_until(c, "[data-testid=case-key]", linked, |t| t == linked).await;
+    // The gateway serving this page beats: no "no gateway" warning.
+    el(c, "[data-testid=gateway][data-running=true]").await;
+    assert!(c.find(css("[data-testid=no-gateway]")).await.is_err());
     let mine = (3 - manager_only).to_string();
     text_until(c, "[data-testid=count-needs_review]", &mine, |t| t == mine).await;
     if manager_only > 0 {

@@ -1395,3 +1395,37 @@ each_backend!(
         assert!(plain.crm_entities.is_empty());
     }
 );
+
+each_backend!(
+    the_console_says_whether_a_gateway_is_running,
+    |db| async move {
+        let store = db.store().await;
+        let console = Console::open(&db.url).await.unwrap();
+        let running = |c: &TabCounts| (c.gateway_running, c.gateway_last_beat.is_some());
+        assert_eq!(
+            running(&console.counts().await.unwrap()),
+            (false, false),
+            "never"
+        );
+        // A gateway that stopped beating a minute ago is gone.
+        let now = store.now();
+        let minute_ago = now - chrono::TimeDelta::minutes(1);
+        store
+            .beat("serve:host:1", "serve", minute_ago, minute_ago)
+            .await
+            .unwrap();
+        let c = console.counts().await.unwrap();
+        assert_eq!(running(&c), (false, true));
+        assert_eq!(store.last_beat().await.unwrap(), Some(minute_ago));
+        // One that beats now runs; beats of a process gone for a day are removed.
+        let ancient = now - chrono::TimeDelta::days(2);
+        store
+            .beat("worker:host:2", "worker", ancient, ancient)
+            .await
+            .unwrap();
+        store.beat("serve:host:3", "serve", now, now).await.unwrap();
+        assert_eq!(running(&console.counts().await.unwrap()), (true, true));
+        store.beat("serve:host:3", "serve", now, now).await.unwrap();
+        assert_eq!(store.last_beat().await.unwrap(), Some(now));
+    }
+);

@@ -1290,6 +1290,20 @@ impl SignIns for Hiccup {
 
 #[async_trait::async_trait]
 impl Upkeep for Hiccup {
+    async fn beat(
+        &self,
+        owner: &str,
+        kind: &str,
+        started_at: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.beat(owner, kind, started_at, now).await
+    }
+
+    async fn last_beat(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+        self.inner.last_beat().await
+    }
+
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }

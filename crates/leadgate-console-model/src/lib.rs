@@ -544,7 +544,15 @@ pub struct TabCounts {
     /// cross-channel matches, which wait for a manager).
     #[ts(type = "number")]
     pub others_decide: i64,
+    /// A gateway or worker beat within [`GATEWAY_SILENT_AFTER`]: leads are being sent,
+    /// and a person's action is applied (on PostgreSQL) within a second.
+    pub gateway_running: bool,
+    /// When one last did, if ever.
+    pub gateway_last_beat: Option<String>,
 }
+
+/// A gateway silent this long is taken for gone (it beats every 5 s, `app::BEAT_EVERY`).
+pub const GATEWAY_SILENT_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct OperationView {
@@ -975,7 +983,10 @@ impl Console {
         let by_reason = self.store.case_counts().await?;
         let queue = self.store.queue_counts(self.stale_before()).await?;
         let connectors = self.store.connectors().await?;
+        let last_beat = self.store.last_beat().await?;
         let mut c = TabCounts {
+            gateway_running: last_beat.is_some_and(|b| self.store.now() - b < GATEWAY_SILENT_AFTER),
+            gateway_last_beat: last_beat.map(ts),
             stale: queue.stale_in_progress,
             failed_terminal: queue.failed_terminal,
             paused_connectors: connectors.iter().filter(|c| c.paused).count() as i64,

@@ -105,7 +105,16 @@ export type TabCounts = { needs_review: number, by_reason: Record<string, number
  * Of `needs_review`, the cases this person's role does not decide (for sales ops the
  * cross-channel matches, which wait for a manager).
  */
-others_decide: number, };
+others_decide: number, 
+/**
+ * A gateway or worker beat within [`GATEWAY_SILENT_AFTER`]: leads are being sent,
+ * and a person's action is applied (on PostgreSQL) within a second.
+ */
+gateway_running: boolean, 
+/**
+ * When one last did, if ever.
+ */
+gateway_last_beat: string | null, };
 
 export type OperationView = { operation_id: string, source: string, status: string, payload_hash: string, payload: JsonValue | null, crm_id: string | null, crm_link: string | null, 
 /**

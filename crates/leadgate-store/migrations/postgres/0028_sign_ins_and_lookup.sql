@@ -32,6 +32,17 @@ language sql stable security definer set search_path = pg_catalog, public as $$
 $$;
 revoke all on function leadgate_lookup(text, text, integer) from public;
 
+-- Issue 37, point 5: every running gateway and worker says it is alive every few seconds
+-- (`leadgate serve`/`worker`, `app::heartbeat_loop`): a console then says, before a click,
+-- that no gateway is running and that what it asks would wait. Only the time and the
+-- kind of process; rows of processes gone for a day are removed by the next beat.
+create table gateway_heartbeats (
+    owner       text primary key,
+    kind        text not null,
+    started_at  timestamptz not null,
+    beat_at     timestamptz not null
+);
+
 -- The people's grants (0026's function): the journal names logins and addresses, so
 -- casework does not read it; an admin, who manages the people, does; everyone may look a
 -- lead up. Applied at the next start (`PgStore::secure_database` runs it at every start).
@@ -85,6 +96,8 @@ begin
     execute 'grant execute on function leadgate_withdraw(bigint) to ' || everyone;
     -- admin: who signed in to the web console, from where (the people they manage)
     execute 'grant select on console_sign_ins to leadgate_admin';
+    -- everyone: whether a gateway is running
+    execute 'grant select on gateway_heartbeats to ' || everyone;
     -- everyone: "did my lead arrive?" (status, received-at, crm_id; nothing a lead said)
     execute 'grant execute on function leadgate_lookup(text, text, integer) to ' || everyone;
 end

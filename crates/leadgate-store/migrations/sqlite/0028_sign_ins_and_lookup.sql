@@ -13,3 +13,11 @@ create index console_sign_ins_login on console_sign_ins (login, id);
 
 -- Issue 37, point 1 (support's lookup) needs no schema here: one operator, no roles; the
 -- store runs the same select PostgreSQL's `leadgate_lookup` does.
+
+-- Issue 37, point 5: every running gateway and worker beats here every few seconds.
+create table gateway_heartbeats (
+    owner       text primary key,
+    kind        text not null,
+    started_at  text not null,
+    beat_at     text not null
+);

@@ -11,6 +11,20 @@ pub trait Upkeep: Clock {
     /// Answers when the database does.
     async fn ping(&self) -> Result<()>;
 
+    /// A running gateway or worker (`owner`, of `kind` `serve` or `worker`, started at
+    /// `started_at`) says it is alive at `now` (migration 0028); beats of processes gone
+    /// for a day are removed.
+    async fn beat(
+        &self,
+        owner: &str,
+        kind: &str,
+        started_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// The newest beat of any gateway or worker, if one ever beat.
+    async fn last_beat(&self) -> Result<Option<DateTime<Utc>>>;
+
     async fn pull_mark(&self, source: &str) -> Result<Option<String>>;
 
     /// Saves a pull source's mark, replacing the one before.

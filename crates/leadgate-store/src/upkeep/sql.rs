@@ -11,6 +11,38 @@ macro_rules! upkeep_sql {
                 Ok(())
             }
 
+            async fn beat(
+                &self,
+                owner: &str,
+                kind: &str,
+                started_at: DateTime<Utc>,
+                now: DateTime<Utc>,
+            ) -> Result<()> {
+                sqlx::query(
+                    "insert into gateway_heartbeats (owner, kind, started_at, beat_at) \
+                     values ($1, $2, $3, $4) on conflict (owner) do update set beat_at = excluded.beat_at",
+                )
+                .bind(owner)
+                .bind(kind)
+                .bind(started_at)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                sqlx::query("delete from gateway_heartbeats where beat_at < $1")
+                    .bind(now - chrono::TimeDelta::days(1))
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn last_beat(&self) -> Result<Option<DateTime<Utc>>> {
+                Ok(sqlx::query_scalar::<_, Option<DateTime<Utc>>>(
+                    "select max(beat_at) from gateway_heartbeats",
+                )
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
             async fn pause_connector(
                 &self,
                 name: &str,

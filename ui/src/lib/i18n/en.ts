@@ -21,6 +21,8 @@ export const en = {
   save: "Save",
   cancel: "Cancel",
   forManager: (n: number) => `${n} waiting for a manager`,
+  noGateway: (last: string | null, person: boolean) =>
+    `No Leadgate gateway is running${last ? ` (last seen ${last})` : ""}: leads are not sent to the CRM${person ? ", and what you decide here waits until one runs" : ""}. Start \`leadgate serve\` (or ask whoever runs it).`,
   notYourCase: "Your role does not decide this kind of case: a manager decides cross-channel matches.",
   stepEntity: (e: string) => ({ contact: "Contact", deal: "Deal", lead: "Lead" } as Record<string, string>)[e] ?? e,
   stepHow: (h: string) => ({ created: "created", linked: "existing, linked", recovered: "found by its key" } as Record<string, string>)[h] ?? h,

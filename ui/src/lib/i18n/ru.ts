@@ -23,6 +23,8 @@ export const ru: Strings = {
   save: "Сохранить",
   cancel: "Отмена",
   forManager: (n: number) => `ждут менеджера: ${n}`,
+  noGateway: (last: string | null, person: boolean) =>
+    `Шлюз Leadgate не запущен${last ? ` (последний раз на связи ${last})` : ""}: заявки не отправляются в CRM${person ? ", а ваши решения здесь подождут, пока он не заработает" : ""}. Запустите \`leadgate serve\` (или попросите того, кто его запускает).`,
   notYourCase: "Ваша роль не решает такие случаи: совпадения по разным каналам решает менеджер.",
   stepEntity: (e: string) => ({ contact: "Контакт", deal: "Сделка", lead: "Лид" } as Record<string, string>)[e] ?? e,
   stepHow: (h: string) => ({ created: "создан", linked: "существующий, привязан", recovered: "найден по ключу" } as Record<string, string>)[h] ?? h,
