@@ -198,6 +198,15 @@ async fn postgres_each_role_does_in_chromium_what_it_may_resolve_search_rules_fi
         })
         .await;
         open_row(&c, d.cases().uncertain.as_str()).await;
+        // Opened from search, the lead shows its last decision: who, and why.
+        text_until(&c, "[data-testid=resolved-by]", "the decision", |t| {
+            t.contains(&sales)
+        })
+        .await;
+        text_until(&c, "[data-testid=decision-comment]", "its comment", |t| {
+            t == "found in Bitrix24 by phone"
+        })
+        .await;
         click(&c, "[data-testid=search-clear]").await;
         click(&c, "[data-testid=nav-rules]").await;
         el(&c, "[data-testid=rules-row-site]").await;

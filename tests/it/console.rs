@@ -984,13 +984,21 @@ each_backend!(
             },
             labels,
             utc_offset_minutes: 180,
+            // In Russian, as Excel in a Russian locale reads it.
+            semicolons: Some(true),
         };
         let dir = tempfile::tempdir().unwrap();
         let (path, n) = console.export_to(dir.path(), &req).await.unwrap();
         assert_eq!(n, 4);
         let bytes = std::fs::read(&path).unwrap();
         assert!(bytes.starts_with(b"\xEF\xBB\xBF"), "no BOM");
-        let mut reader = csv::Reader::from_reader(&bytes[3..]);
+        assert!(
+            bytes.split(|b| *b == b'\n').next().unwrap().contains(&b';'),
+            "separated by semicolons"
+        );
+        let mut reader = csv::ReaderBuilder::new()
+            .delimiter(b';')
+            .from_reader(&bytes[3..]);
         let header: Vec<String> = reader
             .headers()
             .unwrap()
@@ -1286,6 +1294,7 @@ each_backend!(
                     selection: by_phone,
                     labels: Default::default(),
                     utc_offset_minutes: 0,
+                    semicolons: None,
                 },
             )
             .await

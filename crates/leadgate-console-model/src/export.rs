@@ -45,6 +45,11 @@ pub struct ExportRequest {
     pub labels: BTreeMap<String, String>,
     /// The operator's offset from UTC, in minutes east (Moscow: 180).
     pub utc_offset_minutes: i32,
+    /// Fields separated by `;` instead of `,`: what Excel expects where the decimal
+    /// separator is a comma (a Russian locale), else it opens the file in one column.
+    #[serde(default)]
+    #[ts(optional)]
+    pub semicolons: Option<bool>,
 }
 
 impl Console {
@@ -64,7 +69,14 @@ impl Console {
         };
         let mut out = b"\xEF\xBB\xBF".to_vec();
         {
-            let mut w = csv::Writer::from_writer(&mut out);
+            let delimiter = if req.semicolons == Some(true) {
+                b';'
+            } else {
+                b','
+            };
+            let mut w = csv::WriterBuilder::new()
+                .delimiter(delimiter)
+                .from_writer(&mut out);
             let zone = zone_name(offset);
             let header: Vec<String> = COLUMNS
                 .iter()

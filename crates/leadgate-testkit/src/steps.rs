@@ -102,6 +102,9 @@ pub async fn reject_stale(c: &Client, db: &dyn Store, stale: &OperationId, reaso
     click(c, "[data-testid=reject]").await;
     click(c, "[data-testid=action-dialog-yes]").await;
     el(c, "[data-testid=op-status][data-status=failed_terminal]").await;
+    // The decision card says why, for whoever opens the lead later.
+    crate::webdriver::text_until(c, "[data-testid=decision-comment]", reason, |t| t == reason)
+        .await;
     let case = last_case(db, stale).await;
     assert_eq!(
         (case.resolution.as_deref(), case.comment.as_deref()),

@@ -296,7 +296,12 @@ labels: { [key in string]: string },
 /**
  * The operator's offset from UTC, in minutes east (Moscow: 180).
  */
-utc_offset_minutes: number, };
+utc_offset_minutes: number, 
+/**
+ * Fields separated by `;` instead of `,`: what Excel expects where the decimal
+ * separator is a comma (a Russian locale), else it opens the file in one column.
+ */
+semicolons?: boolean, };
 
 export type SearchRow = { operation_id: string, source: string, status: string, created_at: string, updated_at: string, crm_id: string | null, review_reason: string | null, 
 /**
