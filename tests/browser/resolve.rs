@@ -55,9 +55,9 @@ async fn resolve_a_case(
     if b == Browser::Chromium {
         shot(c, "browser-console.png").await;
     }
-    type_into(c, "[data-testid=crm-id-input]", "5555").await;
     type_into(c, "[data-testid=comment]", "found in Bitrix24 by phone").await;
-    click(c, "[data-testid=confirm]").await;
+    // Enter in the CRM-id field confirms it.
+    type_into(c, "[data-testid=crm-id-input]", "5555\u{E007}").await;
     el(c, "[data-testid=op-status][data-status=completed]").await;
     let o = d
         .store

@@ -42,7 +42,8 @@ pub async fn authorize_retry(c: &Client, db: &dyn Store, exhausted: &OperationId
     let confirm = el(c, "[data-testid=confirm]").await;
     let class = confirm.attr("class").await.unwrap().unwrap_or_default();
     assert!(!class.contains("primary"), "one primary action: {class}");
-    click(c, "[data-testid=authorize]").await;
+    // Enter on the focused button presses it (the queue's own Enter is for rows).
+    button.send_keys("\u{E007}").await.unwrap();
     click(c, "[data-testid=authorize-dialog-yes]").await;
     el(c, "[data-testid=resolved-by]").await;
     assert_eq!(op(db, exhausted).await.retry_grants, 1);
