@@ -1,21 +1,22 @@
 import { describe, expect, it } from "vitest";
 import type { DiagnosisRow, ReportData } from "./bindings";
 import { languages } from "./i18n";
-import { lineTime, pairsOf, periodText, totalsText, triggerOf, utc, VERDICTS, verdictTitle } from "./diagnosis";
+import { lineTime, pairsOf, periodText, reportTime, totalsText, triggerOf, VERDICTS, verdictTitle } from "./diagnosis";
 
 const { en, ru } = languages;
 
 describe("diagnosis", () => {
-  it("shows times in UTC as the report does", () => {
-    expect(utc("2026-11-20T07:15:42.123456Z")).toBe("2026-11-20 07:15 UTC");
-    expect(utc("2026-11-20T07:15:42Z", true)).toBe("2026-11-20 07:15:42 UTC");
-    expect(utc("garbage")).toBe("garbage");
+  it("shows times in the operator's zone, the zone said", () => {
+    expect(reportTime("2026-11-20T07:15:42.123456Z", false, "UTC")).toBe("2026-11-20 07:15 UTC");
+    expect(reportTime("2026-11-20T07:15:42.123456Z", false, "Europe/Moscow")).toBe("2026-11-20 10:15 GMT+3");
+    expect(reportTime("2026-11-20T07:15:42Z", true, "Europe/Moscow")).toBe("2026-11-20 10:15:42 GMT+3");
+    expect(reportTime("garbage")).toBe("garbage");
     expect(lineTime(null, en)).toBe("time unknown");
-    expect(lineTime("2026-11-20T07:15:42Z", ru)).toBe("2026-11-20 07:15:42 UTC");
+    expect(lineTime("2026-11-20T07:15:42Z", ru, "Europe/Moscow")).toBe("2026-11-20 10:15:42 GMT+3");
   });
 
   it("names the period, or the whole export", () => {
-    expect(periodText("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z", en)).toBe("2026-11-01 00:00 UTC – 2026-12-01 00:00 UTC");
+    expect(periodText("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z", en, "UTC")).toBe("2026-11-01 00:00 UTC – 2026-12-01 00:00 UTC");
     expect(periodText(null, null, en)).toBe("the whole export");
     expect(periodText(null, null, ru)).toBe("вся выгрузка");
   });

@@ -1,19 +1,19 @@
 // The Diagnosis screen's words and figures: a saved `leadgate diagnose` report as its
-// HTML shows it (times in UTC, as the report states them).
+// HTML shows it, its times in the operator's time zone, the zone said.
 import type { DiagnosisRow, PairData, ReportData } from "./bindings";
+import { localDateTime, localMinute } from "./format";
 import type { Strings } from "./i18n";
 
-/** `2026-11-20 07:15 UTC`; seconds with `withSeconds`. The input as it is when it is not a time. */
-export function utc(rfc3339: string, withSeconds = false): string {
-  const m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})(:\d{2})?/.exec(rfc3339);
-  if (!m) return rfc3339;
-  return `${m[1]} ${m[2]}${withSeconds ? (m[3] ?? ":00") : ""} UTC`;
+/** `2026-11-20 10:15 GMT+3` in the operator's zone (or `timeZone`); seconds with
+ *  `withSeconds`. The input as it is when it is not a time. */
+export function reportTime(rfc3339: string, withSeconds = false, timeZone?: string): string {
+  return withSeconds ? localDateTime(rfc3339, timeZone) : localMinute(rfc3339, timeZone);
 }
 
 /** The period a report covers, or "the whole export" for an export read without one. */
-export function periodText(from: string | null, to: string | null, t: Strings): string {
+export function periodText(from: string | null, to: string | null, t: Strings, timeZone?: string): string {
   if (!from || !to) return t.diag.wholeExport;
-  return `${utc(from)} – ${utc(to)}`;
+  return `${reportTime(from, false, timeZone)} – ${reportTime(to, false, timeZone)}`;
 }
 
 /** A verdict's name in the operator's language (the code when it is unknown here). */
@@ -22,8 +22,8 @@ export function verdictTitle(code: string, t: Strings): string {
 }
 
 /** When a timeline line happened. */
-export function lineTime(at: string | null, t: Strings): string {
-  return at ? utc(at, true) : t.diag.timeUnknown;
+export function lineTime(at: string | null, t: Strings, timeZone?: string): string {
+  return at ? reportTime(at, true, timeZone) : t.diag.timeUnknown;
 }
 
 /** The list's totals, the verdicts with pairs only, in the order of the rules. */

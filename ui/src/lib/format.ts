@@ -75,6 +75,14 @@ export function localTime(rfc3339: string, timeZone?: string): string {
   return `${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`;
 }
 
+/** The local date and minute with the zone: `2026-11-30 14:03 GMT+3`. */
+export function localMinute(rfc3339: string, timeZone?: string): string {
+  const ms = toMillis(rfc3339);
+  if (!Number.isFinite(ms)) return rfc3339;
+  const p = zoned(ms, timeZone);
+  return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute} ${p.timeZoneName}`;
+}
+
 /** Like [`localTime`], with the local date first: `2026-11-30 14:03:07 GMT+3`. */
 export function localDateTime(rfc3339: string, timeZone?: string): string {
   const ms = toMillis(rfc3339);
