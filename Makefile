@@ -71,13 +71,15 @@ chaos:
 	  cargo test --locked --release --test chaos -- --nocapture --test-threads=1
 
 ## Intake throughput/latency vs. the raw commit rate (and pgbench on PostgreSQL, when
-## installed), the console's calls over a million operations, and a 10,000-lead backlog
+## installed), the console's calls over a million operations, 50 people in the web console
+## beside a loaded intake, and a 10,000-lead backlog
 ## drained at the CRMs' documented limits, on SQLite and PostgreSQL (release build).
 ## Figures: BENCHMARKS.md.
 bench:
 	scripts/ensure-postgres.sh
 	cargo bench --locked --bench intake
 	cargo bench --locked --bench console
+	cargo bench --locked --bench web_console
 	LEADGATE_TEST_DATABASE_URL=$${LEADGATE_BENCH_DATABASE_URL:-$$LEADGATE_TEST_DATABASE_URL} \
 	  cargo bench --locked --bench drain
 
