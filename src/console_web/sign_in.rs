@@ -28,9 +28,11 @@ const MAX_SLOWDOWN: Duration = Duration::from_secs(2);
 /// PostgreSQL check two connections): more at once are told to try again.
 pub const CHECKS_AT_ONCE: usize = 4;
 
-/// A person's session holds at most this many connections of their own, each closed
-/// after [`PERSON_IDLE`] unused.
-pub const PERSON_CONNECTIONS: u32 = 2;
+/// A person's session holds at most this many connections of their own, closed after
+/// [`PERSON_IDLE`] unused: one, so 50 people need 50 of the server's connections, not 100
+/// (`make bench`, `web_console`: with two, sqlx opened the second as soon as a call came
+/// while the first was on its way back to the pool). A person's calls take turns on it.
+pub const PERSON_CONNECTIONS: u32 = 1;
 pub const PERSON_IDLE: Duration = Duration::from_secs(60);
 
 /// Sign-in attempts waiting for the journal: beyond this many, an attempt is only logged

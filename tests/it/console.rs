@@ -139,7 +139,19 @@ each_backend!(queue_tabs_and_counts, |db| async move {
         .await
         .unwrap();
     assert_eq!(connectors.rows[0].status, "paused");
-    assert_eq!(console.cases_after(None).await.unwrap().len(), 4);
+    // Without a case to start after: the newest open case alone, where notifications
+    // start; after it, nothing yet; after the oldest, the three newer.
+    let newest = console.cases_after(None).await.unwrap();
+    assert_eq!(newest.len(), 1);
+    let newest_id = newest[0].case_id.unwrap();
+    assert!(console
+        .cases_after(Some(newest_id))
+        .await
+        .unwrap()
+        .is_empty());
+    let all = console.cases_after(Some(0)).await.unwrap();
+    assert_eq!(all.len(), 4);
+    assert_eq!(all.last().unwrap().case_id, Some(newest_id));
 });
 
 each_backend!(

@@ -1168,9 +1168,23 @@ impl Console {
         Ok(rows)
     }
 
-    /// Open cases opened after case `after` (all open ones when `None`), oldest first: the
-    /// notifier's view of "new review cases".
+    /// Open cases opened after case `after`, oldest first: the notifier's view of "new
+    /// review cases". Without `after`, the newest open case alone: where a console's
+    /// notifications start (reading every open case at each sign-in cost 150–260 ms and
+    /// 2.4 MiB over 10,000 open cases, `make bench`).
     pub async fn cases_after(&self, after: Option<i64>) -> ApiResult<Vec<QueueRow>> {
+        if after.is_none() {
+            let newest = CaseFilter {
+                newest_first: true,
+                ..Default::default()
+            };
+            let page = Page {
+                after_id: None,
+                limit: 1,
+            };
+            let cases = self.store.review_cases(&newest, page).await?;
+            return Ok(cases.into_iter().map(case_row).collect());
+        }
         let mut rows = vec![];
         let mut after_id = after;
         loop {
