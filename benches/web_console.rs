@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use leadgate::console_web::session::COOKIE;
 use leadgate::domain::roles::Role;
 use leadgate_fakes::bitrix24::FakeBitrix24;
-use leadgate_testkit::cluster::{as_postgres, pg_bin, Cluster};
+use leadgate_testkit::cluster::Cluster;
 use leadgate_testkit::process::{command, free_port, wait_healthy, GatewayFile, Process, SiteAuth};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -747,44 +747,11 @@ async fn deploy(db_url: &str, console_extra: &str) -> Deployment {
     }
 }
 
-/// A private cluster that checks passwords (scram-sha-256), restarted with `fsync` on (as a
+/// A private cluster that checks passwords (scram-sha-256), with `fsync` on (as a
 /// deployment's, and the shared server `benches/intake.rs` measures) and room for every
 /// person's connections (the test kit's cluster allows 40).
 fn cluster() -> (Cluster, String) {
-    let (cluster, url) = Cluster::checking_passwords(OWNER_PASSWORD);
-    let dir = cluster.dir.path();
-    let data = dir.join("data");
-    let log = dir.join("server.log");
-    let opts = format!(
-        "-c port={} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} \
-         -c max_connections=200",
-        cluster.port,
-        dir.display()
-    );
-    let out = as_postgres(
-        &pg_bin("pg_ctl"),
-        &[
-            "-D",
-            data.to_str().unwrap(),
-            "-o",
-            &opts,
-            "-l",
-            log.to_str().unwrap(),
-            "-m",
-            "fast",
-            "-w",
-            "-t",
-            "60",
-            "restart",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "pg_ctl restart: {}{}",
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
-    (cluster, url)
+    Cluster::checking_passwords_with(OWNER_PASSWORD, &["fsync=on", "max_connections=200"])
 }
 
 // ---------------------------------------------------------------------------------------

@@ -64,6 +64,13 @@ impl Cluster {
     /// with TLS on from `tls` (a certificate and its key, PEM) when given. Its superuser
     /// is `postgres`, trusted on the socket only if `hba` says so.
     pub fn start(hba: &str, tls: Option<(&str, &str)>) -> Cluster {
+        Cluster::start_with(hba, tls, &[])
+    }
+
+    /// [`Cluster::start`] with server `settings` (`name=value`) over the test defaults
+    /// (`fsync=off`, `max_connections=40`): a benchmark's cluster, configured as a
+    /// deployment's.
+    pub fn start_with(hba: &str, tls: Option<(&str, &str)>, settings: &[&str]) -> Cluster {
         let dir = tempfile::Builder::new().prefix("lg-pg-").tempdir().unwrap();
         let path = dir.path();
         let chown = |p: &Path| {
@@ -124,9 +131,11 @@ impl Cluster {
         } else {
             String::new()
         };
+        // A setting given twice: PostgreSQL takes the last.
+        let settings: String = settings.iter().map(|s| format!(" -c {s}")).collect();
         let opts = format!(
             "-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={dir} \
-         -c fsync=off -c max_connections=40{ssl}",
+         -c fsync=off -c max_connections=40{ssl}{settings}",
             dir = path.display()
         );
         let log = path.join("server.log");
@@ -165,7 +174,12 @@ impl Cluster {
     /// owner, the superuser `postgres`, has `owner_password` (URL-safe); answers it and
     /// the owner's URL of the database.
     pub fn checking_passwords(owner_password: &str) -> (Cluster, String) {
-        let cluster = Cluster::start(PASSWORDS_CHECKED, None);
+        Cluster::checking_passwords_with(owner_password, &[])
+    }
+
+    /// [`Cluster::checking_passwords`] with server `settings` ([`Cluster::start_with`]).
+    pub fn checking_passwords_with(owner_password: &str, settings: &[&str]) -> (Cluster, String) {
+        let cluster = Cluster::start_with(PASSWORDS_CHECKED, None, settings);
         let dir = cluster.dir.path().to_str().unwrap().to_owned();
         let port = cluster.port.to_string();
         let out = as_postgres(
