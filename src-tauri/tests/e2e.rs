@@ -631,13 +631,7 @@ async fn all_day(
 
     // Bulk: every retries_exhausted case of the outage, one retry each.
     choose(c, "select[aria-label='Reason']", "retries_exhausted").await;
-    click(c, "[data-testid=bulk-open]").await;
-    choose(c, "select[data-testid=bulk-action]", "authorize_retry").await;
-    click(c, "[data-testid=bulk-preview]").await;
-    text_until(c, "[data-testid=bulk-applies]", "50 applicable", |t| {
-        t.contains("50")
-    })
-    .await;
+    steps::bulk_preview(c, "authorize_retry", 50).await;
     let start = el(c, "[data-testid=bulk-start]").await;
     assert!(
         !start.is_enabled().await.unwrap(),
@@ -647,21 +641,7 @@ async fn all_day(
     let console = Console::open(url).await.unwrap();
     let case = db.cases_of(&outage[17]).await.unwrap().pop().unwrap();
     ivan_grants_a_retry(&console, &case).await;
-    el(c, "[data-testid=bulk-comment]")
-        .await
-        .send_keys("Bitrix24 outage of the morning is over")
-        .await
-        .unwrap();
-    click(c, "[data-testid=bulk-start]").await;
-    let done = el(c, "[data-testid=bulk-done]").await;
-    assert_eq!(
-        done.attr("data-succeeded").await.unwrap().as_deref(),
-        Some("49")
-    );
-    assert_eq!(
-        done.attr("data-skipped").await.unwrap().as_deref(),
-        Some("1")
-    );
+    steps::bulk_run(c, "Bitrix24 outage of the morning is over", 49, 1).await;
     text_until(
         c,
         &format!("[data-testid=bulk-skipped] li[data-case='{}']", case.id),

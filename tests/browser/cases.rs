@@ -87,13 +87,7 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
     // A bulk re-check over every reason: the preview counts reason by reason, refuses
     // the cross-channel match (a manager's, and nothing was sent for it: a retry would
     // create it) and warns that the connector is paused.
-    click(c, "[data-testid=bulk-open]").await;
-    choose(c, "select[data-testid=bulk-action]", "authorize_retry").await;
-    click(c, "[data-testid=bulk-preview]").await;
-    text_until(c, "[data-testid=bulk-applies]", "2 applicable", |t| {
-        t.contains('2')
-    })
-    .await;
+    steps::bulk_preview(c, "authorize_retry", 2).await;
     el(
         c,
         "[data-testid=bulk-by-reason] li[data-reason=cross_channel_match][data-applies='0'][data-refused='1']",
@@ -265,29 +259,8 @@ async fn outage_cleared(c: &Client, d: &Deployment, team: &Team) {
 
     // One bulk re-check, with a reason.
     choose(c, "select[aria-label='Reason']", "retries_exhausted").await;
-    click(c, "[data-testid=bulk-open]").await;
-    choose(c, "select[data-testid=bulk-action]", "authorize_retry").await;
-    click(c, "[data-testid=bulk-preview]").await;
-    text_until(c, "[data-testid=bulk-applies]", "50 applicable", |t| {
-        t.contains("50")
-    })
-    .await;
-    type_into(
-        c,
-        "[data-testid=bulk-comment]",
-        "Bitrix24 outage of the morning is over",
-    )
-    .await;
-    click(c, "[data-testid=bulk-start]").await;
-    let done = el(c, "[data-testid=bulk-done]").await;
-    assert_eq!(
-        done.attr("data-succeeded").await.unwrap().as_deref(),
-        Some("50")
-    );
-    assert_eq!(
-        done.attr("data-skipped").await.unwrap().as_deref(),
-        Some("0")
-    );
+    steps::bulk_preview(c, "authorize_retry", 50).await;
+    steps::bulk_run(c, "Bitrix24 outage of the morning is over", 50, 0).await;
     // What the worker makes of them is counted as it happens: the 20 found in the CRM
     // complete with the lead found there, the 30 others are created, once.
     let outcomes = "[data-testid=bulk-outcomes][data-waiting='0']";

@@ -10,7 +10,7 @@ use fantoccini::Client;
 use leadgate::domain::{OperationId, Status};
 use leadgate::store::{Operation, ReviewCase, Store};
 
-use crate::webdriver::{click, css, el, open_row, tab, type_into};
+use crate::webdriver::{choose, click, css, el, open_row, tab, type_into};
 
 async fn op(db: &dyn Store, id: &OperationId) -> Operation {
     db.operation(id).await.unwrap().expect("the operation")
@@ -128,4 +128,34 @@ pub async fn keep_original(c: &Client, db: &dyn Store, conflict: &OperationId, b
         (Some("kept_original"), Some(by))
     );
     assert_ne!(op(db, conflict).await.status, Status::NeedsReview);
+}
+
+/// Opens *Act on all…* over the cases the current tab and filters select, previews
+/// `action` (`authorize_retry`, `reject`, `confirm`) and waits until the preview says it
+/// applies to `applies` of them.
+pub async fn bulk_preview(c: &Client, action: &str, applies: usize) {
+    click(c, "[data-testid=bulk-open]").await;
+    choose(c, "select[data-testid=bulk-action]", action).await;
+    click(c, "[data-testid=bulk-preview]").await;
+    el(
+        c,
+        &format!("[data-testid=bulk-applies][data-count='{applies}']"),
+    )
+    .await;
+}
+
+/// Starts the previewed bulk action with `comment` and waits for the run to end with
+/// `succeeded` cases resolved and `skipped` skipped.
+pub async fn bulk_run(c: &Client, comment: &str, succeeded: usize, skipped: usize) {
+    type_into(c, "[data-testid=bulk-comment]", comment).await;
+    click(c, "[data-testid=bulk-start]").await;
+    let done = el(c, "[data-testid=bulk-done]").await;
+    assert_eq!(
+        done.attr("data-succeeded").await.unwrap(),
+        Some(succeeded.to_string())
+    );
+    assert_eq!(
+        done.attr("data-skipped").await.unwrap(),
+        Some(skipped.to_string())
+    );
 }
