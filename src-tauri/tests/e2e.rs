@@ -425,6 +425,41 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     shot(c, "queue-ru.png").await;
 }
 
+/// The second walk-through's points 7 and 8 in Russian (`leadgate_testkit::walk`, which
+/// the browser suite runs too): durations, refusals, the CRM's words apart, charts,
+/// shortcuts, the searching state, filters per tab, the ambiguous match's picks, the
+/// badge, and the top bar at the minimum width.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_walk_through_in_russian_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let db = store::connect(&url).await.unwrap();
+    let s = leadgate_testkit::seed::seed(&*db).await.unwrap();
+    let w = leadgate_testkit::walk::prepare(&*db).await;
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url,
+               "crm_url_template": "https://example.bitrix24.ru/crm/lead/details/{id}/"})
+        .to_string(),
+    )
+    .unwrap();
+    let _driver = start_driver(&settings, &[]);
+    let c = connect_client().await;
+    let steps = tokio::spawn({
+        let c = c.clone();
+        async move {
+            el(&c, "[data-testid=queue-row]").await;
+            leadgate_testkit::walk::second_walk_through(&c, &*db, &w, &s.failed, &s.uncertain).await
+        }
+    })
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = steps {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
 /// A stand-in for the system browser: `xdg-open URL` appends the URL to a file.
 fn fake_browser(dir: &Path) -> (PathBuf, PathBuf) {
     use std::os::unix::fs::PermissionsExt;
@@ -1035,7 +1070,7 @@ async fn edit_rules(c: &Client) {
         c,
         "[data-testid=rules-history-row]",
         "the change in the history",
-        |t| t.contains(&operator()) && t.contains("create a new deal → link to the newest deal"),
+        |t| t.contains(&operator()) && t.contains("create a new lead → link to the newest lead"),
     )
     .await;
     text_until(
@@ -1234,7 +1269,7 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
                     click(&c, "[data-testid=nav-rules]").await;
                     el(&c, "[data-testid=rules-readonly]").await;
                     text_until(&c, "[data-testid=rule-site]", "the rule, read-only", |t| {
-                        t == "create a new deal"
+                        t == "create a new lead"
                     })
                     .await;
                     assert!(
@@ -1272,7 +1307,7 @@ async fn support_and_sales_ops_logins_see_what_their_roles_allow_in_a_real_windo
                 .await;
                 // Theirs: two; the cross-channel match waits for a manager, apart.
                 text_until(&c, "[data-testid=count-needs_review]", "2", |t| t == "2").await;
-                click(&c, "[data-testid=for-manager]").await;
+                steps::for_manager(&c, &s.uncertain).await;
                 open_row(&c, s.cross_channel.as_str()).await;
                 el(&c, "[data-testid=not-your-case]").await;
                 assert!(c.find(css("[data-testid=link]")).await.is_err());

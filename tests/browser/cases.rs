@@ -120,7 +120,7 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
     // manager", one click away, and are offered no link.
     tab(c, "needs_review").await;
     if team.people.is_some() {
-        click(c, "[data-testid=for-manager]").await;
+        steps::for_manager(c, &s.uncertain).await;
     }
     open_row(c, s.cross_channel.as_str()).await;
     if team.people.is_some() {
@@ -345,6 +345,37 @@ async fn postgres_every_kind_of_case_is_decided_by_whose_it_is_in_chromium() {
         p.drop_all().await;
     }
     drop(cluster);
+}
+
+/// The second walk-through in Russian (`leadgate_testkit::walk`, as the real window runs
+/// it), signed in as the `[console]` operator.
+async fn walk_through(c: &Client, d: &Deployment, team: &Team) {
+    let w = leadgate_testkit::walk::prepare(&*d.store).await;
+    c.goto(&d.console).await.unwrap();
+    sign_in_as(c, team, Role::SalesOps).await;
+    el(c, "[data-testid=queue-row]").await;
+    let s = d.cases();
+    leadgate_testkit::walk::second_walk_through(c, &*d.store, &w, &s.failed, &s.uncertain).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_the_second_walk_through_in_russian_in_chromium() {
+    let (team, d, _cluster, _dir) =
+        team_and_deployment(leadgate_testkit::Backend::Sqlite, Seeding::Cases).await;
+    in_browser(Browser::Chromium, move |c| async move {
+        sendable(walk_through(&c, &d, &team)).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_the_second_walk_through_in_russian_in_firefox() {
+    let (team, d, _cluster, _dir) =
+        team_and_deployment(leadgate_testkit::Backend::Sqlite, Seeding::Cases).await;
+    in_browser(Browser::Firefox, move |c| async move {
+        sendable(walk_through(&c, &d, &team)).await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

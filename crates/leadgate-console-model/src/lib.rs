@@ -661,6 +661,9 @@ pub struct CaseDetail {
     /// What the steps of a stepped create (contact + deal) found or made, each entity
     /// once (its latest `crm_step` event), with the CRM page to open it on.
     pub crm_entities: Vec<CrmEntityView>,
+    /// An ambiguous match's entities: the ids the lookup by key found in the CRM, each
+    /// with its page, so the person opens them and picks the one that stands.
+    pub found_in_crm: Vec<FoundInCrm>,
     /// What a person may do on `case` now, as the resolution each would record
     /// (`domain::rules::allowed_actions`: the same rules `Review::resolve` applies); empty
     /// when the case is resolved.
@@ -748,6 +751,36 @@ pub struct CrmEntityView {
     /// after an answer that did not come).
     pub how: String,
     pub url: Option<String>,
+}
+
+/// One entity a lookup by key found (an ambiguous match lists several).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct FoundInCrm {
+    pub crm_id: String,
+    pub url: Option<String>,
+}
+
+/// The ids an open ambiguous-match case's lookup found (`reconcile::several` writes them
+/// as `crm_ids` in the case's detail), with their pages.
+fn found_in_crm(case: Option<&ReviewCase>, template: Option<&str>) -> Vec<FoundInCrm> {
+    let Some(c) = case.filter(|c| c.reason == ReviewReason::AmbiguousMatch) else {
+        return vec![];
+    };
+    c.detail
+        .get("crm_ids")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .or_else(|| v.as_i64().map(|n| n.to_string()))
+        })
+        .map(|crm_id| FoundInCrm {
+            url: template.and_then(|t| crm_url(t, &crm_id)),
+            crm_id,
+        })
+        .collect()
 }
 
 /// Each entity's latest `crm_step`, in the order the steps first ran; the contact opens on
@@ -1306,6 +1339,7 @@ impl Console {
             template,
         );
         Ok(CaseDetail {
+            found_in_crm: found_in_crm(case.as_ref(), template),
             crm_entities,
             needs_comment,
             role_decides,
@@ -1837,6 +1871,7 @@ pub fn typescript_bindings() -> String {
         CaseDetail::decl(&cfg),
         TimelinePageView::decl(&cfg),
         CrmEntityView::decl(&cfg),
+        FoundInCrm::decl(&cfg),
         Action::decl(&cfg),
         ActionRequest::decl(&cfg),
         ActionOutcome::decl(&cfg),

@@ -22,6 +22,7 @@ pub mod people;
 pub mod process;
 pub mod seed;
 pub mod steps;
+pub mod walk;
 pub mod webdriver;
 
 pub use db::{run, Backend, TestDb};

@@ -25,6 +25,16 @@ pub async fn absent(c: &Client, selector: &str) -> bool {
     c.find(css(selector)).await.is_err()
 }
 
+/// Opens the "waiting for a manager" list and waits until it has replaced the tab's rows
+/// (`mine`, a case of this person's, gone), so the next click hits the row it aims at.
+pub async fn for_manager(c: &Client, mine: &OperationId) {
+    click(c, "[data-testid=for-manager]").await;
+    crate::webdriver::text_until(c, "[data-testid=queue-list]", "the manager's list", |t| {
+        !t.contains(mine.as_str())
+    })
+    .await;
+}
+
 /// *Re-check in CRM, create only if absent* on `exhausted` (an attempt was made: the
 /// primary action while no CRM id is typed), answered yes: one grant, no second offered.
 pub async fn authorize_retry(c: &Client, db: &dyn Store, exhausted: &OperationId) {

@@ -156,6 +156,11 @@ timeline: Array<EventView>, older_events: number, conflict: Conflict | null, can
  */
 crm_entities: Array<CrmEntityView>, 
 /**
+ * An ambiguous match's entities: the ids the lookup by key found in the CRM, each
+ * with its page, so the person opens them and picks the one that stands.
+ */
+found_in_crm: Array<FoundInCrm>, 
+/**
  * What a person may do on `case` now, as the resolution each would record
  * (`domain::rules::allowed_actions`: the same rules `Review::resolve` applies); empty
  * when the case is resolved.
@@ -191,6 +196,8 @@ entity: string, crm_id: string,
  * after an answer that did not come).
  */
 how: string, url: string | null, };
+
+export type FoundInCrm = { crm_id: string, url: string | null, };
 
 export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "update_crm" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
 

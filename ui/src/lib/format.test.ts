@@ -9,19 +9,21 @@ describe("format", () => {
     expect(exactTime("garbage")).toBe("garbage");
   });
 
-  it("formats durations compactly", () => {
+  it("formats durations in the operator's language (one formatter for ages and the timeline)", () => {
     expect(duration(850)).toBe("850 ms");
     expect(duration(12_000)).toBe("12 s");
-    expect(duration(303_000)).toBe("5 m 03 s");
-    expect(duration(2 * 3600_000 + 7 * 60_000)).toBe("2 h 07 m");
-    expect(duration(3 * 86400_000 + 4 * 3600_000)).toBe("3 d 4 h");
+    expect(duration(77_000)).toBe("1 min 17 s");
+    expect(duration(77_000, "ru")).toBe("1 мин 17 с");
+    expect(duration(2 * 3600_000 + 7 * 60_000, "ru")).toBe("2 ч 7 мин");
+    expect(duration(3 * 86400_000 + 4 * 3600_000, "ru")).toBe("3 дн 4 ч");
     expect(duration(-5000)).toBe("−5 s");
     expect(duration(NaN)).toBe("—");
   });
 
-  it("computes ages against a given now", () => {
+  it("computes ages against a given now, in either language", () => {
     const now = Date.parse("2026-11-30T12:00:00Z");
-    expect(age("2026-11-30T11:55:00Z", now)).toBe("5 m 00 s");
+    expect(age("2026-11-30T11:55:00Z", "en", now)).toBe("5 min");
+    expect(age("2026-11-30T11:58:43Z", "ru", now)).toBe("1 мин 17 с");
   });
 
   it("writes a matching window in its largest whole unit and back", () => {

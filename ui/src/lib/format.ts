@@ -1,4 +1,6 @@
 // Formatting shared by every view: exact times, ages, durations, counts.
+import type { Lang } from "./i18n";
+import { eventStrings } from "./labels";
 
 /** Exact UTC time with microseconds as stored: `2026-11-30 23:18:24.123456`. */
 export function exactTime(rfc3339: string): string {
@@ -13,26 +15,31 @@ export function toMillis(rfc3339: string): number {
   return Date.parse(rfc3339);
 }
 
-/** A compact duration: `850 ms`, `12 s`, `5 m 03 s`, `2 h 07 m`, `3 d 4 h`. */
-export function duration(ms: number): string {
+/**
+ * A duration as people say it, in the operator's language: `420 ms`, `1.5 s`, `30 s`,
+ * `2 min 5 s`, `3 h 10 min`, `2 d 4 h` (Russian: `420 мс`, `1,5 с`, `2 мин 5 с`…).
+ */
+export function duration(ms: number, lang: Lang = "en"): string {
+  const u = eventStrings(lang).units;
   if (!Number.isFinite(ms)) return "—";
-  const neg = ms < 0;
+  const sign = ms < 0 ? "−" : "";
   ms = Math.abs(ms);
-  const sign = neg ? "−" : "";
-  if (ms < 1000) return `${sign}${Math.round(ms)} ms`;
-  const s = Math.floor(ms / 1000);
-  if (s < 60) return `${sign}${s} s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${sign}${m} m ${String(s % 60).padStart(2, "0")} s`;
+  if (ms < 999.5) return `${sign}${Math.round(ms)} ${u.ms}`;
+  if (ms < 9950) return `${sign}${String(Math.round(ms / 100) / 10).replace(".", u.decimal)} ${u.s}`;
+  const total = Math.round(ms / 1000);
+  if (total < 60) return `${sign}${total} ${u.s}`;
+  const two = (big: number, bu: string, small: number, su: string) =>
+    `${sign}${big} ${bu}${small ? ` ${small} ${su}` : ""}`;
+  const m = Math.floor(total / 60);
+  if (m < 60) return two(m, u.min, total % 60, u.s);
   const h = Math.floor(m / 60);
-  if (h < 24) return `${sign}${h} h ${String(m % 60).padStart(2, "0")} m`;
-  const d = Math.floor(h / 24);
-  return `${sign}${d} d ${h % 24} h`;
+  if (h < 24) return two(h, u.h, m % 60, u.min);
+  return two(Math.floor(h / 24), u.d, h % 24, u.h);
 }
 
 /** How long ago `rfc3339` was, relative to `now` (ms). */
-export function age(rfc3339: string, now: number = Date.now()): string {
-  return duration(now - toMillis(rfc3339));
+export function age(rfc3339: string, lang: Lang = "en", now: number = Date.now()): string {
+  return duration(now - toMillis(rfc3339), lang);
 }
 
 /** Thousands separated by a thin space: 1 234 567. */
@@ -44,8 +51,8 @@ export function count(n: number | null | undefined): string {
 }
 
 /** Seconds as a duration, or a dash. */
-export function seconds(s: number | null | undefined): string {
-  return s === null || s === undefined ? "—" : duration(s * 1000);
+export function seconds(s: number | null | undefined, lang: Lang = "en"): string {
+  return s === null || s === undefined ? "—" : duration(s * 1000, lang);
 }
 
 /** Year, month, day, hours, minutes, seconds and the zone's short name of `ms` in `timeZone`. */

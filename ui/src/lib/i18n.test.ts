@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { defaultLang, languages } from "./i18n";
+import { plural } from "./i18n/ru";
 import { errorText, unreachableCause } from "./errors";
 
 function keys(o: object, prefix = ""): string[] {
@@ -14,6 +15,14 @@ describe("i18n", () => {
     expect(defaultLang(["en-GB"])).toBe("en");
   });
 
+  it("says Russian counts with the right word", () => {
+    const w = (n: number) => plural(n, "кейс", "кейса", "кейсов");
+    expect([1, 2, 5, 11, 21, 22, 25, 111].map(w)).toEqual(["кейс", "кейса", "кейсов", "кейсов", "кейс", "кейса", "кейсов", "кейсов"]);
+    expect(languages.ru.forManager(1)).toBe("1 кейс ждёт менеджера");
+    expect(languages.ru.forManager(3)).toBe("3 кейса ждут менеджера");
+    expect(languages.ru.emptyFiltered(21)).toContain("ждёт 21 кейс.");
+  });
+
   it("has the same keys in both languages", () => {
     expect(keys(languages.ru).sort()).toEqual(keys(languages.en).sort());
   });
@@ -24,6 +33,21 @@ describe("refusals", () => {
     const e = { kind: "refused", code: "already_completed", message: "English", detail: "5555" } as const;
     expect(errorText(e, languages.ru)).toBe("Операция уже завершена, id в CRM: 5555.");
     expect(errorText(e, languages.en)).toContain("5555");
+  });
+
+  it("never show an empty placeholder or a raw code, with or without their detail", () => {
+    for (const lang of ["ru", "en"] as const) {
+      const refusals = languages[lang].refusals as Record<string, (d: string) => string>;
+      for (const [code, say] of Object.entries(refusals)) {
+        expect(say(""), `${lang} ${code} without detail`).not.toMatch(/\(\)|«»|``|\(\s*\)/);
+      }
+      for (const code of ["not_in_bulk", "not_your_role", "create_new_not_applicable", "not_a_payload_conflict"]) {
+        const text = refusals[code]("cross_channel_match");
+        expect(text, `${lang} ${code}`).not.toContain("cross_channel_match");
+        expect(text).toContain(lang === "ru" ? "совпадение по каналам" : "cross-channel match");
+      }
+      expect(refusals.retry_not_in_review("completed")).not.toContain("`");
+    }
   });
 
   it("fall back to the store's sentence for a code this console does not know", () => {

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { languages } from "./i18n";
 import { eventsEn } from "./i18n/events.en";
 import { eventsRu } from "./i18n/events.ru";
-import { actorLabel, crmLabel, errorClassLabel, langOf, reasonLabel, resolutionLabel, statusLabel } from "./labels";
+import { actorLabel, crmLabel, errorClassLabel, langOf, pauseCause, reasonLabel, resolutionLabel, statusLabel } from "./labels";
 
 /** Every key path of a string table, functions as leaves. */
 function keys(o: object, prefix = ""): string[] {
@@ -95,5 +95,12 @@ describe("labels", () => {
   it("tell the language of a console string table", () => {
     expect(langOf(languages.ru)).toBe("ru");
     expect(langOf(languages.en)).toBe("en");
+  });
+
+  it("reads a pause reason's error class, and nothing from other words", () => {
+    expect(pauseCause("auth: expired_token", "ru")).toBe("доступ отклонён");
+    expect(pauseCause("auth: expired_token", "en")).toBe("credentials rejected");
+    expect(pauseCause("the portal is moving", "en")).toBeNull();
+    expect(pauseCause(null, "en")).toBeNull();
   });
 });

@@ -38,6 +38,14 @@ export function errorClassLabel(cls: string, lang: Lang): string {
   return pick(eventStrings(lang).errorClass, cls);
 }
 
+/** A pause reason the worker wrote as `<error class>: <the CRM's words>` → the class in
+ *  `lang` (`credentials rejected` / `доступ отклонён`); null when it starts otherwise. */
+export function pauseCause(reason: string | null, lang: Lang): string | null {
+  const cls = reason?.split(":", 1)[0]?.trim() ?? "";
+  const words = eventStrings(lang).errorClass as Record<string, string>;
+  return cls in words ? words[cls] : null;
+}
+
 /** `retry_authorized` → `retry authorized` / `разрешён повтор`. */
 export function resolutionLabel(resolution: string, lang: Lang): string {
   return pick(eventStrings(lang).resolution, resolution);

@@ -1,7 +1,8 @@
 import { describe as group, expect, it } from "vitest";
 import type { EventView, JsonValue } from "./bindings";
 import { EVENT_KINDS } from "./i18n/event-kinds";
-import { describe, describeAll, DESCRIBED_KINDS, humanDuration, type Context } from "./sentences";
+import { duration } from "./format";
+import { describe, describeAll, DESCRIBED_KINDS, technical, type Context } from "./sentences";
 
 const T = "2026-11-30T11:03:07.123456Z";
 const plus = (s: number) => new Date(Date.parse(T) + s * 1000).toISOString();
@@ -151,8 +152,8 @@ const TABLE: Row[] = [
   {
     kind: "not_sent",
     detail: { class: "auth", error: "amocrm: the refresh token was refused (400)" },
-    en: "Nothing was sent to the CRM: credentials rejected — amocrm: the refresh token was refused (400)",
-    ru: "В CRM ничего не отправлено: доступ отклонён — amocrm: the refresh token was refused (400)",
+    en: "Nothing was sent to the CRM: credentials rejected",
+    ru: "В CRM ничего не отправлено: доступ отклонён",
   },
   {
     kind: "crm_request",
@@ -180,8 +181,8 @@ const TABLE: Row[] = [
     detail: { status: 429, duration_ms: 120, class: "rate_limited", message: "bitrix24 crm.lead.add: QUERY_LIMIT_EXCEEDED", error: "bitrix24 crm.lead.add: QUERY_LIMIT_EXCEEDED" },
     more: { error_class: "rate_limited" },
     ctx: { connector: "bitrix24" },
-    en: "Bitrix24 answered HTTP 429 in 120 ms: CRM rate limit — bitrix24 crm.lead.add: QUERY_LIMIT_EXCEEDED",
-    ru: "Ответ Bitrix24 HTTP 429 за 120 мс: лимит запросов CRM — bitrix24 crm.lead.add: QUERY_LIMIT_EXCEEDED",
+    en: "Bitrix24 answered HTTP 429 in 120 ms: CRM rate limit",
+    ru: "Ответ Bitrix24 HTTP 429 за 120 мс: лимит запросов CRM",
   },
   {
     kind: "reconcile_request",
@@ -246,8 +247,8 @@ const TABLE: Row[] = [
     kind: "failed",
     detail: { class: "validation", error: "bitrix24 crm.lead.add: TITLE is required" },
     more: { error_class: "validation" },
-    en: "Failed for good: data refused by the CRM — bitrix24 crm.lead.add: TITLE is required",
-    ru: "Окончательная ошибка: CRM отклонила данные — bitrix24 crm.lead.add: TITLE is required",
+    en: "Failed for good: data refused by the CRM",
+    ru: "Окончательная ошибка: CRM отклонила данные",
   },
   {
     kind: "connector_unreachable",
@@ -261,8 +262,8 @@ const TABLE: Row[] = [
     kind: "connector_paused",
     detail: { class: "auth", error: "bitrix24: invalid webhook (401)", connector: "bitrix24" },
     more: { error_class: "auth" },
-    en: "Connector Bitrix24 paused: credentials rejected — bitrix24: invalid webhook (401). Nothing is sent to it until someone resumes it",
-    ru: "Коннектор Bitrix24 приостановлен: доступ отклонён — bitrix24: invalid webhook (401). Ничего не отправляется, пока его не возобновят",
+    en: "Connector Bitrix24 paused: credentials rejected. Nothing is sent to it until someone resumes it",
+    ru: "Коннектор Bitrix24 приостановлен: доступ отклонён. Ничего не отправляется, пока его не возобновят",
   },
   {
     kind: "notification",
@@ -344,8 +345,8 @@ const TABLE: Row[] = [
   {
     kind: "redelivery_failed",
     detail: { redelivery: 2, error: "the webhook answered 502" },
-    en: "Sending back to the integration failed (redelivery 2) — the webhook answered 502; tried again later",
-    ru: "Отправка обратно в интеграцию не удалась (переотправка 2) — the webhook answered 502; будет повторена",
+    en: "Sending back to the integration failed (redelivery 2); tried again later",
+    ru: "Отправка обратно в интеграцию не удалась (переотправка 2); будет повторена",
   },
   {
     // store/review/ops.rs
@@ -406,8 +407,8 @@ const TABLE: Row[] = [
     kind: "crm_update_failed",
     detail: { update_id: 3, crm_id: "5555", case_id: 12, class: "validation", error: "bitrix24 crm.lead.update: Not found", review_case: 14 },
     more: { error_class: "validation" },
-    en: "The update of 5555 failed: data refused by the CRM — bitrix24 crm.lead.update: Not found; case #14 asks a person again",
-    ru: "Обновление 5555 не удалось: CRM отклонила данные — bitrix24 crm.lead.update: Not found; кейс #14 снова ждёт решения",
+    en: "The update of 5555 failed: data refused by the CRM; case #14 asks a person again",
+    ru: "Обновление 5555 не удалось: CRM отклонила данные; кейс #14 снова ждёт решения",
   },
   {
     kind: "purged",
@@ -447,7 +448,7 @@ group("sentences", () => {
       ev("crm_created", { crm_id: "5555" }),
     ];
     const said = describeAll(events, "en", { timeZone: "UTC" });
-    expect(said[3]).toBe("Bitrix24 answered HTTP 429 in 95 ms: CRM rate limit — QUERY_LIMIT_EXCEEDED");
+    expect(said[3]).toBe("Bitrix24 answered HTTP 429 in 95 ms: CRM rate limit");
     expect(said[4]).toBe("Retry 2 scheduled in 2 s (CRM rate limit)");
     expect(said[6]).toBe("Bitrix24 answered HTTP 200 in 640 ms: id 5555");
     expect(said[7]).toBe("Lead 5555 created in Bitrix24 in 640 ms");
@@ -524,11 +525,18 @@ group("humanized durations", () => {
     [2 * 86_400_000 + 4 * 3_600_000, "2 d 4 h", "2 дн 4 ч"],
     [-5000, "−5 s", "−5 с"],
   ])("%d ms is %s", (ms, en, ru) => {
-    expect(humanDuration(ms, "en")).toBe(en);
-    expect(humanDuration(ms, "ru")).toBe(ru);
+    expect(duration(ms, "en")).toBe(en);
+    expect(duration(ms, "ru")).toBe(ru);
   });
 
   it("is a dash when it is not a number", () => {
-    expect(humanDuration(NaN, "en")).toBe("—");
+    expect(duration(NaN, "en")).toBe("—");
+  });
+
+  it("keeps the CRM's own words out of the sentence and shows them apart, in any language", () => {
+    const e = ev("failed", { class: "validation", error: "bitrix24 crm.lead.add: TITLE is required" }, { error_class: "validation" });
+    for (const lang of ["en", "ru"] as const) expect(describe(e, lang)).not.toContain("TITLE");
+    expect(technical(e)).toBe("bitrix24 crm.lead.add: TITLE is required");
+    expect(technical(ev("claimed", { attempt: 1 }))).toBeNull();
   });
 });

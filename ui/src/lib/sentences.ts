@@ -5,7 +5,7 @@
 // still gives a readable sentence (the kind's name and the detail's plain fields);
 // nothing here throws.
 import type { EventView, JsonValue } from "./bindings";
-import { localDateTime, localTime, toMillis } from "./format";
+import { duration, localDateTime, localTime, toMillis } from "./format";
 import type { Lang } from "./i18n";
 import type { EventKind } from "./i18n/event-kinds";
 import type { EventStrings } from "./i18n/events.en";
@@ -65,43 +65,28 @@ function few(ids: string[], max = 3): string {
   return ids.length > max ? `${ids.slice(0, max).join(", ")}, …` : ids.join(", ");
 }
 
-/**
- * A duration as people say it: `420 ms`, `1.5 s`, `30 s`, `2 min 5 s`, `3 h 10 min`,
- * `2 d 4 h` (Russian: `420 мс`, `1,5 с`, `2 мин 5 с`…).
- */
-export function humanDuration(ms: number, lang: Lang): string {
-  const u = eventStrings(lang).units;
-  if (!Number.isFinite(ms)) return "—";
-  const sign = ms < 0 ? "−" : "";
-  ms = Math.abs(ms);
-  if (ms < 999.5) return `${sign}${Math.round(ms)} ${u.ms}`;
-  if (ms < 9950) return `${sign}${String(Math.round(ms / 100) / 10).replace(".", u.decimal)} ${u.s}`;
-  const total = Math.round(ms / 1000);
-  if (total < 60) return `${sign}${total} ${u.s}`;
-  const two = (big: number, bu: string, small: number, su: string) =>
-    `${sign}${big} ${bu}${small ? ` ${small} ${su}` : ""}`;
-  const m = Math.floor(total / 60);
-  if (m < 60) return two(m, u.min, total % 60, u.s);
-  const h = Math.floor(m / 60);
-  if (h < 24) return two(h, u.h, m % 60, u.min);
-  return two(Math.floor(h / 24), u.d, h % 24, u.h);
-}
-
 /** `in 30 s` from the event's own time to `at`, `now` when it is due at once. */
 function delay(e: EventView, at: JsonValue | undefined, s: Sentences): string | null {
   const when = str(at);
   if (when === null) return null;
   const ms = toMillis(when) - toMillis(e.at);
   if (!Number.isFinite(ms)) return null;
-  return ms < 500 ? s.L.ev.now : s.L.ev.inDelay(humanDuration(ms, s.lang));
+  return ms < 500 ? s.L.ev.now : s.L.ev.inDelay(duration(ms, s.lang));
 }
 
 const cls = (e: EventView, d: Obj): string | null => e.error_class ?? str(d.class);
 const clsLabel = (c: string | null, s: Sentences) => (c === null ? null : errorClassLabel(c, s.lang));
 /** The failure's message: `error` (the timeline's), else `message` (the adapter's). */
+/** The CRM's or the worker's own words: never inside a sentence (they are in whatever
+ *  language the CRM speaks), shown apart as a technical detail (`technical`). */
 const message = (d: Obj) => clip(str(d.error) ?? str(d.message));
+
+/** An event's raw error text, to show under its sentence; null when it has none. */
+export function technical(e: EventView): string | null {
+  return e.detail !== null && typeof e.detail === "object" && !Array.isArray(e.detail) ? message(e.detail as Obj) : null;
+}
 const crm = (d: Obj, s: Sentences) => crmLabel(str(d.connector) ?? s.ctx.connector, s.lang);
-const dur = (ms: number | null, s: Sentences) => (ms === null ? null : humanDuration(ms, s.lang));
+const dur = (ms: number | null, s: Sentences) => (ms === null ? null : duration(ms, s.lang));
 
 /** The extras worth a word in a review case's own detail. */
 function caseExtras(detail: Obj, s: Sentences): string {
@@ -132,8 +117,8 @@ function review(noted: boolean): Describer {
 /** A CRM exchange's answer: to a create (`crm_response`) or to a lookup. */
 function cutOrUnsent(d: Obj, s: Sentences, cut: (d: string) => string): string | null {
   const after = num(d.cut_after_ms) ?? num(d.timeout_ms);
-  if (after !== null) return cut(humanDuration(after, s.lang));
-  if (d.sent === false) return s.L.ev.notSentCall(message(d));
+  if (after !== null) return cut(duration(after, s.lang));
+  if (d.sent === false) return s.L.ev.notSentCall();
   return null;
 }
 
@@ -203,7 +188,7 @@ const DESCRIBERS: Record<EventKind, Describer> = {
   },
   contact_wait: (e, d, s) => s.L.ev.contactWait(delay(e, d.at, s), d.granted === true),
   attempt_started: (_e, d, s) => s.L.ev.attemptStarted(num(d.attempt) ?? s.ctx.attempt ?? null, crm(d, s), num(d.batch)),
-  not_sent: (e, d, s) => s.L.ev.notSent(clsLabel(cls(e, d), s), message(d)),
+  not_sent: (e, d, s) => s.L.ev.notSent(clsLabel(cls(e, d), s)),
   crm_request: (_e, d, s) => {
     const batch = num(d.batch) ?? (strings(d.origin_ids).length || null);
     return s.L.ev.crmRequest(crm(d, s), str(d.method) ?? str(d.call), batch);
@@ -215,7 +200,7 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     const who = crmLabel(s.ctx.connector, s.lang);
     const status = num(d.status);
     const took = dur(num(d.duration_ms), s);
-    if (c !== null) return s.L.ev.answerError(who, status, took, errorClassLabel(c, s.lang), message(d));
+    if (c !== null) return s.L.ev.answerError(who, status, took, errorClassLabel(c, s.lang));
     return s.L.ev.answered(who, status, took, str(d.id) ?? str(d.result));
   },
   crm_update_requested: (_e, d, { L }) => L.ev.updateRequested(str(d.crm_id), num(d.delivery_id)),
@@ -227,14 +212,14 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     const who = crmLabel(s.ctx.connector, s.lang);
     const status = num(d.status);
     const took = dur(num(d.duration_ms), s);
-    if (c !== null) return s.L.ev.answerError(who, status, took, errorClassLabel(c, s.lang), message(d));
+    if (c !== null) return s.L.ev.answerError(who, status, took, errorClassLabel(c, s.lang));
     return s.L.ev.answered(who, status, took, null);
   },
   crm_updated: (_e, d, s) => s.L.ev.updated(str(d.crm_id), fieldNames(d.fields, s)),
   crm_update_skipped: (_e, _d, { L }) => L.ev.updateSkipped,
   crm_update_retry: (e, d, s) => s.L.ev.updateRetry(clsLabel(cls(e, d), s), delay(e, d.due_at, s)),
   crm_update_failed: (e, d, s) =>
-    s.L.ev.updateFailed(str(d.crm_id), clsLabel(cls(e, d), s), message(d), num(d.review_case)),
+    s.L.ev.updateFailed(str(d.crm_id), clsLabel(cls(e, d), s), num(d.review_case)),
   reconcile_request: (_e, d, s) => {
     const keys = strings(d.origin_ids).length || null;
     return s.L.ev.lookupRequest(crm(d, s), keys);
@@ -244,7 +229,7 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     if (early !== null) return early;
     const took = dur(num(d.duration_ms), s);
     const c = cls(e, d);
-    if (c !== null) return s.L.ev.lookupError(took, errorClassLabel(c, s.lang), message(d));
+    if (c !== null) return s.L.ev.lookupError(took, errorClassLabel(c, s.lang));
     const ids = strings(d.ids);
     const found = num(d.found) ?? (Array.isArray(d.ids) ? ids.length : null);
     return found === null ? null : s.L.ev.lookupAnswered(took, found, few(ids));
@@ -273,10 +258,10 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     const c = cls(e, d);
     return s.L.ev.verify(delay(e, d.at, s), c === "uncertain" ? null : clsLabel(c, s));
   },
-  failed: (e, d, s) => s.L.ev.failed(clsLabel(cls(e, d), s), message(d)),
+  failed: (e, d, s) => s.L.ev.failed(clsLabel(cls(e, d), s)),
   connector_unreachable: (e, d, s) =>
     s.L.ev.unreachable(crmLabel(s.ctx.connector, s.lang), delay(e, d.at, s), d.verify === true),
-  connector_paused: (e, d, s) => s.L.ev.paused(crm(d, s), clsLabel(cls(e, d), s), message(d)),
+  connector_paused: (e, d, s) => s.L.ev.paused(crm(d, s), clsLabel(cls(e, d), s)),
   notification: (_e, d, s) => {
     const what = str(d.what);
     if (what === null) return null;
@@ -316,7 +301,7 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     return L.ev.withComment(base, clip(str(d.comment), 300));
   },
   redelivered: (_e, d, { L }) => L.ev.redelivered(num(d.redelivery)),
-  redelivery_failed: (_e, d, { L }) => L.ev.redeliveryFailed(num(d.redelivery), message(d)),
+  redelivery_failed: (_e, d, { L }) => L.ev.redeliveryFailed(num(d.redelivery)),
   purged: (_e, d, { L, ctx }) => {
     const before = str(d.finished_before);
     return L.ev.purged(before === null ? null : localDateTime(before, ctx.timeZone));

@@ -8,8 +8,6 @@ import type { EventKind } from "./event-kinds";
 const no = (n: number | null) => (n === null ? "" : ` #${n}`);
 /** `: «text»`, or nothing. */
 const quoted = (s: string | null, sep = ": ") => (s ? `${sep}«${s}»` : "");
-/** ` — text`, or nothing. */
-const dash = (s: string | null) => (s ? ` — ${s}` : "");
 
 export const eventsEn = {
   /** The locale that dates and numbers are written in. */
@@ -154,17 +152,17 @@ export const eventsEn = {
     crmRequest: (crm: string, method: string | null, batch: number | null) =>
       `Request to ${crm}${method ? `: ${method}` : ""}${batch && batch > 1 ? ` (${batch} creates in one request)` : ""}`,
     cutOff: (d: string) => `No answer within ${d} — outcome unknown`,
-    notSentCall: (msg: string | null) => `The request was not sent${dash(msg)}`,
+    notSentCall: () => `The request was not sent`,
     answered: (crm: string, status: number | null, d: string | null, id: string | null) =>
       `${cap(crm)} answered${status !== null ? ` HTTP ${status}` : ""}${d ? ` in ${d}` : ""}${id ? `: id ${id}` : ""}`,
-    answerError: (crm: string, status: number | null, d: string | null, cls: string, msg: string | null) =>
-      `${cap(crm)} answered${status !== null ? ` HTTP ${status}` : ""}${d ? ` in ${d}` : ""}: ${cls}${dash(msg)}`,
+    answerError: (crm: string, status: number | null, d: string | null, cls: string) =>
+      `${cap(crm)} answered${status !== null ? ` HTTP ${status}` : ""}${d ? ` in ${d}` : ""}: ${cls}`,
     lookupRequest: (crm: string, keys: number | null) =>
       `Looking the key up in ${crm}${keys && keys > 1 ? ` (${keys} keys in one request)` : ""}`,
     lookupAnswered: (d: string | null, found: number, ids: string) =>
       `The lookup answered${d ? ` in ${d}` : ""}: ${found === 0 ? "nothing found" : `found ${found}${ids ? ` (${ids})` : ""}`}`,
-    lookupError: (d: string | null, cls: string, msg: string | null) =>
-      `The lookup failed${d ? ` after ${d}` : ""}: ${cls}${dash(msg)}`,
+    lookupError: (d: string | null, cls: string) =>
+      `The lookup failed${d ? ` after ${d}` : ""}: ${cls}`,
     lookupCutOff: (d: string) => `No answer to the lookup within ${d}`,
     reconciliation: (verdict: string, notProof: boolean, verifyPass: boolean) =>
       `Looked up by key${verifyPass ? " before creating again" : ""}: ${verdict}${notProof ? " — this CRM's search may lag, not proof that nothing was created" : ""}`,
@@ -190,11 +188,11 @@ export const eventsEn = {
       `Retry${n === null ? "" : ` ${n}`}${n !== null && of !== null ? ` of ${of}` : ""} scheduled${inD ? ` ${inD}` : ""}${cls ? ` (${cls})` : ""}`,
     verify: (inD: string | null, cls: string | null) =>
       `Outcome unknown${cls ? ` (${cls})` : ""} — the key is looked up again${inD ? ` ${inD}` : ""}, before anything is created`,
-    failed: (cls: string | null, msg: string | null) => `Failed for good${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    failed: (cls: string | null) => `Failed for good${cls ? `: ${cls}` : ""}`,
     unreachable: (crm: string, inD: string | null, verify: boolean) =>
       `${cap(crm)} does not answer — waiting for its next probe${inD ? ` ${inD}` : ""}; this attempt is not counted${verify ? ", the key is looked up first" : ""}`,
-    paused: (connector: string, cls: string | null, msg: string | null) =>
-      `Connector ${connector} paused${cls ? `: ${cls}` : ""}${dash(msg)}. Nothing is sent to it until someone resumes it`,
+    paused: (connector: string, cls: string | null) =>
+      `Connector ${connector} paused${cls ? `: ${cls}` : ""}. Nothing is sent to it until someone resumes it`,
     notifiedPerson: (who: string, channel: string | null, what: string) =>
       `${who} was notified${channel === "desktop" ? " on the desktop" : channel ? ` (${channel})` : ""}: ${what}`,
     notified: (what: string) => `Notification: ${what}`,
@@ -233,11 +231,11 @@ export const eventsEn = {
     acceptedAsNew: (delivery: number | null, from: string | null, caseNo: number | null) =>
       `New operation made of delivery${no(delivery)}${from ? ` of ${from}` : ""}, accepted as new${caseNo === null ? "" : ` (case #${caseNo})`}`,
     redelivered: (n: number | null) => `Sent back to the integration to be claimed again${n === null ? "" : ` (redelivery ${n})`}`,
-    redeliveryFailed: (n: number | null, msg: string | null) =>
-      `Sending back to the integration failed${n === null ? "" : ` (redelivery ${n})`}${dash(msg)}; tried again later`,
+    redeliveryFailed: (n: number | null) =>
+      `Sending back to the integration failed${n === null ? "" : ` (redelivery ${n})`}; tried again later`,
     purged: (before: string | null) =>
       `Retention removed the payload and contact data${before ? ` (finished before ${before})` : ""}`,
-    notSent: (cls: string | null, msg: string | null) => `Nothing was sent to the CRM${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    notSent: (cls: string | null) => `Nothing was sent to the CRM${cls ? `: ${cls}` : ""}`,
     field: { title: "title", name: "name", phone: "phone", email: "e-mail", comment: "comment" },
     updateRequested: (crmId: string | null, delivery: number | null) =>
       `The CRM entity${crmId ? ` ${crmId}` : ""} is to get the changed fields of delivery${no(delivery)}; the worker sends them`,
@@ -248,8 +246,8 @@ export const eventsEn = {
     updateSkipped: "Nothing the CRM holds differs in the later delivery: no update sent",
     updateRetry: (cls: string | null, inD: string | null) =>
       `The update was not confirmed${cls ? ` (${cls})` : ""} — sent again${inD ? ` ${inD}` : ""}`,
-    updateFailed: (crmId: string | null, cls: string | null, msg: string | null, caseNo: number | null) =>
-      `The update of${crmId ? ` ${crmId}` : " the CRM entity"} failed${cls ? `: ${cls}` : ""}${dash(msg)}${caseNo === null ? "" : `; case #${caseNo} asks a person again`}`,
+    updateFailed: (crmId: string | null, cls: string | null, caseNo: number | null) =>
+      `The update of${crmId ? ` ${crmId}` : " the CRM entity"} failed${cls ? `: ${cls}` : ""}${caseNo === null ? "" : `; case #${caseNo} asks a person again`}`,
     /** A delay from the event's time: `in 30 s`, `now`. */
     inDelay: (d: string) => `in ${d}`,
     now: "now",

@@ -7,8 +7,6 @@ import type { EventStrings } from "./events.en";
 const no = (n: number | null) => (n === null ? "" : ` #${n}`);
 /** ` — «текст»` или ничего. */
 const quoted = (s: string | null) => (s ? ` — «${s}»` : "");
-/** ` — текст` или ничего. */
-const dash = (s: string | null) => (s ? ` — ${s}` : "");
 
 export const eventsRu: EventStrings = {
   locale: "ru-RU",
@@ -151,17 +149,17 @@ export const eventsRu: EventStrings = {
     crmRequest: (crm: string, method: string | null, batch: number | null) =>
       `Запрос в ${crm}${method ? `: ${method}` : ""}${batch && batch > 1 ? ` (${batch} созданий одним запросом)` : ""}`,
     cutOff: (d: string) => `Нет ответа за ${d} — исход неизвестен`,
-    notSentCall: (msg: string | null) => `Запрос не отправлен${dash(msg)}`,
+    notSentCall: () => `Запрос не отправлен`,
     answered: (crm: string, status: number | null, d: string | null, id: string | null) =>
       `Ответ ${crm}${status !== null ? ` HTTP ${status}` : ""}${d ? ` за ${d}` : ""}${id ? `: ID ${id}` : ""}`,
-    answerError: (crm: string, status: number | null, d: string | null, cls: string, msg: string | null) =>
-      `Ответ ${crm}${status !== null ? ` HTTP ${status}` : ""}${d ? ` за ${d}` : ""}: ${cls}${dash(msg)}`,
+    answerError: (crm: string, status: number | null, d: string | null, cls: string) =>
+      `Ответ ${crm}${status !== null ? ` HTTP ${status}` : ""}${d ? ` за ${d}` : ""}: ${cls}`,
     lookupRequest: (crm: string, keys: number | null) =>
       `Поиск по ключу в ${crm}${keys && keys > 1 ? ` (ключей в одном запросе: ${keys})` : ""}`,
     lookupAnswered: (d: string | null, found: number, ids: string) =>
       `Ответ на поиск${d ? ` за ${d}` : ""}: ${found === 0 ? "ничего не найдено" : `найдено ${found}${ids ? ` (${ids})` : ""}`}`,
-    lookupError: (d: string | null, cls: string, msg: string | null) =>
-      `Поиск не удался${d ? ` за ${d}` : ""}: ${cls}${dash(msg)}`,
+    lookupError: (d: string | null, cls: string) =>
+      `Поиск не удался${d ? ` за ${d}` : ""}: ${cls}`,
     lookupCutOff: (d: string) => `Нет ответа на поиск за ${d}`,
     reconciliation: (verdict: string, notProof: boolean, verifyPass: boolean) =>
       `Сверка по ключу${verifyPass ? " перед повторным созданием" : ""}: ${verdict}${notProof ? " — поиск этой CRM может запаздывать, это не доказательство" : ""}`,
@@ -189,11 +187,11 @@ export const eventsRu: EventStrings = {
       `Повтор${n === null ? "" : ` ${n}`}${n !== null && of !== null ? ` из ${of}` : ""} назначен${inD ? ` ${inD}` : ""}${cls ? ` (${cls})` : ""}`,
     verify: (inD: string | null, cls: string | null) =>
       `Исход неизвестен${cls ? ` (${cls})` : ""} — повторный поиск по ключу${inD ? ` ${inD}` : ""}, до любого нового создания`,
-    failed: (cls: string | null, msg: string | null) => `Окончательная ошибка${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    failed: (cls: string | null) => `Окончательная ошибка${cls ? `: ${cls}` : ""}`,
     unreachable: (crm: string, inD: string | null, verify: boolean) =>
       `Нет ответа от ${crm} — ждём следующей проверки связи${inD ? ` ${inD}` : ""}; попытка не засчитана${verify ? ", сначала поиск по ключу" : ""}`,
-    paused: (connector: string, cls: string | null, msg: string | null) =>
-      `Коннектор ${connector} приостановлен${cls ? `: ${cls}` : ""}${dash(msg)}. Ничего не отправляется, пока его не возобновят`,
+    paused: (connector: string, cls: string | null) =>
+      `Коннектор ${connector} приостановлен${cls ? `: ${cls}` : ""}. Ничего не отправляется, пока его не возобновят`,
     notifiedPerson: (who: string, channel: string | null, what: string) =>
       `Уведомление${channel === "desktop" ? " на рабочем столе" : channel ? ` (${channel})` : ""} для ${who}: ${what}`,
     notified: (what: string) => `Уведомление: ${what}`,
@@ -232,11 +230,11 @@ export const eventsRu: EventStrings = {
     acceptedAsNew: (delivery: number | null, from: string | null, caseNo: number | null) =>
       `Новая операция из доставки${no(delivery)}${from ? ` операции ${from}` : ""}, принятой как новая${caseNo === null ? "" : ` (кейс #${caseNo})`}`,
     redelivered: (n: number | null) => `Отправлено обратно в интеграцию для повторного захвата${n === null ? "" : ` (переотправка ${n})`}`,
-    redeliveryFailed: (n: number | null, msg: string | null) =>
-      `Отправка обратно в интеграцию не удалась${n === null ? "" : ` (переотправка ${n})`}${dash(msg)}; будет повторена`,
+    redeliveryFailed: (n: number | null) =>
+      `Отправка обратно в интеграцию не удалась${n === null ? "" : ` (переотправка ${n})`}; будет повторена`,
     purged: (before: string | null) =>
       `Очистка удалила данные и контакты${before ? ` (завершена до ${before})` : ""}`,
-    notSent: (cls: string | null, msg: string | null) => `В CRM ничего не отправлено${cls ? `: ${cls}` : ""}${dash(msg)}`,
+    notSent: (cls: string | null) => `В CRM ничего не отправлено${cls ? `: ${cls}` : ""}`,
     field: { title: "название", name: "имя", phone: "телефон", email: "e-mail", comment: "комментарий" },
     updateRequested: (crmId: string | null, delivery: number | null) =>
       `Сущность CRM${crmId ? ` ${crmId}` : ""} получит изменённые поля доставки${no(delivery)}; их отправит воркер`,
@@ -247,8 +245,8 @@ export const eventsRu: EventStrings = {
     updateSkipped: "В поздней доставке нет отличий в полях, которые есть в CRM: обновление не отправлено",
     updateRetry: (cls: string | null, inD: string | null) =>
       `Обновление не подтверждено${cls ? ` (${cls})` : ""} — будет отправлено снова${inD ? ` ${inD}` : ""}`,
-    updateFailed: (crmId: string | null, cls: string | null, msg: string | null, caseNo: number | null) =>
-      `Обновление${crmId ? ` ${crmId}` : " сущности CRM"} не удалось${cls ? `: ${cls}` : ""}${dash(msg)}${caseNo === null ? "" : `; кейс #${caseNo} снова ждёт решения`}`,
+    updateFailed: (crmId: string | null, cls: string | null, caseNo: number | null) =>
+      `Обновление${crmId ? ` ${crmId}` : " сущности CRM"} не удалось${cls ? `: ${cls}` : ""}${caseNo === null ? "" : `; кейс #${caseNo} снова ждёт решения`}`,
     inDelay: (d: string) => `через ${d}`,
     now: "сейчас",
   },
