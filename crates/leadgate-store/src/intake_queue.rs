@@ -1,4 +1,4 @@
-//! The queue between intake and a backend's intake writer (`sqlite.rs`, `postgres.rs`):
+//! The queue between intake and a backend's intake writer (`sqlite.rs`, `postgres/grouped.rs`):
 //! deliveries wait here to be recorded together, and each sender waits for the answer of
 //! the transaction that recorded its delivery — an answer still means "durable".
 //!
