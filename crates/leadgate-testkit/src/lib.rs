@@ -14,6 +14,7 @@
 //! the demo; the shipped `leadgate` has neither command.
 
 pub mod cluster;
+pub mod console;
 pub mod db;
 pub mod deb;
 pub mod demo;
