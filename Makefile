@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit test-loaded test-n8n test-api test-n8n-node demo bench chaos fuzz
+.PHONY: test check lint unit test-loaded test-n8n test-api test-n8n-node demo bench walk-through chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL (the web console in Chromium among them), the UI's type check and unit tests,
@@ -82,6 +82,13 @@ bench:
 	cargo bench --locked --bench web_console
 	LEADGATE_TEST_DATABASE_URL=$${LEADGATE_BENCH_DATABASE_URL:-$$LEADGATE_TEST_DATABASE_URL} \
 	  cargo bench --locked --bench drain
+
+## The console's walk-through in actions and seconds (support's "did my lead arrive?", sales
+## ops' uncertain case) with the UI before issue 37 (built from git) and today's, in Chromium
+## on PostgreSQL. Figures: BENCHMARKS.md.
+walk-through:
+	scripts/ensure-postgres.sh
+	scripts/walk-through.sh
 
 ## Every cargo-fuzz target (fuzz/) for FUZZ_SECONDS (default 60) each, on the corpus kept
 ## in fuzz/corpus/. Stable Rust with RUSTC_BOOTSTRAP=1; installs cargo-fuzz when missing.

@@ -191,6 +191,9 @@ async fn postgres_each_role_does_in_chromium_what_it_may_resolve_search_rules_fi
         // rules change, recorded as the manager.
         sign_in(&c, &manager, &manager_password).await;
         text_until(&c, "[data-testid=operator]", &manager, |t| t == manager).await;
+        // The manager starts at the queue, not on the screen support signed out of.
+        el(&c, "[data-testid=nav-queue].active").await;
+        el(&c, "[data-testid=queue-list]").await;
         let key = d.cases().uncertain.as_str().to_owned();
         type_into(&c, "[data-testid=search]", &format!("{key}\u{E007}")).await;
         text_until(&c, "[data-testid=search-header]", "the search", |t| {
