@@ -134,15 +134,17 @@ pub enum Seeding {
 
 /// Seeds `db_url`, then starts `leadgate serve` (the binary at `bin`) on it with a fake
 /// Bitrix24 and `[console]` plus `console_section`, and waits until it is healthy.
-pub async fn deploy(bin: &str, db_url: &str, console_section: &str, seeding: Seeding) -> Deployment {
+pub async fn deploy(
+    bin: &str,
+    db_url: &str,
+    console_section: &str,
+    seeding: Seeding,
+) -> Deployment {
     let dir = tempfile::tempdir().unwrap();
     let store = leadgate::store::connect(db_url).await.unwrap();
     let (seeded, outage) = match seeding {
         Seeding::Cases => (Some(seed(&*store).await.unwrap()), vec![]),
-        Seeding::Outage(n) => (
-            None,
-            crate::seed::outage(&*store, n).await.unwrap(),
-        ),
+        Seeding::Outage(n) => (None, crate::seed::outage(&*store, n).await.unwrap()),
     };
     let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
         .await
@@ -165,16 +167,13 @@ pub async fn deploy(bin: &str, db_url: &str, console_section: &str, seeding: See
     let config = dir.path().join("leadgate.toml");
     std::fs::write(&config, toml).unwrap();
     let log = dir.path().join("gateway.log");
-    let child = command(
-        bin,
-        &["serve", "--config", config.to_str().unwrap()],
-    )
-    // Everything the gateway logs about sign-ins, to check what it does not say.
-    .env("RUST_LOG", "info")
-    .stdout(std::fs::File::create(&log).unwrap())
-    .stderr(std::fs::File::create(dir.path().join("gateway.err")).unwrap())
-    .spawn()
-    .unwrap();
+    let child = command(bin, &["serve", "--config", config.to_str().unwrap()])
+        // Everything the gateway logs about sign-ins, to check what it does not say.
+        .env("RUST_LOG", "info")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.path().join("gateway.err")).unwrap())
+        .spawn()
+        .unwrap();
     let gw = Process(child);
     wait_healthy(
         &format!("http://127.0.0.1:{port}"),
