@@ -136,6 +136,14 @@ impl From<StoreError> for ConsoleError {
             e => match (e.unreachable(), e.forbidden()) {
                 (Some(message), _) => ConsoleError::Unreachable { message },
                 (None, Some(message)) => ConsoleError::Forbidden { message },
+                // The database cannot take work now for a reason of its own (no
+                // connection slot left, a standby, a full disk): worth another try later,
+                // not a fault of the console (a 500) nor of the request.
+                (None, None) if e.kind() == leadgate_store::ErrorKind::Unavailable => {
+                    ConsoleError::Unreachable {
+                        message: e.to_string(),
+                    }
+                }
                 (None, None) => ConsoleError::Failed {
                     message: e.to_string(),
                 },
@@ -1933,6 +1941,33 @@ pub fn typescript_bindings() -> String {
 #[cfg(test)]
 mod tests {
     const BINDINGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ui/src/lib/bindings.ts");
+
+    /// What a person is told when the store fails: a database that cannot take work now
+    /// (PostgreSQL with no connection slot left, 53300; a standby, 25006) is "try again",
+    /// a 503, never a 500 with the server's words as if the console had broken.
+    #[test]
+    fn a_busy_database_is_unreachable_not_a_failure() {
+        use leadgate_store::{DbError, DbFault, StoreError};
+        let server = |code: &str| {
+            super::ConsoleError::from(StoreError::Database(DbError::new(
+                DbFault::Server,
+                Some(code),
+                "the server's own words",
+            )))
+        };
+        for code in ["53300", "53100", "57P03", "25006"] {
+            assert!(
+                matches!(server(code), super::ConsoleError::Unreachable { .. }),
+                "{code}: {:?}",
+                server(code)
+            );
+        }
+        // A fault of the statement itself stays a failure.
+        assert!(matches!(
+            server("42703"),
+            super::ConsoleError::Failed { .. }
+        ));
+    }
 
     #[test]
     fn bindings_are_fresh() {

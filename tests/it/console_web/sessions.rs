@@ -382,6 +382,49 @@ async fn the_owner_cannot_sign_in_and_a_removed_person_is_signed_out() {
     drop(cluster);
 }
 
+/// A sign-in while PostgreSQL has no connection slot left for a person is told to try
+/// again (503, `unreachable`), not a 500 with the server's words; once a slot is free the
+/// same sign-in works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sign_in_while_postgresql_has_no_slot_left_is_told_to_try_again() {
+    use sqlx::Connection;
+    let (cluster, url) = checked_cluster();
+    let d = deployment(&url, Backend::Postgres).await;
+    let site = Site::start(&d.url, &console_config("")).await;
+    let people = d.people.as_ref().unwrap();
+    let (login, password) = (
+        people.login(Role::SalesOps).to_owned(),
+        people.password(Role::SalesOps),
+    );
+    // Support's login takes every slot a person may have (the rest are the superuser's).
+    let mut held = vec![];
+    loop {
+        match sqlx::PgConnection::connect(people.url(Role::Support)).await {
+            Ok(c) => held.push(c),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("53300") => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(held.len() < 100, "the server never ran out of slots");
+    }
+    let (a, b) = sign_in(&site, &login, &password).await;
+    assert_eq!(
+        (a.status, a.kind()),
+        (StatusCode::SERVICE_UNAVAILABLE, "unreachable"),
+        "{}",
+        a.body
+    );
+    assert!(b.cookie.is_none());
+    for c in held.drain(..) {
+        let _ = c.close().await;
+    }
+    let (a, b) = sign_in(&site, &login, &password).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert!(b.cookie.is_some());
+    drop(site);
+    d.done().await;
+    drop(cluster);
+}
+
 /// PostgreSQL's change notifications reach a signed-in browser as server-sent events, and
 /// the stream ends with the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
