@@ -135,8 +135,13 @@ impl Ask {
                     | HumanAction::LinkExisting { crm_id } => Some(crm_id),
                     _ => None,
                 };
-                serde_json::json!({"resolution": action.resolution(), "crm_id": crm_id,
-                                   "comment": comment, "bulk": bulk})
+                let mut v = serde_json::json!({"resolution": action.resolution(), "crm_id": crm_id,
+                                   "comment": comment, "bulk": bulk});
+                // Fix and resend carries its data (migration 0029 lets it through).
+                if let HumanAction::ResendEdited { payload } = action {
+                    v["payload"] = payload.clone();
+                }
+                v
             }
             Ask::OpenReview { detail, .. } | Ask::Notified { detail, .. } => {
                 serde_json::json!({"detail": detail})
@@ -184,6 +189,9 @@ impl Ask {
                     Resolution::UpdatedCrm => HumanAction::UpdateCrm,
                     Resolution::Rejected => HumanAction::Reject,
                     Resolution::CreatedNew => HumanAction::CreateNew,
+                    Resolution::ResentEdited => HumanAction::ResendEdited {
+                        payload: body.get("payload").cloned().unwrap_or(Value::Null),
+                    },
                     Resolution::Superseded => return Err(bad("`superseded` is not a person's")),
                 };
                 let bulk = match body.get("bulk") {
@@ -412,6 +420,15 @@ mod tests {
                 expected_version: 1,
                 action: HumanAction::CreateNew,
                 comment: None,
+                bulk: None,
+            },
+            Ask::Resolve {
+                case_id: 9,
+                expected_version: 4,
+                action: HumanAction::ResendEdited {
+                    payload: serde_json::json!({"phone": "+79001234567", "n": [1, {"a": null}]}),
+                },
+                comment: Some("fixed the phone".into()),
                 bulk: None,
             },
             Ask::OpenReview {
