@@ -319,7 +319,7 @@ export const en = {
   },
   resend: {
     open: "Fix and resend…",
-    help: "The CRM refused this lead's data: fix it and send it again — once.",
+    help: "Fix the lead's data (say, the phone the CRM refused) and send it to the CRM again — once.",
     title: "Fix and resend",
     intro: "The lead's data as the source sent it (JSON). Fix what the CRM refused and send it again.",
     payload: "Lead data (JSON)",
@@ -330,7 +330,7 @@ export const en = {
     send: "Send to CRM",
     cancel: "Cancel",
     notJson: "This is not valid JSON yet.",
-    sent: "Sent again: the worker takes it now.",
+    sent: "Done: the fixed lead is queued and goes to the CRM once.",
   },
 };
 
