@@ -19,7 +19,9 @@
 //! (security definer, which people cannot disable) takes only the shapes [`Ask::body`]
 //! writes (`leadgate_request_problem`: the kind's own key columns, the body's fields typed
 //! and bounded — a CRM id of at most 256 printable characters, a notification's detail of
-//! at most 1 KiB — else `23514`, `leadgate: this request was refused: …`) and at most 100
+//! at most 1 KiB, a body of at most 16 KiB except *Fix and resend*'s, the only one that
+//! carries a lead's data (`payload`, a JSON object, migration 0029) — else `23514`,
+//! `leadgate: this request was refused: …`) and at most 100
 //! waiting requests per login (`P0001`, a sentence the console shows:
 //! `StoreError::RequestRefused`). A login's inserts queue on its row of
 //! `human_request_logins` (an upsert in the trigger), so two sessions cannot both count 99;
