@@ -441,18 +441,23 @@ async fn only_the_roles_that_may_authorize_a_retry_fix_and_resend() {
 
         // A resolution carrying data is only Fix and resend; Fix and resend carries an object.
         let mut sql = people.sql(Role::Manager).await;
+        // Only Fix and resend may be longer than 16 KiB (here: blanks a client could pad with).
+        let padded = format!(
+            "{{\"resolution\": \"rejected\", \"comment\": \"spam\"{}}}",
+            " ".repeat(17_000)
+        );
         for body in [
-            json!({"resolution": "retry_authorized", "payload": {"a": 1}}),
-            json!({"resolution": "resent_edited"}),
-            json!({"resolution": "resent_edited", "payload": [1]}),
-            json!({"resolution": "rejected", "comment": "x".repeat(20000)}),
+            json!({"resolution": "retry_authorized", "payload": {"a": 1}}).to_string(),
+            json!({"resolution": "resent_edited"}).to_string(),
+            json!({"resolution": "resent_edited", "payload": [1]}).to_string(),
+            padded,
         ] {
             let refused = sqlx::query(
                 "insert into human_requests (kind, case_id, expected_version, body) \
                  values ('resolve', $1, 1, $2)",
             )
             .bind(p2_case)
-            .bind(body.to_string())
+            .bind(&body)
             .execute(&mut sql)
             .await;
             assert!(refused.is_err(), "{body}");
