@@ -321,7 +321,7 @@ export const en = {
     open: "Fix and resend…",
     help: "Fix the lead's data (say, the phone the CRM refused) and send it to the CRM again — once.",
     title: "Fix and resend",
-    intro: "The lead's data as the source sent it (JSON). Fix what the CRM refused and send it again.",
+    intro: "The lead's data (JSON), as Leadgate holds it. Fix what the CRM refused and send it again.",
     payload: "Lead data (JSON)",
     checkFirst: "Something was sent to the CRM for this lead before: Leadgate first looks it up there by its key, and creates it only if it is not there.",
     createsOnce: "Nothing reached the CRM for this lead yet: it will be created once.",
