@@ -11,6 +11,7 @@ const COMMANDS: &[&str] = &[
     "older_events",
     "act",
     "open_case",
+    "resend",
     "resume_connector",
     "connectors",
     "cases_after",

@@ -4,8 +4,9 @@
 use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
     CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, DiagnosisRow,
-    DiagnosisView, ExportRequest, LookupResult, QueuePage, QueueQuery, QueueRow, Range, RulesEdit,
-    RulesView, SearchResults, Selection, Settings, Tab, TabCounts, TimelinePageView,
+    DiagnosisView, ExportRequest, LookupResult, QueuePage, QueueQuery, QueueRow, Range,
+    ResendRequest, RulesEdit, RulesView, SearchResults, Selection, Settings, Tab, TabCounts,
+    TimelinePageView,
 };
 use tauri::State;
 
@@ -107,6 +108,16 @@ pub async fn open_case(
         .console()
         .await?
         .open_case(&state.operator().await?, &operation_id, comment)
+        .await
+}
+
+/// *Fix and resend…* (`Console::resend`).
+#[tauri::command]
+pub async fn resend(state: S<'_>, request: ResendRequest) -> ApiResult<ActionOutcome> {
+    state
+        .console()
+        .await?
+        .resend(&state.operator().await?, request)
         .await
 }
 

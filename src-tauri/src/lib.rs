@@ -168,6 +168,7 @@ pub fn run() {
             commands::older_events,
             commands::act,
             commands::open_case,
+            commands::resend,
             commands::resume_connector,
             commands::connectors,
             commands::diagnoses,

@@ -999,6 +999,75 @@ async fn keep_original_and_update_sends_the_changed_phone_to_the_crm_in_a_real_w
     gw.stop().await;
 }
 
+/// A lead the CRM refused, fixed and sent again in the window, on the database at `url`
+/// beside a running gateway: the fake CRM gets the fixed data, once.
+async fn fix_and_resend_in_a_real_window(url: &str) {
+    use leadgate_testkit::gateway::{lead, Fault, Gateway};
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start_on(url, "").await;
+    // The CRM refuses the phone (400, nothing created): failed for good.
+    gw.fake.push_fault("crm.lead.add", Fault::Validation, 1);
+    let mut bad = lead("e2e-fix");
+    bad["phone"] = json!("8 (999) 12");
+    gw.post_json("site", &bad).await;
+    gw.wait_status("site:e2e-fix", "failed_terminal").await;
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url}).to_string(),
+    )
+    .unwrap();
+    let _driver = start_driver(&settings, &[]);
+    let c = connect_client().await;
+    let mut fixed = bad.clone();
+    fixed["phone"] = json!("+7 999 123-45-67");
+    fixed["name"] = json!("Ivan Fixed");
+    let id: OperationId = "site:e2e-fix".parse().unwrap();
+    let steps = tokio::spawn({
+        let c = c.clone();
+        let store = gw.store();
+        async move {
+            steps::fix_and_resend(&c, &*store, &id, &fixed).await;
+            steps::completed_in_view(&c, &*store, &id).await
+        }
+    })
+    .await;
+    let _ = c.close().await;
+    let shown = match steps {
+        Ok(crm_id) => crm_id,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    let entities = gw.fake.entities();
+    assert_eq!(entities.len(), 1, "one entity: {entities:?}");
+    assert_eq!(
+        entities[0].id.to_string(),
+        shown,
+        "the fake CRM's id is shown"
+    );
+    assert!(entities[0].fields.to_string().contains("Ivan Fixed"));
+    assert_eq!(
+        gw.fake.calls("crm.lead.add"),
+        2,
+        "the refused create and the one resend"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_fix_and_resend_sends_the_fixed_lead_once_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    fix_and_resend_in_a_real_window(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_fix_and_resend_sends_the_fixed_lead_once_in_a_real_window() {
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        fix_and_resend_in_a_real_window(&db.url).await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manager_changes_a_rule_and_the_running_gateway_matches_by_it_in_a_real_window() {
     let dir = tempfile::tempdir().unwrap();

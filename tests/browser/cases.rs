@@ -115,6 +115,11 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
     steps::authorize_retry(c, &*d.store, &s.exhausted).await;
     steps::reject_stale(c, &*d.store, &s.stale, "test submission from the agency").await;
     steps::keep_original(c, &*d.store, &s.conflict, &sales).await;
+    // The lead the CRM refused: its data fixed and sent again (it waits for the paused
+    // connector like every other).
+    let fixed = serde_json::json!({"submission_id": "1005", "name": "Maria Fixed",
+                                   "phone": "+79001112233"});
+    steps::fix_and_resend(c, &*d.store, &s.failed, &fixed).await;
 
     // A cross-channel match is a manager's: sales ops find it apart, "waiting for a
     // manager", one click away, and are offered no link.
@@ -162,6 +167,27 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // ... and the fixed one, once, with the fixed data: completed with the CRM's id.
+    if team.people.is_some() {
+        sign_out(c).await;
+        sign_in_as(c, team, Role::SalesOps).await;
+    }
+    type_into(c, "[data-testid=search]", &format!("{}\u{E007}", s.failed)).await;
+    open_row(c, s.failed.as_str()).await;
+    let crm_id = steps::completed_in_view(c, &*d.store, &s.failed).await;
+    let sent: Vec<_> = d
+        .fake
+        .entities()
+        .into_iter()
+        .filter(|e| e.fields["ORIGIN_ID"] == s.failed.as_str())
+        .collect();
+    assert_eq!(sent.len(), 1, "one entity for the fixed lead: {sent:?}");
+    assert_eq!(sent[0].id.to_string(), crm_id);
+    assert!(
+        sent[0].fields.to_string().contains("Maria Fixed"),
+        "{:?}",
+        sent[0].fields
+    );
     sign_out(c).await;
 }
 

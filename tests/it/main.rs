@@ -30,6 +30,7 @@ mod pull;
 mod races;
 mod refusals;
 mod requests;
+mod resend;
 mod retention;
 mod roles;
 mod rules;

@@ -360,8 +360,12 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
             let mut sql = people.sql(*role).await;
             for (case_id, reason) in &cases {
                 for resolution in resolutions.clone() {
-                    let body =
-                        serde_json::json!({"resolution": resolution, "crm_id": "1"}).to_string();
+                    let mut body = serde_json::json!({"resolution": resolution, "crm_id": "1"});
+                    // Fix and resend carries the edited data (and only it does).
+                    if resolution == Resolution::ResentEdited {
+                        body["payload"] = serde_json::json!({"phone": "+79001234567"});
+                    }
+                    let body = body.to_string();
                     let mut tx = sql.begin().await.unwrap();
                     let allowed = sqlx::query(
                         "insert into human_requests (kind, case_id, expected_version, body) \
@@ -427,7 +431,7 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                 tried += 1;
             }
         }
-        assert_eq!(tried, 4 * (4 * 8 + 4));
+        assert_eq!(tried, 4 * (4 * 9 + 4));
         people.drop_all().await;
     })
     .await;

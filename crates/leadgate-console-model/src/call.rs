@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     ActionRequest, ApiResult, BulkAction, BulkRequest, Console, ConsoleError, QueueQuery, Range,
-    RulesEdit, Selection, Tab,
+    ResendRequest, RulesEdit, Selection, Tab,
 };
 
 /// One call: `{"command": "queue", "args": {"tab": "review", "query": {…}}}`.
@@ -43,6 +43,10 @@ pub enum Call {
     OpenCase {
         operation_id: String,
         comment: Option<String>,
+    },
+    /// *Fix and resend…* (`Console::resend`).
+    Resend {
+        request: ResendRequest,
     },
     ResumeConnector {
         name: String,
@@ -134,6 +138,7 @@ impl Call {
             self,
             Call::Act { .. }
                 | Call::OpenCase { .. }
+                | Call::Resend { .. }
                 | Call::ResumeConnector { .. }
                 | Call::Notify { .. }
                 | Call::BulkStart { .. }
@@ -176,6 +181,7 @@ impl Console {
                 operation_id,
                 comment,
             } => json(self.open_case(operator, &operation_id, comment).await?),
+            Call::Resend { request } => json(self.resend(operator, request).await?),
             Call::ResumeConnector { name } => json(self.resume_connector(operator, &name).await?),
             Call::Connectors => json(self.connectors().await?),
             Call::CasesAfter { after } => json(self.cases_after(after).await?),

@@ -681,6 +681,9 @@ pub struct CaseDetail {
     pub role_decides: bool,
     /// Those of `allowed` that need a comment saying why (`rules::needs_comment`).
     pub needs_comment: Vec<String>,
+    /// Whether this person may *Fix and resend…* this lead now ([`Console::resend`]):
+    /// their role may, and the rules would grant a retry on the case it would resolve.
+    pub may_resend: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -702,6 +705,24 @@ pub enum Action {
     CreateNew,
     /// The lead is dropped for good (`failed_terminal`), with the reason in the comment.
     Reject,
+    /// Fix and resend: `payload` (the edited JSON text, an object) replaces the lead's
+    /// data, and one more attempt sends it (`HumanAction::ResendEdited`).
+    ResendEdited {
+        payload: String,
+    },
+}
+
+/// *Fix and resend…* on a lead (a failed one, typically): opens a review case for it
+/// unless one is open, and resolves it with [`Action::ResendEdited`], in one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ResendRequest {
+    pub operation_id: String,
+    /// The operation version the person saw.
+    #[ts(type = "number")]
+    pub expected_version: i64,
+    /// The edited payload, as typed (JSON text of an object).
+    pub payload: String,
+    pub comment: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -1330,6 +1351,7 @@ impl Console {
             })
             .cloned()
             .collect();
+        let may_resend = self.resend_check(&op, &cases).is_ok();
         let mut operation = op_view(op, crm_url_template);
         let lead = &operation.lead;
         operation.crm_search_url = published
@@ -1349,6 +1371,7 @@ impl Console {
         Ok(CaseDetail {
             found_in_crm: found_in_crm(case.as_ref(), template),
             crm_entities,
+            may_resend,
             needs_comment,
             role_decides,
             allowed,
@@ -1401,10 +1424,95 @@ impl Console {
             Action::AcceptAsNew => HumanAction::AcceptAsNew,
             Action::CreateNew => HumanAction::CreateNew,
             Action::Reject => HumanAction::Reject,
+            Action::ResendEdited { payload } => HumanAction::ResendEdited {
+                payload: leadgate_domain::rules::parse_edited_payload(&payload)
+                    .map_err(StoreError::from)?,
+            },
         };
+        self.resolve_case(operator, req.case_id, req.expected_version, comment, action)
+            .await
+    }
+
+    /// *Fix and resend…*: the edited data replaces the lead's and one more attempt sends
+    /// it — looked up by key in the CRM first when an attempt was made before, so a create
+    /// that did land is found, not repeated (`rules::decide`, as *Authorize one retry*).
+    /// Opens a review case unless one is open ([`open_case`](Console::open_case)) and
+    /// resolves it with [`Action::ResendEdited`]: two requests, each a `store::Ask`. What
+    /// is refused before the case is opened (data that is not a JSON object, a version
+    /// moved, a role or a rule that refuses it now) changes nothing; the resolution is
+    /// guarded by the version seen plus the opening's own step, so anything else that
+    /// changed the lead meanwhile refuses it (`Changed`) and leaves the case open.
+    pub async fn resend(&self, operator: &str, req: ResendRequest) -> ApiResult<ActionOutcome> {
+        let payload =
+            leadgate_domain::rules::parse_edited_payload(&req.payload).map_err(StoreError::from)?;
+        let id = parse_operation_id(&req.operation_id)?;
+        let op = self
+            .store
+            .operation(&id)
+            .await?
+            .ok_or_else(|| ConsoleError::NotFound {
+                message: format!("no operation `{}`", req.operation_id),
+            })?;
+        if op.version != req.expected_version {
+            return Err(ConsoleError::Changed {
+                expected: req.expected_version,
+                current: op.version,
+            });
+        }
+        let cases = self.store.cases_of(&id).await?;
+        self.resend_check(&op, &cases)?;
+        let comment = req
+            .comment
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty());
+        let case_id = self
+            .open_case(operator, &req.operation_id, comment.clone())
+            .await?;
+        // Opening (or noting on the open case) is one step of the version.
+        let action = HumanAction::ResendEdited { payload };
+        self.resolve_case(operator, case_id, req.expected_version + 1, comment, action)
+            .await
+    }
+
+    /// Why *Fix and resend* would be refused on `op` now: the role, or the rules on the
+    /// case it would resolve (the open one, else a new `uncertain_outcome` case).
+    fn resend_check(&self, op: &Operation, cases: &[ReviewCase]) -> ApiResult<()> {
+        let reason = cases
+            .iter()
+            .rev()
+            .find(|c| c.resolved_at.is_none() && c.reason != ReviewReason::PayloadConflict)
+            .map_or(ReviewReason::UncertainOutcome, |c| c.reason);
+        let resolution = leadgate_domain::Resolution::ResentEdited;
+        // A role that reads no case is refused by the database when the lead is read; one
+        // that reads it but does not decide this case (sales ops, a cross-channel match)
+        // is told whose it is before anything is asked.
+        if let Some(role) = self.performer.role() {
+            if !may_ask(role, AskKind::Resolve(reason, resolution)) {
+                return Err(
+                    StoreError::Refused(leadgate_domain::Refusal::NotYourRole { reason }).into(),
+                );
+            }
+        }
+        let action = HumanAction::ResendEdited {
+            payload: Value::Object(Default::default()),
+        };
+        leadgate_domain::rules::decide(&action, "console", reason, op.facts(), self.store.now())
+            .map_err(|r| StoreError::Refused(r).into())
+            .map(|_| ())
+    }
+
+    /// Resolves case `case_id` with `action` as `operator`, guarded by `expected_version`.
+    async fn resolve_case(
+        &self,
+        operator: &str,
+        case_id: i64,
+        expected_version: i64,
+        comment: Option<String>,
+        action: HumanAction,
+    ) -> ApiResult<ActionOutcome> {
         let ask = Ask::Resolve {
-            case_id: req.case_id,
-            expected_version: req.expected_version,
+            case_id,
+            expected_version,
             action,
             comment,
             bulk: None,
@@ -1882,6 +1990,7 @@ pub fn typescript_bindings() -> String {
         FoundInCrm::decl(&cfg),
         Action::decl(&cfg),
         ActionRequest::decl(&cfg),
+        ResendRequest::decl(&cfg),
         ActionOutcome::decl(&cfg),
         ConnectorView::decl(&cfg),
         SeriesPointView::decl(&cfg),

@@ -46,6 +46,9 @@ pub enum Resolution {
     Rejected,
     /// A cross-channel or late match is a new request after all: create it.
     CreatedNew,
+    /// A failed lead's data was fixed by a person and sent again: one more attempt with
+    /// the edited payload (looked up by key first after an earlier attempt).
+    ResentEdited,
     /// Closed by the store, not a person: the operation got its result another way
     /// (a late CRM answer, or another case's resolution), so the question is moot.
     Superseded,
@@ -60,6 +63,7 @@ named_enum!(Resolution, "resolution", {
     UpdatedCrm => "updated_crm",
     Rejected => "rejected",
     CreatedNew => "created_new",
+    ResentEdited => "resent_edited",
     Superseded => "superseded",
 });
 
@@ -89,7 +93,7 @@ named_enum!(MatchRule, "matching rule", {
 });
 
 /// A person's decision on a review case.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum HumanAction {
     /// The entity exists in the CRM with this id.
     ConfirmCrmResult { crm_id: String },
@@ -108,6 +112,11 @@ pub enum HumanAction {
     Reject,
     /// A cross-channel or late match is a new request after all: send it to the CRM.
     CreateNew,
+    /// Fix and resend: `payload` (a JSON object) replaces the operation's payload and
+    /// exactly one more attempt sends it, as [`AuthorizeRetry`](HumanAction::AuthorizeRetry)
+    /// grants one (the key looked up first after an earlier attempt). The fingerprint
+    /// stays the original delivery's.
+    ResendEdited { payload: serde_json::Value },
 }
 
 impl HumanAction {
@@ -121,6 +130,7 @@ impl HumanAction {
             HumanAction::UpdateCrm => Resolution::UpdatedCrm,
             HumanAction::Reject => Resolution::Rejected,
             HumanAction::CreateNew => Resolution::CreatedNew,
+            HumanAction::ResendEdited { .. } => Resolution::ResentEdited,
         }
     }
 }

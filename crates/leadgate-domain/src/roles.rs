@@ -79,10 +79,14 @@ mod tests {
         let cross_link = AskKind::Resolve(R::CrossChannelMatch, Resolution::LinkedExisting);
         let late_new = AskKind::Resolve(R::LateDuplicate, Resolution::CreatedNew);
         let retry = AskKind::Resolve(R::RetriesExhausted, Resolution::RetryAuthorized);
+        let resend = AskKind::Resolve(R::UncertainOutcome, Resolution::ResentEdited);
+        let cross_resend = AskKind::Resolve(R::CrossChannelMatch, Resolution::ResentEdited);
         // kind, support, sales_ops, manager, admin
         let table = [
             (confirm, [false, true, true, false]),
             (retry, [false, true, true, false]),
+            (resend, [false, true, true, false]),
+            (cross_resend, [false, false, true, false]),
             (cross_link, [false, false, true, false]),
             (late_new, [false, false, true, false]),
             (AskKind::OpenReview, [false, true, true, false]),

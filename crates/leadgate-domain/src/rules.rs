@@ -79,6 +79,13 @@ pub enum Refusal {
     RuleChannelName { channel: String },
     #[error("someone changed these rules since you opened them (now version {current}); reload and edit again")]
     RulesChanged { current: i64 },
+    /// *Fix and resend*: the edited text does not read as JSON.
+    #[error("the edited data is not valid JSON ({problem}); nothing was changed")]
+    PayloadMalformed { problem: String },
+    #[error("the edited data must be a JSON object (`{{…}}`), as the source sent it; nothing was changed")]
+    PayloadNotObject,
+    #[error("the edited data is larger than {most} bytes; nothing was changed")]
+    PayloadTooLarge { most: usize },
 }
 
 impl Refusal {
@@ -115,6 +122,9 @@ impl Refusal {
         "rule_window_out_of_range",
         "rule_channel_name",
         "rules_changed",
+        "payload_malformed",
+        "payload_not_object",
+        "payload_too_large",
     ];
 
     /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
@@ -137,7 +147,10 @@ impl Refusal {
             Refusal::RuleWindowOutOfRange { secs } => Some(secs.to_string()),
             Refusal::RuleChannelName { channel } => Some(channel.clone()),
             Refusal::RulesChanged { current } => Some(current.to_string()),
-            Refusal::CrmIdInvalid { problem } => Some(problem.clone()),
+            Refusal::CrmIdInvalid { problem } | Refusal::PayloadMalformed { problem } => {
+                Some(problem.clone())
+            }
+            Refusal::PayloadTooLarge { most } => Some(most.to_string()),
             _ => None,
         }
     }
@@ -176,6 +189,9 @@ impl Refusal {
             Refusal::RuleWindowOutOfRange { .. } => "rule_window_out_of_range",
             Refusal::RuleChannelName { .. } => "rule_channel_name",
             Refusal::RulesChanged { .. } => "rules_changed",
+            Refusal::PayloadMalformed { .. } => "payload_malformed",
+            Refusal::PayloadNotObject => "payload_not_object",
+            Refusal::PayloadTooLarge { .. } => "payload_too_large",
         }
     }
 }
@@ -292,36 +308,12 @@ pub fn decide(
                 link,
             })
         }
-        HumanAction::AuthorizeRetry => {
-            if !matches!(op.status, Status::NeedsReview | Status::FailedTerminal) {
-                return Err(Refusal::RetryNotInReview { status: op.status });
-            }
-            if op.lease_live(now) {
-                return Err(Refusal::RetryWhileInFlight);
-            }
-            if reason == ReviewReason::PayloadConflict {
-                return Err(Refusal::RetryOnConflict);
-            }
-            // Never a second create on top of a known result.
-            if let Some(crm_id) = op.crm_id {
-                return Err(Refusal::RetryOverKnownResult {
-                    crm_id: crm_id.to_owned(),
-                });
-            }
-            if reason == ReviewReason::AmbiguousMatch {
-                return Err(Refusal::RetryOnAmbiguousMatch);
-            }
-            if !op.has_payload {
-                return Err(Refusal::RetryWithoutData);
-            }
-            Ok(Decision::GrantRetry {
-                // A create sent under an earlier lease may still land: the granted
-                // attempt is not due before its settle window is over.
-                due_at: op.quiet_after.map_or(now, |q| q.max(now)),
-                // An earlier attempt may have landed meanwhile: the granted attempt
-                // looks the key up before it creates.
-                verify_first: op.attempts > 0,
-            })
+        HumanAction::AuthorizeRetry => grant_retry(reason, op, now),
+        // Refused wherever a retry is; then the edited data is checked.
+        HumanAction::ResendEdited { payload } => {
+            let decision = grant_retry(reason, op, now)?;
+            check_edited_payload(payload)?;
+            Ok(decision)
         }
         HumanAction::KeepOriginal | HumanAction::AcceptAsNew | HumanAction::UpdateCrm => {
             if reason != ReviewReason::PayloadConflict {
@@ -380,6 +372,136 @@ pub fn decide(
             Ok(Decision::Reject)
         }
     }
+}
+
+/// *Authorize one retry* (and *Fix and resend*, which is one with other data): refused on
+/// top of a known result, on a conflict or an ambiguous match, while a lease is live and
+/// once the payload is purged.
+fn grant_retry(
+    reason: ReviewReason,
+    op: OpFacts<'_>,
+    now: DateTime<Utc>,
+) -> Result<Decision, Refusal> {
+    if !matches!(op.status, Status::NeedsReview | Status::FailedTerminal) {
+        return Err(Refusal::RetryNotInReview { status: op.status });
+    }
+    if op.lease_live(now) {
+        return Err(Refusal::RetryWhileInFlight);
+    }
+    if reason == ReviewReason::PayloadConflict {
+        return Err(Refusal::RetryOnConflict);
+    }
+    // Never a second create on top of a known result.
+    if let Some(crm_id) = op.crm_id {
+        return Err(Refusal::RetryOverKnownResult {
+            crm_id: crm_id.to_owned(),
+        });
+    }
+    if reason == ReviewReason::AmbiguousMatch {
+        return Err(Refusal::RetryOnAmbiguousMatch);
+    }
+    if !op.has_payload {
+        return Err(Refusal::RetryWithoutData);
+    }
+    Ok(Decision::GrantRetry {
+        // A create sent under an earlier lease may still land: the granted
+        // attempt is not due before its settle window is over.
+        due_at: op.quiet_after.map_or(now, |q| q.max(now)),
+        // An earlier attempt may have landed meanwhile: the granted attempt
+        // looks the key up before it creates.
+        verify_first: op.attempts > 0,
+    })
+}
+
+/// The most bytes an edited payload may have: intake's default `[server] max_body`.
+pub const MAX_EDITED_PAYLOAD_BYTES: usize = 256 * 1024;
+
+/// *Fix and resend*'s data as a person typed it: a JSON object of at most
+/// [`MAX_EDITED_PAYLOAD_BYTES`], or why not.
+pub fn parse_edited_payload(text: &str) -> Result<serde_json::Value, Refusal> {
+    if text.len() > MAX_EDITED_PAYLOAD_BYTES {
+        return Err(Refusal::PayloadTooLarge {
+            most: MAX_EDITED_PAYLOAD_BYTES,
+        });
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| Refusal::PayloadMalformed {
+            problem: e.to_string(),
+        })?;
+    check_edited_payload(&value)?;
+    Ok(value)
+}
+
+/// An edited payload is a JSON object (what every source's payload is), within
+/// [`MAX_EDITED_PAYLOAD_BYTES`].
+pub fn check_edited_payload(payload: &serde_json::Value) -> Result<(), Refusal> {
+    if !payload.is_object() {
+        return Err(Refusal::PayloadNotObject);
+    }
+    if payload.to_string().len() > MAX_EDITED_PAYLOAD_BYTES {
+        return Err(Refusal::PayloadTooLarge {
+            most: MAX_EDITED_PAYLOAD_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// What an edit changed, as field paths (`phone`, `contact.email`; an array counts as one
+/// field): for the timeline, which records what was edited, never the values.
+pub fn edited_fields(
+    before: Option<&serde_json::Value>,
+    after: &serde_json::Value,
+) -> EditedFields {
+    let mut out = EditedFields::default();
+    let empty = serde_json::Map::new();
+    let before = before
+        .and_then(serde_json::Value::as_object)
+        .unwrap_or(&empty);
+    if let Some(after) = after.as_object() {
+        diff_fields("", before, after, &mut out);
+    }
+    out
+}
+
+/// Field paths an edit added, changed and removed, each sorted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EditedFields {
+    pub added: Vec<String>,
+    pub changed: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+fn diff_fields(
+    prefix: &str,
+    before: &serde_json::Map<String, serde_json::Value>,
+    after: &serde_json::Map<String, serde_json::Value>,
+    out: &mut EditedFields,
+) {
+    let path = |k: &str| {
+        if prefix.is_empty() {
+            k.to_owned()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    for (k, v) in after {
+        match (before.get(k), v) {
+            (None, _) => out.added.push(path(k)),
+            (Some(serde_json::Value::Object(b)), serde_json::Value::Object(a)) => {
+                diff_fields(&path(k), b, a, out)
+            }
+            (Some(b), a) if b != a => out.changed.push(path(k)),
+            _ => {}
+        }
+    }
+    for k in before.keys() {
+        if !after.contains_key(k) {
+            out.removed.push(path(k));
+        }
+    }
+    out.added.sort();
+    out.changed.sort();
+    out.removed.sort();
 }
 
 /// Whether an action may be taken in bulk on a case opened for `reason` (on top of what
@@ -454,6 +576,9 @@ pub fn allowed_actions(
         HumanAction::AcceptAsNew,
         HumanAction::CreateNew,
         HumanAction::Reject,
+        HumanAction::ResendEdited {
+            payload: serde_json::Value::Object(Default::default()),
+        },
     ]
     .into_iter()
     .filter(|a| decide(a, "operator", reason, op, now).is_ok())
@@ -1111,6 +1236,132 @@ mod tests {
     }
 
     #[test]
+    fn fix_and_resend_is_a_retry_with_other_data() {
+        let edited = || A::ResendEdited {
+            payload: serde_json::json!({"phone": "+79001234567"}),
+        };
+        // Granted as a retry is: after an attempt it looks the key up first.
+        for (attempts, verify_first) in [(0, false), (1, true)] {
+            let failed = OpFacts {
+                attempts,
+                ..op(S::FailedTerminal)
+            };
+            assert_eq!(
+                decide(&edited(), "ann", R::UncertainOutcome, failed, now()),
+                decide(
+                    &A::AuthorizeRetry,
+                    "ann",
+                    R::UncertainOutcome,
+                    failed,
+                    now()
+                )
+            );
+            assert_eq!(
+                decide(&edited(), "ann", R::UncertainOutcome, failed, now()),
+                Ok(Decision::GrantRetry {
+                    due_at: now(),
+                    verify_first
+                })
+            );
+        }
+        // Refused where a retry is.
+        let known = OpFacts {
+            crm_id: Some("77"),
+            ..op(S::NeedsReview)
+        };
+        assert_eq!(
+            decide(&edited(), "ann", R::UncertainOutcome, known, now()),
+            Err(Refusal::RetryOverKnownResult {
+                crm_id: "77".into()
+            })
+        );
+        assert_eq!(
+            decide(
+                &edited(),
+                "ann",
+                R::UncertainOutcome,
+                op(S::Completed),
+                now()
+            ),
+            Err(Refusal::RetryNotInReview {
+                status: S::Completed
+            })
+        );
+        assert_eq!(
+            decide(
+                &edited(),
+                "ann",
+                R::PayloadConflict,
+                op(S::NeedsReview),
+                now()
+            ),
+            Err(Refusal::RetryOnConflict)
+        );
+        // Data that is not an object, or not JSON, is refused.
+        for bad in [
+            serde_json::json!([1]),
+            serde_json::json!("x"),
+            serde_json::Value::Null,
+        ] {
+            let action = A::ResendEdited { payload: bad };
+            assert_eq!(
+                decide(
+                    &action,
+                    "ann",
+                    R::UncertainOutcome,
+                    op(S::FailedTerminal),
+                    now()
+                ),
+                Err(Refusal::PayloadNotObject)
+            );
+        }
+        assert!(matches!(
+            parse_edited_payload("{\"phone\": "),
+            Err(Refusal::PayloadMalformed { .. })
+        ));
+        assert_eq!(parse_edited_payload("[]"), Err(Refusal::PayloadNotObject));
+        let big = format!("{{\"a\": \"{}\"}}", "x".repeat(MAX_EDITED_PAYLOAD_BYTES));
+        assert!(matches!(
+            parse_edited_payload(&big),
+            Err(Refusal::PayloadTooLarge { .. })
+        ));
+        assert_eq!(
+            parse_edited_payload(" {\"a\": 1} "),
+            Ok(serde_json::json!({"a": 1}))
+        );
+        for r in [
+            Refusal::PayloadMalformed {
+                problem: "x".into(),
+            },
+            Refusal::PayloadNotObject,
+            Refusal::PayloadTooLarge { most: 1 },
+        ] {
+            assert!(Refusal::CODES.contains(&r.code()), "{r:?}");
+        }
+        assert_eq!(edited().resolution(), Resolution::ResentEdited);
+    }
+
+    #[test]
+    fn an_edit_names_the_fields_it_changed_never_their_values() {
+        let before = serde_json::json!({"name": "Ann", "phone": "8-900", "form": "a",
+                                        "contact": {"email": "a@x", "city": "Msk"}});
+        let after = serde_json::json!({"name": "Ann", "phone": "+7900", "note": "fixed",
+                                       "contact": {"email": "b@x", "city": "Msk"}});
+        let got = edited_fields(Some(&before), &after);
+        assert_eq!(
+            got,
+            EditedFields {
+                added: vec!["note".into()],
+                changed: vec!["contact.email".into(), "phone".into()],
+                removed: vec!["form".into()],
+            }
+        );
+        let text = serde_json::to_string(&got).unwrap();
+        assert!(!text.contains("+7900") && !text.contains("b@x"), "{text}");
+        assert_eq!(edited_fields(None, &after).added.len(), 4);
+    }
+
+    #[test]
     fn allowed_actions_are_exactly_what_decide_allows() {
         use Resolution as Res;
         let ambiguous_done = OpFacts {
@@ -1141,6 +1392,7 @@ mod tests {
                     Res::RetryAuthorized,
                     Res::CreatedNew,
                     Res::Rejected,
+                    Res::ResentEdited,
                 ],
             ),
             (

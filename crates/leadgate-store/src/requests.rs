@@ -19,7 +19,9 @@
 //! (security definer, which people cannot disable) takes only the shapes [`Ask::body`]
 //! writes (`leadgate_request_problem`: the kind's own key columns, the body's fields typed
 //! and bounded — a CRM id of at most 256 printable characters, a notification's detail of
-//! at most 1 KiB — else `23514`, `leadgate: this request was refused: …`) and at most 100
+//! at most 1 KiB, a body of at most 16 KiB except *Fix and resend*'s, the only one that
+//! carries a lead's data (`payload`, a JSON object, migration 0029) — else `23514`,
+//! `leadgate: this request was refused: …`) and at most 100
 //! waiting requests per login (`P0001`, a sentence the console shows:
 //! `StoreError::RequestRefused`). A login's inserts queue on its row of
 //! `human_request_logins` (an upsert in the trigger), so two sessions cannot both count 99;
@@ -135,8 +137,13 @@ impl Ask {
                     | HumanAction::LinkExisting { crm_id } => Some(crm_id),
                     _ => None,
                 };
-                serde_json::json!({"resolution": action.resolution(), "crm_id": crm_id,
-                                   "comment": comment, "bulk": bulk})
+                let mut v = serde_json::json!({"resolution": action.resolution(), "crm_id": crm_id,
+                                   "comment": comment, "bulk": bulk});
+                // Fix and resend carries its data (migration 0029 lets it through).
+                if let HumanAction::ResendEdited { payload } = action {
+                    v["payload"] = payload.clone();
+                }
+                v
             }
             Ask::OpenReview { detail, .. } | Ask::Notified { detail, .. } => {
                 serde_json::json!({"detail": detail})
@@ -184,6 +191,9 @@ impl Ask {
                     Resolution::UpdatedCrm => HumanAction::UpdateCrm,
                     Resolution::Rejected => HumanAction::Reject,
                     Resolution::CreatedNew => HumanAction::CreateNew,
+                    Resolution::ResentEdited => HumanAction::ResendEdited {
+                        payload: body.get("payload").cloned().unwrap_or(Value::Null),
+                    },
                     Resolution::Superseded => return Err(bad("`superseded` is not a person's")),
                 };
                 let bulk = match body.get("bulk") {
@@ -412,6 +422,15 @@ mod tests {
                 expected_version: 1,
                 action: HumanAction::CreateNew,
                 comment: None,
+                bulk: None,
+            },
+            Ask::Resolve {
+                case_id: 9,
+                expected_version: 4,
+                action: HumanAction::ResendEdited {
+                    payload: serde_json::json!({"phone": "+79001234567", "n": [1, {"a": null}]}),
+                },
+                comment: Some("fixed the phone".into()),
                 bulk: None,
             },
             Ask::OpenReview {

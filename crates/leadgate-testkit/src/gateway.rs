@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use leadgate::app::{self, Mode, Running};
 use leadgate::config::Config;
 use leadgate_fakes::bitrix24::FakeBitrix24;
+/// The faults a test pushes on the gateway's fake (`gw.fake.push_fault`).
+pub use leadgate_fakes::bitrix24::Fault;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

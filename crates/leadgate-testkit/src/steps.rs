@@ -169,3 +169,79 @@ pub async fn bulk_run(c: &Client, comment: &str, succeeded: usize, skipped: usiz
         Some(skipped.to_string())
     );
 }
+
+/// *Fix and resend…* on the failed lead `failed`, from the *Failed* tab: the editor shows
+/// the lead's data; text that is not JSON is refused with a sentence and changes nothing;
+/// `fixed` (the lead's data as it should be) is then sent. Ends when the database holds
+/// the fixed data under the original fingerprint, the case resolved as fixed and resent.
+pub async fn fix_and_resend(
+    c: &Client,
+    db: &dyn Store,
+    failed: &OperationId,
+    fixed: &serde_json::Value,
+) {
+    tab(c, "failed_terminal").await;
+    open_row(c, failed.as_str()).await;
+    let before = op(db, failed).await;
+    assert_eq!(before.status, Status::FailedTerminal);
+    click(c, "[data-testid=resend]").await;
+    let editor = el(c, "[data-testid=resend-payload]").await;
+    let shown: serde_json::Value =
+        serde_json::from_str(&editor.prop("value").await.unwrap().unwrap_or_default())
+            .expect("the editor shows the lead's data as JSON");
+    assert_eq!(Some(&shown), before.payload.as_ref());
+    // Not JSON: refused, nothing changed.
+    editor.clear().await.unwrap();
+    editor.send_keys("{\"name\": ").await.unwrap();
+    el(c, "[data-testid=resend-not-json]").await;
+    click(c, "[data-testid=resend-send]").await;
+    el(c, "[data-testid=resend-error]").await;
+    let same = op(db, failed).await;
+    assert_eq!(
+        (same.version, same.status),
+        (before.version, Status::FailedTerminal),
+        "a refused edit changes nothing"
+    );
+    // The fixed data, sent.
+    editor.clear().await.unwrap();
+    editor.send_keys(&fixed.to_string()).await.unwrap();
+    click(c, "[data-testid=resend-send]").await;
+    el(c, "[data-testid=action-notice]").await;
+    assert!(
+        absent(c, "[data-testid=resend-dialog]").await,
+        "the editor closes once sent"
+    );
+    let after = op(db, failed).await;
+    assert_eq!(after.payload.as_ref(), Some(fixed));
+    assert_eq!(
+        after.payload_hash, before.payload_hash,
+        "the fingerprint stays"
+    );
+    assert_ne!(after.status, Status::FailedTerminal);
+    let case = last_case(db, failed).await;
+    assert_eq!(case.resolution.as_deref(), Some("resent_edited"));
+}
+
+/// Waits (up to a minute) until the worker completed `id`, then until its open case view
+/// shows it completed with that CRM id: the id, as the console shows it.
+pub async fn completed_in_view(c: &Client, db: &dyn Store, id: &OperationId) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let crm_id = loop {
+        let o = op(db, id).await;
+        if o.status == Status::Completed {
+            break o.crm_id.expect("a completed lead has its CRM id");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{id} was never sent: {:?}",
+            o.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    el(c, "[data-testid=op-status][data-status=completed]").await;
+    crate::webdriver::text_until(c, "[data-testid=op-crm-id]", &crm_id, |t| {
+        t.contains(crm_id.as_str())
+    })
+    .await;
+    crm_id
+}

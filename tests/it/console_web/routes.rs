@@ -159,6 +159,16 @@ fn routes() -> Vec<Route> {
             args: |t| json!({"operationId": t.seeded.failed.as_str(), "comment": "a look"}),
         },
         Route {
+            // Fix and resend: at a version already gone (the case opened above moved it),
+            // so the rules answer; support and admin may not read the lead at all.
+            name: "resend",
+            may: casework,
+            args: |t| {
+                json!({"request": {"operation_id": t.seeded.failed.as_str(), "expected_version": 1,
+                       "payload": "{\"name\": \"Fixed\"}", "comment": null}})
+            },
+        },
+        Route {
             name: "act",
             may: casework,
             args: |t| {

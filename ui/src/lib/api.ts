@@ -24,6 +24,7 @@ import type {
   QueueQuery,
   QueueRow,
   Range,
+  ResendRequest,
   RulesEdit,
   RulesView,
   LookupResult,
@@ -159,6 +160,8 @@ export const api = {
     call<TimelinePageView>("older_events", { operationId, before }),
   act: (request: ActionRequest) => call<ActionOutcome>("act", { request }),
   openCase: (operationId: string, comment: string | null) => call<number>("open_case", { operationId, comment }),
+  /** Fix and resend: the edited data replaces the lead's and one more attempt sends it. */
+  resend: (request: ResendRequest) => call<ActionOutcome>("resend", { request }),
   resumeConnector: (name: string) => call<boolean>("resume_connector", { name }),
   connectors: () => call<ConnectorView[]>("connectors"),
   casesAfter: (after: number | null) => call<QueueRow[]>("cases_after", { after }),

@@ -174,7 +174,12 @@ role_decides: boolean,
 /**
  * Those of `allowed` that need a comment saying why (`rules::needs_comment`).
  */
-needs_comment: Array<string>, };
+needs_comment: Array<string>, 
+/**
+ * Whether this person may *Fix and resend…* this lead now ([`Console::resend`]):
+ * their role may, and the rules would grant a retry on the case it would resolve.
+ */
+may_resend: boolean, };
 
 export type TimelinePageView = { 
 /**
@@ -199,13 +204,23 @@ how: string, url: string | null, };
 
 export type FoundInCrm = { crm_id: string, url: string | null, };
 
-export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "update_crm" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" };
+export type Action = { "type": "confirm", crm_id: string, } | { "type": "link", crm_id: string, } | { "type": "authorize_retry" } | { "type": "keep_original" } | { "type": "update_crm" } | { "type": "accept_as_new" } | { "type": "create_new" } | { "type": "reject" } | { "type": "resend_edited", payload: string, };
 
 export type ActionRequest = { case_id: number, 
 /**
  * The operation version the operator saw.
  */
 expected_version: number, comment: string | null, action: Action, };
+
+export type ResendRequest = { operation_id: string, 
+/**
+ * The operation version the person saw.
+ */
+expected_version: number, 
+/**
+ * The edited payload, as typed (JSON text of an object).
+ */
+payload: string, comment: string | null, };
 
 export type ActionOutcome = { operation: OperationView, new_operation: string | null, };
 

@@ -337,6 +337,20 @@ const TABLE: Row[] = [
     ru: "Anna: конфликтующая доставка принята как новая операция site:1004#accepted-49",
   },
   {
+    kind: "human_action",
+    detail: {
+      case_id: 14,
+      action: "resent_edited",
+      comment: "fixed the phone",
+      crm_id: null,
+      new_operation: null,
+      edited: { added: ["comment"], changed: ["phone"], removed: [] },
+    },
+    more: { actor: "Olga" },
+    en: "Olga fixed the lead's data (phone, comment) and sent it again: «fixed the phone»",
+    ru: "Olga: данные лида исправлены (phone, comment) и отправлены заново — «fixed the phone»",
+  },
+  {
     kind: "redelivered",
     detail: { redelivery: 2, due_at: "2026-11-30T11:00:00Z" },
     en: "Sent back to the integration to be claimed again (redelivery 2)",

@@ -295,8 +295,10 @@ const DESCRIBERS: Record<EventKind, Describer> = {
     if (action === null) return null;
     const who = actorLabel(e.actor, lang);
     const human = L.ev.human as Record<string, (who: string, crmId: string | null, newOp: string | null) => string>;
+    // Fix and resend names the fields it edited (never their values) where others name a CRM id.
+    const second = action === "resent_edited" ? editedFields(d.edited) : str(d.crm_id);
     const base = Object.hasOwn(human, action)
-      ? human[action](who, str(d.crm_id), str(d.new_operation))
+      ? human[action](who, second, str(d.new_operation))
       : L.ev.humanOther(who, num(d.case_id), resolutionLabel(action, lang));
     return L.ev.withComment(base, clip(str(d.comment), 300));
   },
@@ -367,4 +369,12 @@ export function describeAll(events: EventView[], lang: Lang, options: Context = 
     ctx = learn(ctx, e);
     return sentence;
   });
+}
+
+/** `phone, utm.source` from a Fix and resend's `edited` (changed, added, removed), or null. */
+function editedFields(v: unknown): string | null {
+  if (!v || typeof v !== "object") return null;
+  const e = v as Record<string, unknown>;
+  const names = ["changed", "added", "removed"].flatMap((k) => (Array.isArray(e[k]) ? e[k].filter((x): x is string => typeof x === "string") : []));
+  return names.length ? clip(names.join(", "), 200) : null;
 }

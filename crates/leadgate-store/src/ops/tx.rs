@@ -24,6 +24,12 @@ pub(crate) trait OperationTx: Send {
     /// Writes back every mutable column of `l` where the row is still at
     /// `l.read_version`; the rows written.
     fn update_operation(&mut self, l: &Locked) -> impl Future<Output = Result<u64>> + Send;
+    /// Replaces the payload the CRM gets (*Fix and resend*); the fingerprint stays.
+    fn replace_payload(
+        &mut self,
+        id: &str,
+        payload: &Value,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// Insert-if-absent on the unique key: true when this call created the operation.
     fn insert_operation(
         &mut self,

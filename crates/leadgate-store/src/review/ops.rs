@@ -17,16 +17,30 @@
 //! bytes; no source can send a key ending like that, so it is never a real key), executed
 //! by the original's executor: a claim-API conflict stays the integration's, and the
 //! worker never takes it. *Keep original, update CRM* queues an update (`updates`).
+//!
+//! *Fix and resend* (`HumanAction::ResendEdited`) is *Authorize one retry* with other
+//! data: the same rules grant it (`rules::decide`), and the same single-use grant sends it
+//! (looked up by key first after an earlier attempt, so a create that did land is found,
+//! not repeated). The edited payload replaces `operations.payload`, which is what the
+//! worker, the claim API and a later update read; `payload_hash` stays the original
+//! delivery's fingerprint, so a repeat of the original request is still a duplicate
+//! (absorbed), and a delivery of the edited data is a conflict a person decides. The data
+//! as the source sent it stays in the journal (`deliveries.payload`, scrubbed by
+//! retention like the operation's). The human action's event names the fields the edit
+//! added, changed and removed, never their values: the timeline outlives retention. The
+//! contact keys (`contact_phone`, …: matching, search) stay as intake derived them from
+//! the original, since only a gateway knows the source's field map.
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
 use leadgate_domain::rules::{
-    bulk_allowed, bulk_decision_allowed, check_comment, decide, may_open_review, Decision,
+    bulk_allowed, bulk_decision_allowed, check_comment, decide, edited_fields, may_open_review,
+    Decision,
 };
 use leadgate_domain::EventKind;
-use leadgate_domain::{OperationId, Refusal, ReviewReason, Status};
+use leadgate_domain::{HumanAction, OperationId, Refusal, ReviewReason, Status};
 
 use crate::ops::{
     clear_lease, must_lock, open_case, save, set_status, supersede_open_cases, WriteTx,
@@ -106,6 +120,7 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
     let mut new_operation = None;
     let mut crm_id_set = None;
     let mut update = None;
+    let mut edited = None;
     match &decision {
         Decision::SettleCrmId { crm_id, link } => {
             if let Some(link) = link {
@@ -123,6 +138,13 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
             l.op.next_attempt_at = Some(*due_at);
             l.op.verify_first = *verify_first;
             clear_lease(&mut l);
+            // Fix and resend: the granted attempt sends the edited data; the fingerprint
+            // stays the original delivery's (whose payload the journal keeps).
+            if let HumanAction::ResendEdited { payload } = &req.action {
+                edited = Some(edited_fields(l.op.payload.as_ref(), payload));
+                tx.replace_payload(&op_id, payload).await?;
+                l.op.payload = Some(payload.clone());
+            }
         }
         Decision::ResolveConflict {
             accept_as_new,
@@ -172,7 +194,7 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
         EventKind::HumanAction,
         json!({"case_id": req.case_id, "action": resolution, "comment": req.comment,
                "crm_id": crm_id_set.or_else(|| update.as_ref().map(|u| u.1.clone())),
-               "new_operation": new_operation, "bulk": req.bulk}),
+               "new_operation": new_operation, "bulk": req.bulk, "edited": edited}),
     );
     tx.append(&op_id, actor, &event, now).await?;
     if let Some((update_id, crm_id, delivery_id)) = update {

@@ -20,6 +20,15 @@ macro_rules! tx_operations {
                     .transpose()
             }
 
+            async fn replace_payload(&mut self, id: &str, payload: &Value) -> Result<()> {
+                sqlx::query("update operations set payload = $1 where operation_id = $2")
+                    .bind(payload.to_string())
+                    .bind(id)
+                    .execute(&mut *self.0)
+                    .await?;
+                Ok(())
+            }
+
             async fn update_operation(&mut self, l: &Locked) -> Result<u64> {
                 let op = &l.op;
                 let done = sqlx::query(

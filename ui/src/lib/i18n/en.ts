@@ -181,6 +181,9 @@ export const en = {
     rule_window_out_of_range: (_d: string) => "The matching window must be from 1 second to 365 days.",
     rule_channel_name: (d: string) => `${d ? `“${d}”` : "That"} is not a channel name: use Latin letters, digits, - and _ (up to 64).`,
     rules_changed: (d: string) => `Someone changed these rules since you opened them (now version ${d}). The view is refreshed: edit again.`,
+    payload_malformed: (d: string) => `The edited data is not valid JSON (${d}). Nothing was changed: fix it and send again.`,
+    payload_not_object: (_d: string) => "The edited data must be a JSON object in braces { … }, as the source sent it. Nothing was changed.",
+    payload_too_large: (d: string) => `The edited data is larger than ${d} bytes. Nothing was changed.`,
   },
   dash: {
     steps: "Contacts and deals (contact + deal creates, all time)",
@@ -325,6 +328,21 @@ export const en = {
       new_request_known_client: "New request from a known client",
       cannot_be_tied: "Cannot be tied together",
     } as Record<string, string>,
+  },
+  resend: {
+    open: "Fix and resend…",
+    help: "Fix the lead's data (say, the phone the CRM refused) and send it to the CRM again — once.",
+    title: "Fix and resend",
+    intro: "The lead's data (JSON), as Leadgate holds it. Fix what the CRM refused and send it again.",
+    payload: "Lead data (JSON)",
+    checkFirst: "Something was sent to the CRM for this lead before: Leadgate first looks it up there by its key, and creates it only if it is not there.",
+    createsOnce: "Nothing reached the CRM for this lead yet: it will be created once.",
+    fingerprint: "A repeat of the original request from the source is still recognised as the same lead.",
+    comment: "What you fixed (optional)",
+    send: "Send to CRM",
+    cancel: "Cancel",
+    notJson: "This is not valid JSON yet.",
+    sent: "Done: the fixed lead is queued and goes to the CRM once.",
   },
 };
 

@@ -44,6 +44,7 @@ export const eventsEn = {
     updated_crm: "kept original, CRM updated",
     rejected: "rejected",
     created_new: "created as new",
+    resent_edited: "fixed and resent",
     superseded: "superseded",
   },
   actor: {
@@ -225,6 +226,7 @@ export const eventsEn = {
         `${who} kept the original data and asked for the CRM entity${crmId ? ` ${crmId}` : ""} to get the changed fields`,
       rejected: (who: string) => `${who} rejected the lead`,
       created_new: (who: string) => `${who} sent it to the CRM as a new lead`,
+      resent_edited: (who: string, fields: string | null) => `${who} fixed the lead's data${fields ? ` (${fields})` : ""} and sent it again`,
     },
     humanOther: (who: string, caseNo: number | null, resolution: string) => `${who} resolved case${no(caseNo)}: ${resolution}`,
     withComment: (s: string, c: string | null) => `${s}${quoted(c)}`,

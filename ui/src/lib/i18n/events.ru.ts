@@ -42,6 +42,7 @@ export const eventsRu: EventStrings = {
     accepted_as_new: "принято как новая",
     rejected: "отклонено",
     created_new: "создаётся как новая",
+    resent_edited: "исправлено и отправлено заново",
     superseded: "утратил смысл",
   },
   actor: {
@@ -224,6 +225,7 @@ export const eventsRu: EventStrings = {
         `${who}: оставлены исходные данные, изменённые поля отправляются в сущность CRM${crmId ? ` ${crmId}` : ""}`,
       rejected: (who: string) => `${who}: лид отклонён`,
       created_new: (who: string) => `${who}: отправить в CRM как новый лид`,
+      resent_edited: (who: string, fields: string | null) => `${who}: данные лида исправлены${fields ? ` (${fields})` : ""} и отправлены заново`,
     },
     humanOther: (who: string, caseNo: number | null, resolution: string) => `${who}: кейс${no(caseNo)} решён — ${resolution}`,
     withComment: (s: string, c: string | null) => `${s}${quoted(c)}`,
