@@ -569,3 +569,150 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+/// A lead whose create went out and was cut off, then met a CRM outage: the outage gives
+/// the attempt back (attempts 0) but owes a lookup (`verify_first`). A person who then
+/// authorizes a retry, or fixes and resends the lead, must not lower that: the granted
+/// attempt looks the key up before it creates (the review of this change found the grant
+/// overwriting it with "attempts > 0"). The console says "re-check", not "send".
+each_backend!(
+    a_retry_after_an_outage_gave_the_attempt_back_still_looks_the_key_up_first,
+    |db| async move {
+        let store = db.store().await;
+        let console = Console::open(&db.url).await.unwrap();
+        for (key, resend) in [("o1", false), ("o2", true)] {
+            store
+                .record_delivery(delivery(key, json!({"name": "Ivan", "phone": "+79991234567"})))
+                .await
+                .unwrap();
+            let c = store
+                .claim_due("bitrix24", "w", LEASE, local_now())
+                .await
+                .unwrap()
+                .unwrap();
+            store
+                .finish_attempt(
+                    &c.lease,
+                    AttemptOutcome::Outage {
+                        failure: Failure {
+                            class: ErrorClass::Uncertain,
+                            message: "no answer within the budget".into(),
+                        },
+                        at: local_now() + chrono::TimeDelta::seconds(60),
+                        verify: true,
+                    },
+                    vec![],
+                    local_now(),
+                )
+                .await
+                .unwrap();
+            let o = store.operation(&op(key)).await.unwrap().unwrap();
+            assert_eq!((o.attempts, o.verify_first), (0, true), "{o:?}");
+            let case_id = store
+                .open_review(&op(key), ReviewReason::UncertainOutcome, "anna", json!({}), local_now())
+                .await
+                .unwrap();
+            let detail = console
+                .case_detail(&format!("site:{key}"), Some(case_id), None)
+                .await
+                .unwrap();
+            assert!(
+                detail.operation.checks_first,
+                "the console offers a re-check, not a first send"
+            );
+            let case = store.cases_of(&op(key)).await.unwrap().pop().unwrap();
+            let action = if resend {
+                HumanAction::ResendEdited {
+                    payload: json!({"name": "Ivan", "phone": "+79991234568"}),
+                }
+            } else {
+                HumanAction::AuthorizeRetry
+            };
+            store
+                .resolve(Resolve {
+                    case_id: case.id,
+                    expected_version: store.operation(&op(key)).await.unwrap().unwrap().version,
+                    actor: "anna".into(),
+                    comment: None,
+                    action,
+                    now: local_now(),
+                    bulk: None,
+                })
+                .await
+                .unwrap();
+            let o = store.operation(&op(key)).await.unwrap().unwrap();
+            assert_eq!(o.retry_grants, 1);
+            assert!(o.verify_first, "{key}: the owed lookup stays owed: {o:?}");
+        }
+    }
+);
+
+/// A failed lead with a payload conflict open: a grant would wait behind the conflict for
+/// ever (settling it does not move a failed lead), so both ways of sending it again are
+/// refused with a sentence until the conflict is settled; and edited data is never a
+/// bulk action's.
+each_backend!(
+    a_failed_lead_behind_an_open_conflict_is_not_sent_again_until_it_is_settled,
+    |db| async move {
+        let store = db.store().await;
+        let original = json!({"name": "Ivan", "phone": "8 (999) 12"});
+        failed_after_an_attempt(&*store, "c1", original.clone()).await;
+        // The source sends the same key with other data: a conflict case opens.
+        store
+            .record_delivery(delivery("c1", json!({"name": "Ivan P.", "phone": "8 (999) 12"})))
+            .await
+            .unwrap();
+        let conflict = store.cases_of(&op("c1")).await.unwrap();
+        assert!(
+            conflict.iter().any(|c| c.reason == ReviewReason::PayloadConflict && c.resolved_at.is_none()),
+            "{conflict:?}"
+        );
+        let case_id = store
+            .open_review(&op("c1"), ReviewReason::UncertainOutcome, "anna", json!({}), local_now())
+            .await
+            .unwrap();
+        for (action, bulk) in [
+            (HumanAction::AuthorizeRetry, None),
+            (
+                HumanAction::ResendEdited {
+                    payload: json!({"name": "Ivan", "phone": "+79991234567"}),
+                },
+                None,
+            ),
+            (
+                HumanAction::ResendEdited {
+                    payload: json!({"name": "Ivan", "phone": "+79991234567"}),
+                },
+                Some(Bulk { id: "b1".into(), of: 1 }),
+            ),
+        ] {
+            let before = store.operation(&op("c1")).await.unwrap().unwrap();
+            let in_bulk = bulk.is_some();
+            let r = store
+                .resolve(Resolve {
+                    case_id,
+                    expected_version: before.version,
+                    actor: "anna".into(),
+                    comment: Some("fixed".into()),
+                    action,
+                    now: local_now(),
+                    bulk,
+                })
+                .await;
+            let code = match r {
+                Err(StoreError::Refused(r)) => r.code(),
+                other => panic!("refused, not {other:?}"),
+            };
+            assert_eq!(
+                code,
+                if in_bulk { "not_in_bulk" } else { "retry_while_conflict_open" }
+            );
+            let after = store.operation(&op("c1")).await.unwrap().unwrap();
+            assert_eq!(
+                (after.version, after.retry_grants, after.payload.as_ref()),
+                (before.version, 0, Some(&original)),
+                "nothing changed"
+            );
+        }
+    }
+);

@@ -584,6 +584,10 @@ pub struct OperationView {
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<String>,
     pub retry_grants: i32,
+    /// A retry looks the key up in the CRM before it creates: an attempt was made, or a
+    /// lookup is owed (an outage gave an attempt back after its create went out). The
+    /// console says "re-check" then, and "send" only when nothing can have reached the CRM.
+    pub checks_first: bool,
     pub contact_phone: Option<String>,
     pub contact_email: Option<String>,
     pub lead: LeadSummary,
@@ -1769,6 +1773,7 @@ pub fn op_view(o: Operation, crm_url_template: Option<&str>) -> OperationView {
         lease_owner: o.lease_owner,
         lease_expires_at: o.lease_expires_at.map(ts),
         retry_grants: o.retry_grants,
+        checks_first: o.attempts > 0 || o.verify_first,
         contact_phone: o.contact.phone,
         contact_email: o.contact.email,
         version: o.version,

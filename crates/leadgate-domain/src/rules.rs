@@ -86,6 +86,10 @@ pub enum Refusal {
     PayloadNotObject,
     #[error("the edited data is larger than {most} bytes; nothing was changed")]
     PayloadTooLarge { most: usize },
+    /// A retry on a failed lead while a payload conflict is open on it: the grant would
+    /// wait behind the conflict, and settling the conflict does not move a failed lead.
+    #[error("a payload conflict is open on this lead: settle it first (keep the original or accept the new data), then send it again")]
+    RetryWhileConflictOpen,
 }
 
 impl Refusal {
@@ -118,6 +122,7 @@ impl Refusal {
         "update_without_entity",
         "update_not_ours",
         "update_superseded",
+        "retry_while_conflict_open",
         "unknown_rule_source",
         "rule_window_out_of_range",
         "rule_channel_name",
@@ -192,6 +197,7 @@ impl Refusal {
             Refusal::PayloadMalformed { .. } => "payload_malformed",
             Refusal::PayloadNotObject => "payload_not_object",
             Refusal::PayloadTooLarge { .. } => "payload_too_large",
+            Refusal::RetryWhileConflictOpen => "retry_while_conflict_open",
         }
     }
 }
@@ -408,8 +414,11 @@ fn grant_retry(
         // attempt is not due before its settle window is over.
         due_at: op.quiet_after.map_or(now, |q| q.max(now)),
         // An earlier attempt may have landed meanwhile: the granted attempt
-        // looks the key up before it creates.
-        verify_first: op.attempts > 0,
+        // looks the key up before it creates. The attempt counter alone cannot say so
+        // (an outage gives an attempt back even when its create went out): a settle
+        // window still open says a create may land, and the store never lowers a
+        // `verify_first` already set.
+        verify_first: op.attempts > 0 || op.quiet_after.is_some(),
     })
 }
 

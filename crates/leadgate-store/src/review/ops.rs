@@ -111,6 +111,22 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
     if req.bulk.is_some() {
         bulk_allowed(case.reason)?;
         bulk_decision_allowed(&decision)?;
+        // Edited data is one lead's, typed by a person: never a bulk action's.
+        if matches!(req.action, HumanAction::ResendEdited { .. }) {
+            return Err(Refusal::NotInBulk {
+                reason: case.reason,
+            }
+            .into());
+        }
+    }
+    // A grant on a failed lead behind an open payload conflict would never be sent
+    // (settling the conflict does not move a failed lead): the conflict first.
+    if matches!(decision, Decision::GrantRetry { .. })
+        && l.op.status == Status::FailedTerminal
+        && case.reason != ReviewReason::PayloadConflict
+        && tx.has_open_conflict(op_id.as_str()).await?
+    {
+        return Err(Refusal::RetryWhileConflictOpen.into());
     }
     check_comment(
         req.action.resolution(),
@@ -136,7 +152,9 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
         } => {
             l.op.retry_grants = 1;
             l.op.next_attempt_at = Some(*due_at);
-            l.op.verify_first = *verify_first;
+            // Never lowered: a lookup already owed (an outage gave the attempt back
+            // after its create went out) stays owed whatever the counter says.
+            l.op.verify_first = l.op.verify_first || *verify_first;
             clear_lease(&mut l);
             // Fix and resend: the granted attempt sends the edited data; the fingerprint
             // stays the original delivery's (whose payload the journal keeps).

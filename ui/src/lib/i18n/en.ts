@@ -181,6 +181,7 @@ export const en = {
     rule_window_out_of_range: (_d: string) => "The matching window must be from 1 second to 365 days.",
     rule_channel_name: (d: string) => `${d ? `“${d}”` : "That"} is not a channel name: use Latin letters, digits, - and _ (up to 64).`,
     rules_changed: (d: string) => `Someone changed these rules since you opened them (now version ${d}). The view is refreshed: edit again.`,
+    retry_while_conflict_open: (_d: string) => "A payload conflict is open on this lead: settle it first (keep the original or accept the new data), then send it again.",
     payload_malformed: (d: string) => `The edited data is not valid JSON${d ? ` (${d})` : ""}. Nothing was changed: fix it and send again.`,
     payload_not_object: (_d: string) => "The edited data must be a JSON object in braces { … }, as the source sent it. Nothing was changed.",
     payload_too_large: (d: string) => `The edited data is ${d ? `larger than ${d} bytes` : "too large"}. Nothing was changed.`,
