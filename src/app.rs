@@ -485,6 +485,7 @@ async fn retention_loop(
                 operations = r.operations,
                 deliveries = r.deliveries,
                 sign_ins = r.sign_ins,
+                requests = r.requests,
                 "retention purge"
             ),
             Ok(_) => {}

@@ -407,11 +407,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let cutoff = store::before(store.now(), older_than);
             let r = store::purge(store.as_ref(), cutoff, crate::app::PURGE_BATCH).await?;
             println!(
-                "purged {} finished operations (tombstones kept), {} journal entries and {} console \
-                 sign-ins older than {}",
+                "purged {} finished operations (tombstones kept), {} journal entries, {} console \
+                 sign-ins and {} answered requests older than {}",
                 r.operations,
                 r.deliveries,
                 r.sign_ins,
+                r.requests,
                 humantime::format_duration(older_than)
             );
         }

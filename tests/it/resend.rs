@@ -479,6 +479,30 @@ async fn only_the_roles_that_may_authorize_a_retry_fix_and_resend() {
             Some("resent_edited"),
             "the case already open is the one resolved"
         );
+        // The requests hold the leads' edited data: retention forgets answered ones with
+        // the payloads (what they did stays on the timeline).
+        let holding = |phone: &'static str| {
+            let url = db.url.clone();
+            async move {
+                let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+                    .await
+                    .unwrap();
+                sqlx::query_scalar::<_, i64>(
+                    "select count(*) from human_requests where body like '%' || $1 || '%'",
+                )
+                .bind(phone)
+                .fetch_one(&mut c)
+                .await
+                .unwrap()
+            }
+        };
+        assert_eq!(holding("+79990001122").await, 1);
+        let purged = leadgate::store::purge(&*store, store.now() + chrono::TimeDelta::seconds(1), 100)
+            .await
+            .unwrap();
+        assert!(purged.requests >= 2, "{purged:?}");
+        assert_eq!(holding("+79990001122").await, 0);
+        assert_eq!(holding("+79990001123").await, 0);
         people.drop_all().await;
     })
     .await;

@@ -1348,6 +1348,10 @@ impl Upkeep for Hiccup {
         self.inner.resume_connector(name, actor, now).await
     }
 
+    async fn forget_requests(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        self.inner.forget_requests(before).await
+    }
+
     async fn purge_batch(
         &self,
         finished_before: chrono::DateTime<chrono::Utc>,

@@ -439,11 +439,13 @@ pub struct PurgeReport {
     pub deliveries: u64,
     /// Web console sign-ins forgotten (they name a login and an address).
     pub sign_ins: u64,
+    /// People's answered requests forgotten (a resend's holds a lead's data).
+    pub requests: u64,
 }
 
 impl PurgeReport {
     pub fn is_empty(&self) -> bool {
-        self.operations == 0 && self.deliveries == 0 && self.sign_ins == 0
+        self.operations == 0 && self.deliveries == 0 && self.sign_ins == 0 && self.requests == 0
     }
 }
 
@@ -510,6 +512,7 @@ pub async fn purge(
         total.deliveries += r.deliveries;
         if r.operations < batch as u64 && r.deliveries < batch as u64 {
             total.sign_ins = store.forget_sign_ins(finished_before).await?;
+            total.requests = store.forget_requests(finished_before).await?;
             return Ok(total);
         }
         tokio::task::yield_now().await;

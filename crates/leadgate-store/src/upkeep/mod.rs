@@ -47,6 +47,11 @@ pub trait Upkeep: Clock {
         now: DateTime<Utc>,
     ) -> Result<()>;
 
+    /// Forgets people's requests a gateway answered before `before` (PostgreSQL; SQLite has
+    /// none): a request's body may hold a lead's edited data (*Fix and resend*), and what it
+    /// did stays on the operation's timeline. Waiting requests are kept. Returns how many.
+    async fn forget_requests(&self, before: DateTime<Utc>) -> Result<u64>;
+
     /// Resumes a paused connector; returns false if it was not paused.
     async fn resume_connector(&self, name: &str, actor: &str, now: DateTime<Utc>) -> Result<bool>;
 

@@ -43,6 +43,17 @@ macro_rules! upkeep_sql {
                 .await?)
             }
 
+            async fn forget_requests(&self, before: DateTime<Utc>) -> Result<u64> {
+                if DIALECT.backend == crate::Backend::Sqlite {
+                    return Ok(0);
+                }
+                Ok(sqlx::query("delete from human_requests where applied_at < $1")
+                    .bind(before)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected())
+            }
+
             async fn pause_connector(
                 &self,
                 name: &str,
