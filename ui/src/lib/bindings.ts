@@ -126,7 +126,13 @@ crm_url: string | null,
  * The CRM's list searched for this lead's phone (else e-mail, else name): to look
  * before deciding. Set on a case's own operation only.
  */
-crm_search_url: string | null, attempts: number, last_error: string | null, last_error_class: string | null, review_reason: string | null, lease_owner: string | null, lease_expires_at: string | null, retry_grants: number, contact_phone: string | null, contact_email: string | null, lead: LeadSummary, version: number, created_at: string, updated_at: string, };
+crm_search_url: string | null, attempts: number, last_error: string | null, last_error_class: string | null, review_reason: string | null, lease_owner: string | null, lease_expires_at: string | null, retry_grants: number, 
+/**
+ * A retry looks the key up in the CRM before it creates: an attempt was made, or a
+ * lookup is owed (an outage gave an attempt back after its create went out). The
+ * console says "re-check" then, and "send" only when nothing can have reached the CRM.
+ */
+checks_first: boolean, contact_phone: string | null, contact_email: string | null, lead: LeadSummary, version: number, created_at: string, updated_at: string, };
 
 export type CaseView = { id: number, operation_id: string, reason: string, opened_at: string, resolved_at: string | null, resolution: string | null, resolved_by: string | null, comment: string | null, detail: JsonValue, version: number, };
 

@@ -553,4 +553,18 @@ group("humanized durations", () => {
     expect(technical(e)).toBe("bitrix24 crm.lead.add: TITLE is required");
     expect(technical(ev("claimed", { attempt: 1 }))).toBeNull();
   });
+
+  it("says when a fix and resend found the lead already there: the fix was not sent", () => {
+    const said = describeAll(
+      [
+        ev("human_action", { action: "resent_edited", case_id: 3, edited: { changed: ["phone"] } }),
+        ev("recovered", { crm_id: "21" }),
+        ev("recovered", { crm_id: "21" }),
+      ],
+      "ru",
+    );
+    expect(said[1]).toContain("Исправленные данные не отправлены");
+    expect(said[2]).not.toContain("Исправленные данные");
+    expect(describeAll([ev("recovered", { crm_id: "21" })], "en")[0]).not.toContain("fixed data");
+  });
 });

@@ -32,6 +32,8 @@ export interface Context {
   maxAttempts?: number | null;
   /** The zone times are shown in; the machine's when not given. */
   timeZone?: string;
+  /** A person fixed the lead's data and resent it since the last create or find. */
+  edited?: boolean;
 }
 
 type Obj = { [key: string]: JsonValue | undefined };
@@ -248,7 +250,10 @@ const DESCRIBERS: Record<EventKind, Describer> = {
   },
   recovered: (_e, d, s) => {
     const id = str(d.crm_id);
-    return id === null ? null : s.L.ev.recovered(id, crmLabel(s.ctx.connector, s.lang), d.late === true);
+    if (id === null) return null;
+    const found = s.L.ev.recovered(id, crmLabel(s.ctx.connector, s.lang), d.late === true);
+    // A fix that found the lead already there was not sent: the CRM keeps its data.
+    return s.ctx.edited ? `${found}. ${s.L.ev.editsNotSent}` : found;
   },
   retry_scheduled: (e, d, s) => {
     const n = s.ctx.attempt === null || s.ctx.attempt === undefined ? null : s.ctx.attempt + 1;
@@ -356,6 +361,11 @@ function learn(ctx: Context, e: EventView): Context {
       return { ...ctx, connector: str(d.connector) ?? ctx.connector };
     case "crm_response":
       return { ...ctx, durationMs: num(d.duration_ms) };
+    case "human_action":
+      return d.action === "resent_edited" ? { ...ctx, edited: true } : ctx;
+    case "crm_created":
+    case "recovered":
+      return { ...ctx, edited: false };
     default:
       return ctx;
   }

@@ -177,6 +177,7 @@ export const eventsEn = {
       `${late ? "A late answer: lead" : "Lead"} ${id} created in ${crm}${d ? ` in ${d}` : ""}`,
     recovered: (id: string, crm: string, late: boolean) =>
       `${late ? "A late answer: lead" : "Lead"} ${id} found in ${crm} — the earlier create had landed, nothing created twice`,
+    editsNotSent: "The fixed data was not sent: the lead was already in the CRM — change it there (Open in CRM)",
     step: (entity: string, id: string, how: string) =>
       `${entity === "contact" ? "Contact" : entity === "deal" ? "Deal" : cap(entity)} ${id} ${
         how === "linked"

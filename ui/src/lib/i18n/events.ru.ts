@@ -174,6 +174,7 @@ export const eventsRu: EventStrings = {
       `${late ? "Поздний ответ: лид" : "Лид"} ${id} создан в ${crm}${d ? ` за ${d}` : ""}`,
     recovered: (id: string, crm: string, late: boolean) =>
       `${late ? "Поздний ответ: лид" : "Лид"} ${id} найден в ${crm} — прежнее создание прошло, второй раз не создаётся`,
+    editsNotSent: "Исправленные данные не отправлены: лид уже был в CRM — поправьте его там (Открыть в CRM)",
     step: (entity: string, id: string, how: string) =>
       `${entity === "contact" ? "Контакт" : entity === "deal" ? "Сделка" : entity} ${id} ${
         how === "linked"
