@@ -34,6 +34,7 @@ describe("diagnosis", () => {
       id: 1,
       generated_at: "2026-12-02T06:00:00Z",
       input: "CSV export leads.csv",
+      input_code: { code: "csv", args: { file: "leads.csv" } },
       period_from: null,
       period_to: null,
       groups: 3,
@@ -60,7 +61,7 @@ describe("diagnosis", () => {
       ],
     } as unknown as ReportData;
     const pair = (verdict: string, cause: string) =>
-      ({ number: 1, earlier: "1", later: "2", shared: [], verdict, cause, source: "WEB", evidence: [], timeline: [] });
+      ({ number: 1, earlier: "1", later: "2", shared: [], verdict, cause, trigger: null, source: "WEB", evidence: [], evidence_codes: [], timeline: [] });
     expect(triggerOf(pair("technical_duplicate", "Technical duplicate: two workers"), report)).toBe("two workers");
     expect(triggerOf(pair("cannot_be_tied", "Cannot be tied together"), report)).toBeNull();
   });
