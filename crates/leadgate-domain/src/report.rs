@@ -15,7 +15,7 @@ pub use said::{
 };
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The report as data: what the HTML and Markdown show, kept in the operations
 /// database (`Upkeep::save_diagnosis`) for the console's *Diagnosis* screen. Contacts
@@ -27,14 +27,14 @@ pub struct ReportData {
     /// What was read: "CSV export leads.csv", "amoCRM leads and contact search (API v4)".
     pub input: String,
     /// [`ReportData::input`] as a code (none in reports saved before the codes).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub input_code: Option<ReportInput>,
     pub period_from: Option<DateTime<Utc>>,
     pub period_to: Option<DateTime<Utc>>,
     /// What was read, in words ("132 CRM entities (…), Leadgate's journal, no n8n history").
     pub sources_read: String,
     /// [`ReportData::sources_read`] as a code (none in reports saved before the codes).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub sources_read_code: Option<SourcesRead>,
     pub entities_read: u32,
     pub groups: u32,
@@ -72,7 +72,7 @@ pub struct CauseCount {
     pub cause: String,
     /// What set it off, the cause after the verdict's title (none in reports saved
     /// before the codes, and for causes that are the verdict alone).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub trigger: Option<Trigger>,
     pub pairs: u32,
 }
@@ -89,13 +89,13 @@ pub struct PairData {
     pub verdict: String,
     pub cause: String,
     /// As in [`CauseCount::trigger`].
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub trigger: Option<Trigger>,
     pub source: String,
     pub evidence: Vec<String>,
     /// [`PairData::evidence`] as codes, line for line (empty in reports saved before
     /// the codes).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub evidence_codes: Vec<Evidence>,
     pub timeline: Vec<LineData>,
 }
@@ -109,8 +109,20 @@ pub struct LineData {
     pub entity: String,
     pub text: String,
     /// [`LineData::text`] as a code (none in reports saved before the codes).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub text_code: Option<LineText>,
+}
+
+/// A code as saved, or none when it is not one this version knows (a report saved by a
+/// newer Leadgate): the console then shows the English text saved beside it, as for a
+/// report saved before the codes.
+fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -141,5 +153,40 @@ mod tests {
         assert_eq!(p.evidence, ["attempts by worker:a and worker:b"]);
         assert!(p.evidence_codes.is_empty() && p.trigger.is_none());
         assert_eq!(p.timeline[0].text_code, None);
+    }
+
+    /// A code this version does not know (from a newer Leadgate) is no code: the report
+    /// still reads, and the console shows that sentence's English text.
+    #[test]
+    fn a_code_from_a_newer_version_is_read_as_none() {
+        let line: LineData = serde_json::from_value(serde_json::json!({
+            "at": null, "origin": "n8n", "entity": "1", "text": "a newer line",
+            "text_code": {"code": "from_a_newer_leadgate", "args": {"x": 1}}
+        }))
+        .unwrap();
+        assert_eq!((line.text.as_str(), line.text_code), ("a newer line", None));
+        let pair: PairData = serde_json::from_value(serde_json::json!({
+            "number": 1, "earlier": "1", "later": "2", "shared": [], "verdict": "technical_duplicate",
+            "cause": "Technical duplicate: a newer trigger", "trigger": "a_newer_trigger", "source": "WEB",
+            "evidence": ["the source delivered it 2 times", "a newer sentence"],
+            "evidence_codes": [{"code": "delivered_times", "args": {"n": 2}}, {"code": "a_newer_one"}],
+            "timeline": []
+        }))
+        .unwrap();
+        assert_eq!(pair.trigger, None);
+        assert!(
+            pair.evidence_codes.is_empty(),
+            "all the text, not half of it"
+        );
+        let known: PairData = serde_json::from_value(serde_json::json!({
+            "number": 1, "earlier": "1", "later": "2", "shared": [], "verdict": "technical_duplicate",
+            "cause": "Technical duplicate: redelivery of the same event", "trigger": "redelivery", "source": "WEB",
+            "evidence": ["the source delivered it 2 times"],
+            "evidence_codes": [{"code": "delivered_times", "args": {"n": 2}}],
+            "timeline": []
+        }))
+        .unwrap();
+        assert_eq!(known.trigger, Some(Trigger::Redelivery));
+        assert_eq!(known.evidence_codes, [Evidence::DeliveredTimes { n: 2 }]);
     }
 }
