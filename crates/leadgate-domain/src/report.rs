@@ -8,7 +8,7 @@
 //! ([`said`]), which the console says in the operator's language. The English is
 //! rendered from the code, in one place ([`said`]'s `Display`s).
 
-mod said;
+pub mod said;
 pub use said::{
     duration, ContentMeasure, Evidence, KeyKind, LineDetail, LineText, ReportInput, SourcesRead,
     Trigger,
