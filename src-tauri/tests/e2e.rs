@@ -423,6 +423,106 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
     tab(c, "failed_terminal").await;
     open_row(c, s.failed.as_str()).await;
     shot(c, "queue-ru.png").await;
+
+    // The Diagnosis screen in Russian: the report's sentences too, from their codes, and
+    // no English sentence left (ids, e-mails, sources and CRM fields apart).
+    click(c, "[data-testid=nav-diagnosis]").await;
+    text_until(
+        c,
+        "[data-testid=diag-read]",
+        "what was read, in Russian",
+        |t| t.contains("сущност") && t.contains("без истории n8n"),
+    )
+    .await;
+    let evidence = c
+        .find(css("[data-testid=diag-evidence]"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(evidence.contains("создана через"), "{evidence}");
+    let what = c
+        .find(css("[data-testid=diag-what]"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(what.contains("создана в CRM"), "{what}");
+    // Every text node of the screen, clipped or not, one apart from the next.
+    let screen = c
+        .execute(
+            "return Array.from(document.querySelectorAll('[data-testid=diagnosis] *'))\
+               .flatMap((e) => Array.from(e.childNodes))\
+               .filter((n) => n.nodeType === Node.TEXT_NODE)\
+               .map((n) => n.textContent)\
+               .join(' \\n ');",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        screen.contains("выгрузка CSV diagnose-bitrix24-leads.csv"),
+        "the input, in Russian: {screen}"
+    );
+    let english = english_runs(&screen);
+    assert!(
+        english.is_empty(),
+        "English on the Russian Diagnosis screen: {english:?}\n{screen}"
+    );
+    shot(c, "diagnosis-ru.png").await;
+}
+
+/// Runs of three or more English words in `text`: a word is Latin letters only (an
+/// apostrophe inside allowed), so ids, e-mails, CRM fields (`ORIGIN_ID`), keys
+/// (`site:77`) and method names (`crm.lead.list`) break a run, and so do the names the
+/// Russian text keeps (Leadgate, CRM, n8n…).
+fn english_runs(text: &str) -> Vec<String> {
+    const NAMES: &[&str] = &["Leadgate", "CRM", "n8n", "Bitrix24", "amoCRM", "API", "CSV"];
+    let mut runs = vec![];
+    let mut run: Vec<&str> = vec![];
+    let mut close = |run: &mut Vec<&str>| {
+        if run.len() >= 3 {
+            runs.push(run.join(" "));
+        }
+        run.clear();
+    };
+    for raw in text.split_whitespace() {
+        let w = raw
+            .trim_start_matches(['(', '«', '"', '`'])
+            .trim_end_matches([')', '»', '"', '`', ',', '.', ':', ';']);
+        let letters = w
+            .split('\'')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphabetic()));
+        if letters && !NAMES.contains(&w) {
+            run.push(w);
+        } else {
+            close(&mut run);
+        }
+    }
+    close(&mut run);
+    runs
+}
+
+#[test]
+fn english_runs_finds_english_sentences_and_passes_ids_and_russian() {
+    assert_eq!(
+        english_runs("entity 102 was created 2 min after entity 101"),
+        ["min after entity"]
+    );
+    assert_eq!(
+        english_runs("3 CRM entities (CSV export a.csv), Leadgate's journal, no n8n history"),
+        ["Leadgate's journal no"]
+    );
+    assert!(english_runs(
+        "сущность 101 создана в CRM (источник WEB, ORIGINATOR_ID leadgate, ORIGIN_ID site:1); \
+         Bitrix24: crm.lead.list и crm.duplicate.findbycomm; a•••@example.ru"
+    )
+    .is_empty());
 }
 
 /// The second walk-through's points 7 and 8 in Russian (`leadgate_testkit::walk`, which

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use super::n8n::Execution;
 use super::verdict::{Facts, JournalFacts};
 use super::{CrmEntity, Event, Origin};
+use crate::domain::report::{LineDetail, LineText};
 use crate::domain::EventKind;
 use crate::domain::OperationId;
 use crate::store::{Operation, Reads, SearchPlan, SearchQuery, StoreError, TimelineEvent};
@@ -146,7 +147,7 @@ pub fn journal_events(entity: &str, j: &Journal) -> Vec<Event> {
         .iter()
         .filter(|e| !e.is(EventKind::StatusChanged))
         .map(|e| {
-            let details: Vec<String> = FIELDS
+            let details: Vec<LineDetail> = FIELDS
                 .iter()
                 .filter_map(|f| {
                     let v = e.detail.get(*f)?;
@@ -155,25 +156,26 @@ pub fn journal_events(entity: &str, j: &Journal) -> Vec<Event> {
                         Value::Null => return None,
                         other => other.to_string(),
                     };
-                    Some(format!("{f} {}", clip(&text, 80)))
+                    Some(LineDetail {
+                        field: (*f).to_owned(),
+                        value: clip(&text, 80),
+                    })
                 })
-                .chain(e.error_class.as_ref().map(|c| format!("class {c}")))
+                .chain(e.error_class.as_ref().map(|c| LineDetail {
+                    field: "class".into(),
+                    value: c.clone(),
+                }))
                 .collect();
             Event {
                 at: Some(e.at),
                 entity: entity.to_owned(),
                 origin: Origin::Leadgate,
-                text: format!(
-                    "{} {} by {}{}",
-                    j.operation.operation_id,
-                    e.kind.replace('_', " "),
-                    e.actor,
-                    if details.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", details.join(", "))
-                    }
-                ),
+                text: LineText::JournalEvent {
+                    operation: j.operation.operation_id.to_string(),
+                    kind: e.kind.clone(),
+                    actor: e.actor.clone(),
+                    details,
+                },
             }
         })
         .collect()
@@ -195,37 +197,25 @@ pub fn execution_events(entity: &str, x: &Execution) -> Vec<Event> {
         at: f.started_at,
         entity: entity.to_owned(),
         origin: Origin::N8n,
-        text: format!(
-            "n8n execution {} of workflow {} started ({}{}){}",
-            f.id,
-            x.workflow_id,
-            f.mode,
-            f.retry_of
-                .as_ref()
-                .map(|r| format!(", retry of {r}"))
-                .unwrap_or_default(),
-            f.event_key
-                .as_ref()
-                .map(|k| format!(": submission {k}"))
-                .unwrap_or_else(|| ": no submission id in the request".into()),
-        ),
+        text: LineText::ExecutionStarted {
+            execution: f.id.clone(),
+            workflow: x.workflow_id.clone(),
+            mode: f.mode.clone(),
+            retry_of: f.retry_of.clone(),
+            submission: f.event_key.clone(),
+        },
     }];
     if x.stopped_at.is_some() || !f.status.is_empty() {
         out.push(Event {
             at: x.stopped_at,
             entity: entity.to_owned(),
             origin: Origin::N8n,
-            text: format!(
-                "n8n execution {} ended `{}` after nodes {}{}",
-                f.id,
-                f.status,
-                x.nodes.join(" → "),
-                if x.crm_ids.is_empty() {
-                    String::new()
-                } else {
-                    format!("; the CRM answered id {}", x.crm_ids.join(", "))
-                }
-            ),
+            text: LineText::ExecutionEnded {
+                execution: f.id.clone(),
+                status: f.status.clone(),
+                nodes: x.nodes.clone(),
+                crm_ids: x.crm_ids.clone(),
+            },
         });
     }
     out

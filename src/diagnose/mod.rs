@@ -22,6 +22,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 
 use crate::domain::contact::{normalize_email, normalize_phone, Region};
+use crate::domain::report::{LineText, ReportInput};
 use crate::store::n8n::N8nExecution;
 use crate::store::{Store, StoreError};
 
@@ -242,7 +243,8 @@ pub struct Event {
     /// The CRM entity the line is about.
     pub entity: String,
     pub origin: Origin,
-    pub text: String,
+    /// What happened (in English: its `Display`).
+    pub text: LineText,
 }
 
 /// One entity of a group, with what is known of it.
@@ -289,8 +291,8 @@ impl DuplicateGroup {
 #[derive(Debug, Clone)]
 pub struct Diagnosis {
     pub generated_at: DateTime<Utc>,
-    /// What was read: "CSV export leads.csv", "Bitrix24 crm.lead.list".
-    pub input: String,
+    /// What was read: "CSV export leads.csv", "Bitrix24 crm.lead.list and …".
+    pub input: ReportInput,
     pub period: Option<(DateTime<Utc>, DateTime<Utc>)>,
     pub entities_read: usize,
     /// Whether Leadgate's journal and n8n's history were consulted.
@@ -317,23 +319,17 @@ impl Default for Options {
 }
 
 fn crm_events(e: &CrmEntity) -> Vec<Event> {
-    let mut about = vec![];
-    if let Some(s) = &e.source {
-        about.push(format!("source {s}"));
-    }
-    match (&e.originator_id, &e.origin_id) {
-        (Some(o), Some(k)) => about.push(format!("ORIGINATOR_ID {o}, ORIGIN_ID {k}")),
-        (None, Some(k)) => about.push(format!("ORIGIN_ID {k}")),
-        _ => about.push("no ORIGIN_ID".into()),
-    }
-    if let Some(u) = e.utm.get("source") {
-        about.push(format!("utm_source {u}"));
-    }
     vec![Event {
         at: e.created,
         entity: e.id.clone(),
         origin: Origin::Crm,
-        text: format!("entity {} created in the CRM ({})", e.id, about.join(", ")),
+        text: LineText::CrmCreated {
+            entity: e.id.clone(),
+            source: e.source.clone(),
+            originator_id: e.originator_id.clone(),
+            origin_id: e.origin_id.clone(),
+            utm_source: e.utm.get("source").cloned(),
+        },
     }]
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub use leadgate_domain::report::{
-    CauseCount, LineData, PairData, ReportData, SourceCounts, VerdictCount,
+    CauseCount, LineData, PairData, ReportData, SourceCounts, SourcesRead, VerdictCount,
 };
 
 use super::verdict::{Trigger, Verdict};
@@ -123,18 +123,13 @@ fn period(d: &Diagnosis) -> String {
     }
 }
 
-fn sources_read(d: &Diagnosis) -> String {
-    let mut s = vec![format!("{} CRM entities ({})", d.entities_read, d.input)];
-    s.push(if d.journal {
-        "Leadgate's journal".into()
-    } else {
-        "no Leadgate journal".into()
-    });
-    s.push(match d.executions_read {
-        Some(n) => format!("{n} n8n executions"),
-        None => "no n8n history".into(),
-    });
-    s.join(", ")
+fn sources_read(d: &Diagnosis) -> SourcesRead {
+    SourcesRead {
+        entities: count(d.entities_read),
+        input: d.input.clone(),
+        journal: d.journal,
+        executions: d.executions_read.map(count),
+    }
 }
 
 const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#222}\
@@ -154,7 +149,7 @@ pub fn to_html(d: &Diagnosis) -> String {
          <h1>Where the duplicates come from</h1>\n<p>Period: {}. Read: {}. Made {}. \
          Leadgate read only: nothing was merged or deleted; merging stays a decision in the CRM.</p>\n",
         html(&period(d)),
-        html(&sources_read(d)),
+        html(&sources_read(d).to_string()),
         d.generated_at.format("%Y-%m-%d %H:%M UTC")
     );
     let _ = write!(
@@ -205,7 +200,7 @@ pub fn to_html(d: &Diagnosis) -> String {
                 html(&cause_text(p.finding.verdict, p.finding.trigger))
             );
             for e in &p.finding.evidence {
-                let _ = writeln!(h, "<li>{}</li>", html(e));
+                let _ = writeln!(h, "<li>{}</li>", html(&e.to_string()));
             }
             h.push_str("</ul>\n<table class=\"timeline\"><tr><th>When</th><th>From</th><th>Entity</th><th>What happened</th></tr>\n");
             for e in g.merged_timeline(p) {
@@ -215,7 +210,7 @@ pub fn to_html(d: &Diagnosis) -> String {
                     html(&when(&e)),
                     e.origin.label(),
                     html(&e.entity),
-                    html(&e.text)
+                    html(&e.text.to_string())
                 );
             }
             h.push_str("</table></section>\n");
@@ -237,7 +232,7 @@ pub fn to_markdown(d: &Diagnosis) -> String {
         "# Where the duplicates come from\n\nPeriod: {}. Read: {}. Made {}. Leadgate read only: nothing was merged or deleted.\n\n\
          ## Totals\n\n{} duplicate groups, {} pairs.\n\n| Verdict | Pairs |\n|---|---|\n",
         md(&period(d)),
-        md(&sources_read(d)),
+        md(&sources_read(d).to_string()),
         d.generated_at.format("%Y-%m-%d %H:%M UTC"),
         d.groups.len(),
         t.pairs
@@ -284,7 +279,7 @@ pub fn to_markdown(d: &Diagnosis) -> String {
                 md(&cause_text(p.finding.verdict, p.finding.trigger))
             );
             for e in &p.finding.evidence {
-                let _ = writeln!(m, "- {}", md(e));
+                let _ = writeln!(m, "- {}", md(&e.to_string()));
             }
             m.push_str("\n| When | From | Entity | What happened |\n|---|---|---|---|\n");
             for e in g.merged_timeline(p) {
@@ -294,7 +289,7 @@ pub fn to_markdown(d: &Diagnosis) -> String {
                     md(&when(&e)),
                     e.origin.label(),
                     md(&e.entity),
-                    md(&e.text)
+                    md(&e.text.to_string())
                 );
             }
         }
@@ -323,8 +318,10 @@ pub fn data(d: &Diagnosis) -> ReportData {
                 shared: shared.clone(),
                 verdict: p.finding.verdict.code().into(),
                 cause: cause_text(p.finding.verdict, p.finding.trigger),
+                trigger: p.finding.trigger,
                 source: p.source.clone(),
-                evidence: p.finding.evidence.clone(),
+                evidence: p.finding.evidence.iter().map(ToString::to_string).collect(),
+                evidence_codes: p.finding.evidence.clone(),
                 timeline: g
                     .merged_timeline(p)
                     .into_iter()
@@ -332,7 +329,8 @@ pub fn data(d: &Diagnosis) -> ReportData {
                         at: e.at,
                         origin: e.origin.label().into(),
                         entity: e.entity,
-                        text: e.text,
+                        text: e.text.to_string(),
+                        text_code: Some(e.text),
                     })
                     .collect(),
             });
@@ -340,10 +338,12 @@ pub fn data(d: &Diagnosis) -> ReportData {
     }
     ReportData {
         generated_at: d.generated_at,
-        input: d.input.clone(),
+        input: d.input.to_string(),
+        input_code: Some(d.input.clone()),
         period_from: d.period.map(|p| p.0),
         period_to: d.period.map(|p| p.1),
-        sources_read: sources_read(d),
+        sources_read: sources_read(d).to_string(),
+        sources_read_code: Some(sources_read(d)),
         entities_read: count(d.entities_read),
         groups: count(d.groups.len()),
         pairs: count(t.pairs),
@@ -372,6 +372,7 @@ pub fn data(d: &Diagnosis) -> ReportData {
             .map(|((v, tr), n)| CauseCount {
                 verdict: v.code().into(),
                 cause: cause_text(*v, *tr),
+                trigger: *tr,
                 pairs: count(*n),
             })
             .collect(),

@@ -14,6 +14,7 @@ use super::{diagnose, from_amocrm, from_bitrix24, AmoFields, CrmEntity, Diagnosi
 use crate::crm::amocrm::{self, AmoCrm};
 use crate::crm::bitrix24::{Bitrix24, Entity, DEFAULT_BURST, DEFAULT_RATE_LIMIT};
 use crate::domain::contact::{normalize_email, normalize_phone, Region};
+use crate::domain::report::ReportInput;
 use crate::store::{Store, Upkeep};
 
 /// Where the CRM's entities come from.
@@ -81,7 +82,7 @@ pub async fn run(
     progress: &mut (dyn FnMut(String) + Send),
 ) -> anyhow::Result<Diagnosis> {
     let region = request.options.region;
-    let (entities, input): (Vec<CrmEntity>, String) = match &request.crm {
+    let (entities, input): (Vec<CrmEntity>, ReportInput) = match &request.crm {
         CrmInput::Csv { path, offset } => {
             let bytes =
                 std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
@@ -95,7 +96,7 @@ pub async fn run(
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             progress(format!("read {} entities from {name}", entities.len()));
-            (entities, format!("CSV export {name}"))
+            (entities, ReportInput::Csv { file: name })
         }
         CrmInput::Bitrix24 {
             webhook_url,
@@ -127,10 +128,7 @@ pub async fn run(
                 let older = older_duplicates(&crm, &entities, progress).await?;
                 entities.extend(older.iter().filter_map(|r| from_bitrix24(r, region)));
             }
-            (
-                entities,
-                "Bitrix24 crm.lead.list and crm.duplicate.findbycomm".into(),
-            )
+            (entities, ReportInput::Bitrix24Api)
         }
         CrmInput::AmoCrm {
             settings,
@@ -145,7 +143,7 @@ pub async fn run(
             };
             let entities =
                 from_amocrm_api(&crm, *fields, from, to, *find_older, region, progress).await?;
-            (entities, "amoCRM leads and contact search (API v4)".into())
+            (entities, ReportInput::AmoCrmApi)
         }
     };
     let executions = match &request.n8n {

@@ -22,6 +22,10 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+/// What delivered or executed one event twice (its words: `domain::report`).
+pub use crate::domain::report::Trigger;
+use crate::domain::report::{duration, ContentMeasure, Evidence, KeyKind};
+
 /// What Leadgate's journal says of the operation behind an entity.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JournalFacts {
@@ -107,46 +111,16 @@ impl Verdict {
     }
 }
 
-/// What delivered or executed one event twice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Trigger {
-    /// The CRM call's outcome was unknown (a timeout after the create had landed) and
-    /// the create was sent again.
-    TimeoutAfterCreate,
-    /// Two workers created for the one operation.
-    TwoWorkers,
-    /// The source delivered the event again and it was created again.
-    Redelivery,
-    /// n8n re-ran a failed execution (`retryOf`).
-    RetryExecution,
-    /// Someone ran the workflow again by hand.
-    ManualRerun,
-    /// The same external key twice, the history silent on why.
-    SameKeyTwice,
-}
-
-impl Trigger {
-    pub fn title(self) -> &'static str {
-        match self {
-            Trigger::TimeoutAfterCreate => "timeout after a successful create",
-            Trigger::TwoWorkers => "two workers",
-            Trigger::Redelivery => "redelivery of the same event",
-            Trigger::RetryExecution => "retry of an n8n execution",
-            Trigger::ManualRerun => "manual re-run of the workflow",
-            Trigger::SameKeyTwice => "the same key created twice",
-        }
-    }
-}
-
 /// A pair's verdict and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     pub verdict: Verdict,
     pub trigger: Option<Trigger>,
-    pub evidence: Vec<String>,
+    /// In English: each one's `Display`.
+    pub evidence: Vec<Evidence>,
 }
 
-fn finding(verdict: Verdict, trigger: Option<Trigger>, evidence: Vec<String>) -> Finding {
+fn finding(verdict: Verdict, trigger: Option<Trigger>, evidence: Vec<Evidence>) -> Finding {
     Finding {
         verdict,
         trigger,
@@ -155,30 +129,33 @@ fn finding(verdict: Verdict, trigger: Option<Trigger>, evidence: Vec<String>) ->
 }
 
 /// The key that identifies an entity's event, and where it comes from.
-fn event_key(f: &Facts) -> Option<(String, &'static str)> {
+fn event_key(f: &Facts) -> Option<(String, KeyKind)> {
     if let Some(j) = &f.journal {
-        return Some((j.operation_id.clone(), "Leadgate operation"));
+        return Some((j.operation_id.clone(), KeyKind::LeadgateOperation));
     }
     if let Some(k) = f.execution.as_ref().and_then(|x| x.event_key.clone()) {
-        return Some((k, "submission id"));
+        return Some((k, KeyKind::SubmissionId));
     }
     f.origin_id
         .clone()
         .filter(|o| !o.trim().is_empty())
-        .map(|o| (o, "ORIGIN_ID"))
+        .map(|o| (o, KeyKind::OriginId))
 }
 
 /// Whether the two carry the same content, and by which measure.
-fn same_content(a: &Facts, b: &Facts) -> Option<(bool, &'static str)> {
+fn same_content(a: &Facts, b: &Facts) -> Option<(bool, ContentMeasure)> {
     if let (Some(x), Some(y)) = (&a.journal, &b.journal) {
-        return Some((x.payload_hash == y.payload_hash, "payload hash"));
+        return Some((
+            x.payload_hash == y.payload_hash,
+            ContentMeasure::PayloadHash,
+        ));
     }
     let body = |f: &Facts| f.execution.as_ref().and_then(|x| x.body_hash.clone());
     if let (Some(x), Some(y)) = (body(a), body(b)) {
-        return Some((x == y, "n8n request body"));
+        return Some((x == y, ContentMeasure::N8nBody));
     }
     if let (Some(x), Some(y)) = (&a.crm_content, &b.crm_content) {
-        return Some((x == y, "CRM fields"));
+        return Some((x == y, ContentMeasure::CrmFields));
     }
     None
 }
@@ -189,16 +166,12 @@ fn gap(a: &Facts, b: &Facts) -> Option<TimeDelta> {
 
 /// A duration as a person reads it: `40 s`, `12 min`, `3 h 5 min`, `2 d`.
 pub fn human(d: TimeDelta) -> String {
-    let s = d.num_seconds().abs();
-    match s {
-        0..=119 => format!("{s} s"),
-        120..=3599 => format!("{} min", s / 60),
-        3600..=86_399 => match (s % 3600) / 60 {
-            0 => format!("{} h", s / 3600),
-            m => format!("{} h {m} min", s / 3600),
-        },
-        _ => format!("{} d", s / 86_400),
-    }
+    duration(seconds(d))
+}
+
+/// A gap in whole seconds, either way, as the evidence keeps it.
+fn seconds(d: TimeDelta) -> u32 {
+    u32::try_from(d.num_seconds().unsigned_abs()).unwrap_or(u32::MAX)
 }
 
 /// The verdict for `a` (the earlier entity) and `b` (the later), with `window` the
@@ -206,30 +179,30 @@ pub fn human(d: TimeDelta) -> String {
 pub fn decide(a: &Facts, b: &Facts, window: TimeDelta) -> Finding {
     let mut ev = Vec::new();
     if let Some(g) = gap(a, b) {
-        ev.push(format!(
-            "entity {} was created {} after entity {}",
-            b.crm_id,
-            human(g),
-            a.crm_id
-        ));
+        ev.push(Evidence::CreatedAfter {
+            later: b.crm_id.clone(),
+            secs: seconds(g),
+            earlier: a.crm_id.clone(),
+        });
     }
     // 1. One event, twice.
     if let (Some(x), Some(y)) = (&a.journal, &b.journal) {
         if x.operation_id == y.operation_id {
-            ev.push(format!(
-                "both belong to Leadgate operation {} ({} deliveries, {} attempts)",
-                x.operation_id,
-                y.deliveries.max(x.deliveries),
-                y.attempts.max(x.attempts)
-            ));
+            ev.push(Evidence::SameOperation {
+                operation: x.operation_id.clone(),
+                deliveries: y.deliveries.max(x.deliveries),
+                attempts: y.attempts.max(x.attempts),
+            });
             let trigger = if y.uncertain_attempt {
-                ev.push("an attempt's outcome was unknown and the create was sent again".into());
+                ev.push(Evidence::OutcomeUnknownSentAgain);
                 Trigger::TimeoutAfterCreate
             } else if y.workers.len() > 1 {
-                ev.push(format!("attempts by {}", y.workers.join(" and ")));
+                ev.push(Evidence::AttemptsBy {
+                    workers: y.workers.clone(),
+                });
                 Trigger::TwoWorkers
             } else if y.deliveries > 1 {
-                ev.push(format!("the source delivered it {} times", y.deliveries));
+                ev.push(Evidence::DeliveredTimes { n: y.deliveries });
                 Trigger::Redelivery
             } else {
                 Trigger::SameKeyTwice
@@ -242,32 +215,38 @@ pub fn decide(a: &Facts, b: &Facts, window: TimeDelta) -> Finding {
             || x.retry_of.as_deref() == Some(y.id.as_str())
             || (x.retry_of.is_some() && x.retry_of == y.retry_of)
         {
-            ev.push(format!(
-                "n8n execution {} ({}) is a retry of execution {} ({})",
-                y.id, y.mode, x.id, x.status
-            ));
+            ev.push(Evidence::ExecutionRetry {
+                later: y.id.clone(),
+                mode: y.mode.clone(),
+                earlier: x.id.clone(),
+                status: x.status.clone(),
+            });
             if x.status != "success" {
-                ev.push(format!(
-                    "execution {} ended as `{}` although entity {} exists: the create had gone through",
-                    x.id, x.status, a.crm_id
-                ));
+                ev.push(Evidence::ExecutionFailedYetCreated {
+                    execution: x.id.clone(),
+                    status: x.status.clone(),
+                    entity: a.crm_id.clone(),
+                });
             }
             return finding(Verdict::Technical, Some(Trigger::RetryExecution), ev);
         }
         if let (Some(k), Some(l)) = (&x.event_key, &y.event_key) {
             if k == l {
-                ev.push(format!(
-                    "n8n executions {} and {} both carry submission {k}",
-                    x.id, y.id
-                ));
+                ev.push(Evidence::SameSubmission {
+                    earlier: x.id.clone(),
+                    later: y.id.clone(),
+                    submission: k.clone(),
+                });
                 let trigger = if y.mode == "manual" {
-                    ev.push(format!("execution {} was started by hand", y.id));
+                    ev.push(Evidence::StartedByHand {
+                        execution: y.id.clone(),
+                    });
                     Trigger::ManualRerun
                 } else {
-                    ev.push(format!(
-                        "execution {} was triggered by `{}`: the source delivered the event again",
-                        y.id, y.mode
-                    ));
+                    ev.push(Evidence::TriggeredAgain {
+                        execution: y.id.clone(),
+                        mode: y.mode.clone(),
+                    });
                     Trigger::Redelivery
                 };
                 return finding(Verdict::Technical, Some(trigger), ev);
@@ -276,20 +255,24 @@ pub fn decide(a: &Facts, b: &Facts, window: TimeDelta) -> Finding {
     }
     if let (Some(o), Some(p)) = (&a.origin_id, &b.origin_id) {
         if !o.trim().is_empty() && o == p {
-            ev.push(format!("both carry ORIGIN_ID {o}"));
+            ev.push(Evidence::SameOriginId {
+                origin_id: o.clone(),
+            });
             return finding(Verdict::Technical, Some(Trigger::SameKeyTwice), ev);
         }
     }
     // 2. The same content, no shared key.
     let keys = (event_key(a), event_key(b));
-    if let Some((true, how)) = same_content(a, b) {
+    if let Some((true, measure)) = same_content(a, b) {
         if gap(a, b).is_some_and(|g| g <= window) {
-            ev.push(format!("the same content ({how})"));
+            ev.push(Evidence::SameContent { measure });
             ev.push(match &keys {
-                (Some((k, what)), Some((l, _))) => {
-                    format!("but two identities: {what} {k} and {l}")
-                }
-                _ => "and no key that both carry".into(),
+                (Some((k, kind)), Some((l, _))) => Evidence::TwoIdentities {
+                    kind: *kind,
+                    first: k.clone(),
+                    second: l.clone(),
+                },
+                _ => Evidence::NoSharedKey,
             });
             return finding(Verdict::SameSubmissionNoKey, None, ev);
         }
@@ -297,16 +280,24 @@ pub fn decide(a: &Facts, b: &Facts, window: TimeDelta) -> Finding {
     // 3. Two channels.
     if let (Some(s), Some(t)) = (&a.source, &b.source) {
         if !s.eq_ignore_ascii_case(t) {
-            ev.push(format!("different sources: {s}, then {t}"));
+            ev.push(Evidence::DifferentSources {
+                first: s.clone(),
+                then: t.clone(),
+            });
             return finding(Verdict::CrossChannel, None, ev);
         }
     }
     // 4. Two events of their own.
     if let (Some((k, what)), Some((l, other))) = &keys {
         if k != l {
-            ev.push(format!("two events: {what} {k} and {other} {l}"));
-            if let Some((false, how)) = same_content(a, b) {
-                ev.push(format!("different content ({how})"));
+            ev.push(Evidence::TwoEvents {
+                first_kind: *what,
+                first: k.clone(),
+                second_kind: *other,
+                second: l.clone(),
+            });
+            if let Some((false, measure)) = same_content(a, b) {
+                ev.push(Evidence::DifferentContent { measure });
             }
             return finding(Verdict::NewRequest, None, ev);
         }
@@ -314,10 +305,9 @@ pub fn decide(a: &Facts, b: &Facts, window: TimeDelta) -> Finding {
     // 5. Nothing to tie them by.
     for f in [a, b] {
         if event_key(f).is_none() {
-            ev.push(format!(
-                "entity {} has no key: no ORIGIN_ID, no Leadgate operation, no n8n execution",
-                f.crm_id
-            ));
+            ev.push(Evidence::NoKey {
+                entity: f.crm_id.clone(),
+            });
         }
     }
     finding(Verdict::CannotTie, None, ev)
@@ -551,7 +541,7 @@ mod tests {
         b.execution = Some(x);
         let f = decide(&a, &b, TimeDelta::minutes(30));
         assert_eq!(
-            f.evidence,
+            f.evidence.iter().map(ToString::to_string).collect::<Vec<_>>(),
             [
                 "entity 102 was created 60 s after entity 101",
                 "n8n execution 42 (retry) is a retry of execution 41 (error)",

@@ -14,6 +14,7 @@ use leadgate::diagnose::run::{run, save, CrmInput, Request};
 use leadgate::diagnose::verdict::{Trigger, Verdict};
 use leadgate::diagnose::AmoFields;
 use leadgate::diagnose::{report, Diagnosis, Options};
+use leadgate::domain::report::ReportInput;
 use leadgate::domain::roles::Role;
 use leadgate::domain::{ErrorClass, Failure};
 use leadgate::store::{self, AttemptOutcome, NewEvent, Store};
@@ -503,7 +504,7 @@ each_backend!(
         let story: Vec<String> = g0
             .merged_timeline(&g0.pairs[0])
             .into_iter()
-            .map(|e| e.text)
+            .map(|e| e.text.to_string())
             .collect();
         assert!(
             story
@@ -525,8 +526,40 @@ each_backend!(
         assert!(html.contains("CALL&lt;img src=x onerror=alert(1)&gt;"));
         assert!(!html.contains("<img"), "CRM data is escaped");
         assert!(html.contains("Leadgate&#39;s journal"));
+        every_sentence_is_its_code(&report::data(&d));
     }
 );
+
+/// Each saved sentence beside its code, the text the code's English: the console may
+/// say either.
+fn every_sentence_is_its_code(r: &report::ReportData) {
+    assert_eq!(
+        r.input_code.as_ref().map(ToString::to_string).as_deref(),
+        Some(r.input.as_str())
+    );
+    assert_eq!(
+        r.sources_read_code
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some(r.sources_read.as_str())
+    );
+    for p in &r.pair_list {
+        let said: Vec<String> = p.evidence_codes.iter().map(ToString::to_string).collect();
+        assert_eq!(said, p.evidence, "pair {}", p.number);
+        let cause = r.causes.iter().find(|c| c.cause == p.cause).unwrap();
+        assert_eq!(
+            (cause.verdict.as_str(), cause.trigger),
+            (p.verdict.as_str(), p.trigger)
+        );
+        for l in &p.timeline {
+            assert_eq!(
+                l.text_code.as_ref().map(ToString::to_string).as_deref(),
+                Some(l.text.as_str())
+            );
+        }
+    }
+}
 
 /// amoCRM's custom field of the test account naming a lead's source.
 const AMO_SOURCE_FIELD: u64 = 555_002;
@@ -1102,6 +1135,7 @@ async fn the_n8n_history_is_read(dir: &Path, n8n: String) {
         verdict_of(&d, "801", "802"),
         (Verdict::SameSubmissionNoKey, None)
     );
+    every_sentence_is_its_code(&report::data(&d));
     let md = report::to_markdown(&d);
     assert!(
         md.contains("n8n execution 42 \\(retry\\) is a retry of execution 41 \\(error\\)"),
@@ -1288,6 +1322,13 @@ each_backend!(
         let view = console.diagnosis(id).await.unwrap();
         assert_eq!(&view.row, row);
         assert_eq!(view.report, report::data(&d));
+        every_sentence_is_its_code(&view.report);
+        assert_eq!(
+            row.input_code,
+            Some(ReportInput::Csv {
+                file: "diagnose-bitrix24-leads.csv".into()
+            })
+        );
         let r = &view.report;
         assert_eq!(r.pair_list.len(), 5);
         assert_eq!(
@@ -1428,6 +1469,7 @@ each_backend!(
         let rows = console.diagnoses().await.unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].input, "amoCRM leads and contact search (API v4)");
+        assert_eq!(rows[0].input_code, Some(ReportInput::AmoCrmApi));
         assert!(rows[0].period_from.is_some() && rows[0].period_to.is_some());
         let view = console.diagnosis(rows[0].id).await.unwrap();
         let p = &view.report.pair_list[0];

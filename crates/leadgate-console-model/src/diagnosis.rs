@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use leadgate_domain::report::ReportData;
+use leadgate_domain::report::{ReportData, ReportInput};
 use leadgate_store::DiagnosisSummary;
 
 use crate::{ts, ApiResult, Console, ConsoleError};
@@ -24,6 +24,9 @@ pub struct DiagnosisRow {
     pub id: i64,
     pub generated_at: String,
     pub input: String,
+    /// [`DiagnosisRow::input`] as a code, for the console's language (none when the
+    /// text names no input this version knows).
+    pub input_code: Option<ReportInput>,
     pub period_from: Option<String>,
     pub period_to: Option<String>,
     #[ts(type = "number")]
@@ -40,6 +43,7 @@ impl DiagnosisRow {
         DiagnosisRow {
             id: s.id,
             generated_at: ts(s.generated_at),
+            input_code: ReportInput::parse(&s.input),
             input: s.input,
             period_from: s.period_from.map(ts),
             period_to: s.period_to.map(ts),

@@ -915,7 +915,8 @@ pub use call::*;
 pub use diagnosis::*;
 pub use export::*;
 pub use leadgate_domain::report::{
-    CauseCount, LineData, PairData, ReportData, SourceCounts, VerdictCount,
+    CauseCount, ContentMeasure, Evidence, KeyKind, LineData, LineDetail, LineText, PairData,
+    ReportData, ReportInput, SourceCounts, SourcesRead, Trigger, VerdictCount,
 };
 pub use lookup::*;
 pub use rules::*;
@@ -2023,6 +2024,14 @@ pub fn typescript_bindings() -> String {
         CauseCount::decl(&cfg),
         PairData::decl(&cfg),
         LineData::decl(&cfg),
+        ReportInput::decl(&cfg),
+        SourcesRead::decl(&cfg),
+        Trigger::decl(&cfg),
+        KeyKind::decl(&cfg),
+        ContentMeasure::decl(&cfg),
+        Evidence::decl(&cfg),
+        LineDetail::decl(&cfg),
+        LineText::decl(&cfg),
         SourceRulesView::decl(&cfg),
         RuleValues::decl(&cfg),
         RuleChangeView::decl(&cfg),

@@ -364,7 +364,12 @@ export type LookupResult = {
  */
 phone: string | null, rows: Array<LookupRow>, };
 
-export type DiagnosisRow = { id: number, generated_at: string, input: string, period_from: string | null, period_to: string | null, groups: number, pairs: number, 
+export type DiagnosisRow = { id: number, generated_at: string, input: string, 
+/**
+ * [`DiagnosisRow::input`] as a code, for the console's language (none when the
+ * text names no input this version knows).
+ */
+input_code: ReportInput | null, period_from: string | null, period_to: string | null, groups: number, pairs: number, 
 /**
  * Verdict code → pairs.
  */
@@ -376,11 +381,19 @@ export type ReportData = { generated_at: string,
 /**
  * What was read: "CSV export leads.csv", "amoCRM leads and contact search (API v4)".
  */
-input: string, period_from: string | null, period_to: string | null, 
+input: string, 
+/**
+ * [`ReportData::input`] as a code (none in reports saved before the codes).
+ */
+input_code: ReportInput | null, period_from: string | null, period_to: string | null, 
 /**
  * What was read, in words ("132 CRM entities (…), Leadgate's journal, no n8n history").
  */
-sources_read: string, entities_read: number, groups: number, pairs: number, 
+sources_read: string, 
+/**
+ * [`ReportData::sources_read`] as a code (none in reports saved before the codes).
+ */
+sources_read_code: SourcesRead | null, entities_read: number, groups: number, pairs: number, 
 /**
  * Every verdict, in the order of the rules, with its pairs (zeros included).
  */
@@ -406,19 +419,61 @@ export type CauseCount = { verdict: string,
 /**
  * "Technical duplicate: timeout after a successful create".
  */
-cause: string, pairs: number, };
+cause: string, 
+/**
+ * What set it off, the cause after the verdict's title (none in reports saved
+ * before the codes, and for causes that are the verdict alone).
+ */
+trigger: Trigger | null, pairs: number, };
 
 export type PairData = { number: number, earlier: string, later: string, 
 /**
  * The phones and e-mails the group shares, masked.
  */
-shared: Array<string>, verdict: string, cause: string, source: string, evidence: Array<string>, timeline: Array<LineData>, };
+shared: Array<string>, verdict: string, cause: string, 
+/**
+ * As in [`CauseCount::trigger`].
+ */
+trigger: Trigger | null, source: string, evidence: Array<string>, 
+/**
+ * [`PairData::evidence`] as codes, line for line (empty in reports saved before
+ * the codes).
+ */
+evidence_codes: Array<Evidence>, timeline: Array<LineData>, };
 
 export type LineData = { at: string | null, 
 /**
  * `CRM`, `Leadgate` or `n8n`.
  */
-origin: string, entity: string, text: string, };
+origin: string, entity: string, text: string, 
+/**
+ * [`LineData::text`] as a code (none in reports saved before the codes).
+ */
+text_code: LineText | null, };
+
+export type ReportInput = { "code": "csv", "args": { file: string, } } | { "code": "bitrix24_api" } | { "code": "amo_crm_api" };
+
+export type SourcesRead = { entities: number, input: ReportInput, journal: boolean, 
+/**
+ * n8n executions read; `None` when n8n's history was not read.
+ */
+executions: number | null, };
+
+export type Trigger = "timeout_after_create" | "two_workers" | "redelivery" | "retry_execution" | "manual_rerun" | "same_key_twice";
+
+export type KeyKind = "leadgate_operation" | "submission_id" | "origin_id";
+
+export type ContentMeasure = "payload_hash" | "n8n_body" | "crm_fields";
+
+export type Evidence = { "code": "created_after", "args": { later: string, secs: number, earlier: string, } } | { "code": "same_operation", "args": { operation: string, deliveries: number, attempts: number, } } | { "code": "outcome_unknown_sent_again" } | { "code": "attempts_by", "args": { workers: Array<string>, } } | { "code": "delivered_times", "args": { n: number, } } | { "code": "execution_retry", "args": { later: string, mode: string, earlier: string, status: string, } } | { "code": "execution_failed_yet_created", "args": { execution: string, status: string, entity: string, } } | { "code": "same_submission", "args": { earlier: string, later: string, submission: string, } } | { "code": "started_by_hand", "args": { execution: string, } } | { "code": "triggered_again", "args": { execution: string, mode: string, } } | { "code": "same_origin_id", "args": { origin_id: string, } } | { "code": "same_content", "args": { measure: ContentMeasure, } } | { "code": "two_identities", "args": { kind: KeyKind, first: string, second: string, } } | { "code": "no_shared_key" } | { "code": "different_sources", "args": { first: string, then: string, } } | { "code": "two_events", "args": { first_kind: KeyKind, first: string, second_kind: KeyKind, second: string, } } | { "code": "different_content", "args": { measure: ContentMeasure, } } | { "code": "no_key", "args": { entity: string, } };
+
+export type LineDetail = { 
+/**
+ * `outcome`, `attempt`, `method`, `status`, `crm_id`, `error`, `class`, …
+ */
+field: string, value: string, };
+
+export type LineText = { "code": "crm_created", "args": { entity: string, source: string | null, originator_id: string | null, origin_id: string | null, utm_source: string | null, } } | { "code": "journal_event", "args": { operation: string, kind: string, actor: string, details: Array<LineDetail>, } } | { "code": "execution_started", "args": { execution: string, workflow: string, mode: string, retry_of: string | null, submission: string | null, } } | { "code": "execution_ended", "args": { execution: string, status: string, nodes: Array<string>, crm_ids: Array<string>, } };
 
 export type SourceRulesView = { source: string, 
 /**
