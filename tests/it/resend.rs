@@ -497,9 +497,10 @@ async fn only_the_roles_that_may_authorize_a_retry_fix_and_resend() {
             }
         };
         assert_eq!(holding("+79990001122").await, 1);
-        let purged = leadgate::store::purge(&*store, store.now() + chrono::TimeDelta::seconds(1), 100)
-            .await
-            .unwrap();
+        let purged =
+            leadgate::store::purge(&*store, store.now() + chrono::TimeDelta::seconds(1), 100)
+                .await
+                .unwrap();
         assert!(purged.requests >= 2, "{purged:?}");
         assert_eq!(holding("+79990001122").await, 0);
         assert_eq!(holding("+79990001123").await, 0);
@@ -594,26 +595,37 @@ each_backend!(
     }
 );
 
-/// A lead whose create went out and was cut off, then met a CRM outage: the outage gives
-/// the attempt back (attempts 0) but owes a lookup (`verify_first`). A person who then
-/// authorizes a retry, or fixes and resends the lead, must not lower that: the granted
-/// attempt looks the key up before it creates (the review of this change found the grant
-/// overwriting it with "attempts > 0"). The console says "re-check", not "send".
+// A lead whose create went out and was cut off, then met a CRM outage: the outage gives
+// the attempt back (attempts 0) but owes a lookup (`verify_first`). A person who then
+// authorizes a retry, or fixes and resends the lead, must not lower that: the granted
+// attempt looks the key up before it creates (the review of this change found the grant
+// overwriting it with "attempts > 0"). The console says "re-check", not "send".
 each_backend!(
     a_retry_after_an_outage_gave_the_attempt_back_still_looks_the_key_up_first,
     |db| async move {
         let store = db.store().await;
         let console = Console::open(&db.url).await.unwrap();
-        for (key, resend) in [("o1", false), ("o2", true)] {
+        for key in ["o1", "o2"] {
             store
-                .record_delivery(delivery(key, json!({"name": "Ivan", "phone": "+79991234567"})))
+                .record_delivery(delivery(
+                    key,
+                    json!({"name": "Ivan", "phone": "+79991234567"}),
+                ))
                 .await
                 .unwrap();
-            let c = store
-                .claim_due("bitrix24", "w", LEASE, local_now())
-                .await
-                .unwrap()
-                .unwrap();
+        }
+        // Both are claimed before either is given back (one claim each).
+        let mut claims = vec![];
+        for _ in 0..2 {
+            claims.push(
+                store
+                    .claim_due("bitrix24", "w", LEASE, local_now())
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        for c in claims {
             store
                 .finish_attempt(
                     &c.lease,
@@ -630,10 +642,18 @@ each_backend!(
                 )
                 .await
                 .unwrap();
+        }
+        for (key, resend) in [("o1", false), ("o2", true)] {
             let o = store.operation(&op(key)).await.unwrap().unwrap();
             assert_eq!((o.attempts, o.verify_first), (0, true), "{o:?}");
             let case_id = store
-                .open_review(&op(key), ReviewReason::UncertainOutcome, "anna", json!({}), local_now())
+                .open_review(
+                    &op(key),
+                    ReviewReason::UncertainOutcome,
+                    "anna",
+                    json!({}),
+                    local_now(),
+                )
                 .await
                 .unwrap();
             let detail = console
@@ -671,10 +691,10 @@ each_backend!(
     }
 );
 
-/// A failed lead with a payload conflict open: a grant would wait behind the conflict for
-/// ever (settling it does not move a failed lead), so both ways of sending it again are
-/// refused with a sentence until the conflict is settled; and edited data is never a
-/// bulk action's.
+// A failed lead with a payload conflict open: a grant would wait behind the conflict for
+// ever (settling it does not move a failed lead), so both ways of sending it again are
+// refused with a sentence until the conflict is settled; and edited data is never a
+// bulk action's.
 each_backend!(
     a_failed_lead_behind_an_open_conflict_is_not_sent_again_until_it_is_settled,
     |db| async move {
@@ -683,16 +703,27 @@ each_backend!(
         failed_after_an_attempt(&*store, "c1", original.clone()).await;
         // The source sends the same key with other data: a conflict case opens.
         store
-            .record_delivery(delivery("c1", json!({"name": "Ivan P.", "phone": "8 (999) 12"})))
+            .record_delivery(delivery(
+                "c1",
+                json!({"name": "Ivan P.", "phone": "8 (999) 12"}),
+            ))
             .await
             .unwrap();
         let conflict = store.cases_of(&op("c1")).await.unwrap();
         assert!(
-            conflict.iter().any(|c| c.reason == ReviewReason::PayloadConflict && c.resolved_at.is_none()),
+            conflict
+                .iter()
+                .any(|c| c.reason == ReviewReason::PayloadConflict && c.resolved_at.is_none()),
             "{conflict:?}"
         );
         let case_id = store
-            .open_review(&op("c1"), ReviewReason::UncertainOutcome, "anna", json!({}), local_now())
+            .open_review(
+                &op("c1"),
+                ReviewReason::UncertainOutcome,
+                "anna",
+                json!({}),
+                local_now(),
+            )
             .await
             .unwrap();
         for (action, bulk) in [
@@ -707,7 +738,10 @@ each_backend!(
                 HumanAction::ResendEdited {
                     payload: json!({"name": "Ivan", "phone": "+79991234567"}),
                 },
-                Some(Bulk { id: "b1".into(), of: 1 }),
+                Some(Bulk {
+                    id: "b1".into(),
+                    of: 1,
+                }),
             ),
         ] {
             let before = store.operation(&op("c1")).await.unwrap().unwrap();
@@ -729,7 +763,11 @@ each_backend!(
             };
             assert_eq!(
                 code,
-                if in_bulk { "not_in_bulk" } else { "retry_while_conflict_open" }
+                if in_bulk {
+                    "not_in_bulk"
+                } else {
+                    "retry_while_conflict_open"
+                }
             );
             let after = store.operation(&op("c1")).await.unwrap().unwrap();
             assert_eq!(
