@@ -1155,11 +1155,26 @@ mod tests {
                 },
                 Some(S::Received),
             ),
+            // A settle window, even one over, says a create went out under a lease: the
+            // attempt counter may have been given back (an outage), the lookup is owed.
             (
                 A::AuthorizeRetry,
                 R::RetriesExhausted,
                 OpFacts {
                     quiet_after: Some(now() - TimeDelta::seconds(1)),
+                    attempts: 0,
+                    ..op(S::FailedTerminal)
+                },
+                Decision::GrantRetry {
+                    due_at: now(),
+                    verify_first: true,
+                },
+                Some(S::Received),
+            ),
+            (
+                A::AuthorizeRetry,
+                R::RetriesExhausted,
+                OpFacts {
                     attempts: 0,
                     ..op(S::FailedTerminal)
                 },
