@@ -434,22 +434,13 @@ async fn run(c: &Client, db: &dyn Store, s: &leadgate_testkit::seed::Seeded, url
         |t| t.contains("сущност") && t.contains("без истории n8n"),
     )
     .await;
-    let evidence = c
-        .find(css("[data-testid=diag-evidence]"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(evidence.contains("создана через"), "{evidence}");
-    let what = c
-        .find(css("[data-testid=diag-what]"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(what.contains("создана в CRM"), "{what}");
+    for (selector, said) in [
+        ("[data-testid=diag-evidence]", "создана через"),
+        ("[data-testid=diag-what]", "создана в CRM"),
+    ] {
+        let text = el(c, selector).await.text().await.unwrap();
+        assert!(text.contains(said), "{selector}: {text}");
+    }
     // Every text node of the screen, clipped or not, one apart from the next.
     let screen = c
         .execute(

@@ -70,6 +70,37 @@ async fn rejected_before_any_attempt(store: &dyn Store, key: &str, payload: Valu
         .unwrap();
 }
 
+/// Opens an `uncertain_outcome` case on `key` (as a person opening a review would) and
+/// resolves it with `action` through the store directly, at the version the case left.
+async fn open_and_resolve(
+    store: &dyn Store,
+    key: &str,
+    action: HumanAction,
+) -> Result<Resolved, StoreError> {
+    let case_id = store
+        .open_review(
+            &op(key),
+            ReviewReason::UncertainOutcome,
+            "anna",
+            json!({}),
+            local_now(),
+        )
+        .await
+        .unwrap();
+    let seen = store.operation(&op(key)).await.unwrap().unwrap();
+    store
+        .resolve(Resolve {
+            case_id,
+            expected_version: seen.version,
+            actor: "anna".into(),
+            comment: None,
+            action,
+            now: local_now(),
+            bulk: None,
+        })
+        .await
+}
+
 fn resend_request(o: &Operation, payload: &str) -> ResendRequest {
     ResendRequest {
         operation_id: o.operation_id.to_string(),
@@ -285,31 +316,15 @@ each_backend!(
             .await;
         assert_eq!(refused_code(&got), "retry_over_known_result");
         // ... and through the store directly, on a case opened for it.
-        let case_id = store
-            .open_review(
-                &op("known"),
-                ReviewReason::UncertainOutcome,
-                "anna",
-                json!({}),
-                local_now(),
-            )
-            .await
-            .unwrap();
-        let known = store.operation(&op("known")).await.unwrap().unwrap();
-        let err = store
-            .resolve(Resolve {
-                case_id,
-                expected_version: known.version,
-                actor: "anna".into(),
-                comment: None,
-                action: HumanAction::ResendEdited {
-                    payload: json!({"name": "Ivan"}),
-                },
-                now: local_now(),
-                bulk: None,
-            })
-            .await
-            .unwrap_err();
+        let err = open_and_resolve(
+            &*store,
+            "known",
+            HumanAction::ResendEdited {
+                payload: json!({"name": "Ivan"}),
+            },
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(&err, StoreError::Refused(r) if r.code() == "retry_over_known_result"),
             "{err}"
@@ -328,31 +343,15 @@ each_backend!(
             .await;
         assert_eq!(refused_code(&got), "retry_not_in_review");
         // The store refuses data that is not an object, whoever asks.
-        let case_id = store
-            .open_review(
-                &op("bad"),
-                ReviewReason::UncertainOutcome,
-                "anna",
-                json!({}),
-                local_now(),
-            )
-            .await
-            .unwrap();
-        let bad = store.operation(&op("bad")).await.unwrap().unwrap();
-        let err = store
-            .resolve(Resolve {
-                case_id,
-                expected_version: bad.version,
-                actor: "anna".into(),
-                comment: None,
-                action: HumanAction::ResendEdited {
-                    payload: json!(["x"]),
-                },
-                now: local_now(),
-                bulk: None,
-            })
-            .await
-            .unwrap_err();
+        let err = open_and_resolve(
+            &*store,
+            "bad",
+            HumanAction::ResendEdited {
+                payload: json!(["x"]),
+            },
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(&err, StoreError::Refused(r) if r.code() == "payload_not_object"),
             "{err}"
