@@ -645,25 +645,14 @@ each_backend!(
         for (key, resend) in [("o1", false), ("o2", true)] {
             let o = store.operation(&op(key)).await.unwrap().unwrap();
             assert_eq!((o.attempts, o.verify_first), (0, true), "{o:?}");
-            let case_id = store
-                .open_review(
-                    &op(key),
-                    ReviewReason::UncertainOutcome,
-                    "anna",
-                    json!({}),
-                    local_now(),
-                )
-                .await
-                .unwrap();
             let detail = console
-                .case_detail(&format!("site:{key}"), Some(case_id), None)
+                .case_detail(&format!("site:{key}"), None, None)
                 .await
                 .unwrap();
             assert!(
                 detail.operation.checks_first,
                 "the console offers a re-check, not a first send"
             );
-            let case = store.cases_of(&op(key)).await.unwrap().pop().unwrap();
             let action = if resend {
                 HumanAction::ResendEdited {
                     payload: json!({"name": "Ivan", "phone": "+79991234568"}),
@@ -671,18 +660,7 @@ each_backend!(
             } else {
                 HumanAction::AuthorizeRetry
             };
-            store
-                .resolve(Resolve {
-                    case_id: case.id,
-                    expected_version: store.operation(&op(key)).await.unwrap().unwrap().version,
-                    actor: "anna".into(),
-                    comment: None,
-                    action,
-                    now: local_now(),
-                    bulk: None,
-                })
-                .await
-                .unwrap();
+            open_and_resolve(&*store, key, action).await.unwrap();
             let o = store.operation(&op(key)).await.unwrap().unwrap();
             assert_eq!(o.retry_grants, 1);
             assert!(o.verify_first, "{key}: the owed lookup stays owed: {o:?}");
@@ -714,6 +692,20 @@ each_backend!(
                 .iter()
                 .any(|c| c.reason == ReviewReason::PayloadConflict && c.resolved_at.is_none()),
             "{conflict:?}"
+        );
+        // The console offers no Fix and resend, and refuses one before it opens a case.
+        let console = Console::open(&db.url).await.unwrap();
+        let detail = console.case_detail("site:c1", None, None).await.unwrap();
+        assert!(!detail.may_resend);
+        let seen = store.operation(&op("c1")).await.unwrap().unwrap();
+        let got = console
+            .resend("Olga", resend_request(&seen, r#"{"name": "Ivan"}"#))
+            .await;
+        assert_eq!(refused_code(&got), "retry_while_conflict_open");
+        assert_eq!(
+            store.cases_of(&op("c1")).await.unwrap().len(),
+            conflict.len(),
+            "no case opened for a resend that is refused"
         );
         let case_id = store
             .open_review(

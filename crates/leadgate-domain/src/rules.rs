@@ -539,6 +539,16 @@ pub fn bulk_decision_allowed(decision: &Decision) -> Result<(), Refusal> {
     }
 }
 
+/// Whether `decision` on a case of `reason`, for a lead in `status`, would wait behind an
+/// open payload conflict: a retry grant on a failed lead does (settling the conflict does
+/// not move a failed lead), so it is refused with [`Refusal::RetryWhileConflictOpen`] when
+/// one is open. The store checks it under the lock, the console before it asks anything.
+pub fn waits_behind_a_conflict(decision: &Decision, status: Status, reason: ReviewReason) -> bool {
+    matches!(decision, Decision::GrantRetry { .. })
+        && status == Status::FailedTerminal
+        && reason != ReviewReason::PayloadConflict
+}
+
 /// Whether a person must say why: a lead is dropped for good only with its reason, and an
 /// action taken on many cases at once (`bulk`) always carries one, since nobody looked at
 /// each case alone.

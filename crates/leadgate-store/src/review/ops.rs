@@ -37,7 +37,7 @@ use serde_json::{json, Value};
 use crate::{NewEvent, Operation, Resolve, Resolved, Result, StoreError};
 use leadgate_domain::rules::{
     bulk_allowed, bulk_decision_allowed, check_comment, decide, edited_fields, may_open_review,
-    Decision,
+    waits_behind_a_conflict, Decision,
 };
 use leadgate_domain::EventKind;
 use leadgate_domain::{HumanAction, OperationId, Refusal, ReviewReason, Status};
@@ -119,11 +119,8 @@ pub(crate) async fn resolve_in<T: WriteTx>(tx: &mut T, req: Resolve) -> Result<R
             .into());
         }
     }
-    // A grant on a failed lead behind an open payload conflict would never be sent
-    // (settling the conflict does not move a failed lead): the conflict first.
-    if matches!(decision, Decision::GrantRetry { .. })
-        && l.op.status == Status::FailedTerminal
-        && case.reason != ReviewReason::PayloadConflict
+    // The conflict first: a grant behind it would never be sent.
+    if waits_behind_a_conflict(&decision, l.op.status, case.reason)
         && tx.has_open_conflict(op_id.as_str()).await?
     {
         return Err(Refusal::RetryWhileConflictOpen.into());
