@@ -4,6 +4,16 @@
 use super::*;
 
 impl Console {
+    /// The operation `id`, or `NotFound` naming it.
+    async fn operation_of(&self, id: &OperationId) -> ApiResult<Operation> {
+        self.store
+            .operation(id)
+            .await?
+            .ok_or_else(|| ConsoleError::NotFound {
+                message: format!("no operation `{id}`"),
+            })
+    }
+
     /// One operation with its cases, the newest page of its timeline, conflict sides and
     /// link candidates.
     pub async fn case_detail(
@@ -13,13 +23,7 @@ impl Console {
         crm_url_template: Option<&str>,
     ) -> ApiResult<CaseDetail> {
         let id = parse_operation_id(operation_id)?;
-        let op = self
-            .store
-            .operation(&id)
-            .await?
-            .ok_or_else(|| ConsoleError::NotFound {
-                message: format!("no operation `{operation_id}`"),
-            })?;
+        let op = self.operation_of(&id).await?;
         let cases = self.store.cases_of(&id).await?;
         let page = self.store.timeline_page(&id, None, TIMELINE_PAGE).await?;
         // The entities come from every `crm_step`, not only the page's.
@@ -181,13 +185,7 @@ impl Console {
         let payload =
             leadgate_domain::rules::parse_edited_payload(&req.payload).map_err(StoreError::from)?;
         let id = parse_operation_id(&req.operation_id)?;
-        let op = self
-            .store
-            .operation(&id)
-            .await?
-            .ok_or_else(|| ConsoleError::NotFound {
-                message: format!("no operation `{}`", req.operation_id),
-            })?;
+        let op = self.operation_of(&id).await?;
         if op.version != req.expected_version {
             return Err(ConsoleError::Changed {
                 expected: req.expected_version,
@@ -231,9 +229,26 @@ impl Console {
         let action = HumanAction::ResendEdited {
             payload: Value::Object(Default::default()),
         };
-        leadgate_domain::rules::decide(&action, "console", reason, op.facts(), self.store.now())
-            .map_err(|r| StoreError::Refused(r).into())
-            .map(|_| ())
+        let decision = leadgate_domain::rules::decide(
+            &action,
+            "console",
+            reason,
+            op.facts(),
+            self.store.now(),
+        )
+        .map_err(StoreError::Refused)?;
+        // Refused here, before a case is opened for it, as the store would refuse it after.
+        let conflict_open = cases
+            .iter()
+            .any(|c| c.resolved_at.is_none() && c.reason == ReviewReason::PayloadConflict);
+        if leadgate_domain::rules::waits_behind_a_conflict(&decision, op.status, reason)
+            && conflict_open
+        {
+            return Err(
+                StoreError::Refused(leadgate_domain::Refusal::RetryWhileConflictOpen).into(),
+            );
+        }
+        Ok(())
     }
 
     /// Resolves case `case_id` with `action` as `operator`, guarded by `expected_version`.
@@ -260,13 +275,7 @@ impl Console {
             return Err(unexpected_answer());
         };
         let id = parse_operation_id(&operation_id)?;
-        let operation = self
-            .store
-            .operation(&id)
-            .await?
-            .ok_or_else(|| ConsoleError::NotFound {
-                message: format!("no operation `{operation_id}`"),
-            })?;
+        let operation = self.operation_of(&id).await?;
         Ok(ActionOutcome {
             operation: op_view(operation, None),
             new_operation,
