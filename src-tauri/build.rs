@@ -13,6 +13,7 @@ const COMMANDS: &[&str] = &[
     "open_case",
     "resend",
     "resume_connector",
+    "pause_connector",
     "connectors",
     "cases_after",
     "dashboard",

@@ -182,8 +182,19 @@ pub fn exposition(m: &MetricsSnapshot, connectors: &[crate::store::Connector]) -
     }
     reg.register(
         "connector_paused",
-        "1 while a CRM connector is paused (auth failure), else 0",
+        "1 while a CRM connector is paused (an auth failure, or by hand), else 0",
         paused,
+    );
+    let by_hand = Family::<Labels, Gauge<i64>>::default();
+    for c in connectors {
+        by_hand
+            .get_or_create(&vec![("connector", c.name.clone())])
+            .set(i64::from(c.by_hand));
+    }
+    reg.register(
+        "connector_paused_by_hand",
+        "1 while a CRM connector is paused by a person (leadgate connector pause, the console), else 0",
+        by_hand,
     );
     let unreachable = Family::<Labels, Gauge<i64>>::default();
     for c in connectors {

@@ -131,6 +131,15 @@ pub async fn resume_connector(state: S<'_>, name: String) -> ApiResult<bool> {
 }
 
 #[tauri::command]
+pub async fn pause_connector(state: S<'_>, name: String, reason: String) -> ApiResult<bool> {
+    state
+        .console()
+        .await?
+        .pause_connector(&state.operator().await?, &name, &reason)
+        .await
+}
+
+#[tauri::command]
 pub async fn connectors(state: S<'_>) -> ApiResult<Vec<ConnectorView>> {
     state.console().await?.connectors().await
 }

@@ -170,6 +170,7 @@ pub fn run() {
             commands::open_case,
             commands::resend,
             commands::resume_connector,
+            commands::pause_connector,
             commands::connectors,
             commands::diagnoses,
             commands::diagnosis,

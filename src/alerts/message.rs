@@ -45,6 +45,13 @@ pub enum Phase {
     Cleared,
 }
 
+/// A pause a person made (`leadgate connector pause`, the console): who and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandPause {
+    pub by: String,
+    pub reason: String,
+}
+
 /// One announced condition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "alert", rename_all = "snake_case")]
@@ -54,6 +61,9 @@ pub enum Item {
         connector: String,
         phase: Phase,
         since: DateTime<Utc>,
+        /// Who paused it by hand, and why (none: the worker, after an auth failure).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by_hand: Option<HandPause>,
     },
     /// Accepted deliveries without an operation (must be 0).
     Lost { phase: Phase, lost: i64 },
@@ -141,6 +151,7 @@ fn item_paragraph(item: &Item) -> Paragraph {
             connector,
             phase: Phase::Cleared,
             since,
+            ..
         } => Paragraph {
             headline: format!("Leadgate: connector {connector} resumed"),
             lines: vec![format!(
@@ -152,6 +163,25 @@ fn item_paragraph(item: &Item) -> Paragraph {
             connector,
             phase,
             since,
+            by_hand: Some(HandPause { by, reason }),
+        } => Paragraph {
+            headline: format!(
+                "Leadgate: connector {connector} is paused by hand{}",
+                still(*phase)
+            ),
+            lines: vec![
+                format!("Paused since {} by {by}: {reason}", time(*since)),
+                "Its leads queue: none goes to the CRM and no attempt is used until it is resumed.".into(),
+                format!(
+                    "When the work is done, run `leadgate connector resume {connector}` or resume it in the console's Connectors tab."
+                ),
+            ],
+        },
+        Item::Connector {
+            connector,
+            phase,
+            since,
+            by_hand: None,
         } => Paragraph {
             headline: format!("Leadgate: connector {connector} is paused{}", still(*phase)),
             lines: vec![
@@ -350,6 +380,41 @@ mod tests {
     }
 
     #[test]
+    fn a_pause_by_hand_says_who_and_why() {
+        let d = Digest {
+            cases: None,
+            items: vec![Item::Connector {
+                connector: "bitrix24".into(),
+                phase: Phase::Fired,
+                since: at(),
+                by_hand: Some(HandPause {
+                    by: "cli:olga".into(),
+                    reason: "the portal moves to a new plan until 22:00".into(),
+                }),
+            }],
+        };
+        let text = plain(&d);
+        assert!(
+            text.starts_with("Leadgate: connector bitrix24 is paused by hand\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("by cli:olga: the portal moves to a new plan until 22:00"),
+            "{text}"
+        );
+        assert!(text.contains("no attempt is used"), "{text}");
+        assert!(
+            text.contains("`leadgate connector resume bitrix24`"),
+            "{text}"
+        );
+        // An alert written before the field existed still reads.
+        let old: Item = serde_json::from_value(serde_json::json!({"alert": "connector",
+            "connector": "bitrix24", "phase": "fired", "since": "2026-03-01T10:00:00Z"}))
+        .unwrap();
+        assert!(matches!(old, Item::Connector { by_hand: None, .. }));
+    }
+
+    #[test]
     fn a_paused_connector_says_what_to_do() {
         let d = Digest {
             cases: None,
@@ -357,6 +422,7 @@ mod tests {
                 connector: "bitrix24".into(),
                 phase: Phase::Fired,
                 since: at(),
+                by_hand: None,
             }],
         };
         let text = plain(&d);
@@ -376,6 +442,7 @@ mod tests {
                 connector: "bitrix24".into(),
                 phase: Phase::Cleared,
                 since: at(),
+                by_hand: None,
             }],
         };
         assert!(plain(&resumed).starts_with("Leadgate: connector bitrix24 resumed"));
@@ -457,6 +524,7 @@ mod tests {
                 connector: "a<b>&c".into(),
                 phase: Phase::Fired,
                 since: at(),
+                by_hand: None,
             }],
         };
         let html = telegram_html(&d);
@@ -505,6 +573,7 @@ mod tests {
                     connector: format!("connector-{i}"),
                     phase: Phase::Fired,
                     since: at(),
+                    by_hand: None,
                 })
                 .collect(),
         };

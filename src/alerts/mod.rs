@@ -34,7 +34,7 @@ pub mod channel;
 pub mod message;
 
 pub use channel::{Channel, Sent};
-pub use message::{CaseGroup, Digest, Item, Phase};
+pub use message::{CaseGroup, Digest, HandPause, Item, Phase};
 
 /// What a turn must cover beyond the call itself: arming it before, recording after
 /// (`done` retries a transient database error for up to 3 s: another gateway must not
@@ -214,6 +214,10 @@ pub fn compose(
     ];
     for c in &facts.connectors {
         let (connector, since) = (c.name.clone(), c.since);
+        let by_hand = c.by_hand.then(|| HandPause {
+            by: c.changed_by.clone(),
+            reason: c.reason.clone().unwrap_or_default(),
+        });
         current.push((
             format!("{CONNECTOR_PREFIX}{}", c.name),
             c.paused,
@@ -221,6 +225,7 @@ pub fn compose(
                 connector: connector.clone(),
                 phase,
                 since,
+                by_hand: by_hand.clone(),
             }),
         ));
     }
@@ -558,6 +563,7 @@ mod tests {
                     since: t(-5),
                     changed_by: "worker".into(),
                     unreachable_since: None,
+                    by_hand: false,
                 },
                 Connector {
                     name: "n8n".into(),
@@ -566,6 +572,7 @@ mod tests {
                     since: t(-5),
                     changed_by: "x".into(),
                     unreachable_since: None,
+                    by_hand: false,
                 },
             ],
             ..AlertFacts::default()
@@ -597,7 +604,8 @@ mod tests {
                 Item::Connector {
                     connector: "bitrix24".into(),
                     phase: Phase::Fired,
-                    since: t(-5)
+                    since: t(-5),
+                    by_hand: None,
                 },
             ]
         );

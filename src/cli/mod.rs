@@ -232,6 +232,18 @@ struct DiagnoseArgs {
 
 #[derive(Debug, Subcommand)]
 enum ConnectorCommand {
+    /// Pause a connector by hand (a CRM's maintenance window, a migration): leads queue,
+    /// nothing is sent and no attempt is used until it is resumed.
+    Pause {
+        /// The connector (default: the configured CRM's).
+        name: Option<String>,
+        /// Why, for everyone who sees it paused: the dashboard, `/metrics`'s readers, the
+        /// alerts (at most 500 characters).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Resume a paused connector: its queued operations go to the CRM again.
     Resume {
         /// The connector (default: the configured CRM's).
@@ -339,6 +351,40 @@ async fn open(config: &Config) -> anyhow::Result<std::sync::Arc<dyn Store>> {
     Ok(store::connect(config.database.url.expose()).await?)
 }
 
+/// The connector a command names, or the configured CRM's; a name neither configured nor
+/// known to the database is refused (a typo would pause nothing).
+async fn connector_named(
+    name: Option<String>,
+    config: &Config,
+    store: &dyn Store,
+) -> anyhow::Result<String> {
+    let configured = config.crm.as_ref().map(crate::crm::connector_name);
+    let Some(name) = name else {
+        return configured
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow::anyhow!("name the connector: the configuration has no [crm]"));
+    };
+    let known: Vec<String> = store
+        .connectors()
+        .await?
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    if configured == Some(name.as_str()) || known.contains(&name) {
+        return Ok(name);
+    }
+    let esc = crate::domain::text::escape_controls;
+    anyhow::bail!(
+        "there is no connector `{}`; the connectors are: {}",
+        esc(&name),
+        if known.is_empty() {
+            "none yet (a worker adds its CRM's when it starts)".into()
+        } else {
+            known.join(", ")
+        }
+    )
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(c) => {
@@ -356,17 +402,34 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await;
         }
         Command::Connector {
+            command:
+                ConnectorCommand::Pause {
+                    name,
+                    reason,
+                    config,
+                },
+        } => {
+            let config = config.load()?;
+            let store = open(&config).await?;
+            let name = connector_named(name, &config, &*store).await?;
+            let ask = store::Ask::PauseConnector {
+                name: name.clone(),
+                reason,
+            };
+            match store.perform(&actor(), ask, store.now()).await? {
+                store::Answer::Paused { paused: true } => println!(
+                    "connector `{name}` paused: its leads queue and nothing goes to the CRM \
+                     until `leadgate connector resume {name}`"
+                ),
+                _ => println!("connector `{name}` was paused already; nothing changed"),
+            }
+        }
+        Command::Connector {
             command: ConnectorCommand::Resume { name, config },
         } => {
             let config = config.load()?;
-            let name = match name {
-                Some(n) => n,
-                None => crate::crm::connector_name(config.crm.as_ref().ok_or_else(|| {
-                    anyhow::anyhow!("name the connector: the configuration has no [crm]")
-                })?)
-                .to_owned(),
-            };
             let store = open(&config).await?;
+            let name = connector_named(name, &config, &*store).await?;
             if store.resume_connector(&name, &actor(), store.now()).await? {
                 println!("connector `{name}` resumed; its queued operations go to the CRM again");
             } else {
@@ -378,11 +441,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let store = open(&config.load()?).await?;
             for c in store.connectors().await? {
-                let state = if c.paused { "PAUSED" } else { "active" };
+                let state = match (c.paused, c.by_hand) {
+                    (true, true) => "PAUSED by hand",
+                    (true, false) => "PAUSED",
+                    _ => "active",
+                };
                 // Stored text, printed with its control characters escaped.
                 let esc = crate::domain::text::escape_controls;
                 println!(
-                    "{:<16} {state:<7} since {} by {}{}",
+                    "{:<16} {state:<14} since {} by {}{}",
                     esc(&c.name),
                     c.since.to_rfc3339(),
                     esc(&c.changed_by),

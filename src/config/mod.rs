@@ -560,9 +560,15 @@ pub struct SourceConfig {
     /// overrides it.
     pub preset: Option<Preset>,
     /// Where the event key is: `json:/pointer`, `header:Name` or `form:field`
-    /// (`form:a+b` joins several fields, `form:a|b` takes the first present).
+    /// (`form:a+b` joins several fields, `form:a|b` takes the first present), or
+    /// `content:/a+/b` for senders without an id: the content of those fields, one
+    /// operation per `content_window`.
     #[serde(default)]
     pub key: String,
+    /// A content key's window (default 1 h, at most 30 days): the same content within it
+    /// of its first delivery is one operation; after it, a new one.
+    #[serde(default, with = "humantime_serde")]
+    pub content_window: Option<Duration>,
     /// JSON pointers left out of the fingerprint.
     #[serde(default)]
     pub ignore: Vec<String>,
@@ -1128,7 +1134,7 @@ impl Config {
             }
             if s.key.is_empty() {
                 return invalid(format!(
-                    "source `{}` has no key: set key = \"json:/…\", \"header:…\" or \"form:…\", or a preset",
+                    "source `{}` has no key: set key = \"json:/…\", \"header:…\", \"form:…\" or \"content:/…+/…\", or a preset",
                     s.name
                 ));
             }
@@ -1164,12 +1170,12 @@ impl Config {
                     ));
                 }
             }
-            if !["json:", "header:", "form:"]
+            if !["json:", "header:", "form:", "content:"]
                 .iter()
                 .any(|p| s.key.starts_with(p))
             {
                 return invalid(format!(
-                    "source `{}`: key `{}` must start with json:, header: or form:",
+                    "source `{}`: key `{}` must start with json:, header:, form: or content:",
                     s.name, s.key
                 ));
             }

@@ -183,7 +183,14 @@ async fn admit(
         },
         Arrival::Pulled { payload, .. } => payload.clone(),
     };
-    let delivery = delivery(state, source, payload, arrival, received_at)?;
+    let content = match &source.key {
+        sources::KeySpec::Content(fields) => sources::content_hash(&payload, fields),
+        _ => None,
+    };
+    let mut delivery = delivery(state, source, payload, arrival, received_at)?;
+    if let Some(hash) = content {
+        delivery.operation_id = content_window(state, source, &hash, received_at).await?;
+    }
     let operation_id = delivery.operation_id.clone();
     if let Some(headers) = arrival.headers() {
         signature_used_once(state, source, headers, &operation_id, received_at).await?;
@@ -281,6 +288,30 @@ fn delivery(
         review,
         matching,
     })
+}
+
+/// The operation a content-keyed delivery belongs to (`key = "content:/…"`): the one its
+/// content's window keys if that window is still open, else a new one whose key is the
+/// content's stem and the time this window began (`c<24 hex>-<UTC time>`), for the
+/// source's `content_window`. Two real submissions with the same content inside one
+/// window are one operation; that is what a sender without ids allows (README, *Content
+/// keys*).
+async fn content_window(
+    state: &IntakeState,
+    source: &Source,
+    hash: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<OperationId, ApiError> {
+    let key = format!("c{}-{}", &hash[..24], now.format("%Y%m%dT%H%M%SZ"));
+    let candidate = OperationId::new(&source.name, &key)
+        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+    let expires_at = crate::domain::after(now, source.content_window);
+    let first = state
+        .store
+        .use_content_key(&source.name, hash, candidate.as_str(), expires_at, now)
+        .await?;
+    OperationId::try_from(first)
+        .map_err(|e| ApiError::Internal(store::StoreError::Corrupt(format!("content key: {e}"))))
 }
 
 /// A signed source whose key is a header (`generic-json`): the signature does not cover

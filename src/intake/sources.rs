@@ -33,6 +33,12 @@ use crate::domain::MatchRule;
 
 use super::ApiError;
 
+/// A content key's window when the source does not set `content_window`.
+pub const DEFAULT_CONTENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The longest `content_window`: beyond a month the journal's own retention has usually
+/// forgotten the first delivery's data anyway.
+pub const MAX_CONTENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
 /// Bumped whenever the way a body becomes a payload changes, so the journal tells which
 /// rules produced a stored payload.
 pub const TRANSFORM_VERSION: i32 = 1;
@@ -46,6 +52,10 @@ pub enum KeySpec {
     /// Form fields: alternatives (`a|b`, the first present wins) of composites (`a+b`,
     /// values joined with `:`), e.g. Tilda's `tranid`.
     Form(Vec<Vec<String>>),
+    /// The content of these JSON pointers (`content:/form+/phone+/email+/message`), for
+    /// senders whose deliveries carry no id: the same content within the source's
+    /// `content_window` is one operation ([`content_hash`], `intake::admission`).
+    Content(Vec<String>),
 }
 
 impl KeySpec {
@@ -57,6 +67,14 @@ impl KeySpec {
         match kind {
             "json" if rest.starts_with('/') => Some(KeySpec::Json(rest.to_owned())),
             "header" => Some(KeySpec::Header(rest.to_owned())),
+            "content" => {
+                let fields: Vec<String> = rest.split('+').map(str::to_owned).collect();
+                let pointers = fields.iter().all(|f| f.len() > 1 && f.starts_with('/'));
+                let mut unique = fields.clone();
+                unique.sort();
+                unique.dedup();
+                (pointers && unique.len() == fields.len()).then_some(KeySpec::Content(fields))
+            }
             "form" => {
                 let alternatives: Vec<Vec<String>> = rest
                     .split('|')
@@ -77,6 +95,7 @@ impl KeySpec {
                 let alts: Vec<String> = alts.iter().map(|a| a.join("+")).collect();
                 format!("the form field `{}`", alts.join("` or `"))
             }
+            KeySpec::Content(fields) => format!("every one of {}", fields.join(", ")),
         }
     }
 }
@@ -186,19 +205,60 @@ pub struct Source {
     pub fields: FieldMap,
     pub reply: Reply,
     pub on_contact_match: MatchRule,
+    /// A content key's window: the same content within it of its first delivery is one
+    /// operation (`content_window`, default 1 h).
+    pub content_window: std::time::Duration,
 }
 
 impl Source {
     pub fn from_config(c: &SourceConfig) -> Result<Source, String> {
         let key = KeySpec::parse(&c.key)
             .ok_or_else(|| format!("source `{}`: cannot read key `{}`", c.name, c.key))?;
-        let event_time =
-            match &c.event_time {
-                Some(spec) => Some(KeySpec::parse(spec).ok_or_else(|| {
-                    format!("source `{}`: cannot read event_time `{spec}`", c.name)
-                })?),
-                None => None,
-            };
+        let event_time = match &c.event_time {
+            Some(spec) => match KeySpec::parse(spec) {
+                Some(KeySpec::Content(_)) | None => {
+                    return Err(format!(
+                        "source `{}`: cannot read event_time `{spec}`",
+                        c.name
+                    ))
+                }
+                t => t,
+            },
+            None => None,
+        };
+        let content_window = match (&key, c.content_window) {
+            (KeySpec::Content(_), None) => DEFAULT_CONTENT_WINDOW,
+            (KeySpec::Content(_), Some(w))
+                if (std::time::Duration::from_secs(1)..=MAX_CONTENT_WINDOW).contains(&w) =>
+            {
+                w
+            }
+            (KeySpec::Content(_), Some(w)) => {
+                return Err(format!(
+                    "source `{}`: content_window must be between 1s and 30 days, not {}",
+                    c.name,
+                    humantime::format_duration(w)
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(format!(
+                    "source `{}`: content_window applies to a content key (key = \"content:/…+/…\") only",
+                    c.name
+                ))
+            }
+            (_, None) => DEFAULT_CONTENT_WINDOW,
+        };
+        if let KeySpec::Content(fields) = &key {
+            if let Some(f) = fields
+                .iter()
+                .find(|f| c.redact.contains(f) || c.ignore.contains(f))
+            {
+                return Err(format!(
+                    "source `{}`: `{f}` keys the content, so it cannot be ignored or redacted too",
+                    c.name
+                ));
+            }
+        }
         let missing = || format!("source `{}` has no authentication", c.name);
         let two = |a: &Option<Secret>, b: &Option<Secret>| -> Vec<Secret> {
             a.iter().chain(b.iter()).cloned().collect()
@@ -249,6 +309,7 @@ impl Source {
             fields: c.fields.clone(),
             reply: c.reply.unwrap_or_default(),
             on_contact_match: c.on_contact_match,
+            content_window,
         })
     }
 
@@ -345,12 +406,15 @@ impl Source {
     }
 
     /// The event key of a delivery, if present and not blank. A pulled event has no
-    /// headers: a key in a header is missing from it.
+    /// headers: a key in a header is missing from it. A content key is the stem
+    /// `c<24 hex digits of the content's SHA-256>`, which admission completes with the
+    /// time its window began.
     pub fn key(&self, payload: &Value, headers: Option<&axum::http::HeaderMap>) -> Option<String> {
         let value = match &self.key {
             KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
             KeySpec::Form(alternatives) => form_key(payload, alternatives)?,
             KeySpec::Header(h) => headers?.get(h.as_str())?.to_str().ok()?.to_owned(),
+            KeySpec::Content(fields) => format!("c{}", &content_hash(payload, fields)?[..24]),
         };
         let value = value.trim().to_owned();
         (!value.is_empty()).then_some(value)
@@ -472,7 +536,8 @@ impl Source {
         let raw = match self.event_time.as_ref()? {
             KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
             KeySpec::Form(alternatives) => form_key(payload, alternatives)?,
-            KeySpec::Header(_) => return None,
+            // Refused at start (`from_config`): an event time is one value.
+            KeySpec::Header(_) | KeySpec::Content(_) => return None,
         };
         let raw = raw.trim();
         if let Ok(t) = chrono::DateTime::parse_from_rfc3339(raw) {
@@ -500,6 +565,29 @@ fn form_key(payload: &Value, alternatives: &[Vec<String>]) -> Option<String> {
             joined
         })
     })
+}
+
+/// The SHA-256 (hex) of a delivery's content under a content key: each pointer with its
+/// value — text trimmed and its runs of white space made one space, a number or a boolean
+/// as written, anything else as compact JSON, a missing or `null` value as empty — so a
+/// redelivery of the same submission hashes alike however its JSON is laid out. `None`
+/// when every value is empty: there is no content to key by.
+pub fn content_hash(payload: &Value, fields: &[String]) -> Option<String> {
+    use sha2::Digest;
+    let values: Vec<String> = fields
+        .iter()
+        .map(|p| match payload.pointer(p) {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.split_whitespace().collect::<Vec<_>>().join(" "),
+            Some(v) => v.to_string(),
+        })
+        .collect();
+    if values.iter().all(String::is_empty) {
+        return None;
+    }
+    let pairs: Vec<(&String, &String)> = fields.iter().zip(&values).collect();
+    let text = serde_json::to_string(&pairs).expect("strings serialize");
+    Some(hex::encode(Sha256::digest(text.as_bytes())))
 }
 
 fn scalar(v: &Value) -> Option<String> {
@@ -717,7 +805,102 @@ mod tests {
             fields: FieldMap::default(),
             reply: Reply::Json,
             on_contact_match: MatchRule::Create,
+            content_window: DEFAULT_CONTENT_WINDOW,
         }
+    }
+
+    #[test]
+    fn a_content_key_s_settings_are_checked_at_start() {
+        let window = |extra: &str| {
+            let c = crate::config::Config::parse(&format!(
+                "[database]\nurl = \"sqlite::memory:\"\n[[source]]\nname = \"form\"\ntoken = \"t\"\n{extra}"
+            ))
+            .map_err(|e| e.to_string())?;
+            sources(&c.sources).map(|m| m["form"].content_window)
+        };
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(window("key = \"content:/phone+/message\""), Ok(secs(3600)));
+        assert_eq!(
+            window("key = \"content:/phone\"\ncontent_window = \"10m\""),
+            Ok(secs(600))
+        );
+        for (extra, says) in [
+            (
+                "key = \"content:/phone\"\ncontent_window = \"0s\"",
+                "between 1s and 30 days",
+            ),
+            (
+                "key = \"content:/phone\"\ncontent_window = \"31days\"",
+                "between 1s and 30 days",
+            ),
+            (
+                "key = \"json:/id\"\ncontent_window = \"10m\"",
+                "applies to a content key",
+            ),
+            (
+                "key = \"content:/phone+/sent\"\nignore = [\"/sent\"]",
+                "cannot be ignored",
+            ),
+            (
+                "key = \"json:/id\"\nevent_time = \"content:/at\"",
+                "must be json:/pointer or form:field",
+            ),
+            ("key = \"content:phone\"", "cannot read key"),
+        ] {
+            let e = window(extra).unwrap_err();
+            assert!(e.contains(says), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn content_keys_hash_what_was_said_not_how_it_was_laid_out() {
+        let spec = |s: &str| KeySpec::parse(s);
+        let fields = |v: &[&str]| KeySpec::Content(v.iter().map(|f| f.to_string()).collect());
+        assert_eq!(
+            spec("content:/form+/phone"),
+            Some(fields(&["/form", "/phone"]))
+        );
+        for bad in [
+            "content:form",
+            "content:/a+",
+            "content:/a+/a",
+            "content:/",
+            "content:",
+        ] {
+            assert_eq!(spec(bad), None, "{bad}");
+        }
+        let f: Vec<String> = vec!["/phone".into(), "/message".into()];
+        let h = |v: Value| content_hash(&v, &f);
+        let base = h(json!({"phone": "+7 999", "message": "Call me back"})).unwrap();
+        assert_eq!(base.len(), 64);
+        // White space and other fields do not count; every keyed value does.
+        assert_eq!(
+            h(json!({"message": " Call\n me  back", "phone": "+7 999", "x": 1})).unwrap(),
+            base
+        );
+        assert_ne!(
+            h(json!({"phone": "+7 999", "message": "Call me later"})).unwrap(),
+            base
+        );
+        assert_ne!(
+            h(json!({"phone": "+7 998", "message": "Call me back"})).unwrap(),
+            base
+        );
+        // A value cannot slide into its neighbour.
+        assert_ne!(
+            h(json!({"phone": "a", "message": "b c"})),
+            h(json!({"phone": "a b", "message": "c"}))
+        );
+        assert_eq!(
+            h(json!({"phone": 7, "message": null})),
+            h(json!({"phone": 7}))
+        );
+        assert_eq!(h(json!({"name": "Olga"})), None, "nothing to key by");
+        let s = source("content:/phone+/message", None);
+        let key = s
+            .key(&json!({"phone": "+7 999", "message": "Call me back"}), None)
+            .unwrap();
+        assert_eq!(key, format!("c{}", &base[..24]));
     }
 
     fn signed(ts: i64, sig: &str) -> axum::http::HeaderMap {

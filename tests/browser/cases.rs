@@ -188,6 +188,20 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
         "{:?}",
         sent[0].fields
     );
+
+    // A CRM maintenance window: an admin pauses the connector by hand, saying why.
+    if team.people.is_some() {
+        sign_out(c).await;
+        sign_in_as(c, team, Role::Admin).await;
+    }
+    let by =
+        steps::pause_by_hand_and_resume(c, &*d.store, "bitrix24", "the portal moves to a new plan")
+            .await;
+    assert_eq!(
+        by,
+        team.login(Role::Admin).0,
+        "paused as the person signed in"
+    );
     sign_out(c).await;
 }
 

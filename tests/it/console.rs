@@ -336,6 +336,37 @@ each_backend!(actions_resolve_through_the_store, |db| async move {
         .unwrap();
     assert!(!c.paused);
     assert_eq!(c.changed_by, "Olga");
+
+    // Paused by hand for a maintenance window: said why, or refused; once.
+    let e = console
+        .pause_connector("Olga", leadgate_testkit::seed::CONNECTOR, " ")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ConsoleError::Refused { code, .. } if code == "pause_reason_required"),
+        "{e:?}"
+    );
+    assert!(console
+        .pause_connector("Olga", leadgate_testkit::seed::CONNECTOR, "CRM maintenance")
+        .await
+        .unwrap());
+    assert!(!console
+        .pause_connector("Ivan", leadgate_testkit::seed::CONNECTOR, "again")
+        .await
+        .unwrap());
+    assert_eq!(console.counts().await.unwrap().paused_connectors, 1);
+    let c = console
+        .connectors()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == leadgate_testkit::seed::CONNECTOR)
+        .unwrap();
+    assert!(c.paused && c.by_hand, "{c:?}");
+    assert_eq!(
+        (c.changed_by.as_str(), c.reason.as_deref()),
+        ("Olga", Some("CRM maintenance"))
+    );
 });
 
 each_backend!(dashboard_has_cards_and_series, |db| async move {

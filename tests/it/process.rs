@@ -322,7 +322,7 @@ each_backend!(
 );
 
 each_backend!(
-    the_connector_is_resumed_from_the_command_line,
+    the_connector_is_paused_and_resumed_from_the_command_line,
     |db| async move {
         let store = db.store().await;
         store
@@ -366,6 +366,62 @@ each_backend!(
             .output()
             .unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains("was not paused"));
+
+        // Paused by hand: a reason is required, the name must be one that exists, and a
+        // second pause changes nothing.
+        let pause = |args: &[&str]| {
+            let mut all = vec!["connector", "pause"];
+            all.extend_from_slice(args);
+            all.extend_from_slice(&["--config", &config]);
+            let out = leadgate(&all)
+                .env("LEADGATE_OPERATOR", "olga")
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        };
+        let (ok, _, err) = pause(&["--reason", "  "]);
+        assert!(
+            !ok && err.contains("say why the connector is paused"),
+            "{err}"
+        );
+        let (ok, _, err) = pause(&["bitrix42", "--reason", "maintenance"]);
+        assert!(
+            !ok && err.contains("there is no connector `bitrix42`") && err.contains("bitrix24"),
+            "{err}"
+        );
+        assert!(!store.connector("bitrix24").await.unwrap().unwrap().paused);
+        let (ok, out, err) = pause(&["--reason", "portal maintenance, call +7 999 123-45-67"]);
+        assert!(
+            ok && out.contains("connector `bitrix24` paused"),
+            "{out}{err}"
+        );
+        let c = store.connector("bitrix24").await.unwrap().unwrap();
+        assert!(c.paused && c.by_hand, "{c:?}");
+        assert_eq!(c.changed_by, "cli:olga");
+        let reason = c.reason.unwrap();
+        assert!(
+            reason.starts_with("portal maintenance") && !reason.contains("123-45-67"),
+            "a phone number in a reason is masked: {reason}"
+        );
+        let (ok, out, _) = pause(&["bitrix24", "--reason", "again"]);
+        assert!(ok && out.contains("was paused already"), "{out}");
+        let out = leadgate(&["connector", "list", "--config", &config])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            text.contains("PAUSED by hand") && text.contains("by cli:olga: portal maintenance"),
+            "{text}"
+        );
+        let out = leadgate(&["connector", "resume", "--config", &config])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("resumed"));
+        assert!(!store.connector("bitrix24").await.unwrap().unwrap().by_hand);
     }
 );
 

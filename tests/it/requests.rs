@@ -227,6 +227,15 @@ async fn only_the_known_shapes_of_request_are_taken() {
             format!("insert into human_requests (kind, operation_id, body) values ('resolve', '{op}', '{{\"resolution\": \"rejected\"}}')"),
             "insert into human_requests (kind, expected_version, body) values ('set_rules', 1, '{\"source\": \"site\"}')".into(),
             "insert into human_requests (kind, body) values ('set_rules', '{\"source\": \"site\", \"rule\": \"link\", \"window_secs\": 60, \"channel\": \"site\"}')".into(),
+            // A pause by hand (migration 0030): a connector and a reason said, short and
+            // printable, nothing else (a good one is an admin's: `roles.rs`).
+            "insert into human_requests (kind, body) values ('pause_connector', '{\"reason\": \"maintenance\"}')".into(),
+            "insert into human_requests (kind, connector) values ('pause_connector', 'bitrix24')".into(),
+            "insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{\"reason\": \" \\n \"}')".into(),
+            format!("insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{{\"reason\": \"{}\"}}')", "x".repeat(501)),
+            "insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{\"reason\": \"bell\\u0007\"}')".into(),
+            "insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{\"reason\": \"m\", \"until\": 5}')".into(),
+            "insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{\"reason\": 5}')".into(),
         ] {
             let (code, message) = refusal(&mut sql, &bad).await;
             assert_eq!(code, "23514", "{bad}: {message}");

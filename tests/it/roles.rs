@@ -405,6 +405,12 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                     AskKind::ResumeConnector,
                 ),
                 (
+                    "pause_connector",
+                    "connector",
+                    CONNECTOR.to_owned(),
+                    AskKind::PauseConnector,
+                ),
+                (
                     "set_rules",
                     "body",
                     serde_json::json!({"source": "site", "rule": "link", "window_secs": 60,
@@ -416,9 +422,17 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                 // Rules are edited at the version seen (migration 0026 refuses an edit
                 // without one).
                 let version = (kind == "set_rules").then_some(1_i64);
+                // A pause by hand says why (migration 0030); every other body here is
+                // the column's default or the value itself.
+                let body = match kind {
+                    "pause_connector" => {
+                        ", body) values ($1, $2, $3, '{\"reason\": \"CRM maintenance\"}')"
+                    }
+                    _ => ") values ($1, $2, $3)",
+                };
                 let mut tx = sql.begin().await.unwrap();
                 let allowed = sqlx::query(&format!(
-                    "insert into human_requests (kind, {column}, expected_version) values ($1, $2, $3)"
+                    "insert into human_requests (kind, {column}, expected_version{body}"
                 ))
                 .bind(kind)
                 .bind(&value)
@@ -431,7 +445,7 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                 tried += 1;
             }
         }
-        assert_eq!(tried, 4 * (4 * 9 + 4));
+        assert_eq!(tried, 4 * (4 * 9 + 5));
         people.drop_all().await;
     })
     .await;

@@ -735,6 +735,19 @@ impl Journal for Hiccup {
             .use_signature(source, signature_sha256, operation_id, expires_at, now)
             .await
     }
+
+    async fn use_content_key(
+        &self,
+        source: &str,
+        content_sha256: &str,
+        operation_id: &str,
+        expires_at: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<String> {
+        self.inner
+            .use_content_key(source, content_sha256, operation_id, expires_at, now)
+            .await
+    }
 }
 
 #[async_trait::async_trait]

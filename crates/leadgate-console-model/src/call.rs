@@ -51,6 +51,11 @@ pub enum Call {
     ResumeConnector {
         name: String,
     },
+    /// Pause a connector by hand, saying why (admins).
+    PauseConnector {
+        name: String,
+        reason: String,
+    },
     Connectors,
     CasesAfter {
         after: Option<i64>,
@@ -140,6 +145,7 @@ impl Call {
                 | Call::OpenCase { .. }
                 | Call::Resend { .. }
                 | Call::ResumeConnector { .. }
+                | Call::PauseConnector { .. }
                 | Call::Notify { .. }
                 | Call::BulkStart { .. }
                 | Call::SetRules { .. }
@@ -183,6 +189,9 @@ impl Console {
             } => json(self.open_case(operator, &operation_id, comment).await?),
             Call::Resend { request } => json(self.resend(operator, request).await?),
             Call::ResumeConnector { name } => json(self.resume_connector(operator, &name).await?),
+            Call::PauseConnector { name, reason } => {
+                json(self.pause_connector(operator, &name, &reason).await?)
+            }
             Call::Connectors => json(self.connectors().await?),
             Call::CasesAfter { after } => json(self.cases_after(after).await?),
             Call::Dashboard { range } => json(self.dashboard(range).await?),

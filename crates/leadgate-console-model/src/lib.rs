@@ -747,6 +747,30 @@ impl Console {
         }
     }
 
+    /// Pauses a connector by hand (a CRM's maintenance window, a migration): its leads
+    /// queue and nothing is sent until it is resumed. False: it was paused already.
+    pub async fn pause_connector(
+        &self,
+        operator: &str,
+        name: &str,
+        reason: &str,
+    ) -> ApiResult<bool> {
+        match self
+            .performer
+            .perform(
+                operator,
+                Ask::PauseConnector {
+                    name: name.to_owned(),
+                    reason: reason.to_owned(),
+                },
+            )
+            .await?
+        {
+            Answer::Paused { paused } => Ok(paused),
+            _ => Err(unexpected_answer()),
+        }
+    }
+
     pub async fn connectors(&self) -> ApiResult<Vec<ConnectorView>> {
         Ok(self
             .store
@@ -759,6 +783,7 @@ impl Console {
                 reason: c.reason,
                 since: ts(c.since),
                 changed_by: c.changed_by,
+                by_hand: c.by_hand,
             })
             .collect())
     }

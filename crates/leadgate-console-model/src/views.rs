@@ -310,9 +310,12 @@ pub struct ActionOutcome {
 pub struct ConnectorView {
     pub name: String,
     pub paused: bool,
+    /// Why: the CRM's error after an auth failure, or a person's words when `by_hand`.
     pub reason: Option<String>,
     pub since: String,
     pub changed_by: String,
+    /// Paused by a person (`changed_by`), not by the worker.
+    pub by_hand: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]

@@ -48,6 +48,8 @@ pub enum AskKind {
     /// Put "I was notified" on a timeline.
     Notified,
     ResumeConnector,
+    /// Pause a connector by hand (a CRM's maintenance window, a migration), with a reason.
+    PauseConnector,
     /// Change a source's business rules (matching rule, window, channel).
     EditRules,
 }
@@ -55,7 +57,7 @@ pub enum AskKind {
 /// May `role` ask for `kind`? Whether the rules then allow it is `rules::decide`'s.
 pub fn may_ask(role: Role, kind: AskKind) -> bool {
     match kind {
-        AskKind::ResumeConnector => role == Role::Admin,
+        AskKind::ResumeConnector | AskKind::PauseConnector => role == Role::Admin,
         AskKind::EditRules => role == Role::Manager,
         AskKind::OpenReview | AskKind::Notified => role.reads_cases(),
         AskKind::Resolve(reason, resolution) => match role {
@@ -92,6 +94,7 @@ mod tests {
             (AskKind::OpenReview, [false, true, true, false]),
             (AskKind::Notified, [false, true, true, false]),
             (AskKind::ResumeConnector, [false, false, false, true]),
+            (AskKind::PauseConnector, [false, false, false, true]),
             (AskKind::EditRules, [false, false, true, false]),
         ];
         for (kind, expected) in table {

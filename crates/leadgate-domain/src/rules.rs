@@ -90,6 +90,11 @@ pub enum Refusal {
     /// wait behind the conflict, and settling the conflict does not move a failed lead.
     #[error("a payload conflict is open on this lead: settle it first (keep the original or accept the new data), then send it again")]
     RetryWhileConflictOpen,
+    /// A connector paused by hand says why (`text::check_pause_reason`).
+    #[error("say why the connector is paused: everyone sees it, and the alerts carry it")]
+    PauseReasonRequired,
+    #[error("a pause reason is at most {most} printable characters")]
+    PauseReasonInvalid { most: usize },
 }
 
 impl Refusal {
@@ -130,6 +135,8 @@ impl Refusal {
         "payload_malformed",
         "payload_not_object",
         "payload_too_large",
+        "pause_reason_required",
+        "pause_reason_invalid",
     ];
 
     /// The refusal's variable part (a CRM id, a status, a reason, a time, an operation
@@ -155,7 +162,9 @@ impl Refusal {
             Refusal::CrmIdInvalid { problem } | Refusal::PayloadMalformed { problem } => {
                 Some(problem.clone())
             }
-            Refusal::PayloadTooLarge { most } => Some(most.to_string()),
+            Refusal::PayloadTooLarge { most } | Refusal::PauseReasonInvalid { most } => {
+                Some(most.to_string())
+            }
             _ => None,
         }
     }
@@ -198,6 +207,8 @@ impl Refusal {
             Refusal::PayloadNotObject => "payload_not_object",
             Refusal::PayloadTooLarge { .. } => "payload_too_large",
             Refusal::RetryWhileConflictOpen => "retry_while_conflict_open",
+            Refusal::PauseReasonRequired => "pause_reason_required",
+            Refusal::PauseReasonInvalid { .. } => "pause_reason_invalid",
         }
     }
 }

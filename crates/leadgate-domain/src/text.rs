@@ -49,6 +49,26 @@ pub fn check_crm_id(crm_id: &str) -> Result<(), CrmIdError> {
     Ok(())
 }
 
+/// The longest reason a person gives for pausing a connector by hand: a sentence or two
+/// ("the portal moves to a new plan until 22:00"), read on the dashboard and in alerts.
+pub const MAX_PAUSE_REASON_CHARS: usize = 500;
+
+/// Checks the reason of a pause by hand (already trimmed by the caller): said, at most
+/// [`MAX_PAUSE_REASON_CHARS`] characters, printable (a line break is allowed). The
+/// database checks a person's request the same way (migration 0030).
+pub fn check_pause_reason(reason: &str) -> Result<(), crate::Refusal> {
+    if reason.trim().is_empty() {
+        return Err(crate::Refusal::PauseReasonRequired);
+    }
+    let printable = |c: char| (!c.is_control() || c == '\n') && !super::ids::is_invisible(c);
+    if reason.chars().count() > MAX_PAUSE_REASON_CHARS || !reason.chars().all(printable) {
+        return Err(crate::Refusal::PauseReasonInvalid {
+            most: MAX_PAUSE_REASON_CHARS,
+        });
+    }
+    Ok(())
+}
+
 /// Stored text as a terminal should show it: control characters and invisible
 /// formatting characters (bidirectional overrides, zero-width) become `\u{…}` escapes,
 /// so a stored value can neither move the cursor, recolour the screen nor hide itself.
@@ -165,6 +185,25 @@ fn mask_phones(chars: &[char]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_reason_is_said_short_and_printable() {
+        use crate::Refusal;
+        assert_eq!(
+            check_pause_reason("the portal moves to a new plan until 22:00"),
+            Ok(())
+        );
+        assert_eq!(check_pause_reason("line one\nline two"), Ok(()));
+        assert_eq!(
+            check_pause_reason(" \n "),
+            Err(Refusal::PauseReasonRequired)
+        );
+        let invalid = Err(Refusal::PauseReasonInvalid { most: 500 });
+        assert_eq!(check_pause_reason(&"й".repeat(500)), Ok(()));
+        assert_eq!(check_pause_reason(&"й".repeat(501)), invalid);
+        assert_eq!(check_pause_reason("tab\there"), invalid);
+        assert_eq!(check_pause_reason("hidden\u{202e}text"), invalid);
+    }
 
     #[test]
     fn crm_ids_are_short_and_printable() {

@@ -394,6 +394,9 @@ pub struct Connector {
     pub changed_by: String,
     /// The CRM has not answered since then (an outage, `domain::outage`).
     pub unreachable_since: Option<DateTime<Utc>>,
+    /// Paused by a person (`changed_by`, for `reason`), not by the worker after an auth
+    /// failure.
+    pub by_hand: bool,
 }
 
 /// The figures of docs/SPEC.md "Metrics", as of one moment.

@@ -73,6 +73,11 @@ pub enum Ask {
     ResumeConnector {
         name: String,
     },
+    /// Pause a connector by hand, saying why (`domain::text::check_pause_reason`).
+    PauseConnector {
+        name: String,
+        reason: String,
+    },
     /// A source's business rules, replaced if still at `expected_version`.
     SetRules {
         expected_version: i64,
@@ -88,6 +93,7 @@ impl Ask {
             Ask::OpenReview { .. } => AskKind::OpenReview,
             Ask::Notified { .. } => AskKind::Notified,
             Ask::ResumeConnector { .. } => AskKind::ResumeConnector,
+            Ask::PauseConnector { .. } => AskKind::PauseConnector,
             Ask::SetRules { .. } => AskKind::EditRules,
         })
     }
@@ -99,6 +105,7 @@ impl Ask {
             Ask::OpenReview { .. } => "open_review",
             Ask::Notified { .. } => "notified",
             Ask::ResumeConnector { .. } => "resume_connector",
+            Ask::PauseConnector { .. } => "pause_connector",
             Ask::SetRules { .. } => "set_rules",
         }
     }
@@ -115,7 +122,9 @@ impl Ask {
             Ask::OpenReview { operation_id, .. } | Ask::Notified { operation_id, .. } => {
                 (None, None, Some(operation_id.to_string()), None)
             }
-            Ask::ResumeConnector { name } => (None, None, None, Some(name.clone())),
+            Ask::ResumeConnector { name } | Ask::PauseConnector { name, .. } => {
+                (None, None, None, Some(name.clone()))
+            }
             Ask::SetRules {
                 expected_version, ..
             } => (None, Some(*expected_version), None, None),
@@ -149,6 +158,7 @@ impl Ask {
                 serde_json::json!({"detail": detail})
             }
             Ask::ResumeConnector { .. } => serde_json::json!({}),
+            Ask::PauseConnector { reason, .. } => serde_json::json!({ "reason": reason }),
             Ask::SetRules { rules, .. } => serde_json::json!(rules),
         };
         v.to_string()
@@ -226,6 +236,10 @@ impl Ask {
             "resume_connector" => Ask::ResumeConnector {
                 name: connector.ok_or_else(|| bad("no connector"))?,
             },
+            "pause_connector" => Ask::PauseConnector {
+                name: connector.ok_or_else(|| bad("no connector"))?,
+                reason: text("reason").ok_or_else(|| bad("no reason"))?,
+            },
             "set_rules" => Ask::SetRules {
                 expected_version: expected_version.ok_or_else(|| bad("no version"))?,
                 rules: serde_json::from_value(body.clone()).map_err(|e| bad(&e.to_string()))?,
@@ -249,6 +263,10 @@ pub enum Answer {
     Noted,
     Resumed {
         resumed: bool,
+    },
+    /// False: the connector was paused already (and stays as it was).
+    Paused {
+        paused: bool,
     },
     RulesSet {
         version: i64,
@@ -443,6 +461,10 @@ mod tests {
             },
             Ask::ResumeConnector {
                 name: "bitrix24".into(),
+            },
+            Ask::PauseConnector {
+                name: "bitrix24".into(),
+                reason: "the portal moves to a new plan until 22:00".into(),
             },
             Ask::SetRules {
                 expected_version: 2,

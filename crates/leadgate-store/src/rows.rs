@@ -204,6 +204,7 @@ pub(crate) struct ConnectorRow {
     since: DateTime<Utc>,
     changed_by: String,
     unreachable_since: Option<DateTime<Utc>>,
+    by_hand: bool,
 }
 
 impl From<ConnectorRow> for Connector {
@@ -215,6 +216,7 @@ impl From<ConnectorRow> for Connector {
             since: r.since,
             changed_by: r.changed_by,
             unreachable_since: r.unreachable_since,
+            by_hand: r.state == "paused" && r.by_hand,
         }
     }
 }

@@ -245,3 +245,65 @@ pub async fn completed_in_view(c: &Client, db: &dyn Store, id: &OperationId) -> 
     .await;
     crm_id
 }
+
+/// *Pause…* on the active connector `name` on the dashboard (an admin's), with
+/// `reason`: refused without one (the button waits for it), then paused by hand with the
+/// person's words on the banner; *Resume* from the banner ends it. Returns who paused it,
+/// as the database recorded it.
+pub async fn pause_by_hand_and_resume(
+    c: &Client,
+    db: &dyn Store,
+    name: &str,
+    reason: &str,
+) -> String {
+    click(c, "[data-testid=nav-dashboard]").await;
+    click(
+        c,
+        &format!("[data-testid=connectors-panel] [data-connector='{name}'] [data-testid=pause]"),
+    )
+    .await;
+    let yes = el(c, "[data-testid=pause-dialog-yes]").await;
+    assert!(
+        !yes.is_enabled().await.unwrap(),
+        "no pause without a reason"
+    );
+    type_into(c, "[data-testid=pause-reason]", reason).await;
+    click(c, "[data-testid=pause-dialog-yes]").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let by = loop {
+        let now = db.connector(name).await.unwrap().expect("the connector");
+        if now.paused {
+            assert!(now.by_hand, "{now:?}");
+            assert_eq!(now.reason.as_deref(), Some(reason));
+            break now.changed_by;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never paused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The banner: on the dashboard for those who read no case, above the queue for the rest.
+    if !absent(c, "[data-testid=nav-queue]").await {
+        click(c, "[data-testid=nav-queue]").await;
+    }
+    let shown = el(
+        c,
+        &format!(
+            "[data-testid=paused-banner][data-connector='{name}'] [data-testid=pause-reason-shown]"
+        ),
+    )
+    .await;
+    assert_eq!(shown.text().await.unwrap(), reason);
+    click(c, "[data-testid=banner-resume]").await;
+    click(c, "[data-testid=resume-dialog-yes]").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while db
+        .connector(name)
+        .await
+        .unwrap()
+        .expect("the connector")
+        .paused
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never resumed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    by
+}

@@ -202,6 +202,11 @@ fn routes() -> Vec<Route> {
             args: |_| json!({"name": leadgate_testkit::seed::CONNECTOR}),
         },
         Route {
+            name: "pause_connector",
+            may: admin,
+            args: |_| json!({"name": leadgate_testkit::seed::CONNECTOR, "reason": "CRM maintenance"}),
+        },
+        Route {
             name: "set_rules",
             may: manager,
             args: |t| {

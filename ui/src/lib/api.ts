@@ -163,6 +163,8 @@ export const api = {
   /** Fix and resend: the edited data replaces the lead's and one more attempt sends it. */
   resend: (request: ResendRequest) => call<ActionOutcome>("resend", { request }),
   resumeConnector: (name: string) => call<boolean>("resume_connector", { name }),
+  /** Pauses a connector by hand (admins), saying why; false: it was paused already. */
+  pauseConnector: (name: string, reason: string) => call<boolean>("pause_connector", { name, reason }),
   connectors: () => call<ConnectorView[]>("connectors"),
   casesAfter: (after: number | null) => call<QueueRow[]>("cases_after", { after }),
   dashboard: (range: Range) => call<Dashboard>("dashboard", { range }),

@@ -230,7 +230,15 @@ payload: string, comment: string | null, };
 
 export type ActionOutcome = { operation: OperationView, new_operation: string | null, };
 
-export type ConnectorView = { name: string, paused: boolean, reason: string | null, since: string, changed_by: string, };
+export type ConnectorView = { name: string, paused: boolean, 
+/**
+ * Why: the CRM's error after an auth failure, or a person's words when `by_hand`.
+ */
+reason: string | null, since: string, changed_by: string, 
+/**
+ * Paused by a person (`changed_by`), not by the worker.
+ */
+by_hand: boolean, };
 
 export type SeriesPointView = { start: string, deliveries: number, new_operations: number, crm_entities: number, duplicates_absorbed: number, cases_opened: number, cases_resolved: number, retries_by_class: Record<string, number>, };
 

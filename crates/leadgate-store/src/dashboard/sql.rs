@@ -99,7 +99,7 @@ macro_rules! dashboard_sql {
 
             async fn connectors(&self) -> Result<Vec<Connector>> {
                 let rows = sqlx::query_as::<_, ConnectorRow>(
-                    "select name, state, reason, since, changed_by, unreachable_since from connectors \
+                    "select name, state, reason, since, changed_by, unreachable_since, by_hand from connectors \
                      order by name",
                 )
                 .fetch_all(&self.pool)

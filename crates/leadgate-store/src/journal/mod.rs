@@ -5,7 +5,8 @@ use crate::*;
 pub(crate) mod ops;
 pub(crate) mod sql;
 
-/// Intake's: journal a delivery and claim its operation, journal a refusal, remember a signature's one use.
+/// Intake's: journal a delivery and claim its operation, journal a refusal, remember a
+/// signature's one use and a content key's window.
 #[async_trait::async_trait]
 pub trait Journal: Clock {
     /// Journals a delivery and claims its operation if the key is new (insert-if-absent
@@ -24,6 +25,19 @@ pub trait Journal: Clock {
         &self,
         source: &str,
         signature_sha256: &str,
+        operation_id: &str,
+        expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<String>;
+
+    /// A content key (migration 0030): remembers that `source`'s content
+    /// `content_sha256` keys `operation_id` until `expires_at` (its window's end), unless a
+    /// window of that content is still open: the operation that window keys. Contents
+    /// whose window ended are forgotten on the way.
+    async fn use_content_key(
+        &self,
+        source: &str,
+        content_sha256: &str,
         operation_id: &str,
         expires_at: DateTime<Utc>,
         now: DateTime<Utc>,

@@ -38,30 +38,65 @@ macro_rules! journal_sql {
                 expires_at: DateTime<Utc>,
                 now: DateTime<Utc>,
             ) -> Result<String> {
+                self.first_use($crate::journal::sql::FirstUse::SIGNATURE, source, signature_sha256, operation_id, expires_at, now)
+                    .await
+            }
+
+            async fn use_content_key(
+                &self,
+                source: &str,
+                content_sha256: &str,
+                operation_id: &str,
+                expires_at: DateTime<Utc>,
+                now: DateTime<Utc>,
+            ) -> Result<String> {
+                self.first_use($crate::journal::sql::FirstUse::CONTENT, source, content_sha256, operation_id, expires_at, now)
+                    .await
+            }
+        }
+
+        impl $store {
+            /// The operation a hash names while its row lasts: this one if the hash is new
+            /// or its row expired, else the one it was first used for. Rows that expired
+            /// are forgotten on the way, 100 at a time.
+            async fn first_use(
+                &self,
+                t: $crate::journal::sql::FirstUse,
+                source: &str,
+                hash: &str,
+                operation_id: &str,
+                expires_at: DateTime<Utc>,
+                now: DateTime<Utc>,
+            ) -> Result<String> {
+                let $crate::journal::sql::FirstUse { table, column } = t;
                 let mut tx = self.begin_write().await?;
-                sqlx::query(
-                    "delete from signature_uses where (source, signature_sha256) in \
-                       (select source, signature_sha256 from signature_uses where expires_at < $1 limit 100)",
-                )
+                sqlx::query(&format!(
+                    "delete from {table} where (source, {column}) in \
+                       (select source, {column} from {table} where expires_at < $1 limit 100)"
+                ))
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-                // Of two at once, the second waits for the first's row, then keeps it.
-                sqlx::query(
-                    "insert into signature_uses (source, signature_sha256, operation_id, expires_at) \
-                     values ($1, $2, $3, $4) on conflict (source, signature_sha256) do nothing",
-                )
+                // Of two at once, the second waits for the first's row, then keeps it; a
+                // row whose time is over is taken over.
+                sqlx::query(&format!(
+                    "insert into {table} (source, {column}, operation_id, expires_at) \
+                     values ($1, $2, $3, $4) on conflict (source, {column}) do update \
+                     set operation_id = excluded.operation_id, expires_at = excluded.expires_at \
+                     where {table}.expires_at < $5"
+                ))
                 .bind(source)
-                .bind(signature_sha256)
+                .bind(hash)
                 .bind(operation_id)
                 .bind(expires_at)
+                .bind(now)
                 .execute(&mut *tx)
                 .await?;
-                let first: String = sqlx::query_scalar(
-                    "select operation_id from signature_uses where source = $1 and signature_sha256 = $2",
-                )
+                let first: String = sqlx::query_scalar(&format!(
+                    "select operation_id from {table} where source = $1 and {column} = $2"
+                ))
                 .bind(source)
-                .bind(signature_sha256)
+                .bind(hash)
                 .fetch_one(&mut *tx)
                 .await?;
                 tx.commit().await?;
@@ -71,3 +106,23 @@ macro_rules! journal_sql {
     };
 }
 pub(crate) use journal_sql;
+
+/// A table of first uses: a hash, the operation it names, until when.
+#[derive(Clone, Copy)]
+pub(crate) struct FirstUse {
+    pub(crate) table: &'static str,
+    pub(crate) column: &'static str,
+}
+
+impl FirstUse {
+    /// A signed delivery's signature (migration 0027).
+    pub(crate) const SIGNATURE: FirstUse = FirstUse {
+        table: "signature_uses",
+        column: "signature_sha256",
+    };
+    /// A content key's window (migration 0030).
+    pub(crate) const CONTENT: FirstUse = FirstUse {
+        table: "content_keys",
+        column: "content_sha256",
+    };
+}

@@ -229,6 +229,15 @@ pub(crate) trait ConnectorTx: Send {
         actor: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
+    /// Pauses a connector by hand (`by_hand`); false if it was paused already, which
+    /// then stays as it was.
+    fn pause_connector_by_hand(
+        &mut self,
+        name: &str,
+        reason: &str,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
     /// Resumes a paused connector; false if it was not paused.
     fn resume_connector(
         &mut self,

@@ -167,6 +167,15 @@ async fn apply<T: WriteTx>(
         Ask::ResumeConnector { name } => Answer::Resumed {
             resumed: tx.resume_connector(&name, actor, now).await?,
         },
+        Ask::PauseConnector { name, reason } => {
+            let reason = reason.trim();
+            leadgate_domain::text::check_pause_reason(reason)?;
+            Answer::Paused {
+                paused: tx
+                    .pause_connector_by_hand(&name, reason, actor, now)
+                    .await?,
+            }
+        }
         Ask::SetRules {
             expected_version,
             rules,

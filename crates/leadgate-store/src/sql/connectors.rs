@@ -23,11 +23,11 @@ macro_rules! tx_connectors {
                 now: DateTime<Utc>,
             ) -> Result<()> {
                 sqlx::query(
-                    "insert into connectors (name, state, reason, since, changed_by) \
-                     values ($1, 'paused', $2, $3, $4) \
+                    "insert into connectors (name, state, reason, since, changed_by, by_hand) \
+                     values ($1, 'paused', $2, $3, $4, false) \
                      on conflict (name) do update set state = 'paused', reason = excluded.reason, \
                      since = case when connectors.state = 'paused' then connectors.since else excluded.since end, \
-                     changed_by = excluded.changed_by",
+                     changed_by = excluded.changed_by, by_hand = false",
                 )
                 .bind(name)
                 // Support reads it: whatever the CRM or an integration wrote about a lead,
@@ -40,6 +40,31 @@ macro_rules! tx_connectors {
                 Ok(())
             }
 
+            async fn pause_connector_by_hand(
+                &mut self,
+                name: &str,
+                reason: &str,
+                actor: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
+                // A pause already in place (by hand or after an auth failure) stays as it
+                // is: its reason is what resuming must answer.
+                let done = sqlx::query(
+                    "insert into connectors (name, state, reason, since, changed_by, by_hand) \
+                     values ($1, 'paused', $2, $3, $4, true) \
+                     on conflict (name) do update set state = 'paused', reason = excluded.reason, \
+                     since = excluded.since, changed_by = excluded.changed_by, by_hand = true \
+                     where connectors.state <> 'paused'",
+                )
+                .bind(name)
+                .bind(leadgate_domain::text::mask_contacts(reason))
+                .bind(now)
+                .bind(actor)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
             async fn resume_connector(
                 &mut self,
                 name: &str,
@@ -48,7 +73,7 @@ macro_rules! tx_connectors {
             ) -> Result<bool> {
                 let done = sqlx::query(
                     "update connectors set state = 'active', reason = null, since = $1, \
-                     changed_by = $2 where name = $3 and state = 'paused'",
+                     changed_by = $2, by_hand = false where name = $3 and state = 'paused'",
                 )
                 .bind(now)
                 .bind(actor)
