@@ -35,7 +35,7 @@ flock 9
 
 cd "$pkg"
 echo "== npm ci (the pinned lint, scan and build tools)" >&2
-npm ci --no-audit --no-fund --loglevel=error >&2 || fail "npm ci failed"
+npm ci --prefer-offline --no-audit --no-fund --loglevel=error >&2 || fail "npm ci failed"
 echo "== n8n's community-node lint" >&2
 npm run --silent lint >&2 || fail "the lint found problems (above)"
 echo "== build" >&2
