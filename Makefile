@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit test-loaded test-n8n test-api test-n8n-node demo bench walk-through chaos fuzz
+.PHONY: test check lint unit test-loaded test-n8n test-n8n-package test-api test-n8n-node demo bench walk-through chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL (the web console in Chromium among them), the UI's type check and unit tests,
@@ -21,7 +21,8 @@ lint:
 	cargo clippy -p leadgate --lib --bins --locked -- -D warnings
 	scripts/deny.sh
 
-## tests/n8n.rs (part of `cargo test --workspace`) runs the n8n example in a real n8n:
+## tests/n8n.rs and tests/n8n_package.rs (part of `cargo test --workspace`) run the n8n example and
+## the packed community node in a real n8n:
 ## installed first, once, under /var/tmp; a failed install fails here.
 ## tests/browser/ drives the web console in Chromium and Firefox ESR: the browsers, their drivers and the
 ## built UI come first.
@@ -47,13 +48,21 @@ test-n8n:
 	scripts/install-n8n.sh >/dev/null
 	cargo test --locked --test n8n -- --nocapture
 
+## Only the community node's package test (tests/n8n_package.rs, part of `unit`): n8n's lint
+## and scanner, `npm pack`, the tarball installed into the real n8n and run there, and the
+## node's tests on the installed package.
+test-n8n-package:
+	scripts/ensure-postgres.sh
+	scripts/install-n8n.sh >/dev/null
+	cargo test --locked --test n8n_package -- --nocapture
+
 ## Schemathesis (pinned, from PyPI, into a virtualenv under /var/tmp) against a live
 ## `leadgate serve` on SQLite with a fake Bitrix24, from the gateway's own /openapi.json:
 ## a bounded number of requests per endpoint, no 5xx, every answer as documented.
 test-api:
 	scripts/contract-test.sh
 
-## The n8n community node (examples/n8n/n8n-nodes-leadgate): npm ci, tsc, and its vitest
+## The n8n community node (examples/n8n/n8n-nodes-leadgate): npm ci, n8n's lint, tsc, and its vitest
 ## tests against a live gateway.
 test-n8n-node:
 	scripts/test-n8n-node.sh

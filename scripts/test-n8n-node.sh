@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test-n8n-node`: builds the n8n community node (examples/n8n/n8n-nodes-leadgate:
-# `npm ci`, `tsc`) and runs its tests (vitest) against a live gateway
+# `npm ci`, n8n's community-node lint, `tsc`) and runs its tests (vitest) against a live gateway
 # (scripts/live-gateway.sh: `leadgate serve` on SQLite with a fake Bitrix24).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,5 +12,5 @@ major="$(node -p 'process.versions.node.split(".")[0]')"
 [ "$major" -ge 20 ] || fail "Node.js $(node --version) is too old: 20 or newer is needed"
 
 pkg=examples/n8n/n8n-nodes-leadgate
-( cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build )
+( cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent lint && npm run --silent build )
 scripts/live-gateway.sh bash -c "cd '$pkg' && npx vitest run"

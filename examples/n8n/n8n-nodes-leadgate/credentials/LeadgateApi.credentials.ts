@@ -1,4 +1,5 @@
 import type {
+	Icon,
 	ICredentialDataDecryptedObject,
 	ICredentialTestRequest,
 	ICredentialType,
@@ -11,6 +12,10 @@ export class LeadgateApi implements ICredentialType {
 	name = 'leadgateApi';
 
 	displayName = 'Leadgate API';
+
+	icon: Icon = { light: 'file:../icons/leadgate.svg', dark: 'file:../icons/leadgate.dark.svg' };
+
+	documentationUrl = 'https://github.com/leadgate/leadgate/tree/main/examples/n8n#community-node-n8n-nodes-leadgate';
 
 	properties: INodeProperties[] = [
 		{

@@ -6,7 +6,7 @@
  */
 import type { IDataObject, IExecuteFunctions, IHttpRequestOptions, INodeExecutionData } from 'n8n-workflow';
 
-import { LeadgateApi } from '../dist/credentials/LeadgateApi.credentials';
+import { LeadgateApi } from './built';
 
 export interface Run {
 	params: Record<string, unknown>[];

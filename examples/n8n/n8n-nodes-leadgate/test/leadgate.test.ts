@@ -1,19 +1,15 @@
 /**
- * The built node (dist/, what n8n loads) against a real `leadgate serve` on SQLite with
- * a fake Bitrix24, started by scripts/live-gateway.sh (`make test-n8n-node`): every step of
- * the claim API's protocol, through the node's own parameters and credential. The tests
- * run in order; the last one pauses the connector.
+ * The built node (dist/, what n8n loads; or the package installed from the `npm pack`
+ * tarball, see ./built) against a real `leadgate serve` on SQLite with a fake Bitrix24,
+ * started by scripts/live-gateway.sh (`make test-n8n-node`) or by tests/n8n_package.rs:
+ * every step of the claim API's protocol, through the node's own parameters and
+ * credential. The tests run in order; the last one pauses the connector.
  */
 import { randomUUID } from 'node:crypto';
 
 import { describe, expect, it } from 'vitest';
 
-import { Leadgate } from '../dist/nodes/Leadgate/Leadgate.node';
-import {
-	classifyHttpStatus,
-	classifyTransportError,
-} from '../dist/nodes/Leadgate/protocol';
-import { LeadgateApi } from '../dist/credentials/LeadgateApi.credentials';
+import { Leadgate, LeadgateApi, classifyHttpStatus, classifyTransportError } from './built';
 import { context, gateway, type Run } from './context';
 
 const node = new Leadgate();

@@ -1,8 +1,10 @@
 /**
- * What n8n's loader needs from a community package (no gateway here): package.json's `n8n`
- * section names built files; each node file `X.node.js` exports a class `X`, each
- * credential file `Y.credentials.js` a class `Y`; the node's icon ships next to it; the
- * credential the node asks for is the one the package brings; `npm pack` ships them.
+ * What n8n's loader and its community-node listing need from the package (no gateway
+ * here): package.json's metadata and `n8n` section naming built files; each node file
+ * `X.node.js` exports a class `X`, each credential file `Y.credentials.js` a class `Y`;
+ * their light and dark icons ship in the package; the credential the node asks for is
+ * the one the package brings; `npm pack` ships all of it and nothing else. Run on this
+ * directory, or on the package installed from the tarball (see ./built).
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -10,47 +12,90 @@ import { basename, dirname, join } from 'node:path';
 
 import { describe, expect, it } from 'vitest';
 
-const root = join(__dirname, '..');
-const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+import { load, packageRoot } from './built';
 
-function load(file: string, suffix: string) {
+const pkg = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8'));
+
+function instance(file: string, suffix: string) {
 	const name = basename(file, `${suffix}.js`);
-	const Class = require(join(root, file))[name];
+	const Class = load<Record<string, new () => unknown>>(file)[name];
 	expect(Class, `${file} exports ${name}`).toBeTypeOf('function');
-	return new Class();
+	return new Class() as Record<string, any>;
+}
+
+/** Both variants of a themed `file:` icon exist, relative to the file that names it. */
+function expectIcons(icon: unknown, file: string) {
+	expect(icon, `${file}: a light and a dark icon`).toMatchObject({
+		light: expect.stringMatching(/^file:.+\.svg$/),
+		dark: expect.stringMatching(/^file:.+\.svg$/),
+	});
+	const { light, dark } = icon as { light: string; dark: string };
+	expect(light).not.toBe(dark);
+	for (const ref of [light, dark]) {
+		const path = join(packageRoot, dirname(file), ref.replace(/^file:/, ''));
+		expect(path.startsWith(packageRoot), `${ref} stays inside the package`).toBe(true);
+		expect(existsSync(path), `${ref} of ${file}`).toBe(true);
+	}
 }
 
 describe('the package as n8n loads it', () => {
-	it('is a community node package', () => {
+	it('has the metadata of an n8n community node package', () => {
 		expect(pkg.name).toMatch(/^n8n-nodes-/);
 		expect(pkg.keywords).toContain('n8n-community-node-package');
+		expect(pkg.version).toMatch(/^\d+\.\d+\.\d+$/);
+		expect(pkg.license).toBe('MIT');
+		expect(pkg.description).not.toBe('');
+		expect(pkg.author).toMatchObject({ name: expect.any(String), email: expect.stringContaining('@') });
+		expect(pkg.repository).toMatchObject({ type: 'git', url: expect.stringMatching(/^git\+https:\/\//) });
+		expect(pkg.homepage).toMatch(/^https:\/\//);
+		expect(pkg.files).toEqual(['dist', 'README.md']);
 		expect(pkg.n8n.n8nNodesApiVersion).toBe(1);
+		// n8n installs a community package with --ignore-scripts and no dependencies of its own.
+		expect(pkg.dependencies ?? {}).toEqual({});
+		const lifecycle = Object.keys(pkg.scripts ?? {}).filter((s) => /^(pre|post)?install$|^prepare$/.test(s));
+		expect(lifecycle).toEqual([]);
 	});
 
-	it('names built nodes and credentials that load, with the icon beside the node', () => {
-		const credentials = pkg.n8n.credentials.map((f: string) => load(f, '.credentials'));
+	it('names built nodes and credentials that load, with their icons', () => {
+		const credentials = pkg.n8n.credentials.map((f: string) => {
+			const c = instance(f, '.credentials');
+			expectIcons(c.icon, f);
+			return c;
+		});
 		expect(credentials.map((c: { name: string }) => c.name)).toEqual(['leadgateApi']);
 		for (const file of pkg.n8n.nodes) {
-			const node = load(file, '.node');
-			const icon = String(node.description.icon).replace(/^file:/, '');
-			expect(existsSync(join(root, dirname(file), icon)), `${icon} next to ${file}`).toBe(true);
+			const node = instance(file, '.node');
+			expectIcons(node.description.icon, file);
 			for (const c of node.description.credentials ?? []) {
 				expect(credentials.map((k: { name: string }) => k.name)).toContain(c.name);
 			}
-			expect(node.description.properties.find((p: { name: string }) => p.name === 'operation').options.map(
-				(o: { value: string }) => o.value,
-			)).toEqual(['claim', 'complete', 'fail']);
+			expect(
+				node.description.properties
+					.find((p: { name: string }) => p.name === 'operation')
+					.options.map((o: { value: string }) => o.value),
+			).toEqual(['claim', 'complete', 'fail']);
 		}
 	});
 
-	it('npm pack ships every file the n8n section names', () => {
+	it('npm pack ships every file the n8n section names, and no sources or tests', () => {
 		const [packed] = JSON.parse(
-			execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8' }),
+			execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
+				cwd: packageRoot,
+				encoding: 'utf8',
+			}),
 		);
-		const files = packed.files.map((f: { path: string }) => f.path);
-		for (const f of [...pkg.n8n.credentials, ...pkg.n8n.nodes, 'dist/nodes/Leadgate/leadgate.svg', 'package.json']) {
+		const files: string[] = packed.files.map((f: { path: string }) => f.path);
+		for (const f of [
+			...pkg.n8n.credentials,
+			...pkg.n8n.nodes,
+			'dist/icons/leadgate.svg',
+			'dist/icons/leadgate.dark.svg',
+			'package.json',
+			'README.md',
+		]) {
 			expect(files).toContain(f);
 		}
-		expect(files.some((f: string) => f.startsWith('test/') || f.startsWith('node_modules/'))).toBe(false);
+		const stray = files.filter((f) => !f.startsWith('dist/') && !['package.json', 'README.md'].includes(f));
+		expect(stray).toEqual([]);
 	});
 });

@@ -42,12 +42,13 @@ export class Leadgate implements INodeType {
 	description: INodeTypeDescription = {
 		displayName: 'Leadgate',
 		name: 'leadgate',
-		icon: 'file:leadgate.svg',
+		icon: { light: 'file:../../icons/leadgate.svg', dark: 'file:../../icons/leadgate.dark.svg' },
 		group: ['transform'],
 		version: 1,
 		subtitle: '={{$parameter["operation"]}}',
 		description: 'Claim a lead before the CRM call, then report complete or fail: one CRM result per lead',
 		defaults: { name: 'Leadgate' },
+		usableAsTool: true,
 		inputs: [NodeConnectionTypes.Main],
 		outputs: [NodeConnectionTypes.Main],
 		credentials: [{ name: 'leadgateApi', required: true }],
@@ -86,7 +87,7 @@ export class Leadgate implements INodeType {
 				type: 'string',
 				required: true,
 				default: '={{ $json.submission_id }}',
-				description: "The lead's own key (a form's submission ID): the operation is <[claim_api] source>:<key>",
+				description: "The lead's own key (a form's submission ID): the operation is &lt;[claim_api] source&gt;:&lt;key&gt;",
 				displayOptions: onOperation('claim'),
 			},
 			{
@@ -144,7 +145,7 @@ export class Leadgate implements INodeType {
 						name: 'From Transport Error Code',
 						value: 'fromTransportError',
 						description:
-							'The CRM call got no answer: ECONNREFUSED, ENOTFOUND... not sent; a timeout or reset uncertain',
+							'The CRM call got no answer: ECONNREFUSED, ENOTFOUND... not sent; a timeout or reset uncertain.',
 					},
 					...ERROR_CLASSES.map((c) => ({ name: CLASS_NAMES[c], value: c })),
 				],
@@ -286,19 +287,21 @@ function parseLead(value: unknown): IDataObject | undefined {
 
 function errorClass(ctx: IExecuteFunctions, i: number): ErrorClass {
 	const chosen = ctx.getNodeParameter('errorClass', i) as string;
+	const cannot = (why: string) =>
+		new NodeOperationError(ctx.getNode(), `Cannot classify the failure: ${why}`, { itemIndex: i });
+	if (chosen === 'fromTransportError') {
+		const code = String(ctx.getNodeParameter('transportErrorCode', i, '') ?? '');
+		if (code.trim() === '') throw cannot('the transport error code is empty');
+	}
 	try {
 		if (chosen === 'fromHttpStatus') {
 			return classifyHttpStatus(Number(ctx.getNodeParameter('httpStatus', i)));
 		}
 		if (chosen === 'fromTransportError') {
-			const code = String(ctx.getNodeParameter('transportErrorCode', i, '') ?? '');
-			if (code.trim() === '') throw new Error('the transport error code is empty');
-			return classifyTransportError(code);
+			return classifyTransportError(String(ctx.getNodeParameter('transportErrorCode', i, '')));
 		}
 	} catch (e) {
-		throw new NodeOperationError(ctx.getNode(), `Cannot classify the failure: ${(e as Error).message}`, {
-			itemIndex: i,
-		});
+		throw cannot((e as Error).message);
 	}
 	if ((ERROR_CLASSES as readonly string[]).includes(chosen)) return chosen as ErrorClass;
 	throw new NodeOperationError(ctx.getNode(), `Unknown error class "${chosen}"`, { itemIndex: i });
