@@ -16,6 +16,7 @@ mod console_web;
 mod contacts;
 mod crm_ids;
 mod diagnose;
+mod feed;
 mod gateway;
 mod imap;
 mod insiders;
