@@ -194,7 +194,10 @@ each_backend!(
         }
         gw.fake.push_fault(CREATE, CrmFault::ExpiredToken, 1000);
         gw.post_json("site", &lead("p1")).await;
-        gw.wait_paused_and_idle("bitrix24").await;
+        wait_until("the connector paused", || async {
+            store.connector("bitrix24").await.unwrap().is_some_and(|c| c.paused)
+        })
+        .await;
         gw.fake.clear_faults();
         assert!(store
             .resume_connector("bitrix24", "ops", store.now())
@@ -576,3 +579,60 @@ each_backend!(
         assert_eq!(store.feed_subscribers().await.unwrap().len(), 1);
     }
 );
+
+async fn sqlstate(conn: &mut sqlx::PgConnection, sql: &str) -> String {
+    match sqlx::raw_sql(sql).execute(&mut *conn).await {
+        Ok(_) => "ok".into(),
+        Err(sqlx::Error::Database(e)) => e.code().unwrap_or_default().into_owned(),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_an_admin_reads_the_feed_and_nobody_reads_a_secret() {
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        use leadgate::domain::roles::Role;
+        let store = db.store().await;
+        let secret = leadgate::feed::sign::new_secret();
+        let events = vec!["review.opened".to_owned()];
+        store
+            .feed_subscribe("http://127.0.0.1:9/x", &secret, &events, store.now())
+            .await
+            .unwrap();
+        let people = leadgate_testkit::people::People::new(&db.url).await;
+        let mut admin = people.sql(Role::Admin).await;
+        for allowed in [
+            "select id, url, events, state, disabled_reason, failures from feed_subscribers",
+            "select * from feed_attempts",
+            "select * from feed_deliveries",
+            "select * from feed_events",
+        ] {
+            assert_eq!(sqlstate(&mut admin, allowed).await, "ok", "admin: {allowed}");
+        }
+        for denied in [
+            "select secret from feed_subscribers",
+            "insert into feed_subscribers (url, secret, events, created_at) values ('http://x', 'whsec_x', 'review.opened', now())",
+            "update feed_subscribers set state = 'active'",
+            "delete from feed_attempts",
+        ] {
+            assert_eq!(sqlstate(&mut admin, denied).await, "42501", "admin: {denied}");
+        }
+        // The admin's own connection lists the subscribers through the store, secret unread.
+        let as_admin = leadgate::store::open(people.url(Role::Admin)).await.unwrap();
+        assert_eq!(as_admin.feed_subscribers().await.unwrap().len(), 1);
+        for role in [Role::Support, Role::SalesOps, Role::Manager] {
+            let mut sql = people.sql(role).await;
+            for denied in [
+                "select id from feed_subscribers",
+                "select secret from feed_subscribers",
+                "select * from feed_events",
+                "select * from feed_attempts",
+            ] {
+                assert_eq!(sqlstate(&mut sql, denied).await, "42501", "{role}: {denied}");
+            }
+        }
+        drop(admin);
+        people.drop_all().await;
+    })
+    .await
+}

@@ -3,7 +3,8 @@
 -- the state change it reports (the outbox pattern): a change that commits has its event
 -- and one delivery row per subscriber of its type; one that rolls back, or a process killed
 -- before the commit, has neither. The feed's loop sends each delivery row until the
--- subscriber answers 2xx.
+-- subscriber answers 2xx; then the row goes, and the event with its last row (what was
+-- sent stays in `feed_attempts`).
 
 create table feed_subscribers (
     id              bigserial primary key,
@@ -36,16 +37,13 @@ create table feed_events (
     data         text not null
 );
 
--- What each subscriber is owed: one row per subscriber and event.
+-- What each subscriber is still owed: one row per subscriber and event not yet delivered.
 create table feed_deliveries (
     subscriber_id bigint not null references feed_subscribers (id) on delete cascade,
     event_seq     bigint not null references feed_events (seq),
     attempts      integer not null default 0,
-    delivered_at  timestamptz,
     primary key (subscriber_id, event_seq)
 );
-create index feed_deliveries_pending on feed_deliveries (subscriber_id, event_seq)
-    where delivered_at is null;
 
 -- Every delivery attempt, for `leadgate feed deliveries` and the console (the newest 500
 -- per subscriber are kept).

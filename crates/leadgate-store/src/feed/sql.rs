@@ -33,7 +33,7 @@ macro_rules! feed_sql {
                     "select s.id, s.url, s.events, s.state, s.disabled_reason, s.disabled_at, \
                      s.created_at, s.failures, s.first_failed_at, s.next_try_at, \
                      (select count(*) from feed_deliveries d \
-                      where d.subscriber_id = s.id and d.delivered_at is null) as pending \
+                      where d.subscriber_id = s.id) as pending \
                      from feed_subscribers s order by s.id",
                 )
                 .fetch_all(&self.pool)
@@ -94,7 +94,7 @@ macro_rules! feed_sql {
                      and (s.next_try_at is null or s.next_try_at <= $1) \
                      and (s.lease_until is null or s.lease_until <= $1) \
                      and exists (select 1 from feed_deliveries d \
-                                 where d.subscriber_id = s.id and d.delivered_at is null) \
+                                 where d.subscriber_id = s.id) \
                      order by s.id",
                 )
                 .bind(now)
@@ -134,7 +134,7 @@ macro_rules! feed_sql {
                 let event: Option<$crate::FeedEvent> = sqlx::query_as(
                     "select e.seq, e.event_id, e.type, e.occurred_at, e.data \
                      from feed_deliveries d join feed_events e on e.seq = d.event_seq \
-                     where d.subscriber_id = $1 and d.delivered_at is null \
+                     where d.subscriber_id = $1 \
                      order by d.event_seq limit 1",
                 )
                 .bind(id)
@@ -207,17 +207,32 @@ macro_rules! feed_sql {
                 .bind(error)
                 .execute(&mut *tx)
                 .await?;
-                sqlx::query(
-                    "update feed_deliveries set attempts = attempts + 1, \
-                     delivered_at = case when $3 then $4 else delivered_at end \
-                     where subscriber_id = $1 and event_seq = $2",
-                )
-                .bind(id)
-                .bind(event_seq)
-                .bind(ok)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
+                if ok {
+                    // Delivered: no longer owed; the event goes with the last row owing it.
+                    sqlx::query(
+                        "delete from feed_deliveries where subscriber_id = $1 and event_seq = $2",
+                    )
+                    .bind(id)
+                    .bind(event_seq)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "delete from feed_events where seq = $1 and not exists \
+                         (select 1 from feed_deliveries d where d.event_seq = $1)",
+                    )
+                    .bind(event_seq)
+                    .execute(&mut *tx)
+                    .await?;
+                } else {
+                    sqlx::query(
+                        "update feed_deliveries set attempts = attempts + 1 \
+                         where subscriber_id = $1 and event_seq = $2",
+                    )
+                    .bind(id)
+                    .bind(event_seq)
+                    .execute(&mut *tx)
+                    .await?;
+                }
                 let release = "lease_owner = null, lease_token = null, lease_until = null";
                 match outcome {
                     $crate::FeedOutcome::Delivered { .. } => {
