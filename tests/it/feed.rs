@@ -195,7 +195,11 @@ each_backend!(
         gw.fake.push_fault(CREATE, CrmFault::ExpiredToken, 1000);
         gw.post_json("site", &lead("p1")).await;
         wait_until("the connector paused", || async {
-            store.connector("bitrix24").await.unwrap().is_some_and(|c| c.paused)
+            store
+                .connector("bitrix24")
+                .await
+                .unwrap()
+                .is_some_and(|c| c.paused)
         })
         .await;
         gw.fake.clear_faults();
@@ -331,7 +335,7 @@ each_backend!(
         );
         let (_, deliveries, _) = cli(dir.path(), &db.url, &["deliveries", &id.to_string()]);
         assert!(
-            deliveries.contains(&format!("delivered operation.completed")),
+            deliveries.contains("delivered operation.completed"),
             "{deliveries}"
         );
         assert!(
@@ -636,3 +640,67 @@ async fn only_an_admin_reads_the_feed_and_nobody_reads_a_secret() {
     })
     .await
 }
+
+/// Pauses connector `x` in a transaction of its own, straight in the database, then
+/// commits it or lets the connection go without a commit (as a process killed would).
+async fn pause_x(db: &leadgate_testkit::TestDb, commit: bool) {
+    use sqlx::Connection;
+    let sql = "update connectors set state = 'paused', reason = 'auth' where name = 'x'";
+    match db.backend {
+        leadgate_testkit::Backend::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+            let mut tx = c.begin().await.unwrap();
+            sqlx::query(sql).execute(&mut *tx).await.unwrap();
+            if commit {
+                tx.commit().await.unwrap();
+            }
+        }
+        leadgate_testkit::Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            let mut tx = c.begin().await.unwrap();
+            sqlx::query(sql).execute(&mut *tx).await.unwrap();
+            if commit {
+                tx.commit().await.unwrap();
+            }
+        }
+    }
+}
+
+each_backend!(
+    an_event_is_written_with_its_change_or_not_at_all,
+    |db| async move {
+        let store = db.store().await;
+        let all: Vec<String> = leadgate::store::FEED_EVENT_TYPES.map(String::from).to_vec();
+        let secret = leadgate::feed::sign::new_secret();
+        store
+            .feed_subscribe("http://127.0.0.1:9/a", &secret, &all, store.now())
+            .await
+            .unwrap();
+        let outage = OutageConfig {
+            after_failures: 1,
+            ..OutageConfig::default()
+        };
+        store
+            .connector_failed("x", &outage, store.now())
+            .await
+            .unwrap();
+        let owed = || async { store.feed_subscribers().await.unwrap()[0].pending };
+        assert_eq!(owed().await, 1, "connector.unreachable");
+        // A change that never commits (rolled back, or its process gone) has no event.
+        pause_x(&db, false).await;
+        assert_eq!(owed().await, 1);
+        assert!(!store.connector("x").await.unwrap().unwrap().paused);
+        // One that commits has exactly one, whoever wrote it.
+        pause_x(&db, true).await;
+        assert!(store.connector("x").await.unwrap().unwrap().paused);
+        assert_eq!(owed().await, 2);
+        let now = store.now();
+        let id = store.feed_subscribers().await.unwrap()[0].id;
+        let turn = store
+            .feed_turn(id, "t", Duration::from_secs(30), now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(turn.event.kind, "connector.unreachable", "oldest first");
+    }
+);
