@@ -228,7 +228,7 @@ fn item_paragraph(item: &Item) -> Paragraph {
             lines: vec![
                 reason.clone().unwrap_or_default(),
                 format!(
-                    "Its events are kept. Fix the receiver, then run `leadgate feed enable {subscriber}` (or enable it in the console's Event feed panel)."
+                    "Its events are kept. Fix the receiver, then run `leadgate feed enable {subscriber}`."
                 ),
             ],
         },

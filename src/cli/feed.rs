@@ -1,6 +1,6 @@
-//! `leadgate feed`: the signed event feed's subscribers (src/feed), as the console's Event
-//! feed panel shows and changes them. Run with the gateway's configuration (its login
-//! owns the subscribers; on PostgreSQL people's logins only read them, admins).
+//! `leadgate feed`: the signed event feed's subscribers (src/feed). Run with the gateway's
+//! configuration (its login owns the subscribers; on PostgreSQL only an admin's login may
+//! read them, never their secrets).
 
 use std::process::ExitCode;
 

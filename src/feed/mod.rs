@@ -1,6 +1,5 @@
 //! The signed event feed `leadgate serve` sends to the systems downstream: each
-//! subscriber (a URL and a secret, per event type; `leadgate feed`, the console's Event
-//! feed panel) gets `operation.completed`, `operation.failed`, `review.opened`,
+//! subscriber (a URL and a secret, per event type; `leadgate feed`) gets `operation.completed`, `operation.failed`, `review.opened`,
 //! `review.resolved`, `connector.paused`, `connector.unreachable` and `connector.resumed`
 //! as Standard Webhooks messages ([`sign`]).
 //!
@@ -21,8 +20,8 @@
 //! **Disabling.** A subscriber that failed `disable_after_failures` times in a row, the
 //! first of them at least `disable_after` ago, is disabled ([`Rules::verdict`]): nothing
 //! more is sent to it, its events keep accumulating, and the alert channels announce it
-//! (`feed:<id>`, `alerts::Item::FeedSubscriber`). `leadgate feed enable` (or the
-//! console) makes it active again and what it missed goes out.
+//! (`feed:<id>`, `alerts::Item::FeedSubscriber`). `leadgate feed enable` makes it
+//! active again and what it missed goes out.
 //!
 //! A message carries ids, states, reasons, sources and connector names — never a lead's
 //! data; the URL and the secret are never logged.

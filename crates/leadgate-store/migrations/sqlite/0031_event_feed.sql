@@ -45,7 +45,7 @@ create table feed_deliveries (
     primary key (subscriber_id, event_seq)
 );
 
--- Every delivery attempt, for `leadgate feed deliveries` and the console (the newest 500
+-- Every delivery attempt, for `leadgate feed deliveries` (the newest 500
 -- per subscriber are kept).
 create table feed_attempts (
     id            integer primary key autoincrement,
