@@ -301,6 +301,22 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
                 ));
             }
         }
+        let feed_store: Arc<dyn store::Feed> = Arc::clone(&store) as _;
+        let feeder = Arc::new(
+            crate::feed::Feeder::new(
+                feed_store,
+                &config.feed,
+                &format!("serve:{}:{}", hostname(), std::process::id()),
+            )
+            .map_err(anyhow::Error::msg)?,
+        );
+        let rx = shutdown_rx.clone();
+        tasks.spawn(crate::supervise::supervise(
+            "feed",
+            shutdown_rx.clone(),
+            crate::supervise::RESTART_DELAY,
+            move || Arc::clone(&feeder).run(rx.clone()),
+        ));
         tracing::info!(listen = %bound, database = %store.backend(), "leadgate is serving");
     } else {
         tracing::info!(database = %store.backend(), "leadgate worker is running");

@@ -9,6 +9,7 @@ pub mod config;
 pub mod console_web;
 pub mod crm;
 pub mod diagnose;
+pub mod feed;
 pub use leadgate_domain as domain;
 pub mod intake;
 pub mod metrics;

@@ -256,6 +256,9 @@ pub fn table(m: &MetricsSnapshot) -> String {
         row(&format!("  {r}"), n.to_string());
     }
     row("review cases resolved", m.resolved_cases.to_string());
+    for (o, n) in &m.feed_deliveries {
+        row(&format!("event-feed deliveries ({o})"), n.to_string());
+    }
     row(
         "mean time to resolve",
         m.mean_seconds_to_resolve

@@ -159,19 +159,28 @@ impl Channel {
             }
             Kind::Webhook { url, blocks } => {
                 let body = message::webhook_body(digest, *blocks);
-                match self.http.post(url.expose()).json(&body).send().await {
-                    Err(e) => transport(&e, "the webhook"),
-                    Ok(res) => {
-                        let retry_after = res
-                            .headers()
-                            .get(reqwest::header::RETRY_AFTER)
-                            .and_then(|v| v.to_str().ok())
-                            .and_then(|v| v.trim().parse::<u64>().ok())
-                            .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
-                        webhook_answer(res.status().as_u16(), retry_after)
-                    }
-                }
+                post_webhook(self.http.post(url.expose()).json(&body), "the webhook")
+                    .await
+                    .1
             }
+        }
+    }
+}
+
+/// Sends one webhook request (alerts' and the event feed's): its HTTP status, when it
+/// answered, and what it means ([`webhook_answer`], a `Retry-After` in seconds honoured).
+pub async fn post_webhook(request: reqwest::RequestBuilder, who: &str) -> (Option<u16>, Sent) {
+    match request.send().await {
+        Err(e) => (None, transport(&e, who)),
+        Ok(res) => {
+            let retry_after = res
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+            let status = res.status().as_u16();
+            (Some(status), webhook_answer(status, retry_after))
         }
     }
 }

@@ -74,6 +74,13 @@ pub enum Item {
         above: i64,
         stale_after_secs: u64,
     },
+    /// An event-feed subscriber disabled after failing deliveries (`Cleared`: enabled
+    /// again or its deliveries go through). Its id and the last error, never its URL.
+    FeedSubscriber {
+        subscriber: i64,
+        phase: Phase,
+        reason: Option<String>,
+    },
     /// Open review cases older than the threshold.
     ReviewAge {
         phase: Phase,
@@ -230,6 +237,30 @@ fn item_paragraph(item: &Item) -> Paragraph {
                 "In progress for longer than {} (threshold: more than {above}). A worker may have died or the CRM hangs; see the console's Stale tab.",
                 duration(*stale_after_secs)
             )],
+        },
+        Item::FeedSubscriber {
+            subscriber,
+            phase: Phase::Cleared,
+            ..
+        } => Paragraph {
+            headline: format!("Leadgate: event-feed subscriber #{subscriber} is active again"),
+            lines: vec!["What it missed is being sent.".into()],
+        },
+        Item::FeedSubscriber {
+            subscriber,
+            phase,
+            reason,
+        } => Paragraph {
+            headline: format!(
+                "Leadgate: event-feed subscriber #{subscriber} is disabled{}",
+                still(*phase)
+            ),
+            lines: vec![
+                reason.clone().unwrap_or_default(),
+                format!(
+                    "Its events are kept. Fix the receiver, then run `leadgate feed enable {subscriber}`."
+                ),
+            ],
         },
         Item::ReviewAge {
             phase: Phase::Cleared,

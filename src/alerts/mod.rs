@@ -33,7 +33,7 @@ use crate::store::{self, AlertFacts, AlertOutcome, AlertTurn, PendingAlert, Stor
 pub mod channel;
 pub mod message;
 
-pub use channel::{Channel, Sent};
+pub use channel::{post_webhook, Channel, Sent};
 pub use message::{CaseGroup, Digest, HandPause, Item, Phase};
 
 /// What a turn must cover beyond the call itself: arming it before, recording after
@@ -46,6 +46,7 @@ pub const LOST: &str = "lost";
 pub const STALE: &str = "stale";
 pub const REVIEW_AGE: &str = "review_age";
 const CONNECTOR_PREFIX: &str = "connector:";
+const FEED_PREFIX: &str = "feed:";
 
 /// The alert rules, from `[alerts]` and `[review] stale_after`.
 #[derive(Debug, Clone)]
@@ -81,10 +82,58 @@ impl Rules {
     /// The wait after the `failures`-th failed try: `retry_delay` doubled per failure,
     /// at most `max_retry_delay`.
     pub fn backoff(&self, failures: i32) -> Duration {
-        let factor = 2u32.saturating_pow(failures.clamp(0, 30) as u32);
-        self.retry_delay
-            .saturating_mul(factor)
-            .min(self.max_retry_delay)
+        backoff(self.retry_delay, self.max_retry_delay, failures)
+    }
+}
+
+/// The retry schedule alerts and the event feed share: the wait after the
+/// `failures`-th failed try is `retry_delay` doubled per failure, at most `max_retry_delay`.
+/// The time it gives is stored (the message's or subscriber's `next_try_at`), so a
+/// restart keeps it.
+pub fn backoff(retry_delay: Duration, max_retry_delay: Duration, failures: i32) -> Duration {
+    let factor = 2u32.saturating_pow(failures.clamp(0, 30) as u32);
+    retry_delay.saturating_mul(factor).min(max_retry_delay)
+}
+
+/// The loop alerts and the event feed share: one `pass`, then `poll_interval` or the
+/// shutdown, whichever comes first; a failed pass is logged and the next one comes.
+pub async fn poll_loop<F, Fut, T>(
+    what: &str,
+    name: &str,
+    poll_interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    mut pass: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = store::Result<T>>,
+{
+    loop {
+        if let Err(e) = pass().await {
+            tracing::error!(loop = what, name, error = %e, "pass failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll_interval) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// Records an outcome through transient database errors (up to 5 tries, about 3 s): an
+/// answer the receiver gave and the store forgot would make the message go out again.
+pub async fn through_transient<F, Fut>(mut record: F) -> store::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = store::Result<()>>,
+{
+    let mut tries = 0;
+    loop {
+        match record().await {
+            Err(e) if e.is_transient() && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200 * tries)).await;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -229,6 +278,18 @@ pub fn compose(
             }),
         ));
     }
+    for f in &facts.feeds {
+        let (subscriber, reason) = (f.id, f.disabled_reason.clone());
+        current.push((
+            format!("{FEED_PREFIX}{}", f.id),
+            f.state == "disabled",
+            Box::new(move |phase| Item::FeedSubscriber {
+                subscriber,
+                phase,
+                reason: reason.clone(),
+            }),
+        ));
+    }
     let mut conditions = Vec::new();
     for (key, firing, item) in current {
         let announced = turn.conditions.iter().find(|c| c.key == key);
@@ -275,16 +336,12 @@ pub enum Pass {
 }
 
 impl Alerter {
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        loop {
-            if let Err(e) = self.pass().await {
-                tracing::error!(channel = %self.channel.name, error = %e, "alert pass failed");
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(self.poll_interval) => {}
-                _ = shutdown.wait_for(|stop| *stop) => return,
-            }
-        }
+    pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let name = self.channel.name.clone();
+        poll_loop("alerts", &name, self.poll_interval, shutdown, || {
+            self.pass()
+        })
+        .await
     }
 
     fn lease_for(&self) -> Duration {
@@ -395,20 +452,11 @@ impl Alerter {
     /// Records the outcome, through transient database errors (a message the channel
     /// accepted and the store forgot would go out again).
     async fn done(&self, token: &str, outcome: AlertOutcome) -> store::Result<()> {
-        let mut tries = 0;
-        loop {
-            match self
-                .store
+        through_transient(|| {
+            self.store
                 .alert_done(&self.channel.name, token, outcome, self.store.now())
-                .await
-            {
-                Err(e) if e.is_transient() && tries < 5 => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(200 * tries)).await;
-                }
-                other => return other,
-            }
-        }
+        })
+        .await
     }
 }
 

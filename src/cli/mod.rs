@@ -9,7 +9,9 @@ use crate::config::Config;
 use crate::domain::OperationId;
 use crate::store::{self, Store};
 
+mod feed;
 mod rules;
+use feed::{feed, FeedCommand};
 use rules::{rules, RulesCommand};
 
 #[derive(Debug, Parser)]
@@ -105,6 +107,12 @@ enum Command {
     Rules {
         #[command(subcommand)]
         command: RulesCommand,
+    },
+    /// The signed event feed's subscribers (Standard Webhooks): subscribe, list, remove,
+    /// enable, deliveries.
+    Feed {
+        #[command(subcommand)]
+        command: FeedCommand,
     },
 }
 
@@ -572,6 +580,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Rules { command } => return rules(command).await,
+        Command::Feed { command } => return feed(command).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -16,9 +16,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod console;
+mod feed;
 pub use crate::crm::CrmConfig;
 pub use crate::domain::{RetryConfig, Secret};
 pub use console::ConsoleConfig;
+pub use feed::FeedConfig;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,6 +52,9 @@ pub struct Config {
     pub alerts: Option<AlertsConfig>,
     /// `[console]`: the operator console for browsers (src/console_web); absent: none.
     pub console: Option<ConsoleConfig>,
+    /// `[feed]`: delivering the signed event feed (src/feed); defaults when absent.
+    #[serde(default)]
+    pub feed: FeedConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -1118,6 +1123,7 @@ impl Config {
                 ));
             }
         }
+        self.feed.validate().map_err(ConfigError::Invalid)?;
         if let Some(console) = &self.console {
             console.validate().map_err(ConfigError::Invalid)?;
         }

@@ -44,6 +44,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("redeliver", &["config", "domain", "store", "supervise"]),
     ("alerts", &["config", "domain", "store", "supervise"]),
+    ("feed", &["alerts", "config", "domain", "store"]),
     ("diagnose", &["crm", "domain", "store"]),
     ("console_web", &["config", "domain", "store", "supervise"]),
     (
@@ -54,6 +55,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "console_web",
             "crm",
             "domain",
+            "feed",
             "intake",
             "metrics",
             "pull",
@@ -72,6 +74,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "crm",
             "diagnose",
             "domain",
+            "feed",
             "metrics",
             "report",
             "store",

@@ -17,6 +17,7 @@ mod contacts;
 mod content_keys;
 mod crm_ids;
 mod diagnose;
+mod feed;
 mod gateway;
 mod imap;
 mod insiders;

@@ -1593,3 +1593,63 @@ each_backend!(
         );
     }
 );
+
+#[async_trait::async_trait]
+impl leadgate::store::Feed for Hiccup {
+    async fn feed_subscribe(
+        &self,
+        url: &str,
+        secret: &leadgate::domain::Secret,
+        events: &[String],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<i64> {
+        self.inner.feed_subscribe(url, secret, events, now).await
+    }
+
+    async fn feed_subscribers(&self) -> Result<Vec<leadgate::store::FeedSubscriber>> {
+        self.inner.feed_subscribers().await
+    }
+
+    async fn feed_remove(&self, id: i64) -> Result<bool> {
+        self.inner.feed_remove(id).await
+    }
+
+    async fn feed_enable(&self, id: i64) -> Result<bool> {
+        self.inner.feed_enable(id).await
+    }
+
+    async fn feed_attempts(
+        &self,
+        id: i64,
+        limit: i64,
+    ) -> Result<Vec<leadgate::store::FeedAttempt>> {
+        self.inner.feed_attempts(id, limit).await
+    }
+
+    async fn feed_due(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<i64>> {
+        self.inner.feed_due(now).await
+    }
+
+    async fn feed_turn(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_for: Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<leadgate::store::FeedTurn>> {
+        self.inner.feed_turn(id, owner, lease_for, now).await
+    }
+
+    async fn feed_done(
+        &self,
+        id: i64,
+        token: &str,
+        event_seq: i64,
+        outcome: &leadgate::store::FeedOutcome,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner
+            .feed_done(id, token, event_seq, outcome, now)
+            .await
+    }
+}

@@ -54,6 +54,7 @@ mod console;
 mod crm_access;
 mod dashboard;
 mod error;
+mod feed;
 mod intake_queue;
 mod journal;
 pub mod logins;
@@ -80,7 +81,7 @@ pub use requests::{ask_and_wait, Answer, Ask, Identity};
 pub use roles::{Clock, Store};
 // Each role's trait and the types only it speaks in.
 pub use {
-    alerts::*, claim_api::*, crm_access::*, dashboard::*, journal::*, reads::*, review::*,
+    alerts::*, claim_api::*, crm_access::*, dashboard::*, feed::*, journal::*, reads::*, review::*,
     rules::*, sign_ins::*, updates::*, upkeep::*, work_queue::*,
 };
 
@@ -431,6 +432,8 @@ pub struct MetricsSnapshot {
     pub paused_connectors: Vec<String>,
     /// Connectors whose CRM does not answer (an outage), and since when.
     pub unreachable_connectors: BTreeMap<String, DateTime<Utc>>,
+    /// `outcome -> count` of the event feed's delivery attempts (`delivered`, `failed`).
+    pub feed_deliveries: BTreeMap<String, i64>,
 }
 
 /// What one purge batch scrubbed.

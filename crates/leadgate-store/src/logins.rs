@@ -111,6 +111,10 @@ impl PgStore {
             sqlx::query("select leadgate_install_roles()")
                 .execute(&mut *tx)
                 .await?;
+            // The event feed is the administrator's alone (migration 0031).
+            sqlx::query("select leadgate_feed_grants()")
+                .execute(&mut *tx)
+                .await?;
         }
         let (database, owns, open): (String, bool, bool) = sqlx::query_as(
             "select d.datname::text, pg_has_role(current_user, d.datdba, 'usage'), \

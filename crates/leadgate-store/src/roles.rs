@@ -31,6 +31,7 @@ pub trait Store:
     + Dashboard
     + Upkeep
     + SignIns
+    + Feed
 {
 }
 
@@ -47,6 +48,7 @@ impl<
             + Dashboard
             + Upkeep
             + SignIns
+            + Feed
             + ?Sized,
     > Store for T
 {

@@ -138,6 +138,8 @@ pub struct AlertFacts {
     pub old_open_cases: i64,
     pub oldest_open_case_at: Option<DateTime<Utc>>,
     pub connectors: Vec<Connector>,
+    /// The event feed's subscribers (a disabled one is alerted on).
+    pub feeds: Vec<FeedSubscriber>,
 }
 
 /// How many new case ids [`Alerts::alert_facts`] lists.

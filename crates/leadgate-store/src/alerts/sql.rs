@@ -245,6 +245,7 @@ macro_rules! alerts_sql {
                 f.old_open_cases = old;
                 f.oldest_open_case_at = oldest;
                 f.connectors = self.connectors().await?;
+                f.feeds = $crate::Feed::feed_subscribers(self).await?;
                 Ok(f)
             }
         }

@@ -140,6 +140,9 @@ macro_rules! dashboard_sql {
                         "crm_steps" if n != 0 => {
                             m.crm_steps.insert((label, label2), n);
                         }
+                        "feed_deliveries" if n != 0 => {
+                            m.feed_deliveries.insert(label, n);
+                        }
                         "crm_entities" => m.crm_entities_created = n,
                         "lost" => m.lost = n,
                         "unreconstructable" => m.unreconstructable = n,

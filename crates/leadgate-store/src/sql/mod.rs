@@ -219,6 +219,7 @@ macro_rules! sql_store {
         $crate::dashboard::sql::dashboard_sql!($store, $db);
         $crate::upkeep::sql::upkeep_sql!($store, $db);
         $crate::sign_ins::sql::sign_ins_sql!($store, $db);
+        $crate::feed::sql::feed_sql!($store, $db);
     };
 }
 pub(super) use sql_store;
