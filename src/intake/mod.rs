@@ -231,8 +231,8 @@ fn public_routes() -> OpenApiRouter<IntakeState> {
         .routes(routes!(intake, zd_echo))
         .routes(routes!(healthz))
         .routes(routes!(openapi::openapi_json))
-        .routes(routes!(problem_types))
-        .routes(routes!(problem_type))
+        .routes(routes!(problem::problem_types))
+        .routes(routes!(problem::problem_type))
 }
 
 /// The claim API: `Scope::Integration`.
@@ -295,41 +295,6 @@ pub fn router(state: IntakeState) -> Router {
             )
         })
         .with_state(state)
-}
-
-/// The documentation of every problem type (`problem`): an HTML page.
-#[utoipa::path(
-    get,
-    path = "/problems/",
-    tag = "meta",
-    responses((status = 200, description = "Every problem type of this API: code, status, title", content_type = "text/html", body = String)),
-    security(())
-)]
-async fn problem_types() -> Response {
-    problem::page(None)
-}
-
-/// The documentation of one problem type: where an error answer's `type` points.
-#[utoipa::path(
-    get,
-    path = "/problems/{code}",
-    tag = "meta",
-    params(("code" = String, Path, description = "Leadgate's error code, the last segment of a problem's `type`", example = "key_reused")),
-    responses(
-        (status = 200, description = "The problem type's page: title, status, meaning", content_type = "text/html", body = String),
-        (status = 404, description = "`not_found`: no such problem type", body = ErrorBody),
-    ),
-    security(())
-)]
-async fn problem_type(
-    code: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Response {
-    match code.ok().and_then(|Path(c)| Code::from_name(&c)) {
-        Some(c) => problem::page(Some(c)),
-        None => {
-            ErrorBody::new(Code::NotFound, "no such problem type (see /problems/)").into_response()
-        }
-    }
 }
 
 /// The source name journaled for a delivery to a name that is not configured: the path

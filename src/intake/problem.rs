@@ -236,6 +236,43 @@ pub fn page(code: Option<Code>) -> Response {
     res
 }
 
+/// The documentation of every problem type: an HTML page.
+#[utoipa::path(
+    get,
+    path = "/problems/",
+    tag = "meta",
+    responses((status = 200, description = "Every problem type of this API: code, status, title", content_type = "text/html", body = String)),
+    security(())
+)]
+pub(super) async fn problem_types() -> Response {
+    page(None)
+}
+
+/// The documentation of one problem type: where an error answer's `type` points.
+#[utoipa::path(
+    get,
+    path = "/problems/{code}",
+    tag = "meta",
+    params(("code" = String, Path, description = "Leadgate's error code, the last segment of a problem's `type`", example = "key_reused")),
+    responses(
+        (status = 200, description = "The problem type's page: title, status, meaning", content_type = "text/html", body = String),
+        (status = 404, description = "`not_found`: no such problem type", body = super::ErrorBody),
+    ),
+    security(())
+)]
+pub(super) async fn problem_type(
+    code: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    match code
+        .ok()
+        .and_then(|axum::extract::Path(c)| Code::from_name(&c))
+    {
+        Some(c) => page(Some(c)),
+        None => super::ErrorBody::new(Code::NotFound, "no such problem type (see /problems/)")
+            .into_response(),
+    }
+}
+
 /// `docs/problems.md`: the catalog as committed (generated, like `docs/openapi.json`).
 pub fn catalog_markdown() -> String {
     let mut s = String::from(
