@@ -280,8 +280,8 @@ pub fn catalog_markdown() -> String {
 <!-- Generated from src/intake/problem.rs: `UPDATE_OPENAPI=1 cargo test -p leadgate --test it openapi` rewrites it. -->\n\n\
 Every error answer of Leadgate's HTTP API is `application/problem+json` (RFC 9457) with `Content-Language: en`:\n\n\
 ```json\n\
-{\n  \"type\": \"/problems/key_reused\",\n  \"title\": \"Idempotency-Key is already used\",\n  \"status\": 422,\n\
-  \"detail\": \"…\",\n  \"code\": \"key_reused\",\n  \"error\": \"key_reused\",\n  \"message\": \"…\",\n  \"operation_id\": \"n8n:lead-1\"\n}\n\
+{\n  \"type\": \"/problems/key_reused\",\n  \"title\": \"Idempotency-Key is already used\",\n  \"status\": 422,\
+\n  \"detail\": \"…\",\n  \"code\": \"key_reused\",\n  \"error\": \"key_reused\",\n  \"message\": \"…\",\n  \"operation_id\": \"n8n:lead-1\"\n}\n\
 ```\n\n\
 - `type` is `/problems/<code>`: a relative URI with its full path (RFC 9457 §3.1.1), resolved against the gateway \
 that answered, which serves the type's page there (`GET /problems/{code}`, HTML, no credentials; `GET /problems/` lists them). \
