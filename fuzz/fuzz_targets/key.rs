@@ -4,6 +4,8 @@ use leadgate::intake::sources::KeySpec;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    // The Idempotency-Key header's value as the draft defines it (an RFC 8941 string).
+    let _ = leadgate::intake::idempotency::parse(data);
     let text = String::from_utf8_lossy(data);
     let (spec, body) = text.split_once('\n').unwrap_or((&text, ""));
     let _ = KeySpec::parse(spec);
@@ -19,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
             key,
             event_time: KeySpec::parse("json:/t"),
             ignore: vec![],
+            redact: vec![],
             auth: leadgate::intake::sources::Auth::None,
             fields: Default::default(),
             reply: Default::default(),
@@ -29,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
             headers.insert("idempotency-key", v);
         }
         let _ = source.event_time(&payload);
-        if let Some(k) = source.key(&payload, &headers) {
+        if let Ok(Some(k)) = source.key(&payload, Some(&headers)) {
             if let Ok(id) = leadgate::domain::OperationId::new("fz", &k) {
                 let parsed: leadgate::domain::OperationId = id.as_str().parse().expect("a built id parses back");
                 assert_eq!(parsed, id);

@@ -16,6 +16,7 @@
 use axum::http::HeaderMap;
 use serde_json::Value;
 
+use super::problem::Code;
 use super::sources::{self, BodyKind, Opened, Source, TRANSFORM_VERSION};
 use super::{refusals, ApiError, IntakeState, UNKNOWN_SOURCE};
 use crate::domain::{contact, fingerprint, OperationId};
@@ -216,19 +217,22 @@ fn delivery(
     received_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<NewDelivery, ApiError> {
     reject_nul(&payload)?;
-    let key = source.key(&payload, arrival.headers()).ok_or_else(|| {
-        ApiError::bad(
-            "missing_key",
-            format!(
-                "the delivery has no operation key: {} is missing or empty",
-                source.key.describe()
-            ),
-        )
-    })?;
+    let key = source
+        .key(&payload, arrival.headers())
+        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?
+        .ok_or_else(|| {
+            ApiError::bad(
+                Code::MissingKey,
+                format!(
+                    "the delivery has no operation key: {} is missing or empty",
+                    source.key.describe()
+                ),
+            )
+        })?;
     let operation_id = OperationId::new(&source.name, &key)
-        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
     let payload_hash = fingerprint(&payload, &source.ignore)
-        .map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
+        .map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))?;
     let event_time = source.event_time(&payload);
     let horizon = store::before(received_at, state.tombstone);
     // Applies only if the key turns out to be new: a known key is answered as usual.
@@ -304,7 +308,7 @@ async fn content_window(
 ) -> Result<OperationId, ApiError> {
     let key = format!("c{}-{}", &hash[..24], now.format("%Y%m%dT%H%M%SZ"));
     let candidate = OperationId::new(&source.name, &key)
-        .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
     let expires_at = crate::domain::after(now, source.content_window);
     let first = state
         .store
@@ -349,7 +353,7 @@ async fn signature_used_once(
         Ok(())
     } else {
         Err(ApiError::Unauthorized {
-            code: "signature_replayed",
+            code: Code::SignatureReplayed,
             message: "this signature was already used for another key: a captured request sent again is refused; sign each delivery anew".into(),
         })
     }
@@ -411,7 +415,7 @@ pub(super) async fn journal_refusal(
 /// Journals a refusal. Returns what its sender is told: the refusal itself, or that the
 /// database is unavailable when the journal could not take it.
 async fn journal_rejection(state: &IntakeState, reject: RejectedDelivery, e: ApiError) -> ApiError {
-    tracing::info!(source = %reject.source, error = e.code(), "delivery rejected");
+    tracing::info!(source = %reject.source, error = e.code().as_str(), "delivery rejected");
     match state.store.record_rejected(reject).await {
         Ok(_) => e,
         Err(db) => ApiError::Unavailable(db),
@@ -448,7 +452,7 @@ pub async fn reject_pulled(
 pub(crate) fn reject_nul(payload: &Value) -> Result<(), ApiError> {
     match sources::find_nul(payload) {
         Some(at) => Err(ApiError::bad(
-            "nul_character",
+            Code::NulCharacter,
             format!(
                 "the field {} contains a NUL character (\\u0000), which cannot be stored",
                 at.chars().take(120).collect::<String>()

@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
+use super::idempotency;
+use super::problem::Code;
 use super::sources::{self, BodyKind, TRANSFORM_VERSION};
 use super::{ApiError, ErrorBody, IdPath, IntakeState};
 use crate::domain::{
@@ -74,21 +76,21 @@ pub struct Replayed {
     post,
     path = "/v1/operations",
     tag = "claim",
-    params(("Idempotency-Key" = String, Header, description = "The lead's key (e.g. the form's submission id); the operation is `<[claim_api] source>:<key>`", example = "lead-1")),
+    params(("Idempotency-Key" = String, Header, description = idempotency::SPECIFICATION, example = "\"lead-1\"")),
     request_body(description = "The lead, as JSON: fingerprinted, so a repeat must send the same body", content = Value, content_type = "application/json",
         example = json!({"submission_id": "lead-1", "name": "Ivan", "phone": "+79991234567"})),
     responses(
         (status = 201, description = "Claimed: call the CRM, then report", body = Claimed),
         (status = 200, description = "Done before: the saved result",
             headers(("Idempotent-Replayed" = String, description = "`true`")), body = Replayed),
-        (status = 400, description = "No Idempotency-Key, an invalid key, a body that is not JSON, a NUL character", body = ErrorBody),
+        (status = 400, description = "`missing_key` (no Idempotency-Key: the draft's \"Idempotency-Key is missing\", §2.7), `invalid_key` (not an RFC 8941 string, two fields, or not a key Leadgate takes), `malformed_body` (not JSON), `nul_character`", body = ErrorBody),
         (status = 401, description = "No integration token", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than `[server] max_body`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `[server] body_timeout`", body = ErrorBody),
-        (status = 409, description = "`in_flight` (another lease holds it, or it is not due yet; `Retry-After`) or `needs_review` (a person decides)",
+        (status = 409, description = "`in_flight`: the draft's \"A request is outstanding for this Idempotency-Key\" (§2.6, §2.7; another lease holds it, or it is not due yet; `Retry-After`), or `needs_review` (a person decides)",
             headers(("Retry-After" = Option<u64>, description = "Seconds, with `in_flight`")), body = ErrorBody),
-        (status = 422, description = "`key_reused`: the key came with a different body; a review case was opened", body = ErrorBody),
-        (status = 503, description = "`connector_paused` (an auth failure was reported; a person resumes it) or `unavailable` (the database)",
+        (status = 422, description = "`key_reused`: the draft's \"Idempotency-Key is already used\" (§2.2, §2.7): the key came with a different body; a review case was opened", body = ErrorBody),
+        (status = 503, description = "`connector_paused` (an auth failure was reported, or a person paused it for maintenance; a person resumes it) or `unavailable` (the database)",
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
     ),
     security(("integration_token" = []))
@@ -100,31 +102,36 @@ pub(super) async fn claim(
 ) -> Result<Response, ApiError> {
     let body = read_body(&state, &headers, body).await?;
     let api = &state.claim_api;
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| ApiError::bad("missing_key", "the Idempotency-Key header is required"))?;
+    // draft-ietf-httpapi-idempotency-key-header-06 §2.1 (`idempotency`), §2.7: no key is a 400.
+    let key = idempotency::key(&headers)
+        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?
+        .ok_or_else(|| {
+            ApiError::bad(
+                Code::MissingKey,
+                "This operation is idempotent and it requires correct usage of Idempotency Key: \
+                 send the lead's key in the Idempotency-Key header, e.g. `Idempotency-Key: \"lead-1\"`",
+            )
+        })?;
+    let key = key.as_str();
     let operation_id = match OperationId::new(&api.source, key) {
         Ok(id) => id,
         // A key Leadgate made when a person accepted a conflicting body as new: the
         // integration may claim that operation, never create one.
         Err(e @ OperationIdError::Reserved) => {
             let id = OperationId::try_from(format!("{}:{key}", api.source))
-                .map_err(|e| ApiError::bad("invalid_key", e.to_string()))?;
+                .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
             if state.store.operation(&id).await?.is_none() {
-                return Err(ApiError::bad("invalid_key", e.to_string()));
+                return Err(ApiError::bad(Code::InvalidKey, e.to_string()));
             }
             id
         }
-        Err(e) => return Err(ApiError::bad("invalid_key", e.to_string())),
+        Err(e) => return Err(ApiError::bad(Code::InvalidKey, e.to_string())),
     };
     let payload = sources::parse_body(BodyKind::Json, &body)
-        .map_err(|m| ApiError::bad("malformed_body", m))?;
+        .map_err(|m| ApiError::bad(Code::MalformedBody, m))?;
     super::reject_nul(&payload)?;
-    let payload_hash =
-        fingerprint(&payload, &[]).map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
+    let payload_hash = fingerprint(&payload, &[])
+        .map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))?;
     let delivery = NewDelivery {
         operation_id: operation_id.clone(),
         source: api.source.clone(),
@@ -153,9 +160,7 @@ pub(super) async fn claim(
         .await?;
     tracing::info!(operation_id = %operation_id, outcome = ?std::mem::discriminant(&outcome), "claim");
     let id = &operation_id;
-    let refusal = |status, error, message: &str| {
-        (status, Json(ErrorBody::new(error, message).about(id))).into_response()
-    };
+    let refusal = |code, detail: &str| ErrorBody::new(code, detail).about(id).into_response();
     Ok(match outcome {
         ExternalClaimOutcome::Claimed { lease, attempts } => (
             StatusCode::CREATED,
@@ -181,32 +186,32 @@ pub(super) async fn claim(
         }),
         ExternalClaimOutcome::InFlight { until } => with_header(
             refusal(
-                StatusCode::CONFLICT,
-                "in_flight",
-                "this key is being processed; retry after the indicated time",
+                Code::InFlight,
+                "A request with the same Idempotency-Key for the same operation is being processed \
+                 or is outstanding: send it again, unchanged, after Retry-After seconds",
             ),
             "retry-after",
             seconds_until(state.store.now(), until).to_string(),
         ),
         ExternalClaimOutcome::Conflict => refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "key_reused",
-            "this Idempotency-Key was used with a different body; a review case was opened",
+            Code::KeyReused,
+            "This operation is idempotent and it requires correct usage of Idempotency Key. \
+             Idempotency Key MUST not be reused across different payloads of this operation: \
+             this key came with another body before; a review case was opened",
         ),
         ExternalClaimOutcome::NeedsReview { reason } => {
             let mut body = ErrorBody::new(
-                "needs_review",
+                Code::NeedsReview,
                 "the outcome of an earlier attempt is unknown or disputed; a person decides in the console",
             )
             .about(id);
-            body.status = Some(Status::NeedsReview);
+            body.operation_status = Some(Status::NeedsReview);
             body.review_reason = reason;
-            (StatusCode::CONFLICT, Json(body)).into_response()
+            body.into_response()
         }
         ExternalClaimOutcome::ConnectorPaused => with_header(
             refusal(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "connector_paused",
+                Code::ConnectorPaused,
                 "the integration reported an auth failure; resume the connector after fixing the credentials",
             ),
             "retry-after",
@@ -286,10 +291,10 @@ async fn read_body(
 }
 
 fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::bad("malformed_body", e.to_string()))?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))?;
     super::reject_nul(&value)?;
-    serde_json::from_value(value).map_err(|e| ApiError::bad("malformed_body", e.to_string()))
+    serde_json::from_value(value).map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))
 }
 
 /// The lease a report names: the store finds it by its token; `owner` is the actor the
@@ -326,22 +331,18 @@ async fn finish(
             }),
         )
             .into_response()),
-        Err(StoreError::LeaseLost(_)) => Ok((
-            StatusCode::CONFLICT,
-            Json(ErrorBody::new(
-                "lease_lost",
-                "this lease token does not hold the operation (expired, or reported already); the report was kept on the timeline",
-            ).about(id)),
+        Err(StoreError::LeaseLost(_)) => Ok(ErrorBody::new(
+            Code::LeaseLost,
+            "this lease token does not hold the operation (expired, or reported already); the report was kept on the timeline",
         )
-            .into_response()),
-        Err(StoreError::UnknownLease(_)) => Ok((
-            StatusCode::CONFLICT,
-            Json(ErrorBody::new(
-                "unknown_lease",
-                "this lease token was never issued for this operation; nothing was recorded",
-            ).about(id)),
+        .about(id)
+        .into_response()),
+        Err(StoreError::UnknownLease(_)) => Ok(ErrorBody::new(
+            Code::UnknownLease,
+            "this lease token was never issued for this operation; nothing was recorded",
         )
-            .into_response()),
+        .about(id)
+        .into_response()),
         Err(StoreError::UnknownOperation(_)) => {
             Err(ApiError::NotFound(format!("no operation `{id}`")))
         }
@@ -381,12 +382,15 @@ pub(super) async fn complete(
     let c: Complete = json_body(&body)?;
     let crm_id = c.crm_id.trim().to_owned();
     if crm_id.is_empty() {
-        return Err(ApiError::bad("missing_crm_id", "crm_id must not be empty"));
+        return Err(ApiError::bad(
+            Code::MissingCrmId,
+            "crm_id must not be empty",
+        ));
     }
     // Checked before anything is read or written: a huge or unprintable id is the
     // caller's mistake (400), never the database's (503).
     crate::domain::text::check_crm_id(&crm_id)
-        .map_err(|e| ApiError::bad("invalid_crm_id", format!("{e}: nothing was recorded")))?;
+        .map_err(|e| ApiError::bad(Code::InvalidCrmId, format!("{e}: nothing was recorded")))?;
     finish(
         &state,
         &id,

@@ -1,43 +1,73 @@
-//! Every error answer of the HTTP API: [`ApiError`] and its body, [`ErrorBody`]. A store
-//! error is mapped by its kind (`store::ErrorKind`), on purpose: only what may pass later
-//! is "503, retry".
+//! Every error answer of the HTTP API: [`ApiError`] and its body, [`ErrorBody`], an RFC 9457
+//! problem details object (`application/problem+json`) whose type is one of the catalog's
+//! (`problem::Code`). A store error is mapped by its kind (`store::ErrorKind`), on purpose:
+//! only what may pass later is "503, retry".
 
-use std::borrow::Cow;
-
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::problem::{self, Code};
 use crate::domain::{OperationId, ReviewReason, Status};
 use crate::store::{ErrorKind, StoreError};
 
-/// Every error answer: `{"error": "<code>", "message": "<human sentence>"}`; the claim
-/// API's refusals of a key also name the operation (and, for `needs_review`, its state).
+/// Every error answer: RFC 9457 problem details (`application/problem+json`). `type`,
+/// `title` and `status` are the problem type's (`/problems/<code>`, documented at that path
+/// and in docs/problems.md), `detail` is about this request, `code` is Leadgate's error
+/// code. `error` and `message` are the error body's members before problem details (the
+/// code, and the detail's text): deprecated, kept until the next release. The claim API's
+/// refusals of a key also name the operation (and, for `needs_review`, its state).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
-    /// A stable code, e.g. `unauthorized`, `bad_signature`, `missing_key`,
-    /// `malformed_body`, `not_found`, `unavailable`, `in_flight`, `lease_lost`.
-    #[schema(example = "not_found")]
-    pub error: Cow<'static, str>,
-    /// A sentence for a person; it never repeats a secret or the lead's data.
+    /// The problem type: `/problems/<code>`, a URI reference with its full path, resolved
+    /// against the gateway, which serves the type's documentation there.
+    #[serde(rename = "type")]
+    #[schema(
+        format = "uri-reference",
+        pattern = "^/problems/[a-z_]+$",
+        example = "/problems/not_found"
+    )]
+    pub problem_type: String,
+    /// The problem type's summary, the same on every answer of the type.
+    #[schema(example = "Not found")]
+    pub title: &'static str,
+    /// The answer's HTTP status code.
+    #[schema(minimum = 400, maximum = 599, example = 404)]
+    pub status: u16,
+    /// What happened to this request, for a person; it never repeats a secret or the
+    /// lead's data.
+    pub detail: String,
+    /// Leadgate's error code (the last segment of `type`).
+    pub code: Code,
+    /// Deprecated: the same code as `code`, kept until the next release.
+    #[schema(value_type = String, deprecated, example = "not_found")]
+    pub error: Code,
+    /// Deprecated: `detail`, kept until the next release.
+    #[schema(deprecated)]
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operation_id: Option<OperationId>,
+    /// The operation's state (`needs_review`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<Status>,
+    pub operation_status: Option<Status>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review_reason: Option<ReviewReason>,
 }
 
 impl ErrorBody {
-    pub(crate) fn new(error: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: Code, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
         ErrorBody {
-            error: Cow::Borrowed(error),
-            message: message.into(),
+            problem_type: code.type_uri(),
+            title: code.title(),
+            status: code.status(),
+            message: detail.clone(),
+            detail,
+            code,
+            error: code,
             operation_id: None,
-            status: None,
+            operation_status: None,
             review_reason: None,
         }
     }
@@ -49,15 +79,27 @@ impl ErrorBody {
     }
 }
 
+/// The answer: the type's status, `application/problem+json`, `Content-Language: en` and a
+/// `Link` to the type's page.
+impl IntoResponse for ErrorBody {
+    fn into_response(self) -> Response {
+        let code = self.code;
+        let body = serde_json::to_vec(&self).expect("an error body serializes");
+        let mut res = (code.http_status(), body).into_response();
+        problem::problem_headers(&mut res, code);
+        res
+    }
+}
+
 /// What went wrong with a request, as a status code and an [`ErrorBody`].
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{message}")]
-    BadRequest { code: &'static str, message: String },
+    BadRequest { code: Code, message: String },
     #[error("no such source is configured")]
     UnknownSource,
     #[error("{message}")]
-    Unauthorized { code: &'static str, message: String },
+    Unauthorized { code: Code, message: String },
     #[error("the body is larger than the {0} bytes this gateway accepts")]
     TooLarge(usize),
     #[error("the body did not arrive within {} s", .0.as_secs_f64())]
@@ -82,39 +124,25 @@ pub enum ApiError {
     TooManyRefusals(Box<ApiError>),
 }
 
+/// An answer's status is its problem type's (`Code::status`).
 impl ApiError {
-    fn status_code(&self) -> StatusCode {
+    pub(crate) fn code(&self) -> Code {
         match self {
-            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::UnknownSource | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::TooManyRefusals(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::BadRequest { code, .. } => *code,
+            ApiError::UnknownSource => Code::UnknownSource,
+            ApiError::Unauthorized { code, .. } => *code,
+            ApiError::TooLarge(_) => Code::PayloadTooLarge,
+            ApiError::TooSlow(_) => Code::RequestTimeout,
+            ApiError::NotFound(_) => Code::NotFound,
+            ApiError::Unavailable(_) => Code::Unavailable,
+            ApiError::Conflict(_) => Code::Conflict,
+            ApiError::Refused(_) => Code::Refused,
+            ApiError::Internal(_) => Code::InternalError,
+            ApiError::TooManyRefusals(_) => Code::TooManyRefusals,
         }
     }
 
-    pub(crate) fn code(&self) -> &'static str {
-        match self {
-            ApiError::BadRequest { code, .. } => code,
-            ApiError::UnknownSource => "unknown_source",
-            ApiError::Unauthorized { code, .. } => code,
-            ApiError::TooLarge(_) => "payload_too_large",
-            ApiError::TooSlow(_) => "request_timeout",
-            ApiError::NotFound(_) => "not_found",
-            ApiError::Unavailable(_) => "unavailable",
-            ApiError::Conflict(_) => "conflict",
-            ApiError::Refused(_) => "refused",
-            ApiError::Internal(_) => "internal_error",
-            ApiError::TooManyRefusals(_) => "too_many_refusals",
-        }
-    }
-
-    pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad(code: Code, message: impl Into<String>) -> Self {
         ApiError::BadRequest {
             code,
             message: message.into(),
@@ -160,11 +188,7 @@ impl IntoResponse for ApiError {
             }
             _ => {}
         }
-        let mut res = (
-            self.status_code(),
-            Json(ErrorBody::new(self.code(), self.to_string())),
-        )
-            .into_response();
+        let mut res = ErrorBody::new(self.code(), self.to_string()).into_response();
         match self {
             ApiError::Unavailable(_) => {
                 res.headers_mut()
@@ -183,6 +207,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
 
     fn answer(e: StoreError) -> (StatusCode, Option<String>, String) {
         let res = ApiError::from(e).into_response();

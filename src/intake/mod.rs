@@ -32,8 +32,10 @@
 mod admission;
 mod claims;
 mod error;
+pub mod idempotency;
 pub mod listen;
 pub mod openapi;
+pub mod problem;
 pub mod refusals;
 pub mod sources;
 
@@ -54,6 +56,7 @@ use utoipa_axum::routes;
 use crate::domain::{contact, OperationId, ReviewReason, Status};
 use crate::store::{self, DeliveryOutcome, Store, StoreError};
 pub use error::{ApiError, ErrorBody};
+use problem::Code;
 use sources::Source;
 
 #[derive(Clone)]
@@ -213,7 +216,7 @@ async fn require(
         Scope::Read => "send Authorization: Bearer <api.read_token or api.integration_token>",
     };
     let mut res = ApiError::Unauthorized {
-        code: "unauthorized",
+        code: Code::Unauthorized,
         message: message.into(),
     }
     .into_response();
@@ -228,6 +231,8 @@ fn public_routes() -> OpenApiRouter<IntakeState> {
         .routes(routes!(intake, zd_echo))
         .routes(routes!(healthz))
         .routes(routes!(openapi::openapi_json))
+        .routes(routes!(problem::problem_types))
+        .routes(routes!(problem::problem_type))
 }
 
 /// The claim API: `Scope::Integration`.
@@ -248,10 +253,12 @@ fn read_routes() -> OpenApiRouter<IntakeState> {
 
 /// The OpenAPI document of exactly the routes [`router`] serves.
 fn api_routes_document() -> utoipa::openapi::OpenApi {
-    public_routes()
+    let mut doc = public_routes()
         .merge(integration_routes())
         .merge(read_routes())
-        .into_openapi()
+        .into_openapi();
+    utoipa::Modify::modify(&openapi::ProblemDetails, &mut doc);
+    doc
 }
 
 pub fn router(state: IntakeState) -> Router {
@@ -271,7 +278,23 @@ pub fn router(state: IntakeState) -> Router {
         },
     ));
     let (public, _) = public_routes().split_for_parts();
-    public.merge(integration).merge(read).with_state(state)
+    public
+        .merge(integration)
+        .merge(read)
+        // The router's own refusals are problem details too.
+        .fallback(|| async {
+            ErrorBody::new(
+                Code::NotFound,
+                "no such path in this gateway's API (see /openapi.json)",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ErrorBody::new(
+                Code::MethodNotAllowed,
+                "this path does not take this method (see /openapi.json)",
+            )
+        })
+        .with_state(state)
 }
 
 /// The source name journaled for a delivery to a name that is not configured: the path
@@ -301,7 +324,7 @@ async fn read_body(
             ApiError::TooLarge(max)
         } else {
             ApiError::bad(
-                "unreadable_body",
+                Code::UnreadableBody,
                 format!("the body could not be read: {e}"),
             )
         }
@@ -499,9 +522,12 @@ fn answer(reply: crate::config::Reply, admitted: admission::Admitted) -> Respons
 )]
 async fn zd_echo(
     State(state): State<IntakeState>,
-    Path(source_name): Path<String>,
+    source_name: Result<Path<String>, axum::extract::rejection::PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Response {
+    // A name that does not percent-decode to UTF-8 names no source (a problem, never
+    // axum's plain-text rejection).
+    let source_name = source_name.map(|Path(name)| name).unwrap_or_default();
     let echo = query
         .as_deref()
         .and_then(|q| serde_urlencoded::from_str::<Vec<(String, String)>>(q).ok())
@@ -514,7 +540,7 @@ async fn zd_echo(
     match (state.sources.get(&source_name), echo) {
         (Some(s), Some(v)) if s.answers_zd_echo() => {
             if v.is_empty() || v.len() > 128 || !v.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                return ApiError::bad("bad_echo", "zd_echo must be 1-128 letters and digits")
+                return ApiError::bad(Code::BadEcho, "zd_echo must be 1-128 letters and digits")
                     .into_response();
             }
             (StatusCode::OK, v).into_response()
@@ -565,8 +591,12 @@ pub(crate) use admission::reject_nul;
 pub use admission::reject_pulled;
 
 pub(crate) fn parse_id(id: &str) -> Result<OperationId, ApiError> {
-    id.parse()
-        .map_err(|e| ApiError::bad("invalid_key", format!("`{id}` is not an operation id: {e}")))
+    id.parse().map_err(|e| {
+        ApiError::bad(
+            Code::InvalidKey,
+            format!("`{id}` is not an operation id: {e}"),
+        )
+    })
 }
 
 /// The `{id}` of a path as an operation id. A segment that does not percent-decode to
@@ -585,7 +615,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdPath {
             .await
             .map_err(|e| {
                 ApiError::bad(
-                    "invalid_key",
+                    Code::InvalidKey,
                     format!(
                         "the operation id in the path is not valid: {}",
                         e.body_text()
@@ -745,11 +775,11 @@ async fn timeline(
     query: Result<axum::extract::Query<TimelineQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Timeline>, ApiError> {
     let axum::extract::Query(query) =
-        query.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
+        query.map_err(|e| ApiError::bad(Code::BadQuery, e.body_text()))?;
     let limit = query.limit.unwrap_or(store::TIMELINE_PAGE_MAX);
     if !(1..=store::TIMELINE_PAGE_MAX).contains(&limit) {
         return Err(ApiError::bad(
-            "bad_query",
+            Code::BadQuery,
             format!("limit is from 1 to {}", store::TIMELINE_PAGE_MAX),
         ));
     }

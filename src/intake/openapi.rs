@@ -27,11 +27,16 @@ const READ: &str = "read_token";
         title = "Leadgate",
         description = "One lead in, exactly one CRM result out. Lead sources deliver to the intake; \
 integrations that call the CRM themselves use the claim API (claim, then complete or fail with the \
-lease token); monitoring reads operations, timelines and metrics. Every error answer is an \
-`ErrorBody`. The rules behind each answer are in docs/SPEC.md."
+lease token); monitoring reads operations, timelines and metrics. Every error answer is RFC 9457 \
+problem details (`application/problem+json`, the `ErrorBody` schema): `type` is `/problems/<code>`, \
+resolved against the gateway, which documents the type at that path; `code` is Leadgate's error code; \
+`error` and `message` are deprecated copies of `code` and `detail`, kept until the next release. \
+`Idempotency-Key` follows draft-ietf-httpapi-idempotency-key-header-06: an RFC 8941 string (a bare \
+value is accepted as an extension), unique per source and payload, and it does not expire (the claim \
+API's parameter says how). The rules behind each answer are in docs/SPEC.md."
     ),
     modifiers(&SecuritySchemes),
-    components(schemas(super::ErrorBody)),
+    components(schemas(super::ErrorBody, super::problem::Code)),
     tags(
         (name = "intake", description = "Deliveries from lead sources"),
         (name = "claim", description = "The claim API, for integrations that call the CRM themselves"),
@@ -42,6 +47,42 @@ lease token); monitoring reads operations, timelines and metrics. Every error an
 pub(super) struct ApiDoc;
 
 struct SecuritySchemes;
+
+/// Every 4xx and 5xx answer of every operation is `application/problem+json` (the
+/// annotations name the `ErrorBody` schema; the media type is set here, once, on the
+/// document of every route: `intake::api_routes_document`).
+pub(super) struct ProblemDetails;
+
+impl Modify for ProblemDetails {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        for item in doc.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.options,
+                &mut item.head,
+                &mut item.patch,
+                &mut item.trace,
+            ];
+            for op in ops.into_iter().flatten() {
+                for (status, response) in op.responses.responses.iter_mut() {
+                    let error = status.starts_with('4') || status.starts_with('5');
+                    if let (true, RefOr::T(response)) = (error, response) {
+                        if let Some(json) = response.content.shift_remove("application/json") {
+                            response.content.insert(PROBLEM_JSON.to_owned(), json);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The media type of every error answer (RFC 9457).
+pub const PROBLEM_JSON: &str = "application/problem+json";
 
 impl Modify for SecuritySchemes {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {

@@ -31,6 +31,7 @@ use crate::config::{Reply, Secret, SourceAuth, SourceConfig};
 use crate::crm::FieldMap;
 use crate::domain::MatchRule;
 
+use super::problem::Code;
 use super::ApiError;
 
 /// A content key's window when the source does not set `content_window`.
@@ -153,11 +154,11 @@ pub const TOKEN_HEADER: &str = "x-leadgate-token";
 /// never repeats what was sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthFailure {
-    pub code: &'static str,
+    pub code: Code,
     pub message: &'static str,
 }
 
-const fn failure(code: &'static str, message: &'static str) -> AuthFailure {
+const fn failure(code: Code, message: &'static str) -> AuthFailure {
     AuthFailure { code, message }
 }
 
@@ -328,16 +329,16 @@ impl Source {
         match &self.auth {
             Auth::None | Auth::ApplicationToken(_) | Auth::Zadarma(_) => Ok(()),
             Auth::Pull => Err(failure(
-                "pulled_source",
+                Code::PulledSource,
                 "this source is pulled by the gateway from its sender; it takes no deliveries",
             )),
             Auth::HeaderToken { header: name, tokens } => match header(name) {
                 None => Err(failure(
-                    "missing_token",
+                    Code::MissingToken,
                     "this source needs its secret token in the X-Telegram-Bot-Api-Secret-Token header",
                 )),
                 Some(t) if matches_any(t.as_bytes(), tokens) => Ok(()),
-                Some(_) => Err(failure("bad_token", "the secret token does not match")),
+                Some(_) => Err(failure(Code::BadToken, "the secret token does not match")),
             },
             Auth::Token(tokens) => {
                 let from_query = || {
@@ -350,37 +351,37 @@ impl Source {
                 let got = header(TOKEN_HEADER).map(str::to_owned).or_else(from_query);
                 match got {
                     None => Err(failure(
-                        "missing_token",
+                        Code::MissingToken,
                         "this source needs its token in the X-Leadgate-Token header or the token query parameter",
                     )),
                     Some(t) if matches_any(t.as_bytes(), tokens) => Ok(()),
-                    Some(_) => Err(failure("bad_token", "the source token does not match")),
+                    Some(_) => Err(failure(Code::BadToken, "the source token does not match")),
                 }
             }
             Auth::Hmac { secrets, window } => {
                 let (Some(ts), Some(sig)) = (header(TIMESTAMP_HEADER), header(SIGNATURE_HEADER))
                 else {
                     return Err(failure(
-                        "missing_signature",
+                        Code::MissingSignature,
                         "this source needs X-Leadgate-Timestamp and X-Leadgate-Signature: sha256=<hex HMAC-SHA256 of \"<timestamp>.<body>\">",
                     ));
                 };
                 let Ok(ts) = ts.trim().parse::<i64>() else {
                     return Err(failure(
-                        "bad_signature",
+                        Code::BadSignature,
                         "X-Leadgate-Timestamp must be Unix seconds",
                     ));
                 };
                 let skew = now.timestamp().abs_diff(ts);
                 if skew > window.as_secs() {
                     return Err(failure(
-                        "signature_expired",
+                        Code::SignatureExpired,
                         "X-Leadgate-Timestamp is outside the replay window: sign each delivery when sending it",
                     ));
                 }
                 let Some(got) = signature_mac(sig) else {
                     return Err(failure(
-                        "bad_signature",
+                        Code::BadSignature,
                         "X-Leadgate-Signature must be sha256=<hex>",
                     ));
                 };
@@ -397,7 +398,7 @@ impl Source {
                     Ok(())
                 } else {
                     Err(failure(
-                        "bad_signature",
+                        Code::BadSignature,
                         "X-Leadgate-Signature does not match the body",
                     ))
                 }
@@ -406,18 +407,34 @@ impl Source {
     }
 
     /// The event key of a delivery, if present and not blank. A pulled event has no
-    /// headers: a key in a header is missing from it. A content key is the stem
-    /// `c<24 hex digits of the content's SHA-256>`, which admission completes with the
-    /// time its window began.
-    pub fn key(&self, payload: &Value, headers: Option<&axum::http::HeaderMap>) -> Option<String> {
+    /// headers: a key in a header is missing from it. `Idempotency-Key` is read as the
+    /// draft defines it (`intake::idempotency`: a structured-field string, or the bare
+    /// extension), the claim API's way; an `Err` is a key present but not valid. A
+    /// content key is the stem `c<24 hex digits of the content's SHA-256>`, which
+    /// admission completes with the time its window began.
+    pub fn key(
+        &self,
+        payload: &Value,
+        headers: Option<&axum::http::HeaderMap>,
+    ) -> Result<Option<String>, super::idempotency::KeyError> {
         let value = match &self.key {
-            KeySpec::Json(p) => scalar(payload.pointer(p)?)?,
-            KeySpec::Form(alternatives) => form_key(payload, alternatives)?,
-            KeySpec::Header(h) => headers?.get(h.as_str())?.to_str().ok()?.to_owned(),
-            KeySpec::Content(fields) => format!("c{}", &content_hash(payload, fields)?[..24]),
+            KeySpec::Json(p) => payload.pointer(p).and_then(scalar),
+            KeySpec::Form(alternatives) => form_key(payload, alternatives),
+            KeySpec::Header(h) if super::idempotency::is_idempotency_key(h) => {
+                return match headers {
+                    Some(headers) => super::idempotency::key(headers),
+                    None => Ok(None),
+                };
+            }
+            KeySpec::Header(h) => headers
+                .and_then(|hs| hs.get(h.as_str()))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            KeySpec::Content(fields) => {
+                content_hash(payload, fields).map(|h| format!("c{}", &h[..24]))
+            }
         };
-        let value = value.trim().to_owned();
-        (!value.is_empty()).then_some(value)
+        Ok(value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()))
     }
 }
 
@@ -460,11 +477,11 @@ impl Source {
             .map_err(unauthorized)?;
         let kind = BodyKind::detect(content_type(headers).as_deref(), body).ok_or_else(|| {
             ApiError::bad(
-                "unsupported_media_type",
+                Code::UnsupportedMediaType,
                 "send application/json or application/x-www-form-urlencoded",
             )
         })?;
-        let payload = parse_body(kind, body).map_err(|m| ApiError::bad("malformed_body", m))?;
+        let payload = parse_body(kind, body).map_err(|m| ApiError::bad(Code::MalformedBody, m))?;
         if is_connection_check(kind, &payload) {
             return Ok(Opened::ConnectionCheck);
         }
@@ -497,7 +514,7 @@ impl Source {
                     Ok(())
                 } else {
                     Err(failure(
-                        "bad_application_token",
+                        Code::BadApplicationToken,
                         "auth[application_token] is missing or does not match",
                     ))
                 }
@@ -517,7 +534,7 @@ impl Source {
                         Ok(())
                     }
                     _ => Err(failure(
-                        "bad_signature",
+                        Code::BadSignature,
                         "the Signature header is missing or does not match caller_id, called_did and call_start",
                     )),
                 }
@@ -900,7 +917,7 @@ mod tests {
         let key = s
             .key(&json!({"phone": "+7 999", "message": "Call me back"}), None)
             .unwrap();
-        assert_eq!(key, format!("c{}", &base[..24]));
+        assert_eq!(key, Some(format!("c{}", &base[..24])));
     }
 
     fn signed(ts: i64, sig: &str) -> axum::http::HeaderMap {
@@ -944,25 +961,52 @@ mod tests {
         let p = json!({"submission_id": 42, "nested": {"id": "x"}, "blank": "  ", "tranid": "t1"});
         assert_eq!(
             source("json:/submission_id", None).key(&p, Some(&headers)),
-            Some("42".into())
+            Ok(Some("42".into()))
         );
         assert_eq!(
             source("json:/nested/id", None).key(&p, Some(&headers)),
-            Some("x".into())
+            Ok(Some("x".into()))
         );
-        assert_eq!(source("json:/blank", None).key(&p, Some(&headers)), None);
-        assert_eq!(source("json:/nested", None).key(&p, Some(&headers)), None);
-        assert_eq!(source("json:/missing", None).key(&p, Some(&headers)), None);
+        assert_eq!(
+            source("json:/blank", None).key(&p, Some(&headers)),
+            Ok(None)
+        );
+        assert_eq!(
+            source("json:/nested", None).key(&p, Some(&headers)),
+            Ok(None)
+        );
+        assert_eq!(
+            source("json:/missing", None).key(&p, Some(&headers)),
+            Ok(None)
+        );
         assert_eq!(
             source("header:Idempotency-Key", None).key(&p, Some(&headers)),
-            Some("abc".into())
+            Ok(Some("abc".into()))
         );
         assert_eq!(
             source("form:tranid", None).key(&p, Some(&headers)),
-            Some("t1".into())
+            Ok(Some("t1".into()))
         );
         // A pulled event has no headers: its header key is missing.
-        assert_eq!(source("header:Idempotency-Key", None).key(&p, None), None);
+        assert_eq!(
+            source("header:Idempotency-Key", None).key(&p, None),
+            Ok(None)
+        );
+        // The draft's structured-field string, also at intake; any other header as sent.
+        headers.insert("idempotency-key", "\"quoted key\"".parse().unwrap());
+        headers.insert("x-request-id", "\"as sent\"".parse().unwrap());
+        assert_eq!(
+            source("header:Idempotency-Key", None).key(&p, Some(&headers)),
+            Ok(Some("quoted key".into()))
+        );
+        assert_eq!(
+            source("header:X-Request-Id", None).key(&p, Some(&headers)),
+            Ok(Some("\"as sent\"".into()))
+        );
+        headers.insert("idempotency-key", "\"unterminated".parse().unwrap());
+        assert!(source("header:idempotency-key", None)
+            .key(&p, Some(&headers))
+            .is_err());
     }
 
     #[test]
@@ -984,18 +1028,18 @@ mod tests {
         let b24 = json!({"event": "ONCRMLEADADD", "data[FIELDS][ID]": "42", "ts": "1700000000"});
         assert_eq!(
             source("form:event+data[FIELDS][ID]+ts", None).key(&b24, Some(&h)),
-            Some("ONCRMLEADADD:42:1700000000".into())
+            Ok(Some("ONCRMLEADADD:42:1700000000".into()))
         );
         let amo = json!({"leads[status][0][id]": "9774766", "account[id]": "1"});
         let s = source("form:leads[add][0][id]|leads[status][0][id]", None);
         assert_eq!(
             s.key(&amo, Some(&h)),
-            Some("leads[status][0][id]:9774766".into())
+            Ok(Some("leads[status][0][id]:9774766".into()))
         );
-        assert_eq!(s.key(&json!({"account[id]": "1"}), Some(&h)), None);
+        assert_eq!(s.key(&json!({"account[id]": "1"}), Some(&h)), Ok(None));
         assert_eq!(
             source("form:a+b", None).key(&json!({"a": "1", "b": " "}), Some(&h)),
-            None
+            Ok(None)
         );
     }
 
@@ -1013,7 +1057,7 @@ mod tests {
         );
         let mut s = source("form:pbx_call_id", None);
         let ok = |s: &Source, h: &axum::http::HeaderMap, p: &Value| {
-            s.authenticate_payload(h, p).map_err(|f| f.code)
+            s.authenticate_payload(h, p).map_err(|f| f.code.as_str())
         };
         assert_eq!(ok(&s, &axum::http::HeaderMap::new(), &json!({})), Ok(()));
         s.auth = Auth::Zadarma(Secret::new("zd-secret"));
@@ -1065,7 +1109,7 @@ mod tests {
     fn application_tokens_are_checked() {
         let mut s = source("form:x", None);
         let h = axum::http::HeaderMap::new();
-        let ok = |s: &Source, p: Value| s.authenticate_payload(&h, &p).map_err(|f| f.code);
+        let ok = |s: &Source, p: Value| s.authenticate_payload(&h, &p).map_err(|f| f.code.as_str());
         assert_eq!(ok(&s, json!({})), Ok(()));
         s.auth = Auth::ApplicationToken(Secret::new("tok"));
         assert_eq!(ok(&s, json!({"auth[application_token]": "tok"})), Ok(()));
@@ -1083,7 +1127,7 @@ mod tests {
         let good = sign(b"k", ts, body);
         let check = |h: &axum::http::HeaderMap, b: &[u8]| s.authenticate(h, None, b, now);
         assert_eq!(check(&signed(ts, &good), body), Ok(()));
-        let code = |r: Result<(), AuthFailure>| r.unwrap_err().code;
+        let code = |r: Result<(), AuthFailure>| r.unwrap_err().code.as_str();
         assert_eq!(
             code(check(&signed(ts, &good), b"{\"id\":2}")),
             "bad_signature"
@@ -1145,7 +1189,7 @@ mod tests {
             s.authenticate(&none, Some("a=1&token=prev"), b"", now),
             Ok(())
         );
-        let code = |r: Result<(), AuthFailure>| r.unwrap_err().code;
+        let code = |r: Result<(), AuthFailure>| r.unwrap_err().code.as_str();
         assert_eq!(code(s.authenticate(&none, None, b"", now)), "missing_token");
         assert_eq!(
             code(s.authenticate(&none, Some("token=t0"), b"", now)),

@@ -11,6 +11,7 @@ use leadgate_testkit::each_backend;
 use leadgate_testkit::gateway::Gateway;
 
 const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json");
+const PROBLEMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/problems.md");
 
 #[test]
 fn the_committed_document_is_the_generated_one() {
@@ -22,6 +23,72 @@ fn the_committed_document_is_the_generated_one() {
     assert!(
         committed == generated,
         "docs/openapi.json is stale: run `UPDATE_OPENAPI=1 cargo test -p leadgate --test it openapi`"
+    );
+}
+
+#[test]
+fn the_committed_problem_catalog_is_the_generated_one() {
+    let generated = leadgate::intake::problem::catalog_markdown();
+    if std::env::var("UPDATE_OPENAPI").as_deref() == Ok("1") {
+        std::fs::write(PROBLEMS, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(PROBLEMS).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/problems.md is stale: run `UPDATE_OPENAPI=1 cargo test -p leadgate --test it openapi`"
+    );
+}
+
+#[test]
+fn every_error_answer_is_documented_as_problem_details() {
+    let doc: Value = serde_json::from_str(openapi::document_json()).unwrap();
+    let mut errors = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                if !(status.starts_with('4') || status.starts_with('5')) {
+                    continue;
+                }
+                errors += 1;
+                let content = response["content"].as_object().unwrap();
+                let types: Vec<&String> = content.keys().collect();
+                assert_eq!(
+                    types,
+                    ["application/problem+json"],
+                    "{method} {path} {status}"
+                );
+                assert_eq!(
+                    content["application/problem+json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path} {status}"
+                );
+            }
+        }
+    }
+    assert!(errors > 40, "{errors}");
+    // The members of RFC 9457 and Leadgate's code, with the two of the old error body.
+    let error = &doc["components"]["schemas"]["ErrorBody"];
+    let required: Vec<&str> = error["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for member in [
+        "type", "title", "status", "detail", "code", "error", "message",
+    ] {
+        assert!(required.contains(&member), "{member}: {required:?}");
+    }
+    assert_eq!(error["properties"]["error"]["deprecated"], true);
+    assert_eq!(error["properties"]["message"]["deprecated"], true);
+    // Every code of the catalog, and only those.
+    let codes: Vec<&str> = leadgate::intake::problem::Code::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .collect();
+    assert_eq!(
+        doc["components"]["schemas"]["Code"]["enum"],
+        serde_json::json!(codes)
     );
 }
 
@@ -43,8 +110,6 @@ fn the_document_is_openapi_3_1_with_the_auth_schemes_and_the_error_body() {
         ]
     );
     assert_eq!(schemes["integration_token"]["scheme"], "bearer");
-    let error = &doc["components"]["schemas"]["ErrorBody"];
-    assert_eq!(error["required"], serde_json::json!(["error", "message"]));
     // The domain's names, as the code writes them.
     let status = &doc["components"]["schemas"]["Status"]["enum"];
     let names: Vec<&str> = leadgate::domain::Status::ALL
@@ -100,6 +165,8 @@ each_backend!(
             "get /metrics",
             "get /healthz",
             "get /openapi.json",
+            "get /problems/",
+            "get /problems/{code}",
         ] {
             assert!(
                 ops.iter().any(|(m, p, _)| format!("{m} {p}") == listed),
@@ -112,6 +179,7 @@ each_backend!(
                 gw.base,
                 path.replace("{id}", "n8n:nobody")
                     .replace("{source}", "site")
+                    .replace("{code}", "key_reused")
             );
             let method: reqwest::Method = method.to_uppercase().parse().unwrap();
             let res = http.request(method.clone(), &url).send().await.unwrap();
@@ -123,7 +191,9 @@ each_backend!(
                 // Behind a bearer token: 401 with the error body, and a challenge.
                 assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
                 assert_eq!(res.headers()["www-authenticate"], "Bearer");
+                assert_eq!(res.headers()["content-type"], "application/problem+json");
                 let body: Value = res.json().await.unwrap();
+                assert_eq!(body["code"], "unauthorized", "{method} {path}");
                 assert_eq!(body["error"], "unauthorized", "{method} {path}");
             } else {
                 // Public (the intake checks the source's own credentials): routed, never

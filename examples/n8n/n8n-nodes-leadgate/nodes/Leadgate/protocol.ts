@@ -63,8 +63,8 @@ export class UnexpectedAnswer extends Error {
 		readonly body: Record<string, unknown>,
 	) {
 		super(
-			typeof body.message === 'string'
-				? `Leadgate answered ${statusCode} ${String(body.error ?? '')}: ${body.message}`
+			typeof (body.detail ?? body.message) === 'string'
+				? `Leadgate answered ${statusCode} ${String(body.code ?? body.error ?? '')}: ${String(body.detail ?? body.message)}`
 				: `Leadgate answered ${statusCode}`,
 		);
 	}
@@ -125,17 +125,20 @@ export function claimResult(answer: HttpAnswer): ClaimResult {
 			last_error: str('last_error'),
 		};
 	}
-	const code = str('error');
+	// Problem details (RFC 9457): `code` and `detail`; `error` and `message` on older gateways.
+	const code = str('code') ?? str('error');
 	const outcome = code === undefined ? undefined : CLAIM_REFUSALS[code];
 	if ((s === 409 || s === 422 || s === 503) && outcome !== undefined) {
 		return {
 			outcome,
 			claimed: false,
 			operation_id: str('operation_id')!,
-			status: str('status'),
+			// A problem's `status` is its HTTP status; the operation's is `operation_status`
+			// (a string `status` on gateways before problem details).
+			status: str('operation_status') ?? str('status'),
 			review_reason: str('review_reason'),
 			retry_after: retryAfter(answer),
-			message: str('message'),
+			message: str('detail') ?? str('message'),
 		};
 	}
 	throw new UnexpectedAnswer(s, body);
@@ -155,12 +158,13 @@ export function reportResult(answer: HttpAnswer): ReportResult {
 			review_reason: (body.review_reason as string | null) ?? null,
 		};
 	}
-	if (s === 409 && (body.error === 'lease_lost' || body.error === 'unknown_lease')) {
+	const code = body.code ?? body.error;
+	if (s === 409 && (code === 'lease_lost' || code === 'unknown_lease')) {
 		return {
 			reported: false,
 			operation_id: body.operation_id as string,
-			error: body.error,
-			message: body.message as string,
+			error: code,
+			message: (body.detail ?? body.message) as string,
 		};
 	}
 	throw new UnexpectedAnswer(s, body);
