@@ -4,9 +4,9 @@
 use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
     CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, DiagnosisRow,
-    DiagnosisView, ExportRequest, FeedAttemptView, FeedSubscribed, FeedSubscriberView, LookupResult, QueuePage, QueueQuery, QueueRow, Range,
-    ResendRequest, RulesEdit, RulesView, SearchResults, Selection, Settings, Tab, TabCounts,
-    TimelinePageView,
+    DiagnosisView, ExportRequest, FeedAttemptView, FeedSubscribed, FeedSubscriberView,
+    LookupResult, QueuePage, QueueQuery, QueueRow, Range, ResendRequest, RulesEdit, RulesView,
+    SearchResults, Selection, Settings, Tab, TabCounts, TimelinePageView,
 };
 use tauri::State;
 

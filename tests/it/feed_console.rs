@@ -10,7 +10,7 @@ use leadgate_testkit::each_backend;
 use leadgate_testkit::gateway::*;
 use leadgate_testkit::process::free_port;
 
-use crate::feed::{feed_toml, receiver, received, wait_until};
+use crate::feed::{feed_toml, received, receiver, wait_until};
 
 each_backend!(
     the_console_subscribes_shows_deliveries_re_enables_and_removes,
@@ -50,13 +50,20 @@ each_backend!(
             .feed_subscribe("Olga", &url, vec!["operation.completed".into()])
             .await
             .unwrap();
-        assert!(sub.secret.starts_with("whsec_"), "a Standard Webhooks secret");
+        assert!(
+            sub.secret.starts_with("whsec_"),
+            "a Standard Webhooks secret"
+        );
         let list = console.feed_subscribers().await.unwrap();
         assert_eq!(list.len(), 1);
         let s = &list[0];
         assert_eq!(
             (s.id, s.url.as_str(), s.state.as_str()),
-            (sub.id, format!("http://127.0.0.1:{port}/hook").as_str(), "active")
+            (
+                sub.id,
+                format!("http://127.0.0.1:{port}/hook").as_str(),
+                "active"
+            )
         );
         assert_eq!(s.events, ["operation.completed"]);
         assert!(!format!("{list:?}").contains("token=abc"));
@@ -69,7 +76,10 @@ each_backend!(
         })
         .await;
         let s = console.feed_subscribers().await.unwrap().remove(0);
-        assert!(s.disabled_reason.is_some() && s.disabled_at.is_some(), "{s:?}");
+        assert!(
+            s.disabled_reason.is_some() && s.disabled_at.is_some(),
+            "{s:?}"
+        );
         assert_eq!(s.pending, 1);
         let attempts = console.feed_attempts(sub.id).await.unwrap();
         assert!(!attempts.is_empty());
@@ -100,8 +110,9 @@ each_backend!(
         assert_eq!((s.state.as_str(), s.pending, s.failures), ("active", 0, 0));
         let got = received(&log);
         assert!(
-            got.iter().any(|m| m["body"]["type"] == "operation.completed"
-                && m["id"] == newest.event_id.as_str()),
+            got.iter()
+                .any(|m| m["body"]["type"] == "operation.completed"
+                    && m["id"] == newest.event_id.as_str()),
             "{got:?}"
         );
         assert!(got.iter().all(|m| m.get("invalid").is_none()), "{got:?}");

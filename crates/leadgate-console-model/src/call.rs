@@ -267,7 +267,11 @@ mod tests {
                 json!({"url": "https://h/x", "events": ["all"]}),
                 true,
             ),
-            ("feed_subscribe", json!({"url": "https://h/x", "secret": "whsec_x"}), false),
+            (
+                "feed_subscribe",
+                json!({"url": "https://h/x", "secret": "whsec_x"}),
+                false,
+            ),
             ("cases_after", json!({"after": null}), true),
             (
                 "case_detail",

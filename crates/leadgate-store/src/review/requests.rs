@@ -188,7 +188,9 @@ async fn apply<T: WriteTx>(
             let events = crate::feed_event_types(&events.join(",")).map_err(refused)?;
             crate::feed_secret_key(&secret).map_err(refused)?;
             Answer::FeedSubscribed {
-                id: tx.insert_feed_subscriber(url, &secret, &events, now).await?,
+                id: tx
+                    .insert_feed_subscriber(url, &secret, &events, now)
+                    .await?,
             }
         }
         Ask::FeedRemove { id } => Answer::FeedChanged {
