@@ -4,9 +4,9 @@
 use leadgate_console_model::{
     ActionOutcome, ActionRequest, ApiResult, BulkAction, BulkPreview, BulkProgress, BulkRequest,
     CaseDetail, Connection, ConnectorView, ConsoleError, ConsoleState, Dashboard, DiagnosisRow,
-    DiagnosisView, ExportRequest, LookupResult, QueuePage, QueueQuery, QueueRow, Range,
-    ResendRequest, RulesEdit, RulesView, SearchResults, Selection, Settings, Tab, TabCounts,
-    TimelinePageView,
+    DiagnosisView, ExportRequest, FeedAttemptView, FeedSubscribed, FeedSubscriberView,
+    LookupResult, QueuePage, QueueQuery, QueueRow, Range, ResendRequest, RulesEdit, RulesView,
+    SearchResults, Selection, Settings, Tab, TabCounts, TimelinePageView,
 };
 use tauri::State;
 
@@ -136,6 +136,47 @@ pub async fn pause_connector(state: S<'_>, name: String, reason: String) -> ApiR
         .console()
         .await?
         .pause_connector(&state.operator().await?, &name, &reason)
+        .await
+}
+
+#[tauri::command]
+pub async fn feed_subscribers(state: S<'_>) -> ApiResult<Vec<FeedSubscriberView>> {
+    state.console().await?.feed_subscribers().await
+}
+
+#[tauri::command]
+pub async fn feed_attempts(state: S<'_>, id: i64) -> ApiResult<Vec<FeedAttemptView>> {
+    state.console().await?.feed_attempts(id).await
+}
+
+#[tauri::command]
+pub async fn feed_subscribe(
+    state: S<'_>,
+    url: String,
+    events: Vec<String>,
+) -> ApiResult<FeedSubscribed> {
+    state
+        .console()
+        .await?
+        .feed_subscribe(&state.operator().await?, &url, events)
+        .await
+}
+
+#[tauri::command]
+pub async fn feed_remove(state: S<'_>, id: i64) -> ApiResult<bool> {
+    state
+        .console()
+        .await?
+        .feed_remove(&state.operator().await?, id)
+        .await
+}
+
+#[tauri::command]
+pub async fn feed_enable(state: S<'_>, id: i64) -> ApiResult<bool> {
+    state
+        .console()
+        .await?
+        .feed_enable(&state.operator().await?, id)
         .await
 }
 

@@ -94,43 +94,9 @@ pub fn body(event: &store::FeedEvent) -> Vec<u8> {
     .expect("an event serializes")
 }
 
-/// Event types from a comma-separated list (`all` or empty: every type), or what is wrong.
-pub fn event_types(list: &str) -> Result<Vec<String>, String> {
-    let wanted: Vec<&str> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .collect();
-    if wanted.is_empty() || wanted == ["all"] {
-        return Ok(store::FEED_EVENT_TYPES.map(String::from).to_vec());
-    }
-    let mut out = Vec::new();
-    for t in wanted {
-        if !store::FEED_EVENT_TYPES.contains(&t) {
-            return Err(format!(
-                "`{}` is not an event type of the feed (they are: {})",
-                crate::domain::text::escape_controls(t),
-                store::FEED_EVENT_TYPES.join(", ")
-            ));
-        }
-        if !out.iter().any(|o| o == t) {
-            out.push(t.to_owned());
-        }
-    }
-    Ok(out)
-}
-
-/// A subscriber's URL, checked: http or https, at most 2,000 characters, no spaces or
-/// control characters.
-pub fn check_url(url: &str) -> Result<(), String> {
-    let ok_scheme = url.starts_with("https://") || url.starts_with("http://");
-    if !ok_scheme || url.len() > 2000 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(
-            "a subscriber's URL is an http:// or https:// URL of at most 2,000 characters".into(),
-        );
-    }
-    Ok(())
-}
+/// Event types from a comma-separated list, and a subscriber's URL, checked: the
+/// store's checks, the same for the CLI and a person's request from the console.
+pub use store::{check_feed_url as check_url, feed_event_types as event_types};
 
 /// The feed's loop (one per `serve`).
 pub struct Feeder {

@@ -7,34 +7,12 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::domain::Secret;
-
-pub const SECRET_PREFIX: &str = "whsec_";
-/// A generated key's length in bytes (the specification asks for 24 to 64).
-const KEY_BYTES: usize = 32;
-
-/// A new random secret, `whsec_<base64 of 32 bytes>`.
-pub fn new_secret() -> Secret {
-    let key: [u8; KEY_BYTES] = rand::random();
-    Secret::new(format!("{SECRET_PREFIX}{}", STANDARD.encode(key)))
-}
-
-/// The key of a secret: `whsec_` then base64 of 24 to 64 bytes. The error never repeats it.
-pub fn key(secret: &Secret) -> Result<Vec<u8>, String> {
-    let encoded = secret.expose().strip_prefix(SECRET_PREFIX).ok_or_else(|| {
-        format!("a feed secret starts with `{SECRET_PREFIX}` (then base64 of 24 to 64 bytes)")
-    })?;
-    let key = STANDARD
-        .decode(encoded)
-        .map_err(|_| "a feed secret is `whsec_` then base64 (the part after it is not)")?;
-    if !(24..=64).contains(&key.len()) {
-        return Err(format!(
-            "a feed secret's key is 24 to 64 bytes (this one is {})",
-            key.len()
-        ));
-    }
-    Ok(key)
-}
+/// A secret is made and read by the store's code (a console's *Add subscriber* makes one
+/// too): `whsec_` then base64 of 24 to 64 bytes.
+pub use crate::store::{
+    feed_secret_key as key, new_feed_secret as new_secret, FEED_KEY_BYTES as KEY_BYTES,
+    FEED_SECRET_PREFIX as SECRET_PREFIX,
+};
 
 /// The `webhook-signature` of one message.
 pub fn signature(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
@@ -50,6 +28,7 @@ pub fn signature(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Secret;
 
     #[test]
     fn the_reference_libraries_example_signs_to_its_published_signature() {

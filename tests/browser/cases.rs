@@ -202,6 +202,8 @@ async fn every_kind_of_case(c: &Client, d: &Deployment, team: &Team) {
         team.login(Role::Admin).0,
         "paused as the person signed in"
     );
+    // A system downstream subscribes to the event feed: its secret is shown once.
+    steps::add_feed_subscriber(c, &*d.store, "https://hooks.example.com/leadgate").await;
     sign_out(c).await;
 }
 

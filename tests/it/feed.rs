@@ -21,7 +21,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 /// `[feed]` with fast test settings; never disabled unless `disable` says.
-fn feed_toml(disable: &str) -> String {
+pub(crate) fn feed_toml(disable: &str) -> String {
     format!(
         "[feed]\npoll_interval = \"50ms\"\ntimeout = \"2s\"\nretry_delay = \"100ms\"\n\
          max_retry_delay = \"400ms\"\n{disable}\n"
@@ -44,7 +44,7 @@ fn receiver_python() -> String {
 
 /// The receiver on `port`, verifying with `secret`, logging to `log`; running once it
 /// listens.
-async fn receiver(port: u16, secret: &str, log: &Path) -> Process {
+pub(crate) async fn receiver(port: u16, secret: &str, log: &Path) -> Process {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/feed_receiver.py");
     let mut child = std::process::Command::new(receiver_python())
         .arg(script)
@@ -69,7 +69,7 @@ async fn receiver(port: u16, secret: &str, log: &Path) -> Process {
 }
 
 /// What the receiver logged, one JSON value a line.
-fn received(log: &Path) -> Vec<Value> {
+pub(crate) fn received(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
@@ -78,7 +78,7 @@ fn received(log: &Path) -> Vec<Value> {
 }
 
 /// Waits for `cond`, generously (a busy machine is only slower, never failing).
-async fn wait_until<F: std::future::Future<Output = bool>>(
+pub(crate) async fn wait_until<F: std::future::Future<Output = bool>>(
     what: &str,
     mut cond: impl FnMut() -> F,
 ) {

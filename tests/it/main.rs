@@ -18,6 +18,7 @@ mod content_keys;
 mod crm_ids;
 mod diagnose;
 mod feed;
+mod feed_console;
 mod gateway;
 mod idempotency_key;
 mod imap;

@@ -209,6 +209,10 @@ async fn only_the_known_shapes_of_request_are_taken() {
             )
         };
         let big = "x".repeat(5000);
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let feed = |body: &str| {
+            format!("insert into human_requests (kind, body) values ('feed_subscribe', '{body}')")
+        };
         for bad in [
             format!("insert into human_requests (kind, operation_id) values ('drop_table', '{op}')"),
             format!("insert into human_requests (kind, operation_id, body) values ('notified', '{op}', 'not json')"),
@@ -236,6 +240,30 @@ async fn only_the_known_shapes_of_request_are_taken() {
             "insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{\"reason\": \"bell\\u0007\"}')".into(),
             "insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{\"reason\": \"m\", \"until\": 5}')".into(),
             "insert into human_requests (kind, connector, body) values ('pause_connector', 'bitrix24', '{\"reason\": 5}')".into(),
+            // The feed's subscribers (migration 0032): a bounded printable http(s) URL,
+            // known event types or `all`, a `whsec_` base64 secret; an id > 0; only these.
+            format!(r#"insert into human_requests (kind, connector, body) values ('feed_subscribe', 'bitrix24', '{{"url": "https://h/x", "events": ["all"], "secret": "{secret}"}}')"#),
+            feed(r#"{"url": "https://h/x", "events": ["all"]}"#),
+            feed(&format!(r#"{{"url": "https://h/x", "events": ["all"], "secret": "{secret}", "extra": 1}}"#)),
+            feed(&format!(r#"{{"url": "ftp://h/x", "events": ["all"], "secret": "{secret}"}}"#)),
+            feed(&format!(r#"{{"url": "https://h/a b", "events": ["all"], "secret": "{secret}"}}"#)),
+            feed(&format!(r#"{{"url": "https://h/x\u0007", "events": ["all"], "secret": "{secret}"}}"#)),
+            feed(&format!(r#"{{"url": "https://h/{}", "events": ["all"], "secret": "{secret}"}}"#, "x".repeat(2048))),
+            feed(&format!(r#"{{"url": 5, "events": ["all"], "secret": "{secret}"}}"#)),
+            feed(&format!(r#"{{"url": "https://h/x", "events": "all", "secret": "{secret}"}}"#)),
+            feed(&format!(r#"{{"url": "https://h/x", "events": [], "secret": "{secret}"}}"#)),
+            feed(&format!(r#"{{"url": "https://h/x", "events": ["review.open"], "secret": "{secret}"}}"#)),
+            feed(&format!(r#"{{"url": "https://h/x", "events": [5], "secret": "{secret}"}}"#)),
+            feed(r#"{"url": "https://h/x", "events": ["all"], "secret": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}"#),
+            feed(r#"{"url": "https://h/x", "events": ["all"], "secret": "whsec_a b"}"#),
+            feed(&format!(r#"{{"url": "https://h/x", "events": ["all"], "secret": "whsec_{}"}}"#, "A".repeat(200))),
+            "insert into human_requests (kind, body) values ('feed_remove', '{}')".into(),
+            "insert into human_requests (kind, body) values ('feed_remove', '{\"id\": 0}')".into(),
+            "insert into human_requests (kind, body) values ('feed_remove', '{\"id\": -3}')".into(),
+            "insert into human_requests (kind, body) values ('feed_remove', '{\"id\": 1.5}')".into(),
+            "insert into human_requests (kind, body) values ('feed_enable', '{\"id\": \"1\"}')".into(),
+            "insert into human_requests (kind, body) values ('feed_enable', '{\"id\": 1, \"url\": \"https://h\"}')".into(),
+            "insert into human_requests (kind, connector, body) values ('feed_enable', 'bitrix24', '{\"id\": 1}')".into(),
         ] {
             let (code, message) = refusal(&mut sql, &bad).await;
             assert_eq!(code, "23514", "{bad}: {message}");

@@ -418,6 +418,28 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                     .to_string(),
                     AskKind::EditRules,
                 ),
+                // The event feed's subscribers (migration 0032): the id in the body.
+                (
+                    "feed_subscribe",
+                    "body",
+                    serde_json::json!({"url": "https://hooks.example.com/in?k=1",
+                                       "events": ["review.opened", "operation.failed"],
+                                       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+                    .to_string(),
+                    AskKind::ManageFeed,
+                ),
+                (
+                    "feed_remove",
+                    "body",
+                    serde_json::json!({"id": 1}).to_string(),
+                    AskKind::ManageFeed,
+                ),
+                (
+                    "feed_enable",
+                    "body",
+                    serde_json::json!({"id": 1}).to_string(),
+                    AskKind::ManageFeed,
+                ),
             ] {
                 // Rules are edited at the version seen (migration 0026 refuses an edit
                 // without one).
@@ -445,7 +467,7 @@ async fn the_database_refuses_exactly_the_requests_the_role_table_refuses() {
                 tried += 1;
             }
         }
-        assert_eq!(tried, 4 * (4 * 9 + 5));
+        assert_eq!(tried, 4 * (4 * 9 + 8));
         people.drop_all().await;
     })
     .await;

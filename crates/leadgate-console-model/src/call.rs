@@ -57,6 +57,24 @@ pub enum Call {
         reason: String,
     },
     Connectors,
+    /// The event feed's subscribers (admins).
+    FeedSubscribers,
+    /// A subscriber's newest delivery attempts.
+    FeedAttempts {
+        id: i64,
+    },
+    /// *Add subscriber*: answers its id and its secret, once.
+    FeedSubscribe {
+        url: String,
+        events: Vec<String>,
+    },
+    FeedRemove {
+        id: i64,
+    },
+    /// *Re-enable* a disabled subscriber.
+    FeedEnable {
+        id: i64,
+    },
     CasesAfter {
         after: Option<i64>,
     },
@@ -146,6 +164,9 @@ impl Call {
                 | Call::Resend { .. }
                 | Call::ResumeConnector { .. }
                 | Call::PauseConnector { .. }
+                | Call::FeedSubscribe { .. }
+                | Call::FeedRemove { .. }
+                | Call::FeedEnable { .. }
                 | Call::Notify { .. }
                 | Call::BulkStart { .. }
                 | Call::SetRules { .. }
@@ -193,6 +214,13 @@ impl Console {
                 json(self.pause_connector(operator, &name, &reason).await?)
             }
             Call::Connectors => json(self.connectors().await?),
+            Call::FeedSubscribers => json(self.feed_subscribers().await?),
+            Call::FeedAttempts { id } => json(self.feed_attempts(id).await?),
+            Call::FeedSubscribe { url, events } => {
+                json(self.feed_subscribe(operator, &url, events).await?)
+            }
+            Call::FeedRemove { id } => json(self.feed_remove(operator, id).await?),
+            Call::FeedEnable { id } => json(self.feed_enable(operator, id).await?),
             Call::CasesAfter { after } => json(self.cases_after(after).await?),
             Call::Dashboard { range } => json(self.dashboard(range).await?),
             Call::Notify {
@@ -232,6 +260,18 @@ mod tests {
             ("rules", json!({}), true),
             ("crm_origins", Value::Null, true),
             ("connectors", json!({}), true),
+            ("feed_subscribers", Value::Null, true),
+            ("feed_attempts", json!({"id": 1}), true),
+            (
+                "feed_subscribe",
+                json!({"url": "https://h/x", "events": ["all"]}),
+                true,
+            ),
+            (
+                "feed_subscribe",
+                json!({"url": "https://h/x", "secret": "whsec_x"}),
+                false,
+            ),
             ("cases_after", json!({"after": null}), true),
             (
                 "case_detail",

@@ -132,6 +132,8 @@ pub struct Permissions {
     pub connectors: bool,
     /// Change the business rules (what a contact match means, the window, the channels).
     pub rules: bool,
+    /// See and manage the event feed's subscribers (admins).
+    pub feed: bool,
 }
 
 impl Permissions {
@@ -144,6 +146,7 @@ impl Permissions {
                     cross_channel: true,
                     connectors: true,
                     rules: true,
+                    feed: true,
                 }
             }
             Identity::Nobody { .. } => {
@@ -153,6 +156,7 @@ impl Permissions {
                     cross_channel: false,
                     connectors: false,
                     rules: false,
+                    feed: false,
                 }
             }
             Identity::Person { role, .. } => *role,
@@ -170,6 +174,7 @@ impl Permissions {
             ),
             connectors: may_ask(role, AskKind::ResumeConnector),
             rules: may_ask(role, AskKind::EditRules),
+            feed: may_ask(role, AskKind::ManageFeed),
         }
     }
 }
@@ -341,12 +346,14 @@ mod bulk;
 mod call;
 mod diagnosis;
 mod export;
+mod feed;
 mod lookup;
 mod rules;
 pub use bulk::*;
 pub use call::*;
 pub use diagnosis::*;
 pub use export::*;
+pub use feed::*;
 pub use leadgate_domain::report::{
     CauseCount, ContentMeasure, Evidence, KeyKind, LineData, LineDetail, LineText, PairData,
     ReportData, ReportInput, SourceCounts, SourcesRead, Trigger, VerdictCount,

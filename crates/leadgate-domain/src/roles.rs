@@ -52,12 +52,16 @@ pub enum AskKind {
     PauseConnector,
     /// Change a source's business rules (matching rule, window, channel).
     EditRules,
+    /// Add, remove or re-enable the event feed's subscribers (and see them).
+    ManageFeed,
 }
 
 /// May `role` ask for `kind`? Whether the rules then allow it is `rules::decide`'s.
 pub fn may_ask(role: Role, kind: AskKind) -> bool {
     match kind {
-        AskKind::ResumeConnector | AskKind::PauseConnector => role == Role::Admin,
+        AskKind::ResumeConnector | AskKind::PauseConnector | AskKind::ManageFeed => {
+            role == Role::Admin
+        }
         AskKind::EditRules => role == Role::Manager,
         AskKind::OpenReview | AskKind::Notified => role.reads_cases(),
         AskKind::Resolve(reason, resolution) => match role {
@@ -96,6 +100,7 @@ mod tests {
             (AskKind::ResumeConnector, [false, false, false, true]),
             (AskKind::PauseConnector, [false, false, false, true]),
             (AskKind::EditRules, [false, false, true, false]),
+            (AskKind::ManageFeed, [false, false, false, true]),
         ];
         for (kind, expected) in table {
             for (role, want) in Role::ALL.iter().zip(expected) {

@@ -78,6 +78,22 @@ pub enum Ask {
         name: String,
         reason: String,
     },
+    /// Add a subscriber to the event feed (`feed::check`: the URL, the event types or
+    /// `all`, a `whsec_` secret the console made and showed once). The secret leaves the
+    /// request's row when it is answered.
+    FeedSubscribe {
+        url: String,
+        events: Vec<String>,
+        secret: leadgate_domain::Secret,
+    },
+    /// Remove a feed subscriber, with what it was owed and its attempts.
+    FeedRemove {
+        id: i64,
+    },
+    /// Make a (disabled) feed subscriber active again.
+    FeedEnable {
+        id: i64,
+    },
     /// A source's business rules, replaced if still at `expected_version`.
     SetRules {
         expected_version: i64,
@@ -94,6 +110,9 @@ impl Ask {
             Ask::Notified { .. } => AskKind::Notified,
             Ask::ResumeConnector { .. } => AskKind::ResumeConnector,
             Ask::PauseConnector { .. } => AskKind::PauseConnector,
+            Ask::FeedSubscribe { .. } | Ask::FeedRemove { .. } | Ask::FeedEnable { .. } => {
+                AskKind::ManageFeed
+            }
             Ask::SetRules { .. } => AskKind::EditRules,
         })
     }
@@ -106,6 +125,9 @@ impl Ask {
             Ask::Notified { .. } => "notified",
             Ask::ResumeConnector { .. } => "resume_connector",
             Ask::PauseConnector { .. } => "pause_connector",
+            Ask::FeedSubscribe { .. } => "feed_subscribe",
+            Ask::FeedRemove { .. } => "feed_remove",
+            Ask::FeedEnable { .. } => "feed_enable",
             Ask::SetRules { .. } => "set_rules",
         }
     }
@@ -128,6 +150,10 @@ impl Ask {
             Ask::SetRules {
                 expected_version, ..
             } => (None, Some(*expected_version), None, None),
+            // A subscriber's id travels in the body.
+            Ask::FeedSubscribe { .. } | Ask::FeedRemove { .. } | Ask::FeedEnable { .. } => {
+                (None, None, None, None)
+            }
         }
     }
 
@@ -160,6 +186,12 @@ impl Ask {
             Ask::ResumeConnector { .. } => serde_json::json!({}),
             Ask::PauseConnector { reason, .. } => serde_json::json!({ "reason": reason }),
             Ask::SetRules { rules, .. } => serde_json::json!(rules),
+            Ask::FeedSubscribe {
+                url,
+                events,
+                secret,
+            } => serde_json::json!({"url": url, "events": events, "secret": secret.expose()}),
+            Ask::FeedRemove { id } | Ask::FeedEnable { id } => serde_json::json!({ "id": id }),
         };
         v.to_string()
     }
@@ -244,6 +276,24 @@ impl Ask {
                 expected_version: expected_version.ok_or_else(|| bad("no version"))?,
                 rules: serde_json::from_value(body.clone()).map_err(|e| bad(&e.to_string()))?,
             },
+            "feed_subscribe" => Ask::FeedSubscribe {
+                url: text("url").ok_or_else(|| bad("no url"))?,
+                events: serde_json::from_value(body.get("events").cloned().unwrap_or_default())
+                    .map_err(|e| bad(&e.to_string()))?,
+                // Gone once answered: the row of an applied request reads back without it.
+                secret: leadgate_domain::Secret::new(text("secret").unwrap_or_default()),
+            },
+            "feed_remove" | "feed_enable" => {
+                let id = body
+                    .get("id")
+                    .and_then(Value::as_i64)
+                    .ok_or_else(|| bad("no subscriber id"))?;
+                if kind == "feed_remove" {
+                    Ask::FeedRemove { id }
+                } else {
+                    Ask::FeedEnable { id }
+                }
+            }
             other => return Err(bad(&format!("unknown kind `{other}`"))),
         })
     }
@@ -270,6 +320,14 @@ pub enum Answer {
     },
     RulesSet {
         version: i64,
+    },
+    /// The new feed subscriber's id.
+    FeedSubscribed {
+        id: i64,
+    },
+    /// False: there is no such subscriber.
+    FeedChanged {
+        done: bool,
     },
 }
 
@@ -466,6 +524,13 @@ mod tests {
                 name: "bitrix24".into(),
                 reason: "the portal moves to a new plan until 22:00".into(),
             },
+            Ask::FeedSubscribe {
+                url: "https://hooks.example.com/in?t=1".into(),
+                events: vec!["review.opened".into(), "operation.failed".into()],
+                secret: crate::new_feed_secret(),
+            },
+            Ask::FeedRemove { id: 3 },
+            Ask::FeedEnable { id: 4 },
             Ask::SetRules {
                 expected_version: 2,
                 rules: super::super::SourceRules {

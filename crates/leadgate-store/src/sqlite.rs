@@ -163,6 +163,7 @@ const DIALECT: super::sql::Dialect = super::sql::Dialect {
                            from review_cases where resolved_at is not null",
     // one writer: a second intake starts only after the first committed
     lock_contact: "",
+    body_without_secret: "json_remove(body, '$.secret')",
 };
 
 sql_store!(SqliteStore, Sqlite);

@@ -307,3 +307,41 @@ pub async fn pause_by_hand_and_resume(
     }
     by
 }
+
+/// *Add subscriber* on the dashboard's Feed panel (an admin's): `url` for every event
+/// type; the secret is shown once, then gone for good once closed. Returns the secret
+/// shown; the database holds the subscriber.
+pub async fn add_feed_subscriber(c: &Client, db: &dyn Store, url: &str) -> String {
+    click(c, "[data-testid=nav-dashboard]").await;
+    let before = db.feed_subscribers().await.unwrap().len();
+    click(c, "[data-testid=feed-panel] [data-testid=feed-add]").await;
+    let yes = el(c, "[data-testid=feed-subscribe]").await;
+    assert!(
+        !yes.is_enabled().await.unwrap(),
+        "no subscriber without a URL"
+    );
+    type_into(c, "[data-testid=feed-url]", url).await;
+    click(c, "[data-testid=feed-subscribe]").await;
+    let secret = el(c, "[data-testid=feed-secret-value]")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    let now = db.feed_subscribers().await.unwrap();
+    assert_eq!(now.len(), before + 1, "{now:?}");
+    assert_eq!(now.last().unwrap().url, url);
+    click(c, "[data-testid=feed-secret-done]").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !absent(c, "[data-testid=feed-secret]").await {
+        assert!(tokio::time::Instant::now() < deadline, "the secret stays");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = el(c, "[data-testid=feed-panel]")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains(&secret), "shown once only");
+    secret
+}

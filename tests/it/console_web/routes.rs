@@ -79,6 +79,16 @@ fn routes() -> Vec<Route> {
             args: |_| json!({}),
         },
         Route {
+            name: "feed_subscribers",
+            may: admin,
+            args: |_| json!({}),
+        },
+        Route {
+            name: "feed_attempts",
+            may: admin,
+            args: |_| json!({"id": 1}),
+        },
+        Route {
             name: "crm_origins",
             may: everyone,
             args: |_| json!({}),
@@ -205,6 +215,21 @@ fn routes() -> Vec<Route> {
             name: "pause_connector",
             may: admin,
             args: |_| json!({"name": leadgate_testkit::seed::CONNECTOR, "reason": "CRM maintenance"}),
+        },
+        Route {
+            name: "feed_subscribe",
+            may: admin,
+            args: |_| json!({"url": "https://hooks.example.com/in?k=1", "events": ["review.opened"]}),
+        },
+        Route {
+            name: "feed_enable",
+            may: admin,
+            args: |_| json!({"id": 1}),
+        },
+        Route {
+            name: "feed_remove",
+            may: admin,
+            args: |_| json!({"id": 1}),
         },
         Route {
             name: "set_rules",

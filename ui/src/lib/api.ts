@@ -15,6 +15,9 @@ import type {
   CaseDetail,
   Connection,
   ConnectorView,
+  FeedAttemptView,
+  FeedSubscribed,
+  FeedSubscriberView,
   ConsoleError,
   Dashboard,
   DiagnosisRow,
@@ -166,6 +169,14 @@ export const api = {
   /** Pauses a connector by hand (admins), saying why; false: it was paused already. */
   pauseConnector: (name: string, reason: string) => call<boolean>("pause_connector", { name, reason }),
   connectors: () => call<ConnectorView[]>("connectors"),
+  /** The event feed's subscribers (admins; never a secret). */
+  feedSubscribers: () => call<FeedSubscriberView[]>("feed_subscribers"),
+  /** A subscriber's newest delivery attempts, newest first. */
+  feedAttempts: (id: number) => call<FeedAttemptView[]>("feed_attempts", { id }),
+  /** Adds a subscriber; its secret is in the answer, this once. */
+  feedSubscribe: (url: string, events: string[]) => call<FeedSubscribed>("feed_subscribe", { url, events }),
+  feedRemove: (id: number) => call<boolean>("feed_remove", { id }),
+  feedEnable: (id: number) => call<boolean>("feed_enable", { id }),
   casesAfter: (after: number | null) => call<QueueRow[]>("cases_after", { after }),
   dashboard: (range: Range) => call<Dashboard>("dashboard", { range }),
   /** A desktop notification, recorded on the timeline of the operations it is about;

@@ -64,7 +64,11 @@ connectors: boolean,
 /**
  * Change the business rules (what a contact match means, the window, the channels).
  */
-rules: boolean, };
+rules: boolean, 
+/**
+ * See and manage the event feed's subscribers (admins).
+ */
+feed: boolean, };
 
 export type Tab = "needs_review" | "payload_conflict" | "stale" | "failed_terminal" | "connectors";
 
@@ -239,6 +243,36 @@ reason: string | null, since: string, changed_by: string,
  * Paused by a person (`changed_by`), not by the worker.
  */
 by_hand: boolean, };
+
+export type FeedSubscriberView = { id: number, 
+/**
+ * The URL without its query, fragment and user info (where tokens ride).
+ */
+url: string, events: Array<string>, 
+/**
+ * `active` or `disabled`.
+ */
+state: string, disabled_reason: string | null, disabled_at: string | null, 
+/**
+ * Deliveries that failed in a row.
+ */
+failures: number, 
+/**
+ * Events it is owed and has not accepted yet.
+ */
+pending: number, };
+
+export type FeedAttemptView = { event_id: string, 
+/**
+ * The event's type (`review.opened`, …).
+ */
+kind: string, at: string, 
+/**
+ * The receiver's HTTP status, when it answered.
+ */
+status: number | null, ok: boolean, error: string | null, };
+
+export type FeedSubscribed = { id: number, secret: string, };
 
 export type SeriesPointView = { start: string, deliveries: number, new_operations: number, crm_entities: number, duplicates_absorbed: number, cases_opened: number, cases_resolved: number, retries_by_class: Record<string, number>, };
 

@@ -8,7 +8,10 @@
 use crate::*;
 use leadgate_domain::Secret;
 
+mod check;
 pub(crate) mod sql;
+
+pub use check::*;
 
 /// The event types the feed carries, as subscribers name them.
 pub const FEED_EVENT_TYPES: [&str; 7] = [

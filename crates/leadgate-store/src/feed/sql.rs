@@ -13,17 +13,9 @@ macro_rules! feed_sql {
                 events: &[String],
                 now: DateTime<Utc>,
             ) -> Result<i64> {
-                let mut tx = self.begin_write().await?;
-                let id: i64 = sqlx::query_scalar(
-                    "insert into feed_subscribers (url, secret, events, created_at) \
-                     values ($1, $2, $3, $4) returning id",
-                )
-                .bind(url)
-                .bind(secret.expose())
-                .bind(events.join(","))
-                .bind(now)
-                .fetch_one(&mut *tx)
-                .await?;
+                let mut tx = self.write().await?;
+                let id = $crate::ops::FeedTx::insert_feed_subscriber(&mut tx, url, secret, events, now)
+                    .await?;
                 tx.commit().await?;
                 Ok(id)
             }
@@ -41,40 +33,17 @@ macro_rules! feed_sql {
             }
 
             async fn feed_remove(&self, id: i64) -> Result<bool> {
-                let mut tx = self.begin_write().await?;
-                for table in ["feed_attempts", "feed_deliveries"] {
-                    sqlx::query(&format!("delete from {table} where subscriber_id = $1"))
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                let done = sqlx::query("delete from feed_subscribers where id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                // Events nobody is owed any more.
-                sqlx::query(
-                    "delete from feed_events where not exists \
-                     (select 1 from feed_deliveries d where d.event_seq = feed_events.seq)",
-                )
-                .execute(&mut *tx)
-                .await?;
+                let mut tx = self.write().await?;
+                let done = $crate::ops::FeedTx::delete_feed_subscriber(&mut tx, id).await?;
                 tx.commit().await?;
-                Ok(done.rows_affected() == 1)
+                Ok(done)
             }
 
             async fn feed_enable(&self, id: i64) -> Result<bool> {
-                let mut tx = self.begin_write().await?;
-                let done = sqlx::query(
-                    "update feed_subscribers set state = 'active', disabled_reason = null, \
-                     disabled_at = null, failures = 0, first_failed_at = null, next_try_at = null \
-                     where id = $1",
-                )
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+                let mut tx = self.write().await?;
+                let done = $crate::ops::FeedTx::enable_feed_subscriber(&mut tx, id).await?;
                 tx.commit().await?;
-                Ok(done.rows_affected() == 1)
+                Ok(done)
             }
 
             async fn feed_attempts(&self, id: i64, limit: i64) -> Result<Vec<$crate::FeedAttempt>> {
@@ -278,3 +247,63 @@ macro_rules! feed_sql {
     };
 }
 pub(crate) use feed_sql;
+
+/// The write transaction's statements on subscribers ([`FeedTx`](crate::ops::FeedTx)).
+macro_rules! tx_feed {
+    ($store:ident, $db:ty) => {
+        impl $crate::ops::FeedTx for SqlTx<$db> {
+            async fn insert_feed_subscriber(
+                &mut self,
+                url: &str,
+                secret: &leadgate_domain::Secret,
+                events: &[String],
+                now: DateTime<Utc>,
+            ) -> Result<i64> {
+                Ok(sqlx::query_scalar(
+                    "insert into feed_subscribers (url, secret, events, created_at) \
+                     values ($1, $2, $3, $4) returning id",
+                )
+                .bind(url)
+                .bind(secret.expose())
+                .bind(events.join(","))
+                .bind(now)
+                .fetch_one(&mut *self.0)
+                .await?)
+            }
+
+            async fn delete_feed_subscriber(&mut self, id: i64) -> Result<bool> {
+                for table in ["feed_attempts", "feed_deliveries"] {
+                    sqlx::query(&format!("delete from {table} where subscriber_id = $1"))
+                        .bind(id)
+                        .execute(&mut *self.0)
+                        .await?;
+                }
+                let done = sqlx::query("delete from feed_subscribers where id = $1")
+                    .bind(id)
+                    .execute(&mut *self.0)
+                    .await?;
+                // Events nobody is owed any more.
+                sqlx::query(
+                    "delete from feed_events where not exists \
+                     (select 1 from feed_deliveries d where d.event_seq = feed_events.seq)",
+                )
+                .execute(&mut *self.0)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn enable_feed_subscriber(&mut self, id: i64) -> Result<bool> {
+                let done = sqlx::query(
+                    "update feed_subscribers set state = 'active', disabled_reason = null, \
+                     disabled_at = null, failures = 0, first_failed_at = null, next_try_at = null \
+                     where id = $1",
+                )
+                .bind(id)
+                .execute(&mut *self.0)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+        }
+    };
+}
+pub(crate) use tx_feed;

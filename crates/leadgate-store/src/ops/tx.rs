@@ -12,7 +12,15 @@ use super::*;
 /// One write transaction: every resource's statements, and its commit. The functions of
 /// `crate::ops` take a `WriteTx`.
 pub(crate) trait WriteTx:
-    OperationTx + CaseTx + ContactTx + ConnectorTx + RequestTx + RulesTx + UpdateTx + RetentionTx
+    OperationTx
+    + CaseTx
+    + ContactTx
+    + ConnectorTx
+    + RequestTx
+    + RulesTx
+    + UpdateTx
+    + RetentionTx
+    + FeedTx
 {
     fn commit(self) -> impl Future<Output = Result<()>> + Send;
 }
@@ -293,6 +301,23 @@ pub(crate) trait RequestTx: Send {
         outcome: &str,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The statements on the event feed's subscribers (the `Feed` role's writes run them in a
+/// transaction of their own; a person's request, in the one that answers it).
+pub(crate) trait FeedTx: Send {
+    /// Adds a subscriber; its id.
+    fn insert_feed_subscriber(
+        &mut self,
+        url: &str,
+        secret: &leadgate_domain::Secret,
+        events: &[String],
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<i64>> + Send;
+    /// Removes a subscriber with what it was owed and its attempts; false when there was none.
+    fn delete_feed_subscriber(&mut self, id: i64) -> impl Future<Output = Result<bool>> + Send;
+    /// Makes a subscriber active with a clean failure count; false when there is none.
+    fn enable_feed_subscriber(&mut self, id: i64) -> impl Future<Output = Result<bool>> + Send;
 }
 
 /// The statements on business rules and their history.

@@ -347,6 +347,7 @@ const DIALECT: super::sql::Dialect = super::sql::Dialect {
     // held until commit, so a concurrent intake with the same contact sees this one: a
     // row only the gateway's login may lock (migration 0024), not an advisory lock
     lock_contact: "select 1 from intake_contact_slots where slot = $1 for update",
+    body_without_secret: "(body::jsonb - 'secret')::text",
 };
 
 /// A pool that holds no more of the server than it uses.

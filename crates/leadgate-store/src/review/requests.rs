@@ -176,6 +176,29 @@ async fn apply<T: WriteTx>(
                     .await?,
             }
         }
+        Ask::FeedSubscribe {
+            url,
+            events,
+            secret,
+        } => {
+            // The CLI's checks (`feed::check`); a person's sentence, not a database error.
+            let url = url.trim();
+            let refused = StoreError::RequestRefused;
+            crate::check_feed_url(url).map_err(refused)?;
+            let events = crate::feed_event_types(&events.join(",")).map_err(refused)?;
+            crate::feed_secret_key(&secret).map_err(refused)?;
+            Answer::FeedSubscribed {
+                id: tx
+                    .insert_feed_subscriber(url, &secret, &events, now)
+                    .await?,
+            }
+        }
+        Ask::FeedRemove { id } => Answer::FeedChanged {
+            done: tx.delete_feed_subscriber(id).await?,
+        },
+        Ask::FeedEnable { id } => Answer::FeedChanged {
+            done: tx.enable_feed_subscriber(id).await?,
+        },
         Ask::SetRules {
             expected_version,
             rules,

@@ -92,6 +92,9 @@ pub(crate) struct Dialect {
     /// Takes a transaction-level lock on one contact key (`$1`, an i64) before matching;
     /// empty where the single writer already serialises intakes.
     pub lock_contact: &'static str,
+    /// `human_requests.body` without its `secret` (a `feed_subscribe` request's, removed
+    /// when the request is answered).
+    pub body_without_secret: &'static str,
 }
 
 /// The store of one backend: `sql_store!(Store, Db)` in a module that defines `DIALECT`
@@ -206,6 +209,7 @@ macro_rules! sql_store {
         $crate::sql::rules::tx_rules!($store, $db);
         $crate::sql::updates::tx_updates!($store, $db);
         $crate::sql::retention::tx_retention!($store, $db);
+        $crate::feed::sql::tx_feed!($store, $db);
 
         $crate::journal::sql::journal_sql!($store, $db);
         $crate::work_queue::sql::work_queue_sql!($store, $db);

@@ -40,7 +40,14 @@ macro_rules! tx_requests {
             }
 
             async fn answer_request(&mut self, id: i64, outcome: &str, now: DateTime<Utc>) -> Result<()> {
-                sqlx::query("update human_requests set applied_at = $1, outcome = $2 where id = $3")
+                // A subscriber's secret was the request's to carry, not the table's to keep:
+                // gone with the answer (applied or declined), in the same statement.
+                let sql = format!(
+                    "update human_requests set applied_at = $1, outcome = $2, body = case \
+                     when kind = 'feed_subscribe' then {} else body end where id = $3",
+                    DIALECT.body_without_secret
+                );
+                sqlx::query(&sql)
                     .bind(now)
                     .bind(outcome)
                     .bind(id)
