@@ -249,6 +249,18 @@ impl Source {
             }
             (_, None) => DEFAULT_CONTENT_WINDOW,
         };
+        // A pulled source reads again what it could not acknowledge, after a restart or a
+        // long outage: beyond a content window that would be a second lead. Its sender's
+        // own id keys it (review finding).
+        if matches!(key, KeySpec::Content(_))
+            && (c.auth == Some(SourceAuth::Pull) || c.pull.is_some())
+        {
+            return Err(format!(
+                "source `{}`: a pulled source cannot be keyed by its content (a message read again \
+                 after the window would be a second lead); keep its preset's key",
+                c.name
+            ));
+        }
         if let KeySpec::Content(fields) = &key {
             if let Some(f) = fields
                 .iter()
@@ -867,6 +879,21 @@ mod tests {
             let e = window(extra).unwrap_err();
             assert!(e.contains(says), "{extra}: {e}");
         }
+    }
+
+    #[test]
+    fn a_pulled_source_is_not_keyed_by_its_content() {
+        let c = crate::config::Config::parse(
+            "[database]\nurl = \"sqlite::memory:\"\n[[source]]\nname = \"bot\"\n\
+             preset = \"telegram-updates\"\nkey = \"content:/message/text\"\n\
+             [source.pull]\nurl = \"https://api.telegram.org\"\nbot_token = \"1:x\"\n",
+        )
+        .unwrap();
+        let e = sources(&c.sources).unwrap_err();
+        assert!(
+            e.contains("a pulled source cannot be keyed by its content"),
+            "{e}"
+        );
     }
 
     #[test]

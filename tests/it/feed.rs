@@ -704,3 +704,79 @@ each_backend!(
         assert_eq!(turn.event.kind, "connector.unreachable", "oldest first");
     }
 );
+
+/// The feed never fails the change it reports (review finding): a subscriber an admin
+/// removes while the worker records a create is waited for and skipped, two connections
+/// stepped by hand on PostgreSQL — a foreign-key error there would throw away the record
+/// of a create the CRM made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subscriber_removed_while_a_create_is_recorded_fails_nothing() {
+    use sqlx::Connection;
+    leadgate_testkit::run(leadgate_testkit::Backend::Postgres, |db| async move {
+        use leadgate_testkit::seed::{delivery, CONNECTOR};
+        let store = db.store().await;
+        let secret = leadgate::feed::sign::new_secret();
+        let events = vec!["operation.completed".to_owned()];
+        let id = store
+            .feed_subscribe("http://127.0.0.1:9/x", &secret, &events, store.now())
+            .await
+            .unwrap();
+        store
+            .record_delivery(delivery("removed-1", json!({"name": "A"})))
+            .await
+            .unwrap();
+        let claim = store
+            .claim_due(
+                CONNECTOR,
+                "w",
+                std::time::Duration::from_secs(30),
+                store.now(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        // The admin's removal, not committed yet.
+        let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let mut tx = admin.begin().await.unwrap();
+        sqlx::query("delete from feed_subscribers where id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let worker = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .finish_attempt(
+                        &claim.lease,
+                        leadgate::store::AttemptOutcome::Created {
+                            crm_id: "77".into(),
+                        },
+                        vec![],
+                        store.now(),
+                    )
+                    .await
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert!(!worker.is_finished(), "the worker waits for the removal");
+        tx.commit().await.unwrap();
+        worker.await.unwrap().expect("the create is recorded");
+        let op = store
+            .operation(&"site:removed-1".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (op.status.as_str(), op.crm_id.as_deref()),
+            ("completed", Some("77"))
+        );
+        let mut sql = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let kept: i64 = sqlx::query_scalar("select count(*) from feed_events")
+            .fetch_one(&mut sql)
+            .await
+            .unwrap();
+        assert_eq!(kept, 0, "an event nobody is owed is not kept");
+    })
+    .await;
+}

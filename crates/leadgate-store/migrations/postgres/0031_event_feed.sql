@@ -72,9 +72,14 @@ create trigger feed_attempts_counted after insert on feed_attempts
 
 -- One event, with its delivery rows, when some active or disabled subscriber takes its
 -- type (a disabled one gets what it missed once re-enabled).
+-- It runs inside the change it reports (a completed operation, a review case), so it must
+-- never fail it: the subscribers are locked `for key share`, and one an admin removes
+-- meanwhile is waited for, then skipped (a foreign-key error here would throw away the
+-- record of a CRM create). An event nobody is owed any more is not kept.
 create function feed_emit(kind text, at timestamptz, body jsonb) returns void language plpgsql as $$
 declare
     n bigint;
+    owed bigint;
 begin
     if not exists (select 1 from feed_subscribers where kind = any(string_to_array(events, ','))) then
         return;
@@ -83,7 +88,12 @@ begin
         values ('evt_' || replace(gen_random_uuid()::text, '-', ''), kind, at, body::text)
         returning seq into n;
     insert into feed_deliveries (subscriber_id, event_seq)
-        select id, n from feed_subscribers where kind = any(string_to_array(events, ','));
+        select id, n from feed_subscribers where kind = any(string_to_array(events, ','))
+        for key share;
+    get diagnostics owed = row_count;
+    if owed = 0 then
+        delete from feed_events where seq = n;
+    end if;
 end
 $$;
 
