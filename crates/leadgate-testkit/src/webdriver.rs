@@ -51,9 +51,22 @@ async fn failure_shot(c: &Client) {
     }
 }
 
-/// Clicks the element once it is there.
+/// Clicks the element once it is there. The console re-renders on each poll, so an
+/// element found a moment ago may be gone by the click: it is then found again.
 pub async fn click(c: &Client, selector: &str) {
-    el(c, selector).await.click().await.unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match el(c, selector).await.click().await {
+            Ok(()) => return,
+            Err(e) if e.is_stale_element_reference() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                failure_shot(c).await;
+                panic!("could not click `{selector}`: {e}");
+            }
+        }
+    }
 }
 
 /// The element, once it is there.
