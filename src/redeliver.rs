@@ -138,6 +138,14 @@ impl Redeliverer {
             .unwrap_or(id)
     }
 
+    /// [`Self::claim_key`] as the `Idempotency-Key` field value that reads back as it
+    /// (`intake::idempotency::field_value`): bare as always, quoted when bare would not
+    /// do — a key that begins with a quote, which the workflow could otherwise not claim.
+    fn claim_field(&self, r: &DueRedelivery) -> String {
+        let key = self.claim_key(r);
+        crate::intake::idempotency::field_value(key).unwrap_or_else(|| key.to_owned())
+    }
+
     /// One POST to the webhook. The error is a short sentence without the URL (it may
     /// carry a secret path) or the payload.
     async fn send(&self, r: &DueRedelivery) -> Result<(), String> {
@@ -147,7 +155,7 @@ impl Redeliverer {
             .bearer_auth(self.settings.token.expose())
             .header("content-type", "application/json")
             .header("x-leadgate-operation-id", r.operation_id.as_str())
-            .header("x-leadgate-idempotency-key", self.claim_key(r))
+            .header("x-leadgate-idempotency-key", self.claim_field(r))
             .header("x-leadgate-redelivery", r.sent.to_string())
             .body(r.payload.clone())
             .send()

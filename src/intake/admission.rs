@@ -16,6 +16,7 @@
 use axum::http::HeaderMap;
 use serde_json::Value;
 
+use super::idempotency;
 use super::problem::Code;
 use super::sources::{self, BodyKind, Opened, Source, TRANSFORM_VERSION};
 use super::{refusals, ApiError, IntakeState, UNKNOWN_SOURCE};
@@ -184,15 +185,8 @@ async fn admit(
         },
         Arrival::Pulled { payload, .. } => payload.clone(),
     };
-    let content = match &source.key {
-        sources::KeySpec::Content(fields) => sources::content_hash(&payload, fields),
-        _ => None,
-    };
-    let mut delivery = delivery(state, source, payload, arrival, received_at)?;
-    if let Some(hash) = content {
-        delivery.operation_id = content_window(state, source, &hash, received_at).await?;
-    }
-    let operation_id = delivery.operation_id.clone();
+    let operation_id = operation_of(state, source, &payload, arrival, received_at).await?;
+    let delivery = delivery(state, source, payload, &operation_id, arrival, received_at)?;
     if let Some(headers) = arrival.headers() {
         signature_used_once(state, source, headers, &operation_id, received_at).await?;
     }
@@ -207,18 +201,19 @@ async fn admit(
     })
 }
 
-/// A parsed, authenticated delivery of `source` as the store records it: the key, the
-/// fingerprint, the event time and the contact keys.
-fn delivery(
+/// The operation a parsed, authenticated delivery of `source` belongs to, from its key:
+/// a content key's window ([`content_window`]), a quoted `Idempotency-Key`'s earlier form
+/// ([`idempotency::claimed_operation`]), or the key itself.
+async fn operation_of(
     state: &IntakeState,
     source: &Source,
-    payload: Value,
+    payload: &Value,
     arrival: &Arrival<'_>,
     received_at: chrono::DateTime<chrono::Utc>,
-) -> Result<NewDelivery, ApiError> {
-    reject_nul(&payload)?;
+) -> Result<OperationId, ApiError> {
+    reject_nul(payload)?;
     let key = source
-        .key(&payload, arrival.headers())
+        .key(payload, arrival.headers())
         .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?
         .ok_or_else(|| {
             ApiError::bad(
@@ -229,8 +224,29 @@ fn delivery(
                 ),
             )
         })?;
-    let operation_id = OperationId::new(&source.name, &key)
+    if let sources::KeySpec::Content(_) = &source.key {
+        return content_window(state, source, &key, received_at).await;
+    }
+    let id = OperationId::new(&source.name, &key)
         .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
+    Ok(match (&source.key, arrival.headers()) {
+        (sources::KeySpec::Header(h), Some(headers)) if idempotency::is_idempotency_key(h) => {
+            idempotency::claimed_operation(state.store.as_ref(), &source.name, headers, id).await?
+        }
+        _ => id,
+    })
+}
+
+/// A delivery of `source` for `operation_id` as the store records it: the fingerprint,
+/// the event time and the contact keys.
+fn delivery(
+    state: &IntakeState,
+    source: &Source,
+    payload: Value,
+    operation_id: &OperationId,
+    arrival: &Arrival<'_>,
+    received_at: chrono::DateTime<chrono::Utc>,
+) -> Result<NewDelivery, ApiError> {
     let payload_hash = fingerprint(&payload, &source.ignore)
         .map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))?;
     let event_time = source.event_time(&payload);
@@ -240,8 +256,7 @@ fn delivery(
         .filter(|t| *t < horizon)
         .map(|_| crate::domain::ReviewReason::LateDuplicate);
     // Contact keys for cross-channel matching, from the same field mapping the CRM gets.
-    let lead =
-        crate::crm::Lead::from_payload(&operation_id, &source.name, &payload, &source.fields);
+    let lead = crate::crm::Lead::from_payload(operation_id, &source.name, &payload, &source.fields);
     let contact = ContactKeys {
         phone: lead
             .phone
@@ -294,8 +309,8 @@ fn delivery(
     })
 }
 
-/// The operation a content-keyed delivery belongs to (`key = "content:/…"`): the one its
-/// content's window keys if that window is still open, else a new one whose key is the
+/// The operation a content-keyed delivery belongs to (`key = "content:/…"`; `hash` is
+/// [`sources::content_hash`]): the one its content's window keys if that window is still open, else a new one whose key is the
 /// content's stem and the time this window began (`c<24 hex>-<UTC time>`), for the
 /// source's `content_window`. Two real submissions with the same content inside one
 /// window are one operation; that is what a sender without ids allows (README, *Content

@@ -127,6 +127,9 @@ pub(super) async fn claim(
         }
         Err(e) => return Err(ApiError::bad(Code::InvalidKey, e.to_string())),
     };
+    let operation_id =
+        idempotency::claimed_operation(state.store.as_ref(), &api.source, &headers, operation_id)
+            .await?;
     let payload = sources::parse_body(BodyKind::Json, &body)
         .map_err(|m| ApiError::bad(Code::MalformedBody, m))?;
     super::reject_nul(&payload)?;

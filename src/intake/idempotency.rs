@@ -14,6 +14,8 @@
 
 use axum::http::HeaderMap;
 
+use crate::domain::OperationId;
+
 /// The field's name.
 pub const HEADER: &str = "idempotency-key";
 
@@ -72,6 +74,48 @@ pub fn parse(value: &[u8]) -> Result<Option<String>, KeyError> {
     }
     let key = std::str::from_utf8(value).map_err(|_| KeyError::NotAscii)?;
     Ok(Some(key.to_owned()))
+}
+
+/// The field value that carries `key`: the key itself when, sent bare, it reads back as
+/// itself (the form integrations have always passed on), else an RFC 8941 string — a key
+/// that begins with a quote or a space. `None` for a key no field can carry (not
+/// printable ASCII; never one this module read).
+pub fn field_value(key: &str) -> Option<String> {
+    if parse(key.as_bytes()) == Ok(Some(key.to_owned())) {
+        return Some(key.to_owned());
+    }
+    let s = sfv::StringRef::from_str(key).ok()?;
+    Some(sfv::ItemSerializer::new().bare_item(s).finish())
+}
+
+/// The operation a request keyed by `Idempotency-Key` claims: `id`, the one its key
+/// names — or, when the field was a quoted string and the operations database already
+/// holds an operation under the value as sent, quotes and all, that one. Leadgate before
+/// the draft's parsing took the field's text as the key, so `Idempotency-Key: "lead-1"`
+/// was the operation `api:"lead-1"`; the same request retried after an upgrade must find
+/// it, not create `api:lead-1` and a second lead in the CRM. Only a quoted field can have
+/// been keyed otherwise, so only it costs a lookup.
+pub async fn claimed_operation(
+    store: &dyn crate::store::Store,
+    source: &str,
+    headers: &HeaderMap,
+    id: OperationId,
+) -> Result<OperationId, crate::store::StoreError> {
+    let Some(as_sent) = headers
+        .get(HEADER)
+        .map(|v| v.as_bytes().trim_ascii())
+        .filter(|v| v.first() == Some(&b'"'))
+        .and_then(|v| std::str::from_utf8(v).ok())
+    else {
+        return Ok(id);
+    };
+    let Ok(earlier) = OperationId::new(source, as_sent) else {
+        return Ok(id);
+    };
+    if earlier != id && store.operation(&earlier).await?.is_some() {
+        return Ok(earlier);
+    }
+    Ok(id)
 }
 
 /// What a resource publishes of its keys (§2.3, §2.5): the OpenAPI document's words for
@@ -134,6 +178,26 @@ mod tests {
         assert_eq!(k("   "), Ok(None));
         assert_eq!(key(&HeaderMap::new()), Ok(None));
         assert_eq!(parse("ключ".as_bytes()), Err(KeyError::NotAscii));
+    }
+
+    #[test]
+    fn a_field_value_reads_back_as_its_key() {
+        for k in [
+            "lead-1",
+            "a;b",
+            "\"lead-1\"",
+            "\"open",
+            "say \"hi\" \\ there",
+            " padded ",
+            "8e03978e-40d5-43e8-bc93-6894a57f9324",
+        ] {
+            let v = field_value(k).unwrap();
+            assert_eq!(parse(v.as_bytes()), Ok(Some(k.to_owned())), "{k} as {v}");
+        }
+        // The bare form stays bare; only what it cannot carry is quoted.
+        assert_eq!(field_value("lead-1").as_deref(), Some("lead-1"));
+        assert_eq!(field_value("\"x").as_deref(), Some(r#""\"x""#));
+        assert_eq!(field_value("ключ"), None);
     }
 
     #[test]

@@ -422,8 +422,8 @@ impl Source {
     /// headers: a key in a header is missing from it. `Idempotency-Key` is read as the
     /// draft defines it (`intake::idempotency`: a structured-field string, or the bare
     /// extension), the claim API's way; an `Err` is a key present but not valid. A
-    /// content key is the stem `c<24 hex digits of the content's SHA-256>`, which
-    /// admission completes with the time its window began.
+    /// content key is the content's hash ([`content_hash`]), which admission turns into
+    /// the key of its window.
     pub fn key(
         &self,
         payload: &Value,
@@ -442,9 +442,7 @@ impl Source {
                 .and_then(|hs| hs.get(h.as_str()))
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
-            KeySpec::Content(fields) => {
-                content_hash(payload, fields).map(|h| format!("c{}", &h[..24]))
-            }
+            KeySpec::Content(fields) => content_hash(payload, fields),
         };
         Ok(value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()))
     }
@@ -944,7 +942,7 @@ mod tests {
         let key = s
             .key(&json!({"phone": "+7 999", "message": "Call me back"}), None)
             .unwrap();
-        assert_eq!(key, Some(format!("c{}", &base[..24])));
+        assert_eq!(key.as_deref(), Some(base.as_str()));
     }
 
     fn signed(ts: i64, sig: &str) -> axum::http::HeaderMap {

@@ -423,6 +423,80 @@ each_backend!(
     }
 );
 
+// A stored key that begins with a quote (`Idempotency-Key: "\"x"` is the key `"x`) was
+// redelivered as `"x`, which the integration's claim sends back as a string that never
+// ends: 400 every `redeliver_every`, and the lead never reached the CRM. The redelivery
+// names the key as a field value that reads back as it; a key stored with its quotes
+// before the draft's parsing (`"lead-1"`) reads back as itself too.
+each_backend!(
+    a_redelivered_key_reads_back_as_itself_whatever_it_holds,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let store = gw.store();
+        let (url, got, server) = webhook().await;
+        let redeliverer = leadgate::redeliver::Redeliverer::new(
+            store.clone(),
+            leadgate::redeliver::RedeliverSettings {
+                source: "n8n".into(),
+                url: leadgate::config::Secret::new(url),
+                token: leadgate::config::Secret::new(leadgate_testkit::gateway::INTEGRATION_TOKEN),
+                every: Duration::from_secs(60),
+                poll_interval: Duration::from_millis(20),
+                owner: "worker:test".into(),
+            },
+        )
+        .unwrap();
+        let body = json!({"name": "Ivan"});
+        for (field, id) in [
+            (r#""\"x""#, "n8n:\"x"),
+            (r#""\"lead-1\"""#, "n8n:\"lead-1\""),
+        ] {
+            let (s, b, _, _) = claim(&gw, Some(field), &body).await;
+            assert_eq!(
+                (s, b["operation_id"].as_str()),
+                (StatusCode::CREATED, Some(id)),
+                "{b}"
+            );
+            let t = b["lease_token"].as_str().unwrap().to_owned();
+            let (s, b) = report(
+                &gw,
+                id,
+                "fail",
+                json!({"class": "not_sent", "error": "connection refused", "lease_token": t}),
+            )
+            .await;
+            assert_eq!(
+                (s, b["status"].as_str()),
+                (StatusCode::OK, Some("received")),
+                "{b}"
+            );
+            // Due after the test's backoff (tens of milliseconds).
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while got.lock().unwrap().is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{id} was never redelivered"
+                );
+                redeliverer.pass().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let (headers, _) = got.lock().unwrap().remove(0);
+            let key = headers["x-leadgate-idempotency-key"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let (s, b, _, _) = claim(&gw, Some(&key), &body).await;
+            assert_eq!(
+                (s, b["operation_id"].as_str()),
+                (StatusCode::CREATED, Some(id)),
+                "{id} redelivered as `{key}`: {b}"
+            );
+        }
+        server.abort();
+        gw.stop().await;
+    }
+);
+
 // Found probing the OpenAPI document's edges by hand while writing it (the Schemathesis
 // runs had passed): a path segment that is not UTF-8 got axum's plain-text 400 (and an
 // intake delivery to one was not journaled); a `retry_after` of 2^64-1 s was not capped
