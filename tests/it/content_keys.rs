@@ -188,6 +188,77 @@ each_backend!(
     }
 );
 
+each_backend!(
+    // Review of content keys: a slow delivery arrived inside its window, and reaches the
+    // database after the window ended and after a quicker delivery of other content —
+    // arriving later — tidied up ended windows. It must still find its window's operation;
+    // forgetting it there made the redelivered lead a second one.
+    a_slow_delivery_finds_its_window_after_a_later_one_tidied_up,
+    |db| async move {
+        let store = db.store().await;
+        let now = store.now();
+        let until = leadgate::store::after(now, Duration::from_secs(60));
+        let first = store
+            .use_content_key("form", "slow", "form:c-first", until, now)
+            .await
+            .unwrap();
+        assert_eq!(first, "form:c-first");
+        // A minute and a half later, another content arrives and tidies up.
+        let quick = leadgate::store::after(now, Duration::from_secs(90));
+        store
+            .use_content_key(
+                "form",
+                "other",
+                "form:c-other",
+                leadgate::store::after(quick, Duration::from_secs(60)),
+                quick,
+            )
+            .await
+            .unwrap();
+        // The slow one, which arrived 59 s into the window, gets its window's operation.
+        let arrived = leadgate::store::after(now, Duration::from_secs(59));
+        let slow = store
+            .use_content_key(
+                "form",
+                "slow",
+                "form:c-slow",
+                leadgate::store::after(arrived, Duration::from_secs(60)),
+                arrived,
+            )
+            .await
+            .unwrap();
+        assert_eq!(slow, "form:c-first");
+        // A signature used once is remembered alike.
+        store
+            .use_signature("form", "sig", "form:a", until, now)
+            .await
+            .unwrap();
+        store
+            .use_signature("form", "sig2", "form:b", until, quick)
+            .await
+            .unwrap();
+        let again = store
+            .use_signature("form", "sig", "form:c", until, arrived)
+            .await
+            .unwrap();
+        assert_eq!(
+            again, "form:a",
+            "a replayed signature would name another key"
+        );
+        // Rows over for longer than any request takes are forgotten.
+        let much_later = leadgate::store::after(now, Duration::from_secs(3 * 3600));
+        store
+            .use_content_key("form", "third", "form:c-third", much_later, much_later)
+            .await
+            .unwrap();
+        let gone = store
+            .use_content_key("form", "slow", "form:c-new", much_later, now)
+            .await
+            .unwrap();
+        assert_eq!(gone, "form:c-new", "an ended window was never forgotten");
+    }
+);
+
 /// Two gateways stepped by hand on PostgreSQL: the first has written its window and not
 /// committed; the second waits for it, then takes the first's operation (not its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

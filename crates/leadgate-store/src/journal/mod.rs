@@ -20,7 +20,8 @@ pub trait Journal: Clock {
 
     /// Remembers that `source`'s signature `signature_sha256` was used for `operation_id`
     /// until `expires_at` (its replay window's end), unless it was already: the operation
-    /// it was first used for. Signatures whose window ended are forgotten on the way.
+    /// it was first used for. Signatures whose window ended an hour before `now` are forgotten
+    /// on the way.
     async fn use_signature(
         &self,
         source: &str,
@@ -32,8 +33,9 @@ pub trait Journal: Clock {
 
     /// A content key (migration 0030): remembers that `source`'s content
     /// `content_sha256` keys `operation_id` until `expires_at` (its window's end), unless a
-    /// window of that content is still open: the operation that window keys. Contents
-    /// whose window ended are forgotten on the way.
+    /// window of that content is still open at `now` (the delivery's arrival): the operation
+    /// that window keys. Contents whose window ended an hour before `now` are forgotten on
+    /// the way, so a slow delivery still finds its window.
     async fn use_content_key(
         &self,
         source: &str,

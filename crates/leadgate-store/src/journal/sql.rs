@@ -70,11 +70,14 @@ macro_rules! journal_sql {
             ) -> Result<String> {
                 let $crate::journal::sql::FirstUse { table, column } = t;
                 let mut tx = self.begin_write().await?;
+                // Forgetting is left to rows long over: `now` is the caller's arrival
+                // time, and a slow request still inside a window must find that window's
+                // row even after a quicker one, arriving later, tidied up.
                 sqlx::query(&format!(
                     "delete from {table} where (source, {column}) in \
                        (select source, {column} from {table} where expires_at < $1 limit 100)"
                 ))
-                .bind(now)
+                .bind(now - $crate::journal::sql::FirstUse::KEPT_AFTER)
                 .execute(&mut *tx)
                 .await?;
                 // Of two at once, the second waits for the first's row, then keeps it; a
@@ -115,6 +118,10 @@ pub(crate) struct FirstUse {
 }
 
 impl FirstUse {
+    /// How long a row is kept after its time is over: longer than any request takes
+    /// between its arrival and its first use (the body timeout, the database's patience).
+    pub(crate) const KEPT_AFTER: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
     /// A signed delivery's signature (migration 0027).
     pub(crate) const SIGNATURE: FirstUse = FirstUse {
         table: "signature_uses",
