@@ -20,7 +20,9 @@ use crate::config::{RetryConfig, LEASE_MARGIN};
 use crate::crm::{Crm, CrmError, Exchange, FieldMap, StepDone};
 use crate::domain::ErrorClass;
 use crate::domain::EventKind;
-use crate::store::{AttemptOutcome, Lease, NewEvent, Operation, StoreError, WorkQueue};
+use crate::store::{
+    AttemptOutcome, Dashboard, Failure, Lease, NewEvent, Operation, StoreError, WorkQueue,
+};
 
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -70,6 +72,55 @@ impl WorkerSettings {
 /// reset, a restart): a CRM answer that came back must not become a lookup or a review
 /// because of a database hiccup. Repeating is safe: the store recognises a report it
 /// has already recorded by its lease token.
+/// Why a call to the CRM may not leave now ([`hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// The connector is unreachable (an outage, `domain::outage`): calls wait for its
+    /// probes.
+    Unreachable,
+    /// A person paused the connector, or an auth failure did: no call until it is
+    /// resumed.
+    Paused,
+}
+
+impl Hold {
+    /// What the timeline and the operation keep of a call held back.
+    pub fn failure(self) -> Failure {
+        Failure {
+            class: ErrorClass::NotSent,
+            message: match self {
+                Hold::Unreachable => "not sent: the CRM is unreachable, waiting for its probe",
+                Hold::Paused => "not sent: the connector is paused; sent once it is resumed",
+            }
+            .into(),
+        }
+    }
+}
+
+impl From<Hold> for CrmError {
+    /// A call held back, as the error of a call that was not sent.
+    fn from(held: Hold) -> Self {
+        let f = held.failure();
+        CrmError::new(f.class, f.message)
+    }
+}
+
+/// Whether a call to `connector` must wait, read from its row right before the call
+/// leaves: every call — a create, a batch, an update, a lookup, the reconciler's — asks,
+/// since the gate before its claim was passed earlier. A read, not a lock. Health is
+/// bookkeeping: if the row cannot be read, the call goes.
+pub async fn hold(store: &dyn Dashboard, connector: &str) -> Option<Hold> {
+    match store.connector(connector).await {
+        Ok(Some(c)) if c.paused => Some(Hold::Paused),
+        Ok(Some(c)) if c.unreachable_since.is_some() => Some(Hold::Unreachable),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::error!(error = %e, "reading the connector's health failed");
+            None
+        }
+    }
+}
+
 pub async fn finish_attempt(
     store: &dyn WorkQueue,
     lease: &Lease,

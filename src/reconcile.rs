@@ -26,12 +26,12 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::attempt::{cut_off, exchange_events, finish_attempt, WorkerSettings};
+use crate::attempt::{cut_off, exchange_events, finish_attempt, hold, WorkerSettings};
 use crate::crm::{Crm, CrmError, Lookup};
 use crate::domain::outage::counts_against_connector;
 use crate::domain::EventKind;
-use crate::domain::{ErrorClass, ReviewReason};
-use crate::store::{self, AttemptOutcome, Claim, Dashboard, Failure, NewEvent, Store, StoreError};
+use crate::domain::ReviewReason;
+use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
 
 /// Takes over expired leases until `shutdown`.
 pub async fn run(
@@ -76,7 +76,12 @@ pub async fn reconcile_one_stale(
     let span = tracing::info_span!("reconcile", operation_id = %claim.operation.operation_id);
     async {
         tracing::warn!("lease expired; asking the CRM by external key");
-        let (found, events) = if reachable(store, crm).await {
+        let (found, events) = if let Some(held) = hold(store, crm.connector()).await {
+            // The CRM is unreachable (only its probes go out, `domain::outage`) or the
+            // connector is paused. The lookup is owed, not made: the worker makes it
+            // before anything is created.
+            (Err(held.into()), Vec::new())
+        } else {
             let (found, events) = look_up(crm, &claim, settings.call_timeout).await;
             // Weighed for the connector's health as the worker's calls are.
             let now = store.now();
@@ -95,14 +100,6 @@ pub async fn reconcile_one_stale(
                 tracing::error!(error = %e, "recording the connector's health failed");
             }
             (found, events)
-        } else {
-            // The CRM is unreachable: only its probes go out (`domain::outage`). The
-            // lookup is owed, not made: the worker makes it before anything is created.
-            let e = CrmError::new(
-                ErrorClass::NotSent,
-                "not sent: the CRM is unreachable, waiting for its probe",
-            );
-            (Err(e), Vec::new())
         };
         // The holder's call was cut before its lease ran out, but the CRM may still be
         // executing it: a "not found" counts only after the settle window from now.
@@ -117,18 +114,6 @@ pub async fn reconcile_one_stale(
     }
     .instrument(span)
     .await
-}
-
-/// Whether the connector is reachable (not in an outage); if that cannot be read, the
-/// lookup goes (health is bookkeeping).
-async fn reachable(store: &dyn Dashboard, crm: &dyn Crm) -> bool {
-    match store.connector(crm.connector()).await {
-        Ok(c) => c.and_then(|c| c.unreachable_since).is_none(),
-        Err(e) => {
-            tracing::error!(error = %e, "reading the connector's health failed");
-            true
-        }
-    }
 }
 
 /// Looks the operation up in the CRM by its external key, within `budget`; the events

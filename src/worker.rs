@@ -46,7 +46,7 @@ use crate::store::{self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Store,
 use crate::supervise::{supervise, RESTART_DELAY};
 
 pub use crate::attempt::WorkerSettings;
-use crate::attempt::{cut_off, exchange_events, finish_attempt};
+use crate::attempt::{cut_off, exchange_events, finish_attempt, hold, Hold};
 
 mod batch;
 mod contacts;
@@ -170,35 +170,39 @@ impl Worker {
         self.attempt_in(claim, probe).instrument(span).await
     }
 
-    /// Whether a call may leave now, asked right before each one (`domain::outage`):
-    /// the gate before the claim is passed before a pace wait, a claim and earlier calls
-    /// of the same attempt, while other lanes and processes may open the breaker. While
-    /// the connector is unreachable only the step holding the probe calls, and only once
-    /// (its first call spends `probe`): its follow-up calls wait like everyone's. A read
-    /// of the connector's row, not a lock: a call admitted just before the breaker opens
-    /// is the in-flight allowance of `OutageConfig::max_calls_while_down`. Health is
-    /// bookkeeping: if the read fails, the call goes.
-    async fn may_call(&self, probe: &mut bool) -> bool {
-        if std::mem::take(probe) {
-            return true;
-        }
-        match self.store.connector(self.crm.connector()).await {
-            Ok(c) => c.and_then(|c| c.unreachable_since).is_none(),
-            Err(e) => {
-                tracing::error!(error = %e, "reading the connector's health failed");
-                true
-            }
+    /// Whether a call may leave now, asked right before each one ([`hold`]): the gate
+    /// before the claim is passed before a pace wait, a claim and earlier calls of the
+    /// same attempt, while other lanes and processes may open the breaker or a person
+    /// pause the connector. While the connector is unreachable only the step holding the
+    /// probe calls, and only once (its first call spends `probe`): its follow-up calls
+    /// wait like everyone's. A call admitted just before the breaker opens is the
+    /// in-flight allowance of `OutageConfig::max_calls_while_down`; a paused connector
+    /// holds back even the probe.
+    async fn may_call(&self, probe: &mut bool) -> Result<(), Hold> {
+        let probing = std::mem::take(probe);
+        match hold(self.store.as_ref(), self.crm.connector()).await {
+            Some(Hold::Unreachable) if probing => Ok(()),
+            Some(held) => Err(held),
+            None => Ok(()),
         }
     }
 
     /// The outcome of a claim whose call [`may_call`](Worker::may_call) held back: nothing
     /// was sent, so it is due again at once (while the outage lasts only a probe takes
-    /// it), its attempt not counted, a lookup still owed kept owed.
-    fn held_back(&self, claim: &Claim) -> AttemptOutcome {
-        AttemptOutcome::Outage {
-            failure: unreachable_failure(),
-            at: self.store.now(),
-            verify: claim.operation.verify_first,
+    /// it, while the pause lasts nobody), its attempt not counted, a lookup still owed
+    /// kept owed.
+    fn held_back(&self, claim: &Claim, held: Hold) -> AttemptOutcome {
+        let verify = claim.operation.verify_first;
+        match held {
+            Hold::Unreachable => AttemptOutcome::Outage {
+                failure: held.failure(),
+                at: self.store.now(),
+                verify,
+            },
+            Hold::Paused => AttemptOutcome::Paused {
+                failure: held.failure(),
+                verify,
+            },
         }
     }
 
@@ -237,12 +241,12 @@ impl Worker {
         let op = &claim.operation;
         let lead = self.lead_of(claim);
         let mut before = vec![];
-        if op.verify_first && !self.may_call(&mut probe).await {
-            return self
-                .finish(&claim.lease, self.held_back(claim), before)
-                .await;
-        }
         if op.verify_first {
+            if let Err(held) = self.may_call(&mut probe).await {
+                return self
+                    .finish(&claim.lease, self.held_back(claim, held), before)
+                    .await;
+            }
             // An earlier attempt's outcome is unknown and its settle window is over:
             // ask the CRM once more before anything is created.
             let (found, events) =
@@ -264,9 +268,9 @@ impl Worker {
             tracing::warn!(class = %e.class, "could not get ready to call the CRM");
             return self.unsent(claim, &e, before).await;
         }
-        if !self.may_call(&mut probe).await {
+        if let Err(held) = self.may_call(&mut probe).await {
             return self
-                .finish(&claim.lease, self.held_back(claim), before)
+                .finish(&claim.lease, self.held_back(claim, held), before)
                 .await;
         }
         // The reads a one-call create makes before it (amoCRM's contact searches) go
@@ -319,9 +323,9 @@ impl Worker {
                     return self.unsent(claim, &e, before).await;
                 }
             }
-            if !self.may_call(&mut probe).await {
+            if let Err(held) = self.may_call(&mut probe).await {
                 return self
-                    .finish(&claim.lease, self.held_back(claim), before)
+                    .finish(&claim.lease, self.held_back(claim, held), before)
                     .await;
             }
         }
@@ -423,22 +427,20 @@ impl Worker {
                         // still be executing it, so ask again after the settle window.
                         // While the CRM is unreachable (this was its probe, or another
                         // lane opened the breaker meanwhile) that first lookup waits too.
-                        let found = if self.may_call(&mut probe).await {
-                            let (found, more) = reconcile::look_up(
-                                self.crm.as_ref(),
-                                claim,
-                                self.settings.call_timeout,
-                            )
-                            .await;
-                            events.extend(more);
-                            // The lookup says whether the CRM is there at all.
-                            failed = found.as_ref().err().map(|e| e.class);
-                            found
-                        } else {
-                            Err(CrmError::new(
-                                ErrorClass::NotSent,
-                                unreachable_failure().message,
-                            ))
+                        let found = match self.may_call(&mut probe).await {
+                            Ok(()) => {
+                                let (found, more) = reconcile::look_up(
+                                    self.crm.as_ref(),
+                                    claim,
+                                    self.settings.call_timeout,
+                                )
+                                .await;
+                                events.extend(more);
+                                // The lookup says whether the CRM is there at all.
+                                failed = found.as_ref().err().map(|e| e.class);
+                                found
+                            }
+                            Err(held) => Err(held.into()),
                         };
                         reconcile::after_uncertain(
                             found,
@@ -642,14 +644,6 @@ impl Worker {
         )
         .await
         .map(|_| ())
-    }
-}
-
-/// Why a call was held back: the connector became unreachable.
-fn unreachable_failure() -> Failure {
-    Failure {
-        class: ErrorClass::NotSent,
-        message: "not sent: the CRM is unreachable, waiting for its probe".into(),
     }
 }
 

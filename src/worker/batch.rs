@@ -23,7 +23,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::{not_sent_event, Worker};
-use crate::attempt::{cut_off, exchange_events};
+use crate::attempt::{cut_off, exchange_events, Hold};
 use crate::crm::{CrmError, Exchange};
 use crate::domain::ErrorClass;
 use crate::domain::EventKind;
@@ -71,8 +71,8 @@ impl Worker {
             return Ok(true);
         }
         // The gate was passed before the pace wait: the breaker may have opened since.
-        if !self.may_call(&mut false).await {
-            self.held_back_all(claims).await?;
+        if let Err(held) = self.may_call(&mut false).await {
+            self.held_back_all(claims, held).await?;
             return Ok(true);
         }
         let (verify, fresh): (Vec<Claim>, Vec<Claim>) =
@@ -105,8 +105,8 @@ impl Worker {
                 self.not_sent_all(claims, &e).await?;
                 return Ok(true);
             }
-            if !self.may_call(&mut false).await {
-                self.held_back_all(creates.into_iter().map(|(c, _)| c).collect())
+            if let Err(held) = self.may_call(&mut false).await {
+                self.held_back_all(creates.into_iter().map(|(c, _)| c).collect(), held)
                     .await?;
                 return Ok(true);
             }
@@ -132,15 +132,16 @@ impl Worker {
         self.weigh_and_finish(Some(e.class), done).await
     }
 
-    /// Records, for every claim, that its call was held back: the CRM became unreachable
-    /// after this drain passed its gate (nothing sent, not counted against anybody).
-    async fn held_back_all(&self, claims: Vec<Claim>) -> Result<(), StoreError> {
-        tracing::info!("the CRM became unreachable: the batch waits for its probes");
+    /// Records, for every claim, that its call was held back: the CRM became unreachable,
+    /// or the connector was paused, after this drain passed its gate (nothing sent, not
+    /// counted against anybody).
+    async fn held_back_all(&self, claims: Vec<Claim>, held: Hold) -> Result<(), StoreError> {
+        tracing::info!(?held, "the batch is held back");
         // Not weighed: no call was made, so nothing was learnt of the CRM's health.
         let mut first_error = None;
         for claim in &claims {
             match self
-                .finish(&claim.lease, self.held_back(claim), vec![])
+                .finish(&claim.lease, self.held_back(claim, held), vec![])
                 .await
             {
                 Ok(()) | Err(StoreError::LeaseLost(_)) => {}
@@ -261,18 +262,19 @@ impl Worker {
             .filter(|(_, (next, _))| matches!(next, Next::Unknown(_)))
             .map(|((c, _), _)| c)
             .collect();
+        let held = match unknown.is_empty() {
+            true => Ok(()),
+            false => self.may_call(&mut false).await,
+        };
         let mut found = if unknown.is_empty() {
             Vec::new()
-        } else if !self.may_call(&mut false).await {
-            // Another lane opened the breaker meanwhile: the lookup waits for the
-            // probes too (its leads are looked up before anything is created).
+        } else if let Err(held) = held {
+            // Another lane opened the breaker meanwhile, or a person paused the
+            // connector: the lookup waits too (its leads are looked up before anything
+            // is created).
             unknown
                 .iter()
-                .map(|_| {
-                    let e =
-                        CrmError::new(ErrorClass::NotSent, super::unreachable_failure().message);
-                    (Err(e), Vec::new())
-                })
+                .map(|_| (Err(held.into()), Vec::new()))
                 .collect()
         } else {
             let found = reconcile::look_up_many(

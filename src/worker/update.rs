@@ -87,11 +87,12 @@ impl Worker {
                 .finish_update(claim, outcome, vec![not_sent_event(&e)])
                 .await;
         }
-        if !self.may_call(&mut probe).await {
-            // The breaker opened since this step passed its gate: nothing was sent.
+        if let Err(held) = self.may_call(&mut probe).await {
+            // The breaker opened, or a person paused the connector, since this step
+            // passed its gate: nothing was sent.
             let outcome = UpdateOutcome::Retry {
                 at: self.store.now(),
-                failure: super::unreachable_failure(),
+                failure: held.failure(),
                 refund: true,
             };
             return self.finish_update(claim, outcome, vec![]).await;

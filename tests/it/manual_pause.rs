@@ -196,3 +196,138 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+/// A CRM whose connector a person pauses while the worker waits for its pace: the claim
+/// passed its gate before the pause, the call comes after. Counts what reaches it.
+struct PausedWhilePacing {
+    store: std::sync::Arc<dyn leadgate::store::Store>,
+    pause_once: std::sync::atomic::AtomicBool,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl leadgate::crm::Crm for PausedWhilePacing {
+    fn connector(&self) -> &str {
+        "bitrix24"
+    }
+    fn lookup_is_authoritative(&self) -> bool {
+        true
+    }
+    async fn pace(&self) -> Result<(), leadgate::crm::CrmError> {
+        if self
+            .pause_once
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            let ask = Ask::PauseConnector {
+                name: "bitrix24".into(),
+                reason: REASON.into(),
+            };
+            self.store
+                .perform("olga", ask, self.store.now())
+                .await
+                .unwrap();
+        }
+        Ok(())
+    }
+    async fn create(
+        &self,
+        _: &leadgate::crm::Lead,
+    ) -> (
+        Result<String, leadgate::crm::CrmError>,
+        leadgate::crm::Exchange,
+    ) {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let exchange = leadgate::crm::Exchange {
+            request: serde_json::json!({"call": "create"}),
+            response: serde_json::json!({"id": n + 1}),
+        };
+        (Ok((n + 1).to_string()), exchange)
+    }
+    async fn find(
+        &self,
+        _: &str,
+    ) -> (
+        Result<leadgate::crm::Lookup, leadgate::crm::CrmError>,
+        leadgate::crm::Exchange,
+    ) {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let exchange = leadgate::crm::Exchange {
+            request: serde_json::json!({"call": "find"}),
+            response: serde_json::json!({"result": []}),
+        };
+        (Ok(leadgate::crm::Lookup::NotFound), exchange)
+    }
+}
+
+each_backend!(
+    // Review of the manual pause: the worker asked the connector's row only whether the
+    // CRM was reachable, so a lead claimed just before a person paused the connector was
+    // still sent after the pause. Nothing goes once it is paused: the lead waits, its
+    // attempt not used, and goes once when it is resumed.
+    a_lead_claimed_before_the_pause_is_not_sent_after_it,
+    |db| async move {
+        use std::sync::atomic::Ordering::SeqCst;
+        let store = db.store().await;
+        store
+            .record_delivery(leadgate_testkit::seed::delivery("held", lead("held")))
+            .await
+            .unwrap();
+        let crm = std::sync::Arc::new(PausedWhilePacing {
+            store: store.clone(),
+            pause_once: true.into(),
+            calls: 0.into(),
+        });
+        let config =
+            leadgate::config::Config::parse(&config_toml(&db.url, "http://127.0.0.1:9/")).unwrap();
+        let worker = leadgate::worker::Worker {
+            store: store.clone(),
+            crm: crm.clone(),
+            settings: std::sync::Arc::new(leadgate::worker::WorkerSettings {
+                poll_interval: Duration::from_millis(20),
+                lease: Duration::from_secs(5),
+                call_timeout: Duration::from_secs(2),
+                settle: Duration::from_millis(300),
+                retry: config.retry.clone(),
+                outage: config.outage.clone(),
+                concurrency: 1,
+                fields: Default::default(),
+            }),
+            owner: "worker:test".into(),
+        };
+        assert!(worker.step().await.unwrap(), "the lead was not claimed");
+        assert_eq!(crm.calls.load(SeqCst), 0, "a call left after the pause");
+        let id: leadgate::domain::OperationId = "site:held".parse().unwrap();
+        let op = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (op.status, op.attempts),
+            (leadgate::domain::Status::Received, 0),
+            "{op:?}"
+        );
+        let timeline = store.timeline(&id).await.unwrap();
+        assert!(
+            timeline.iter().any(|e| e.kind == "not_sent"
+                && e.detail.to_string().contains("the connector is paused")),
+            "{timeline:?}"
+        );
+        // While paused, the worker takes nothing.
+        assert!(!worker.step().await.unwrap());
+        assert_eq!(crm.calls.load(SeqCst), 0);
+        store
+            .perform(
+                "olga",
+                Ask::ResumeConnector {
+                    name: "bitrix24".into(),
+                },
+                store.now(),
+            )
+            .await
+            .unwrap();
+        assert!(worker.step().await.unwrap());
+        let op = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (op.status, op.attempts, crm.calls.load(SeqCst)),
+            (leadgate::domain::Status::Completed, 1, 1),
+            "{op:?}"
+        );
+    }
+);

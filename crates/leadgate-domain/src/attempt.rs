@@ -53,6 +53,11 @@ pub enum AttemptOutcome {
         at: DateTime<Utc>,
         verify: bool,
     },
+    /// The connector was paused (by a person, or after an auth failure) between the
+    /// claim and the call: nothing was sent. Due again at once — no claim is granted until
+    /// it is resumed — the attempt not counted; with `verify` the key is still looked up
+    /// before anything is created.
+    Paused { failure: Failure, verify: bool },
 }
 
 impl AttemptOutcome {
@@ -66,7 +71,8 @@ impl AttemptOutcome {
             AttemptOutcome::Retry { .. }
             | AttemptOutcome::Verify { .. }
             | AttemptOutcome::PauseConnector { .. }
-            | AttemptOutcome::Outage { .. } => Some(Status::Received),
+            | AttemptOutcome::Outage { .. }
+            | AttemptOutcome::Paused { .. } => Some(Status::Received),
             AttemptOutcome::Terminal { .. } => Some(Status::FailedTerminal),
             AttemptOutcome::Review { .. } => None,
         }
@@ -87,7 +93,9 @@ impl AttemptOutcome {
     pub fn leaves_unknown(&self) -> bool {
         match self {
             AttemptOutcome::Verify { .. } => true,
-            AttemptOutcome::Outage { verify, .. } => *verify,
+            AttemptOutcome::Outage { verify, .. } | AttemptOutcome::Paused { verify, .. } => {
+                *verify
+            }
             AttemptOutcome::Review {
                 reason, failure, ..
             } => {

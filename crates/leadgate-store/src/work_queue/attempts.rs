@@ -433,6 +433,15 @@ async fn record_outcome<T: WriteTx>(
             );
             tx.append(&id, actor, &event, now).await?;
         }
+        AttemptOutcome::Paused { failure, verify } => {
+            record_failure(l, &failure);
+            // Nothing was sent, and the connector is to blame: not counted.
+            l.op.attempts = (l.op.attempts - 1).max(0);
+            l.op.next_attempt_at = Some(now);
+            l.op.verify_first = verify;
+            let event = failure_event(EventKind::NotSent, &failure, json!({"verify": verify}));
+            tx.append(&id, actor, &event, now).await?;
+        }
         AttemptOutcome::PauseConnector { connector, failure } => {
             record_failure(l, &failure);
             // The call never executed: it does not use up the retry budget.
