@@ -247,8 +247,11 @@ fn delivery(
     arrival: &Arrival<'_>,
     received_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<NewDelivery, ApiError> {
-    let payload_hash = fingerprint(&payload, &source.ignore)
-        .map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))?;
+    let payload_hash = fingerprint(
+        &sources::fingerprinted(&source.key, &payload),
+        &source.ignore,
+    )
+    .map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))?;
     let event_time = source.event_time(&payload);
     let horizon = store::before(received_at, state.tombstone);
     // Applies only if the key turns out to be new: a known key is answered as usual.

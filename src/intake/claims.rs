@@ -215,7 +215,8 @@ pub(super) async fn claim(
         ExternalClaimOutcome::ConnectorPaused => with_header(
             refusal(
                 Code::ConnectorPaused,
-                "the integration reported an auth failure; resume the connector after fixing the credentials",
+                "the connector is paused (after an auth failure, or by a person for a CRM's maintenance): \
+                 nothing is claimed until a person resumes it; send the same request again after Retry-After seconds",
             ),
             "retry-after",
             "60".into(),

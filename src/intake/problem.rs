@@ -129,7 +129,7 @@ problems! {
     InternalError = "internal_error", 500, "Leadgate failed on this request",
         "The details are only in the gateway's log; the same request is not worth repeating until someone looks. An unreported claim's lease runs out into a review case, never a second create.";
     ConnectorPaused = "connector_paused", 503, "The connector is paused",
-        "The integration reported an `auth` failure: nothing is claimed until a person resumes the connector (console, or `leadgate connector resume`) after fixing the credentials.";
+        "The connector is paused — after an integration reported an `auth` failure, or by a person (an admin) for a CRM's maintenance window, with a reason the console and `leadgate connector list` show. Nothing is claimed until a person resumes it (console, or `leadgate connector resume`); send the same request again after `Retry-After` seconds.";
     Unavailable = "unavailable", 503, "The operations database is not available",
         "The database is unavailable, busy or silent for more than 10 s: nothing was accepted. Send the same request again after `Retry-After` seconds; if it was being written, the next attempt is answered as a duplicate.";
 }

@@ -605,7 +605,7 @@ pub fn content_hash(payload: &Value, fields: &[String]) -> Option<String> {
         .iter()
         .map(|p| match payload.pointer(p) {
             None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.split_whitespace().collect::<Vec<_>>().join(" "),
+            Some(Value::String(s)) => collapsed(s),
             Some(v) => v.to_string(),
         })
         .collect();
@@ -615,6 +615,27 @@ pub fn content_hash(payload: &Value, fields: &[String]) -> Option<String> {
     let pairs: Vec<(&String, &String)> = fields.iter().zip(&values).collect();
     let text = serde_json::to_string(&pairs).expect("strings serialize");
     Some(hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// Text as content keys compare it: white space collapsed and trimmed.
+fn collapsed(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The payload a source fingerprints: as sent, except that a content-keyed source's keyed
+/// text has its white space collapsed as the key compares it — two deliveries differing
+/// only there are the same delivery, not a payload conflict for a person.
+pub fn fingerprinted<'a>(key: &KeySpec, payload: &'a Value) -> std::borrow::Cow<'a, Value> {
+    let KeySpec::Content(fields) = key else {
+        return std::borrow::Cow::Borrowed(payload);
+    };
+    let mut copy = payload.clone();
+    for p in fields {
+        if let Some(Value::String(s)) = copy.pointer_mut(p) {
+            *s = collapsed(s);
+        }
+    }
+    std::borrow::Cow::Owned(copy)
 }
 
 fn scalar(v: &Value) -> Option<String> {

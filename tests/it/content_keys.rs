@@ -60,6 +60,18 @@ each_backend!(
             (Some(id.as_str()), Some("duplicate")),
             "{answer}"
         );
+        // The keyed text with other white space (a form builder that pads or wraps) is
+        // the same content and the same delivery: a duplicate, not a case for a person.
+        let mut spaced = submission("Call me back");
+        spaced["message"] = json!("  Call me\n back ");
+        spaced["phone"] = json!("+7 999  123-45-67");
+        let (status, answer) = post(&gw, "form", &spaced).await;
+        assert!(status.is_success(), "{answer}");
+        assert_eq!(
+            (answer["operation_id"].as_str(), answer["outcome"].as_str()),
+            (Some(id.as_str()), Some("duplicate")),
+            "{answer}"
+        );
         // Same content, other data outside the keyed fields: the same operation, whose
         // changed data a person looks at (a payload conflict), never a second lead.
         let mut renamed = submission("Call me back");
