@@ -67,11 +67,6 @@ impl WorkerSettings {
     }
 }
 
-/// Records an attempt's outcome, trying again with backoff for up to `keep_trying` when
-/// the database fails transiently (a deadlock, a serialization failure, a connection
-/// reset, a restart): a CRM answer that came back must not become a lookup or a review
-/// because of a database hiccup. Repeating is safe: the store recognises a report it
-/// has already recorded by its lease token.
 /// Why a call to the CRM may not leave now ([`hold`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hold {
@@ -121,6 +116,11 @@ pub async fn hold(store: &dyn Dashboard, connector: &str) -> Option<Hold> {
     }
 }
 
+/// Records an attempt's outcome, trying again with backoff for up to `keep_trying` when
+/// the database fails transiently (a deadlock, a serialization failure, a connection
+/// reset, a restart): a CRM answer that came back must not become a lookup or a review
+/// because of a database hiccup. Repeating is safe: the store recognises a report it
+/// has already recorded by its lease token.
 pub async fn finish_attempt(
     store: &dyn WorkQueue,
     lease: &Lease,

@@ -138,12 +138,16 @@ impl Redeliverer {
             .unwrap_or(id)
     }
 
-    /// [`Self::claim_key`] as the `Idempotency-Key` field value that reads back as it
-    /// (`intake::idempotency::field_value`): bare as always, quoted when bare would not
-    /// do — a key that begins with a quote, which the workflow could otherwise not claim.
-    fn claim_field(&self, r: &DueRedelivery) -> String {
+    /// [`Self::claim_key`] as the `Idempotency-Key` field value that claims `r` again
+    /// (`intake::idempotency::field_value`): as it is, as always, unless it is a key made
+    /// since the draft's parsing that a gateway would read otherwise (one that begins with
+    /// a quote or a space): then an RFC 8941 string.
+    async fn claim_field(&self, r: &DueRedelivery) -> store::Result<String> {
+        use crate::intake::idempotency::{field_value, parse};
         let key = self.claim_key(r);
-        crate::intake::idempotency::field_value(key).unwrap_or_else(|| key.to_owned())
+        let bare = parse(key.as_bytes()) == Ok(Some(key.to_owned()));
+        let before = !bare && self.store.quoted_before_the_draft(&r.operation_id).await?;
+        Ok(field_value(key, before).unwrap_or_else(|| key.to_owned()))
     }
 
     /// One POST to the webhook. The error is a short sentence without the URL (it may
@@ -155,7 +159,13 @@ impl Redeliverer {
             .bearer_auth(self.settings.token.expose())
             .header("content-type", "application/json")
             .header("x-leadgate-operation-id", r.operation_id.as_str())
-            .header("x-leadgate-idempotency-key", self.claim_field(r))
+            .header(
+                "x-leadgate-idempotency-key",
+                self.claim_field(r).await.map_err(|e| {
+                    tracing::error!(error = %e, "reading how the key was stored failed");
+                    "the operations database did not answer".to_owned()
+                })?,
+            )
             .header("x-leadgate-redelivery", r.sent.to_string())
             .body(r.payload.clone())
             .send()

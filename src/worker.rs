@@ -202,6 +202,7 @@ impl Worker {
             Hold::Paused => AttemptOutcome::Paused {
                 failure: held.failure(),
                 verify,
+                granted: claim.granted,
             },
         }
     }

@@ -77,22 +77,26 @@ impl Gate {
                     .await
                     .unwrap_or_default();
                 let url = format!("http://127.0.0.1:{n8n_port}{}", parts.uri);
-                match client
+                // Forwarded and counted in a task of its own: a redeliverer that stops
+                // waiting drops this handler, not the count of what n8n accepted.
+                let forward = client
                     .request(parts.method, url)
                     .headers(parts.headers)
                     .body(body)
-                    .send()
-                    .await
-                {
-                    Ok(res) => {
-                        let status = res.status();
-                        if status.is_success() {
-                            accepted.fetch_add(1, Ordering::SeqCst);
+                    .send();
+                let answer = tokio::spawn(async move {
+                    match forward.await {
+                        Ok(res) => {
+                            let status = res.status();
+                            if status.is_success() {
+                                accepted.fetch_add(1, Ordering::SeqCst);
+                            }
+                            (status, res.text().await.unwrap_or_default())
                         }
-                        (status, res.text().await.unwrap_or_default())
+                        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()),
                     }
-                    Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()),
-                }
+                });
+                answer.await.unwrap()
             }
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

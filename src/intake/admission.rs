@@ -202,8 +202,9 @@ async fn admit(
 }
 
 /// The operation a parsed, authenticated delivery of `source` belongs to, from its key:
-/// a content key's window ([`content_window`]), a quoted `Idempotency-Key`'s earlier form
-/// ([`idempotency::claimed_operation`]), or the key itself.
+/// an `Idempotency-Key` stored before the draft's parsing
+/// ([`idempotency::earlier_operation`]), a content key's window ([`content_window`]), or
+/// the key itself.
 async fn operation_of(
     state: &IntakeState,
     source: &Source,
@@ -212,6 +213,14 @@ async fn operation_of(
     received_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<OperationId, ApiError> {
     reject_nul(payload)?;
+    if let (sources::KeySpec::Header(h), Some(headers)) = (&source.key, arrival.headers()) {
+        if idempotency::is_idempotency_key(h) {
+            let store = state.store.as_ref();
+            if let Some(id) = idempotency::earlier_operation(store, &source.name, headers).await? {
+                return Ok(id);
+            }
+        }
+    }
     let key = source
         .key(payload, arrival.headers())
         .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?
@@ -227,14 +236,7 @@ async fn operation_of(
     if let sources::KeySpec::Content(_) = &source.key {
         return content_window(state, source, &key, received_at).await;
     }
-    let id = OperationId::new(&source.name, &key)
-        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
-    Ok(match (&source.key, arrival.headers()) {
-        (sources::KeySpec::Header(h), Some(headers)) if idempotency::is_idempotency_key(h) => {
-            idempotency::claimed_operation(state.store.as_ref(), &source.name, headers, id).await?
-        }
-        _ => id,
-    })
+    OperationId::new(&source.name, &key).map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))
 }
 
 /// A delivery of `source` for `operation_id` as the store records it: the fingerprint,

@@ -102,34 +102,7 @@ pub(super) async fn claim(
 ) -> Result<Response, ApiError> {
     let body = read_body(&state, &headers, body).await?;
     let api = &state.claim_api;
-    // draft-ietf-httpapi-idempotency-key-header-06 §2.1 (`idempotency`), §2.7: no key is a 400.
-    let key = idempotency::key(&headers)
-        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?
-        .ok_or_else(|| {
-            ApiError::bad(
-                Code::MissingKey,
-                "This operation is idempotent and it requires correct usage of Idempotency Key: \
-                 send the lead's key in the Idempotency-Key header, e.g. `Idempotency-Key: \"lead-1\"`",
-            )
-        })?;
-    let key = key.as_str();
-    let operation_id = match OperationId::new(&api.source, key) {
-        Ok(id) => id,
-        // A key Leadgate made when a person accepted a conflicting body as new: the
-        // integration may claim that operation, never create one.
-        Err(e @ OperationIdError::Reserved) => {
-            let id = OperationId::try_from(format!("{}:{key}", api.source))
-                .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
-            if state.store.operation(&id).await?.is_none() {
-                return Err(ApiError::bad(Code::InvalidKey, e.to_string()));
-            }
-            id
-        }
-        Err(e) => return Err(ApiError::bad(Code::InvalidKey, e.to_string())),
-    };
-    let operation_id =
-        idempotency::claimed_operation(state.store.as_ref(), &api.source, &headers, operation_id)
-            .await?;
+    let operation_id = operation_of(&state, &headers).await?;
     let payload = sources::parse_body(BodyKind::Json, &body)
         .map_err(|m| ApiError::bad(Code::MalformedBody, m))?;
     super::reject_nul(&payload)?;
@@ -222,6 +195,39 @@ pub(super) async fn claim(
             "60".into(),
         ),
     })
+}
+
+/// The operation a claim's `Idempotency-Key` names (`idempotency`): one stored before
+/// the draft's parsing under the value as sent, else `<[claim_api] source>:<key>`.
+async fn operation_of(state: &IntakeState, headers: &HeaderMap) -> Result<OperationId, ApiError> {
+    let source = &state.claim_api.source;
+    if let Some(id) = idempotency::earlier_operation(state.store.as_ref(), source, headers).await? {
+        return Ok(id);
+    }
+    // draft-ietf-httpapi-idempotency-key-header-06 §2.1 (`idempotency`), §2.7: no key is a 400.
+    let key = idempotency::key(headers)
+        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?
+        .ok_or_else(|| {
+            ApiError::bad(
+                Code::MissingKey,
+                "This operation is idempotent and it requires correct usage of Idempotency Key: \
+                 send the lead's key in the Idempotency-Key header, e.g. `Idempotency-Key: \"lead-1\"`",
+            )
+        })?;
+    match OperationId::new(source, &key) {
+        Ok(id) => Ok(id),
+        // A key Leadgate made when a person accepted a conflicting body as new: the
+        // integration may claim that operation, never create one.
+        Err(e @ OperationIdError::Reserved) => {
+            let id = OperationId::try_from(format!("{source}:{key}"))
+                .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
+            if state.store.operation(&id).await?.is_none() {
+                return Err(ApiError::bad(Code::InvalidKey, e.to_string()));
+            }
+            Ok(id)
+        }
+        Err(e) => Err(ApiError::bad(Code::InvalidKey, e.to_string())),
+    }
 }
 
 fn replayed(body: Replayed) -> Response {

@@ -76,46 +76,50 @@ pub fn parse(value: &[u8]) -> Result<Option<String>, KeyError> {
     Ok(Some(key.to_owned()))
 }
 
-/// The field value that carries `key`: the key itself when, sent bare, it reads back as
-/// itself (the form integrations have always passed on), else an RFC 8941 string — a key
-/// that begins with a quote or a space. `None` for a key no field can carry (not
-/// printable ASCII; never one this module read).
-pub fn field_value(key: &str) -> Option<String> {
-    if parse(key.as_bytes()) == Ok(Some(key.to_owned())) {
+/// The field value that carries `key` to a gateway: the key as it is, the form
+/// integrations have always passed on, when a gateway reads it back as this operation —
+/// a bare key reads back as itself, and a key stored before the draft's parsing
+/// (`before_the_draft`, [`earlier_operation`]) is found by its value as sent, by old and
+/// new gateways alike. Else an RFC 8941 string: a key made since from a string that
+/// begins with a quote or a space. `None` for a key no field can carry (not printable
+/// ASCII; never one this module read).
+pub fn field_value(key: &str, before_the_draft: bool) -> Option<String> {
+    if before_the_draft || parse(key.as_bytes()) == Ok(Some(key.to_owned())) {
         return Some(key.to_owned());
     }
     let s = sfv::StringRef::from_str(key).ok()?;
     Some(sfv::ItemSerializer::new().bare_item(s).finish())
 }
 
-/// The operation a request keyed by `Idempotency-Key` claims: `id`, the one its key
-/// names — or, when the field was a quoted string and the operations database already
-/// holds an operation under the value as sent, quotes and all, that one. Leadgate before
-/// the draft's parsing took the field's text as the key, so `Idempotency-Key: "lead-1"`
-/// was the operation `api:"lead-1"`; the same request retried after an upgrade must find
-/// it, not create `api:lead-1` and a second lead in the CRM. Only a quoted field can have
-/// been keyed otherwise, so only it costs a lookup.
-pub async fn claimed_operation(
+/// The operation a request's `Idempotency-Key` claimed before Leadgate read the field as
+/// the draft defines it. Until then the field's text was the key, so
+/// `Idempotency-Key: "lead-1"` was the operation `api:"lead-1"`; the same request retried
+/// after the upgrade must find it, not claim `api:lead-1` and make a second lead in the
+/// CRM. Only operations that existed at the upgrade are found this way (migration 0033):
+/// one made since under a key that begins with a quote (the string `"\"x\""` is the key
+/// `"x"`) is never taken for another request's `"x"`. Asked before the field is parsed,
+/// so a value the draft refuses (`"lead-1`) still claims what it claimed before. Only a
+/// single field that begins with a quote costs a lookup.
+pub async fn earlier_operation(
     store: &dyn crate::store::Store,
     source: &str,
     headers: &HeaderMap,
-    id: OperationId,
-) -> Result<OperationId, crate::store::StoreError> {
-    let Some(as_sent) = headers
-        .get(HEADER)
-        .map(|v| v.as_bytes().trim_ascii())
-        .filter(|v| v.first() == Some(&b'"'))
-        .and_then(|v| std::str::from_utf8(v).ok())
-    else {
-        return Ok(id);
+) -> Result<Option<OperationId>, crate::store::StoreError> {
+    let mut fields = headers.get_all(HEADER).iter();
+    let (Some(field), None) = (fields.next(), fields.next()) else {
+        return Ok(None);
     };
-    let Ok(earlier) = OperationId::new(source, as_sent) else {
-        return Ok(id);
-    };
-    if earlier != id && store.operation(&earlier).await?.is_some() {
-        return Ok(earlier);
+    let value = field.as_bytes().trim_ascii();
+    if value.first() != Some(&b'"') {
+        return Ok(None);
     }
-    Ok(id)
+    let Some(id) = std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| OperationId::try_from(format!("{source}:{v}")).ok())
+    else {
+        return Ok(None);
+    };
+    Ok(store.quoted_before_the_draft(&id).await?.then_some(id))
 }
 
 /// What a resource publishes of its keys (§2.3, §2.5): the OpenAPI document's words for
@@ -191,13 +195,19 @@ mod tests {
             " padded ",
             "8e03978e-40d5-43e8-bc93-6894a57f9324",
         ] {
-            let v = field_value(k).unwrap();
+            let v = field_value(k, false).unwrap();
             assert_eq!(parse(v.as_bytes()), Ok(Some(k.to_owned())), "{k} as {v}");
         }
         // The bare form stays bare; only what it cannot carry is quoted.
-        assert_eq!(field_value("lead-1").as_deref(), Some("lead-1"));
-        assert_eq!(field_value("\"x").as_deref(), Some(r#""\"x""#));
-        assert_eq!(field_value("ключ"), None);
+        assert_eq!(field_value("lead-1", false).as_deref(), Some("lead-1"));
+        assert_eq!(field_value("\"x", false).as_deref(), Some(r#""\"x""#));
+        assert_eq!(field_value("ключ", false), None);
+        // A key stored before the draft's parsing goes as it is: every gateway finds it.
+        assert_eq!(
+            field_value("\"lead-1\"", true).as_deref(),
+            Some("\"lead-1\"")
+        );
+        assert_eq!(field_value("\"x", true).as_deref(), Some("\"x"));
     }
 
     #[test]

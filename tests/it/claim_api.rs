@@ -426,8 +426,10 @@ each_backend!(
 // A stored key that begins with a quote (`Idempotency-Key: "\"x"` is the key `"x`) was
 // redelivered as `"x`, which the integration's claim sends back as a string that never
 // ends: 400 every `redeliver_every`, and the lead never reached the CRM. The redelivery
-// names the key as a field value that reads back as it; a key stored with its quotes
-// before the draft's parsing (`"lead-1"`) reads back as itself too.
+// names such a key as an RFC 8941 string. A key stored before the draft's parsing
+// (`"lead-1"`, quotes and all) goes as it is: a new gateway finds it by its value as sent
+// and an old one reads the text — quoted, an old gateway would make it a new operation.
+// A bare key goes as it always did.
 each_backend!(
     a_redelivered_key_reads_back_as_itself_whatever_it_holds,
     |db| async move {
@@ -447,9 +449,12 @@ each_backend!(
         )
         .unwrap();
         let body = json!({"name": "Ivan"});
-        for (field, id) in [
-            (r#""\"x""#, "n8n:\"x"),
-            (r#""\"lead-1\"""#, "n8n:\"lead-1\""),
+        // (sent as, the operation, stored before the upgrade, redelivered as)
+        for (field, id, before, sent) in [
+            (r#""\"lead-1\"""#, r#"n8n:"lead-1""#, true, r#""lead-1""#),
+            (r#""\"x""#, r#"n8n:"x"#, false, r#""\"x""#),
+            (r#""\"y\"""#, r#"n8n:"y""#, false, r#""\"y\"""#),
+            ("plain", "n8n:plain", false, "plain"),
         ] {
             let (s, b, _, _) = claim(&gw, Some(field), &body).await;
             assert_eq!(
@@ -457,6 +462,10 @@ each_backend!(
                 (StatusCode::CREATED, Some(id)),
                 "{b}"
             );
+            if before {
+                db.run_migration_again(33, "quoted_keys_before_the_draft")
+                    .await;
+            }
             let t = b["lease_token"].as_str().unwrap().to_owned();
             let (s, b) = report(
                 &gw,
@@ -485,6 +494,7 @@ each_backend!(
                 .to_str()
                 .unwrap()
                 .to_owned();
+            assert_eq!(key, sent, "{id}");
             let (s, b, _, _) = claim(&gw, Some(&key), &body).await;
             assert_eq!(
                 (s, b["operation_id"].as_str()),

@@ -497,10 +497,10 @@ each_backend!(
     // Upgrading past the draft's parsing (review of issue 38): Leadgate before it took
     // the field's text as the key, so `Idempotency-Key: "lead-1"` made the operation
     // `n8n:"lead-1"`, quotes and all. The same request retried after the upgrade parses to
-    // `lead-1`; taken as a new operation it would be a second lead in the CRM. An
-    // operation stored that way is made here as the new parsing names it — the escaped
-    // string `"\"lead-1\""` is the key `"lead-1"` — which is the same row the old gateway
-    // wrote.
+    // `lead-1`; taken as a new operation it would be a second lead in the CRM. Operations
+    // stored that way are made here as the new parsing names them — the escaped string
+    // `"\"lead-1\""` is the key `"lead-1"`, the same row the old gateway wrote — and then
+    // migration 0033 runs again, as on the upgrade, to find them.
     a_quoted_key_stored_as_sent_before_the_upgrade_is_found_again,
     |db| async move {
         let gw = gateway(&db).await;
@@ -511,6 +511,16 @@ each_backend!(
         let token = a.body["lease_token"].as_str().unwrap().to_owned();
         let done = complete(&gw, r#"n8n:"lead-1""#, &token, "501").await;
         assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+        let a = claim(&gw, &[br#""\"lead-2\"""#], LEAD).await;
+        assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+        // A value the draft refuses (a string that never ends) was a key too.
+        let a = claim(&gw, &[br#""\"open""#], LEAD).await;
+        assert_eq!(a.body["operation_id"], r#"n8n:"open"#, "{}", a.body);
+        let olga = json!({"name": "Olga"});
+        let a = deliver(&gw, br#""\"web-9\"""#, &olga).await;
+        assert_eq!(a.body["operation_id"], r#"json:"web-9""#, "{}", a.body);
+        db.run_migration_again(33, "quoted_keys_before_the_draft")
+            .await;
 
         // The request as the integration sent it then, and sends it again now.
         let a = claim(&gw, &[b"\"lead-1\""], LEAD).await;
@@ -529,32 +539,14 @@ each_backend!(
         let a = claim(&gw, &[b"\"lead-1\""], r#"{"name": "Petr"}"#).await;
         assert_problem(&a, 422, "key_reused");
         assert_eq!(a.body["operation_id"], r#"n8n:"lead-1""#);
-        // One still in flight is found too.
-        let a = claim(&gw, &[br#""\"lead-2\"""#], LEAD).await;
-        assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+        // One still in flight is found too, and so is one the draft's parsing refuses.
         let a = claim(&gw, &[b"  \"lead-2\" "], LEAD).await;
         assert_problem(&a, 409, "in_flight");
         assert_eq!(a.body["operation_id"], r#"n8n:"lead-2""#);
-        for unquoted in ["n8n:lead-1", "n8n:lead-2"] {
-            assert!(
-                store
-                    .operation(&unquoted.parse().unwrap())
-                    .await
-                    .unwrap()
-                    .is_none(),
-                "{unquoted} was made"
-            );
-        }
-        // With nothing stored as sent, a quoted key is the string without its quotes.
-        let a = claim(&gw, &[b"\"lead-3\""], LEAD).await;
-        assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
-        assert_eq!(a.body["operation_id"], "n8n:lead-3");
-
+        let a = claim(&gw, &[b"\"open"], LEAD).await;
+        assert_problem(&a, 409, "in_flight");
+        assert_eq!(a.body["operation_id"], r#"n8n:"open"#);
         // A source keyed by the header (generic-json) finds it alike.
-        let olga = json!({"name": "Olga"});
-        let a = deliver(&gw, br#""\"web-9\"""#, &olga).await;
-        assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
-        assert_eq!(a.body["operation_id"], r#"json:"web-9""#);
         let a = deliver(&gw, b"\"web-9\"", &olga).await;
         assert_eq!(
             (
@@ -566,11 +558,32 @@ each_backend!(
             "{}",
             a.body
         );
-        assert!(store
-            .operation(&"json:web-9".parse().unwrap())
-            .await
-            .unwrap()
-            .is_none());
+        for unquoted in ["n8n:lead-1", "n8n:lead-2", "json:web-9"] {
+            assert!(
+                store
+                    .operation(&unquoted.parse().unwrap())
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "{unquoted} was made"
+            );
+        }
+
+        // Made since the upgrade, a key that begins with a quote is never taken for
+        // another lead's value as sent: `"\"x\""` is the key `"x"`, and `"x"` the key `x`.
+        let a = claim(&gw, &[br#""\"x\"""#], LEAD).await;
+        assert_eq!(a.body["operation_id"], r#"n8n:"x""#, "{}", a.body);
+        let a = claim(&gw, &[b"\"x\""], r#"{"name": "Petr"}"#).await;
+        assert_eq!(
+            (a.status, a.body["operation_id"].as_str()),
+            (StatusCode::CREATED, Some("n8n:x")),
+            "{}",
+            a.body
+        );
+        // Nor is a quoted key with nothing stored as sent.
+        let a = claim(&gw, &[b"\"lead-3\""], LEAD).await;
+        assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+        assert_eq!(a.body["operation_id"], "n8n:lead-3");
         gw.stop().await;
     }
 );

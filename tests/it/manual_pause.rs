@@ -259,6 +259,36 @@ impl leadgate::crm::Crm for PausedWhilePacing {
     }
 }
 
+/// A worker whose CRM is paused by a person while the worker waits for its pace.
+fn paused_while_pacing(
+    db: &leadgate_testkit::TestDb,
+    store: std::sync::Arc<dyn leadgate::store::Store>,
+) -> (leadgate::worker::Worker, std::sync::Arc<PausedWhilePacing>) {
+    let crm = std::sync::Arc::new(PausedWhilePacing {
+        store: store.clone(),
+        pause_once: true.into(),
+        calls: 0.into(),
+    });
+    let config =
+        leadgate::config::Config::parse(&config_toml(&db.url, "http://127.0.0.1:9/")).unwrap();
+    let worker = leadgate::worker::Worker {
+        store,
+        crm: crm.clone(),
+        settings: std::sync::Arc::new(leadgate::worker::WorkerSettings {
+            poll_interval: Duration::from_millis(20),
+            lease: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(2),
+            settle: Duration::from_millis(300),
+            retry: config.retry.clone(),
+            outage: config.outage.clone(),
+            concurrency: 1,
+            fields: Default::default(),
+        }),
+        owner: "worker:test".into(),
+    };
+    (worker, crm)
+}
+
 each_backend!(
     // Review of the manual pause: the worker asked the connector's row only whether the
     // CRM was reachable, so a lead claimed just before a person paused the connector was
@@ -272,28 +302,7 @@ each_backend!(
             .record_delivery(leadgate_testkit::seed::delivery("held", lead("held")))
             .await
             .unwrap();
-        let crm = std::sync::Arc::new(PausedWhilePacing {
-            store: store.clone(),
-            pause_once: true.into(),
-            calls: 0.into(),
-        });
-        let config =
-            leadgate::config::Config::parse(&config_toml(&db.url, "http://127.0.0.1:9/")).unwrap();
-        let worker = leadgate::worker::Worker {
-            store: store.clone(),
-            crm: crm.clone(),
-            settings: std::sync::Arc::new(leadgate::worker::WorkerSettings {
-                poll_interval: Duration::from_millis(20),
-                lease: Duration::from_secs(5),
-                call_timeout: Duration::from_secs(2),
-                settle: Duration::from_millis(300),
-                retry: config.retry.clone(),
-                outage: config.outage.clone(),
-                concurrency: 1,
-                fields: Default::default(),
-            }),
-            owner: "worker:test".into(),
-        };
+        let (worker, crm) = paused_while_pacing(&db, store.clone());
         assert!(worker.step().await.unwrap(), "the lead was not claimed");
         assert_eq!(crm.calls.load(SeqCst), 0, "a call left after the pause");
         let id: leadgate::domain::OperationId = "site:held".parse().unwrap();
@@ -328,6 +337,94 @@ each_backend!(
             (op.status, op.attempts, crm.calls.load(SeqCst)),
             (leadgate::domain::Status::Completed, 1, 1),
             "{op:?}"
+        );
+    }
+);
+
+each_backend!(
+    // Review of the manual pause: a person's grant ("retry once") that a pause held back
+    // was spent with nothing sent, so after the resume the lead went back to the person
+    // instead of its one authorized attempt. The grant is given back with the attempt.
+    a_persons_grant_held_back_by_a_pause_is_still_there_after_it,
+    |db| async move {
+        use std::sync::atomic::Ordering::SeqCst;
+        let store = db.store().await;
+        store
+            .record_delivery(leadgate_testkit::seed::delivery("granted", lead("granted")))
+            .await
+            .unwrap();
+        let id: leadgate::domain::OperationId = "site:granted".parse().unwrap();
+        let case_id = store
+            .open_review(
+                &id,
+                leadgate::domain::ReviewReason::RetriesExhausted,
+                "worker:test",
+                serde_json::json!({}),
+                store.now(),
+            )
+            .await
+            .unwrap();
+        let case = store.cases_of(&id).await.unwrap().remove(0);
+        assert_eq!(case.id, case_id);
+        store
+            .resolve(leadgate::store::Resolve {
+                case_id,
+                expected_version: case.version,
+                actor: "anna".into(),
+                comment: None,
+                action: leadgate::store::HumanAction::AuthorizeRetry,
+                now: store.now(),
+                bulk: None,
+            })
+            .await
+            .unwrap();
+        let granted = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(granted.retry_grants, 1, "{granted:?}");
+        let (worker, crm) = paused_while_pacing(&db, store.clone());
+        // The grant's claim may wait for the end of a quiet period: however slow.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !worker.step().await.unwrap() {
+            assert!(
+                Instant::now() < deadline,
+                "the granted lead was never claimed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(crm.calls.load(SeqCst), 0, "a call left after the pause");
+        let held = store.operation(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (held.status, held.retry_grants),
+            (leadgate::domain::Status::Received, 1),
+            "{held:?}"
+        );
+        store
+            .perform(
+                "olga",
+                Ask::ResumeConnector {
+                    name: "bitrix24".into(),
+                },
+                store.now(),
+            )
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            worker.step().await.unwrap();
+            let op = store.operation(&id).await.unwrap().unwrap();
+            if op.status == leadgate::domain::Status::Completed {
+                assert_eq!(op.retry_grants, 0, "{op:?}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never sent after the resume: {op:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            crm.calls.load(SeqCst),
+            1,
+            "the one authorized attempt, nothing more"
         );
     }
 );

@@ -736,6 +736,10 @@ impl Journal for Hiccup {
             .await
     }
 
+    async fn quoted_before_the_draft(&self, id: &leadgate::domain::OperationId) -> Result<bool> {
+        self.inner.quoted_before_the_draft(id).await
+    }
+
     async fn use_content_key(
         &self,
         source: &str,

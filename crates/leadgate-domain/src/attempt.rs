@@ -56,8 +56,13 @@ pub enum AttemptOutcome {
     /// The connector was paused (by a person, or after an auth failure) between the
     /// claim and the call: nothing was sent. Due again at once — no claim is granted until
     /// it is resumed — the attempt not counted; with `verify` the key is still looked up
-    /// before anything is created.
-    Paused { failure: Failure, verify: bool },
+    /// before anything is created, and a person's grant (`granted`: the claim used one)
+    /// is given back.
+    Paused {
+        failure: Failure,
+        verify: bool,
+        granted: bool,
+    },
 }
 
 impl AttemptOutcome {

@@ -91,6 +91,31 @@ impl TestDb {
         }
     }
 
+    /// Runs `sql` (statements separated by `;`) straight on the database, as an operator
+    /// or an earlier version of Leadgate would.
+    pub async fn execute(&self, sql: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&self.url).await.unwrap();
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+            }
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+            }
+        }
+    }
+
+    /// Applies migration `version` again, as if it had first run now: what it found then
+    /// (the rows in the database now) is what it records.
+    pub async fn run_migration_again(&self, version: i64, table: &str) {
+        self.execute(&format!(
+            "drop table {table}; delete from _sqlx_migrations where version = {version}"
+        ))
+        .await;
+        self.store().await;
+    }
+
     async fn drop_database(&self) {
         if let Some((server, name)) = &self.pg {
             let mut admin = sqlx::PgConnection::connect(server).await.unwrap();

@@ -31,6 +31,11 @@ pub trait Journal: Clock {
         now: DateTime<Utc>,
     ) -> Result<String>;
 
+    /// Whether `id` is an operation stored before Leadgate parsed `Idempotency-Key` as
+    /// the draft defines it, under a key that begins with a quote (migration 0033): the
+    /// field's text, quotes and all.
+    async fn quoted_before_the_draft(&self, id: &OperationId) -> Result<bool>;
+
     /// A content key (migration 0030): remembers that `source`'s content
     /// `content_sha256` keys `operation_id` until `expires_at` (its window's end), unless a
     /// window of that content is still open at `now` (the delivery's arrival): the operation

@@ -42,6 +42,16 @@ macro_rules! journal_sql {
                     .await
             }
 
+            async fn quoted_before_the_draft(&self, id: &OperationId) -> Result<bool> {
+                let found: Option<String> = sqlx::query_scalar(
+                    "select operation_id from quoted_keys_before_the_draft where operation_id = $1",
+                )
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(found.is_some())
+            }
+
             async fn use_content_key(
                 &self,
                 source: &str,

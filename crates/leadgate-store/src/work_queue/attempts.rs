@@ -433,13 +433,25 @@ async fn record_outcome<T: WriteTx>(
             );
             tx.append(&id, actor, &event, now).await?;
         }
-        AttemptOutcome::Paused { failure, verify } => {
+        AttemptOutcome::Paused {
+            failure,
+            verify,
+            granted,
+        } => {
             record_failure(l, &failure);
-            // Nothing was sent, and the connector is to blame: not counted.
+            // Nothing was sent, and the connector is to blame: not counted, and a
+            // person's grant is still there for the attempt after the resume.
             l.op.attempts = (l.op.attempts - 1).max(0);
+            if granted {
+                l.op.retry_grants += 1;
+            }
             l.op.next_attempt_at = Some(now);
             l.op.verify_first = verify;
-            let event = failure_event(EventKind::NotSent, &failure, json!({"verify": verify}));
+            let event = failure_event(
+                EventKind::NotSent,
+                &failure,
+                json!({"verify": verify, "granted": granted}),
+            );
             tx.append(&id, actor, &event, now).await?;
         }
         AttemptOutcome::PauseConnector { connector, failure } => {
