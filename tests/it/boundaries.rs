@@ -42,7 +42,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "pull",
         &["config", "domain", "intake", "store", "supervise"],
     ),
-    ("redeliver", &["config", "domain", "store", "supervise"]),
+    (
+        "redeliver",
+        &["config", "domain", "intake", "store", "supervise"],
+    ),
     ("alerts", &["config", "domain", "store", "supervise"]),
     ("feed", &["alerts", "config", "domain", "store"]),
     ("diagnose", &["crm", "domain", "store"]),

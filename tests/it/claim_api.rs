@@ -331,6 +331,25 @@ async fn webhook() -> (String, Received, tokio::task::JoinHandle<()>) {
     (url, got, server)
 }
 
+/// The redelivery loop of the `n8n` source, sending to `url`, stepped by hand (`pass`).
+fn redeliverer(
+    store: std::sync::Arc<dyn leadgate::store::Store>,
+    url: String,
+) -> leadgate::redeliver::Redeliverer {
+    leadgate::redeliver::Redeliverer::new(
+        store,
+        leadgate::redeliver::RedeliverSettings {
+            source: "n8n".into(),
+            url: leadgate::config::Secret::new(url),
+            token: leadgate::config::Secret::new(leadgate_testkit::gateway::INTEGRATION_TOKEN),
+            every: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(20),
+            owner: "worker:test".into(),
+        },
+    )
+    .unwrap()
+}
+
 // A person accepts a claim-API conflict as new: the new operation `<key>#accepted-<id>`
 // is the integration's, received and due, so the redelivery loop sends it to the
 // integration's webhook — with the *conflicting* body, whose key field is the original's.
@@ -379,18 +398,7 @@ each_backend!(
             .unwrap();
 
         let (url, got, server) = webhook().await;
-        let redeliverer = leadgate::redeliver::Redeliverer::new(
-            store.clone(),
-            leadgate::redeliver::RedeliverSettings {
-                source: "n8n".into(),
-                url: leadgate::config::Secret::new(url),
-                token: leadgate::config::Secret::new(leadgate_testkit::gateway::INTEGRATION_TOKEN),
-                every: Duration::from_secs(60),
-                poll_interval: Duration::from_millis(20),
-                owner: "worker:test".into(),
-            },
-        )
-        .unwrap();
+        let redeliverer = redeliverer(store.clone(), url);
         assert_eq!(redeliverer.pass().await.unwrap(), 1);
         let (headers, body) = got.lock().unwrap().remove(0);
         assert_eq!(
@@ -436,18 +444,7 @@ each_backend!(
         let gw = Gateway::start(&db).await;
         let store = gw.store();
         let (url, got, server) = webhook().await;
-        let redeliverer = leadgate::redeliver::Redeliverer::new(
-            store.clone(),
-            leadgate::redeliver::RedeliverSettings {
-                source: "n8n".into(),
-                url: leadgate::config::Secret::new(url),
-                token: leadgate::config::Secret::new(leadgate_testkit::gateway::INTEGRATION_TOKEN),
-                every: Duration::from_secs(60),
-                poll_interval: Duration::from_millis(20),
-                owner: "worker:test".into(),
-            },
-        )
-        .unwrap();
+        let redeliverer = redeliverer(store.clone(), url);
         let body = json!({"name": "Ivan"});
         // (sent as, the operation, stored before the upgrade, redelivered as)
         for (field, id, before, sent) in [

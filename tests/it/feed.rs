@@ -77,17 +77,7 @@ pub(crate) fn received(log: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Waits for `cond`, generously (a busy machine is only slower, never failing).
-pub(crate) async fn wait_until<F: std::future::Future<Output = bool>>(
-    what: &str,
-    mut cond: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub(crate) use leadgate_testkit::wait_until;
 
 /// `leadgate feed …` on the database at `db_url`: exit code, stdout, stderr.
 fn cli(dir: &Path, db_url: &str, args: &[&str]) -> (i32, String, String) {

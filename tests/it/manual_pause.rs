@@ -12,20 +12,11 @@ use leadgate::store::{Answer, Ask, StoreError};
 use leadgate_domain::Refusal;
 use leadgate_fakes::bitrix24::Fault;
 use leadgate_fakes::webhook::FakeWebhook;
-use leadgate_testkit::each_backend;
 use leadgate_testkit::gateway::*;
+use leadgate_testkit::{each_backend, wait_until};
 use reqwest::StatusCode;
 
 const REASON: &str = "the portal moves to a new plan until 22:00";
-
-async fn wait_until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    // Generous: a busy machine is only slower, never failing.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 async fn metric(gw: &Gateway, line: &str) -> bool {
     let text = gw
@@ -259,6 +250,15 @@ impl leadgate::crm::Crm for PausedWhilePacing {
     }
 }
 
+/// Olga resumes the connector.
+async fn resume(store: &dyn leadgate::store::Store) {
+    let ask = Ask::ResumeConnector {
+        name: "bitrix24".into(),
+    };
+    let answer = store.perform("olga", ask, store.now()).await.unwrap();
+    assert_eq!(answer, Answer::Resumed { resumed: true });
+}
+
 /// A worker whose CRM is paused by a person while the worker waits for its pace.
 fn paused_while_pacing(
     db: &leadgate_testkit::TestDb,
@@ -321,16 +321,7 @@ each_backend!(
         // While paused, the worker takes nothing.
         assert!(!worker.step().await.unwrap());
         assert_eq!(crm.calls.load(SeqCst), 0);
-        store
-            .perform(
-                "olga",
-                Ask::ResumeConnector {
-                    name: "bitrix24".into(),
-                },
-                store.now(),
-            )
-            .await
-            .unwrap();
+        resume(store.as_ref()).await;
         assert!(worker.step().await.unwrap());
         let op = store.operation(&id).await.unwrap().unwrap();
         assert_eq!(
@@ -397,16 +388,7 @@ each_backend!(
             (leadgate::domain::Status::Received, 1),
             "{held:?}"
         );
-        store
-            .perform(
-                "olga",
-                Ask::ResumeConnector {
-                    name: "bitrix24".into(),
-                },
-                store.now(),
-            )
-            .await
-            .unwrap();
+        resume(store.as_ref()).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             worker.step().await.unwrap();

@@ -27,3 +27,15 @@ pub mod walk;
 pub mod webdriver;
 
 pub use db::{run, Backend, TestDb};
+
+/// Waits for `cond`, generously (90 s): a busy machine is only slower, never failing.
+pub async fn wait_until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !cond().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
