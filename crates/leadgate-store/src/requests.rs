@@ -27,6 +27,10 @@
 //! `human_request_logins` (an upsert in the trigger), so two sessions cannot both count 99;
 //! people cannot lock that row and the gateway never touches it, so holding it delays only
 //! that login's own next request.
+//!
+//! Each kind is a row of `leadgate_request_kinds` (migration 0034): the roles that may ask
+//! for it and the SQL function that checks its shape (`leadgate_request_shape_…`). A new
+//! kind is a row, a function and an arm of [`Ask`].
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
