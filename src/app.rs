@@ -502,6 +502,7 @@ async fn retention_loop(
                 deliveries = r.deliveries,
                 sign_ins = r.sign_ins,
                 requests = r.requests,
+                feed_owed = r.feed_owed,
                 "retention purge"
             ),
             Ok(_) => {}

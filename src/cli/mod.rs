@@ -483,11 +483,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let r = store::purge(store.as_ref(), cutoff, crate::app::PURGE_BATCH).await?;
             println!(
                 "purged {} finished operations (tombstones kept), {} journal entries, {} console \
-                 sign-ins and {} answered requests older than {}",
+                 sign-ins, {} answered requests and {} event-feed deliveries still owed, older than {}",
                 r.operations,
                 r.deliveries,
                 r.sign_ins,
                 r.requests,
+                r.feed_owed,
                 humantime::format_duration(older_than)
             );
         }

@@ -770,3 +770,54 @@ async fn a_subscriber_removed_while_a_create_is_recorded_fails_nothing() {
     })
     .await;
 }
+
+each_backend!(
+    // A disabled subscriber's queue does not grow for ever: what is still owed of events
+    // older than retention is forgotten by the purge, with those events; newer ones stay.
+    what_a_subscriber_is_owed_is_kept_as_long_as_retention_keeps_a_lead,
+    |db| async move {
+        let store = db.store().await;
+        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let all: Vec<String> = leadgate::store::FEED_EVENT_TYPES.map(String::from).to_vec();
+        let a = store
+            .feed_subscribe("http://127.0.0.1:9/a", &secret, &all, store.now())
+            .await
+            .unwrap();
+        let outage = OutageConfig {
+            after_failures: 1,
+            ..OutageConfig::default()
+        };
+        // An event of 40 days ago (the connector unreachable since then), and one of now.
+        let long_ago = store.now() - chrono::TimeDelta::days(40);
+        store
+            .connector_failed("x", &outage, long_ago)
+            .await
+            .unwrap();
+        store.connector_answered("x", store.now()).await.unwrap();
+        let pending = |store: std::sync::Arc<dyn leadgate::store::Store>| async move {
+            store.feed_subscribers().await.unwrap()[0].pending
+        };
+        assert_eq!(pending(store.clone()).await, 2);
+        let cutoff = store.now() - chrono::TimeDelta::days(30);
+        let report = leadgate::store::purge(store.as_ref(), cutoff, 100)
+            .await
+            .unwrap();
+        assert_eq!(report.feed_owed, 1, "{report:?}");
+        assert_eq!(pending(store.clone()).await, 1);
+        let turn = store
+            .feed_turn(a, "g", Duration::from_secs(30), store.now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(turn.event.kind, "connector.resumed");
+        // The forgotten event itself is gone; nothing else was touched.
+        let again = leadgate::store::purge(store.as_ref(), cutoff, 100)
+            .await
+            .unwrap();
+        assert_eq!(again.feed_owed, 0);
+        assert_eq!(
+            db.texts("select type from feed_events").await,
+            vec!["connector.resumed".to_owned()]
+        );
+    }
+);

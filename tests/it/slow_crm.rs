@@ -1369,6 +1369,10 @@ impl Upkeep for Hiccup {
         self.inner.forget_requests(before).await
     }
 
+    async fn forget_feed_owed(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        self.inner.forget_feed_owed(before).await
+    }
+
     async fn purge_batch(
         &self,
         finished_before: chrono::DateTime<chrono::Utc>,

@@ -447,11 +447,17 @@ pub struct PurgeReport {
     pub sign_ins: u64,
     /// People's answered requests forgotten (a resend's holds a lead's data).
     pub requests: u64,
+    /// Event-feed deliveries still owed of events older than retention, forgotten.
+    pub feed_owed: u64,
 }
 
 impl PurgeReport {
     pub fn is_empty(&self) -> bool {
-        self.operations == 0 && self.deliveries == 0 && self.sign_ins == 0 && self.requests == 0
+        self.operations == 0
+            && self.deliveries == 0
+            && self.sign_ins == 0
+            && self.requests == 0
+            && self.feed_owed == 0
     }
 }
 
@@ -503,7 +509,8 @@ pub(crate) fn contact_slot(kind: &str, value: &str) -> i64 {
 }
 
 /// Runs purge batches until nothing is left, yielding between batches, then forgets the
-/// web console's sign-ins made before `finished_before`.
+/// web console's sign-ins made before `finished_before`, people's answered requests and
+/// what the event feed still owes of events that old.
 pub async fn purge(
     store: &dyn Store,
     finished_before: DateTime<Utc>,
@@ -519,6 +526,7 @@ pub async fn purge(
         if r.operations < batch as u64 && r.deliveries < batch as u64 {
             total.sign_ins = store.forget_sign_ins(finished_before).await?;
             total.requests = store.forget_requests(finished_before).await?;
+            total.feed_owed = store.forget_feed_owed(finished_before).await?;
             return Ok(total);
         }
         tokio::task::yield_now().await;

@@ -52,6 +52,12 @@ pub trait Upkeep: Clock {
     /// did stays on the operation's timeline. Waiting requests are kept. Returns how many.
     async fn forget_requests(&self, before: DateTime<Utc>) -> Result<u64>;
 
+    /// Forgets what the event feed still owes of events that happened before `before`
+    /// (a subscriber disabled for longer than retention, or failing that long), and those
+    /// events once nobody is owed them: a disabled subscriber's queue does not grow for
+    /// ever. Returns how many deliveries owed were forgotten.
+    async fn forget_feed_owed(&self, before: DateTime<Utc>) -> Result<u64>;
+
     /// Resumes a paused connector; returns false if it was not paused.
     async fn resume_connector(&self, name: &str, actor: &str, now: DateTime<Utc>) -> Result<bool>;
 

@@ -54,6 +54,27 @@ macro_rules! upkeep_sql {
                     .rows_affected())
             }
 
+            async fn forget_feed_owed(&self, before: DateTime<Utc>) -> Result<u64> {
+                let mut tx = self.begin_write().await?;
+                let forgotten = sqlx::query(
+                    "delete from feed_deliveries where event_seq in \
+                       (select seq from feed_events where occurred_at < $1)",
+                )
+                .bind(before)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                sqlx::query(
+                    "delete from feed_events where occurred_at < $1 and not exists \
+                       (select 1 from feed_deliveries d where d.event_seq = feed_events.seq)",
+                )
+                .bind(before)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(forgotten)
+            }
+
             async fn pause_connector(
                 &self,
                 name: &str,
