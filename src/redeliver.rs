@@ -143,10 +143,11 @@ impl Redeliverer {
     /// since the draft's parsing that a gateway would read otherwise (one that begins with
     /// a quote or a space): then an RFC 8941 string.
     async fn claim_field(&self, r: &DueRedelivery) -> store::Result<String> {
-        use crate::intake::idempotency::{field_value, parse};
+        use crate::intake::idempotency::{field_value, reads_back_bare};
         let key = self.claim_key(r);
-        let bare = parse(key.as_bytes()) == Ok(Some(key.to_owned()));
-        let before = !bare && self.store.quoted_before_the_draft(&r.operation_id).await?;
+        // Only a key that bare would not carry asks how it was stored.
+        let before =
+            !reads_back_bare(key) && self.store.quoted_before_the_draft(&r.operation_id).await?;
         Ok(field_value(key, before).unwrap_or_else(|| key.to_owned()))
     }
 

@@ -76,6 +76,11 @@ pub fn parse(value: &[u8]) -> Result<Option<String>, KeyError> {
     Ok(Some(key.to_owned()))
 }
 
+/// Whether `key`, sent bare, is read back as itself.
+pub fn reads_back_bare(key: &str) -> bool {
+    parse(key.as_bytes()).is_ok_and(|k| k.as_deref() == Some(key))
+}
+
 /// The field value that carries `key` to a gateway: the key as it is, the form
 /// integrations have always passed on, when a gateway reads it back as this operation —
 /// a bare key reads back as itself, and a key stored before the draft's parsing
@@ -84,7 +89,7 @@ pub fn parse(value: &[u8]) -> Result<Option<String>, KeyError> {
 /// begins with a quote or a space. `None` for a key no field can carry (not printable
 /// ASCII; never one this module read).
 pub fn field_value(key: &str, before_the_draft: bool) -> Option<String> {
-    if before_the_draft || parse(key.as_bytes()) == Ok(Some(key.to_owned())) {
+    if before_the_draft || reads_back_bare(key) {
         return Some(key.to_owned());
     }
     let s = sfv::StringRef::from_str(key).ok()?;
