@@ -1,10 +1,15 @@
 use std::fmt;
 
-/// The stable key of one business operation: `<source>:<event key>`.
+use crate::tenant::TenantSlug;
+
+/// The stable key of one business operation: `<source>:<event key>`, and in a tenant
+/// other than the default one `<tenant>/<source>:<event key>`.
 ///
 /// It comes from the event (a form submission id, a message id), never from
 /// contact data or the receive time, so every technical repeat of one event maps
-/// to the same key. Namespacing by source keeps keys of different sources apart.
+/// to the same key. Namespacing by source keeps keys of different sources apart, and by
+/// tenant keys of different portals. The default tenant's keys carry no tenant, so they
+/// are byte for byte the keys of a deployment from before fleet mode.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(transparent)]
 pub struct OperationId(String);
@@ -26,11 +31,18 @@ pub enum OperationIdError {
     BadSource(String),
     #[error("the operation key has no `<source>:` prefix")]
     NotNamespaced,
+    #[error(transparent)]
+    BadTenant(#[from] crate::tenant::BadTenantSlug),
+    /// One key, one spelling: the default tenant's keys are never qualified.
+    #[error("the default tenant's keys carry no tenant: write `<source>:<key>`")]
+    QualifiedDefault,
     #[error("keys ending in `{mark}<number>` are reserved for leads a person accepted as new", mark = OperationId::ACCEPTED_MARK)]
     Reserved,
 }
 
 impl OperationId {
+    /// The most bytes of `<source>:<key>` (the part a CRM is given); a tenant's prefix
+    /// comes on top.
     pub const MAX_LEN: usize = 255;
 
     /// What ends a key made by "accept as new" (`<original>#accepted-<delivery id>`).
@@ -39,6 +51,12 @@ impl OperationId {
     /// Builds the key of an event `key` received from `source`. Keys ending like an
     /// accepted-as-new key are refused, so a source can never claim one.
     pub fn new(source: &str, key: &str) -> Result<Self, OperationIdError> {
+        Self::new_in(&TenantSlug::default_tenant(), source, key)
+    }
+
+    /// Builds the key of an event `key` received from `source` of `tenant`:
+    /// `<tenant>/<source>:<key>`, or `<source>:<key>` in the default tenant.
+    pub fn new_in(tenant: &TenantSlug, source: &str, key: &str) -> Result<Self, OperationIdError> {
         if !is_valid_source_name(source) {
             return Err(OperationIdError::BadSource(source.to_owned()));
         }
@@ -51,7 +69,12 @@ impl OperationId {
         if key.chars().any(is_invisible) {
             return Err(OperationIdError::InvisibleCharacter);
         }
-        Self::validated(format!("{source}:{key}"))
+        let local = format!("{source}:{key}");
+        if tenant.is_default() {
+            Self::validated(local)
+        } else {
+            Self::validated(format!("{tenant}/{local}"))
+        }
     }
 
     /// The key of the operation made from the conflicting delivery `delivery_id` of
@@ -62,7 +85,8 @@ impl OperationId {
     /// after the last mark is the delivery id).
     pub fn accepted_as_new(original: &OperationId, delivery_id: i64) -> OperationId {
         let suffix = format!("{}{delivery_id}", Self::ACCEPTED_MARK);
-        let mut cut = original.0.len().min(Self::MAX_LEN - suffix.len());
+        let prefix = original.0.len() - original.local_part().len();
+        let mut cut = original.0.len().min(prefix + Self::MAX_LEN - suffix.len());
         while !original.0.is_char_boundary(cut) {
             cut -= 1;
         }
@@ -76,8 +100,9 @@ impl OperationId {
     }
 
     fn validated(s: String) -> Result<Self, OperationIdError> {
-        if s.len() > Self::MAX_LEN {
-            return Err(OperationIdError::TooLong(s.len()));
+        let local = local_part(&s);
+        if local.len() > Self::MAX_LEN {
+            return Err(OperationIdError::TooLong(local.len()));
         }
         if s.chars().any(char::is_control) {
             return Err(OperationIdError::ControlCharacter);
@@ -89,9 +114,32 @@ impl OperationId {
         &self.0
     }
 
-    /// The source part of the key (before the first `:`).
+    /// The source part of the key (before the first `:`, after the tenant).
     pub fn source(&self) -> &str {
-        self.0.split_once(':').map(|(s, _)| s).unwrap_or(&self.0)
+        let local = self.local_part();
+        local.split_once(':').map(|(s, _)| s).unwrap_or(local)
+    }
+
+    /// `<source>:<key>`, without the tenant: what the CRM is given, so a portal's keys
+    /// are the same whether its tenant is the default one or one of a fleet.
+    pub fn local_part(&self) -> &str {
+        local_part(&self.0)
+    }
+
+    /// The tenant the key names, `None` for the default tenant.
+    pub fn tenant_slug(&self) -> Option<&str> {
+        let head = self.0.split_once(':').map_or(self.0.as_str(), |(h, _)| h);
+        head.split_once('/').map(|(tenant, _)| tenant)
+    }
+}
+
+/// The key without its `<tenant>/` prefix: a tenant and a source never contain `/` or
+/// `:`, so a `/` before the first `:` ends the tenant.
+fn local_part(s: &str) -> &str {
+    let head = s.split_once(':').map_or(s, |(h, _)| h);
+    match head.split_once('/') {
+        Some((tenant, _)) => &s[tenant.len() + 1..],
+        None => s,
     }
 }
 
@@ -121,10 +169,21 @@ pub fn is_valid_source_name(s: &str) -> bool {
 
 impl TryFrom<String> for OperationId {
     type Error = OperationIdError;
-    /// Parses a stored or user-supplied key; it must carry its `<source>:` namespace.
+    /// Parses a stored or user-supplied key; it must carry its `<source>:` namespace
+    /// (and may carry a `<tenant>/` before it).
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        let Some((source, key)) = s.split_once(':') else {
+        let Some((head, key)) = s.split_once(':') else {
             return Err(OperationIdError::NotNamespaced);
+        };
+        let source = match head.split_once('/') {
+            Some((tenant, source)) => {
+                let tenant = TenantSlug::new(tenant)?;
+                if tenant.is_default() {
+                    return Err(OperationIdError::QualifiedDefault);
+                }
+                source
+            }
+            None => head,
         };
         if !is_valid_source_name(source) {
             return Err(OperationIdError::BadSource(source.to_owned()));
@@ -278,5 +337,89 @@ mod tests {
         assert!(serde_json::from_str::<OperationId>("\"x\"").is_err());
         let id: OperationId = serde_json::from_str("\"site:1\"").unwrap();
         assert_eq!(serde_json::to_string(&id).unwrap(), "\"site:1\"");
+    }
+
+    #[test]
+    fn a_tenants_keys_carry_its_slug_and_the_default_tenants_do_not() {
+        let acme = TenantSlug::new("acme").unwrap();
+        let default = TenantSlug::default_tenant();
+        let table = [
+            // (tenant, source, key) -> stored key, local part, tenant
+            (&default, "site", "42", "site:42", "site:42", None),
+            (&default, "site", "a/b:c", "site:a/b:c", "site:a/b:c", None),
+            (&acme, "site", "42", "acme/site:42", "site:42", Some("acme")),
+            (
+                &acme,
+                "tilda",
+                "7:8/9",
+                "acme/tilda:7:8/9",
+                "tilda:7:8/9",
+                Some("acme"),
+            ),
+        ];
+        for (tenant, source, key, stored, local, slug) in table {
+            let id = OperationId::new_in(tenant, source, key).unwrap();
+            assert_eq!(id.as_str(), stored);
+            assert_eq!(id.local_part(), local);
+            assert_eq!(id.tenant_slug(), slug);
+            assert_eq!(id.source(), source);
+            assert_eq!(stored.parse::<OperationId>(), Ok(id.clone()), "{stored}");
+        }
+        // Tenant 0's keys are exactly the keys of a deployment without tenants.
+        assert_eq!(
+            OperationId::new_in(&default, "site", "42").unwrap(),
+            OperationId::new("site", "42").unwrap()
+        );
+        assert_ne!(
+            OperationId::new_in(&acme, "site", "42").unwrap(),
+            OperationId::new("site", "42").unwrap()
+        );
+    }
+
+    #[test]
+    fn a_qualified_key_is_parsed_strictly() {
+        assert_eq!(
+            "default/site:1".parse::<OperationId>(),
+            Err(OperationIdError::QualifiedDefault)
+        );
+        assert!(matches!(
+            "Acme/site:1".parse::<OperationId>(),
+            Err(OperationIdError::BadTenant(_))
+        ));
+        assert!(matches!(
+            "acme/si/te:1".parse::<OperationId>(),
+            Err(OperationIdError::BadSource(_))
+        ));
+        assert_eq!(
+            "acme/site:".parse::<OperationId>(),
+            Err(OperationIdError::Empty)
+        );
+        assert_eq!(
+            "acme/site".parse::<OperationId>(),
+            Err(OperationIdError::NotNamespaced)
+        );
+    }
+
+    #[test]
+    fn the_length_limit_is_the_local_parts() {
+        let acme = TenantSlug::new(&"a".repeat(TenantSlug::MAX_LEN)).unwrap();
+        let longest = "x".repeat(OperationId::MAX_LEN - "site:".len());
+        let id = OperationId::new_in(&acme, "site", &longest).unwrap();
+        assert_eq!(id.local_part().len(), OperationId::MAX_LEN);
+        assert_eq!(id.as_str().parse::<OperationId>(), Ok(id.clone()));
+        assert_eq!(
+            OperationId::new_in(&acme, "site", &format!("{longest}x")),
+            Err(OperationIdError::TooLong(OperationId::MAX_LEN + 1))
+        );
+        // Accepting a qualified key as new keeps its tenant and stays within the limit.
+        let derived = OperationId::accepted_as_new(&id, i64::MAX);
+        assert_eq!(derived.tenant_slug(), Some(acme.as_str()));
+        assert!(derived.local_part().len() <= OperationId::MAX_LEN);
+        assert!(derived.as_str().parse::<OperationId>().is_ok());
+        let short = OperationId::new_in(&acme, "site", "n").unwrap();
+        assert_eq!(
+            OperationId::accepted_as_new(&short, 3).as_str(),
+            format!("{acme}/site:n#accepted-3")
+        );
     }
 }

@@ -12,7 +12,8 @@
 //! - `attempt`: an attempt's outcomes and the retry policy; `status`: the transitions;
 //!   `error_class`; `update`: what follows a failed update of a CRM entity;
 //! - `review`: reasons, resolutions, human actions; `roles`: who may ask for what;
-//! - `ids`: operation keys; `fingerprint`; `contact`: normalization; `lead`: lead
+//! - `ids`: operation keys; `tenant`: a tenant's id and slug; `fingerprint`;
+//!   `contact`: normalization; `lead`: lead
 //!   mapping; `search`: what a query is and how names become words;
 //! - `text`: a CRM id's bounds, masking, escaping; `secret`; `event_kind`;
 //! - `business`: the business rules' values and what a channel changes; `outage`: the
@@ -38,6 +39,7 @@ pub mod rules;
 pub mod search;
 mod secret;
 mod status;
+mod tenant;
 pub mod text;
 pub mod update;
 
@@ -51,6 +53,7 @@ pub use review::{HumanAction, MatchRule, Resolution, ReviewReason, SHARED_CONTAC
 pub use rules::Refusal;
 pub use secret::Secret;
 pub use status::{Status, TransitionError};
+pub use tenant::{BadTenantSlug, TenantId, TenantSlug};
 
 /// A string did not name a known value of a domain enum.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
