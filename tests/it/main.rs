@@ -49,5 +49,6 @@ mod sources;
 mod steps;
 mod store;
 mod strangers;
+mod tenants;
 mod tls;
 mod updates;

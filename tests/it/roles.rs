@@ -122,6 +122,7 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
             "select detail from timeline",
             "select detail from review_cases",
             "select access_token from crm_tokens",
+            "select sealed from tenant_specs",
             "update operations set status = 'completed'",
             "alter table timeline disable trigger timeline_append_only",
         ] {
@@ -183,6 +184,7 @@ async fn each_role_may_do_through_the_console_what_it_may_through_sql_and_no_mor
             "select lease_token from alert_channels".into(),
             "select token_sha256 from lease_grants".into(),
             "select access_token from crm_tokens".into(),
+            "select sealed from tenant_specs".into(),
             "update operations set status = 'completed'".into(),
             "delete from timeline".into(),
             "insert into review_cases (operation_id, reason, opened_at) values ('x', 'uncertain_outcome', now())".into(),

@@ -90,10 +90,20 @@ const INTAKE_GROUP: usize = 64;
 impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, super::StoreError> {
         let store = Self::open(url).await?;
-        let mut conn = store.writer.acquire().await?;
-        super::migrate(&mut *conn, sqlx::migrate!("migrations/sqlite")).await?;
-        drop(conn);
+        store
+            .migrate_with(sqlx::migrate!("migrations/sqlite"))
+            .await?;
         Ok(store)
+    }
+
+    /// Brings this store's schema up to `migrator`'s newest version: `connect` with this
+    /// build's migrations (tests with fewer or more).
+    pub async fn migrate_with(
+        &self,
+        migrator: sqlx::migrate::Migrator,
+    ) -> Result<(), super::StoreError> {
+        let mut conn = self.writer.acquire().await?;
+        super::migrate(&mut *conn, migrator).await
     }
 
     /// Connects without touching the schema (the console checks the version instead).
