@@ -19,4 +19,5 @@ pub mod redeliver;
 pub mod report;
 pub use leadgate_store as store;
 pub mod supervise;
+pub mod tenants;
 pub mod worker;

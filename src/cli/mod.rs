@@ -11,8 +11,10 @@ use crate::store::{self, Store};
 
 mod feed;
 mod rules;
+mod tenant;
 use feed::{feed, FeedCommand};
 use rules::{rules, RulesCommand};
+use tenant::{tenant, TenantCommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -113,6 +115,12 @@ enum Command {
     Feed {
         #[command(subcommand)]
         command: FeedCommand,
+    },
+    /// Fleet mode (preview: the registry only, gateways do not serve tenants yet): the
+    /// tenants, one CRM portal each (apply a tenants file, list, pause, resume).
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
     },
 }
 
@@ -582,6 +590,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Rules { command } => return rules(command).await,
         Command::Feed { command } => return feed(command).await,
+        Command::Tenant { command } => return tenant(command).await,
     }
     Ok(ExitCode::SUCCESS)
 }

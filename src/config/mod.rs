@@ -19,6 +19,7 @@ mod alerts;
 mod console;
 mod feed;
 mod sources;
+pub mod tenants;
 #[cfg(test)]
 mod tests;
 pub use crate::crm::CrmConfig;
@@ -347,105 +348,10 @@ impl Config {
         if let Some(console) = &self.console {
             console.validate().map_err(ConfigError::Invalid)?;
         }
-        let mut seen = std::collections::HashSet::new();
-        for s in &self.sources {
-            if !crate::domain::is_valid_source_name(&s.name) {
-                return invalid(format!(
-                    "source name `{}`: use letters, digits, `-` and `_`",
-                    s.name
-                ));
-            }
-            if !seen.insert(&s.name) {
-                return invalid(format!("source `{}` is defined twice", s.name));
-            }
-            if s.key.is_empty() {
-                return invalid(format!(
-                    "source `{}` has no key: set key = \"json:/…\", \"header:…\", \"form:…\" or \"content:/…+/…\", or a preset",
-                    s.name
-                ));
-            }
-            if s.preset == Some(Preset::Bitrix24Event) && s.application_token.is_none() {
-                return invalid(format!(
-                    "source `{}`: the bitrix24-event preset needs application_token (from the app's settings)",
-                    s.name
-                ));
-            }
-            s.validate_auth().map_err(ConfigError::Invalid)?;
-            if s.preset == Some(Preset::Zadarma) && s.auth != Some(SourceAuth::ZadarmaSignature) {
-                return invalid(format!(
-                    "source `{}`: the zadarma preset needs secret = the API secret key (Zadarma signs \
-                     every notification with it; it sends the Signature header once API keys exist)",
-                    s.name
-                ));
-            }
-            if s.preset == Some(Preset::TelegramWebhook) {
-                // setWebhook's secret_token: 1-256 characters A-Z, a-z, 0-9, `_` and `-`.
-                let fits = |t: &Secret| {
-                    let t = t.expose();
-                    (1..=256).contains(&t.len())
-                        && t.bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-                };
-                if s.auth != Some(SourceAuth::Token)
-                    || !s.token.iter().chain(s.previous_token.iter()).all(fits)
-                {
-                    return invalid(format!(
-                        "source `{}`: the telegram-webhook preset needs token = the webhook's secret_token \
-                         (1-256 characters: letters, digits, `_`, `-`), checked in X-Telegram-Bot-Api-Secret-Token",
-                        s.name
-                    ));
-                }
-            }
-            if !["json:", "header:", "form:", "content:"]
-                .iter()
-                .any(|p| s.key.starts_with(p))
-            {
-                return invalid(format!(
-                    "source `{}`: key `{}` must start with json:, header:, form: or content:",
-                    s.name, s.key
-                ));
-            }
-            if let Some(e) = &s.event_time {
-                if !(e.starts_with("json:/") || e.starts_with("form:")) {
-                    return invalid(format!(
-                        "source `{}`: event_time `{e}` must be json:/pointer or form:field",
-                        s.name
-                    ));
-                }
-            }
-            for (what, list) in [("ignore", &s.ignore), ("redact", &s.redact)] {
-                if let Some(p) = list.iter().find(|p| !p.starts_with('/')) {
-                    return invalid(format!(
-                        "source `{}`: {what} entry `{p}` is not a JSON pointer (it must start with /)",
-                        s.name
-                    ));
-                }
-            }
-        }
-        if !crate::domain::is_valid_source_name(&self.claim_api.source) {
-            return invalid(format!(
-                "claim_api.source `{}`: use letters, digits, `-` and `_`",
-                self.claim_api.source
-            ));
-        }
-        if self.source(&self.claim_api.source).is_some() {
-            return invalid(format!(
-                "claim_api.source `{0}` is also the name of a [[source]]: the gateway's worker and \
-                 the claim API would share the keys `{0}:…`; give [claim_api] a source name of its own",
-                self.claim_api.source
-            ));
-        }
-        if let Some(url) = &self.claim_api.redeliver_url {
-            let url = url.expose();
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return invalid(
-                    "claim_api.redeliver_url must be an http:// or https:// URL (the integration's webhook)"
-                        .into(),
-                );
-            }
-        }
-        if self.claim_api.redeliver_every.is_zero() {
-            return invalid("claim_api.redeliver_every must be more than 0".into());
+        validate_sources(&self.sources).map_err(ConfigError::Invalid)?;
+        validate_claim_api(&self.claim_api, &self.sources).map_err(ConfigError::Invalid)?;
+        if let Some(crm) = &self.crm {
+            validate_crm(crm).map_err(ConfigError::Invalid)?;
         }
         if self
             .matching
@@ -457,39 +363,6 @@ impl Config {
                 "matching.default_region `{}` is not an ISO 3166 region code (e.g. RU)",
                 self.matching.default_region
             ));
-        }
-        if let Some(CrmConfig::Amocrm {
-            token,
-            client_id,
-            client_secret,
-            redirect_uri,
-            refresh_token,
-            ..
-        }) = &self.crm
-        {
-            let oauth = [
-                client_id.is_some(),
-                client_secret.is_some(),
-                redirect_uri.is_some(),
-                refresh_token.is_some(),
-            ];
-            match (token.is_some(), oauth) {
-                (true, [false, false, false, false]) | (false, [true, true, true, true]) => {}
-                (true, _) => {
-                    return invalid(
-                        "crm (amocrm): set either token or client_id, client_secret, \
-                         redirect_uri and refresh_token, not both"
-                            .into(),
-                    )
-                }
-                (false, _) => {
-                    return invalid(
-                        "crm (amocrm): set token (long-lived), or all of client_id, \
-                         client_secret, redirect_uri and refresh_token (OAuth)"
-                            .into(),
-                    )
-                }
-            }
         }
         if let Some(alerts) = &self.alerts {
             alerts.validate().map_err(ConfigError::Invalid)?;
@@ -526,4 +399,158 @@ impl Config {
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
         self.sources.iter().find(|s| s.name == name)
     }
+}
+
+/// The `[[source]]`s: names, keys, presets and authentication.
+pub(crate) fn validate_sources(sources: &[SourceConfig]) -> Result<(), String> {
+    let invalid = Err;
+    let mut seen = std::collections::HashSet::new();
+    for s in sources {
+        if !crate::domain::is_valid_source_name(&s.name) {
+            return invalid(format!(
+                "source name `{}`: use letters, digits, `-` and `_`",
+                s.name
+            ));
+        }
+        if !seen.insert(&s.name) {
+            return invalid(format!("source `{}` is defined twice", s.name));
+        }
+        if s.key.is_empty() {
+            return invalid(format!(
+                "source `{}` has no key: set key = \"json:/…\", \"header:…\", \"form:…\" or \"content:/…+/…\", or a preset",
+                s.name
+            ));
+        }
+        if s.preset == Some(Preset::Bitrix24Event) && s.application_token.is_none() {
+            return invalid(format!(
+                "source `{}`: the bitrix24-event preset needs application_token (from the app's settings)",
+                s.name
+            ));
+        }
+        s.validate_auth()?;
+        if s.preset == Some(Preset::Zadarma) && s.auth != Some(SourceAuth::ZadarmaSignature) {
+            return invalid(format!(
+                "source `{}`: the zadarma preset needs secret = the API secret key (Zadarma signs \
+                 every notification with it; it sends the Signature header once API keys exist)",
+                s.name
+            ));
+        }
+        if s.preset == Some(Preset::TelegramWebhook) {
+            // setWebhook's secret_token: 1-256 characters A-Z, a-z, 0-9, `_` and `-`.
+            let fits = |t: &Secret| {
+                let t = t.expose();
+                (1..=256).contains(&t.len())
+                    && t.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            };
+            if s.auth != Some(SourceAuth::Token)
+                || !s.token.iter().chain(s.previous_token.iter()).all(fits)
+            {
+                return invalid(format!(
+                    "source `{}`: the telegram-webhook preset needs token = the webhook's secret_token \
+                     (1-256 characters: letters, digits, `_`, `-`), checked in X-Telegram-Bot-Api-Secret-Token",
+                    s.name
+                ));
+            }
+        }
+        if !["json:", "header:", "form:", "content:"]
+            .iter()
+            .any(|p| s.key.starts_with(p))
+        {
+            return invalid(format!(
+                "source `{}`: key `{}` must start with json:, header:, form: or content:",
+                s.name, s.key
+            ));
+        }
+        if let Some(e) = &s.event_time {
+            if !(e.starts_with("json:/") || e.starts_with("form:")) {
+                return invalid(format!(
+                    "source `{}`: event_time `{e}` must be json:/pointer or form:field",
+                    s.name
+                ));
+            }
+        }
+        for (what, list) in [("ignore", &s.ignore), ("redact", &s.redact)] {
+            if let Some(p) = list.iter().find(|p| !p.starts_with('/')) {
+                return invalid(format!(
+                    "source `{}`: {what} entry `{p}` is not a JSON pointer (it must start with /)",
+                    s.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `[claim_api]`: its source must be a name of its own among `sources`.
+pub(crate) fn validate_claim_api(
+    claim_api: &ClaimApiConfig,
+    sources: &[SourceConfig],
+) -> Result<(), String> {
+    let invalid = Err;
+    if !crate::domain::is_valid_source_name(&claim_api.source) {
+        return invalid(format!(
+            "claim_api.source `{}`: use letters, digits, `-` and `_`",
+            claim_api.source
+        ));
+    }
+    if sources.iter().any(|s| s.name == claim_api.source) {
+        return invalid(format!(
+            "claim_api.source `{0}` is also the name of a [[source]]: the gateway's worker and \
+             the claim API would share the keys `{0}:…`; give [claim_api] a source name of its own",
+            claim_api.source
+        ));
+    }
+    if let Some(url) = &claim_api.redeliver_url {
+        let url = url.expose();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return invalid(
+                "claim_api.redeliver_url must be an http:// or https:// URL (the integration's webhook)"
+                    .into(),
+            );
+        }
+    }
+    if claim_api.redeliver_every.is_zero() {
+        return invalid("claim_api.redeliver_every must be more than 0".into());
+    }
+    Ok(())
+}
+
+/// `[crm]`: what the adapters cannot check alone (amoCRM's two ways to sign in).
+pub(crate) fn validate_crm(crm: &CrmConfig) -> Result<(), String> {
+    let invalid = Err;
+    if let CrmConfig::Amocrm {
+        token,
+        client_id,
+        client_secret,
+        redirect_uri,
+        refresh_token,
+        ..
+    } = crm
+    {
+        let oauth = [
+            client_id.is_some(),
+            client_secret.is_some(),
+            redirect_uri.is_some(),
+            refresh_token.is_some(),
+        ];
+        match (token.is_some(), oauth) {
+            (true, [false, false, false, false]) | (false, [true, true, true, true]) => {}
+            (true, _) => {
+                return invalid(
+                    "crm (amocrm): set either token or client_id, client_secret, \
+                     redirect_uri and refresh_token, not both"
+                        .into(),
+                )
+            }
+            (false, _) => {
+                return invalid(
+                    "crm (amocrm): set token (long-lived), or all of client_id, \
+                     client_secret, redirect_uri and refresh_token (OAuth)"
+                        .into(),
+                )
+            }
+        }
+    }
+    Ok(())
 }

@@ -115,6 +115,22 @@ impl CrmConfig {
         }
     }
 
+    /// The CRM account it writes to, as fleet mode tells tenants apart: a Bitrix24
+    /// portal's or an amoCRM account's host (whichever webhook user or token), an HTTP
+    /// CRM's create URL. Never a secret: a Bitrix24 webhook URL's path is left out.
+    pub fn portal(&self) -> Option<String> {
+        let host = |url: &str| {
+            reqwest::Url::parse(url.trim())
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+        };
+        match self {
+            CrmConfig::Bitrix24 { webhook_url, .. } => host(webhook_url.expose()),
+            CrmConfig::Amocrm { base_url, .. } => host(base_url),
+            CrmConfig::Http(h) => host(&h.create_url).map(|_| h.create_url.trim().to_owned()),
+        }
+    }
+
     /// How long after an unknown outcome the CRM may still land the create: a lookup
     /// that finds nothing before then proves nothing. Defaults per CRM: Bitrix24 75 s
     /// (it cuts requests off after 60 s), amoCRM and HTTP CRMs 120 s (undocumented).

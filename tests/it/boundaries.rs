@@ -49,6 +49,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("alerts", &["config", "domain", "store", "supervise"]),
     ("feed", &["alerts", "config", "domain", "store"]),
     ("diagnose", &["crm", "domain", "store"]),
+    ("tenants", &["config", "crm", "domain", "store"]),
     ("console_web", &["config", "domain", "store", "supervise"]),
     (
         "app",
@@ -81,6 +82,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "metrics",
             "report",
             "store",
+            "tenants",
         ],
     ),
 ];

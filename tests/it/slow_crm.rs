@@ -1661,3 +1661,36 @@ impl leadgate::store::Feed for Hiccup {
             .await
     }
 }
+
+#[async_trait::async_trait]
+impl leadgate::store::Tenants for Hiccup {
+    async fn tenants(&self) -> Result<Vec<leadgate::store::Tenant>> {
+        self.inner.tenants().await
+    }
+
+    async fn tenant_specs(&self) -> Result<Vec<(String, String)>> {
+        self.inner.tenant_specs().await
+    }
+
+    async fn apply_tenants(
+        &self,
+        changes: &[leadgate::store::TenantChange],
+        actor: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        self.inner.apply_tenants(changes, actor, now).await
+    }
+
+    async fn set_tenant_state(
+        &self,
+        slug: &str,
+        state: leadgate::store::TenantState,
+        reason: Option<&str>,
+        actor: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        self.inner
+            .set_tenant_state(slug, state, reason, actor, now)
+            .await
+    }
+}

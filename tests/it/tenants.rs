@@ -4,9 +4,14 @@
 
 use std::sync::Arc;
 
+use leadgate::config::tenants::{self as tenants_file, TenantEntry};
+use leadgate::crm::vault::Vault;
 use leadgate::store::postgres::PgStore;
 use leadgate::store::sqlite::SqliteStore;
-use leadgate::store::{DeliveryOutcome, Store};
+use leadgate::store::{DeliveryOutcome, Store, TenantState};
+use leadgate::tenants::{Plan, NOT_IN_THE_FILE};
+use leadgate_testkit::gateway::config_toml;
+use leadgate_testkit::process::command;
 use leadgate_testkit::seed::delivery;
 use leadgate_testkit::{each_backend, Backend, TestDb};
 
@@ -183,5 +188,508 @@ each_backend!(
                 .await,
             ["site:1", "site:2"]
         );
+    }
+);
+
+// ---- the registry: `leadgate tenant apply` ----
+
+const KEY: [u8; 32] = [7; 32];
+
+/// Three portals as a tenants file describes them; `beta` written out in full, the
+/// others leaning on the defaults.
+const TENANTS_TOML: &str = r#"
+[[tenant]]
+slug = "acme"
+name = "ACME Moscow"
+[tenant.crm]
+kind = "bitrix24"
+webhook_url = "https://acme.bitrix24.ru/rest/1/acme-webhook-secret/"
+[[tenant.source]]
+name = "site"
+token = "acme-site-token"
+
+[[tenant]]
+slug = "beta"
+name = "Beta"
+weight = 3
+[tenant.crm]
+kind = "amocrm"
+base_url = "https://beta.amocrm.ru"
+token = "beta-amo-token"
+operation_field_id = 123
+[[tenant.source]]
+name = "site"
+key = "json:/id"
+token = "beta-site-token"
+[tenant.api]
+integration_token = "beta-integration-token"
+
+[[tenant]]
+slug = "gamma"
+name = "Gamma"
+[tenant.crm]
+kind = "bitrix24"
+webhook_url = "https://gamma.bitrix24.ru/rest/1/gamma-webhook-secret/"
+rate_limit = 5.0
+[[tenant.source]]
+name = "form"
+key = "json:/form_id"
+token = "gamma-form-token"
+[[tenant.source]]
+name = "site"
+token = "gamma-site-token"
+"#;
+
+/// What the TOML's defaults say for every tenant.
+const DEFAULTS: &str = r#"
+[tenant]
+max_in_flight = 2
+[[tenant.source]]
+name = "site"
+key = "json:/id"
+"#;
+
+/// The same three tenants as a CSV row each, over the same defaults.
+const TENANTS_CSV: &str = "\
+slug,name,weight,crm.kind,crm.webhook_url,crm.base_url,crm.token,crm.operation_field_id,crm.rate_limit,source.site.token,source.form.token,api.integration_token,source.site.key,source.form.key
+acme,ACME Moscow,,bitrix24,https://acme.bitrix24.ru/rest/1/acme-webhook-secret/,,,,,acme-site-token,,,,
+gamma,Gamma,,bitrix24,https://gamma.bitrix24.ru/rest/1/gamma-webhook-secret/,,,,5.0,gamma-site-token,gamma-form-token,,,json:/form_id
+beta,Beta,3,amocrm,,https://beta.amocrm.ru,beta-amo-token,123,,beta-site-token,,beta-integration-token,json:/id,
+";
+
+const SECRETS: &[&str] = &[
+    "acme-webhook-secret",
+    "acme-site-token",
+    "beta-amo-token",
+    "beta-site-token",
+    "beta-integration-token",
+    "gamma-webhook-secret",
+    "gamma-site-token",
+    "gamma-form-token",
+];
+
+fn toml_tenants(text: &str) -> Vec<TenantEntry> {
+    tenants_file::parse_toml(text, Some(DEFAULTS)).unwrap()
+}
+
+async fn apply(store: &Arc<dyn Store>, wanted: &[TenantEntry], prune: bool) -> Plan {
+    leadgate::tenants::apply(
+        &**store,
+        &Vault::new(KEY),
+        wanted,
+        prune,
+        false,
+        Some("default.bitrix24.ru".into()),
+        "test",
+    )
+    .await
+    .unwrap()
+}
+
+fn slugs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+each_backend!(
+    applying_the_same_tenants_twice_changes_nothing,
+    |db| async move {
+        let store = db.store().await;
+        let first = apply(&store, &toml_tenants(TENANTS_TOML), false).await;
+        assert_eq!(slugs(&first.created), ["acme", "beta", "gamma"]);
+        let after_first = store.tenants().await.unwrap();
+        assert_eq!(
+            after_first
+                .iter()
+                .map(|t| (t.id, t.slug.as_str(), t.state.as_str(), t.weight))
+                .collect::<Vec<_>>(),
+            [
+                (0, "default", "active", 1),
+                (1, "acme", "active", 1),
+                (2, "beta", "active", 3),
+                (3, "gamma", "active", 1)
+            ]
+        );
+        let second = apply(&store, &toml_tenants(TENANTS_TOML), false).await;
+        assert!(second.changes.is_empty(), "{second:?}");
+        assert_eq!(second.unchanged, 3);
+        assert_eq!(
+            store.tenants().await.unwrap(),
+            after_first,
+            "not a version moved"
+        );
+
+        // One setting changed: that tenant alone moves.
+        let changed = apply(
+            &store,
+            &toml_tenants(&TENANTS_TOML.replace("rate_limit = 5.0", "rate_limit = 4.0")),
+            false,
+        )
+        .await;
+        assert_eq!(slugs(&changed.changed), ["gamma"]);
+        assert_eq!(changed.unchanged, 2);
+        let now = store.tenants().await.unwrap();
+        assert_eq!(now[3].version, after_first[3].version + 1);
+        assert_eq!(now[..3], after_first[..3]);
+    }
+);
+
+each_backend!(
+    a_csv_file_stores_what_the_same_toml_stores,
+    |db| async move {
+        let store = db.store().await;
+        let from_toml = toml_tenants(TENANTS_TOML);
+        let from_csv = tenants_file::parse_csv(TENANTS_CSV, Some(DEFAULTS)).unwrap();
+        let by_slug = |v: &[TenantEntry]| {
+            let mut v: Vec<(String, String)> = v
+                .iter()
+                .map(|e| (e.spec.slug.to_string(), e.canonical.clone()))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(by_slug(&from_csv), by_slug(&from_toml));
+        apply(&store, &from_toml, false).await;
+        let before = store.tenants().await.unwrap();
+        let again = apply(&store, &from_csv, false).await;
+        assert!(again.changes.is_empty(), "{again:?}");
+        assert_eq!(store.tenants().await.unwrap(), before);
+    }
+);
+
+each_backend!(
+    a_tenant_the_file_drops_is_paused_until_pruned,
+    |db| async move {
+        let store = db.store().await;
+        apply(&store, &toml_tenants(TENANTS_TOML), false).await;
+        // A person pauses beta; the file's next apply leaves that alone.
+        assert!(store
+            .set_tenant_state(
+                "beta",
+                TenantState::Paused,
+                Some("moving portals"),
+                "olga",
+                store.now()
+            )
+            .await
+            .unwrap());
+        let without_gamma: Vec<TenantEntry> = toml_tenants(TENANTS_TOML)
+            .into_iter()
+            .filter(|e| e.spec.slug.as_str() != "gamma")
+            .collect();
+        let plan = apply(&store, &without_gamma, false).await;
+        assert_eq!(slugs(&plan.paused), ["gamma"]);
+        assert_eq!(plan.unchanged, 2);
+        let state = |ts: &[leadgate::store::Tenant], slug: &str| {
+            let t = ts.iter().find(|t| t.slug == slug).unwrap();
+            (t.state.clone(), t.paused_reason.clone())
+        };
+        let ts = store.tenants().await.unwrap();
+        assert_eq!(
+            state(&ts, "gamma"),
+            ("paused".into(), Some(NOT_IN_THE_FILE.into()))
+        );
+        assert_eq!(
+            state(&ts, "beta"),
+            ("paused".into(), Some("moving portals".into()))
+        );
+        // Paused, its spec is still there; applied again, nothing more changes.
+        assert_eq!(store.tenant_specs().await.unwrap().len(), 3);
+        assert!(apply(&store, &without_gamma, false)
+            .await
+            .changes
+            .is_empty());
+
+        // Named again: resumed. Beta stays paused by its person.
+        let plan = apply(&store, &toml_tenants(TENANTS_TOML), false).await;
+        assert_eq!(slugs(&plan.resumed), ["gamma"]);
+        let ts = store.tenants().await.unwrap();
+        assert_eq!(state(&ts, "gamma"), ("active".into(), None));
+        assert_eq!(state(&ts, "beta").0, "paused");
+
+        // Pruned: removed, its spec (and credentials) forgotten, its slug kept.
+        let plan = apply(&store, &without_gamma, true).await;
+        assert_eq!(slugs(&plan.removed), ["gamma"]);
+        assert_eq!(state(&store.tenants().await.unwrap(), "gamma").0, "removed");
+        let specs: Vec<String> = store
+            .tenant_specs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(specs, ["acme", "beta"]);
+        let err = leadgate::tenants::apply(
+            &*store,
+            &Vault::new(KEY),
+            &toml_tenants(TENANTS_TOML),
+            false,
+            false,
+            None,
+            "test",
+        )
+        .await
+        .unwrap_err();
+        assert!(err.contains("`gamma` was removed"), "{err}");
+        assert!(!store
+            .set_tenant_state("gamma", TenantState::Active, None, "olga", store.now())
+            .await
+            .unwrap());
+    }
+);
+
+each_backend!(
+    a_tenants_credentials_are_never_stored_in_clear,
+    |db| async move {
+        let store = db.store().await;
+        apply(&store, &toml_tenants(TENANTS_TOML), false).await;
+        let stored = db
+        .texts("select slug || ' ' || name || ' ' || coalesce(paused_reason, '') || ' ' || changed_by from tenants")
+        .await
+        .into_iter()
+        .chain(db.texts("select sealed from tenant_specs").await)
+        .collect::<Vec<_>>()
+        .join("\n");
+        for secret in SECRETS {
+            assert!(
+                !stored.contains(secret),
+                "{secret} is in the database in clear"
+            );
+        }
+        // Opened with the key, they are the specs applied; with another key, nothing.
+        let specs = leadgate::tenants::load(&*store, &Vault::new(KEY))
+            .await
+            .unwrap();
+        assert_eq!(
+            specs.iter().map(|s| s.slug.as_str()).collect::<Vec<_>>(),
+            ["acme", "beta", "gamma"]
+        );
+        assert_eq!(
+            specs[1].api.integration_token.as_ref().unwrap().expose(),
+            "beta-integration-token"
+        );
+        let err = leadgate::tenants::load(&*store, &Vault::new([8; 32]))
+            .await
+            .unwrap_err();
+        assert!(err.contains("cannot be decrypted"), "{err}");
+        // A spec moved to another tenant's row does not open there.
+        db.execute("update tenant_specs set sealed = (select sealed from tenant_specs where tenant_id = 1) where tenant_id = 2")
+        .await;
+        assert!(leadgate::tenants::load(&*store, &Vault::new(KEY))
+            .await
+            .is_err());
+    }
+);
+
+#[test]
+fn two_tenants_on_one_portal_are_refused() {
+    let vault = Vault::new(KEY);
+    let same_portal = TENANTS_TOML.replace(
+        "https://gamma.bitrix24.ru/rest/1/",
+        "https://ACME.bitrix24.ru/rest/9/",
+    );
+    let err = leadgate::tenants::plan(
+        &[],
+        &Default::default(),
+        &toml_tenants(&same_portal),
+        false,
+        None,
+        &vault,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("`acme` and `gamma` write to one CRM portal (acme.bitrix24.ru)"),
+        "{err}"
+    );
+    let err = leadgate::tenants::plan(
+        &[],
+        &Default::default(),
+        &toml_tenants(TENANTS_TOML),
+        false,
+        Some("beta.amocrm.ru".into()),
+        &vault,
+    )
+    .unwrap_err();
+    assert!(err.contains("`default` and `beta`"), "{err}");
+}
+
+#[test]
+fn a_bad_tenants_file_says_what_is_wrong() {
+    for (text, says) in [
+        ("[[tenant]]\nslug = \"Acme\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n", "tenant name `Acme` is not valid"),
+        ("[[tenant]]\nslug = \"default\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n", "`default` is the deployment's own tenant"),
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\ncolour = \"red\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n", "unknown field `colour`"),
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\nweight = 0\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n", "weight must be 1 to 1000"),
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant.source]]\nname = \"site\"\nkey = \"json:/id\"\n", "`a`: source `site`"),
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant]]\nslug = \"a\"\nname = \"y\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://b.bitrix24.ru/rest/1/s/\"\n", "tenant `a` is defined twice"),
+    ] {
+        let err = tenants_file::parse_toml(text, None).unwrap_err();
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(!err.contains("/rest/1/s/"), "{err}");
+    }
+    let err = tenants_file::parse_csv("slug,name,source.site\nacme,A,x\n", None).unwrap_err();
+    assert!(err.contains("line 2, column `source.site`"), "{err}");
+    // A value of the wrong kind: where, and what was expected, never the value.
+    let err = tenants_file::parse_toml(
+        &TENANTS_TOML.replace("weight = 3", "weight = \"heavy-secret\""),
+        Some(DEFAULTS),
+    )
+    .unwrap_err();
+    assert!(err.contains("weight: a value of the wrong kind"), "{err}");
+    assert!(!err.contains("heavy-secret"), "{err}");
+}
+
+#[test]
+fn a_csv_cell_that_looks_like_a_number_is_text_where_text_is_wanted() {
+    let csv = "slug,name,weight,crm.kind,crm.webhook_url,source.site.token\n\
+               acme,ACME,2,bitrix24,https://acme.bitrix24.ru/rest/1/s/,123456\n";
+    let from_csv = tenants_file::parse_csv(csv, Some(DEFAULTS)).unwrap();
+    assert_eq!(from_csv[0].spec.weight, 2);
+    assert_eq!(
+        from_csv[0].spec.sources[0].token.as_ref().unwrap().expose(),
+        "123456"
+    );
+    let toml = "[[tenant]]\nslug = \"acme\"\nname = \"ACME\"\nweight = 2\n[tenant.crm]\nkind = \"bitrix24\"\n\
+                webhook_url = \"https://acme.bitrix24.ru/rest/1/s/\"\n[[tenant.source]]\nname = \"site\"\ntoken = \"123456\"\n";
+    let from_toml = tenants_file::parse_toml(toml, Some(DEFAULTS)).unwrap();
+    assert_eq!(from_csv[0].canonical, from_toml[0].canonical);
+}
+
+/// `leadgate tenant …` with the gateway's configuration: exit code, stdout, stderr.
+fn cli(
+    dir: &std::path::Path,
+    db_url: &str,
+    key: Option<&str>,
+    args: &[&str],
+) -> (i32, String, String) {
+    let config = dir.join("leadgate.toml");
+    if !config.exists() {
+        std::fs::write(
+            &config,
+            config_toml(db_url, "https://default.bitrix24.ru/rest/1/x/"),
+        )
+        .unwrap();
+    }
+    let mut all = vec!["tenant"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--config", config.to_str().unwrap()]);
+    let mut cmd = command(env!("CARGO_BIN_EXE_leadgate"), &all);
+    match key {
+        Some(k) => cmd.env("LEADGATE_TOKEN_KEY", k),
+        None => cmd.env_remove("LEADGATE_TOKEN_KEY"),
+    };
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+each_backend!(
+    the_command_line_applies_lists_pauses_and_resumes_tenants,
+    |db| async move {
+        let dir = tempfile::tempdir().unwrap();
+        db.store().await; // migrated, as `leadgate migrate` would
+        let file = dir.path().join("tenants.toml");
+        let defaults = dir.path().join("defaults.toml");
+        std::fs::write(&file, TENANTS_TOML).unwrap();
+        std::fs::write(&defaults, DEFAULTS).unwrap();
+        let (file, defaults) = (file.to_str().unwrap(), defaults.to_str().unwrap());
+        let key = hex::encode(KEY);
+        let key = Some(key.as_str());
+        let list = || cli(dir.path(), &db.url, None, &["list"]).1;
+
+        // Without the token key: refused, nothing written.
+        let (code, _, err) = cli(
+            dir.path(),
+            &db.url,
+            None,
+            &["apply", file, "--defaults", defaults],
+        );
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("LEADGATE_TOKEN_KEY") && err.contains("nothing was changed"),
+            "{err}"
+        );
+        assert_eq!(list().lines().count(), 1, "the default tenant alone");
+
+        // A dry run says what would change and changes nothing.
+        let (code, out, err) = cli(
+            dir.path(),
+            &db.url,
+            key,
+            &["apply", file, "--defaults", defaults, "--dry-run"],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("dry run") && out.contains("created: acme, beta, gamma"),
+            "{out}"
+        );
+        assert_eq!(list().lines().count(), 1);
+
+        let (code, out, err) = cli(
+            dir.path(),
+            &db.url,
+            key,
+            &["apply", file, "--defaults", defaults],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("created: acme, beta, gamma"), "{out}");
+        let listed = list();
+        assert_eq!(listed.lines().count(), 4, "{listed}");
+        assert!(
+            listed.contains("beta") && listed.contains("weight 3") && listed.contains("Beta"),
+            "{listed}"
+        );
+        let (_, out, _) = cli(
+            dir.path(),
+            &db.url,
+            key,
+            &["apply", file, "--defaults", defaults],
+        );
+        assert!(
+            out.contains("created: none") && out.contains("unchanged: 3"),
+            "{out}"
+        );
+
+        let (code, out, _) = cli(
+            dir.path(),
+            &db.url,
+            None,
+            &["pause", "gamma", "--reason", "portal migration"],
+        );
+        assert_eq!(code, 0);
+        assert!(out.contains("tenant `gamma` paused"), "{out}");
+        assert!(list().contains("PAUSED (portal migration)"), "{}", list());
+        let (code, _, _) = cli(dir.path(), &db.url, None, &["resume", "gamma"]);
+        assert_eq!(code, 0);
+        assert!(!list().contains("PAUSED"), "{}", list());
+        let (code, _, err) = cli(dir.path(), &db.url, None, &["pause", "nobody"]);
+        assert_eq!(code, 2);
+        assert!(err.contains("there is no tenant `nobody`"), "{err}");
+
+        // A bad file: its sentence, no secret in it, nothing changed.
+        std::fs::write(
+            dir.path().join("bad.toml"),
+            TENANTS_TOML.replace("weight = 3", "weight = -3"),
+        )
+        .unwrap();
+        let bad = dir.path().join("bad.toml");
+        let before = list();
+        let (code, _, err) = cli(
+            dir.path(),
+            &db.url,
+            key,
+            &["apply", bad.to_str().unwrap(), "--defaults", defaults],
+        );
+        assert_eq!(code, 2);
+        assert!(
+            err.contains("weight must be 1 to 1000, not -3") && err.contains("nothing was changed"),
+            "{err}"
+        );
+        for secret in SECRETS {
+            assert!(!err.contains(secret), "{err}");
+        }
+        assert_eq!(list(), before);
     }
 );

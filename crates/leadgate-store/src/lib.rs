@@ -70,6 +70,7 @@ mod rules;
 mod sign_ins;
 mod sql;
 pub mod sqlite;
+mod tenants;
 mod updates;
 mod upkeep;
 mod work_queue;
@@ -82,7 +83,7 @@ pub use roles::{Clock, Store};
 // Each role's trait and the types only it speaks in.
 pub use {
     alerts::*, claim_api::*, crm_access::*, dashboard::*, feed::*, journal::*, reads::*, review::*,
-    rules::*, sign_ins::*, updates::*, upkeep::*, work_queue::*,
+    rules::*, sign_ins::*, tenants::*, updates::*, upkeep::*, work_queue::*,
 };
 
 /// Contact data normalized at intake: phone and e-mail for cross-channel matching and

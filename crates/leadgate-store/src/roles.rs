@@ -32,6 +32,7 @@ pub trait Store:
     + Upkeep
     + SignIns
     + Feed
+    + Tenants
 {
 }
 
@@ -49,6 +50,7 @@ impl<
             + Upkeep
             + SignIns
             + Feed
+            + Tenants
             + ?Sized,
     > Store for T
 {

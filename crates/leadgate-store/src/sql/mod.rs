@@ -224,6 +224,7 @@ macro_rules! sql_store {
         $crate::upkeep::sql::upkeep_sql!($store, $db);
         $crate::sign_ins::sql::sign_ins_sql!($store, $db);
         $crate::feed::sql::feed_sql!($store, $db);
+        $crate::tenants::sql::tenants_sql!($store, $db);
     };
 }
 pub(super) use sql_store;

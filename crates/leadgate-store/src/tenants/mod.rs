@@ -1,0 +1,112 @@
+//! The [`Tenants`] role (fleet mode, issue 35): the registry of tenants, one CRM portal
+//! each, and their stored specs. Its implementation for both backends is `sql.rs`.
+//!
+//! Tenant 0 is the default tenant (leadgate.toml's `[crm]` and sources; it has no stored
+//! spec). Others are written by `leadgate tenant apply`: the caller works out what a
+//! tenants file changes and hands the changes over with the version each was worked out
+//! from, and they are written in one transaction or not at all. A tenant is never deleted:
+//! a removed one keeps its id and slug, since its tombstones keep its keys.
+
+use crate::*;
+
+pub(crate) mod sql;
+
+#[async_trait::async_trait]
+pub trait Tenants: Clock {
+    /// Every tenant, by id (the default tenant first).
+    async fn tenants(&self) -> Result<Vec<Tenant>>;
+
+    /// Every stored spec (sealed) by slug. PostgreSQL: the gateway's login only.
+    async fn tenant_specs(&self) -> Result<Vec<(String, String)>>;
+
+    /// Writes `changes` in one transaction. `NotApplied` (nothing written) when a tenant
+    /// moved from the version a change was worked out from, or a new one's slug is taken.
+    async fn apply_tenants(
+        &self,
+        changes: &[TenantChange],
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// A person pauses or resumes a tenant; `false` when there is no such tenant, or it
+    /// was removed.
+    async fn set_tenant_state(
+        &self,
+        slug: &str,
+        state: TenantState,
+        reason: Option<&str>,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+}
+
+/// A tenant as the registry holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Tenant {
+    pub id: i32,
+    pub slug: String,
+    pub name: String,
+    /// `active`, `paused` or `removed`.
+    pub state: String,
+    pub paused_reason: Option<String>,
+    pub weight: i32,
+    pub max_in_flight: i32,
+    /// Moves with every change.
+    pub version: i64,
+    pub changed_by: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantState {
+    Active,
+    Paused,
+    Removed,
+}
+
+impl TenantState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantState::Active => "active",
+            TenantState::Paused => "paused",
+            TenantState::Removed => "removed",
+        }
+    }
+}
+
+/// The settings a tenants file gives a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantSettings {
+    pub name: String,
+    pub weight: i32,
+    pub max_in_flight: i32,
+    /// The spec's canonical text, sealed.
+    pub sealed_spec: String,
+}
+
+/// One change `leadgate tenant apply` makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantChange {
+    /// A tenant the registry does not know: the next free id.
+    Create {
+        slug: String,
+        settings: TenantSettings,
+    },
+    /// New settings, and the state it is in after (a tenant the file paused is resumed
+    /// when the file names it again).
+    Update {
+        slug: String,
+        expected_version: i64,
+        settings: TenantSettings,
+        state: TenantState,
+        reason: Option<String>,
+    },
+    /// Only the state: paused when the file no longer names it, removed (its spec and
+    /// credentials forgotten) with `--prune`.
+    State {
+        slug: String,
+        expected_version: i64,
+        state: TenantState,
+        reason: Option<String>,
+    },
+}

@@ -1,0 +1,157 @@
+//! `leadgate tenant`: fleet mode's tenants (src/tenants.rs). Run with the gateway's
+//! configuration: its `[crm]` is the default tenant's, and its login owns the specs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::{actor, open, ConfigArg};
+use crate::domain::text::escape_controls as esc;
+use crate::store::TenantState;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum TenantCommand {
+    /// Create or change the tenants a file describes (TOML `[[tenant]]`s, or CSV with
+    /// dotted headers); tenants it no longer names are paused. Applying the same file
+    /// again changes nothing. Needs LEADGATE_TOKEN_KEY: specs are stored encrypted.
+    Apply {
+        file: PathBuf,
+        /// A TOML file whose `[tenant]` table is merged under every tenant.
+        #[arg(long)]
+        defaults: Option<PathBuf>,
+        /// Remove the tenants the file no longer names instead of pausing them: their
+        /// specs and credentials are forgotten; their slugs stay taken.
+        #[arg(long)]
+        prune: bool,
+        /// Say what would change, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Every tenant: id, slug, state (and why paused), weight, calls at once, version, name.
+    List {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Pause a tenant: its leads are journaled and wait; nothing goes to its CRM.
+    Pause {
+        slug: String,
+        /// Why (shown with the tenant).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Resume a paused tenant.
+    Resume {
+        slug: String,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
+    let refuse = |e: String| {
+        eprintln!("leadgate: {e}; nothing was changed");
+        Ok(ExitCode::from(2))
+    };
+    match command {
+        TenantCommand::Apply {
+            file,
+            defaults,
+            prune,
+            dry_run,
+            config,
+        } => {
+            let config = config.load()?;
+            // Checked before the database is opened: bad input costs nothing.
+            let wanted = match crate::config::tenants::read(&file, defaults.as_deref()) {
+                Ok(w) => w,
+                Err(e) => return refuse(e),
+            };
+            let vault = match crate::tenants::vault() {
+                Ok(v) => v,
+                Err(e) => return refuse(e),
+            };
+            let store = open(&config).await?;
+            let default_portal = config.crm.as_ref().and_then(|c| c.portal());
+            match crate::tenants::apply(
+                &*store,
+                &vault,
+                &wanted,
+                prune,
+                dry_run,
+                default_portal,
+                &actor(),
+            )
+            .await
+            {
+                Ok(plan) => {
+                    if dry_run {
+                        println!("dry run: nothing was changed; applying the file would make");
+                    }
+                    println!("{}", plan.summary());
+                }
+                Err(e) => return refuse(e),
+            }
+        }
+        TenantCommand::List { config } => {
+            let store = open(&config.load()?).await?;
+            for t in store.tenants().await? {
+                let state = match &t.paused_reason {
+                    Some(why) if t.state == "paused" => format!("PAUSED ({})", esc(why)),
+                    _ => t.state.clone(),
+                };
+                println!(
+                    "{:<4} {:<32} {state} weight {} at-once {} v{} {}",
+                    t.id,
+                    t.slug,
+                    t.weight,
+                    t.max_in_flight,
+                    t.version,
+                    esc(&t.name)
+                );
+            }
+        }
+        TenantCommand::Pause {
+            slug,
+            reason,
+            config,
+        } => {
+            let store = open(&config.load()?).await?;
+            let why = reason.unwrap_or_else(|| "paused by hand".into());
+            if slug == crate::domain::TenantSlug::DEFAULT {
+                return refuse(
+                    "the default tenant is paused as a connector: `leadgate connector pause`"
+                        .into(),
+                );
+            }
+            if !store
+                .set_tenant_state(
+                    &slug,
+                    TenantState::Paused,
+                    Some(&why),
+                    &actor(),
+                    store.now(),
+                )
+                .await?
+            {
+                return refuse(format!("there is no tenant `{}`", esc(&slug)));
+            }
+            println!("tenant `{slug}` paused: its leads wait; `leadgate tenant resume {slug}`");
+        }
+        TenantCommand::Resume { slug, config } => {
+            let store = open(&config.load()?).await?;
+            if !store
+                .set_tenant_state(&slug, TenantState::Active, None, &actor(), store.now())
+                .await?
+            {
+                return refuse(format!("there is no tenant `{}`", esc(&slug)));
+            }
+            println!("tenant `{slug}` is active");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
