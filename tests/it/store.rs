@@ -592,33 +592,14 @@ each_backend!(
             .await
             .unwrap();
         assert_eq!(store.timeline(&op("t")).await.unwrap().len(), 1);
-        let refused = raw_execute(&db, "update timeline set kind = 'forged'").await;
+        let refused = db.outcome("update timeline set kind = 'forged'").await;
         assert!(refused.contains("append-only"), "{refused}");
-        let refused = raw_execute(&db, "delete from timeline").await;
+        let refused = db.outcome("delete from timeline").await;
         assert!(refused.contains("append-only"), "{refused}");
         let t = store.timeline(&op("t")).await.unwrap();
         assert_eq!(kinds(&t), ["delivery"]);
     }
 );
-
-/// Runs `sql` on a connection of its own and returns the error text (or "ok").
-async fn raw_execute(db: &leadgate_testkit::TestDb, sql: &str) -> String {
-    use sqlx::Connection;
-    let result = match db.backend {
-        leadgate_testkit::Backend::Sqlite => {
-            let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-            sqlx::query(sql).execute(&mut c).await.map(|_| ())
-        }
-        leadgate_testkit::Backend::Postgres => {
-            let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
-            sqlx::query(sql).execute(&mut c).await.map(|_| ())
-        }
-    };
-    match result {
-        Ok(()) => "ok".into(),
-        Err(e) => e.to_string(),
-    }
-}
 
 each_backend!(
     due_times_leases_and_paused_connectors_gate_the_worker,
@@ -1055,15 +1036,12 @@ each_backend!(rejected_deliveries_are_journaled, |db| async move {
 
 each_backend!(a_schema_newer_than_this_build_is_refused, |db| async move {
     drop(db.store().await);
-    raw_execute(
-        &db,
+    db.outcome(
         "insert into _sqlx_migrations (version, description, success, checksum, execution_time) \
          values (99999, 'from the future', true, X'00', 0)",
     )
     .await;
-    let pg_fixed = raw_execute(
-        &db,
-        "insert into _sqlx_migrations (version, description, success, checksum, execution_time) \
+    let pg_fixed = db.outcome("insert into _sqlx_migrations (version, description, success, checksum, execution_time) \
          values (99999, 'from the future', true, '\\x00'::bytea, 0)",
     )
     .await;
@@ -1166,18 +1144,14 @@ each_backend!(
             .await
             .unwrap();
         assert_eq!(
-            raw_execute(
-                &db,
-                "insert into deliveries (source, operation_id, received_at, payload_hash, outcome, transform_version) \
+            db.outcome("insert into deliveries (source, operation_id, received_at, payload_hash, outcome, transform_version) \
                  values ('site', 'site:ghost', '2026-01-01T00:00:00Z', 'h', 'new', 1)",
             )
             .await,
             "ok"
         );
         assert_eq!(
-            raw_execute(
-                &db,
-                "update operations set status = 'completed', crm_id = '9' where operation_id = 'site:fine'",
+            db.outcome("update operations set status = 'completed', crm_id = '9' where operation_id = 'site:fine'",
             )
             .await,
             "ok"
@@ -1197,24 +1171,18 @@ each_backend!(
         // database refuses must not take the others down with it (nor on PostgreSQL).
         let store = db.store().await;
         let refused = match db.backend {
-            leadgate_testkit::Backend::Sqlite => raw_execute(
-                &db,
-                "create trigger refuse_bad before insert on deliveries when new.source = 'bad' \
+            leadgate_testkit::Backend::Sqlite => db.outcome("create trigger refuse_bad before insert on deliveries when new.source = 'bad' \
                      begin select raise(abort, 'refused by the test'); end",
             )
             .await,
             leadgate_testkit::Backend::Postgres => {
-                let f = raw_execute(
-                    &db,
-                    "create function refuse_bad() returns trigger language plpgsql as $$ \
+                let f = db.outcome("create function refuse_bad() returns trigger language plpgsql as $$ \
                      begin if new.source = 'bad' then raise exception 'refused by the test'; end if; \
                      return new; end $$",
                 )
                 .await;
                 assert_eq!(f, "ok");
-                raw_execute(
-                    &db,
-                    "create trigger refuse_bad before insert on deliveries \
+                db.outcome("create trigger refuse_bad before insert on deliveries \
                      for each row execute function refuse_bad()",
                 )
                 .await

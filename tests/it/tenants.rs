@@ -128,6 +128,100 @@ each_backend!(every_table_is_a_tenants_or_shared_by_all, |db| async move {
     );
 });
 
+// Two tenants may each have a connector `bitrix24`, a source `site`, a channel `team`, the
+// same content or signature and the same contact lock; one tenant may not have two.
+each_backend!(
+    the_small_tables_keys_lead_with_the_tenant,
+    |db| async move {
+        drop(db.store().await);
+        let now = "'2026-12-06T10:00:00+00:00'";
+        let rows = [
+            (
+                "connectors",
+                "name, state, since, changed_by",
+                format!("'bitrix24', 'active', {now}, 'x'"),
+            ),
+            (
+                "crm_tokens",
+                "connector, refresh_token, version, updated_at",
+                format!("'amocrm', 'r', 1, {now}"),
+            ),
+            (
+                "crm_links",
+                "connector, entity_url, updated_at",
+                format!("'bitrix24', 'u', {now}"),
+            ),
+            (
+                "business_rules",
+                "source, rule, window_secs, channel, version, changed_at, changed_by",
+                format!("'site', 'create', 60, 'web', 1, {now}, 'x'"),
+            ),
+            (
+                "business_rule_history",
+                "source, version, actor, changed_at, after",
+                format!("'site', 1, 'x', {now}, '{{}}'"),
+            ),
+            (
+                "pull_cursors",
+                "source, mark, updated_at",
+                format!("'tg', '1', {now}"),
+            ),
+            (
+                "contact_locks",
+                "key, operation_id, lease_token_sha256, expires_at",
+                format!("42, 'site:1', 'h', {now}"),
+            ),
+            (
+                "content_keys",
+                "source, content_sha256, operation_id, expires_at",
+                format!("'form', 'c', 'form:1', {now}"),
+            ),
+            (
+                "signature_uses",
+                "source, signature_sha256, operation_id, expires_at",
+                format!("'site', 's', 'site:1', {now}"),
+            ),
+            (
+                "alert_channels",
+                "channel, case_cursor",
+                "'team', 0".to_owned(),
+            ),
+            (
+                "alert_conditions",
+                "channel, key, firing, since, notified_at",
+                format!("'team', 'stale', true, {now}, {now}"),
+            ),
+        ];
+        for tenant in [0, 1] {
+            for (table, columns, values) in &rows {
+                let insert = format!(
+                    "insert into {table} (tenant_id, {columns}) values ({tenant}, {values})"
+                );
+                assert_eq!(db.outcome(&insert).await, "ok", "{insert}");
+            }
+        }
+        for (table, columns, values) in &rows {
+            let again = db
+                .outcome(&format!(
+                    "insert into {table} (tenant_id, {columns}) values (1, {values})"
+                ))
+                .await;
+            assert!(
+                again.to_lowercase().contains("unique") || again.contains("duplicate key"),
+                "{table}: {again}"
+            );
+        }
+        // A tenant's alert condition belongs to that tenant's channel.
+        let stray = db
+            .outcome(&format!(
+            "insert into alert_conditions (tenant_id, channel, key, firing, since, notified_at) \
+             values (2, 'team', 'stale', true, {now}, {now})"
+        ))
+            .await;
+        assert!(stray.to_lowercase().contains("foreign key"), "{stray}");
+    }
+);
+
 /// This build's migrations up to `version` on `backend`.
 fn migrations_up_to(backend: Backend, version: i64) -> sqlx::migrate::Migrator {
     let mut m = match backend {

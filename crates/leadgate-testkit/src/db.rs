@@ -106,6 +106,24 @@ impl TestDb {
         }
     }
 
+    /// Runs one statement straight on the database: `ok`, or the database's refusal.
+    pub async fn outcome(&self, sql: &str) -> String {
+        let result = match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).execute(&mut c).await.map(|_| ())
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).execute(&mut c).await.map(|_| ())
+            }
+        };
+        match result {
+            Ok(()) => "ok".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
     /// Applies migration `version` again, as if it had first run now: what it found then
     /// (the rows in the database now) is what it records.
     pub async fn run_migration_again(&self, version: i64, table: &str) {

@@ -20,7 +20,7 @@ macro_rules! alerts_sql {
                 sqlx::query(
                     "insert into alert_channels (channel, case_cursor) \
                      select $1, coalesce(max(id), 0) from review_cases \
-                     where true on conflict (channel) do nothing",
+                     where true on conflict (tenant_id, channel) do nothing",
                 )
                 .bind(channel)
                 .execute(&mut *tx)
@@ -158,7 +158,7 @@ macro_rules! alerts_sql {
                 for (key, firing) in conditions {
                     sqlx::query(
                         "insert into alert_conditions (channel, key, firing, since, notified_at) \
-                         values ($1, $2, $3, $4, $4) on conflict (channel, key) do update set \
+                         values ($1, $2, $3, $4, $4) on conflict (tenant_id, channel, key) do update set \
                          since = case when alert_conditions.firing = excluded.firing \
                            then alert_conditions.since else excluded.since end, \
                          firing = excluded.firing, notified_at = excluded.notified_at",

@@ -46,7 +46,7 @@ macro_rules! crm_access_sql {
                     None => {
                         "insert into crm_tokens (connector, access_token, refresh_token, \
                          expires_at, version, updated_at) values ($1, $2, $3, $4, $5, $6) \
-                         on conflict (connector) do nothing"
+                         on conflict (tenant_id, connector) do nothing"
                     }
                     Some(_) => {
                         "update crm_tokens set access_token = $2, refresh_token = $3, \

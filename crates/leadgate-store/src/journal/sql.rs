@@ -94,7 +94,7 @@ macro_rules! journal_sql {
                 // row whose time is over is taken over.
                 sqlx::query(&format!(
                     "insert into {table} (source, {column}, operation_id, expires_at) \
-                     values ($1, $2, $3, $4) on conflict (source, {column}) do update \
+                     values ($1, $2, $3, $4) on conflict (tenant_id, source, {column}) do update \
                      set operation_id = excluded.operation_id, expires_at = excluded.expires_at \
                      where {table}.expires_at < $5"
                 ))

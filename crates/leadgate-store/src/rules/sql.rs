@@ -9,7 +9,7 @@ macro_rules! rules_sql {
             async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
                     "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at) \
-                     values ($1, $2, $3, $4, $5) on conflict (connector) do update set \
+                     values ($1, $2, $3, $4, $5) on conflict (tenant_id, connector) do update set \
                      entity_url = excluded.entity_url, search_url = excluded.search_url, \
                      contact_url = excluded.contact_url, updated_at = excluded.updated_at",
                 )

@@ -25,7 +25,7 @@ macro_rules! tx_connectors {
                 sqlx::query(
                     "insert into connectors (name, state, reason, since, changed_by, by_hand) \
                      values ($1, 'paused', $2, $3, $4, false) \
-                     on conflict (name) do update set state = 'paused', reason = excluded.reason, \
+                     on conflict (tenant_id, name) do update set state = 'paused', reason = excluded.reason, \
                      since = case when connectors.state = 'paused' then connectors.since else excluded.since end, \
                      changed_by = excluded.changed_by, by_hand = false",
                 )
@@ -52,7 +52,7 @@ macro_rules! tx_connectors {
                 let done = sqlx::query(
                     "insert into connectors (name, state, reason, since, changed_by, by_hand) \
                      values ($1, 'paused', $2, $3, $4, true) \
-                     on conflict (name) do update set state = 'paused', reason = excluded.reason, \
+                     on conflict (tenant_id, name) do update set state = 'paused', reason = excluded.reason, \
                      since = excluded.since, changed_by = excluded.changed_by, by_hand = true \
                      where connectors.state <> 'paused'",
                 )
@@ -122,7 +122,7 @@ macro_rules! tx_connectors {
             async fn add_connector_row(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
                     "insert into connectors (name, state, since, changed_by) \
-                     values ($1, 'active', $2, 'worker') on conflict (name) do nothing",
+                     values ($1, 'active', $2, 'worker') on conflict (tenant_id, name) do nothing",
                 )
                 .bind(name)
                 .bind(now)
@@ -140,7 +140,7 @@ macro_rules! tx_connectors {
                 sqlx::query(
                     "insert into connectors (name, state, since, changed_by, failures, \
                      unreachable_since, probe_at, probes) values ($1, 'active', $2, 'worker', $3, $4, $5, $6) \
-                     on conflict (name) do update set failures = excluded.failures, \
+                     on conflict (tenant_id, name) do update set failures = excluded.failures, \
                      unreachable_since = excluded.unreachable_since, probe_at = excluded.probe_at, \
                      probes = excluded.probes",
                 )

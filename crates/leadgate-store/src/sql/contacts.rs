@@ -52,7 +52,7 @@ macro_rules! tx_contacts {
                 Ok(sqlx::query_as(
                     "insert into contact_locks (key, operation_id, lease_token_sha256, expires_at) \
                      values ($1, $2, $3, $4) \
-                     on conflict (key) do update set operation_id = excluded.operation_id, \
+                     on conflict (tenant_id, key) do update set operation_id = excluded.operation_id, \
                        lease_token_sha256 = excluded.lease_token_sha256, expires_at = excluded.expires_at \
                      where contact_locks.expires_at <= $5 or contact_locks.operation_id = excluded.operation_id \
                      returning crm_contact_id, contact_at",

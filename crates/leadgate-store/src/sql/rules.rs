@@ -24,7 +24,7 @@ macro_rules! tx_rules {
                 let done = sqlx::query(
                     "insert into business_rules (source, rule, window_secs, channel, version, \
                      changed_at, changed_by) values ($1, $2, $3, $4, 1, $5, $6) \
-                     on conflict (source) do nothing",
+                     on conflict (tenant_id, source) do nothing",
                 )
                 .bind(&rules.source)
                 .bind(rules.rule.as_str())

@@ -106,7 +106,7 @@ macro_rules! upkeep_sql {
             async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
                     "insert into pull_cursors (source, mark, updated_at) values ($1, $2, $3) \
-                     on conflict (source) do update set mark = excluded.mark, \
+                     on conflict (tenant_id, source) do update set mark = excluded.mark, \
                      updated_at = excluded.updated_at",
                 )
                 .bind(source)
