@@ -13,8 +13,9 @@
 //!   `error_class`; `update`: what follows a failed update of a CRM entity;
 //! - `review`: reasons, resolutions, human actions; `roles`: who may ask for what;
 //! - `ids`: operation keys; `tenant`: a tenant's id and slug; `fingerprint`;
-//!   `contact`: normalization; `lead`: lead
-//!   mapping; `search`: what a query is and how names become words;
+//!   `contact`: normalization; `lead`: lead mapping; `search`: what a query is and how
+//!   names become words;
+//! - `fairness`: the worker's lanes shared among tenants (deficit round robin in lane-time);
 //! - `text`: a CRM id's bounds, masking, escaping; `secret`; `event_kind`;
 //! - `business`: the business rules' values and what a channel changes; `outage`: the
 //!   connector's health; `pacing`: the leaky bucket (GCRA); `report`: a saved
@@ -25,6 +26,7 @@ pub mod business;
 pub mod contact;
 mod error_class;
 mod event_kind;
+pub mod fairness;
 mod fingerprint;
 mod ids;
 mod lead;
