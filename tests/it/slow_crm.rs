@@ -711,6 +711,10 @@ impl Clock for Hiccup {
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.inner.now()
     }
+
+    fn tenant(&self) -> leadgate::domain::TenantId {
+        self.inner.tenant()
+    }
 }
 
 #[async_trait::async_trait]
@@ -1664,6 +1668,15 @@ impl leadgate::store::Feed for Hiccup {
 
 #[async_trait::async_trait]
 impl leadgate::store::Tenants for Hiccup {
+    /// Another tenant's view of the store, without this one's faults.
+    fn for_tenant(&self, tenant: leadgate::domain::TenantId) -> Arc<dyn Store> {
+        Arc::new(Hiccup {
+            inner: self.inner.for_tenant(tenant),
+            before_commit: AtomicU32::new(0),
+            after_commit: AtomicU32::new(0),
+        })
+    }
+
     async fn tenants(&self) -> Result<Vec<leadgate::store::Tenant>> {
         self.inner.tenants().await
     }

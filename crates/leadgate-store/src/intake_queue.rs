@@ -46,6 +46,7 @@ pub(crate) struct Job {
 }
 
 /// The senders' end of the queue.
+#[derive(Clone)]
 pub(crate) struct IntakeQueue(mpsc::Sender<Job>);
 
 /// The writer's end of the queue.

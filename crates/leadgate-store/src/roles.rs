@@ -14,6 +14,11 @@ pub trait Clock: Send + Sync + 'static {
     /// monotonic clock), so machines whose clocks disagree agree on when a lease ends.
     /// SQLite: this machine's clock, which every process on the file shares.
     fn now(&self) -> DateTime<Utc>;
+
+    /// The tenant whose rows this store's roles read and write (fleet mode): the default
+    /// tenant unless [`Tenants::for_tenant`] made it. So far the `Rules` and `Tenants`
+    /// roles follow it; the others read and write the default tenant's rows.
+    fn tenant(&self) -> leadgate_domain::TenantId;
 }
 
 /// The operations store: every role. Both backends pass the same conformance suite

@@ -30,6 +30,7 @@ use sqlx::{Sqlite, SqlitePool};
 
 use super::sql::sql_store;
 
+#[derive(Clone)]
 pub struct SqliteStore {
     /// Readers.
     pool: SqlitePool,
@@ -37,6 +38,9 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// Deliveries waiting for the intake writer.
     intake: super::intake_queue::IntakeQueue,
+    /// The tenant its roles read and write (fleet mode; the default tenant unless
+    /// `Tenants::for_tenant` made it).
+    tenant: leadgate_domain::TenantId,
 }
 
 /// A database file this URL would create (`mode=rwc`) is created first, empty and
@@ -140,6 +144,7 @@ impl SqliteStore {
             pool,
             writer,
             intake,
+            tenant: leadgate_domain::TenantId::DEFAULT,
         })
     }
 

@@ -45,11 +45,15 @@ mod grouped;
 use grouped::intake_writer;
 pub use grouped::{GroupAnswer, IntakePath};
 
+#[derive(Clone)]
 pub struct PgStore {
     pub(crate) pool: PgPool,
     clock: Arc<DbClock>,
     /// Deliveries waiting for the intake writer.
     intake: super::intake_queue::IntakeQueue,
+    /// The tenant its roles read and write (fleet mode; the default tenant unless
+    /// `Tenants::for_tenant` made it).
+    tenant: leadgate_domain::TenantId,
 }
 
 /// How often the server's clock is read again.
@@ -217,6 +221,7 @@ impl PgStore {
             pool,
             clock,
             intake,
+            tenant: leadgate_domain::TenantId::DEFAULT,
         })
     }
 

@@ -8,8 +8,8 @@ macro_rules! rules_sql {
         impl $crate::Rules for $store {
             async fn publish_crm_links(&self, links: &CrmLinks, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
-                    "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at) \
-                     values ($1, $2, $3, $4, $5) on conflict (tenant_id, connector) do update set \
+                    "insert into crm_links (connector, entity_url, search_url, contact_url, updated_at, tenant_id) \
+                     values ($1, $2, $3, $4, $5, $6) on conflict (tenant_id, connector) do update set \
                      entity_url = excluded.entity_url, search_url = excluded.search_url, \
                      contact_url = excluded.contact_url, updated_at = excluded.updated_at",
                 )
@@ -18,6 +18,7 @@ macro_rules! rules_sql {
                 .bind(&links.search_url)
                 .bind(&links.contact_url)
                 .bind(now)
+                .bind(self.tenant.0)
                 .execute(&self.pool)
                 .await?;
                 Ok(())
@@ -26,22 +27,24 @@ macro_rules! rules_sql {
             async fn crm_links(&self) -> Result<Vec<CrmLinks>> {
                 Ok(sqlx::query_as::<_, CrmLinks>(
                     "select connector, entity_url, search_url, contact_url from crm_links \
-                     order by updated_at desc, connector",
+                     where tenant_id = $1 order by updated_at desc, connector",
                 )
+                .bind(self.tenant.0)
                 .fetch_all(&self.pool)
                 .await?)
             }
 
             async fn business_rules(&self) -> Result<Vec<StoredRules>> {
-                let sql = format!("{RULES_COLUMNS} order by source");
-                let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                let sql = format!("{RULES_COLUMNS} where tenant_id = $1 order by source");
+                let rows = sqlx::query(&sql).bind(self.tenant.0).fetch_all(&self.pool).await?;
                 rows.iter().map(rules_from_row).collect()
             }
 
             async fn rules_version(&self) -> Result<i64> {
                 Ok(sqlx::query_scalar(
-                    "select cast(count(*) as bigint) from business_rule_history",
+                    "select cast(count(*) as bigint) from business_rule_history where tenant_id = $1",
                 )
+                .bind(self.tenant.0)
                 .fetch_one(&self.pool)
                 .await?)
             }
@@ -50,10 +53,11 @@ macro_rules! rules_sql {
                 let rows = sqlx::query_as::<_, RuleChangeRow>(
                     "select id, source, version, actor, changed_at, before, after \
                      from business_rule_history where (cast($1 as text) is null or source = $1) \
-                     order by id desc limit $2",
+                     and tenant_id = $3 order by id desc limit $2",
                 )
                 .bind(source)
                 .bind(limit)
+                .bind(self.tenant.0)
                 .fetch_all(&self.pool)
                 .await?;
                 rows.into_iter().map(RuleChange::try_from).collect()

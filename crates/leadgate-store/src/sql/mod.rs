@@ -76,7 +76,11 @@ pub(crate) fn name_words(contact: &super::ContactKeys) -> Vec<String> {
 }
 
 /// One write transaction of a backend, as `store::ops` sees it.
-pub(crate) struct SqlTx<DB: sqlx::Database>(pub(crate) sqlx::Transaction<'static, DB>);
+/// A write transaction, and the tenant whose rows it writes.
+pub(crate) struct SqlTx<DB: sqlx::Database>(
+    pub(crate) sqlx::Transaction<'static, DB>,
+    pub(crate) leadgate_domain::TenantId,
+);
 
 /// Where the two dialects differ, as each backend module states it in its `DIALECT`; the
 /// rest of the SQL is one text for both.
@@ -175,7 +179,12 @@ macro_rules! sql_store {
             tx: Tx,
             deliveries: impl IntoIterator<Item = &'a NewDelivery> + Send,
         ) -> Result<Vec<DeliveryRecord>> {
-            $crate::journal::ops::record_all(SqlTx(tx), deliveries).await
+            // (intake is the default tenant's until deliveries carry theirs)
+            $crate::journal::ops::record_all(
+                SqlTx(tx, leadgate_domain::TenantId::DEFAULT),
+                deliveries,
+            )
+            .await
         }
 
         impl WriteTx for SqlTx<$db> {
@@ -187,7 +196,7 @@ macro_rules! sql_store {
 
         impl $store {
             async fn write(&self) -> Result<SqlTx<$db>> {
-                Ok(SqlTx(self.begin_write().await?))
+                Ok(SqlTx(self.begin_write().await?, self.tenant))
             }
         }
 
@@ -198,6 +207,10 @@ macro_rules! sql_store {
 
             fn now(&self) -> DateTime<Utc> {
                 self.clock_now()
+            }
+
+            fn tenant(&self) -> leadgate_domain::TenantId {
+                self.tenant
             }
         }
 

@@ -13,6 +13,10 @@ pub(crate) mod sql;
 
 #[async_trait::async_trait]
 pub trait Tenants: Clock {
+    /// This store, reading and writing `tenant`'s rows: the same pool, clock and intake
+    /// queue.
+    fn for_tenant(&self, tenant: leadgate_domain::TenantId) -> std::sync::Arc<dyn Store>;
+
     /// Every tenant, by id (the default tenant first).
     async fn tenants(&self) -> Result<Vec<Tenant>>;
 

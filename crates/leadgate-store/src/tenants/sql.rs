@@ -5,6 +5,10 @@ macro_rules! tenants_sql {
     ($store:ident, $db:ty) => {
         #[async_trait::async_trait]
         impl $crate::Tenants for $store {
+            fn for_tenant(&self, tenant: leadgate_domain::TenantId) -> std::sync::Arc<dyn $crate::Store> {
+                std::sync::Arc::new($store { tenant, ..self.clone() })
+            }
+
             async fn tenants(&self) -> Result<Vec<$crate::Tenant>> {
                 Ok(sqlx::query_as::<_, $crate::Tenant>(
                     "select id, slug, name, state, paused_reason, weight, max_in_flight, \
