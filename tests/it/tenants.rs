@@ -319,6 +319,96 @@ each_backend!(rules_and_crm_links_are_each_tenants_own, |db| async move {
     assert_eq!(acme.crm_links().await.unwrap(), [links("acme.bitrix24.ru")]);
 });
 
+// Two tenants each with a connector `bitrix24`: pausing one holds back only that tenant's
+// leads, and a tenant's worker claims only its own. (Intake does not yet write another
+// tenant's operations: the lead is moved into tenant 1 by hand, as intake will write it.)
+each_backend!(
+    a_paused_connector_holds_only_its_tenants_work,
+    |db| async move {
+        let default = db.store().await;
+        let acme = default.for_tenant(TenantId(1));
+        for key in ["mine", "theirs"] {
+            default
+                .record_delivery(delivery(key, serde_json::json!({"name": "Olga"})))
+                .await
+                .unwrap();
+        }
+        db.execute("update operations set tenant_id = 1 where operation_id = 'site:theirs'")
+            .await;
+        let now = default.now();
+        let lease = std::time::Duration::from_secs(30);
+        let ask = Ask::PauseConnector {
+            name: "bitrix24".into(),
+            reason: "the portal moves".into(),
+        };
+        assert!(matches!(
+            acme.perform("olga", ask, now).await.unwrap(),
+            Answer::Paused { paused: true }
+        ));
+        let paused = |c: Vec<leadgate::store::Connector>| {
+            c.iter()
+                .map(|c| (c.name.clone(), c.paused))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            paused(acme.connectors().await.unwrap()),
+            [("bitrix24".to_owned(), true)]
+        );
+        assert!(paused(default.connectors().await.unwrap()).is_empty());
+
+        assert!(!acme.has_due("bitrix24", now).await.unwrap());
+        assert!(acme
+            .claim_due("bitrix24", "w1", lease, now)
+            .await
+            .unwrap()
+            .is_none());
+        let mine = default
+            .claim_due("bitrix24", "w0", lease, now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(mine.operation.operation_id.as_str(), "site:mine");
+        assert!(
+            default
+                .claim_due("bitrix24", "w0", lease, now)
+                .await
+                .unwrap()
+                .is_none(),
+            "another tenant's lead is not the default tenant's worker's"
+        );
+
+        assert!(acme
+            .resume_connector("bitrix24", "olga", now)
+            .await
+            .unwrap());
+        assert!(!default
+            .resume_connector("bitrix24", "olga", now)
+            .await
+            .unwrap());
+        let theirs = acme
+            .claim_due("bitrix24", "w1", lease, now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(theirs.operation.operation_id.as_str(), "site:theirs");
+
+        // Each tenant's breaker is its own.
+        let outage = leadgate::domain::outage::OutageConfig::default();
+        for _ in 0..outage.after_failures + 1 {
+            acme.connector_failed("bitrix24", &outage, now)
+                .await
+                .unwrap();
+        }
+        assert!(acme.connectors().await.unwrap()[0]
+            .unreachable_since
+            .is_some());
+        assert_eq!(
+            default.probe_gate("bitrix24", &outage, now).await.unwrap(),
+            leadgate::domain::outage::Gate::Open
+        );
+    }
+);
+
 /// This build's migrations up to `version` on `backend`.
 fn migrations_up_to(backend: Backend, version: i64) -> sqlx::migrate::Migrator {
     let mut m = match backend {

@@ -29,6 +29,7 @@ macro_rules! claim_api_sql {
                     .bind(source)
                     .bind(now)
                     .bind(1_i64)
+                    .bind(self.tenant.0)
                     .fetch_optional(&self.pool)
                     .await?;
                 if any.is_none() {

@@ -28,9 +28,10 @@ macro_rules! crm_access_sql {
             async fn crm_token(&self, connector: &str) -> Result<Option<CrmToken>> {
                 Ok(sqlx::query_as::<_, CrmToken>(
                     "select access_token, refresh_token, expires_at, version from crm_tokens \
-                     where connector = $1",
+                     where tenant_id = $2 and connector = $1",
                 )
                 .bind(connector)
+                .bind(self.tenant.0)
                 .fetch_optional(&self.pool)
                 .await?)
             }
@@ -45,13 +46,13 @@ macro_rules! crm_access_sql {
                 let sql = match expected_version {
                     None => {
                         "insert into crm_tokens (connector, access_token, refresh_token, \
-                         expires_at, version, updated_at) values ($1, $2, $3, $4, $5, $6) \
+                         expires_at, version, updated_at, tenant_id) values ($1, $2, $3, $4, $5, $6, $7) \
                          on conflict (tenant_id, connector) do nothing"
                     }
                     Some(_) => {
                         "update crm_tokens set access_token = $2, refresh_token = $3, \
                          expires_at = $4, version = $5, updated_at = $6 \
-                         where connector = $1 and version = $7"
+                         where connector = $1 and version = $7 and tenant_id = $8"
                     }
                 };
                 let mut query = sqlx::query(sql)
@@ -64,6 +65,7 @@ macro_rules! crm_access_sql {
                 if let Some(expected) = expected_version {
                     query = query.bind(expected);
                 }
+                let query = query.bind(self.tenant.0);
                 let done = query.execute(&mut *tx).await?;
                 tx.commit().await?;
                 Ok(done.rows_affected() == 1)

@@ -100,8 +100,9 @@ macro_rules! dashboard_sql {
             async fn connectors(&self) -> Result<Vec<Connector>> {
                 let rows = sqlx::query_as::<_, ConnectorRow>(
                     "select name, state, reason, since, changed_by, unreachable_since, by_hand from connectors \
-                     order by name",
+                     where tenant_id = $1 order by name",
                 )
+                .bind(self.tenant.0)
                 .fetch_all(&self.pool)
                 .await?;
                 Ok(rows.into_iter().map(Into::into).collect())

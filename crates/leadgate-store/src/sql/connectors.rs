@@ -8,8 +8,9 @@ macro_rules! tx_connectors {
         impl $crate::ops::ConnectorTx for SqlTx<$db> {
             async fn connector_paused(&mut self, name: &str) -> Result<bool> {
                 let state: Option<String> =
-                    sqlx::query_scalar("select state from connectors where name = $1")
+                    sqlx::query_scalar("select state from connectors where tenant_id = $2 and name = $1")
                         .bind(name)
+                        .bind(self.1 .0)
                         .fetch_optional(&mut *self.0)
                         .await?;
                 Ok(state.as_deref() == Some("paused"))
@@ -23,8 +24,8 @@ macro_rules! tx_connectors {
                 now: DateTime<Utc>,
             ) -> Result<()> {
                 sqlx::query(
-                    "insert into connectors (name, state, reason, since, changed_by, by_hand) \
-                     values ($1, 'paused', $2, $3, $4, false) \
+                    "insert into connectors (name, state, reason, since, changed_by, by_hand, tenant_id) \
+                     values ($1, 'paused', $2, $3, $4, false, $5) \
                      on conflict (tenant_id, name) do update set state = 'paused', reason = excluded.reason, \
                      since = case when connectors.state = 'paused' then connectors.since else excluded.since end, \
                      changed_by = excluded.changed_by, by_hand = false",
@@ -35,6 +36,7 @@ macro_rules! tx_connectors {
                 .bind(leadgate_domain::text::mask_contacts(reason))
                 .bind(now)
                 .bind(actor)
+                .bind(self.1 .0)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -50,8 +52,8 @@ macro_rules! tx_connectors {
                 // A pause already in place (by hand or after an auth failure) stays as it
                 // is: its reason is what resuming must answer.
                 let done = sqlx::query(
-                    "insert into connectors (name, state, reason, since, changed_by, by_hand) \
-                     values ($1, 'paused', $2, $3, $4, true) \
+                    "insert into connectors (name, state, reason, since, changed_by, by_hand, tenant_id) \
+                     values ($1, 'paused', $2, $3, $4, true, $5) \
                      on conflict (tenant_id, name) do update set state = 'paused', reason = excluded.reason, \
                      since = excluded.since, changed_by = excluded.changed_by, by_hand = true \
                      where connectors.state <> 'paused'",
@@ -60,6 +62,7 @@ macro_rules! tx_connectors {
                 .bind(leadgate_domain::text::mask_contacts(reason))
                 .bind(now)
                 .bind(actor)
+                .bind(self.1 .0)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(done.rows_affected() == 1)
@@ -73,11 +76,12 @@ macro_rules! tx_connectors {
             ) -> Result<bool> {
                 let done = sqlx::query(
                     "update connectors set state = 'active', reason = null, since = $1, \
-                     changed_by = $2, by_hand = false where name = $3 and state = 'paused'",
+                     changed_by = $2, by_hand = false where tenant_id = $4 and name = $3 and state = 'paused'",
                 )
                 .bind(now)
                 .bind(actor)
                 .bind(name)
+                .bind(self.1 .0)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(done.rows_affected() == 1)
@@ -109,11 +113,12 @@ macro_rules! tx_connectors {
             ) -> Result<Option<leadgate_domain::outage::Health>> {
                 let sql = format!(
                     "select failures, unreachable_since, probe_at, probes from connectors \
-                     where name = $1{}",
+                     where tenant_id = $2 and name = $1{}",
                     DIALECT.lock_row
                 );
                 let row = sqlx::query_as::<_, HealthRow>(&sql)
                     .bind(name)
+                    .bind(self.1 .0)
                     .fetch_optional(&mut *self.0)
                     .await?;
                 Ok(row.map(Into::into))
@@ -121,11 +126,12 @@ macro_rules! tx_connectors {
 
             async fn add_connector_row(&mut self, name: &str, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
-                    "insert into connectors (name, state, since, changed_by) \
-                     values ($1, 'active', $2, 'worker') on conflict (tenant_id, name) do nothing",
+                    "insert into connectors (name, state, since, changed_by, tenant_id) \
+                     values ($1, 'active', $2, 'worker', $3) on conflict (tenant_id, name) do nothing",
                 )
                 .bind(name)
                 .bind(now)
+                .bind(self.1 .0)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -139,7 +145,8 @@ macro_rules! tx_connectors {
             ) -> Result<()> {
                 sqlx::query(
                     "insert into connectors (name, state, since, changed_by, failures, \
-                     unreachable_since, probe_at, probes) values ($1, 'active', $2, 'worker', $3, $4, $5, $6) \
+                     unreachable_since, probe_at, probes, tenant_id) \
+                     values ($1, 'active', $2, 'worker', $3, $4, $5, $6, $7) \
                      on conflict (tenant_id, name) do update set failures = excluded.failures, \
                      unreachable_since = excluded.unreachable_since, probe_at = excluded.probe_at, \
                      probes = excluded.probes",
@@ -150,6 +157,7 @@ macro_rules! tx_connectors {
                 .bind(h.unreachable_since)
                 .bind(h.probe_at)
                 .bind(h.probes)
+                .bind(self.1 .0)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())

@@ -28,29 +28,30 @@ pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash,
     lease_expires_at, next_attempt_at, retry_grants, verify_first, quiet_after, contact_phone, \
     contact_email, contact_name, event_time, version, created_at, updated_at, purged_at";
 
-/// The worker's next due operation: binds $1 = now, $2 = its connector. Nothing is due
-/// while the connector is paused; externally executed operations are never the
-/// worker's.
+/// The worker's next due operation: binds $1 = now, $2 = its connector, $3 = its tenant.
+/// Nothing is due while the connector is paused; externally executed operations are never
+/// the worker's.
 pub(super) const PICK_DUE: &str = "select operation_id from operations where status = 'received' \
-    and executor = 'worker' and next_attempt_at <= $1 \
-    and not exists (select 1 from connectors where name = $2 and state = 'paused') \
+    and executor = 'worker' and next_attempt_at <= $1 and tenant_id = $3 \
+    and not exists (select 1 from connectors where tenant_id = $3 and name = $2 and state = 'paused') \
     order by next_attempt_at limit 1";
 
-/// An operation whose lease ran out, for the reconciler: binds $1 = now, $2 = connector.
+/// An operation whose lease ran out, for the reconciler: binds $1 = now, $2 = connector,
+/// $3 = tenant.
 pub(super) const PICK_STALE: &str =
     "select operation_id from operations where status = 'in_progress' \
-    and executor = 'worker' and lease_expires_at <= $1 \
-    and not exists (select 1 from connectors where name = $2 and state = 'paused') \
+    and executor = 'worker' and lease_expires_at <= $1 and tenant_id = $3 \
+    and not exists (select 1 from connectors where tenant_id = $3 and name = $2 and state = 'paused') \
     order by lease_expires_at limit 1";
 
 /// Due redeliveries of claim-API operations: binds $1 = source (also the connector),
-/// $2 = now, $3 = limit.
+/// $2 = now, $3 = limit, $4 = tenant.
 pub(super) const PICK_REDELIVERY: &str = "select o.operation_id, o.payload, o.next_attempt_at \
     from operations o left join redeliveries r on r.operation_id = o.operation_id \
-    where o.status = 'received' and o.executor = 'external' and o.source = $1 \
+    where o.status = 'received' and o.executor = 'external' and o.source = $1 and o.tenant_id = $4 \
     and o.next_attempt_at <= $2 and o.payload is not null \
     and (r.operation_id is null or r.resend_at <= $2 or r.sent_at < o.next_attempt_at) \
-    and not exists (select 1 from connectors c where c.name = $1 and c.state = 'paused') \
+    and not exists (select 1 from connectors c where c.tenant_id = $4 and c.name = $1 and c.state = 'paused') \
     order by o.next_attempt_at limit $3";
 
 /// A person's request as `store::review::requests` reads it (migration 0017).

@@ -140,6 +140,7 @@ macro_rules! tx_operations {
                 Ok(sqlx::query_scalar(&sql)
                     .bind(now)
                     .bind(connector)
+                    .bind(self.1 .0)
                     .fetch_optional(&mut *self.0)
                     .await?)
             }
@@ -149,6 +150,7 @@ macro_rules! tx_operations {
                 Ok(sqlx::query_scalar(&sql)
                     .bind(now)
                     .bind(connector)
+                    .bind(self.1 .0)
                     .fetch_optional(&mut *self.0)
                     .await?)
             }
@@ -261,6 +263,7 @@ macro_rules! tx_operations {
                     .bind(source)
                     .bind(now)
                     .bind(limit)
+                    .bind(self.1 .0)
                     .fetch_all(&mut *self.0)
                     .await?)
             }

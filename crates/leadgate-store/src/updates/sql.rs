@@ -26,12 +26,14 @@ macro_rules! updates_sql {
                        and e.id <> u.id \
                        and (e.delivery_id < u.delivery_id or (e.delivery_id = u.delivery_id and e.id < u.id)) \
                        and (e.state = 'pending' or e.quiet_after > $1)) \
-                     and not exists (select 1 from connectors c where c.name = $2 and c.state = 'paused') \
+                     and o.tenant_id = $3 \
+                     and not exists (select 1 from connectors c where c.tenant_id = $3 and c.name = $2 and c.state = 'paused') \
                      order by u.due_at, u.id limit 1";
                 // A read first: an idle poll takes no write lock (SQLite has one writer).
                 let due: Option<i64> = sqlx::query_scalar(pick)
                     .bind(now)
                     .bind(connector)
+                    .bind(self.tenant.0)
                     .fetch_optional(&self.pool)
                     .await?;
                 if due.is_none() {
@@ -43,6 +45,7 @@ macro_rules! updates_sql {
                 let Some(id): Option<i64> = sqlx::query_scalar(&sql)
                     .bind(now)
                     .bind(connector)
+                    .bind(self.tenant.0)
                     .fetch_optional(&mut *tx.0)
                     .await?
                 else {

@@ -27,6 +27,7 @@ macro_rules! work_queue_sql {
                 let due: Option<String> = sqlx::query_scalar(PICK_DUE)
                     .bind(now)
                     .bind(connector)
+                    .bind(self.tenant.0)
                     .fetch_optional(&self.pool)
                     .await?;
                 Ok(due.is_some())
@@ -171,11 +172,13 @@ macro_rules! work_queue_sql {
 
             async fn connector_answered(&self, name: &str, now: DateTime<Utc>) -> Result<bool> {
                 // A read first, without the writer: this runs after every answer.
-                let failures: Option<i32> =
-                    sqlx::query_scalar("select failures from connectors where name = $1")
-                        .bind(name)
-                        .fetch_optional(&self.pool)
-                        .await?;
+                let failures: Option<i32> = sqlx::query_scalar(
+                    "select failures from connectors where tenant_id = $2 and name = $1",
+                )
+                .bind(name)
+                .bind(self.tenant.0)
+                .fetch_optional(&self.pool)
+                .await?;
                 if failures.unwrap_or(0) == 0 {
                     return Ok(false);
                 }
@@ -189,11 +192,13 @@ macro_rules! work_queue_sql {
                 now: DateTime<Utc>,
             ) -> Result<leadgate_domain::outage::Gate> {
                 // A read first, without the writer: this runs before every claim.
-                let unreachable: Option<Option<DateTime<Utc>>> =
-                    sqlx::query_scalar("select unreachable_since from connectors where name = $1")
-                        .bind(name)
-                        .fetch_optional(&self.pool)
-                        .await?;
+                let unreachable: Option<Option<DateTime<Utc>>> = sqlx::query_scalar(
+                    "select unreachable_since from connectors where tenant_id = $2 and name = $1",
+                )
+                .bind(name)
+                .bind(self.tenant.0)
+                .fetch_optional(&self.pool)
+                .await?;
                 if unreachable.flatten().is_none() {
                     return Ok(leadgate_domain::outage::Gate::Open);
                 }
