@@ -223,101 +223,113 @@ each_backend!(
     }
 );
 
-// A tenant's store reads and writes its own rules and CRM links: two tenants' source
-// `site` are two sources, each with its rules, history and version, and a person's edit
-// of one changes nothing of the other's.
-each_backend!(rules_and_crm_links_are_each_tenants_own, |db| async move {
-    let default = db.store().await;
-    let acme = default.for_tenant(TenantId(1));
-    assert_eq!(
-        (default.tenant(), acme.tenant()),
-        (TenantId::DEFAULT, TenantId(1))
-    );
-    let rules = |rule: MatchRule, channel: &str| SourceRules {
-        source: "site".into(),
-        rule,
-        window_secs: 3600,
-        channel: channel.into(),
-    };
-    let now = default.now();
-    assert_eq!(
-        default
-            .seed_rules(&[rules(MatchRule::Create, "web")], now)
+// A tenant's store reads and writes its own rules, CRM links and pull marks: two tenants'
+// source `site` are two sources, each with its rules, history and version, and a person's
+// edit of one changes nothing of the other's.
+each_backend!(
+    rules_crm_links_and_pull_marks_are_each_tenants_own,
+    |db| async move {
+        let default = db.store().await;
+        let acme = default.for_tenant(TenantId(1));
+        assert_eq!(
+            (default.tenant(), acme.tenant()),
+            (TenantId::DEFAULT, TenantId(1))
+        );
+        let rules = |rule: MatchRule, channel: &str| SourceRules {
+            source: "site".into(),
+            rule,
+            window_secs: 3600,
+            channel: channel.into(),
+        };
+        let now = default.now();
+        assert_eq!(
+            default
+                .seed_rules(&[rules(MatchRule::Create, "web")], now)
+                .await
+                .unwrap(),
+            ["site"]
+        );
+        assert_eq!(
+            acme.seed_rules(&[rules(MatchRule::Review, "acme-web")], now)
+                .await
+                .unwrap(),
+            ["site"]
+        );
+        // seeded once per tenant
+        assert!(acme
+            .seed_rules(&[rules(MatchRule::Link, "x")], now)
             .await
-            .unwrap(),
-        ["site"]
-    );
-    assert_eq!(
-        acme.seed_rules(&[rules(MatchRule::Review, "acme-web")], now)
+            .unwrap()
+            .is_empty());
+        let answer = acme
+            .perform(
+                "olga",
+                Ask::SetRules {
+                    expected_version: 1,
+                    rules: rules(MatchRule::Link, "acme-web"),
+                },
+                now,
+            )
             .await
-            .unwrap(),
-        ["site"]
-    );
-    // seeded once per tenant
-    assert!(acme
-        .seed_rules(&[rules(MatchRule::Link, "x")], now)
-        .await
-        .unwrap()
-        .is_empty());
-    let answer = acme
-        .perform(
-            "olga",
-            Ask::SetRules {
-                expected_version: 1,
-                rules: rules(MatchRule::Link, "acme-web"),
-            },
-            now,
-        )
-        .await
-        .unwrap();
-    assert!(
-        matches!(answer, Answer::RulesSet { version: 2, .. }),
-        "{answer:?}"
-    );
-    let read = |store: Arc<dyn Store>| async move {
-        let r = store.business_rules().await.unwrap();
-        assert_eq!(r.len(), 1);
-        (r[0].rules.rule, r[0].rules.channel.clone(), r[0].version)
-    };
-    assert_eq!(
-        read(default.clone()).await,
-        (MatchRule::Create, "web".into(), 1)
-    );
-    assert_eq!(
-        read(acme.clone()).await,
-        (MatchRule::Link, "acme-web".into(), 2)
-    );
-    assert_eq!(default.rules_version().await.unwrap(), 1);
-    assert_eq!(acme.rules_version().await.unwrap(), 2);
-    assert_eq!(
-        default.rules_history(Some("site"), 10).await.unwrap().len(),
-        1
-    );
-    let history = acme.rules_history(None, 10).await.unwrap();
-    assert_eq!(
-        history.iter().map(|c| c.actor.as_str()).collect::<Vec<_>>(),
-        ["olga", "configuration"]
-    );
+            .unwrap();
+        assert!(
+            matches!(answer, Answer::RulesSet { version: 2, .. }),
+            "{answer:?}"
+        );
+        let read = |store: Arc<dyn Store>| async move {
+            let r = store.business_rules().await.unwrap();
+            assert_eq!(r.len(), 1);
+            (r[0].rules.rule, r[0].rules.channel.clone(), r[0].version)
+        };
+        assert_eq!(
+            read(default.clone()).await,
+            (MatchRule::Create, "web".into(), 1)
+        );
+        assert_eq!(
+            read(acme.clone()).await,
+            (MatchRule::Link, "acme-web".into(), 2)
+        );
+        assert_eq!(default.rules_version().await.unwrap(), 1);
+        assert_eq!(acme.rules_version().await.unwrap(), 2);
+        assert_eq!(
+            default.rules_history(Some("site"), 10).await.unwrap().len(),
+            1
+        );
+        let history = acme.rules_history(None, 10).await.unwrap();
+        assert_eq!(
+            history.iter().map(|c| c.actor.as_str()).collect::<Vec<_>>(),
+            ["olga", "configuration"]
+        );
 
-    let links = |host: &str| CrmLinks {
-        connector: "bitrix24".into(),
-        entity_url: format!("https://{host}/crm/lead/details/{{id}}/"),
-        search_url: None,
-        contact_url: None,
-    };
-    default
-        .publish_crm_links(&links("main.bitrix24.ru"), now)
-        .await
-        .unwrap();
-    acme.publish_crm_links(&links("acme.bitrix24.ru"), now)
-        .await
-        .unwrap();
-    assert_eq!(
-        default.crm_links().await.unwrap(),
-        [links("main.bitrix24.ru")]
-    );
-    assert_eq!(acme.crm_links().await.unwrap(), [links("acme.bitrix24.ru")]);
-});
+        let links = |host: &str| CrmLinks {
+            connector: "bitrix24".into(),
+            entity_url: format!("https://{host}/crm/lead/details/{{id}}/"),
+            search_url: None,
+            contact_url: None,
+        };
+        // A pulled source's mark in its sender's queue is its tenant's.
+        default.save_pull_mark("tg", "100", now).await.unwrap();
+        acme.save_pull_mark("tg", "7", now).await.unwrap();
+        assert_eq!(
+            default.pull_mark("tg").await.unwrap().as_deref(),
+            Some("100")
+        );
+        assert_eq!(acme.pull_mark("tg").await.unwrap().as_deref(), Some("7"));
+
+        default
+            .publish_crm_links(&links("main.bitrix24.ru"), now)
+            .await
+            .unwrap();
+        acme.publish_crm_links(&links("acme.bitrix24.ru"), now)
+            .await
+            .unwrap();
+        assert_eq!(
+            default.crm_links().await.unwrap(),
+            [links("main.bitrix24.ru")]
+        );
+        assert_eq!(acme.crm_links().await.unwrap(), [links("acme.bitrix24.ru")]);
+    }
+);
 
 // Two tenants each with a connector `bitrix24`: pausing one holds back only that tenant's
 // leads, and a tenant's worker claims only its own. (Intake does not yet write another

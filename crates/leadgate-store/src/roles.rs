@@ -16,8 +16,8 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
 
     /// The tenant whose rows this store's roles read and write (fleet mode): the default
-    /// tenant unless [`Tenants::for_tenant`] made it. So far the business rules, the
-    /// connectors (pause, breaker, CRM tokens) and the worker's picks follow it; intake,
+    /// tenant unless [`Tenants::for_tenant`] made it. So far the business rules, pull marks,
+    /// the connectors (pause, breaker, CRM tokens) and the worker's picks follow it; intake,
     /// cases, reads, alerts, the feed and upkeep read and write the default tenant's rows.
     fn tenant(&self) -> leadgate_domain::TenantId;
 }

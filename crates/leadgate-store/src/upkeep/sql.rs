@@ -97,21 +97,23 @@ macro_rules! upkeep_sql {
             }
 
             async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
-                Ok(sqlx::query_scalar("select mark from pull_cursors where source = $1")
+                Ok(sqlx::query_scalar("select mark from pull_cursors where tenant_id = $2 and source = $1")
                     .bind(source)
+                    .bind(self.tenant.0)
                     .fetch_optional(&self.pool)
                     .await?)
             }
 
             async fn save_pull_mark(&self, source: &str, mark: &str, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
-                    "insert into pull_cursors (source, mark, updated_at) values ($1, $2, $3) \
+                    "insert into pull_cursors (source, mark, updated_at, tenant_id) values ($1, $2, $3, $4) \
                      on conflict (tenant_id, source) do update set mark = excluded.mark, \
                      updated_at = excluded.updated_at",
                 )
                 .bind(source)
                 .bind(mark)
                 .bind(now)
+                .bind(self.tenant.0)
                 .execute(&self.pool)
                 .await?;
                 Ok(())
