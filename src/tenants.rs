@@ -125,8 +125,12 @@ pub fn plan(
     for e in wanted {
         let portal = e.spec.portal().unwrap_or_default();
         if let Some(other) = portals.insert(portal.clone(), e.spec.slug.to_string()) {
+            let host = reqwest::Url::parse(&portal)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or(portal);
             return Err(format!(
-                "tenants `{other}` and `{}` write to one CRM portal ({portal}): one portal, one \
+                "tenants `{other}` and `{}` write to one CRM portal ({host}): one portal, one \
                  tenant (their keys would be one key space in the CRM)",
                 e.spec.slug
             ));
@@ -189,23 +193,20 @@ pub fn plan(
         if named || t.id == 0 || t.state == TenantState::Removed.as_str() {
             continue;
         }
-        if prune {
-            plan.changes.push(TenantChange::State {
-                slug: t.slug.clone(),
-                expected_version: t.version,
-                state: TenantState::Removed,
-                reason: Some(NOT_IN_THE_FILE.into()),
-            });
-            plan.removed.push(t.slug.clone());
+        let (state, list) = if prune {
+            (TenantState::Removed, &mut plan.removed)
         } else if t.state == TenantState::Active.as_str() {
-            plan.changes.push(TenantChange::State {
-                slug: t.slug.clone(),
-                expected_version: t.version,
-                state: TenantState::Paused,
-                reason: Some(NOT_IN_THE_FILE.into()),
-            });
-            plan.paused.push(t.slug.clone());
-        }
+            (TenantState::Paused, &mut plan.paused)
+        } else {
+            continue; // paused already, by a person or by an earlier apply
+        };
+        list.push(t.slug.clone());
+        plan.changes.push(TenantChange::State {
+            slug: t.slug.clone(),
+            expected_version: t.version,
+            state,
+            reason: Some(NOT_IN_THE_FILE.into()),
+        });
     }
     Ok(plan)
 }

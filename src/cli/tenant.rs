@@ -120,8 +120,12 @@ pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
             reason,
             config,
         } => {
-            let store = open(&config.load()?).await?;
             let why = reason.unwrap_or_else(|| "paused by hand".into());
+            if let Err(e) = crate::domain::text::check_pause_reason(&why) {
+                return refuse(e.to_string());
+            }
+            let why = crate::domain::text::mask_contacts(why.trim());
+            let store = open(&config.load()?).await?;
             if slug == crate::domain::TenantSlug::DEFAULT {
                 return refuse(
                     "the default tenant is paused as a connector: `leadgate connector pause`"

@@ -58,10 +58,31 @@ fn default_max_in_flight() -> i32 {
 }
 
 /// A tenant read from a file: its spec, and the canonical JSON text it is stored as.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TenantEntry {
     pub spec: TenantSpec,
     pub canonical: String,
+}
+
+/// Its slug only: the canonical text holds the tenant's credentials in clear.
+impl std::fmt::Debug for TenantEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantEntry")
+            .field("slug", &self.spec.slug)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A TOML error said by where it is and what is wrong, without the line's text (toml's own
+/// message quotes the line, which may hold a token).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {}", e.message())
+        }
+        None => e.message().to_owned(),
+    }
 }
 
 impl TenantSpec {
@@ -118,7 +139,7 @@ fn defaults_of(text: &str) -> Result<Value, String> {
         #[serde(default)]
         tenant: Option<toml::Table>,
     }
-    let d: Defaults = toml::from_str(text).map_err(|e| e.to_string())?;
+    let d: Defaults = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     json_of(toml::Value::Table(d.tenant.unwrap_or_default()))
 }
 
@@ -129,7 +150,7 @@ fn rows_of_toml(text: &str) -> Result<Vec<Value>, String> {
         #[serde(default)]
         tenant: Vec<toml::Table>,
     }
-    let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+    let file: File = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     file.tenant
         .into_iter()
         .map(|t| json_of(toml::Value::Table(t)))

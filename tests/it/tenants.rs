@@ -389,11 +389,17 @@ each_backend!(
             "another tenant's lead is not the default tenant's worker's"
         );
 
-        assert!(acme
+        // The default tenant's resume does not reach tenant 1's pause.
+        assert!(!default
             .resume_connector("bitrix24", "olga", now)
             .await
             .unwrap());
-        assert!(!default
+        assert!(acme
+            .claim_due("bitrix24", "w1", lease, now)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(acme
             .resume_connector("bitrix24", "olga", now)
             .await
             .unwrap());
@@ -403,6 +409,24 @@ each_backend!(
             .unwrap()
             .unwrap();
         assert_eq!(theirs.operation.operation_id.as_str(), "site:theirs");
+
+        // A lease that ran out is taken back by its own tenant's reconciler only (this
+        // one's attempt never started, so it goes back to the queue as it was).
+        let later = now + chrono::TimeDelta::seconds(60);
+        let status =
+            || db.texts("select status from operations where operation_id = 'site:theirs'");
+        assert!(default
+            .claim_stale("bitrix24", "r0", lease, later)
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(status().await, ["in_progress"]);
+        assert!(acme
+            .claim_stale("bitrix24", "r1", lease, later)
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(status().await, ["received"]);
 
         // Each tenant's breaker is its own.
         let outage = leadgate::domain::outage::OutageConfig::default();
@@ -829,6 +853,14 @@ fn a_bad_tenants_file_says_what_is_wrong() {
     .unwrap_err();
     assert!(err.contains("weight: a value of the wrong kind"), "{err}");
     assert!(!err.contains("heavy-secret"), "{err}");
+    // A syntax error: its line and what is wrong, not the line's text.
+    let err = tenants_file::parse_toml(
+        &TENANTS_TOML.replace("token = \"acme-site-token\"", "token = \"acme-site-token"),
+        None,
+    )
+    .unwrap_err();
+    assert!(err.starts_with("line 10: invalid basic string"), "{err}");
+    assert!(!err.contains("acme-site-token"), "{err}");
 }
 
 #[test]

@@ -118,8 +118,8 @@ macro_rules! tx_operations {
             ) -> Result<bool> {
                 let inserted = sqlx::query(
                     "insert into operations (operation_id, source, status, payload_hash, payload, \
-                     event_time, next_attempt_at, created_at, updated_at, executor) \
-                     select $1, $2, 'received', $3, $4, $5, $6, $6, $6, executor \
+                     event_time, next_attempt_at, created_at, updated_at, executor, tenant_id) \
+                     select $1, $2, 'received', $3, $4, $5, $6, $6, $6, executor, tenant_id \
                      from operations where operation_id = $7 \
                      on conflict (operation_id) do nothing",
                 )
