@@ -9,7 +9,9 @@ use leadgate::crm::vault::Vault;
 use leadgate::domain::{MatchRule, TenantId};
 use leadgate::store::postgres::PgStore;
 use leadgate::store::sqlite::SqliteStore;
-use leadgate::store::{Answer, Ask, CrmLinks, DeliveryOutcome, SourceRules, Store, TenantState};
+use leadgate::store::{
+    Answer, Ask, CrmLinks, DeliveryOutcome, SourceRules, Store, StoreError, TenantState,
+};
 use leadgate::tenants::{Plan, NOT_IN_THE_FILE};
 use leadgate_testkit::gateway::config_toml;
 use leadgate_testkit::process::command;
@@ -1016,5 +1018,62 @@ each_backend!(
             assert!(!err.contains(secret), "{err}");
         }
         assert_eq!(list(), before);
+    }
+);
+
+// Migration 0036 changes keys an earlier gateway's `on conflict` names: it waits for the
+// earlier gateways' heartbeats to stop, and refuses (nothing migrated) while they go on.
+each_backend!(
+    a_migration_earlier_gateways_cannot_run_beside_waits_for_them,
+    |db| async move {
+        let store: Arc<dyn Store> = match db.backend {
+            Backend::Sqlite => {
+                let s = SqliteStore::open(&db.url).await.unwrap();
+                s.migrate_with(migrations_up_to(db.backend, 35))
+                    .await
+                    .unwrap();
+                Arc::new(s)
+            }
+            Backend::Postgres => {
+                let s = PgStore::open(&db.url).await.unwrap();
+                s.migrate_with(&db.url, migrations_up_to(db.backend, 35))
+                    .await
+                    .unwrap();
+                Arc::new(s)
+            }
+        };
+        // An earlier gateway, beating (dated ahead, so it stays fresh for the whole test).
+        let ahead = store.now() + chrono::TimeDelta::hours(1);
+        store
+            .beat("gw-old", "serve", store.now(), ahead)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let refused = match leadgate::store::connect(&db.url).await {
+            Ok(_) => panic!("migrated beside an earlier gateway"),
+            Err(e) => e,
+        };
+        assert!(
+            started.elapsed() >= std::time::Duration::from_secs(15),
+            "it waited first"
+        );
+        assert!(
+            matches!(&refused, StoreError::EarlierGatewaysRunning { version: 36, owners } if owners == "gw-old (serve)"),
+            "{refused}"
+        );
+        assert!(refused
+            .to_string()
+            .contains("stop every `serve` and `worker` of the earlier version"));
+        let applied = db
+            .texts("select cast(max(version) as text) from _sqlx_migrations")
+            .await;
+        assert_eq!(applied, ["35"], "nothing was migrated");
+        // Once it stopped (its beat gone or old), the new one migrates.
+        db.execute("delete from gateway_heartbeats").await;
+        drop(db.store().await);
+        let applied = db
+            .texts("select cast(max(version) as text) from _sqlx_migrations")
+            .await;
+        assert_ne!(applied, ["35"]);
     }
 );

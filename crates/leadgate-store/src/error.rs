@@ -59,6 +59,10 @@ pub enum StoreError {
     /// A migration could not take a table's lock: another session holds the table.
     #[error("the migration waited for a table that another session holds ({0}); nothing was changed by the migration that waited: end that session (or its transaction) and start again")]
     MigrationBlocked(String),
+    /// A migration that gateways of an earlier version cannot run beside, while some
+    /// still beat (`lib.rs`'s `NOT_BESIDE_EARLIER_GATEWAYS`). Nothing was migrated.
+    #[error("migration {version} cannot run while gateways of an earlier version do (their writes to the tables it changes would be refused, and a lead could be lost): {owners} still beat; stop every `serve` and `worker` of the earlier version, then start this one")]
+    EarlierGatewaysRunning { version: i64, owners: String },
 }
 
 /// What kind of failure a [`StoreError`] is, for a caller that answers someone: each
@@ -98,7 +102,9 @@ impl StoreError {
             | AttemptInFlight(..)
             | Transition(_) => ErrorKind::Conflict,
             Refused(_) | Forbidden(_) | RequestRefused(_) => ErrorKind::Refused,
-            NotApplied(_) | MigrationBlocked(_) => ErrorKind::Unavailable,
+            NotApplied(_) | MigrationBlocked(_) | EarlierGatewaysRunning { .. } => {
+                ErrorKind::Unavailable
+            }
             UnknownScheme(_) | SchemaTooNew { .. } | Corrupt(_) | Migrate(_) => ErrorKind::Internal,
             Database(e) => e.kind(),
         }
@@ -468,6 +474,13 @@ mod tests {
             (StoreError::RequestRefused("no".into()), Refused),
             (StoreError::NotApplied("late".into()), Unavailable),
             (StoreError::MigrationBlocked("pid 1".into()), Unavailable),
+            (
+                StoreError::EarlierGatewaysRunning {
+                    version: 36,
+                    owners: "gw-1 (serve)".into(),
+                },
+                Unavailable,
+            ),
             (StoreError::Corrupt("x".into()), Internal),
             (StoreError::SchemaTooNew { found: 9, known: 1 }, Internal),
             (StoreError::UnknownScheme("mysql".into()), Internal),

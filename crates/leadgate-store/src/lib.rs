@@ -627,6 +627,59 @@ where
     }
 }
 
+/// Migrations that gateways of an earlier version cannot run beside: afterwards the
+/// database refuses some of their writes (0036: the keys their `on conflict` names are
+/// gone). Before one is applied, the gateways' heartbeats must have stopped.
+pub(crate) const NOT_BESIDE_EARLIER_GATEWAYS: &[i64] = &[36];
+
+/// A gateway whose heartbeat is this recent is running (it beats every 5 s).
+pub(crate) const RUNNING_WITHIN: chrono::TimeDelta = chrono::TimeDelta::seconds(15);
+
+/// How long a migration that earlier gateways cannot run beside waits for their beats to
+/// stop (a gateway stopped just before counts as running until its beat is old).
+pub(crate) const EARLIER_GATEWAYS_PATIENCE: std::time::Duration =
+    std::time::Duration::from_secs(20);
+
+/// The first of `migrator`'s migrations that earlier gateways cannot run beside and that
+/// `applied` says is not applied yet.
+pub(crate) fn pending_not_beside(
+    migrator: &sqlx::migrate::Migrator,
+    applied: &[i64],
+) -> Option<i64> {
+    NOT_BESIDE_EARLIER_GATEWAYS
+        .iter()
+        .copied()
+        .find(|v| migrator.iter().any(|m| m.version == *v) && !applied.contains(v))
+}
+
+/// Waits until no gateway beats (`running` reads who beat within [`RUNNING_WITHIN`]), for
+/// [`EARLIER_GATEWAYS_PATIENCE`] at most; then refuses `version`.
+pub(crate) async fn wait_for_earlier_gateways<F, Fut>(version: i64, running: F) -> Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<String>>>,
+{
+    let deadline = std::time::Instant::now() + EARLIER_GATEWAYS_PATIENCE;
+    loop {
+        let owners = running().await?;
+        if owners.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(StoreError::EarlierGatewaysRunning {
+                version,
+                owners: owners.join(", "),
+            });
+        }
+        tracing::warn!(
+            version,
+            gateways = owners.len(),
+            "a migration waits for gateways of an earlier version to stop"
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// How many times a migration that could not take a table's lock is tried again (about a
 /// minute in all, with a second's wait for the lock each time).
 const MIGRATION_LOCK_TRIES: u32 = 16;

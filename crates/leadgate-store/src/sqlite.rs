@@ -106,8 +106,47 @@ impl SqliteStore {
         &self,
         migrator: sqlx::migrate::Migrator,
     ) -> Result<(), super::StoreError> {
+        self.wait_for_earlier_gateways(&migrator).await?;
         let mut conn = self.writer.acquire().await?;
         super::migrate(&mut *conn, migrator).await
+    }
+
+    /// Before a migration that gateways of an earlier version cannot run beside, waits
+    /// for their heartbeats to stop (`super::NOT_BESIDE_EARLIER_GATEWAYS`).
+    async fn wait_for_earlier_gateways(
+        &self,
+        migrator: &sqlx::migrate::Migrator,
+    ) -> Result<(), super::StoreError> {
+        let tables: Vec<String> = sqlx::query_scalar(
+            "select name from sqlite_master where type = 'table' \
+             and name in ('_sqlx_migrations', 'gateway_heartbeats')",
+        )
+        .fetch_all(&self.writer)
+        .await?;
+        if tables.len() < 2 {
+            return Ok(()); // a new file, or no heartbeats before 0028
+        }
+        let applied: Vec<i64> =
+            sqlx::query_scalar("select version from _sqlx_migrations where success")
+                .fetch_all(&self.writer)
+                .await?;
+        let Some(version) = super::pending_not_beside(migrator, &applied) else {
+            return Ok(());
+        };
+        super::wait_for_earlier_gateways(version, || async {
+            let beats: Vec<(String, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+                "select owner, kind, beat_at from gateway_heartbeats order by owner",
+            )
+            .fetch_all(&self.writer)
+            .await?;
+            let since = super::local_now() - super::RUNNING_WITHIN;
+            Ok(beats
+                .into_iter()
+                .filter(|(_, _, at)| *at > since)
+                .map(|(owner, kind, _)| format!("{owner} ({kind})"))
+                .collect())
+        })
+        .await
     }
 
     /// Connects without touching the schema (the console checks the version instead).

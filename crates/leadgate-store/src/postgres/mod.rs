@@ -148,6 +148,7 @@ impl PgStore {
         ]))
         .await?;
         let held = migration_lock(&mut holder).await?;
+        self.wait_for_earlier_gateways(&migrator).await?;
         let mut conn = PgConnection::connect_with(
             &options.options([("lock_timeout", "1s"), ("statement_timeout", "0")]),
         )
@@ -223,6 +224,35 @@ impl PgStore {
             intake,
             tenant: leadgate_domain::TenantId::DEFAULT,
         })
+    }
+
+    /// Before a migration that gateways of an earlier version cannot run beside, waits
+    /// for their heartbeats to stop (`super::NOT_BESIDE_EARLIER_GATEWAYS`).
+    async fn wait_for_earlier_gateways(
+        &self,
+        migrator: &sqlx::migrate::Migrator,
+    ) -> Result<(), super::StoreError> {
+        if !self.applied(28).await? {
+            return Ok(()); // no heartbeats before 0028
+        }
+        let applied: Vec<i64> =
+            sqlx::query_scalar("select version from _sqlx_migrations where success")
+                .fetch_all(&self.pool)
+                .await?;
+        let Some(version) = super::pending_not_beside(migrator, &applied) else {
+            return Ok(());
+        };
+        let within = super::RUNNING_WITHIN.as_seconds_f64();
+        super::wait_for_earlier_gateways(version, || async move {
+            Ok(sqlx::query_scalar(
+                "select owner || ' (' || kind || ')' from gateway_heartbeats \
+                 where beat_at > now() - make_interval(secs => $1) order by owner",
+            )
+            .bind(within)
+            .fetch_all(&self.pool)
+            .await?)
+        })
+        .await
     }
 
     /// Whether migration `version` was applied.
