@@ -283,6 +283,8 @@ async fn bench(label: &str, url: &str) {
         },
         rules: Default::default(),
         refusals: Default::default(),
+        tenant: leadgate::domain::TenantSlug::default_tenant(),
+        tenants: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url_intake = format!(

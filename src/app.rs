@@ -76,7 +76,11 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     }
     // The business rules: a source the database has none for gets the TOML's; the
     // database decides from then on, and every gateway reads it live.
-    seed_rules(&*store, config).await?;
+    intake::seed_rules(&*store, &config.sources, config.matching.window).await?;
+    // Fleet mode: the tenants stored beside the default one (none: none), each with a
+    // worker of its own, kept as the registry says.
+    let worker_owner = format!("worker:{}:{}", hostname(), std::process::id());
+    let mut fleet = crate::fleet::Fleet::start(Arc::clone(&store), config, &worker_owner).await?;
     let rules = Arc::new(intake::LiveRules::default());
     let live_rules = Arc::clone(&rules);
     rules
@@ -104,7 +108,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             concurrency: config.worker.concurrency,
             fields,
         }),
-        owner: format!("worker:{}:{}", hostname(), std::process::id()),
+        owner: worker_owner,
     };
     let owner = worker.owner.clone();
     tasks.spawn(worker.run(shutdown_rx.clone()));
@@ -177,6 +181,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             api_tokens: Arc::new(intake::ApiTokens {
                 integration: config.api.integration_token.clone(),
                 read: config.api.read_token.clone(),
+                fleet: None,
             }),
             sources: Arc::new(sources::sources(&config.sources).map_err(anyhow::Error::msg)?),
             max_body: usize::try_from(config.server.max_body.as_u64()).unwrap_or(usize::MAX),
@@ -199,7 +204,10 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             },
             rules: Arc::clone(&rules),
             refusals: Arc::new(intake::refusals::Refusals::default()),
+            tenant: crate::domain::TenantSlug::default_tenant(),
+            tenants: Arc::default(),
         };
+        fleet.serve_intake(Arc::clone(&state.tenants), state.clone());
         let (refusals, rx) = (Arc::clone(&state.refusals), shutdown_rx.clone());
         tasks.spawn(async move { tidy_refusals(refusals, rx).await });
         // Pull sources: refused here, before anything listens, when one lacks credentials.
@@ -321,6 +329,8 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     } else {
         tracing::info!(database = %store.backend(), "leadgate worker is running");
     }
+    // Tenants' workers stop with the fleet: attempts in flight finish.
+    tasks.spawn(fleet.run(shutdown_rx.clone()));
     Ok(Running {
         addr,
         console_addr,
@@ -331,68 +341,11 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     })
 }
 
-/// Gives each configured source without business rules the TOML's (`on_contact_match`,
-/// `[matching] window`, its own channel), and says once where the TOML now disagrees with
-/// the database, which decides.
-async fn seed_rules(store: &dyn store::Rules, config: &Config) -> anyhow::Result<()> {
-    // A window the rules do not allow (a TOML written before they lived in the database
-    // accepted any) seeds the nearest one they do, said once, instead of stopping the start.
-    let toml_secs = i64::try_from(config.matching.window.as_secs()).unwrap_or(i64::MAX);
-    let window_secs = toml_secs.clamp(1, crate::domain::business::MAX_WINDOW_SECS);
-    if window_secs != toml_secs {
-        tracing::warn!(
-            toml_window_secs = toml_secs,
-            window_secs,
-            "[matching] window is outside 1 s to 365 days: new sources are seeded with the \
-             nearest window allowed"
-        );
-    }
-    let mut seeds: Vec<store::SourceRules> = config
-        .sources
-        .iter()
-        .map(|s| store::SourceRules {
-            source: s.name.clone(),
-            rule: s.on_contact_match,
-            window_secs,
-            channel: s.name.clone(),
-        })
-        .collect();
-    // One order for every gateway: two seeding at once on PostgreSQL then wait for each
-    // other's rows instead of deadlocking.
-    seeds.sort_by(|a, b| a.source.cmp(&b.source));
-    let seeded = store
-        .seed_rules(&seeds, store.now())
-        .await
-        .context("seeding the business rules from [matching] window and on_contact_match")?;
-    for source in &seeded {
-        tracing::info!(%source, "business rules seeded from the configuration");
-    }
-    let stored = store.business_rules().await?;
-    for seed in &seeds {
-        let Some(s) = stored.iter().find(|s| s.rules.source == seed.source) else {
-            continue;
-        };
-        if s.rules.rule != seed.rule || s.rules.window_secs != seed.window_secs {
-            tracing::warn!(
-                source = %seed.source,
-                database_rule = %s.rules.rule,
-                database_window_secs = s.rules.window_secs,
-                toml_rule = %seed.rule,
-                toml_window_secs = seed.window_secs,
-                "the business rules in the database differ from the TOML's on_contact_match / \
-                 [matching] window; the database decides (the TOML only seeds a new source): \
-                 change them in the console's Rules screen or with `leadgate rules set`"
-            );
-        }
-    }
-    Ok(())
-}
-
 /// How often a gateway looks whether the business rules changed.
 pub const RULES_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keeps intake's business rules current: one cheap read of the history's row count per
-/// round, the rules read again only when it moved.
+/// round, the rules read again only when it moved. (A tenant's are its `fleet::Fleet`'s.)
 async fn rules_loop(
     store: Arc<dyn Store>,
     rules: Arc<intake::LiveRules>,

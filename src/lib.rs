@@ -10,6 +10,7 @@ pub mod console_web;
 pub mod crm;
 pub mod diagnose;
 pub mod feed;
+pub mod fleet;
 pub use leadgate_domain as domain;
 pub mod intake;
 pub mod metrics;

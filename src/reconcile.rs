@@ -145,7 +145,8 @@ pub async fn look_up_many(
     for chunk in claims.chunks(per_request) {
         let ids: Vec<&str> = chunk
             .iter()
-            .map(|c| c.operation.operation_id.as_str())
+            // The CRM holds the key without its tenant (`OperationId::local_part`).
+            .map(|c| c.operation.operation_id.local_part())
             .collect();
         let ready = if let Some(e) = &down {
             Err(e.clone())

@@ -29,16 +29,18 @@ fn context(slug: &str) -> String {
     format!("tenants/{slug}")
 }
 
-/// The token key, with what tenants need it for when it is missing.
-pub fn vault() -> Result<Vault, String> {
-    if std::env::var(crate::crm::vault::KEY_ENV).is_err() {
-        return Err(format!(
+/// The token key (`LEADGATE_TOKEN_KEY`, else `[fleet] token_key_file`), with what tenants
+/// need it for when it is missing.
+pub fn vault(fleet: &crate::config::FleetConfig) -> Result<Vault, String> {
+    Vault::from_env_or_file(
+        fleet.token_key_file.as_deref(),
+        &format!(
             "tenants' specs hold their CRM credentials and are stored encrypted: set {} \
-             (64 hex digits, e.g. from `openssl rand -hex 32`), the same on every machine",
+             (64 hex digits, e.g. from `openssl rand -hex 32`) or [fleet] token_key_file, \
+             the same on every machine",
             crate::crm::vault::KEY_ENV
-        ));
-    }
-    Vault::from_env_or_file(None)
+        ),
+    )
 }
 
 /// What a tenants file changes.
@@ -154,14 +156,14 @@ pub fn plan(
             plan.created.push(slug);
             continue;
         };
-        if t.state == TenantState::Removed.as_str() {
+        if t.state == TenantState::Removed {
             return Err(format!(
                 "tenant `{slug}` was removed (its tombstones keep its keys): give the portal \
                  another slug"
             ));
         }
-        let resume = t.state == TenantState::Paused.as_str()
-            && t.paused_reason.as_deref() == Some(NOT_IN_THE_FILE);
+        let resume =
+            t.state == TenantState::Paused && t.paused_reason.as_deref() == Some(NOT_IN_THE_FILE);
         let same = stored.get(&slug) == Some(&e.canonical);
         if same && !resume {
             plan.unchanged += 1;
@@ -169,7 +171,7 @@ pub fn plan(
         }
         let (state, reason) = if resume {
             (TenantState::Active, None)
-        } else if t.state == TenantState::Paused.as_str() {
+        } else if t.state == TenantState::Paused {
             (TenantState::Paused, t.paused_reason.clone())
         } else {
             (TenantState::Active, None)
@@ -190,12 +192,12 @@ pub fn plan(
     }
     for t in current {
         let named = wanted.iter().any(|e| e.spec.slug.as_str() == t.slug);
-        if named || t.id == 0 || t.state == TenantState::Removed.as_str() {
+        if named || t.id == 0 || t.state == TenantState::Removed {
             continue;
         }
         let (state, list) = if prune {
             (TenantState::Removed, &mut plan.removed)
-        } else if t.state == TenantState::Active.as_str() {
+        } else if t.state == TenantState::Active {
             (TenantState::Paused, &mut plan.paused)
         } else {
             continue; // paused already, by a person or by an earlier apply

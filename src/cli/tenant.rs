@@ -71,7 +71,14 @@ pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
                 Ok(w) => w,
                 Err(e) => return refuse(e),
             };
-            let vault = match crate::tenants::vault() {
+            // Each source as intake will read it (keys, windows, signatures): refused here,
+            // not by the gateways that would serve it.
+            for e in &wanted {
+                if let Err(why) = crate::intake::sources::sources(&e.spec.sources) {
+                    return refuse(format!("tenant `{}`: {why}", e.spec.slug));
+                }
+            }
+            let vault = match crate::tenants::vault(&config.fleet) {
                 Ok(v) => v,
                 Err(e) => return refuse(e),
             };
@@ -101,8 +108,10 @@ pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
             let store = open(&config.load()?).await?;
             for t in store.tenants().await? {
                 let state = match &t.paused_reason {
-                    Some(why) if t.state == "paused" => format!("PAUSED ({})", esc(why)),
-                    _ => t.state.clone(),
+                    Some(why) if t.state == TenantState::Paused => {
+                        format!("PAUSED ({})", esc(why))
+                    }
+                    _ => t.state.to_string(),
                 };
                 println!(
                     "{:<4} {:<32} {state} weight {} at-once {} v{} {}",

@@ -62,6 +62,31 @@ pub struct Config {
     /// `[feed]`: delivering the signed event feed (src/feed); defaults when absent.
     #[serde(default)]
     pub feed: FeedConfig,
+    /// `[fleet]`: where the token key that opens the tenants' specs is (fleet mode).
+    #[serde(default)]
+    pub fleet: FleetConfig,
+}
+
+/// `[fleet]`, all optional: a deployment serves the tenants `leadgate tenant apply` stored,
+/// whose specs are sealed with the token key (`LEADGATE_TOKEN_KEY`, else this file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FleetConfig {
+    /// A file holding the token key as 64 hex digits.
+    pub token_key_file: Option<std::path::PathBuf>,
+    /// How often a gateway reads the registry for tenants applied, changed, paused or
+    /// removed since (5 s).
+    #[serde(with = "humantime_serde")]
+    pub reload_every: Duration,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            token_key_file: None,
+            reload_every: Duration::from_secs(5),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -295,7 +320,7 @@ impl Config {
         if let Ok(t) = std::env::var("LEADGATE_READ_TOKEN") {
             config.api.read_token = Some(Secret::new(t));
         }
-        config.validate_api()?;
+        validate_api(&config.api).map_err(ConfigError::Invalid)?;
         Ok(config)
     }
 
@@ -309,22 +334,8 @@ impl Config {
             s.infer_auth();
         }
         config.validate()?;
-        config.validate_api()?;
+        validate_api(&config.api).map_err(ConfigError::Invalid)?;
         Ok(config)
-    }
-
-    fn validate_api(&self) -> Result<(), ConfigError> {
-        for (field, value) in [
-            ("integration_token", &self.api.integration_token),
-            ("read_token", &self.api.read_token),
-        ] {
-            if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
-                return Err(ConfigError::Invalid(format!(
-                    "api.{field} is empty: set a long random value, or leave it out to close those endpoints"
-                )));
-            }
-        }
-        Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -390,8 +401,13 @@ impl Config {
     /// The lease a worker's claim holds: `[worker] lease`, or 30 s stretched to cover
     /// one whole CRM call and the margin.
     pub fn lease(&self) -> Duration {
+        self.lease_for(self.crm.as_ref())
+    }
+
+    /// [`Config::lease`] for a worker calling `crm` (a tenant's, in fleet mode).
+    pub fn lease_for(&self, crm: Option<&CrmConfig>) -> Duration {
         self.worker.lease.unwrap_or_else(|| {
-            let call = self.crm.as_ref().map_or(Duration::ZERO, CrmConfig::timeout);
+            let call = crm.map_or(Duration::ZERO, CrmConfig::timeout);
             DEFAULT_LEASE.max(call + LEASE_MARGIN)
         })
     }
@@ -512,6 +528,21 @@ pub(crate) fn validate_claim_api(
     }
     if claim_api.redeliver_every.is_zero() {
         return invalid("claim_api.redeliver_every must be more than 0".into());
+    }
+    Ok(())
+}
+
+/// `[api]`'s tokens (a deployment's, or a tenant's `[tenant.api]`): none may be empty.
+pub(crate) fn validate_api(api: &ApiConfig) -> Result<(), String> {
+    for (field, value) in [
+        ("integration_token", &api.integration_token),
+        ("read_token", &api.read_token),
+    ] {
+        if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
+            return Err(format!(
+                "api.{field} is empty: set a long random value, or leave it out to close those endpoints"
+            ));
+        }
     }
     Ok(())
 }

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    validate_claim_api, validate_crm, validate_sources, AlertsConfig, ApiConfig, ClaimApiConfig,
-    CrmConfig, RetentionConfig, SourceConfig,
+    validate_api, validate_claim_api, validate_crm, validate_sources, AlertsConfig, ApiConfig,
+    ClaimApiConfig, CrmConfig, RetentionConfig, SourceConfig,
 };
 use crate::domain::TenantSlug;
 
@@ -391,17 +391,35 @@ impl TenantSpec {
         validate_crm(&self.crm)?;
         validate_sources(&self.sources)?;
         validate_claim_api(&self.claim_api, &self.sources)?;
-        if let Some(alerts) = &self.alerts {
-            alerts.validate()?;
+        // Refused until a tenant's gateway runs them, rather than taken and ignored.
+        if let Some(s) = self.sources.iter().find(|s| s.pull.is_some()) {
+            return Err(format!(
+                "source `{}`: pulled sources are not served for tenants yet (only the default \
+                 tenant's, in leadgate.toml); deliver to /v1/intake/<tenant>/<source> instead",
+                s.name
+            ));
         }
-        for (field, value) in [
-            ("integration_token", &self.api.integration_token),
-            ("read_token", &self.api.read_token),
-        ] {
-            if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
-                return Err(format!("api.{field} is empty: set a long random value"));
-            }
+        if self.claim_api.redeliver_url.is_some() {
+            return Err("claim_api.redeliver_url: redelivery is not served for tenants yet".into());
         }
+        let deployments = RetentionConfig::default();
+        if (self.retention.full, self.retention.tombstone)
+            != (deployments.full, deployments.tombstone)
+        {
+            return Err(
+                "retention: a tenant's own windows are not served yet (the deployment's \
+                 [retention] applies to every tenant)"
+                    .into(),
+            );
+        }
+        if self.alerts.is_some() {
+            return Err(
+                "alerts: a tenant's own alert channels are not served yet (the default tenant's \
+                 [alerts] are the deployment's)"
+                    .into(),
+            );
+        }
+        validate_api(&self.api)?;
         if self.portal().is_none() {
             return Err("crm: its URL names no host".into());
         }

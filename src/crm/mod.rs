@@ -416,6 +416,11 @@ pub type BatchAnswer = Result<Vec<(Result<String, CrmError>, Exchange)>, (CrmErr
 ///
 /// `store` is the operations store: amoCRM with OAuth keeps its rotating tokens there,
 /// shared by every process.
+/// Why amoCRM OAuth needs the token key, when it is missing.
+pub const AMOCRM_KEY_MISSING: &str = "amoCRM OAuth keeps its rotating tokens in the database, \
+    encrypted: set LEADGATE_TOKEN_KEY (64 hex digits, e.g. from `openssl rand -hex 32`) or \
+    [crm] token_key_file";
+
 pub fn from_config(
     config: &CrmConfig,
     store: std::sync::Arc<dyn crate::store::Store>,
@@ -492,8 +497,11 @@ pub fn amocrm_settings(
                     redirect_uri: redirect.clone(),
                     refresh_token: refresh.expose().to_owned(),
                     store,
-                    vault: vault::Vault::from_env_or_file(token_key_file.as_deref())
-                        .map_err(ConfigError)?,
+                    vault: vault::Vault::from_env_or_file(
+                        token_key_file.as_deref(),
+                        AMOCRM_KEY_MISSING,
+                    )
+                    .map_err(ConfigError)?,
                 })
             }
             _ => {

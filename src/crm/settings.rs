@@ -116,13 +116,17 @@ impl CrmConfig {
     }
 
     /// The CRM account it writes to, as fleet mode tells tenants apart: a Bitrix24
-    /// portal's or an amoCRM account's host (whichever webhook user or token), an HTTP
-    /// CRM's create URL. Never a secret: a Bitrix24 webhook URL's path is left out.
+    /// portal's or an amoCRM account's host, with its port when the URL names one that is
+    /// not its scheme's (whichever webhook user or token), an HTTP CRM's create URL. Never
+    /// a secret: a Bitrix24 webhook URL's path is left out.
     pub fn portal(&self) -> Option<String> {
         let host = |url: &str| {
-            reqwest::Url::parse(url.trim())
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+            let u = reqwest::Url::parse(url.trim()).ok()?;
+            let host = u.host_str()?.to_ascii_lowercase();
+            Some(match u.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            })
         };
         match self {
             CrmConfig::Bitrix24 { webhook_url, .. } => host(webhook_url.expose()),

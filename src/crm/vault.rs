@@ -45,9 +45,12 @@ impl Vault {
         }
     }
 
-    /// The key from `LEADGATE_TOKEN_KEY`, else from `key_file`. Errors name what is
-    /// missing or malformed, never the key.
-    pub fn from_env_or_file(key_file: Option<&std::path::Path>) -> Result<Vault, String> {
+    /// The key from `LEADGATE_TOKEN_KEY`, else from `key_file`; `missing` says what needs
+    /// it when neither is given. Errors name what is missing or malformed, never the key.
+    pub fn from_env_or_file(
+        key_file: Option<&std::path::Path>,
+        missing: &str,
+    ) -> Result<Vault, String> {
         let (text, from) = match (std::env::var(KEY_ENV).ok(), key_file) {
             (Some(k), _) => (k, KEY_ENV.to_owned()),
             (None, Some(path)) => (
@@ -55,13 +58,7 @@ impl Vault {
                     .map_err(|e| format!("cannot read token_key_file {}: {e}", path.display()))?,
                 path.display().to_string(),
             ),
-            (None, None) => {
-                return Err(format!(
-                    "amoCRM OAuth keeps its rotating tokens in the database, encrypted: set \
-                     {KEY_ENV} (64 hex digits, e.g. from `openssl rand -hex 32`) or [crm] \
-                     token_key_file"
-                ))
-            }
+            (None, None) => return Err(missing.to_owned()),
         };
         let bytes = hex::decode(text.trim())
             .ok()
@@ -156,18 +153,18 @@ mod tests {
         let file = dir.path().join("token.key");
         std::fs::write(&file, format!("{}\n", "ab".repeat(32))).unwrap();
         if std::env::var(KEY_ENV).is_err() {
-            let v = Vault::from_env_or_file(Some(&file)).unwrap();
+            let v = Vault::from_env_or_file(Some(&file), "").unwrap();
             assert_eq!(
                 v.open("c", &Vault::new([0xab; 32]).seal("c", "t")).unwrap(),
                 "t"
             );
             std::fs::write(&file, "abcd").unwrap();
-            let err = Vault::from_env_or_file(Some(&file)).unwrap_err();
+            let err = Vault::from_env_or_file(Some(&file), "").unwrap_err();
             assert!(
                 err.contains("64 hex digits") && !err.contains("abcd"),
                 "{err}"
             );
-            let err = Vault::from_env_or_file(None).unwrap_err();
+            let err = Vault::from_env_or_file(None, crate::crm::AMOCRM_KEY_MISSING).unwrap_err();
             assert!(err.contains(KEY_ENV), "{err}");
         }
     }

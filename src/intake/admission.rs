@@ -214,7 +214,9 @@ async fn operation_of(
 ) -> Result<OperationId, ApiError> {
     reject_nul(payload)?;
     if let (sources::KeySpec::Header(h), Some(headers)) = (&source.key, arrival.headers()) {
-        if idempotency::is_idempotency_key(h) {
+        // Keys stored before the draft's parsing are the default tenant's: no other
+        // tenant existed then.
+        if idempotency::is_idempotency_key(h) && state.tenant.is_default() {
             let store = state.store.as_ref();
             if let Some(id) = idempotency::earlier_operation(store, &source.name, headers).await? {
                 return Ok(id);
@@ -236,7 +238,8 @@ async fn operation_of(
     if let sources::KeySpec::Content(_) = &source.key {
         return content_window(state, source, &key, received_at).await;
     }
-    OperationId::new(&source.name, &key).map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))
+    OperationId::new_in(&state.tenant, &source.name, &key)
+        .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))
 }
 
 /// A delivery of `source` for `operation_id` as the store records it: the fingerprint,
@@ -327,7 +330,7 @@ async fn content_window(
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<OperationId, ApiError> {
     let key = format!("c{}-{}", &hash[..24], now.format("%Y%m%dT%H%M%SZ"));
-    let candidate = OperationId::new(&source.name, &key)
+    let candidate = OperationId::new_in(&state.tenant, &source.name, &key)
         .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
     let expires_at = crate::domain::after(now, source.content_window);
     let first = state

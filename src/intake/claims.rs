@@ -201,7 +201,11 @@ pub(super) async fn claim(
 /// the draft's parsing under the value as sent, else `<[claim_api] source>:<key>`.
 async fn operation_of(state: &IntakeState, headers: &HeaderMap) -> Result<OperationId, ApiError> {
     let source = &state.claim_api.source;
-    if let Some(id) = idempotency::earlier_operation(state.store.as_ref(), source, headers).await? {
+    let earlier = match state.tenant.is_default() {
+        true => idempotency::earlier_operation(state.store.as_ref(), source, headers).await?,
+        false => None,
+    };
+    if let Some(id) = earlier {
         return Ok(id);
     }
     // draft-ietf-httpapi-idempotency-key-header-06 §2.1 (`idempotency`), §2.7: no key is a 400.
@@ -214,14 +218,19 @@ async fn operation_of(state: &IntakeState, headers: &HeaderMap) -> Result<Operat
                  send the lead's key in the Idempotency-Key header, e.g. `Idempotency-Key: \"lead-1\"`",
             )
         })?;
-    match OperationId::new(source, &key) {
+    match OperationId::new_in(&state.tenant, source, &key) {
         Ok(id) => Ok(id),
         // A key Leadgate made when a person accepted a conflicting body as new: the
         // integration may claim that operation, never create one.
         Err(e @ OperationIdError::Reserved) => {
-            let id = OperationId::try_from(format!("{source}:{key}"))
+            // The tenant's own: `<tenant>/<source>:<key>` (the default tenant's without).
+            let tenant = match state.tenant.is_default() {
+                true => String::new(),
+                false => format!("{}/", state.tenant),
+            };
+            let id = OperationId::try_from(format!("{tenant}{source}:{key}"))
                 .map_err(|e| ApiError::bad(Code::InvalidKey, e.to_string()))?;
-            if state.store.operation(&id).await?.is_none() {
+            if !state.owns(&id) || state.store.operation(&id).await?.is_none() {
                 return Err(ApiError::bad(Code::InvalidKey, e.to_string()));
             }
             Ok(id)

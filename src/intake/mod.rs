@@ -38,10 +38,11 @@ pub mod openapi;
 pub mod problem;
 mod reads;
 pub mod refusals;
+mod rules;
 pub mod sources;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
@@ -54,12 +55,13 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::domain::{contact, OperationId, Status};
-use crate::store::{self, DeliveryOutcome, Store, StoreError};
+use crate::domain::{contact, OperationId, Status, TenantSlug};
+use crate::store::{DeliveryOutcome, Store, StoreError};
 pub use error::{ApiError, ErrorBody};
 use problem::Code;
 pub(crate) use reads::IdPath;
 pub use reads::{OpenCase, OperationView, Timeline, TimelineEvent, TimelineQuery};
+pub use rules::{seed_rules, LiveRules, RuleBook, SourceMatching};
 use sources::Source;
 
 #[derive(Clone)]
@@ -81,6 +83,61 @@ pub struct IntakeState {
     pub rules: Arc<LiveRules>,
     /// The budget of journaled refusals before authentication (`refusals`).
     pub refusals: Arc<refusals::Refusals>,
+    /// The tenant this state serves (fleet mode): its slug qualifies each key it makes
+    /// (`OperationId::new_in`), and `store` is that tenant's.
+    pub tenant: TenantSlug,
+    /// Fleet mode: the other tenants' intake, by slug, each a state of its own
+    /// (`POST /v1/intake/{tenant}/{source}`). Empty in a tenant's own state.
+    pub tenants: Arc<TenantStates>,
+}
+
+/// The tenants' intake states by slug, as intake routes to them (`IntakeState::tenants`),
+/// each with the router of its claim API and reads; swapped whole when the fleet changes
+/// (`fleet::Fleet`).
+#[derive(Default)]
+pub struct TenantStates(RwLock<Arc<HashMap<String, (IntakeState, Router)>>>);
+
+impl TenantStates {
+    fn current(&self) -> Arc<HashMap<String, (IntakeState, Router)>> {
+        Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The state of the tenant `slug`, if it is served.
+    pub fn get(&self, slug: &str) -> Option<IntakeState> {
+        self.current().get(slug).map(|(s, _)| s.clone())
+    }
+
+    /// The state of the tenant `slug` and the router of its claim API and reads, if it is
+    /// served.
+    fn served(&self, slug: &str) -> Option<(IntakeState, Router)> {
+        self.current().get(slug).cloned()
+    }
+
+    /// Serves `states` (by slug) from now on.
+    pub fn set(&self, states: HashMap<String, IntakeState>) {
+        let map = states
+            .into_iter()
+            .map(|(slug, state)| {
+                let api = api_router(&state);
+                (slug, (state, api))
+            })
+            .collect();
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
+    }
+}
+
+impl std::fmt::Debug for TenantStates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.current().keys()).finish()
+    }
+}
+
+impl IntakeState {
+    /// Whether `id` is this state's tenant's operation: the default tenant's routes (the
+    /// fleet's own tokens) reach every operation, a tenant's its own only.
+    pub fn owns(&self, id: &OperationId) -> bool {
+        self.tenant.is_default() || id.tenant_slug() == Some(self.tenant.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -91,67 +148,6 @@ pub struct MatchingSettings {
     pub window: std::time::Duration,
     /// `[matching] shared_after`.
     pub shared_after: u32,
-}
-
-/// The business rules every delivery is matched by (migration 0021), as of the
-/// database's last version this gateway read: intake reads them without a statement, and
-/// [`LiveRules::refresh`] swaps them whole when the version moved.
-#[derive(Debug, Default)]
-pub struct LiveRules {
-    book: std::sync::RwLock<Arc<RuleBook>>,
-}
-
-/// The rules of every source at one version of the history.
-#[derive(Debug, Default)]
-pub struct RuleBook {
-    pub version: i64,
-    pub sources: HashMap<String, SourceMatching>,
-}
-
-/// What matching a source's new operations takes from its rules.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceMatching {
-    pub rule: crate::domain::MatchRule,
-    pub window: std::time::Duration,
-    /// The other sources of its channel.
-    pub same_channel: Vec<String>,
-}
-
-impl LiveRules {
-    pub fn current(&self) -> Arc<RuleBook> {
-        Arc::clone(&self.book.read().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Reads the rules again if the database's version moved since; true when it did.
-    /// The version is read before the rules, so rules newer than it are read again on the
-    /// next round, never older ones kept.
-    pub async fn refresh(&self, store: &dyn store::Rules) -> Result<bool, StoreError> {
-        let version = store.rules_version().await?;
-        if version == self.current().version {
-            return Ok(false);
-        }
-        let stored = store.business_rules().await?;
-        let all: Vec<_> = stored.into_iter().map(|s| s.rules).collect();
-        let sources = all
-            .iter()
-            .map(|r| {
-                let same_channel = crate::domain::business::channel_siblings(&r.source, &all)
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect();
-                let window = std::time::Duration::from_secs(r.window_secs.max(0) as u64);
-                let m = SourceMatching {
-                    rule: r.rule,
-                    window,
-                    same_channel,
-                };
-                (r.source.clone(), m)
-            })
-            .collect();
-        let book = Arc::new(RuleBook { version, sources });
-        *self.book.write().unwrap_or_else(|e| e.into_inner()) = book;
-        Ok(true)
-    }
 }
 
 /// Settings of the claim API.
@@ -170,6 +166,8 @@ pub struct ApiTokens {
     pub integration: Option<crate::config::Secret>,
     /// Operation and timeline reads, `/metrics`.
     pub read: Option<crate::config::Secret>,
+    /// A tenant's routes also open to the fleet's own tokens (`[api]`).
+    pub fleet: Option<Arc<ApiTokens>>,
 }
 
 /// What a request to the admin surface needs.
@@ -201,7 +199,11 @@ impl ApiTokens {
         for token in accepted.iter().copied().flatten() {
             ok |= presented.as_bytes().ct_eq(token.expose().as_bytes());
         }
-        ok.into()
+        bool::from(ok)
+            || self
+                .fleet
+                .as_ref()
+                .is_some_and(|f| f.allows(headers, scope))
     }
 }
 
@@ -214,6 +216,11 @@ async fn require(
     if state.api_tokens.allows(req.headers(), scope) {
         return next.run(req).await;
     }
+    unauthorized(scope)
+}
+
+/// The answer to a request without a token that opens `scope`.
+fn unauthorized(scope: Scope) -> Response {
     let message = match scope {
         Scope::Integration => "send Authorization: Bearer <api.integration_token>",
         Scope::Read => "send Authorization: Bearer <api.read_token or api.integration_token>",
@@ -248,10 +255,14 @@ fn integration_routes() -> OpenApiRouter<IntakeState> {
 
 /// Reads: `Scope::Read`.
 fn read_routes() -> OpenApiRouter<IntakeState> {
+    operation_reads().routes(routes!(metrics))
+}
+
+/// The reads a tenant's routes serve too (its `/metrics` is not its own yet).
+fn operation_reads() -> OpenApiRouter<IntakeState> {
     OpenApiRouter::new()
         .routes(routes!(reads::operation))
         .routes(routes!(reads::timeline))
-        .routes(routes!(metrics))
 }
 
 /// The OpenAPI document of exactly the routes [`router`] serves.
@@ -260,8 +271,91 @@ fn api_routes_document() -> utoipa::openapi::OpenApi {
         .merge(integration_routes())
         .merge(read_routes())
         .into_openapi();
+    openapi::add_tenant_intake(&mut doc);
+    let tenants = integration_routes().merge(operation_reads()).into_openapi();
+    openapi::add_tenant_paths(&mut doc, tenants);
     utoipa::Modify::modify(&openapi::ProblemDetails, &mut doc);
     doc
+}
+
+/// The claim API and the operation reads, each behind its scope's tokens: `state`'s
+/// (a tenant's routes, `/v1/tenants/{tenant}/…`).
+fn api_router(state: &IntakeState) -> Router {
+    use axum::middleware::from_fn_with_state;
+    let (integration, _) = integration_routes().split_for_parts();
+    let integration = integration.route_layer(from_fn_with_state(
+        state.clone(),
+        |State(s): State<IntakeState>, req, next| async move {
+            require(&s, Scope::Integration, req, next).await
+        },
+    ));
+    let (read, _) = operation_reads().split_for_parts();
+    let read = read.route_layer(from_fn_with_state(
+        state.clone(),
+        |State(s): State<IntakeState>, req, next| async move {
+            require(&s, Scope::Read, req, next).await
+        },
+    ));
+    integration
+        .merge(read)
+        .fallback(|| async {
+            ErrorBody::new(
+                Code::NotFound,
+                "no such path in this gateway's API (see /openapi.json)",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ErrorBody::new(
+                Code::MethodNotAllowed,
+                "this path does not take this method (see /openapi.json)",
+            )
+        })
+        .with_state(state.clone())
+}
+
+/// `/v1/tenants/{tenant}/…`: the tenant's claim API and reads, as `/v1/…` serves the
+/// default tenant's, opened by the tenant's own tokens (`[tenant.api]`) or the fleet's
+/// (`[api]`). Whatever the path, a caller without one of those tokens hears 401, whether
+/// the tenant is served or not: the answer does not say which tenants exist.
+async fn tenant_api(State(state): State<IntakeState>, req: axum::extract::Request) -> Response {
+    let (tenant, rest) = req
+        .uri()
+        .path()
+        .strip_prefix("/v1/tenants/")
+        .and_then(|r| r.split_once('/'))
+        .unwrap_or_default();
+    let Some((tenant_state, api)) = state.tenants.served(tenant) else {
+        if state.api_tokens.allows(req.headers(), Scope::Read) {
+            return ErrorBody::new(Code::NotFound, "no such tenant is served here").into_response();
+        }
+        return unauthorized(Scope::Read);
+    };
+    // Every token that opens anything of the tenant's opens its reads.
+    if !tenant_state.api_tokens.allows(req.headers(), Scope::Read) {
+        return unauthorized(Scope::Read);
+    }
+    let path = match req.uri().query() {
+        Some(q) => format!("/v1/{rest}?{q}"),
+        None => format!("/v1/{rest}"),
+    };
+    let (mut parts, body) = req.into_parts();
+    // The outer route's path parameters live in the extensions: the tenant's router must
+    // see only its own (the claim API and reads read nothing else from them).
+    parts.extensions = Default::default();
+    match path.parse() {
+        Ok(uri) => parts.uri = uri,
+        Err(_) => {
+            return ErrorBody::new(Code::NotFound, "no such path in this gateway's API")
+                .into_response()
+        }
+    }
+    // A router is always ready (axum): called at once.
+    let mut api = api;
+    let req = axum::extract::Request::from_parts(parts, body);
+    match tower_service::Service::call(&mut api, req).await {
+        Ok(res) => res,
+        Err(never) => match never {},
+    }
 }
 
 pub fn router(state: IntakeState) -> Router {
@@ -284,6 +378,16 @@ pub fn router(state: IntakeState) -> Router {
     public
         .merge(integration)
         .merge(read)
+        // A tenant's intake, claim API and reads: documented as copies of the default
+        // tenant's (`openapi::add_tenant_paths`).
+        .route(
+            "/v1/intake/{tenant}/{source}",
+            axum::routing::post(tenant_intake).get(tenant_zd_echo),
+        )
+        .route(
+            "/v1/tenants/{tenant}/{*rest}",
+            axum::routing::any(tenant_api),
+        )
         // The router's own refusals are problem details too.
         .fallback(|| async {
             ErrorBody::new(
@@ -421,11 +525,57 @@ async fn intake(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let peer = peer.map(|axum::Extension(c)| c.0.ip());
-    let received_at = state.store.now();
     // A name that does not percent-decode to UTF-8 names no configured source: it is
     // answered and journaled as an unknown one (axum's rejection would skip the journal).
     let source_name = source_name.map(|Path(name)| name).unwrap_or_default();
+    let peer = peer.map(|axum::Extension(c)| c.0.ip());
+    receive(state, source_name, query, peer, headers, body).await
+}
+
+/// Takes a delivery for a tenant of the fleet, exactly as `POST /v1/intake/{source}` takes
+/// the default tenant's: journaled and claimed under the tenant's own key
+/// (`<tenant>/<source>:<key>`), and created in the tenant's own CRM (which is given
+/// `<source>:<key>`). A tenant that is not served is answered as a source that is not
+/// configured (404, journaled as the default tenant's refusal), the same answer whether
+/// the tenant or the source is missing.
+async fn tenant_intake(
+    State(state): State<IntakeState>,
+    path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
+    RawQuery(query): RawQuery,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let peer = peer.map(|axum::Extension(c)| c.0.ip());
+    let (state, source_name) = tenant_of(state, path);
+    receive(state, source_name, query, peer, headers, body).await
+}
+
+/// The state of the tenant a `/v1/intake/{tenant}/{source}` path names, and the source's
+/// name. A tenant that is not served gets the default tenant's state and no source name,
+/// so its delivery is refused and journaled as an unknown source's.
+fn tenant_of(
+    state: IntakeState,
+    path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
+) -> (IntakeState, String) {
+    let (tenant, source) = path.map(|Path(p)| p).unwrap_or_default();
+    match state.tenants.get(&tenant) {
+        Some(t) => (t, source),
+        None => (state, String::new()),
+    }
+}
+
+/// Reads a pushed delivery's body and admits it (`admission`), answering in its source's
+/// `reply` form.
+async fn receive(
+    state: IntakeState,
+    source_name: String,
+    query: Option<String>,
+    peer: Option<std::net::IpAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let received_at = state.store.now();
     let body = match read_body(body, &headers, state.max_body, state.body_timeout).await {
         Ok(b) => b,
         Err(e) => {
@@ -531,6 +681,21 @@ async fn zd_echo(
     // A name that does not percent-decode to UTF-8 names no source (a problem, never
     // axum's plain-text rejection).
     let source_name = source_name.map(|Path(name)| name).unwrap_or_default();
+    echo_back(&state, &source_name, query)
+}
+
+/// Zadarma's URL check for a tenant's `zadarma` source, as `GET /v1/intake/{source}`.
+async fn tenant_zd_echo(
+    State(state): State<IntakeState>,
+    path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let (state, source_name) = tenant_of(state, path);
+    echo_back(&state, &source_name, query)
+}
+
+/// `zd_echo`'s value back, for a `zadarma` source.
+fn echo_back(state: &IntakeState, source_name: &str, query: Option<String>) -> Response {
     let echo = query
         .as_deref()
         .and_then(|q| serde_urlencoded::from_str::<Vec<(String, String)>>(q).ok())
@@ -540,7 +705,7 @@ async fn zd_echo(
                 .find(|(k, _)| k == "zd_echo")
                 .map(|(_, v)| v)
         });
-    match (state.sources.get(&source_name), echo) {
+    match (state.sources.get(source_name), echo) {
         (Some(s), Some(v)) if s.answers_zd_echo() => {
             if v.is_empty() || v.len() > 128 || !v.bytes().all(|b| b.is_ascii_alphanumeric()) {
                 return ApiError::bad(Code::BadEcho, "zd_echo must be 1-128 letters and digits")

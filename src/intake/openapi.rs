@@ -169,3 +169,85 @@ pub(super) async fn openapi_json() -> Response {
 }
 
 // The domain's types describe themselves (leadgate-domain's `openapi` feature).
+
+/// Adds `tenants`' paths to `doc` under `/v1/tenants/{tenant}/…` (`/v1/operations` becomes
+/// `/v1/tenants/{tenant}/operations`): the same routes, served for each tenant of the
+/// fleet, opened by its own tokens or the fleet's.
+pub(super) fn add_tenant_paths(
+    doc: &mut utoipa::openapi::OpenApi,
+    tenants: utoipa::openapi::OpenApi,
+) {
+    for (path, item) in tenants.paths.paths {
+        if let Some(rest) = path.strip_prefix("/v1/") {
+            let item = for_a_tenant(
+                item,
+                "A tenant's slug (`leadgate tenant apply`); its own `[tenant.api]` tokens or the \
+                 fleet's `[api]` tokens open it",
+                Some("No such tenant is served here (to the fleet's token; anyone else hears 401)"),
+            );
+            doc.paths
+                .paths
+                .insert(format!("/v1/tenants/{{tenant}}/{rest}"), item);
+        }
+    }
+}
+
+/// Adds `/v1/intake/{tenant}/{source}`: a tenant's sources, as `/v1/intake/{source}` takes
+/// the default tenant's (a tenant that is not served answers as a source that is not).
+pub(super) fn add_tenant_intake(doc: &mut utoipa::openapi::OpenApi) {
+    if let Some(item) = doc.paths.paths.get("/v1/intake/{source}").cloned() {
+        let item = for_a_tenant(item, "A tenant's slug (`leadgate tenant apply`)", None);
+        doc.paths
+            .paths
+            .insert("/v1/intake/{tenant}/{source}".to_owned(), item);
+    }
+}
+
+/// `item` as a tenant's route: each operation with the `tenant` path parameter (`what`),
+/// an id of its own and, when the route has none, a 404 saying `not_served`.
+fn for_a_tenant(
+    mut item: utoipa::openapi::PathItem,
+    what: &str,
+    not_served: Option<&str>,
+) -> utoipa::openapi::PathItem {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::{ContentBuilder, Object, Ref, RefOr, Required, ResponseBuilder, Type};
+    let ops = [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.options,
+        &mut item.head,
+        &mut item.patch,
+        &mut item.trace,
+    ];
+    for op in ops.into_iter().flatten() {
+        let tenant = ParameterBuilder::new()
+            .name("tenant")
+            .parameter_in(ParameterIn::Path)
+            .required(Required::True)
+            .description(Some(what))
+            .schema(Some(Object::with_type(Type::String)))
+            .example(Some(serde_json::json!("acme")))
+            .build();
+        op.parameters.get_or_insert_with(Vec::new).insert(0, tenant);
+        op.operation_id = op.operation_id.take().map(|id| format!("tenant_{id}"));
+        if let Some(text) = not_served {
+            let answer = ResponseBuilder::new()
+                .description(text)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build();
+            op.responses
+                .responses
+                .entry("404".to_owned())
+                .or_insert(RefOr::T(answer));
+        }
+    }
+    item
+}

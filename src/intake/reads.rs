@@ -26,12 +26,13 @@ pub(crate) fn parse_id(id: &str) -> Result<OperationId, ApiError> {
 /// would be plain text, which the API never answers).
 pub(crate) struct IdPath(pub OperationId);
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdPath {
+/// An operation of another tenant is, to a tenant's routes, no operation at all.
+impl axum::extract::FromRequestParts<IntakeState> for IdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        state: &S,
+        state: &IntakeState,
     ) -> Result<Self, ApiError> {
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
@@ -44,7 +45,11 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdPath {
                     ),
                 )
             })?;
-        parse_id(&id).map(IdPath)
+        let id = parse_id(&id)?;
+        if !state.owns(&id) {
+            return Err(ApiError::NotFound(format!("no operation `{id}`")));
+        }
+        Ok(IdPath(id))
     }
 }
 

@@ -50,6 +50,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("feed", &["alerts", "config", "domain", "store"]),
     ("diagnose", &["crm", "domain", "store"]),
     ("tenants", &["config", "crm", "domain", "store"]),
+    (
+        "fleet",
+        &[
+            "config", "crm", "domain", "intake", "store", "tenants", "worker",
+        ],
+    ),
     ("console_web", &["config", "domain", "store", "supervise"]),
     (
         "app",
@@ -60,6 +66,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "crm",
             "domain",
             "feed",
+            "fleet",
             "intake",
             "metrics",
             "pull",
@@ -79,6 +86,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "diagnose",
             "domain",
             "feed",
+            "intake",
             "metrics",
             "report",
             "store",

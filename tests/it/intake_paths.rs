@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
 
-use leadgate::domain::{MatchRule, OperationId, ReviewReason, Status};
+use leadgate::domain::{MatchRule, OperationId, ReviewReason, Status, TenantId, TenantSlug};
 use leadgate::store::postgres::{IntakePath, PgStore};
 use leadgate::store::*;
 
@@ -126,17 +126,24 @@ fn scenario() -> Vec<Step> {
 }
 
 /// Plays the scenario on `store`, trying `path` for every delivery; the answers, each
-/// with the path that recorded it.
+/// with the path that recorded it. With `tenant` (a slug, `store` that tenant's), its keys
+/// are that tenant's.
 async fn play(
     store: &PgStore,
     db: &TestDb,
     path: IntakePath,
     t0: DateTime<Utc>,
+    tenant: Option<&str>,
 ) -> Vec<(DeliveryRecord, IntakePath)> {
+    let key = |local: &str| match tenant {
+        Some(t) => OperationId::new_in(&TenantSlug::new(t).unwrap(), "site", local).unwrap(),
+        None => OperationId::new("site", local).unwrap(),
+    };
     let mut answers = vec![];
     for (i, step) in scenario().into_iter().enumerate() {
         match step {
             Step::Deliver(mut d, _) => {
+                d.operation_id = key(d.operation_id.local_part().trim_start_matches("site:"));
                 // The same clock in both runs: step i happens at t0 + i seconds.
                 let shift = at(t0, i) - d.received_at;
                 d.received_at += shift;
@@ -148,14 +155,14 @@ async fn play(
                 }
                 answers.push(store.record_delivery_by(*d, path).await.unwrap());
             }
-            Step::Complete(key) => {
+            Step::Complete(local) => {
                 let mut c = PgConnection::connect(&db.url).await.unwrap();
                 sqlx::query(
                     "update operations set status = 'completed', crm_id = $1, \
                      crm_link = 'created', version = version + 1 where operation_id = $2",
                 )
-                .bind(format!("crm-{key}"))
-                .bind(OperationId::new("site", key).unwrap().as_str())
+                .bind(format!("crm-{local}"))
+                .bind(key(local).as_str())
                 .execute(&mut c)
                 .await
                 .unwrap();
@@ -216,57 +223,98 @@ async fn the_grouped_intake_writes_what_the_steps_write_one_delivery_at_a_time()
         run(Backend::Postgres, |one_db| async move {
             let steps = PgStore::connect(&steps_db.url).await.unwrap();
             let one = PgStore::connect(&one_db.url).await.unwrap();
-            let by_steps = play(&steps, &steps_db, Steps, t0).await;
-            let by_one = play(&one, &one_db, Grouped, t0).await;
+            let by_steps = play(&steps, &steps_db, Steps, t0, None).await;
+            let by_one = play(&one, &one_db, Grouped, t0, None).await;
+            compare(by_steps, by_one, &steps_db, &one_db).await;
+        })
+        .await
+    })
+    .await
+}
 
-            let expected: Vec<IntakePath> = scenario()
-                .into_iter()
-                .filter_map(|s| match s {
-                    Step::Deliver(_, p) => Some(p),
-                    Step::Complete(_) => None,
-                })
-                .collect();
-            let taken: Vec<IntakePath> = by_one.iter().map(|(_, p)| *p).collect();
-            assert_eq!(taken, expected, "which path recorded each delivery");
-            assert!(by_steps.iter().all(|(_, p)| *p == Steps));
-            let answers = |v: &[(DeliveryRecord, IntakePath)]| -> Vec<DeliveryRecord> {
-                v.iter().map(|(r, _)| r.clone()).collect()
-            };
-            assert_eq!(answers(&by_one), answers(&by_steps));
-
-            // The scenario reached every outcome it is meant to.
-            let outcomes: Vec<&str> = by_steps.iter().map(|(r, _)| r.outcome.name()).collect();
-            for name in ["new", "duplicate", "conflict"] {
-                assert!(outcomes.contains(&name), "{name}: {outcomes:?}");
-            }
-            let statuses: Vec<Status> = by_steps.iter().map(|(r, _)| r.outcome.status()).collect();
-            for s in [Status::Received, Status::NeedsReview, Status::Completed] {
-                assert!(statuses.contains(&s), "{s:?}: {statuses:?}");
-            }
-
-            let (a, b) = (dump(&steps_db).await, dump(&one_db).await);
-            for ((table, rows_steps), (_, rows_one)) in a.iter().zip(&b) {
-                assert!(!rows_steps.is_empty(), "{table} is empty");
-                assert_eq!(rows_one, rows_steps, "{table}");
-            }
-            let kinds: Vec<String> =
-                sqlx::query_scalar("select distinct kind from timeline order by 1")
-                    .fetch_all(&mut PgConnection::connect(&one_db.url).await.unwrap())
-                    .await
-                    .unwrap();
-            for kind in [
-                "contact_match",
-                "delivery",
-                "linked",
-                "review_opened",
-                "status_changed",
-            ] {
-                assert!(kinds.iter().any(|k| k == kind), "{kind}: {kinds:?}");
+/// The same in a tenant's intake, after the default tenant had the same keys, phones and
+/// e-mails: the function matches and counts contacts within the tenant, as the steps do,
+/// and writes each row as the tenant's (fleet mode, migration 0037).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_grouped_intake_writes_what_the_steps_write_in_a_tenant() {
+    let t0 = local_now() - TimeDelta::hours(1);
+    run(Backend::Postgres, |steps_db| async move {
+        run(Backend::Postgres, |one_db| async move {
+            let steps = PgStore::connect(&steps_db.url).await.unwrap();
+            let one = PgStore::connect(&one_db.url).await.unwrap();
+            play(&steps, &steps_db, Steps, t0, None).await;
+            play(&one, &one_db, Steps, t0, None).await;
+            let acme = TenantId(1);
+            let by_steps = play(&steps.as_tenant(acme), &steps_db, Steps, t0, Some("acme")).await;
+            let by_one = play(&one.as_tenant(acme), &one_db, Grouped, t0, Some("acme")).await;
+            compare(by_steps, by_one, &steps_db, &one_db).await;
+            let mut c = PgConnection::connect(&one_db.url).await.unwrap();
+            for table in ["operations", "deliveries", "timeline", "review_cases", "operation_names"] {
+                let mixed: i64 = sqlx::query_scalar(&format!(
+                    "select count(*) from {table} where (operation_id like 'acme/%') <> (tenant_id = 1)"
+                ))
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+                assert_eq!(mixed, 0, "{table}: a row whose key and tenant disagree");
             }
         })
         .await
     })
     .await
+}
+
+/// The two runs of the scenario: the paths that recorded each delivery, the answers and
+/// every row written are as the scenario expects and the same.
+async fn compare(
+    by_steps: Vec<(DeliveryRecord, IntakePath)>,
+    by_one: Vec<(DeliveryRecord, IntakePath)>,
+    steps_db: &TestDb,
+    one_db: &TestDb,
+) {
+    let expected: Vec<IntakePath> = scenario()
+        .into_iter()
+        .filter_map(|s| match s {
+            Step::Deliver(_, p) => Some(p),
+            Step::Complete(_) => None,
+        })
+        .collect();
+    let taken: Vec<IntakePath> = by_one.iter().map(|(_, p)| *p).collect();
+    assert_eq!(taken, expected, "which path recorded each delivery");
+    assert!(by_steps.iter().all(|(_, p)| *p == Steps));
+    let answers = |v: &[(DeliveryRecord, IntakePath)]| -> Vec<DeliveryRecord> {
+        v.iter().map(|(r, _)| r.clone()).collect()
+    };
+    assert_eq!(answers(&by_one), answers(&by_steps));
+
+    // The scenario reached every outcome it is meant to.
+    let outcomes: Vec<&str> = by_steps.iter().map(|(r, _)| r.outcome.name()).collect();
+    for name in ["new", "duplicate", "conflict"] {
+        assert!(outcomes.contains(&name), "{name}: {outcomes:?}");
+    }
+    let statuses: Vec<Status> = by_steps.iter().map(|(r, _)| r.outcome.status()).collect();
+    for s in [Status::Received, Status::NeedsReview, Status::Completed] {
+        assert!(statuses.contains(&s), "{s:?}: {statuses:?}");
+    }
+
+    let (a, b) = (dump(steps_db).await, dump(one_db).await);
+    for ((table, rows_steps), (_, rows_one)) in a.iter().zip(&b) {
+        assert!(!rows_steps.is_empty(), "{table} is empty");
+        assert_eq!(rows_one, rows_steps, "{table}");
+    }
+    let kinds: Vec<String> = sqlx::query_scalar("select distinct kind from timeline order by 1")
+        .fetch_all(&mut PgConnection::connect(&one_db.url).await.unwrap())
+        .await
+        .unwrap();
+    for kind in [
+        "contact_match",
+        "delivery",
+        "linked",
+        "review_opened",
+        "status_changed",
+    ] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind}: {kinds:?}");
+    }
 }
 
 /// The figures of every row, counted from the rows themselves, next to the counters the

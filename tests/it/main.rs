@@ -19,6 +19,7 @@ mod crm_ids;
 mod diagnose;
 mod feed;
 mod feed_console;
+mod fleet;
 mod gateway;
 mod idempotency_key;
 mod imap;

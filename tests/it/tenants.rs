@@ -9,9 +9,7 @@ use leadgate::crm::vault::Vault;
 use leadgate::domain::{MatchRule, TenantId};
 use leadgate::store::postgres::PgStore;
 use leadgate::store::sqlite::SqliteStore;
-use leadgate::store::{
-    Answer, Ask, CrmLinks, DeliveryOutcome, SourceRules, Store, StoreError, TenantState,
-};
+use leadgate::store::{Answer, Ask, CrmLinks, SourceRules, Store, StoreError, TenantState};
 use leadgate::tenants::{Plan, NOT_IN_THE_FILE};
 use leadgate_testkit::gateway::config_toml;
 use leadgate_testkit::process::command;
@@ -463,8 +461,8 @@ const BEFORE_TENANTS: i64 = 34;
 each_backend!(
     a_database_from_before_tenants_becomes_the_default_tenant,
     |db| async move {
-        // A database as the release before fleet mode left it, with leads in it: written
-        // by this build's store, which (for now) writes no tenant_id.
+        // A database as the release before fleet mode left it, with leads in it: the rows
+        // an earlier gateway wrote for two leads and a duplicate (its triggers count them).
         let old = migrations_up_to(db.backend, BEFORE_TENANTS);
         let store: Arc<dyn Store> = match db.backend {
             Backend::Sqlite => {
@@ -479,16 +477,29 @@ each_backend!(
             }
         };
         assert!(tables(&db).await.iter().all(|t| t != "tenants"));
-        for (key, new) in [("1", true), ("2", true), ("2", false)] {
-            let recorded = store
-                .record_delivery(delivery(key, serde_json::json!({"name": "Olga"})))
-                .await
-                .unwrap();
-            assert_eq!(
-                matches!(recorded.outcome, DeliveryOutcome::New { .. }),
-                new,
-                "{recorded:?}"
-            );
+        let at = "'2026-12-06T10:00:00+00:00'";
+        for (key, outcome) in [("1", "new"), ("2", "new"), ("2", "duplicate")] {
+            if outcome == "new" {
+                let sql = format!(
+                    "insert into operations (operation_id, source, status, payload_hash, payload, \
+                     executor, next_attempt_at, created_at, updated_at) \
+                     values ('site:{key}', 'site', 'received', 'h', '{{}}', 'worker', {at}, {at}, {at})"
+                );
+                assert_eq!(db.outcome(&sql).await, "ok", "{sql}");
+            }
+            for sql in [
+                format!(
+                    "insert into deliveries (source, operation_id, received_at, payload, \
+                     payload_hash, outcome, transform_version) \
+                     values ('site', 'site:{key}', {at}, '{{}}', 'h', '{outcome}', 1)"
+                ),
+                format!(
+                    "insert into timeline (operation_id, at, kind, actor, detail) \
+                     values ('site:{key}', {at}, 'delivery', 'gateway', '{{}}')"
+                ),
+            ] {
+                assert_eq!(db.outcome(&sql).await, "ok", "{sql}");
+            }
         }
         drop(store);
         drop(db.store().await);
@@ -700,7 +711,7 @@ each_backend!(
         assert_eq!(plan.unchanged, 2);
         let state = |ts: &[leadgate::store::Tenant], slug: &str| {
             let t = ts.iter().find(|t| t.slug == slug).unwrap();
-            (t.state.clone(), t.paused_reason.clone())
+            (t.state.to_string(), t.paused_reason.clone())
         };
         let ts = store.tenants().await.unwrap();
         assert_eq!(
@@ -840,6 +851,11 @@ fn a_bad_tenants_file_says_what_is_wrong() {
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\nweight = 0\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n", "weight must be 1 to 1000"),
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant.source]]\nname = \"site\"\nkey = \"json:/id\"\n", "`a`: source `site`"),
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant]]\nslug = \"a\"\nname = \"y\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://b.bitrix24.ru/rest/1/s/\"\n", "tenant `a` is defined twice"),
+        // What a tenant's gateway does not run yet is refused, not taken and ignored.
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.retention]\nfull = \"7d\"\n", "a tenant's own windows are not served yet"),
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.claim_api]\nredeliver_url = \"https://n8n.a/webhook/lead\"\n", "redelivery is not served for tenants yet"),
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.alerts]\n[[tenant.alerts.channel]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"https://hooks.a/x\"\n", "alert channels are not served yet"),
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant.source]]\nname = \"tg\"\npreset = \"telegram-updates\"\n[tenant.source.pull]\nbot_token = \"123:abc\"\nurl = \"https://api.telegram.org\"\n", "pulled sources are not served for tenants yet"),
     ] {
         let err = tenants_file::parse_toml(text, None).unwrap_err();
         assert!(err.contains(says), "{says}: {err}");
@@ -936,6 +952,29 @@ each_backend!(
         assert_eq!(code, 2, "{err}");
         assert!(
             err.contains("LEADGATE_TOKEN_KEY") && err.contains("nothing was changed"),
+            "{err}"
+        );
+        assert_eq!(list().lines().count(), 1, "the default tenant alone");
+        // A source intake could not serve: refused before anything is opened.
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(
+            &bad,
+            TENANTS_TOML.replacen(
+                "token = \"acme-site-token\"",
+                "token = \"acme-site-token\"\ncontent_window = \"1h\"",
+                1,
+            ),
+        )
+        .unwrap();
+        let (code, _, err) = cli(
+            dir.path(),
+            &db.url,
+            key,
+            &["apply", bad.to_str().unwrap(), "--defaults", defaults],
+        );
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("tenant `acme`") && err.contains("content_window"),
             "{err}"
         );
         assert_eq!(list().lines().count(), 1, "the default tenant alone");

@@ -56,10 +56,12 @@ impl Lead {
             };
             value.and_then(scalar_to_string)
         };
-        let title =
-            field(&map.title, "title").or_else(|| Some(format!("Lead {}", operation_id.as_str())));
+        // A tenant's CRM is its own: it is given the key without the tenant (`<source>:<key>`),
+        // so a portal moved into a fleet keeps finding the keys it holds.
+        let key = operation_id.local_part();
+        let title = field(&map.title, "title").or_else(|| Some(format!("Lead {key}")));
         Lead {
-            operation_id: operation_id.as_str().to_owned(),
+            operation_id: key.to_owned(),
             source: source.to_owned(),
             title,
             name: field(&map.name, "name"),

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use leadgate_domain::TenantId;
+
 use super::{DbError, DbFault, DeliveryRecord, NewDelivery, Result, StoreError};
 
 /// How long a sender waits for its delivery's answer, from the moment it handed the
@@ -38,9 +40,13 @@ const CAPACITY: usize = 1024;
 /// Where a delivery's answer goes.
 pub(crate) type Reply = oneshot::Sender<Result<DeliveryRecord>>;
 
+/// A delivery and the tenant it was delivered to: the writer records each delivery of a
+/// group as its own tenant's.
+pub(crate) type Queued = (TenantId, NewDelivery);
+
 /// A delivery waiting for the writer: when it was handed over, and where its answer goes.
 pub(crate) struct Job {
-    delivery: NewDelivery,
+    delivery: Queued,
     queued: Instant,
     reply: Reply,
 }
@@ -67,8 +73,12 @@ pub(crate) fn queue() -> (IntakeQueue, Jobs) {
 }
 
 impl IntakeQueue {
-    /// Hands `delivery` to the writer and waits for its answer.
-    pub(crate) async fn record(&self, delivery: NewDelivery) -> Result<DeliveryRecord> {
+    /// Hands `delivery`, `tenant`'s, to the writer and waits for its answer.
+    pub(crate) async fn record(
+        &self,
+        tenant: TenantId,
+        delivery: NewDelivery,
+    ) -> Result<DeliveryRecord> {
         let (reply, answer) = oneshot::channel();
         let closed = || {
             StoreError::Database(DbError::new(
@@ -80,7 +90,7 @@ impl IntakeQueue {
         let queued = Instant::now();
         let deadline = tokio::time::Instant::from_std(queued + PATIENCE);
         let job = Job {
-            delivery,
+            delivery: (tenant, delivery),
             queued,
             reply,
         };
@@ -103,7 +113,7 @@ impl Jobs {
     /// cancelled: it heard nothing and will send again, and that delivery is the one to
     /// record) is dropped; one that waited longer than `PATIENCE` is answered
     /// "unavailable", unwritten. `None` once every sender is gone.
-    pub(crate) async fn take(&mut self, max: usize) -> Option<Vec<(NewDelivery, Reply)>> {
+    pub(crate) async fn take(&mut self, max: usize) -> Option<Vec<(Queued, Reply)>> {
         loop {
             let mut next = Some(self.0.recv().await?);
             let mut group = vec![];

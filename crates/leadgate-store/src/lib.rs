@@ -629,8 +629,10 @@ where
 
 /// Migrations that gateways of an earlier version cannot run beside: afterwards the
 /// database refuses some of their writes (0036: the keys their `on conflict` names are
-/// gone). Before one is applied, the gateways' heartbeats must have stopped.
-pub(crate) const NOT_BESIDE_EARLIER_GATEWAYS: &[i64] = &[36];
+/// gone), or their writes would cross tenants (0037: the tenants' intake, which an earlier
+/// gateway's contact matching would not keep apart from the default tenant's). Before one
+/// is applied, the gateways' heartbeats must have stopped.
+pub(crate) const NOT_BESIDE_EARLIER_GATEWAYS: &[i64] = &[36, 37];
 
 /// A gateway whose heartbeat is this recent is running (it beats every 5 s).
 pub(crate) const RUNNING_WITHIN: chrono::TimeDelta = chrono::TimeDelta::seconds(15);

@@ -224,7 +224,7 @@ sql_store!(SqliteStore, Sqlite);
 
 impl SqliteStore {
     async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        self.intake.record(d).await
+        self.intake.record(self.tenant, d).await
     }
 }
 
@@ -235,7 +235,7 @@ async fn intake_writer(writer: SqlitePool, mut jobs: super::intake_queue::Jobs) 
     while let Some(group) = jobs.take(INTAKE_GROUP).await {
         let begin = || writer.begin_with(BEGIN_WRITE);
         if group.len() > 1 {
-            let deliveries: Vec<&NewDelivery> = group.iter().map(|(d, _)| d).collect();
+            let deliveries: Vec<_> = group.iter().map(|((t, d), _)| (*t, d)).collect();
             let together = async { record_all(begin().await?, deliveries).await };
             if let Ok(records) = together.await {
                 for ((_, reply), record) in group.into_iter().zip(records) {
@@ -244,9 +244,9 @@ async fn intake_writer(writer: SqlitePool, mut jobs: super::intake_queue::Jobs) 
                 continue;
             }
         }
-        for (d, reply) in group {
+        for ((tenant, d), reply) in group {
             let alone = async {
-                record_all(begin().await?, [&d])
+                record_all(begin().await?, [(tenant, &d)])
                     .await
                     .map(|mut r| r.remove(0))
             };

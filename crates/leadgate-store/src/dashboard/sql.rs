@@ -94,17 +94,33 @@ macro_rules! dashboard_sql {
             }
 
             async fn connector(&self, name: &str) -> Result<Option<Connector>> {
-                Ok(self.connectors().await?.into_iter().find(|c| c.name == name))
+                // A tenant that is not active holds its connectors, this one too when it
+                // has no row yet (no call has failed): its calls wait as a paused one's.
+                let sql = format!(
+                    "select cast($2 as text) as name, {} from (select 1 as one) o \
+                     left join connectors c on c.tenant_id = $1 and c.name = $2 \
+                     left join tenants t on t.id = $1 \
+                     where c.name is not null or t.state <> 'active'",
+                    $crate::dashboard::sql::HELD_BY_THE_TENANT
+                );
+                let row = sqlx::query_as::<_, ConnectorRow>(&sql)
+                    .bind(self.tenant.0)
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(row.map(Into::into))
             }
 
             async fn connectors(&self) -> Result<Vec<Connector>> {
-                let rows = sqlx::query_as::<_, ConnectorRow>(
-                    "select name, state, reason, since, changed_by, unreachable_since, by_hand from connectors \
-                     where tenant_id = $1 order by name",
-                )
-                .bind(self.tenant.0)
-                .fetch_all(&self.pool)
-                .await?;
+                let sql = format!(
+                    "select c.name, {} from connectors c left join tenants t on t.id = c.tenant_id \
+                     where c.tenant_id = $1 order by c.name",
+                    $crate::dashboard::sql::HELD_BY_THE_TENANT
+                );
+                let rows = sqlx::query_as::<_, ConnectorRow>(&sql)
+                    .bind(self.tenant.0)
+                    .fetch_all(&self.pool)
+                    .await?;
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
@@ -193,3 +209,16 @@ macro_rules! dashboard_sql {
     };
 }
 pub(crate) use dashboard_sql;
+
+/// A connector's columns (`c`) as its tenant (`t`, none when it is not registered) leaves
+/// them: a tenant that is not active (paused by a person or by its tenants file) holds its
+/// connectors, which read as paused by hand, with its reason.
+pub(crate) const HELD_BY_THE_TENANT: &str = "\
+    case when coalesce(t.state, 'active') = 'active' then c.state else 'paused' end as state, \
+    case when coalesce(t.state, 'active') = 'active' then c.reason \
+      else coalesce(t.paused_reason, 'the tenant is ' || t.state) end as reason, \
+    case when coalesce(t.state, 'active') = 'active' then c.since else t.updated_at end as since, \
+    case when coalesce(t.state, 'active') = 'active' then c.changed_by else t.changed_by end \
+      as changed_by, \
+    c.unreachable_since, \
+    case when coalesce(t.state, 'active') = 'active' then c.by_hand else true end as by_hand";

@@ -23,19 +23,20 @@ use crate::{
 };
 use leadgate_domain::business::{step_for, MatchFact};
 use leadgate_domain::rules::{DeliveryKind, MatchStep};
-use leadgate_domain::EventKind;
 use leadgate_domain::{ErrorClass, ReviewReason, Status};
+use leadgate_domain::{EventKind, TenantId};
 
 use crate::ops::{must_lock, open_case, save, set_status, ContactMatch, Locked, WriteTx};
 
-/// Records `deliveries` in order in the write transaction `tx` and commits it: all of
-/// them or, on the first error, none.
+/// Records `deliveries`, each its tenant's, in order in the write transaction `tx` and
+/// commits it: all of them or, on the first error, none.
 pub(crate) async fn record_all<'a, T: WriteTx>(
     mut tx: T,
-    deliveries: impl IntoIterator<Item = &'a NewDelivery> + Send,
+    deliveries: impl IntoIterator<Item = (TenantId, &'a NewDelivery)> + Send,
 ) -> Result<Vec<DeliveryRecord>> {
     let mut records = vec![];
-    for d in deliveries {
+    for (tenant, d) in deliveries {
+        tx.write_as(tenant);
         records.push(record(&mut tx, d).await?);
     }
     tx.commit().await?;

@@ -14,8 +14,8 @@ macro_rules! journal_sql {
                 let mut tx = self.begin_write().await?;
                 let id: i64 = sqlx::query_scalar(
                     "insert into deliveries (source, operation_id, received_at, content_type, \
-                     raw_body, outcome, reject_reason, transform_version) \
-                     values ($1, $2, $3, $4, $5, 'rejected', $6, $7) returning id",
+                     raw_body, outcome, reject_reason, transform_version, tenant_id) \
+                     values ($1, $2, $3, $4, $5, 'rejected', $6, $7, $8) returning id",
                 )
                 .bind(&d.source)
                 .bind(&d.operation_id)
@@ -24,6 +24,7 @@ macro_rules! journal_sql {
                 .bind(&d.raw_body)
                 .bind(&d.reason)
                 .bind(d.transform_version)
+                .bind(self.tenant.0)
                 .fetch_one(&mut *tx)
                 .await?;
                 tx.commit().await?;
@@ -84,8 +85,8 @@ macro_rules! journal_sql {
                 // time, and a slow request still inside a window must find that window's
                 // row even after a quicker one, arriving later, tidied up.
                 sqlx::query(&format!(
-                    "delete from {table} where (source, {column}) in \
-                       (select source, {column} from {table} where expires_at < $1 limit 100)"
+                    "delete from {table} where (tenant_id, source, {column}) in \
+                       (select tenant_id, source, {column} from {table} where expires_at < $1 limit 100)"
                 ))
                 .bind(now - $crate::journal::sql::FirstUse::KEPT_AFTER)
                 .execute(&mut *tx)
@@ -93,8 +94,8 @@ macro_rules! journal_sql {
                 // Of two at once, the second waits for the first's row, then keeps it; a
                 // row whose time is over is taken over.
                 sqlx::query(&format!(
-                    "insert into {table} (source, {column}, operation_id, expires_at) \
-                     values ($1, $2, $3, $4) on conflict (tenant_id, source, {column}) do update \
+                    "insert into {table} (source, {column}, operation_id, expires_at, tenant_id) \
+                     values ($1, $2, $3, $4, $6) on conflict (tenant_id, source, {column}) do update \
                      set operation_id = excluded.operation_id, expires_at = excluded.expires_at \
                      where {table}.expires_at < $5"
                 ))
@@ -103,13 +104,15 @@ macro_rules! journal_sql {
                 .bind(operation_id)
                 .bind(expires_at)
                 .bind(now)
+                .bind(self.tenant.0)
                 .execute(&mut *tx)
                 .await?;
                 let first: String = sqlx::query_scalar(&format!(
-                    "select operation_id from {table} where source = $1 and {column} = $2"
+                    "select operation_id from {table} where tenant_id = $3 and source = $1 and {column} = $2"
                 ))
                 .bind(source)
                 .bind(hash)
+                .bind(self.tenant.0)
                 .fetch_one(&mut *tx)
                 .await?;
                 tx.commit().await?;

@@ -23,6 +23,10 @@ pub(crate) trait WriteTx:
     + FeedTx
 {
     fn commit(self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Writes the next rows as `tenant`'s: a group of deliveries shares one transaction
+    /// and each is its tenant's.
+    fn write_as(&mut self, tenant: leadgate_domain::TenantId);
 }
 
 /// The statements on operations, their timeline, deliveries, leases and claim-API redeliveries.

@@ -26,7 +26,9 @@
 //! transaction is counted by the triggers as usual.
 
 use super::*;
+use crate::intake_queue::Queued;
 use crate::journal::ops::{OneMatch, OneStatement};
+use leadgate_domain::TenantId;
 
 /// How PostgreSQL records a delivery (see [`PgStore::record_group`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +46,7 @@ pub enum IntakePath {
 /// the names' search words (migration 0022). Prepared once per connection (sqlx caches it).
 const RECORD_DELIVERIES: &str = "select r_row, r_outcome, r_delivery_id, r_status, r_crm_id \
      from leadgate_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19)";
+     $18, $19, $20)";
 
 /// At most this many deliveries share one transaction.
 const INTAKE_GROUP: usize = 64;
@@ -60,8 +62,8 @@ pub type GroupAnswer = Result<(DeliveryRecord, IntakePath)>;
 /// What the grouped intake wrote for one delivery (`None` in its place: nothing).
 type GroupRecord = Result<DeliveryRecord>;
 
-/// A delivery the function takes, and what it needs of it beyond its columns.
-type Taken<'a> = (&'a NewDelivery, OneStatement);
+/// A delivery the function takes, its tenant, and what it needs of it beyond its columns.
+type Taken<'a> = (TenantId, &'a NewDelivery, OneStatement);
 
 /// A row of `leadgate_record_deliveries`: the delivery's place in the group (from 1), its
 /// outcome, its journal id, the operation's status and CRM id.
@@ -71,7 +73,7 @@ impl PgStore {
     /// Hands the delivery to the intake writer and waits for the commit of its group:
     /// an answer still means "durable".
     pub(crate) async fn record_delivery_now(&self, d: NewDelivery) -> Result<DeliveryRecord> {
-        self.intake.record(d).await
+        self.intake.record(self.tenant, d).await
     }
 }
 
@@ -79,12 +81,22 @@ impl PgStore {
 /// on its own, so both can be compared and a group's answers checked one by one.
 #[cfg(feature = "test-support")]
 impl PgStore {
+    /// This store as `tenant`'s (what `Tenants::for_tenant` makes), its intake paths at hand.
+    pub fn as_tenant(&self, tenant: TenantId) -> PgStore {
+        PgStore {
+            tenant,
+            ..self.clone()
+        }
+    }
+
     /// Records one delivery by `path` now, bypassing the writer's grouping, and says
     /// which path recorded it.
     pub async fn record_delivery_by(&self, d: NewDelivery, path: IntakePath) -> GroupAnswer {
         match path {
-            IntakePath::Grouped => record_group(&self.pool, &[d]).await.remove(0),
-            IntakePath::Steps => by_steps(&self.pool, &d)
+            IntakePath::Grouped => record_group(&self.pool, &[(self.tenant, d)])
+                .await
+                .remove(0),
+            IntakePath::Steps => by_steps(&self.pool, self.tenant, &d)
                 .await
                 .map(|r| (r, IntakePath::Steps)),
         }
@@ -93,7 +105,11 @@ impl PgStore {
     /// Records `deliveries` as the intake writer records a group it took from its queue:
     /// one answer each, in order.
     pub async fn record_group(&self, deliveries: &[NewDelivery]) -> Vec<GroupAnswer> {
-        record_group(&self.pool, deliveries).await
+        let group: Vec<Queued> = deliveries
+            .iter()
+            .map(|d| (self.tenant, d.clone()))
+            .collect();
+        record_group(&self.pool, &group).await
     }
 }
 
@@ -135,11 +151,11 @@ pub(super) async fn intake_writer(pool: PgPool, mut jobs: super::intake_queue::J
                     None => left.push((d, reply)),
                 }
             }
-            for (d, reply) in left {
+            for ((tenant, d), reply) in left {
                 if reply.is_closed() {
                     continue; // its sender heard "unavailable" and sends it again
                 }
-                match tokio::time::timeout_at(deadline, by_steps(&pool, &d)).await {
+                match tokio::time::timeout_at(deadline, by_steps(&pool, tenant, &d)).await {
                     Ok(answer) => {
                         let _ = reply.send(answer);
                     }
@@ -160,13 +176,15 @@ pub(super) async fn intake_writer(pool: PgPool, mut jobs: super::intake_queue::J
 /// store's steps, in order, each in a transaction of its own (for the tests: the writer
 /// itself also bounds the steps' time).
 #[cfg(feature = "test-support")]
-async fn record_group(pool: &PgPool, ds: &[NewDelivery]) -> Vec<GroupAnswer> {
+async fn record_group(pool: &PgPool, ds: &[Queued]) -> Vec<GroupAnswer> {
     let answers = by_the_function(pool, ds).await;
     let mut out = Vec::with_capacity(ds.len());
-    for (d, answer) in ds.iter().zip(answers) {
+    for ((tenant, d), answer) in ds.iter().zip(answers) {
         out.push(match answer {
             Some(answer) => answer,
-            None => by_steps(pool, d).await.map(|r| (r, IntakePath::Steps)),
+            None => by_steps(pool, *tenant, d)
+                .await
+                .map(|r| (r, IntakePath::Steps)),
         });
     }
     out
@@ -176,13 +194,15 @@ async fn record_group(pool: &PgPool, ds: &[NewDelivery]) -> Vec<GroupAnswer> {
 /// took, `None` for each it left to the steps (and for late ones, which it never takes).
 /// A group the database refuses for its data is sent again one delivery at a time, so
 /// that one bad delivery fails alone; a group that fails for the connection fails whole.
-async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupAnswer>> {
+async fn by_the_function(pool: &PgPool, ds: &[Queued]) -> Vec<Option<GroupAnswer>> {
     let mut answers: Vec<Option<GroupAnswer>> = ds.iter().map(|_| None).collect();
     // Each delivery the function takes, with what it needs of it (its place in `ds`).
     let (taken, group): (Vec<usize>, Vec<Taken>) = ds
         .iter()
         .enumerate()
-        .filter_map(|(i, d)| crate::journal::ops::one_statement(d).map(|one| (i, (d, one))))
+        .filter_map(|(i, (t, d))| {
+            crate::journal::ops::one_statement(d).map(|one| (i, (*t, d, one)))
+        })
         .unzip();
     if taken.is_empty() {
         return answers;
@@ -220,9 +240,9 @@ async fn by_the_function(pool: &PgPool, ds: &[NewDelivery]) -> Vec<Option<GroupA
 
 /// The store's steps for one delivery, in a transaction of its own (run again while the
 /// database aborts it as a deadlock victim or for serialization).
-async fn by_steps(pool: &PgPool, d: &NewDelivery) -> Result<DeliveryRecord> {
+async fn by_steps(pool: &PgPool, tenant: TenantId, d: &NewDelivery) -> Result<DeliveryRecord> {
     super::retrying(|| async {
-        let mut records = record_all(begin_write(pool).await?, [d]).await?;
+        let mut records = record_all(begin_write(pool).await?, [(tenant, d)]).await?;
         Ok(records.remove(0))
     })
     .await
@@ -234,7 +254,7 @@ async fn by_steps(pool: &PgPool, d: &NewDelivery) -> Result<DeliveryRecord> {
 /// an answer that cannot be read fails that delivery alone.
 async fn in_one_statement(pool: &PgPool, taken: &[Taken<'_>]) -> Result<Vec<Option<GroupRecord>>> {
     let (group, one): (Vec<&NewDelivery>, Vec<&OneStatement>) =
-        taken.iter().map(|(d, one)| (*d, one)).unzip();
+        taken.iter().map(|(_, d, one)| (*d, one)).unzip();
     let matching = |f: fn(&OneMatch) -> Option<i64>| {
         one.iter()
             .map(|o| o.matching.as_ref().and_then(f))
@@ -323,6 +343,7 @@ async fn in_one_statement(pool: &PgPool, taken: &[Taken<'_>]) -> Result<Vec<Opti
         .bind(names_words)
         .bind(word_rows)
         .bind(words)
+        .bind(taken.iter().map(|(t, _, _)| t.0).collect::<Vec<_>>())
         .fetch_all(pool)
         .await?;
     let corrupt =

@@ -25,8 +25,9 @@ macro_rules! tx_cases {
                 now: DateTime<Utc>,
             ) -> Result<i64> {
                 Ok(sqlx::query_scalar(
-                    "insert into review_cases (operation_id, reason, opened_at, delivery_id, detail) \
-                     values ($1, $2, $3, $4, $5) returning id",
+                    "insert into review_cases (operation_id, reason, opened_at, delivery_id, detail, tenant_id) \
+                     values ($1, $2, $3, $4, $5, (select tenant_id from operations where operation_id = $1)) \
+                     returning id",
                 )
                 .bind(operation_id)
                 .bind(reason.as_str())

@@ -7,13 +7,18 @@ macro_rules! tx_connectors {
     ($store:ident, $db:ty) => {
         impl $crate::ops::ConnectorTx for SqlTx<$db> {
             async fn connector_paused(&mut self, name: &str) -> Result<bool> {
-                let state: Option<String> =
-                    sqlx::query_scalar("select state from connectors where tenant_id = $2 and name = $1")
-                        .bind(name)
-                        .bind(self.1 .0)
-                        .fetch_optional(&mut *self.0)
-                        .await?;
-                Ok(state.as_deref() == Some("paused"))
+                // A tenant paused (by a person or its tenants file) or removed pauses its
+                // connectors.
+                let paused: bool = sqlx::query_scalar(
+                    "select exists (select 1 from connectors where tenant_id = $2 and name = $1 \
+                       and state = 'paused') \
+                     or exists (select 1 from tenants where id = $2 and state <> 'active')",
+                )
+                .bind(name)
+                .bind(self.1 .0)
+                .fetch_one(&mut *self.0)
+                .await?;
+                Ok(paused)
             }
 
             async fn pause_connector(

@@ -26,15 +26,16 @@ macro_rules! tx_contacts {
                 Ok(sqlx::query_as(
                     "select \
                        (select count(*) from (select 1 from operations where contact_phone = $1 \
-                          and created_at >= $3 and operation_id <> $4 limit $5) p), \
+                          and created_at >= $3 and operation_id <> $4 and tenant_id = $6 limit $5) p), \
                        (select count(*) from (select 1 from operations where contact_email = $2 \
-                          and created_at >= $3 and operation_id <> $4 limit $5) e)",
+                          and created_at >= $3 and operation_id <> $4 and tenant_id = $6 limit $5) e)",
                 )
                 .bind(&contact.phone)
                 .bind(&contact.email)
                 .bind(since)
                 .bind(operation_id)
                 .bind(at_most)
+                .bind(self.1 .0)
                 .fetch_one(&mut *self.0)
                 .await?)
             }
@@ -50,8 +51,8 @@ macro_rules! tx_contacts {
                 // One statement: of two takers the second waits for the first's row and
                 // then sees it held.
                 Ok(sqlx::query_as(
-                    "insert into contact_locks (key, operation_id, lease_token_sha256, expires_at) \
-                     values ($1, $2, $3, $4) \
+                    "insert into contact_locks (key, operation_id, lease_token_sha256, expires_at, tenant_id) \
+                     values ($1, $2, $3, $4, $6) \
                      on conflict (tenant_id, key) do update set operation_id = excluded.operation_id, \
                        lease_token_sha256 = excluded.lease_token_sha256, expires_at = excluded.expires_at \
                      where contact_locks.expires_at <= $5 or contact_locks.operation_id = excluded.operation_id \
@@ -62,13 +63,15 @@ macro_rules! tx_contacts {
                 .bind(holder)
                 .bind(until)
                 .bind(now)
+                .bind(self.1 .0)
                 .fetch_optional(&mut *self.0)
                 .await?)
             }
 
             async fn contact_lock_until(&mut self, key: i64) -> Result<Option<DateTime<Utc>>> {
-                Ok(sqlx::query_scalar("select expires_at from contact_locks where key = $1")
+                Ok(sqlx::query_scalar("select expires_at from contact_locks where tenant_id = $2 and key = $1")
                     .bind(key)
+                    .bind(self.1 .0)
                     .fetch_optional(&mut *self.0)
                     .await?)
             }
@@ -83,13 +86,14 @@ macro_rules! tx_contacts {
                 sqlx::query(
                     "update contact_locks set expires_at = $3, \
                        crm_contact_id = coalesce($4, crm_contact_id), contact_at = coalesce($5, contact_at) \
-                     where key = $1 and lease_token_sha256 = $2",
+                     where tenant_id = $6 and key = $1 and lease_token_sha256 = $2",
                 )
                 .bind(key)
                 .bind(holder)
                 .bind(until)
                 .bind(contact.map(|(c, _)| c))
                 .bind(contact.map(|(_, at)| at))
+                .bind(self.1 .0)
                 .execute(&mut *self.0)
                 .await?;
                 Ok(())
@@ -97,8 +101,8 @@ macro_rules! tx_contacts {
 
             async fn purge_contact_locks(&mut self, before: DateTime<Utc>, batch: i64) -> Result<u64> {
                 Ok(sqlx::query(
-                    "delete from contact_locks where key in \
-                       (select key from contact_locks where expires_at < $1 limit $2)",
+                    "delete from contact_locks where (tenant_id, key) in \
+                       (select tenant_id, key from contact_locks where expires_at < $1 limit $2)",
                 )
                 .bind(before)
                 .bind(batch)
@@ -118,11 +122,11 @@ macro_rules! tx_contacts {
                     // thousands of leads (a switchboard) costs ten index entries, not thousands.
                     "select operation_id, source, crm_id, status from ( \
                        select * from (select operation_id, source, crm_id, status, created_at from operations \
-                         where contact_phone = $3 and created_at >= $2 and operation_id <> $1 \
+                         where contact_phone = $3 and created_at >= $2 and operation_id <> $1 and tenant_id = $5 \
                          order by created_at desc limit 10) p \
                        union \
                        select * from (select operation_id, source, crm_id, status, created_at from operations \
-                         where contact_email = $4 and created_at >= $2 and operation_id <> $1 \
+                         where contact_email = $4 and created_at >= $2 and operation_id <> $1 and tenant_id = $5 \
                          order by created_at desc limit 10) e \
                      ) m order by created_at desc limit 10",
                 )
@@ -130,6 +134,7 @@ macro_rules! tx_contacts {
                 .bind(since)
                 .bind(&contact.phone)
                 .bind(&contact.email)
+                .bind(self.1 .0)
                 .fetch_all(&mut *self.0)
                 .await?;
                 Ok(rows

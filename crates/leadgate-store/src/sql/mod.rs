@@ -29,11 +29,12 @@ pub(super) const OP_COLUMNS: &str = "operation_id, source, status, payload_hash,
     contact_email, contact_name, event_time, version, created_at, updated_at, purged_at";
 
 /// The worker's next due operation: binds $1 = now, $2 = its connector, $3 = its tenant.
-/// Nothing is due while the connector is paused; externally executed operations are never
-/// the worker's.
+/// Nothing is due while the connector or the tenant is paused; externally executed
+/// operations are never the worker's.
 pub(super) const PICK_DUE: &str = "select operation_id from operations where status = 'received' \
     and executor = 'worker' and next_attempt_at <= $1 and tenant_id = $3 \
     and not exists (select 1 from connectors where tenant_id = $3 and name = $2 and state = 'paused') \
+    and not exists (select 1 from tenants where id = $3 and state <> 'active') \
     order by next_attempt_at limit 1";
 
 /// An operation whose lease ran out, for the reconciler: binds $1 = now, $2 = connector,
@@ -42,6 +43,7 @@ pub(super) const PICK_STALE: &str =
     "select operation_id from operations where status = 'in_progress' \
     and executor = 'worker' and lease_expires_at <= $1 and tenant_id = $3 \
     and not exists (select 1 from connectors where tenant_id = $3 and name = $2 and state = 'paused') \
+    and not exists (select 1 from tenants where id = $3 and state <> 'active') \
     order by lease_expires_at limit 1";
 
 /// Due redeliveries of claim-API operations: binds $1 = source (also the connector),
@@ -52,6 +54,7 @@ pub(super) const PICK_REDELIVERY: &str = "select o.operation_id, o.payload, o.ne
     and o.next_attempt_at <= $2 and o.payload is not null \
     and (r.operation_id is null or r.resend_at <= $2 or r.sent_at < o.next_attempt_at) \
     and not exists (select 1 from connectors c where c.tenant_id = $4 and c.name = $1 and c.state = 'paused') \
+    and not exists (select 1 from tenants t where t.id = $4 and t.state <> 'active') \
     order by o.next_attempt_at limit $3";
 
 /// A person's request as `store::review::requests` reads it (migration 0017).
@@ -178,20 +181,20 @@ macro_rules! sql_store {
         /// groups them: see its `record_delivery_now`).
         async fn record_all<'a>(
             tx: Tx,
-            deliveries: impl IntoIterator<Item = &'a NewDelivery> + Send,
+            deliveries: impl IntoIterator<Item = (leadgate_domain::TenantId, &'a NewDelivery)> + Send,
         ) -> Result<Vec<DeliveryRecord>> {
-            // (intake is the default tenant's until deliveries carry theirs)
-            $crate::journal::ops::record_all(
-                SqlTx(tx, leadgate_domain::TenantId::DEFAULT),
-                deliveries,
-            )
-            .await
+            $crate::journal::ops::record_all(SqlTx(tx, leadgate_domain::TenantId::DEFAULT), deliveries)
+                .await
         }
 
         impl WriteTx for SqlTx<$db> {
             async fn commit(self) -> Result<()> {
                 self.0.commit().await?;
                 Ok(())
+            }
+
+            fn write_as(&mut self, tenant: leadgate_domain::TenantId) {
+                self.1 = tenant;
             }
         }
 

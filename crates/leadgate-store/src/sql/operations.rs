@@ -73,8 +73,8 @@ macro_rules! tx_operations {
                 let inserted = sqlx::query(
                     "insert into operations (operation_id, source, status, payload_hash, payload, \
                      contact_phone, contact_email, event_time, executor, next_attempt_at, created_at, \
-                     updated_at, contact_name, name_words) \
-                     values ($1, $2, 'received', $3, $4, $5, $6, $7, $9, $8, $8, $8, $10, $11) \
+                     updated_at, contact_name, name_words, tenant_id) \
+                     values ($1, $2, 'received', $3, $4, $5, $6, $7, $9, $8, $8, $8, $10, $11, $12) \
                      on conflict (operation_id) do nothing returning version",
                 )
                 .bind(d.operation_id.as_str())
@@ -88,21 +88,23 @@ macro_rules! tx_operations {
                 .bind(executor)
                 .bind(&d.contact.name)
                 .bind(leadgate_domain::search::words_text(&words))
+                .bind(self.1 .0)
                 .fetch_optional(&mut *self.0)
                 .await?;
                 if inserted.is_some() && !words.is_empty() {
                     // The name's words, for `Reads::search` (migration 0012).
                     let sql = if DIALECT.backend == $crate::Backend::Postgres {
-                        "insert into operation_names (word, created_at, operation_id) \
-                         select value, $2, $3 from json_array_elements_text(cast($1 as json))"
+                        "insert into operation_names (word, created_at, operation_id, tenant_id) \
+                         select value, $2, $3, $4 from json_array_elements_text(cast($1 as json))"
                     } else {
-                        "insert into operation_names (word, created_at, operation_id) \
-                         select value, $2, $3 from json_each($1)"
+                        "insert into operation_names (word, created_at, operation_id, tenant_id) \
+                         select value, $2, $3, $4 from json_each($1)"
                     };
                     sqlx::query(sql)
                         .bind(serde_json::to_string(&words).map_err(corrupt)?)
                         .bind(now)
                         .bind(d.operation_id.as_str())
+                        .bind(self.1 .0)
                         .execute(&mut *self.0)
                         .await?;
                 }
@@ -158,10 +160,11 @@ macro_rules! tx_operations {
             async fn pick_expired_external(&mut self, now: DateTime<Utc>) -> Result<Vec<String>> {
                 Ok(sqlx::query_scalar(
                     "select operation_id from operations where status = 'in_progress' \
-                     and executor = 'external' and lease_expires_at <= $1 \
+                     and executor = 'external' and lease_expires_at <= $1 and tenant_id = $2 \
                      order by lease_expires_at limit 100",
                 )
                 .bind(now)
+                .bind(self.1 .0)
                 .fetch_all(&mut *self.0)
                 .await?)
             }
@@ -174,8 +177,8 @@ macro_rules! tx_operations {
                 now: DateTime<Utc>,
             ) -> Result<()> {
                 sqlx::query(
-                    "insert into timeline (operation_id, at, kind, actor, error_class, detail) \
-                     values ($1, $2, $3, $4, $5, $6)",
+                    "insert into timeline (operation_id, at, kind, actor, error_class, detail, tenant_id) \
+                     values ($1, $2, $3, $4, $5, $6, (select tenant_id from operations where operation_id = $1))",
                 )
                 .bind(operation_id)
                 .bind(now)
@@ -191,8 +194,8 @@ macro_rules! tx_operations {
             async fn insert_delivery(&mut self, d: &NewDelivery, outcome: &str) -> Result<i64> {
                 Ok(sqlx::query_scalar(
                     "insert into deliveries (source, operation_id, received_at, content_type, raw_body, \
-                     payload, payload_hash, outcome, transform_version, event_time) \
-                     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) returning id",
+                     payload, payload_hash, outcome, transform_version, event_time, tenant_id) \
+                     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) returning id",
                 )
                 .bind(&d.source)
                 .bind(d.operation_id.as_str())
@@ -204,6 +207,7 @@ macro_rules! tx_operations {
                 .bind(outcome)
                 .bind(d.transform_version)
                 .bind(d.event_time)
+                .bind(self.1 .0)
                 .fetch_one(&mut *self.0)
                 .await?)
             }
@@ -219,7 +223,8 @@ macro_rules! tx_operations {
 
             async fn record_grant(&mut self, operation_id: &str, token_sha256: &str, now: DateTime<Utc>) -> Result<()> {
                 sqlx::query(
-                    "insert into lease_grants (operation_id, token_sha256, granted_at) values ($1, $2, $3)",
+                    "insert into lease_grants (operation_id, token_sha256, granted_at, tenant_id) \
+                     values ($1, $2, $3, (select tenant_id from operations where operation_id = $1))",
                 )
                 .bind(operation_id)
                 .bind(token_sha256)
@@ -278,8 +283,8 @@ macro_rules! tx_operations {
                 // A compare-and-set: the conflicting row is read as last committed, under
                 // its lock; no row comes back when another process took it first.
                 let sent: Option<i32> = sqlx::query_scalar(
-                    "insert into redeliveries (operation_id, sent, sent_at, resend_at) \
-                     values ($1, 1, $2, $3) \
+                    "insert into redeliveries (operation_id, sent, sent_at, resend_at, tenant_id) \
+                     values ($1, 1, $2, $3, (select tenant_id from operations where operation_id = $1)) \
                      on conflict (operation_id) do update set sent = redeliveries.sent + 1, \
                      sent_at = excluded.sent_at, resend_at = excluded.resend_at \
                      where redeliveries.resend_at <= $2 or redeliveries.sent_at < $4 \

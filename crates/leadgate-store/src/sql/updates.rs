@@ -17,8 +17,8 @@ macro_rules! tx_updates {
             ) -> Result<Option<i64>> {
                 Ok(sqlx::query_scalar(
                     "insert into crm_updates (operation_id, case_id, delivery_id, crm_id, \
-                     requested_by, due_at, created_at, updated_at) \
-                     select operation_id, $2, $3, $4, $5, $6, $6, $6 from operations \
+                     requested_by, due_at, created_at, updated_at, tenant_id) \
+                     select operation_id, $2, $3, $4, $5, $6, $6, $6, tenant_id from operations \
                      where operation_id = $1 and executor = 'worker' returning id",
                 )
                 .bind(operation_id)
@@ -33,7 +33,9 @@ macro_rules! tx_updates {
 
             async fn newer_update_of_entity(&mut self, crm_id: &str, delivery_id: i64) -> Result<bool> {
                 let n: i64 = sqlx::query_scalar(
+                    // An entity id is its portal's: only the same tenant's updates count.
                     "select count(*) from crm_updates where crm_id = $1 and delivery_id > $2 \
+                     and tenant_id = (select tenant_id from deliveries where id = $2) \
                      and state in ('pending', 'done')",
                 )
                 .bind(crm_id)

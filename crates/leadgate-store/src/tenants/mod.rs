@@ -50,8 +50,8 @@ pub struct Tenant {
     pub id: i32,
     pub slug: String,
     pub name: String,
-    /// `active`, `paused` or `removed`.
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: TenantState,
     pub paused_reason: Option<String>,
     pub weight: i32,
     pub max_in_flight: i32,
@@ -61,7 +61,10 @@ pub struct Tenant {
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a tenant is: served, paused (its leads are taken and wait), removed (its spec
+/// forgotten, its id and slug kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TenantState {
     Active,
     Paused,
@@ -75,6 +78,26 @@ impl TenantState {
             TenantState::Paused => "paused",
             TenantState::Removed => "removed",
         }
+    }
+}
+
+/// The registry's text (a check constraint allows these three).
+impl TryFrom<String> for TenantState {
+    type Error = StoreError;
+
+    fn try_from(s: String) -> Result<Self> {
+        match s.as_str() {
+            "active" => Ok(TenantState::Active),
+            "paused" => Ok(TenantState::Paused),
+            "removed" => Ok(TenantState::Removed),
+            other => Err(StoreError::Corrupt(format!("tenant state `{other}`"))),
+        }
+    }
+}
+
+impl std::fmt::Display for TenantState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

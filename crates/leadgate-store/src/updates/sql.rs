@@ -23,11 +23,12 @@ macro_rules! updates_sql {
                      and (u.quiet_after is null or u.quiet_after <= $1) \
                      and o.executor = 'worker' \
                      and not exists (select 1 from crm_updates e where e.crm_id = u.crm_id \
-                       and e.id <> u.id \
+                       and e.tenant_id = u.tenant_id and e.id <> u.id \
                        and (e.delivery_id < u.delivery_id or (e.delivery_id = u.delivery_id and e.id < u.id)) \
                        and (e.state = 'pending' or e.quiet_after > $1)) \
                      and o.tenant_id = $3 \
                      and not exists (select 1 from connectors c where c.tenant_id = $3 and c.name = $2 and c.state = 'paused') \
+                     and not exists (select 1 from tenants t where t.id = $3 and t.state <> 'active') \
                      order by u.due_at, u.id limit 1";
                 // A read first: an idle poll takes no write lock (SQLite has one writer).
                 let due: Option<i64> = sqlx::query_scalar(pick)

@@ -1,0 +1,363 @@
+//! Fleet mode's running side (issue 35): the tenants `leadgate tenant apply` stored, each
+//! served by this gateway beside the default tenant (leadgate.toml's `[crm]` and
+//! `[[source]]`).
+//!
+//! A tenant runs on its own view of the store (`Tenants::for_tenant`): its operations,
+//! journal, rules, connectors and contact locks are its own, and its keys carry its slug
+//! (`<tenant>/<source>:<key>`). Its CRM adapter is built from its spec and is given the
+//! keys without the slug, so a portal moved into the fleet keeps finding what it holds.
+//! Its intake is `POST /v1/intake/{tenant}/{source}`; its worker runs `max_in_flight`
+//! lanes of its own, so a tenant whose CRM hangs or whose backlog is long holds only its
+//! own lanes. A paused tenant's deliveries are still journaled and claimed; its worker
+//! takes nothing and calls nothing while the registry says it is paused (the store's
+//! picks and its check before each call read the tenant's state).
+//!
+//! [`Fleet::run`] follows the registry: every `[fleet] reload_every` (5 s) it reads the tenants, and a
+//! tenant created, changed, paused, resumed or removed since is served as it is now (its
+//! worker stopped, attempts in flight finished, and started again on the new spec); every
+//! [`RULES_EVERY`] it reads each tenant's business rules when their version
+//! moved. A tenant whose spec cannot be opened or built keeps being served as it was, and
+//! says so in the log.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::tenants::TenantSpec;
+use crate::config::Config;
+use crate::crm::{self, Crm};
+use crate::domain::{TenantId, TenantSlug};
+use crate::intake::{self, TenantStates};
+use crate::store::{Store, Tenant, TenantState};
+use crate::worker::{Worker, WorkerSettings};
+
+/// How often it reads each tenant's business rules (when their version moved), as the
+/// default tenant's are read.
+pub const RULES_EVERY: Duration = Duration::from_secs(1);
+
+/// One tenant as this gateway runs it.
+pub struct TenantRun {
+    pub id: TenantId,
+    pub slug: TenantSlug,
+    /// The registry's version of it this run was built from.
+    pub version: i64,
+    pub spec: TenantSpec,
+    /// The store's view of this tenant's rows.
+    pub store: Arc<dyn Store>,
+    pub crm: Arc<dyn Crm>,
+    /// Its sources as intake reads them.
+    pub sources: Arc<HashMap<String, intake::sources::Source>>,
+    /// The business rules its intake matches by.
+    pub rules: Arc<intake::LiveRules>,
+}
+
+/// A tenant's run and its worker.
+struct Served {
+    run: TenantRun,
+    stop: watch::Sender<bool>,
+    worker: JoinHandle<()>,
+}
+
+/// A fleet dropped without [`Fleet::run`]'s end (its start failed further on, or it
+/// panicked) stops its tenants' workers all the same: attempts in flight finish.
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Served {
+    /// Stops the worker and waits for its attempts in flight.
+    async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let _ = (&mut self.worker).await;
+    }
+}
+
+/// The tenants this gateway serves beside the default one, kept as the registry says.
+pub struct Fleet {
+    store: Arc<dyn Store>,
+    config: Config,
+    /// Names this process on the timeline.
+    owner: String,
+    served: HashMap<i32, Served>,
+    /// Intake's view (none in a `leadgate worker`), and the default tenant's state the
+    /// tenants' are made from.
+    intake: Option<(Arc<TenantStates>, intake::IntakeState)>,
+}
+
+impl Fleet {
+    /// Reads the registry and starts a worker for every tenant not removed. No tenant, no
+    /// token key needed; without the key (or with another) the start stops. A tenant whose
+    /// spec cannot be served (a CRM or source the spec's checks let through and this
+    /// build refuses) is left out, said in the log, and tried again at every reload.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        config: &Config,
+        owner: &str,
+    ) -> anyhow::Result<Fleet> {
+        let mut fleet = Fleet {
+            store,
+            config: config.clone(),
+            owner: owner.to_owned(),
+            served: HashMap::new(),
+            intake: None,
+        };
+        for (tenant, spec) in fleet.wanted().await? {
+            match fleet.build(&tenant, spec).await {
+                Ok(run) => fleet.serve(run),
+                Err(e) => {
+                    tracing::error!(tenant = %tenant.slug, error = %format!("{e:#}"), "the tenant cannot be served; trying again at every reload")
+                }
+            }
+        }
+        Ok(fleet)
+    }
+
+    /// Serves the tenants' intake through `states`, each made from `default` (the default
+    /// tenant's state).
+    pub fn serve_intake(&mut self, states: Arc<TenantStates>, default: intake::IntakeState) {
+        self.intake = Some((states, default));
+        self.publish();
+    }
+
+    /// Follows the registry until `shutdown`, then stops every tenant's worker (attempts in
+    /// flight finish).
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let tick = RULES_EVERY.min(self.config.fleet.reload_every);
+        let mut since_reload = Duration::ZERO;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            }
+            since_reload += tick;
+            if since_reload >= self.config.fleet.reload_every {
+                since_reload = Duration::ZERO;
+                if let Err(e) = self.reload().await {
+                    tracing::warn!(error = %format!("{e:#}"), "reading the tenants failed; serving them as they were");
+                }
+                // What was served is published whatever failed, each tenant as it is.
+                self.publish();
+            }
+            for s in self.served.values() {
+                match s.run.rules.refresh(&*s.run.store).await {
+                    Ok(true) => tracing::info!(tenant = %s.run.slug, "business rules changed"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(tenant = %s.run.slug, error = %e, "reading the business rules failed; trying again")
+                    }
+                }
+            }
+        }
+        for (_, s) in self.served.drain() {
+            s.stop().await;
+        }
+    }
+
+    /// The tenants in the registry that are not removed, and their specs opened.
+    async fn wanted(&self) -> anyhow::Result<Vec<(Tenant, TenantSpec)>> {
+        let listed: Vec<Tenant> = self
+            .store
+            .tenants()
+            .await
+            .context("reading the tenants")?
+            .into_iter()
+            .filter(|t| t.id != TenantId::DEFAULT.0 && t.state != TenantState::Removed)
+            .collect();
+        if listed.is_empty() {
+            return Ok(vec![]);
+        }
+        let vault = crate::tenants::vault(&self.config.fleet).map_err(anyhow::Error::msg)?;
+        let opened = crate::tenants::opened_specs(self.store.as_ref(), &vault)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let mut out = vec![];
+        for t in listed {
+            let text = opened
+                .get(&t.slug)
+                .with_context(|| format!("tenant `{}` has no stored spec", t.slug))?;
+            let spec = TenantSpec::from_canonical(text)
+                .map_err(|e| anyhow::anyhow!("tenant `{}`: {e}", t.slug))?;
+            out.push((t, spec));
+        }
+        Ok(out)
+    }
+
+    /// A tenant's run: its store view, CRM adapter, sources, CRM links, seeded and read
+    /// rules.
+    async fn build(&self, t: &Tenant, spec: TenantSpec) -> anyhow::Result<TenantRun> {
+        let id = TenantId(t.id);
+        let store = self.store.for_tenant(id);
+        let crm = crm::from_config(&spec.crm, Arc::clone(&store))
+            .with_context(|| format!("tenant `{}`: its [tenant.crm]", t.slug))?;
+        let sources = Arc::new(
+            intake::sources::sources(&spec.sources)
+                .map_err(|e| anyhow::anyhow!("tenant `{}`: {e}", t.slug))?,
+        );
+        if let Some(links) = crm::web_links(&spec.crm) {
+            store
+                .publish_crm_links(&links, store.now())
+                .await
+                .with_context(|| format!("tenant `{}`: publishing its CRM's web links", t.slug))?;
+        }
+        intake::seed_rules(&*store, &spec.sources, self.config.matching.window)
+            .await
+            .with_context(|| format!("tenant `{}`", t.slug))?;
+        let rules = Arc::new(intake::LiveRules::default());
+        rules
+            .refresh(&*store)
+            .await
+            .with_context(|| format!("tenant `{}`: reading its business rules", t.slug))?;
+        Ok(TenantRun {
+            id,
+            slug: spec.slug.clone(),
+            version: t.version,
+            spec,
+            store,
+            crm,
+            sources,
+            rules,
+        })
+    }
+
+    /// Starts `run`'s worker.
+    fn serve(&mut self, run: TenantRun) {
+        let worker = Worker {
+            store: Arc::clone(&run.store),
+            crm: Arc::clone(&run.crm),
+            settings: Arc::new(run.worker_settings(&self.config)),
+            owner: format!("{}:{}", self.owner, run.slug),
+        };
+        let (stop, stopped) = watch::channel(false);
+        let worker = tokio::spawn(worker.run(stopped));
+        self.served.insert(run.id.0, Served { run, stop, worker });
+    }
+
+    /// Stops a tenant's worker and waits for its attempts in flight.
+    async fn unserve(&mut self, id: i32) {
+        if let Some(s) = self.served.remove(&id) {
+            s.stop().await;
+        }
+    }
+
+    /// Serves the registry as it is now: tenants whose version moved are built again,
+    /// removed ones stopped, new ones started.
+    async fn reload(&mut self) -> anyhow::Result<()> {
+        let listed = self.store.tenants().await.context("reading the tenants")?;
+        let versions: HashMap<i32, (i64, bool)> = listed
+            .iter()
+            .map(|t| (t.id, (t.version, t.state == TenantState::Removed)))
+            .collect();
+        let changed = self.served.iter().any(|(id, s)| {
+            versions
+                .get(id)
+                .is_none_or(|(v, removed)| *removed || *v != s.run.version)
+        }) || listed.iter().any(|t| {
+            t.id != TenantId::DEFAULT.0
+                && t.state != TenantState::Removed
+                && !self.served.contains_key(&t.id)
+        });
+        if !changed {
+            return Ok(());
+        }
+        let wanted = self.wanted().await?;
+        let keep: Vec<i32> = wanted.iter().map(|(t, _)| t.id).collect();
+        let gone: Vec<i32> = self
+            .served
+            .keys()
+            .filter(|id| !keep.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            if let Some(s) = self.served.get(&id) {
+                tracing::info!(tenant = %s.run.slug, "tenant removed: no longer served");
+            }
+            self.unserve(id).await;
+        }
+        for (t, spec) in wanted {
+            if self
+                .served
+                .get(&t.id)
+                .is_some_and(|s| s.run.version == t.version)
+            {
+                continue;
+            }
+            match self.build(&t, spec).await {
+                Ok(run) => {
+                    tracing::info!(tenant = %run.slug, version = run.version, "tenant served as the registry now says");
+                    self.unserve(t.id).await;
+                    self.serve(run);
+                }
+                Err(e) => {
+                    tracing::warn!(tenant = %t.slug, error = %format!("{e:#}"), "the tenant's spec cannot be served; serving it as it was, trying again at the next reload")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands intake the tenants' states as they are served now.
+    fn publish(&self) {
+        let Some((states, default)) = &self.intake else {
+            return;
+        };
+        let map = self
+            .served
+            .values()
+            .map(|s| (s.run.slug.as_str().to_owned(), s.run.intake_state(default)))
+            .collect();
+        states.set(map);
+    }
+}
+
+impl TenantRun {
+    /// Its worker's settings: the deployment's `[worker]`, `[retry]` and `[outage]`, its
+    /// own CRM's timeout and settle window, field maps and calls at once.
+    pub fn worker_settings(&self, config: &Config) -> WorkerSettings {
+        let fields: HashMap<_, _> = self
+            .spec
+            .sources
+            .iter()
+            .map(|s| (s.name.clone(), s.fields.clone()))
+            .collect();
+        WorkerSettings {
+            poll_interval: config.worker.poll_interval,
+            lease: config.lease_for(Some(&self.spec.crm)),
+            call_timeout: self.spec.crm.timeout(),
+            settle: self.spec.crm.settle(),
+            retry: config.retry.clone(),
+            outage: config.outage.clone(),
+            concurrency: usize::try_from(self.spec.max_in_flight.max(1)).unwrap_or(1),
+            fields,
+        }
+    }
+
+    /// Its intake: the default tenant's settings (`[server]`, `[matching]`, the refusal
+    /// budget and, for now, retention) with its own store, sources, claim API source and
+    /// tokens, and rules.
+    pub fn intake_state(&self, default: &intake::IntakeState) -> intake::IntakeState {
+        let mut state = default.clone();
+        state.store = Arc::clone(&self.store);
+        state.sources = Arc::clone(&self.sources);
+        state.claim_api = Arc::new(intake::ClaimApi {
+            source: self.spec.claim_api.source.clone(),
+            lease: self.spec.claim_api.lease,
+            retry: default.claim_api.retry.clone(),
+        });
+        // Its claim API and reads open to its own tokens, and to the fleet's.
+        state.api_tokens = Arc::new(intake::ApiTokens {
+            integration: self.spec.api.integration_token.clone(),
+            read: self.spec.api.read_token.clone(),
+            fleet: Some(Arc::clone(&default.api_tokens)),
+        });
+        state.rules = Arc::clone(&self.rules);
+        state.tenant = self.slug.clone();
+        state.tenants = Arc::default();
+        state
+    }
+}

@@ -1,0 +1,746 @@
+//! Fleet mode (issue 35) at work, on both backends: the journal keeps each tenant's
+//! deliveries, keys, contact matches, content windows and signatures apart, and a gateway
+//! serves its tenants beside the default one, each lead in its own tenant's operations and
+//! its own CRM, the CRM given the key without the tenant.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use reqwest::StatusCode;
+use serde_json::json;
+
+use leadgate::crm::vault::Vault;
+use leadgate::domain::contact::{normalize_phone, Region};
+use leadgate::domain::{MatchRule, OperationId, Status, TenantId, TenantSlug};
+use leadgate::store::{DeliveryOutcome, Matching, NewDelivery, Store, TenantState};
+use leadgate_fakes::bitrix24::{FakeBitrix24, Fault};
+use leadgate_testkit::each_backend;
+use leadgate_testkit::gateway::*;
+use leadgate_testkit::seed;
+
+/// A lead of `source` in `tenant` (`None`: the default tenant) at `at`.
+fn lead_in(tenant: Option<&str>, key: &str, at: DateTime<Utc>) -> NewDelivery {
+    let mut d = seed::lead("site", key, json!({"submission_id": key}), at);
+    if let Some(t) = tenant {
+        d.operation_id = OperationId::new_in(&TenantSlug::new(t).unwrap(), "site", key).unwrap();
+    }
+    d
+}
+
+/// `lead_in` with a phone, matched by `rule` over the last hour.
+fn caller(tenant: Option<&str>, key: &str, at: DateTime<Utc>, shared_after: u32) -> NewDelivery {
+    let mut d = lead_in(tenant, key, at);
+    d.contact.phone = normalize_phone("+7 999 123-45-67", Region::default());
+    d.matching = Some(Matching {
+        rule: MatchRule::Review,
+        since: at - TimeDelta::hours(1),
+        same_channel: vec![],
+        shared_after,
+    });
+    d
+}
+
+fn status(outcome: &DeliveryOutcome) -> Status {
+    match outcome {
+        DeliveryOutcome::New { status }
+        | DeliveryOutcome::Duplicate { status, .. }
+        | DeliveryOutcome::Conflict { status, .. } => *status,
+    }
+}
+
+each_backend!(same_key_in_two_tenants_is_two_operations, |db| async move {
+    let store = db.store().await;
+    let acme = store.for_tenant(TenantId(1));
+    let now = store.now();
+    let first = store
+        .record_delivery(lead_in(None, "k1", now))
+        .await
+        .unwrap();
+    assert!(matches!(first.outcome, DeliveryOutcome::New { .. }));
+    // The same event in another tenant is that tenant's lead, not a duplicate.
+    let other = acme
+        .record_delivery(lead_in(Some("acme"), "k1", now))
+        .await
+        .unwrap();
+    assert!(
+        matches!(other.outcome, DeliveryOutcome::New { .. }),
+        "{other:?}"
+    );
+    let again = acme
+        .record_delivery(lead_in(Some("acme"), "k1", now))
+        .await
+        .unwrap();
+    assert!(
+        matches!(again.outcome, DeliveryOutcome::Duplicate { .. }),
+        "{again:?}"
+    );
+    // Each row carries its tenant: the operation, its journal rows, its timeline.
+    assert_eq!(
+        db.texts("select operation_id || ' ' || tenant_id from operations order by operation_id")
+            .await,
+        ["acme/site:k1 1", "site:k1 0"]
+    );
+    assert_eq!(
+        db.texts(
+            "select operation_id || ' ' || tenant_id || ' ' || outcome from deliveries order by id"
+        )
+        .await,
+        [
+            "site:k1 0 new",
+            "acme/site:k1 1 new",
+            "acme/site:k1 1 duplicate"
+        ]
+    );
+    assert_eq!(
+        db.texts(
+            "select operation_id || ' ' || tenant_id || ' ' || count(*) from timeline \
+             group by operation_id, tenant_id order by operation_id"
+        )
+        .await,
+        ["acme/site:k1 1 2", "site:k1 0 1"]
+    );
+    // A refusal is journaled as the tenant's that refused it.
+    let refused = leadgate::store::RejectedDelivery {
+        source: "site".into(),
+        operation_id: None,
+        content_type: None,
+        raw_body: vec![],
+        reason: "no key".into(),
+        received_at: now,
+        transform_version: 1,
+    };
+    acme.record_rejected(refused).await.unwrap();
+    assert_eq!(
+        db.texts("select tenant_id || '' from deliveries where outcome = 'rejected'")
+            .await,
+        ["1"]
+    );
+});
+
+each_backend!(matching_never_crosses_tenants, |db| async move {
+    let store = db.store().await;
+    let acme = store.for_tenant(TenantId(1));
+    let beta = store.for_tenant(TenantId(2));
+    let t0 = store.now();
+    let at = |s: i64| t0 + TimeDelta::seconds(s);
+    let record = |s: &Arc<dyn Store>, d: NewDelivery| {
+        let s = Arc::clone(s);
+        async move { status(&s.record_delivery(d).await.unwrap().outcome) }
+    };
+    // One phone in two tenants: the first lead of each matches nothing.
+    assert_eq!(
+        record(&store, caller(None, "a", at(0), 0)).await,
+        Status::Received
+    );
+    assert_eq!(
+        record(&acme, caller(Some("acme"), "b", at(1), 0)).await,
+        Status::Received,
+        "a lead matched another tenant's caller"
+    );
+    // The second of each matches its own tenant's first (the rule: review).
+    assert_eq!(
+        record(&acme, caller(Some("acme"), "c", at(2), 0)).await,
+        Status::NeedsReview
+    );
+    assert_eq!(
+        record(&store, caller(None, "d", at(3), 0)).await,
+        Status::NeedsReview
+    );
+    let matched = db
+        .texts("select detail from timeline where kind = 'contact_match' order by id")
+        .await;
+    assert_eq!(matched.len(), 2, "{matched:?}");
+    assert!(
+        matched[0].contains("acme/site:b") && !matched[0].contains("\"site:a\""),
+        "{}",
+        matched[0]
+    );
+    assert!(
+        matched[1].contains("\"site:a\"") && !matched[1].contains("acme/"),
+        "{}",
+        matched[1]
+    );
+    // Two of the default tenant's leads carry the phone: shared there, with
+    // `shared_after = 2`, and not in a tenant that has none.
+    record(&beta, caller(Some("beta"), "e", at(4), 2)).await;
+    record(&store, caller(None, "f", at(5), 2)).await;
+    let delivered = |id: &'static str| {
+        let db = &db;
+        async move {
+            db.texts(&format!(
+                "select detail from timeline where kind = 'delivery' and operation_id = '{id}'"
+            ))
+            .await
+            .remove(0)
+        }
+    };
+    assert!(!delivered("beta/site:e").await.contains("shared_contact"));
+    assert!(delivered("site:f").await.contains("shared_contact"));
+});
+
+each_backend!(
+    content_keys_and_signatures_are_per_tenant,
+    |db| async move {
+        let store = db.store().await;
+        let acme = store.for_tenant(TenantId(1));
+        let now = store.now();
+        let until = now + TimeDelta::minutes(10);
+        let hash = "ab".repeat(32);
+        for use_once in [
+            |s: &Arc<dyn Store>, h: String, id: &'static str, until, now| {
+                let s = Arc::clone(s);
+                Box::pin(
+                    async move { s.use_content_key("site", &h, id, until, now).await.unwrap() },
+                )
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>
+            },
+            |s: &Arc<dyn Store>, h: String, id: &'static str, until, now| {
+                let s = Arc::clone(s);
+                Box::pin(async move { s.use_signature("site", &h, id, until, now).await.unwrap() })
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>
+            },
+        ] {
+            assert_eq!(
+                use_once(&store, hash.clone(), "site:c1", until, now).await,
+                "site:c1"
+            );
+            // The same content in another tenant keys that tenant's own operation.
+            assert_eq!(
+                use_once(&acme, hash.clone(), "acme/site:c2", until, now).await,
+                "acme/site:c2"
+            );
+            assert_eq!(
+                use_once(&store, hash.clone(), "site:c3", until, now).await,
+                "site:c1"
+            );
+            assert_eq!(
+                use_once(&acme, hash.clone(), "acme/site:c4", until, now).await,
+                "acme/site:c2"
+            );
+        }
+    }
+);
+
+/// The token key `[fleet] token_key_file` names, as the gateway reads it.
+const KEY: [u8; 32] = [9; 32];
+
+/// A tenants file: each (slug, its fake Bitrix24, its `site` source's token).
+fn tenants_file(tenants: &[(&str, &FakeBitrix24, &str)]) -> String {
+    let mut toml = String::new();
+    for (slug, crm, token) in tenants {
+        toml += &format!(
+            r#"
+[[tenant]]
+slug = "{slug}"
+name = "{slug} portal"
+[tenant.crm]
+kind = "bitrix24"
+webhook_url = "{}"
+timeout = "500ms"
+settle = "300ms"
+[[tenant.source]]
+name = "site"
+key = "json:/submission_id"
+ignore = ["/sent_at"]
+token = "{token}"
+[tenant.api]
+integration_token = "{slug}-integration"
+read_token = "{slug}-read"
+"#,
+            crm.webhook_url()
+        );
+    }
+    toml
+}
+
+/// Applies `file` (a tenants file) to the test database, as `leadgate tenant apply` does.
+async fn apply(db: &leadgate_testkit::TestDb, file: &str) {
+    let wanted = leadgate::config::tenants::parse_toml(file, None).unwrap();
+    let store = db.store().await;
+    leadgate::tenants::apply(
+        &*store,
+        &Vault::new(KEY),
+        &wanted,
+        false,
+        false,
+        None,
+        "test",
+    )
+    .await
+    .unwrap();
+}
+
+/// A tenant `acme` on its own fake Bitrix24, applied to the test database; the file
+/// holding the token key, and the configuration that names it (and reads the registry
+/// every 100 ms).
+async fn acme_on(db: &leadgate_testkit::TestDb, crm: &FakeBitrix24) -> (tempfile::TempDir, String) {
+    apply(db, &tenants_file(&[("acme", crm, "acme-site-token")])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token.key");
+    std::fs::write(&file, hex::encode(KEY)).unwrap();
+    let extra = format!(
+        "[fleet]\ntoken_key_file = {:?}\nreload_every = \"100ms\"\n",
+        file.display().to_string()
+    );
+    (dir, extra)
+}
+
+/// Polls `id` in `store` until it is `want` (10 s at most).
+async fn wait_op(store: &dyn Store, id: &str, want: Status) -> leadgate::store::Operation {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let op = store.operation(&id.parse().unwrap()).await.unwrap();
+        if let Some(op) = op.filter(|op| op.status == want) {
+            return op;
+        }
+        assert!(Instant::now() < deadline, "{id} never became {want:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+each_backend!(each_tenants_lead_reaches_its_own_crm, |db| async move {
+    let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+    let gw = Gateway::start_extended(&db, &extra).await;
+    let store = gw.store();
+    let acme_url =
+        |source: &str, token: &str| format!("{}/v1/intake/acme/{source}?token={token}", gw.base);
+    let post = |url: String, key: &'static str| {
+        let http = gw.http.clone();
+        async move { answer(http.post(url).json(&lead(key)).send().await.unwrap()).await }
+    };
+
+    // The same event to the default tenant and to acme: two leads, one in each CRM.
+    let (s, body, _) = gw.post_json("site", &lead("k1")).await;
+    assert_eq!(
+        (s, body["operation_id"].as_str()),
+        (StatusCode::ACCEPTED, Some("site:k1"))
+    );
+    let (s, body, _) = post(acme_url("site", "acme-site-token"), "k1").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["operation_id"], "acme/site:k1");
+    let mine = wait_op(&*store, "site:k1", Status::Completed).await;
+    let theirs = wait_op(&*store, "acme/site:k1", Status::Completed).await;
+    assert_eq!(gw.fake.calls(CREATE), 1);
+    assert_eq!(acme_crm.calls(CREATE), 1);
+    // Each CRM holds the key without the tenant, and its own entity is the operation's.
+    assert_eq!(origin_ids(&gw.fake), ["site:k1"]);
+    assert_eq!(origin_ids(&acme_crm), ["site:k1"]);
+    assert_eq!(mine.crm_id, Some(gw.fake.entities()[0].id.to_string()));
+    assert_eq!(theirs.crm_id, Some(acme_crm.entities()[0].id.to_string()));
+
+    // A redelivery to acme is acme's duplicate, answered with acme's entity.
+    let (s, body, replayed) = post(acme_url("site", "acme-site-token"), "k1").await;
+    assert_eq!((s, replayed), (StatusCode::OK, true), "{body}");
+    assert_eq!(body["crm_id"].as_str(), theirs.crm_id.as_deref());
+
+    // A tenant's source takes its own credentials only; a tenant or a source that is not
+    // served is one answer, so the answer does not say which tenants exist.
+    let (s, _, _) = post(acme_url("site", "site-token"), "k9").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, nobody, _) = post(acme_url("tilda", "acme-site-token"), "k9").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, no_tenant, _) = post(
+        format!("{}/v1/intake/zeta/site?token=acme-site-token", gw.base),
+        "k9",
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(nobody["detail"], no_tenant["detail"]);
+
+    // acme's CRM creates and never answers: acme's worker reconciles by the key its CRM
+    // holds (`site:k2`) and creates nothing twice, while the default tenant's lead goes on.
+    acme_crm.push_fault(CREATE, Fault::LostAnswerHang, 1);
+    let (s, _, _) = post(acme_url("site", "acme-site-token"), "k2").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    gw.post_json("site", &lead("k2")).await;
+    wait_op(&*store, "site:k2", Status::Completed).await;
+    let recovered = wait_op(&*store, "acme/site:k2", Status::Completed).await;
+    assert_eq!(recovered.attempts, 1);
+    let kinds: Vec<String> = store
+        .timeline(&"acme/site:k2".parse().unwrap())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.iter().any(|k| k == "recovered"), "{kinds:?}");
+    assert_eq!(acme_crm.calls(CREATE), 2, "no create was repeated");
+    let mut held = origin_ids(&acme_crm);
+    held.sort();
+    assert_eq!(held, ["site:k1", "site:k2"]);
+    assert_eq!(gw.fake.calls(CREATE), 2);
+
+    // A person pauses acme: its leads are still taken, its CRM gets nothing, the default
+    // tenant's go on; resumed, acme's lead is created once.
+    let paused = store
+        .set_tenant_state(
+            "acme",
+            TenantState::Paused,
+            Some("maintenance"),
+            "test",
+            store.now(),
+        )
+        .await
+        .unwrap();
+    assert!(paused);
+    let (s, _, _) = post(acme_url("site", "acme-site-token"), "k3").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    gw.post_json("site", &lead("k3")).await;
+    wait_op(&*store, "site:k3", Status::Completed).await;
+    // Its worker polls every 20 ms: a dozen rounds and more, and nothing was taken.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = store
+        .operation(&"acme/site:k3".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((waiting.status, waiting.attempts), (Status::Received, 0));
+    assert_eq!(acme_crm.calls(CREATE), 2);
+    // Its connector reads as paused, with the tenant's reason, though no call of it ever
+    // failed (it has no row): a claim already taken waits too.
+    let held = store
+        .for_tenant(TenantId(1))
+        .connector("bitrix24")
+        .await
+        .unwrap();
+    assert!(held.as_ref().is_some_and(|c| c.paused), "{held:?}");
+    assert_eq!(held.unwrap().reason.as_deref(), Some("maintenance"));
+    assert!(store
+        .connector("bitrix24")
+        .await
+        .unwrap()
+        .is_none_or(|c| !c.paused));
+    store
+        .set_tenant_state("acme", TenantState::Active, None, "test", store.now())
+        .await
+        .unwrap();
+    wait_op(&*store, "acme/site:k3", Status::Completed).await;
+    assert_eq!(acme_crm.calls(CREATE), 3);
+    gw.stop().await;
+});
+
+each_backend!(
+    a_gateway_serves_the_registry_as_it_changes,
+    |db| async move {
+        let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let beta_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        let post = |tenant: &str, token: &str, key: &'static str| {
+            let url = format!("{}/v1/intake/{tenant}/site?token={token}", gw.base);
+            let http = gw.http.clone();
+            async move {
+                answer(http.post(url).json(&lead(key)).send().await.unwrap())
+                    .await
+                    .0
+            }
+        };
+        // Polls until a delivery to `tenant` gets `want` (10 s at most); a new key each time.
+        let until = |tenant: &'static str, token: &'static str, want: StatusCode| {
+            let post = &post;
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let got = post(tenant, token, "probe").await;
+                    if got == want {
+                        return;
+                    }
+                    assert!(Instant::now() < deadline, "{tenant}: {got}, never {want}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        assert_eq!(
+            post("beta", "beta-site-token", "b1").await,
+            StatusCode::NOT_FOUND
+        );
+
+        // beta is applied while the gateway runs: served within a reload, in its own CRM.
+        apply(
+            &db,
+            &tenants_file(&[
+                ("acme", &acme_crm, "acme-site-token"),
+                ("beta", &beta_crm, "beta-site-token"),
+            ]),
+        )
+        .await;
+        until("beta", "beta-site-token", StatusCode::ACCEPTED).await;
+        assert_eq!(
+            post("beta", "beta-site-token", "b1").await,
+            StatusCode::ACCEPTED
+        );
+        wait_op(&*store, "beta/site:b1", Status::Completed).await;
+        wait_op(&*store, "beta/site:probe", Status::Completed).await;
+        assert_eq!(origin_ids(&beta_crm).len(), 2);
+        assert_eq!(acme_crm.calls(CREATE), 0);
+
+        // acme's source token changes: the old one is refused once the change is read.
+        apply(
+            &db,
+            &tenants_file(&[
+                ("acme", &acme_crm, "acme-new-token"),
+                ("beta", &beta_crm, "beta-site-token"),
+            ]),
+        )
+        .await;
+        until("acme", "acme-site-token", StatusCode::UNAUTHORIZED).await;
+        assert_eq!(
+            post("acme", "acme-new-token", "a1").await,
+            StatusCode::ACCEPTED
+        );
+        wait_op(&*store, "acme/site:a1", Status::Completed).await;
+        // (The probes before the change was read were acme's leads: one, created once.)
+        let mut held = origin_ids(&acme_crm);
+        held.sort();
+        held.dedup();
+        assert!(held.contains(&"site:a1".to_owned()), "{held:?}");
+        assert_eq!(acme_crm.calls(CREATE), held.len() as u64, "{held:?}");
+
+        // The file drops beta: paused, not deleted; its leads are taken and kept, its CRM
+        // gets nothing; named again, it is resumed and its lead created once.
+        apply(&db, &tenants_file(&[("acme", &acme_crm, "acme-new-token")])).await;
+        assert_eq!(
+            post("beta", "beta-site-token", "b2").await,
+            StatusCode::ACCEPTED
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let kept = store
+            .operation(&"beta/site:b2".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((kept.status, kept.attempts), (Status::Received, 0));
+        assert_eq!(beta_crm.calls(CREATE), 2);
+        apply(
+            &db,
+            &tenants_file(&[
+                ("acme", &acme_crm, "acme-new-token"),
+                ("beta", &beta_crm, "beta-site-token"),
+            ]),
+        )
+        .await;
+        wait_op(&*store, "beta/site:b2", Status::Completed).await;
+        assert_eq!(beta_crm.calls(CREATE), 3);
+        // The default tenant was never held up.
+        gw.post_json("site", &lead("d1")).await;
+        wait_op(&*store, "site:d1", Status::Completed).await;
+        assert_eq!(origin_ids(&gw.fake), ["site:d1"]);
+        gw.stop().await;
+    }
+);
+
+each_backend!(a_tenants_token_opens_only_its_tenant, |db| async move {
+    let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let beta_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+    apply(
+        &db,
+        &tenants_file(&[
+            ("acme", &acme_crm, "acme-site-token"),
+            ("beta", &beta_crm, "beta-site-token"),
+        ]),
+    )
+    .await;
+    let gw = Gateway::start_extended(&db, &extra).await;
+    let call = |method: reqwest::Method, path: String, token: &str| {
+        let req = gw
+            .http
+            .request(method, format!("{}{path}", gw.base))
+            .bearer_auth(token);
+        async move {
+            let res = req.send().await.unwrap();
+            let status = res.status();
+            (
+                status,
+                res.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        }
+    };
+    // acme's integration claims through acme's claim API: acme's operation.
+    let res = gw
+        .http
+        .post(format!("{}/v1/tenants/acme/operations", gw.base))
+        .bearer_auth("acme-integration")
+        .header("Idempotency-Key", "order-1")
+        .json(&json!({"name": "Ivan"}))
+        .send()
+        .await
+        .unwrap();
+    let (s, claimed, _) = answer(res).await;
+    assert_eq!(s, StatusCode::CREATED, "{claimed}");
+    assert_eq!(claimed["operation_id"], "acme/api:order-1");
+    let id = urlencode("acme/api:order-1");
+    let done = gw
+        .http
+        .post(format!(
+            "{}/v1/tenants/acme/operations/{id}/complete",
+            gw.base
+        ))
+        .bearer_auth("acme-integration")
+        .json(&json!({"crm_id": "77", "lease_token": claimed["lease_token"]}))
+        .send()
+        .await
+        .unwrap();
+    let (s, body, _) = answer(done).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let read = |tenant: &str| format!("/v1/tenants/{tenant}/operations/{id}");
+    // acme's tokens and the fleet's read it; beta's do not open acme's routes, and through
+    // beta's routes acme's operation does not exist.
+    for token in [
+        "acme-read",
+        "acme-integration",
+        READ_TOKEN,
+        INTEGRATION_TOKEN,
+    ] {
+        let (s, op) = call(reqwest::Method::GET, read("acme"), token).await;
+        assert_eq!(
+            (s, op["crm_id"].as_str()),
+            (StatusCode::OK, Some("77")),
+            "{token}"
+        );
+    }
+    let (s, _) = call(reqwest::Method::GET, read("acme"), "beta-read").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, _) = call(reqwest::Method::GET, read("beta"), "beta-read").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = call(
+        reqwest::Method::GET,
+        format!("{}/timeline", read("beta")),
+        "beta-read",
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // A read token does not claim; acme's claim API takes acme's keys only.
+    let res = gw
+        .http
+        .post(format!("{}/v1/tenants/acme/operations", gw.base))
+        .bearer_auth("acme-read")
+        .header("Idempotency-Key", "order-2")
+        .json(&json!({"name": "Ivan"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    // Without a token of the tenant's or the fleet's, any path of a tenant is 401, served
+    // or not: nothing says which tenants exist.
+    for path in [
+        "/v1/tenants/acme/nothing",
+        "/v1/tenants/zeta/nothing",
+        "/v1/tenants/acme/operations",
+    ] {
+        let res = gw
+            .http
+            .get(format!("{}{path}", gw.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    // A tenant that is not served: the fleet's token hears so, anyone else 401, so the
+    // answer says nothing of which tenants exist.
+    let (s, _) = call(reqwest::Method::GET, read("zeta"), INTEGRATION_TOKEN).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    for token in ["beta-read", "acme-read"] {
+        let (s, _) = call(reqwest::Method::GET, read("zeta"), token).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    }
+    // The default tenant's routes are the fleet's: its tokens reach every tenant's
+    // operation, a tenant's tokens none.
+    let (s, _) = call(
+        reqwest::Method::GET,
+        format!("/v1/operations/{id}"),
+        READ_TOKEN,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = call(
+        reqwest::Method::GET,
+        format!("/v1/operations/{id}"),
+        "acme-read",
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(acme_crm.calls(CREATE) + beta_crm.calls(CREATE), 0);
+    gw.stop().await;
+});
+
+each_backend!(
+    a_tenant_that_cannot_be_served_holds_up_no_other,
+    |db| async move {
+        let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let broken_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        // A key intake cannot read, stored by a caller that did not check it as
+        // `leadgate tenant apply` does.
+        let file = tenants_file(&[
+            ("acme", &acme_crm, "acme-site-token"),
+            ("broken", &broken_crm, "broken-site-token"),
+        ])
+        .replacen(
+            "key = \"json:/submission_id\"\nignore = [\"/sent_at\"]\ntoken = \"broken-site-token\"",
+            "key = \"json:/submission_id\"\ncontent_window = \"1h\"\ntoken = \"broken-site-token\"",
+            1,
+        );
+        assert!(file.contains("content_window"), "{file}");
+        apply(&db, &file).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        let post = |tenant: &str, token: &str, key: &'static str| {
+            let url = format!("{}/v1/intake/{tenant}/site?token={token}", gw.base);
+            let http = gw.http.clone();
+            async move {
+                answer(http.post(url).json(&lead(key)).send().await.unwrap())
+                    .await
+                    .0
+            }
+        };
+        assert_eq!(
+            post("acme", "acme-site-token", "a1").await,
+            StatusCode::ACCEPTED
+        );
+        assert_eq!(
+            post("broken", "broken-site-token", "b1").await,
+            StatusCode::NOT_FOUND
+        );
+        gw.post_json("site", &lead("d1")).await;
+        wait_op(&*store, "acme/site:a1", Status::Completed).await;
+        wait_op(&*store, "site:d1", Status::Completed).await;
+        // Fixed in the registry, it is served at the next reload.
+        apply(
+            &db,
+            &tenants_file(&[
+                ("acme", &acme_crm, "acme-site-token"),
+                ("broken", &broken_crm, "broken-site-token"),
+            ]),
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while post("broken", "broken-site-token", "b2").await != StatusCode::ACCEPTED {
+            assert!(
+                Instant::now() < deadline,
+                "the mended tenant was never served"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        wait_op(&*store, "broken/site:b2", Status::Completed).await;
+        assert_eq!(origin_ids(&broken_crm), ["site:b2"]);
+        gw.stop().await;
+    }
+);
