@@ -8,7 +8,6 @@
 //! people's requests, `Review::apply_next_request`) and the rules loop (re-reads the
 //! business rules when their version moved, into `intake::LiveRules`).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -90,24 +89,15 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
 
-    let fields: HashMap<_, _> = config
-        .sources
-        .iter()
-        .map(|s| (s.name.clone(), s.fields.clone()))
-        .collect();
     let worker = Worker {
         store: Arc::clone(&store),
         crm,
-        settings: Arc::new(WorkerSettings {
-            poll_interval: config.worker.poll_interval,
-            lease: config.lease(),
-            call_timeout: crm_config.timeout(),
-            settle: crm_config.settle(),
-            retry: config.retry.clone(),
-            outage: config.outage.clone(),
-            concurrency: config.worker.concurrency,
-            fields,
-        }),
+        settings: Arc::new(WorkerSettings::of(
+            config,
+            crm_config,
+            &config.sources,
+            config.worker.concurrency,
+        )),
         owner: worker_owner,
     };
     let owner = worker.owner.clone();
@@ -341,9 +331,6 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
     })
 }
 
-/// How often a gateway looks whether the business rules changed.
-pub const RULES_POLL: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Keeps intake's business rules current: one cheap read of the history's row count per
 /// round, the rules read again only when it moved. (A tenant's are its `fleet::Fleet`'s.)
 async fn rules_loop(
@@ -353,17 +340,12 @@ async fn rules_loop(
 ) {
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(RULES_POLL) => {}
+            _ = tokio::time::sleep(intake::RULES_EVERY) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        match rules.refresh(&*store).await {
-            Ok(true) => tracing::info!(
-                version = rules.current().version,
-                "business rules changed; matching follows them from the next delivery"
-            ),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, "reading the business rules failed; trying again"),
-        }
+        rules
+            .follow(&*store, crate::domain::TenantSlug::DEFAULT)
+            .await;
     }
 }
 

@@ -48,6 +48,30 @@ pub struct WorkerSettings {
 }
 
 impl WorkerSettings {
+    /// A worker's settings for one CRM: the deployment's `[worker]` poll, `[retry]` and
+    /// `[outage]`, the CRM's own timeout, settle window and lease, the sources' field
+    /// maps, and `concurrency` attempts at once.
+    pub fn of(
+        config: &crate::config::Config,
+        crm: &crate::config::CrmConfig,
+        sources: &[crate::config::SourceConfig],
+        concurrency: usize,
+    ) -> WorkerSettings {
+        WorkerSettings {
+            poll_interval: config.worker.poll_interval,
+            lease: config.lease_for(Some(crm)),
+            call_timeout: crm.timeout(),
+            settle: crm.settle(),
+            retry: config.retry.clone(),
+            outage: config.outage.clone(),
+            concurrency,
+            fields: sources
+                .iter()
+                .map(|s| (s.name.clone(), s.fields.clone()))
+                .collect(),
+        }
+    }
+
     /// What a lease that may see a CRM call is armed for: the whole call plus the margin.
     pub fn lease_for_call(&self) -> Duration {
         self.lease_for_calls(1)

@@ -15,7 +15,7 @@
 //! [`Fleet::run`] follows the registry: every `[fleet] reload_every` (5 s) it reads the tenants, and a
 //! tenant created, changed, paused, resumed or removed since is served as it is now (its
 //! worker stopped, attempts in flight finished, and started again on the new spec); every
-//! [`RULES_EVERY`] it reads each tenant's business rules when their version
+//! [`intake::RULES_EVERY`] it reads each tenant's business rules when their version
 //! moved. A tenant whose spec cannot be opened or built keeps being served as it was, and
 //! says so in the log.
 
@@ -34,10 +34,6 @@ use crate::domain::{TenantId, TenantSlug};
 use crate::intake::{self, TenantStates};
 use crate::store::{Store, Tenant, TenantState};
 use crate::worker::{Worker, WorkerSettings};
-
-/// How often it reads each tenant's business rules (when their version moved), as the
-/// default tenant's are read.
-pub const RULES_EVERY: Duration = Duration::from_secs(1);
 
 /// One tenant as this gateway runs it.
 pub struct TenantRun {
@@ -88,6 +84,8 @@ pub struct Fleet {
     /// Intake's view (none in a `leadgate worker`), and the default tenant's state the
     /// tenants' are made from.
     intake: Option<(Arc<TenantStates>, intake::IntakeState)>,
+    /// A tenant was served or stopped since intake was last told.
+    changed: bool,
 }
 
 impl Fleet {
@@ -106,8 +104,10 @@ impl Fleet {
             owner: owner.to_owned(),
             served: HashMap::new(),
             intake: None,
+            changed: false,
         };
-        for (tenant, spec) in fleet.wanted().await? {
+        let listed = fleet.listed().await?;
+        for (tenant, spec) in fleet.wanted(listed).await? {
             match fleet.build(&tenant, spec).await {
                 Ok(run) => fleet.serve(run),
                 Err(e) => {
@@ -128,7 +128,7 @@ impl Fleet {
     /// Follows the registry until `shutdown`, then stops every tenant's worker (attempts in
     /// flight finish).
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
-        let tick = RULES_EVERY.min(self.config.fleet.reload_every);
+        let tick = intake::RULES_EVERY.min(self.config.fleet.reload_every);
         let mut since_reload = Duration::ZERO;
         loop {
             tokio::select! {
@@ -142,16 +142,12 @@ impl Fleet {
                     tracing::warn!(error = %format!("{e:#}"), "reading the tenants failed; serving them as they were");
                 }
                 // What was served is published whatever failed, each tenant as it is.
-                self.publish();
+                if self.changed {
+                    self.publish();
+                }
             }
             for s in self.served.values() {
-                match s.run.rules.refresh(&*s.run.store).await {
-                    Ok(true) => tracing::info!(tenant = %s.run.slug, "business rules changed"),
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(tenant = %s.run.slug, error = %e, "reading the business rules failed; trying again")
-                    }
-                }
+                s.run.rules.follow(&*s.run.store, s.run.slug.as_str()).await;
             }
         }
         for (_, s) in self.served.drain() {
@@ -159,15 +155,17 @@ impl Fleet {
         }
     }
 
-    /// The tenants in the registry that are not removed, and their specs opened.
-    async fn wanted(&self) -> anyhow::Result<Vec<(Tenant, TenantSpec)>> {
-        let listed: Vec<Tenant> = self
-            .store
-            .tenants()
-            .await
-            .context("reading the tenants")?
+    /// The registry's tenants.
+    async fn listed(&self) -> anyhow::Result<Vec<Tenant>> {
+        self.store.tenants().await.context("reading the tenants")
+    }
+
+    /// Of `listed`, the tenants served beside the default one (not removed), and their
+    /// specs opened.
+    async fn wanted(&self, listed: Vec<Tenant>) -> anyhow::Result<Vec<(Tenant, TenantSpec)>> {
+        let listed: Vec<Tenant> = listed
             .into_iter()
-            .filter(|t| t.id != TenantId::DEFAULT.0 && t.state != TenantState::Removed)
+            .filter(served_beside_the_default)
             .collect();
         if listed.is_empty() {
             return Ok(vec![]);
@@ -236,11 +234,13 @@ impl Fleet {
         let (stop, stopped) = watch::channel(false);
         let worker = tokio::spawn(worker.run(stopped));
         self.served.insert(run.id.0, Served { run, stop, worker });
+        self.changed = true;
     }
 
     /// Stops a tenant's worker and waits for its attempts in flight.
     async fn unserve(&mut self, id: i32) {
         if let Some(s) = self.served.remove(&id) {
+            self.changed = true;
             s.stop().await;
         }
     }
@@ -248,29 +248,25 @@ impl Fleet {
     /// Serves the registry as it is now: tenants whose version moved are built again,
     /// removed ones stopped, new ones started.
     async fn reload(&mut self) -> anyhow::Result<()> {
-        let listed = self.store.tenants().await.context("reading the tenants")?;
-        let versions: HashMap<i32, (i64, bool)> = listed
+        let listed = self.listed().await?;
+        // What the registry serves, by id and version; nothing to do when it is what runs.
+        let listed_versions: HashMap<i32, i64> = listed
             .iter()
-            .map(|t| (t.id, (t.version, t.state == TenantState::Removed)))
+            .filter(|t| served_beside_the_default(t))
+            .map(|t| (t.id, t.version))
             .collect();
-        let changed = self.served.iter().any(|(id, s)| {
-            versions
-                .get(id)
-                .is_none_or(|(v, removed)| *removed || *v != s.run.version)
-        }) || listed.iter().any(|t| {
-            t.id != TenantId::DEFAULT.0
-                && t.state != TenantState::Removed
-                && !self.served.contains_key(&t.id)
-        });
-        if !changed {
+        let running: HashMap<i32, i64> = self
+            .served
+            .iter()
+            .map(|(id, s)| (*id, s.run.version))
+            .collect();
+        if listed_versions == running {
             return Ok(());
         }
-        let wanted = self.wanted().await?;
-        let keep: Vec<i32> = wanted.iter().map(|(t, _)| t.id).collect();
-        let gone: Vec<i32> = self
-            .served
+        let wanted = self.wanted(listed).await?;
+        let gone: Vec<i32> = running
             .keys()
-            .filter(|id| !keep.contains(id))
+            .filter(|id| !listed_versions.contains_key(id))
             .copied()
             .collect();
         for id in gone {
@@ -280,11 +276,7 @@ impl Fleet {
             self.unserve(id).await;
         }
         for (t, spec) in wanted {
-            if self
-                .served
-                .get(&t.id)
-                .is_some_and(|s| s.run.version == t.version)
-            {
+            if running.get(&t.id) == Some(&t.version) {
                 continue;
             }
             match self.build(&t, spec).await {
@@ -302,7 +294,8 @@ impl Fleet {
     }
 
     /// Hands intake the tenants' states as they are served now.
-    fn publish(&self) {
+    fn publish(&mut self) {
+        self.changed = false;
         let Some((states, default)) = &self.intake else {
             return;
         };
@@ -315,26 +308,17 @@ impl Fleet {
     }
 }
 
+/// Whether a gateway serves `t` as a fleet tenant: not the default one, not removed.
+fn served_beside_the_default(t: &Tenant) -> bool {
+    t.id != TenantId::DEFAULT.0 && t.state != TenantState::Removed
+}
+
 impl TenantRun {
     /// Its worker's settings: the deployment's `[worker]`, `[retry]` and `[outage]`, its
     /// own CRM's timeout and settle window, field maps and calls at once.
     pub fn worker_settings(&self, config: &Config) -> WorkerSettings {
-        let fields: HashMap<_, _> = self
-            .spec
-            .sources
-            .iter()
-            .map(|s| (s.name.clone(), s.fields.clone()))
-            .collect();
-        WorkerSettings {
-            poll_interval: config.worker.poll_interval,
-            lease: config.lease_for(Some(&self.spec.crm)),
-            call_timeout: self.spec.crm.timeout(),
-            settle: self.spec.crm.settle(),
-            retry: config.retry.clone(),
-            outage: config.outage.clone(),
-            concurrency: usize::try_from(self.spec.max_in_flight.max(1)).unwrap_or(1),
-            fields,
-        }
+        let lanes = usize::try_from(self.spec.max_in_flight.max(1)).unwrap_or(1);
+        WorkerSettings::of(config, &self.spec.crm, &self.spec.sources, lanes)
     }
 
     /// Its intake: the default tenant's settings (`[server]`, `[matching]`, the refusal

@@ -35,16 +35,72 @@ use crate::store::MetricsSnapshot;
 
 type Labels = Vec<(&'static str, String)>;
 
-fn counter(reg: &mut Registry, name: &str, help: &str, value: i64) {
-    let c = Counter::<u64>::default();
-    c.inc_by(value.max(0) as u64);
-    reg.register(name, help, c);
+/// One tenant's figures as `/metrics` shows them: with a `tenant` label on every series
+/// (`tenant: Some`), or, for a deployment without tenants, without one.
+pub struct Figures<'a> {
+    pub tenant: Option<&'a str>,
+    pub metrics: &'a MetricsSnapshot,
+    pub connectors: &'a [crate::store::Connector],
 }
 
-fn gauge(reg: &mut Registry, name: &str, help: &str, value: i64) {
-    let g = Gauge::<i64>::default();
-    g.set(value);
-    reg.register(name, help, g);
+impl Figures<'_> {
+    /// `labels` with this tenant's first.
+    fn labels(&self, mut labels: Labels) -> Labels {
+        if let Some(t) = self.tenant {
+            labels.insert(0, ("tenant", t.to_owned()));
+        }
+        labels
+    }
+}
+
+/// Whether the figures are the one unlabelled tenant of a deployment without tenants:
+/// then every figure is a plain counter or gauge, as before fleet mode.
+fn unlabelled(figs: &[Figures]) -> bool {
+    matches!(figs, [f] if f.tenant.is_none())
+}
+
+fn counter(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    figs: &[Figures],
+    value: fn(&MetricsSnapshot) -> i64,
+) {
+    if unlabelled(figs) {
+        let c = Counter::<u64>::default();
+        c.inc_by(value(figs[0].metrics).max(0) as u64);
+        reg.register(name, help, c);
+    } else {
+        let n: Vec<i64> = figs.iter().map(|f| value(f.metrics)).collect();
+        counter_family(
+            reg,
+            name,
+            help,
+            figs.iter().zip(&n).map(|(f, n)| (f.labels(vec![]), n)),
+        );
+    }
+}
+
+fn gauge(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    figs: &[Figures],
+    value: fn(&MetricsSnapshot) -> i64,
+) {
+    if unlabelled(figs) {
+        let g = Gauge::<i64>::default();
+        g.set(value(figs[0].metrics));
+        reg.register(name, help, g);
+    } else {
+        let n: Vec<i64> = figs.iter().map(|f| value(f.metrics)).collect();
+        gauge_family(
+            reg,
+            name,
+            help,
+            figs.iter().zip(&n).map(|(f, n)| (f.labels(vec![]), n)),
+        );
+    }
 }
 
 fn counter_family<'a>(
@@ -73,143 +129,200 @@ fn gauge_family<'a>(
     reg.register(name, help, f);
 }
 
-/// The snapshot in the Prometheus text exposition format.
-pub fn exposition(m: &MetricsSnapshot, connectors: &[crate::store::Connector]) -> String {
+/// A gauge family over every tenant's connectors.
+fn connector_gauge(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    figs: &[Figures],
+    value: fn(&crate::store::Connector) -> i64,
+) {
+    let family = Family::<Labels, Gauge<i64>>::default();
+    for f in figs {
+        for c in f.connectors {
+            family
+                .get_or_create(&f.labels(vec![("connector", c.name.clone())]))
+                .set(value(c));
+        }
+    }
+    reg.register(name, help, family);
+}
+
+/// The figures in the Prometheus text exposition format: one tenant's, or every tenant's
+/// labelled with its slug.
+pub fn exposition(figs: &[Figures]) -> String {
     let mut reg = Registry::with_prefix("leadgate");
     counter_family(
         &mut reg,
         "deliveries",
         "Deliveries journaled, by source and outcome (new, duplicate, conflict, rejected)",
-        m.deliveries
-            .iter()
-            .map(|((s, o), n)| (vec![("source", s.clone()), ("outcome", o.clone())], n)),
+        figs.iter().flat_map(|f| {
+            f.metrics.deliveries.iter().map(|((s, o), n)| {
+                (
+                    f.labels(vec![("source", s.clone()), ("outcome", o.clone())]),
+                    n,
+                )
+            })
+        }),
     );
-    counter(
-        &mut reg,
-        "operations",
-        "Unique operation ids",
-        m.unique_operations,
-    );
+    counter(&mut reg, "operations", "Unique operation ids", figs, |m| {
+        m.unique_operations
+    });
     counter(
         &mut reg,
         "crm_entities_created",
         "CRM entities created for operations (must not exceed unique operations)",
-        m.crm_entities_created,
+        figs,
+        |m| m.crm_entities_created,
     );
     counter_family(
         &mut reg,
         "crm_steps",
         "Entities the steps of contact-and-deal creates produced, by kind and how \
          (contact: created, linked, recovered; deal: created, recovered)",
-        m.crm_steps
-            .iter()
-            .map(|((e, h), n)| (vec![("entity", e.clone()), ("how", h.clone())], n)),
+        figs.iter().flat_map(|f| {
+            f.metrics
+                .crm_steps
+                .iter()
+                .map(|((e, h), n)| (f.labels(vec![("entity", e.clone()), ("how", h.clone())]), n))
+        }),
     );
     counter_family(
         &mut reg,
         "duplicates_absorbed",
         "Repeated deliveries answered with the saved result, by source",
-        m.duplicates_absorbed
-            .iter()
-            .map(|(s, n)| (vec![("source", s.clone())], n)),
+        figs.iter().flat_map(|f| {
+            f.metrics
+                .duplicates_absorbed
+                .iter()
+                .map(|(s, n)| (f.labels(vec![("source", s.clone())]), n))
+        }),
     );
     counter_family(
         &mut reg,
         "retries",
         "CRM attempts retried, by error class",
-        m.retries_by_class
-            .iter()
-            .map(|(c, n)| (vec![("class", c.clone())], n)),
+        figs.iter().flat_map(|f| {
+            f.metrics
+                .retries_by_class
+                .iter()
+                .map(|(c, n)| (f.labels(vec![("class", c.clone())]), n))
+        }),
     );
     gauge_family(
         &mut reg,
         "operations_by_status",
         "Operations by status",
-        m.operations_by_status
-            .iter()
-            .map(|(s, n)| (vec![("status", s.clone())], n)),
+        figs.iter().flat_map(|f| {
+            f.metrics
+                .operations_by_status
+                .iter()
+                .map(|(s, n)| (f.labels(vec![("status", s.clone())]), n))
+        }),
     );
     gauge(
         &mut reg,
         "stale_in_progress",
         "Operations in progress for longer than review.stale_after",
-        m.stale_in_progress,
+        figs,
+        |m| m.stale_in_progress,
     );
     gauge(
         &mut reg,
         "unprocessed",
         "Accepted operations without a final status (received or in progress)",
-        m.unprocessed,
+        figs,
+        |m| m.unprocessed,
     );
     gauge(
         &mut reg,
         "lost",
         "Accepted deliveries without an operation (must be 0)",
-        m.lost,
+        figs,
+        |m| m.lost,
     );
     gauge(
         &mut reg,
         "unreconstructable",
         "Completed operations whose timeline does not show how the result was obtained",
-        m.unreconstructable,
+        figs,
+        |m| m.unreconstructable,
     );
     gauge_family(
         &mut reg,
         "review_cases_open",
         "Open review cases, by reason",
-        m.open_cases_by_reason
-            .iter()
-            .map(|(r, n)| (vec![("reason", r.clone())], n)),
+        figs.iter().flat_map(|f| {
+            f.metrics
+                .open_cases_by_reason
+                .iter()
+                .map(|(r, n)| (f.labels(vec![("reason", r.clone())]), n))
+        }),
     );
     counter(
         &mut reg,
         "review_cases_resolved",
         "Review cases resolved by a person",
-        m.resolved_cases,
+        figs,
+        |m| m.resolved_cases,
     );
-    let mean = Gauge::<f64, AtomicU64>::default();
-    mean.set(m.mean_seconds_to_resolve.unwrap_or(0.0));
-    reg.register(
+    let (name, help) = (
         "review_resolve_seconds_mean",
         "Mean time from a review case opening to its resolution",
-        mean,
     );
-    let paused = Family::<Labels, Gauge<i64>>::default();
-    for c in connectors {
-        paused
-            .get_or_create(&vec![("connector", c.name.clone())])
-            .set(i64::from(c.paused));
+    if unlabelled(figs) {
+        let mean = Gauge::<f64, AtomicU64>::default();
+        mean.set(figs[0].metrics.mean_seconds_to_resolve.unwrap_or(0.0));
+        reg.register(name, help, mean);
+    } else {
+        let family = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        for f in figs {
+            family
+                .get_or_create(&f.labels(vec![]))
+                .set(f.metrics.mean_seconds_to_resolve.unwrap_or(0.0));
+        }
+        reg.register(name, help, family);
     }
-    reg.register(
+    connector_gauge(
+        &mut reg,
         "connector_paused",
         "1 while a CRM connector is paused (an auth failure, or by hand), else 0",
-        paused,
+        figs,
+        |c| i64::from(c.paused),
     );
-    let by_hand = Family::<Labels, Gauge<i64>>::default();
-    for c in connectors {
-        by_hand
-            .get_or_create(&vec![("connector", c.name.clone())])
-            .set(i64::from(c.by_hand));
-    }
-    reg.register(
+    connector_gauge(
+        &mut reg,
         "connector_paused_by_hand",
         "1 while a CRM connector is paused by a person (leadgate connector pause, the console), else 0",
-        by_hand,
+        figs,
+        |c| i64::from(c.by_hand),
     );
-    let unreachable = Family::<Labels, Gauge<i64>>::default();
-    for c in connectors {
-        unreachable
-            .get_or_create(&vec![("connector", c.name.clone())])
-            .set(c.unreachable_since.map_or(0, |t| t.timestamp()));
-    }
-    reg.register(
+    connector_gauge(
+        &mut reg,
         "connector_unreachable_since_seconds",
         "Unix time since which a connector's CRM does not answer (an outage; leads wait for its probes), else 0",
-        unreachable,
+        figs,
+        |c| c.unreachable_since.map_or(0, |t| t.timestamp()),
     );
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
     out
+}
+
+/// `/metrics` of a gateway: every tenant's figures (`fleet`), labelled with its slug once
+/// a tenant other than the default one exists; without tenants, exactly as before fleet
+/// mode.
+pub fn fleet_exposition(fleet: &[crate::store::TenantMetrics]) -> String {
+    let labelled = fleet.iter().any(|t| !t.tenant.is_default());
+    let figs: Vec<Figures> = fleet
+        .iter()
+        .map(|t| Figures {
+            tenant: labelled.then_some(t.slug.as_str()),
+            metrics: &t.metrics,
+            connectors: &t.connectors,
+        })
+        .collect();
+    exposition(&figs)
 }
 
 /// The snapshot as a table for a terminal.
@@ -292,4 +405,70 @@ pub fn table(m: &MetricsSnapshot) -> String {
         },
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::TenantId;
+    use crate::store::TenantMetrics;
+
+    fn tenant(id: i32, slug: &str, operations: i64) -> TenantMetrics {
+        let mut t = TenantMetrics::new(TenantId(id), slug.to_owned());
+        t.metrics
+            .operations_by_status
+            .insert("completed".into(), operations);
+        t.metrics.unique_operations = operations;
+        t.metrics.crm_entities_created = operations;
+        t
+    }
+
+    /// Sample lines (not `#` comments) of an exposition.
+    fn samples(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[test]
+    fn without_tenants_the_figures_are_plain_as_before() {
+        let one = [tenant(0, "default", 3)];
+        let text = fleet_exposition(&one);
+        assert!(!text.contains("tenant"), "{text}");
+        assert!(text.contains("\nleadgate_operations_total 3\n"), "{text}");
+        assert!(text.contains("\nleadgate_lost 0\n"), "{text}");
+        assert!(
+            text.contains("\nleadgate_operations_by_status{status=\"completed\"} 3\n"),
+            "{text}"
+        );
+        // As one unlabelled tenant's exposition.
+        let m = &one[0];
+        let plain = exposition(&[Figures {
+            tenant: None,
+            metrics: &m.metrics,
+            connectors: &m.connectors,
+        }]);
+        assert_eq!(text, plain);
+    }
+
+    #[test]
+    fn with_tenants_every_series_carries_its_tenant() {
+        let fleet = [tenant(0, "default", 2), tenant(1, "acme", 5)];
+        let text = fleet_exposition(&fleet);
+        assert!(
+            text.contains("\nleadgate_operations_total{tenant=\"acme\"} 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nleadgate_operations_total{tenant=\"default\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leadgate_operations_by_status{tenant=\"acme\",status=\"completed\"} 5"),
+            "{text}"
+        );
+        let lines = samples(&text);
+        assert!(lines.len() > 10, "{text}");
+        for line in lines {
+            assert!(line.contains("tenant=\""), "{line}");
+        }
+    }
 }

@@ -296,6 +296,14 @@ fn dashboard_exprs(dash: &Value) -> Vec<(String, String, String)> {
         .and_then(|q| q.strip_suffix(", job)"))
         .unwrap_or_else(|| panic!("the job variable's query: {q}"));
     out.push(("$job".into(), "job".into(), inner.to_owned()));
+    // The tenant variable's query.
+    let tenant = &dash["templating"]["list"][2];
+    let q = tenant["definition"].as_str().unwrap();
+    let inner = q
+        .strip_prefix("label_values(")
+        .and_then(|q| q.strip_suffix(", tenant)"))
+        .unwrap_or_else(|| panic!("the tenant variable's query: {q}"));
+    out.push(("$tenant".into(), "tenant".into(), inner.to_owned()));
     out
 }
 
@@ -328,6 +336,9 @@ fn substitute(expr: &str) -> String {
         .replace("$__interval", "5m")
         .replace("$__range", "24h")
         .replace("$job", "leadgate")
+        // All tenants: also the series of a deployment without tenants, which have no
+        // `tenant` label.
+        .replace("$tenant", ".*")
 }
 
 #[test]
@@ -347,6 +358,12 @@ fn the_dashboard_is_grafana_json_with_the_consoles_panels() {
     assert_eq!(vars[0]["query"], "prometheus");
     assert_eq!(vars[1]["name"], "job");
     assert_eq!(vars[1]["type"], "query");
+    // Fleet mode's tenants: All by default, matching the unlabelled series of a
+    // deployment without tenants too.
+    assert_eq!(vars[2]["name"], "tenant");
+    assert_eq!(vars[2]["type"], "query");
+    assert_eq!(vars[2]["includeAll"], true);
+    assert_eq!(vars[2]["allValue"], ".*");
 
     let panels = dash["panels"].as_array().unwrap();
     let mut ids = BTreeSet::new();
@@ -398,9 +415,15 @@ fn the_dashboard_is_grafana_json_with_the_consoles_panels() {
             );
             assert_eq!(t["datasource"]["uid"], "${datasource}", "{title}");
             let expr = t["expr"].as_str().unwrap();
+            // This process's refusals come before any tenant is known: they have none.
+            let selector = if expr.contains("leadgate_refused_requests") {
+                "{job=\"$job\"}"
+            } else {
+                "{job=\"$job\",tenant=~\"$tenant\"}"
+            };
             assert!(
-                expr.contains("{job=\"$job\"}"),
-                "{title}: every query is of the chosen job: {expr}"
+                expr.contains(selector),
+                "{title}: every query is of the chosen job and tenants: {expr}"
             );
         }
     }
@@ -660,7 +683,9 @@ async fn the_dashboard_and_the_alert_rules_query_what_a_real_gateway_exports() {
     let mut on_dashboard = BTreeSet::new();
     for (what, expr) in &uses {
         let r = promql_refs(expr);
-        let mut labels: BTreeSet<&str> = ["job", "instance", "__name__"].into();
+        // `tenant`: a fleet's gateway labels every figure with it (tests/it/fleet.rs); this
+        // one serves no tenants, and `tenant=~".*"` and `by (tenant)` take its series whole.
+        let mut labels: BTreeSet<&str> = ["job", "instance", "__name__", "tenant"].into();
         for m in &r.metrics {
             let have = samples
                 .get(m)

@@ -478,10 +478,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Metrics(c) => {
             let config = c.load()?;
             let store = open(&config).await?;
-            let m = store
-                .metrics(store.now(), config.review.stale_after)
+            let fleet = store
+                .fleet_metrics(store.now(), config.review.stale_after)
                 .await?;
-            print!("{}", crate::metrics::table(&m));
+            // With tenants, each tenant's table under its name.
+            let many = fleet.iter().any(|t| !t.tenant.is_default());
+            for (i, t) in fleet.iter().enumerate() {
+                if many {
+                    println!("{}tenant {}", if i > 0 { "\n" } else { "" }, t.slug);
+                }
+                print!("{}", crate::metrics::table(&t.metrics));
+            }
         }
         Command::Purge { older_than, config } => {
             let config = config.load()?;

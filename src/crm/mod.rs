@@ -412,15 +412,15 @@ pub(crate) fn not_sent_after_split(connector: &str, method: &str) -> CrmError {
 /// The answer to a batch create: per lead, or a failure of the request as a whole.
 pub type BatchAnswer = Result<Vec<(Result<String, CrmError>, Exchange)>, (CrmError, Exchange)>;
 
-/// Builds the adapter the configuration names.
-///
-/// `store` is the operations store: amoCRM with OAuth keeps its rotating tokens there,
-/// shared by every process.
 /// Why amoCRM OAuth needs the token key, when it is missing.
 pub const AMOCRM_KEY_MISSING: &str = "amoCRM OAuth keeps its rotating tokens in the database, \
     encrypted: set LEADGATE_TOKEN_KEY (64 hex digits, e.g. from `openssl rand -hex 32`) or \
     [crm] token_key_file";
 
+/// Builds the adapter the configuration names.
+///
+/// `store` is the operations store: amoCRM with OAuth keeps its rotating tokens there,
+/// shared by every process.
 pub fn from_config(
     config: &CrmConfig,
     store: std::sync::Arc<dyn crate::store::Store>,

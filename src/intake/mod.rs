@@ -61,7 +61,7 @@ pub use error::{ApiError, ErrorBody};
 use problem::Code;
 pub(crate) use reads::IdPath;
 pub use reads::{OpenCase, OperationView, Timeline, TimelineEvent, TimelineQuery};
-pub use rules::{seed_rules, LiveRules, RuleBook, SourceMatching};
+pub use rules::{seed_rules, LiveRules, RuleBook, SourceMatching, REFRESH_EVERY as RULES_EVERY};
 use sources::Source;
 
 #[derive(Clone)]
@@ -253,16 +253,12 @@ fn integration_routes() -> OpenApiRouter<IntakeState> {
         .routes(routes!(claims::fail))
 }
 
-/// Reads: `Scope::Read`.
+/// Reads: `Scope::Read`. A tenant's routes serve them too, its `/metrics` its own figures.
 fn read_routes() -> OpenApiRouter<IntakeState> {
-    operation_reads().routes(routes!(metrics))
-}
-
-/// The reads a tenant's routes serve too (its `/metrics` is not its own yet).
-fn operation_reads() -> OpenApiRouter<IntakeState> {
     OpenApiRouter::new()
         .routes(routes!(reads::operation))
         .routes(routes!(reads::timeline))
+        .routes(routes!(metrics))
 }
 
 /// The OpenAPI document of exactly the routes [`router`] serves.
@@ -272,32 +268,30 @@ fn api_routes_document() -> utoipa::openapi::OpenApi {
         .merge(read_routes())
         .into_openapi();
     openapi::add_tenant_intake(&mut doc);
-    let tenants = integration_routes().merge(operation_reads()).into_openapi();
+    let tenants = integration_routes().merge(read_routes()).into_openapi();
     openapi::add_tenant_paths(&mut doc, tenants);
     utoipa::Modify::modify(&openapi::ProblemDetails, &mut doc);
     doc
 }
 
-/// The claim API and the operation reads, each behind its scope's tokens: `state`'s
-/// (a tenant's routes, `/v1/tenants/{tenant}/…`).
-fn api_router(state: &IntakeState) -> Router {
-    use axum::middleware::from_fn_with_state;
-    let (integration, _) = integration_routes().split_for_parts();
-    let integration = integration.route_layer(from_fn_with_state(
+/// `routes` behind `scope`'s tokens of `state`.
+fn guarded(
+    routes: OpenApiRouter<IntakeState>,
+    scope: Scope,
+    state: &IntakeState,
+) -> Router<IntakeState> {
+    let (routes, _) = routes.split_for_parts();
+    routes.route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
-        |State(s): State<IntakeState>, req, next| async move {
-            require(&s, Scope::Integration, req, next).await
+        move |State(s): State<IntakeState>, req, next| async move {
+            require(&s, scope, req, next).await
         },
-    ));
-    let (read, _) = operation_reads().split_for_parts();
-    let read = read.route_layer(from_fn_with_state(
-        state.clone(),
-        |State(s): State<IntakeState>, req, next| async move {
-            require(&s, Scope::Read, req, next).await
-        },
-    ));
-    integration
-        .merge(read)
+    ))
+}
+
+/// The router's own refusals (no such path, no such method) as problem details.
+fn with_refusals(router: Router<IntakeState>) -> Router<IntakeState> {
+    router
         .fallback(|| async {
             ErrorBody::new(
                 Code::NotFound,
@@ -310,7 +304,17 @@ fn api_router(state: &IntakeState) -> Router {
                 "this path does not take this method (see /openapi.json)",
             )
         })
-        .with_state(state.clone())
+}
+
+/// The claim API and the operation reads, each behind its scope's tokens: `state`'s
+/// (a tenant's routes, `/v1/tenants/{tenant}/…`).
+fn api_router(state: &IntakeState) -> Router {
+    let routes = guarded(integration_routes(), Scope::Integration, state).merge(guarded(
+        read_routes(),
+        Scope::Read,
+        state,
+    ));
+    with_refusals(routes).with_state(state.clone())
 }
 
 /// `/v1/tenants/{tenant}/…`: the tenant's claim API and reads, as `/v1/…` serves the
@@ -334,9 +338,14 @@ async fn tenant_api(State(state): State<IntakeState>, req: axum::extract::Reques
     if !tenant_state.api_tokens.allows(req.headers(), Scope::Read) {
         return unauthorized(Scope::Read);
     }
+    let own = if openapi::UNVERSIONED_TENANT_PATHS.contains(&rest) {
+        format!("/{rest}")
+    } else {
+        format!("/v1/{rest}")
+    };
     let path = match req.uri().query() {
-        Some(q) => format!("/v1/{rest}?{q}"),
-        None => format!("/v1/{rest}"),
+        Some(q) => format!("{own}?{q}"),
+        None => own,
     };
     let (mut parts, body) = req.into_parts();
     // The outer route's path parameters live in the extensions: the tenant's router must
@@ -359,25 +368,10 @@ async fn tenant_api(State(state): State<IntakeState>, req: axum::extract::Reques
 }
 
 pub fn router(state: IntakeState) -> Router {
-    use axum::middleware::from_fn_with_state;
-    let (integration, _) = integration_routes().split_for_parts();
-    let integration = integration.route_layer(from_fn_with_state(
-        state.clone(),
-        |State(s): State<IntakeState>, req, next| async move {
-            require(&s, Scope::Integration, req, next).await
-        },
-    ));
-    let (read, _) = read_routes().split_for_parts();
-    let read = read.route_layer(from_fn_with_state(
-        state.clone(),
-        |State(s): State<IntakeState>, req, next| async move {
-            require(&s, Scope::Read, req, next).await
-        },
-    ));
     let (public, _) = public_routes().split_for_parts();
-    public
-        .merge(integration)
-        .merge(read)
+    let routes = public
+        .merge(guarded(integration_routes(), Scope::Integration, &state))
+        .merge(guarded(read_routes(), Scope::Read, &state))
         // A tenant's intake, claim API and reads: documented as copies of the default
         // tenant's (`openapi::add_tenant_paths`).
         .route(
@@ -387,21 +381,8 @@ pub fn router(state: IntakeState) -> Router {
         .route(
             "/v1/tenants/{tenant}/{*rest}",
             axum::routing::any(tenant_api),
-        )
-        // The router's own refusals are problem details too.
-        .fallback(|| async {
-            ErrorBody::new(
-                Code::NotFound,
-                "no such path in this gateway's API (see /openapi.json)",
-            )
-        })
-        .method_not_allowed_fallback(|| async {
-            ErrorBody::new(
-                Code::MethodNotAllowed,
-                "this path does not take this method (see /openapi.json)",
-            )
-        })
-        .with_state(state)
+        );
+    with_refusals(routes).with_state(state)
 }
 
 /// The source name journaled for a delivery to a name that is not configured: the path
@@ -799,12 +780,20 @@ async fn healthz(State(state): State<IntakeState>) -> Result<Json<Health>, ApiEr
     security(("read_token" = []), ("integration_token" = []))
 )]
 async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError> {
-    let snapshot = state
-        .store
-        .metrics(state.store.now(), state.stale_after)
-        .await?;
-    let connectors = state.store.connectors().await?;
-    let body = crate::metrics::exposition(&snapshot, &connectors);
+    let now = state.store.now();
+    if !state.tenant.is_default() {
+        // A tenant's own figures, under its slug: what its read token may see.
+        let snapshot = state.store.metrics(now, state.stale_after).await?;
+        let connectors = state.store.connectors().await?;
+        let body = crate::metrics::exposition(&[crate::metrics::Figures {
+            tenant: Some(state.tenant.as_str()),
+            metrics: &snapshot,
+            connectors: &connectors,
+        }]);
+        return Ok(openmetrics(body));
+    }
+    let fleet = state.store.fleet_metrics(now, state.stale_after).await?;
+    let body = crate::metrics::fleet_exposition(&fleet);
     // This process's own counters, before the closing `# EOF`.
     let body = match body.rfind("# EOF") {
         Some(at) => format!(
@@ -815,12 +804,16 @@ async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError>
         ),
         None => body + &state.refusals.exposition(),
     };
-    Ok((
+    Ok(openmetrics(body))
+}
+
+fn openmetrics(body: String) -> Response {
+    (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         body,
     )
-        .into_response())
+        .into_response()
 }

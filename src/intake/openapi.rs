@@ -57,17 +57,7 @@ impl Modify for ProblemDetails {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::RefOr;
         for item in doc.paths.paths.values_mut() {
-            let ops = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.options,
-                &mut item.head,
-                &mut item.patch,
-                &mut item.trace,
-            ];
-            for op in ops.into_iter().flatten() {
+            for op in operations_mut(item) {
                 for (status, response) in op.responses.responses.iter_mut() {
                     let error = status.starts_with('4') || status.starts_with('5');
                     if let (true, RefOr::T(response)) = (error, response) {
@@ -79,6 +69,24 @@ impl Modify for ProblemDetails {
             }
         }
     }
+}
+
+/// Every operation of a path, whatever its method.
+fn operations_mut(
+    item: &mut utoipa::openapi::PathItem,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.options,
+        &mut item.head,
+        &mut item.patch,
+        &mut item.trace,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// The media type of every error answer (RFC 9457).
@@ -173,12 +181,20 @@ pub(super) async fn openapi_json() -> Response {
 /// Adds `tenants`' paths to `doc` under `/v1/tenants/{tenant}/…` (`/v1/operations` becomes
 /// `/v1/tenants/{tenant}/operations`): the same routes, served for each tenant of the
 /// fleet, opened by its own tokens or the fleet's.
+/// The routes outside `/v1/` a tenant has too, under `/v1/tenants/{tenant}/` as the rest
+/// (`/metrics`: `/v1/tenants/{tenant}/metrics`).
+pub(super) const UNVERSIONED_TENANT_PATHS: &[&str] = &["metrics"];
+
 pub(super) fn add_tenant_paths(
     doc: &mut utoipa::openapi::OpenApi,
     tenants: utoipa::openapi::OpenApi,
 ) {
     for (path, item) in tenants.paths.paths {
-        if let Some(rest) = path.strip_prefix("/v1/") {
+        let rest = path.strip_prefix("/v1/").or_else(|| {
+            path.strip_prefix('/')
+                .filter(|p| UNVERSIONED_TENANT_PATHS.contains(p))
+        });
+        if let Some(rest) = rest {
             let item = for_a_tenant(
                 item,
                 "A tenant's slug (`leadgate tenant apply`); its own `[tenant.api]` tokens or the \
@@ -212,17 +228,7 @@ fn for_a_tenant(
 ) -> utoipa::openapi::PathItem {
     use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
     use utoipa::openapi::{ContentBuilder, Object, Ref, RefOr, Required, ResponseBuilder, Type};
-    let ops = [
-        &mut item.get,
-        &mut item.put,
-        &mut item.post,
-        &mut item.delete,
-        &mut item.options,
-        &mut item.head,
-        &mut item.patch,
-        &mut item.trace,
-    ];
-    for op in ops.into_iter().flatten() {
+    for op in operations_mut(&mut item) {
         let tenant = ParameterBuilder::new()
             .name("tenant")
             .parameter_in(ParameterIn::Path)

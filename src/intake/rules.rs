@@ -32,7 +32,26 @@ pub struct SourceMatching {
     pub same_channel: Vec<String>,
 }
 
+/// How often a running gateway reads the business rules' version (each tenant's).
+pub const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl LiveRules {
+    /// [`LiveRules::refresh`], saying in the log when the rules changed or could not be
+    /// read (`tenant` names whose they are).
+    pub async fn follow(&self, store: &dyn store::Rules, tenant: &str) {
+        match self.refresh(store).await {
+            Ok(true) => tracing::info!(
+                tenant,
+                version = self.current().version,
+                "business rules changed; matching follows them from the next delivery"
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(tenant, error = %e, "reading the business rules failed; trying again")
+            }
+        }
+    }
+
     pub fn current(&self) -> Arc<RuleBook> {
         Arc::clone(&self.book.read().unwrap_or_else(|e| e.into_inner()))
     }

@@ -19,6 +19,25 @@ use leadgate_testkit::each_backend;
 use leadgate_testkit::gateway::*;
 use leadgate_testkit::seed;
 
+/// A fake Bitrix24 portal on a port of its own.
+async fn portal() -> FakeBitrix24 {
+    FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Posts `key`'s lead to `tenant`'s `source` with `token`.
+async fn post_to(
+    gw: &Gateway,
+    tenant: &str,
+    source: &str,
+    token: &str,
+    key: &str,
+) -> (StatusCode, serde_json::Value, bool) {
+    let url = format!("{}/v1/intake/{tenant}/{source}?token={token}", gw.base);
+    answer(gw.http.post(url).json(&lead(key)).send().await.unwrap()).await
+}
+
 /// A lead of `source` in `tenant` (`None`: the default tenant) at `at`.
 fn lead_in(tenant: Option<&str>, key: &str, at: DateTime<Utc>) -> NewDelivery {
     let mut d = seed::lead("site", key, json!({"submission_id": key}), at);
@@ -300,18 +319,10 @@ async fn wait_op(store: &dyn Store, id: &str, want: Status) -> leadgate::store::
 }
 
 each_backend!(each_tenants_lead_reaches_its_own_crm, |db| async move {
-    let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let acme_crm = portal().await;
     let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
     let gw = Gateway::start_extended(&db, &extra).await;
     let store = gw.store();
-    let acme_url =
-        |source: &str, token: &str| format!("{}/v1/intake/acme/{source}?token={token}", gw.base);
-    let post = |url: String, key: &'static str| {
-        let http = gw.http.clone();
-        async move { answer(http.post(url).json(&lead(key)).send().await.unwrap()).await }
-    };
 
     // The same event to the default tenant and to acme: two leads, one in each CRM.
     let (s, body, _) = gw.post_json("site", &lead("k1")).await;
@@ -319,7 +330,7 @@ each_backend!(each_tenants_lead_reaches_its_own_crm, |db| async move {
         (s, body["operation_id"].as_str()),
         (StatusCode::ACCEPTED, Some("site:k1"))
     );
-    let (s, body, _) = post(acme_url("site", "acme-site-token"), "k1").await;
+    let (s, body, _) = post_to(&gw, "acme", "site", "acme-site-token", "k1").await;
     assert_eq!(s, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["operation_id"], "acme/site:k1");
     let mine = wait_op(&*store, "site:k1", Status::Completed).await;
@@ -333,28 +344,24 @@ each_backend!(each_tenants_lead_reaches_its_own_crm, |db| async move {
     assert_eq!(theirs.crm_id, Some(acme_crm.entities()[0].id.to_string()));
 
     // A redelivery to acme is acme's duplicate, answered with acme's entity.
-    let (s, body, replayed) = post(acme_url("site", "acme-site-token"), "k1").await;
+    let (s, body, replayed) = post_to(&gw, "acme", "site", "acme-site-token", "k1").await;
     assert_eq!((s, replayed), (StatusCode::OK, true), "{body}");
     assert_eq!(body["crm_id"].as_str(), theirs.crm_id.as_deref());
 
     // A tenant's source takes its own credentials only; a tenant or a source that is not
     // served is one answer, so the answer does not say which tenants exist.
-    let (s, _, _) = post(acme_url("site", "site-token"), "k9").await;
+    let (s, _, _) = post_to(&gw, "acme", "site", "site-token", "k9").await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
-    let (s, nobody, _) = post(acme_url("tilda", "acme-site-token"), "k9").await;
+    let (s, nobody, _) = post_to(&gw, "acme", "tilda", "acme-site-token", "k9").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    let (s, no_tenant, _) = post(
-        format!("{}/v1/intake/zeta/site?token=acme-site-token", gw.base),
-        "k9",
-    )
-    .await;
+    let (s, no_tenant, _) = post_to(&gw, "zeta", "site", "acme-site-token", "k9").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(nobody["detail"], no_tenant["detail"]);
 
     // acme's CRM creates and never answers: acme's worker reconciles by the key its CRM
     // holds (`site:k2`) and creates nothing twice, while the default tenant's lead goes on.
     acme_crm.push_fault(CREATE, Fault::LostAnswerHang, 1);
-    let (s, _, _) = post(acme_url("site", "acme-site-token"), "k2").await;
+    let (s, _, _) = post_to(&gw, "acme", "site", "acme-site-token", "k2").await;
     assert_eq!(s, StatusCode::ACCEPTED);
     gw.post_json("site", &lead("k2")).await;
     wait_op(&*store, "site:k2", Status::Completed).await;
@@ -387,7 +394,7 @@ each_backend!(each_tenants_lead_reaches_its_own_crm, |db| async move {
         .await
         .unwrap();
     assert!(paused);
-    let (s, _, _) = post(acme_url("site", "acme-site-token"), "k3").await;
+    let (s, _, _) = post_to(&gw, "acme", "site", "acme-site-token", "k3").await;
     assert_eq!(s, StatusCode::ACCEPTED);
     gw.post_json("site", &lead("k3")).await;
     wait_op(&*store, "site:k3", Status::Completed).await;
@@ -426,23 +433,14 @@ each_backend!(each_tenants_lead_reaches_its_own_crm, |db| async move {
 each_backend!(
     a_gateway_serves_the_registry_as_it_changes,
     |db| async move {
-        let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let beta_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let acme_crm = portal().await;
+        let beta_crm = portal().await;
         let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
         let gw = Gateway::start_extended(&db, &extra).await;
         let store = gw.store();
-        let post = |tenant: &str, token: &str, key: &'static str| {
-            let url = format!("{}/v1/intake/{tenant}/site?token={token}", gw.base);
-            let http = gw.http.clone();
-            async move {
-                answer(http.post(url).json(&lead(key)).send().await.unwrap())
-                    .await
-                    .0
-            }
+        let post = |tenant: &'static str, token: &'static str, key: &'static str| {
+            let gw = &gw;
+            async move { post_to(gw, tenant, "site", token, key).await.0 }
         };
         // Polls until a delivery to `tenant` gets `want` (10 s at most); a new key each time.
         let until = |tenant: &'static str, token: &'static str, want: StatusCode| {
@@ -539,12 +537,8 @@ each_backend!(
 );
 
 each_backend!(a_tenants_token_opens_only_its_tenant, |db| async move {
-    let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let beta_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let acme_crm = portal().await;
+    let beta_crm = portal().await;
     let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
     apply(
         &db,
@@ -680,12 +674,8 @@ each_backend!(a_tenants_token_opens_only_its_tenant, |db| async move {
 each_backend!(
     a_tenant_that_cannot_be_served_holds_up_no_other,
     |db| async move {
-        let acme_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let broken_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let acme_crm = portal().await;
+        let broken_crm = portal().await;
         let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
         // A key intake cannot read, stored by a caller that did not check it as
         // `leadgate tenant apply` does.
@@ -702,14 +692,9 @@ each_backend!(
         apply(&db, &file).await;
         let gw = Gateway::start_extended(&db, &extra).await;
         let store = gw.store();
-        let post = |tenant: &str, token: &str, key: &'static str| {
-            let url = format!("{}/v1/intake/{tenant}/site?token={token}", gw.base);
-            let http = gw.http.clone();
-            async move {
-                answer(http.post(url).json(&lead(key)).send().await.unwrap())
-                    .await
-                    .0
-            }
+        let post = |tenant: &'static str, token: &'static str, key: &'static str| {
+            let gw = &gw;
+            async move { post_to(gw, tenant, "site", token, key).await.0 }
         };
         assert_eq!(
             post("acme", "acme-site-token", "a1").await,
@@ -741,6 +726,151 @@ each_backend!(
         }
         wait_op(&*store, "broken/site:b2", Status::Completed).await;
         assert_eq!(origin_ids(&broken_crm), ["site:b2"]);
+        gw.stop().await;
+    }
+);
+
+/// `url` read with `token`: its status and body.
+async fn scrape(gw: &Gateway, path: &str, token: &str) -> (StatusCode, String) {
+    let res = gw
+        .http
+        .get(format!("{}{path}", gw.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    (res.status(), res.text().await.unwrap())
+}
+
+each_backend!(
+    each_tenants_metrics_are_its_own_and_equal_its_crms_count,
+    |db| async move {
+        let acme_crm = portal().await;
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        // acme: three leads (the first rate limited once), one delivered twice; the
+        // default tenant: two leads.
+        acme_crm.push_fault(
+            CREATE,
+            Fault::RateLimit {
+                retry_after_secs: None,
+            },
+            1,
+        );
+        for key in ["a1", "a2", "a3", "a1"] {
+            let (s, body, _) = post_to(&gw, "acme", "site", "acme-site-token", key).await;
+            assert!(s.is_success(), "{s} {body}");
+        }
+        for key in ["d1", "d2"] {
+            gw.post_json("site", &lead(key)).await;
+        }
+        for id in [
+            "acme/site:a1",
+            "acme/site:a2",
+            "acme/site:a3",
+            "site:d1",
+            "site:d2",
+        ] {
+            wait_op(&*store, id, Status::Completed).await;
+        }
+
+        // The fleet's /metrics: every series under its tenant, each tenant's figures
+        // equal to what its own CRM counted.
+        let (s, text) = scrape(&gw, "/metrics", READ_TOKEN).await;
+        assert_eq!(s, StatusCode::OK, "{text}");
+        let m = crate::metrics::samples(&text);
+        let get = |k: &str| {
+            *m.get(k)
+                .unwrap_or_else(|| panic!("{k} missing from\n{text}"))
+        };
+        let created =
+            |crm: &FakeBitrix24| crm.entities().iter().filter(|e| e.kind == "lead").count() as f64;
+        assert_eq!(
+            get("leadgate_crm_entities_created_total{tenant=acme}"),
+            created(&acme_crm)
+        );
+        assert_eq!(get("leadgate_crm_entities_created_total{tenant=acme}"), 3.0);
+        assert_eq!(
+            get("leadgate_crm_entities_created_total{tenant=default}"),
+            created(&gw.fake)
+        );
+        assert_eq!(
+            get("leadgate_crm_entities_created_total{tenant=default}"),
+            2.0
+        );
+        assert_eq!(get("leadgate_operations_total{tenant=acme}"), 3.0);
+        assert_eq!(
+            get("leadgate_deliveries_total{outcome=duplicate,source=site,tenant=acme}"),
+            1.0
+        );
+        assert_eq!(
+            get("leadgate_retries_total{class=rate_limited,tenant=acme}"),
+            1.0
+        );
+        assert!(
+            !m.contains_key("leadgate_retries_total{class=rate_limited,tenant=default}"),
+            "{text}"
+        );
+        assert_eq!(
+            get("leadgate_operations_by_status{status=completed,tenant=default}"),
+            2.0
+        );
+        // Every sample carries its tenant (this process's count of refused requests,
+        // which came before any tenant was known, aside).
+        for (k, _) in m
+            .iter()
+            .filter(|(k, _)| !k.starts_with("leadgate_refused_requests"))
+        {
+            assert!(k.contains("tenant="), "{k} has no tenant label:\n{text}");
+        }
+
+        // acme's /metrics: acme's figures only, opened by acme's tokens, not by the
+        // default tenant's route.
+        let (s, own) = scrape(&gw, "/v1/tenants/acme/metrics", "acme-read").await;
+        assert_eq!(s, StatusCode::OK, "{own}");
+        let mine = crate::metrics::samples(&own);
+        assert_eq!(
+            mine["leadgate_crm_entities_created_total{tenant=acme}"],
+            3.0
+        );
+        assert!(
+            mine.keys().all(|k| k.contains("tenant=acme")),
+            "another tenant's figures in acme's scrape:\n{own}"
+        );
+        let (s, _) = scrape(&gw, "/metrics", "acme-read").await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+        // The console's dashboard reads one tenant's: acme's figures and series.
+        let acme = store
+            .tenants()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|t| t.slug == "acme")
+            .unwrap();
+        let acme_store = store.for_tenant(TenantId(acme.id));
+        let now = store.now();
+        let figures = acme_store
+            .metrics(now, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            (figures.unique_operations, figures.crm_entities_created),
+            (3, 3)
+        );
+        let default = store.metrics(now, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(
+            (default.unique_operations, default.crm_entities_created),
+            (2, 2)
+        );
+        let series = acme_store
+            .series(now - TimeDelta::hours(1), now + TimeDelta::minutes(5), 1)
+            .await
+            .unwrap();
+        let deliveries: i64 = series.iter().map(|p| p.deliveries).sum();
+        let created: i64 = series.iter().map(|p| p.crm_entities).sum();
+        assert_eq!((deliveries, created), (4, 3));
         gw.stop().await;
     }
 );

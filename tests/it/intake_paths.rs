@@ -200,13 +200,13 @@ async fn dump(db: &TestDb) -> Vec<(&'static str, Vec<String>)> {
         ),
         (
             "metric_counters",
-            "select metric || '/' || label || '/' || label2 || ' = ' || sum(value) \
-             from metric_counters group by metric, label, label2 order by 1",
+            "select tenant_id || '/' || metric || '/' || label || '/' || label2 || ' = ' || sum(value) \
+             from metric_counters group by tenant_id, metric, label, label2 order by 1",
         ),
         (
             "metric_series",
-            "select slot || '/' || metric || '/' || label || ' = ' || sum(value) \
-             from metric_series group by slot, metric, label order by 1",
+            "select tenant_id || '/' || slot || '/' || metric || '/' || label || ' = ' || sum(value) \
+             from metric_series group by tenant_id, slot, metric, label order by 1",
         ),
     ] {
         let rows: Vec<String> = sqlx::query_scalar(sql).fetch_all(&mut c).await.unwrap();

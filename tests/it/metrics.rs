@@ -60,6 +60,8 @@ each_backend!(metrics_match_a_scripted_run, |db| async move {
         .text()
         .await
         .unwrap();
+    // A deployment without tenants: no series carries a tenant label.
+    assert!(!text.contains("tenant="), "{text}");
     let m = samples(&text);
     let get = |k: &str| {
         *m.get(k)

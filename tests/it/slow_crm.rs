@@ -1292,6 +1292,13 @@ impl Dashboard for Hiccup {
     ) -> Result<MetricsSnapshot> {
         self.inner.metrics(now, stale_after).await
     }
+    async fn fleet_metrics(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        stale_after: std::time::Duration,
+    ) -> Result<Vec<leadgate::store::TenantMetrics>> {
+        self.inner.fleet_metrics(now, stale_after).await
+    }
 }
 
 #[async_trait::async_trait]

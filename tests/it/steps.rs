@@ -177,7 +177,11 @@ each_backend!(
             Some(&1)
         );
         assert_eq!(m.crm_entities_created, 1);
-        let text = leadgate::metrics::exposition(&m, &[]);
+        let text = leadgate::metrics::exposition(&[leadgate::metrics::Figures {
+            tenant: None,
+            metrics: &m,
+            connectors: &[],
+        }]);
         assert!(
             text.contains("leadgate_crm_steps_total{entity=\"contact\",how=\"created\"} 1"),
             "{text}"

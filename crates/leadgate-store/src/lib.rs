@@ -42,7 +42,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use leadgate_domain::{ErrorClass, Fingerprint, MatchRule, OperationId, ReviewReason, Status};
+use leadgate_domain::{
+    ErrorClass, Fingerprint, MatchRule, OperationId, ReviewReason, Status, TenantId,
+};
 
 pub use leadgate_domain::{after, before, AttemptOutcome, EventKind, Failure, HumanAction};
 
@@ -437,6 +439,27 @@ pub struct MetricsSnapshot {
     pub feed_deliveries: BTreeMap<String, i64>,
 }
 
+/// One tenant's figures and connectors (`Dashboard::fleet_metrics`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantMetrics {
+    pub tenant: TenantId,
+    pub slug: String,
+    pub metrics: MetricsSnapshot,
+    pub connectors: Vec<Connector>,
+}
+
+impl TenantMetrics {
+    /// A tenant with no figures yet.
+    pub fn new(tenant: TenantId, slug: String) -> Self {
+        TenantMetrics {
+            tenant,
+            slug,
+            metrics: MetricsSnapshot::default(),
+            connectors: vec![],
+        }
+    }
+}
+
 /// What one purge batch scrubbed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PurgeReport {
@@ -632,7 +655,7 @@ where
 /// gone), or their writes would cross tenants (0037: the tenants' intake, which an earlier
 /// gateway's contact matching would not keep apart from the default tenant's). Before one
 /// is applied, the gateways' heartbeats must have stopped.
-pub(crate) const NOT_BESIDE_EARLIER_GATEWAYS: &[i64] = &[36, 37];
+pub(crate) const NOT_BESIDE_EARLIER_GATEWAYS: &[i64] = &[36, 37, 38];
 
 /// A gateway whose heartbeat is this recent is running (it beats every 5 s).
 pub(crate) const RUNNING_WITHIN: chrono::TimeDelta = chrono::TimeDelta::seconds(15);

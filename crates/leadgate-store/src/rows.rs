@@ -207,6 +207,14 @@ pub(crate) struct ConnectorRow {
     by_hand: bool,
 }
 
+/// A connector with its tenant (`Dashboard::fleet_metrics`).
+#[derive(sqlx::FromRow)]
+pub(crate) struct TenantConnectorRow {
+    pub tenant_id: i32,
+    #[sqlx(flatten)]
+    pub row: ConnectorRow,
+}
+
 impl From<ConnectorRow> for Connector {
     fn from(r: ConnectorRow) -> Self {
         Connector {

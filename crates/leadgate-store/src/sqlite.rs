@@ -213,8 +213,7 @@ const DIALECT: super::sql::Dialect = super::sql::Dialect {
     lock_row: "",
     // nothing to skip: one writer takes due work at a time
     skip_locked: "",
-    mean_resolve_seconds: "select avg((julianday(resolved_at) - julianday(opened_at)) * 86400.0) \
-                           from review_cases where resolved_at is not null",
+    resolve_seconds_avg: "avg((julianday(resolved_at) - julianday(opened_at)) * 86400.0)",
     // one writer: a second intake starts only after the first committed
     lock_contact: "",
     body_without_secret: "json_remove(body, '$.secret')",

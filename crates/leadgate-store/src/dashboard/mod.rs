@@ -35,9 +35,18 @@ pub trait Dashboard: Clock {
 
     async fn connectors(&self) -> Result<Vec<Connector>>;
 
+    /// This store's tenant's figures.
     async fn metrics(
         &self,
         now: DateTime<Utc>,
         stale_after: std::time::Duration,
     ) -> Result<MetricsSnapshot>;
+
+    /// Every registered tenant's figures and connectors, by tenant id (`/metrics` of a
+    /// fleet; whatever this store's tenant).
+    async fn fleet_metrics(
+        &self,
+        now: DateTime<Utc>,
+        stale_after: std::time::Duration,
+    ) -> Result<Vec<TenantMetrics>>;
 }

@@ -53,10 +53,11 @@ macro_rules! dashboard_sql {
                     .collect();
                 let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
                     "select slot, metric, label, cast(sum(value) as bigint) from metric_series \
-                     where slot >= $1 and slot < $2 group by slot, metric, label",
+                     where tenant_id = $3 and slot >= $1 and slot < $2 group by slot, metric, label",
                 )
                 .bind(first)
                 .bind(end)
+                .bind(self.tenant.0)
                 .fetch_all(&self.pool)
                 .await?;
                 for (slot, metric, label, count) in rows {
@@ -129,18 +130,57 @@ macro_rules! dashboard_sql {
                 now: DateTime<Utc>,
                 stale_after: std::time::Duration,
             ) -> Result<MetricsSnapshot> {
+                let mut figures = self.figures(Some(self.tenant), now, stale_after).await?;
+                Ok(figures.pop().map(|t| t.metrics).unwrap_or_default())
+            }
+
+            async fn fleet_metrics(
+                &self,
+                now: DateTime<Utc>,
+                stale_after: std::time::Duration,
+            ) -> Result<Vec<TenantMetrics>> {
+                self.figures(None, now, stale_after).await
+            }
+        }
+
+        impl $store {
+            /// The figures of `only` (none: of every registered tenant), one statement per
+            /// kind of figure, grouped by tenant.
+            async fn figures(
+                &self,
+                only: Option<TenantId>,
+                now: DateTime<Utc>,
+                stale_after: std::time::Duration,
+            ) -> Result<Vec<TenantMetrics>> {
                 let p = &self.pool;
-                let pairs = |rows: Vec<(String, i64)>| rows.into_iter().collect::<BTreeMap<_, _>>();
-                let mut m = MetricsSnapshot::default();
-                // The counted figures come from `metric_counters`, kept by triggers in the
-                // writing transactions (migration 0004): a few rows, whatever the volume.
-                let counters: Vec<(String, String, String, i64)> = sqlx::query_as(
-                    "select metric, label, label2, cast(sum(value) as bigint) from metric_counters \
-                     group by metric, label, label2",
+                // -1: every tenant.
+                let only = only.map_or(-1, |t| t.0);
+                let tenants: Vec<(i32, String)> = sqlx::query_as(
+                    "select id, slug from tenants where $1 < 0 or id = $1 order by id",
                 )
+                .bind(only)
                 .fetch_all(p)
                 .await?;
-                for (metric, label, label2, n) in counters {
+                let mut by_tenant: BTreeMap<i32, TenantMetrics> = tenants
+                    .into_iter()
+                    .map(|(id, slug)| (id, TenantMetrics::new(TenantId(id), slug)))
+                    .collect();
+                let of = $crate::dashboard::sql::figures_of;
+                if only >= 0 {
+                    of(&mut by_tenant, only);
+                }
+                // The counted figures come from `metric_counters`, kept by triggers in the
+                // writing transactions (migration 0004): a few rows, whatever the volume.
+                let counters: Vec<(i32, String, String, String, i64)> = sqlx::query_as(
+                    "select tenant_id, metric, label, label2, cast(sum(value) as bigint) \
+                     from metric_counters where $1 < 0 or tenant_id = $1 \
+                     group by tenant_id, metric, label, label2",
+                )
+                .bind(only)
+                .fetch_all(p)
+                .await?;
+                for (tenant, metric, label, label2, n) in counters {
+                    let m = &mut of(&mut by_tenant, tenant).metrics;
                     match metric.as_str() {
                         "operations" if n != 0 => {
                             m.operations_by_status.insert(label, n);
@@ -166,49 +206,92 @@ macro_rules! dashboard_sql {
                         _ => {}
                     }
                 }
-                m.unique_operations = m.operations_by_status.values().sum();
                 let stale_since = now - chrono::TimeDelta::from_std(stale_after).unwrap_or(chrono::TimeDelta::MAX);
-                m.stale_in_progress = sqlx::query_scalar(
-                    "select count(*) from operations where status = 'in_progress' and updated_at < $1",
+                let stale: Vec<(i32, i64)> = sqlx::query_as(
+                    "select tenant_id, count(*) from operations where status = 'in_progress' \
+                     and updated_at < $1 and ($2 < 0 or tenant_id = $2) group by tenant_id",
                 )
                 .bind(stale_since)
-                .fetch_one(p)
+                .bind(only)
+                .fetch_all(p)
                 .await?;
-                m.unprocessed = ["received", "in_progress"]
-                    .iter()
-                    .filter_map(|s| m.operations_by_status.get(*s))
-                    .sum();
-                m.open_cases_by_reason = pairs(
-                    sqlx::query_as(
-                        "select reason, count(*) from review_cases where resolved_at is null group by reason",
-                    )
-                    .fetch_all(p)
-                    .await?,
+                for (tenant, n) in stale {
+                    of(&mut by_tenant, tenant).metrics.stale_in_progress = n;
+                }
+                let open: Vec<(i32, String, i64)> = sqlx::query_as(
+                    "select tenant_id, reason, count(*) from review_cases where resolved_at is null \
+                     and ($1 < 0 or tenant_id = $1) group by tenant_id, reason",
+                )
+                .bind(only)
+                .fetch_all(p)
+                .await?;
+                for (tenant, reason, n) in open {
+                    of(&mut by_tenant, tenant).metrics.open_cases_by_reason.insert(reason, n);
+                }
+                let resolved: Vec<(i32, i64, Option<f64>)> = sqlx::query_as(&format!(
+                    "select tenant_id, count(*), {} from review_cases \
+                     where resolved_at is not null and ($1 < 0 or tenant_id = $1) group by tenant_id",
+                    DIALECT.resolve_seconds_avg
+                ))
+                .bind(only)
+                .fetch_all(p)
+                .await?;
+                for (tenant, n, mean) in resolved {
+                    let m = &mut of(&mut by_tenant, tenant).metrics;
+                    m.resolved_cases = n;
+                    m.mean_seconds_to_resolve = mean;
+                }
+                let sql = format!(
+                    "select c.tenant_id, c.name, {} from connectors c \
+                     left join tenants t on t.id = c.tenant_id \
+                     where $1 < 0 or c.tenant_id = $1 order by c.tenant_id, c.name",
+                    $crate::dashboard::sql::HELD_BY_THE_TENANT
                 );
-                m.resolved_cases = sqlx::query_scalar(
-                    "select count(*) from review_cases where resolved_at is not null",
-                )
-                .fetch_one(p)
-                .await?;
-                m.mean_seconds_to_resolve = sqlx::query_scalar(DIALECT.mean_resolve_seconds).fetch_one(p).await?;
-                m.paused_connectors = sqlx::query_scalar(
-                    "select name from connectors where state = 'paused' order by name",
-                )
-                .fetch_all(p)
-                .await?;
-                let unreachable: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
-                    "select name, unreachable_since from connectors \
-                     where unreachable_since is not null order by name",
-                )
-                .fetch_all(p)
-                .await?;
-                m.unreachable_connectors = unreachable.into_iter().collect();
-                Ok(m)
+                let connectors = sqlx::query_as::<_, $crate::rows::TenantConnectorRow>(&sql)
+                    .bind(only)
+                    .fetch_all(p)
+                    .await?;
+                for row in connectors {
+                    of(&mut by_tenant, row.tenant_id).connectors.push(row.row.into());
+                }
+                let mut out: Vec<TenantMetrics> = by_tenant.into_values().collect();
+                for t in &mut out {
+                    let m = &mut t.metrics;
+                    m.unique_operations = m.operations_by_status.values().sum();
+                    m.unprocessed = ["received", "in_progress"]
+                        .iter()
+                        .filter_map(|s| m.operations_by_status.get(*s))
+                        .sum();
+                    m.paused_connectors =
+                        t.connectors.iter().filter(|c| c.paused).map(|c| c.name.clone()).collect();
+                    m.unreachable_connectors = t
+                        .connectors
+                        .iter()
+                        .filter_map(|c| c.unreachable_since.map(|at| (c.name.clone(), at)))
+                        .collect();
+                }
+                Ok(out)
             }
         }
     };
 }
 pub(crate) use dashboard_sql;
+
+/// `id`'s figures in `by_tenant`: a tenant without a registry row (the default one, before
+/// it is written) still has figures.
+pub(crate) fn figures_of(
+    by_tenant: &mut std::collections::BTreeMap<i32, crate::TenantMetrics>,
+    id: i32,
+) -> &mut crate::TenantMetrics {
+    by_tenant.entry(id).or_insert_with(|| {
+        let slug = if id == 0 {
+            leadgate_domain::TenantSlug::DEFAULT.to_owned()
+        } else {
+            id.to_string()
+        };
+        crate::TenantMetrics::new(leadgate_domain::TenantId(id), slug)
+    })
+}
 
 /// A connector's columns (`c`) as its tenant (`t`, none when it is not registered) leaves
 /// them: a tenant that is not active (paused by a person or by its tenants file) holds its

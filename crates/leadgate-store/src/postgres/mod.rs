@@ -377,8 +377,7 @@ const DIALECT: super::sql::Dialect = super::sql::Dialect {
     backend: super::Backend::Postgres,
     lock_row: " for update",
     skip_locked: " for update skip locked",
-    mean_resolve_seconds: "select avg(extract(epoch from resolved_at - opened_at))::float8 \
-                           from review_cases where resolved_at is not null",
+    resolve_seconds_avg: "avg(extract(epoch from resolved_at - opened_at))::float8",
     // held until commit, so a concurrent intake with the same contact sees this one: a
     // row only the gateway's login may lock (migration 0024), not an advisory lock
     lock_contact: "select 1 from intake_contact_slots where slot = $1 for update",

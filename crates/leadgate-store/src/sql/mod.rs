@@ -95,8 +95,9 @@ pub(crate) struct Dialect {
     /// Appended to the pick of due or stale work, so that concurrent workers skip the rows
     /// another one is taking instead of waiting for it.
     pub skip_locked: &'static str,
-    /// Mean seconds from `opened_at` to `resolved_at` over resolved review cases.
-    pub mean_resolve_seconds: &'static str,
+    /// The aggregate of the mean seconds from `opened_at` to `resolved_at` of review
+    /// cases (a float, null over none).
+    pub resolve_seconds_avg: &'static str,
     /// Takes a transaction-level lock on one contact key (`$1`, an i64) before matching;
     /// empty where the single writer already serialises intakes.
     pub lock_contact: &'static str,
@@ -117,7 +118,7 @@ macro_rules! sql_store {
         use chrono::{DateTime, Utc};
         use serde_json::Value;
 
-        use leadgate_domain::{OperationId, Resolution, ReviewReason, Status};
+        use leadgate_domain::{OperationId, Resolution, ReviewReason, Status, TenantId};
         use $crate::ops::{
             CaseRow, ConnectorTx, ContactMatch, DeliveryData, Locked, RedeliveryRow, WriteTx,
         };

@@ -147,10 +147,11 @@ macro_rules! upkeep_sql {
                 let slot = before.timestamp().div_euclid(SLOT_SECONDS);
                 let done = sqlx::query(
                     "with moved as (delete from metric_series where slot < $1 and shard <> 0 \
-                       returning slot, metric, label, value) \
-                     insert into metric_series (slot, metric, label, shard, value) \
-                     select slot, metric, label, 0, sum(value) from moved group by slot, metric, label \
-                     on conflict (slot, metric, label, shard) \
+                       returning tenant_id, slot, metric, label, value) \
+                     insert into metric_series (tenant_id, slot, metric, label, shard, value) \
+                     select tenant_id, slot, metric, label, 0, sum(value) from moved \
+                     group by tenant_id, slot, metric, label \
+                     on conflict (tenant_id, slot, metric, label, shard) \
                      do update set value = metric_series.value + excluded.value",
                 )
                 .bind(slot)
@@ -161,11 +162,11 @@ macro_rules! upkeep_sql {
                 let folded = sqlx::query(
                     "with moved as (delete from metric_counters where shard <> 0 \
                        and shard not in (select pid from pg_stat_activity where pid is not null) \
-                       returning metric, label, label2, value) \
-                     insert into metric_counters (metric, label, label2, shard, value) \
-                     select metric, label, label2, 0, sum(value) from moved \
-                     group by metric, label, label2 \
-                     on conflict (metric, label, label2, shard) \
+                       returning tenant_id, metric, label, label2, value) \
+                     insert into metric_counters (tenant_id, metric, label, label2, shard, value) \
+                     select tenant_id, metric, label, label2, 0, sum(value) from moved \
+                     group by tenant_id, metric, label, label2 \
+                     on conflict (tenant_id, metric, label, label2, shard) \
                      do update set value = metric_counters.value + excluded.value",
                 )
                 .execute(&self.pool)
