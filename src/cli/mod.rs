@@ -156,8 +156,21 @@ enum UserCommand {
         /// support, sales_ops, manager or admin.
         #[arg(long)]
         role: crate::domain::roles::Role,
+        /// In fleet mode, the tenants the person works for: slugs separated by commas
+        /// (`acme,beta`), or `all` (an integrator's staff). Without it: the default tenant.
+        #[arg(long, value_name = "TENANTS")]
+        tenants: Option<store::logins::PersonTenants>,
         #[command(flatten)]
         admin: AdminArg,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Change the tenants a person's login reads (fleet mode): `--tenants acme,beta` or
+    /// `--tenants all`.
+    Tenants {
+        name: String,
+        #[arg(long, value_name = "TENANTS")]
+        tenants: store::logins::PersonTenants,
         #[command(flatten)]
         config: ConfigArg,
     },
@@ -607,6 +620,7 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
     let config = match &command {
         UserCommand::Add { config, .. }
         | UserCommand::List { config }
+        | UserCommand::Tenants { config, .. }
         | UserCommand::Remove { config, .. } => config.load()?,
     };
     let url = config.database.url.expose();
@@ -620,30 +634,50 @@ async fn user(command: UserCommand) -> anyhow::Result<ExitCode> {
     let store = store::postgres::PgStore::connect(url).await?;
     match command {
         UserCommand::Add {
-            name, role, admin, ..
+            name,
+            role,
+            tenants,
+            admin,
+            ..
         } => {
             let admin = store::logins::LoginAdmin::connect(&admin.admin_url).await?;
-            let password = admin.add_user(&store, &name, role).await?;
-            println!("created the login `{name}` with the role {role}; its password (shown once):");
+            let tenants = tenants.unwrap_or(store::logins::PersonTenants::Default);
+            let password = admin.add_user_in(&store, &name, role, &tenants).await?;
+            println!(
+                "created the login `{name}` with the role {role} in the tenants {tenants}; \
+                 its password (shown once):"
+            );
             println!("  {password}");
             println!("connect the console with:");
             println!("  {}", console_url(url, &name, &password));
         }
         UserCommand::List { .. } => {
+            let tenants = store.people_tenants().await?;
             for u in store.users().await? {
                 let also: Vec<String> = u.also.iter().map(|r| r.to_string()).collect();
+                let of = tenants
+                    .get(&u.login)
+                    .unwrap_or(&store::logins::PersonTenants::Default);
                 if also.is_empty() {
-                    println!("{:<24} {}", u.login, u.role);
+                    println!("{:<24} {:<10} tenants: {of}", u.login, u.role.to_string());
                 } else {
                     println!(
-                        "{:<24} {} (also in {}: asks as {}, reads what all allow; revoke the others)",
+                        "{:<24} {:<10} tenants: {of} (also in {}: asks as {}, reads what all allow; revoke the others)",
                         u.login,
-                        u.role,
+                        u.role.to_string(),
                         also.join(", "),
                         u.role
                     );
                 }
             }
+        }
+        UserCommand::Tenants { name, tenants, .. } => {
+            if !store.users().await?.iter().any(|u| u.login == name) {
+                eprintln!("leadgate: `{name}` is not a login in one of Leadgate's roles");
+                return Ok(ExitCode::from(2));
+            }
+            store.set_person_tenants(&name, &tenants).await?;
+            println!("`{name}` now reads the tenants {tenants}");
         }
         UserCommand::Remove { name, admin, .. } => {
             let admin = store::logins::LoginAdmin::connect(&admin.admin_url).await?;

@@ -623,3 +623,100 @@ async fn a_start_does_not_hang_on_whoever_holds_the_grants_lock() {
     })
     .await;
 }
+
+/// Fleet mode (migration 0039): the gateway's own login — no superuser, no BYPASSRLS —
+/// owns the tables and reads every tenant's rows; a person's login reads its tenants'
+/// (the default tenant's without `--tenants`), and `user tenants` moves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_login_reads_every_tenant_and_a_persons_login_its_own() {
+    use leadgate::store::logins::PersonTenants;
+    let install = Install::new().await;
+    let store = PgStore::connect(&install.url).await.unwrap();
+    let mut rt = PgConnection::connect(&install.url).await.unwrap();
+    let (superuser, bypass): (bool, bool) =
+        sqlx::query_as("select rolsuper, rolbypassrls from pg_roles where rolname = current_user")
+            .fetch_one(&mut rt)
+            .await
+            .unwrap();
+    assert!(!superuser && !bypass);
+    sqlx::raw_sql(
+        "insert into tenants (id, slug, name) values (1, 'acme', 'ACME'), (2, 'beta', 'Beta'); \
+         insert into operations (operation_id, source, status, payload_hash, created_at, updated_at, tenant_id) \
+         values ('site:d', 'site', 'received', 'h', now(), now(), 0), \
+                ('acme/site:a', 'site', 'received', 'h', now(), now(), 1), \
+                ('beta/site:b', 'site', 'received', 'h', now(), now(), 2)",
+    )
+    .execute(&mut rt)
+    .await
+    .unwrap();
+    let ids = |sql: &'static str| {
+        let url = install.url.clone();
+        async move {
+            let mut c = PgConnection::connect(&url).await.unwrap();
+            sqlx::query_scalar::<_, String>(sql)
+                .fetch_all(&mut c)
+                .await
+                .unwrap()
+        }
+    };
+    let all_ops = "select operation_id from operations order by operation_id";
+    assert_eq!(
+        ids(all_ops).await,
+        ["acme/site:a", "beta/site:b", "site:d"],
+        "the gateway's login serves every tenant"
+    );
+
+    let acme = People::in_tenants(
+        &install.url,
+        &install.admin_url,
+        &PersonTenants::Only(vec!["acme".into()]),
+    )
+    .await;
+    let plain = People::with_admin(&install.url, &install.admin_url).await;
+    let read = |people: &People, role: Role| {
+        let url = people.url(role).to_owned();
+        async move {
+            let mut c = PgConnection::connect(&url).await.unwrap();
+            sqlx::query_scalar::<_, String>(all_ops)
+                .fetch_all(&mut c)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(read(&acme, Role::Manager).await, ["acme/site:a"]);
+    assert_eq!(read(&acme, Role::Support).await, ["acme/site:a"]);
+    // A login without tenants: the default tenant's, as before fleet mode.
+    assert_eq!(read(&plain, Role::Manager).await, ["site:d"]);
+    let listed = store.people_tenants().await.unwrap();
+    assert_eq!(
+        listed.get(acme.login(Role::Manager)),
+        Some(&PersonTenants::Only(vec!["acme".into()]))
+    );
+    assert_eq!(listed.get(plain.login(Role::Manager)), None);
+    // `leadgate user tenants … --tenants all`, then `beta`.
+    let login = acme.login(Role::Manager).to_owned();
+    store
+        .set_person_tenants(&login, &PersonTenants::All)
+        .await
+        .unwrap();
+    assert_eq!(
+        read(&acme, Role::Manager).await,
+        ["acme/site:a", "beta/site:b", "site:d"]
+    );
+    store
+        .set_person_tenants(&login, &PersonTenants::Only(vec!["beta".into()]))
+        .await
+        .unwrap();
+    assert_eq!(read(&acme, Role::Manager).await, ["beta/site:b"]);
+    // A tenant that does not exist is refused, and nothing changes.
+    let err = store
+        .set_person_tenants(&login, &PersonTenants::Only(vec!["zeta".into()]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no such tenant: zeta"), "{err}");
+    assert_eq!(read(&acme, Role::Manager).await, ["beta/site:b"]);
+    acme.drop_all().await;
+    plain.drop_all().await;
+    // Removed logins leave no membership behind.
+    assert!(store.people_tenants().await.unwrap().is_empty());
+}

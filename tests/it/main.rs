@@ -25,6 +25,7 @@ mod idempotency_key;
 mod imap;
 mod insiders;
 mod intake_paths;
+mod isolation;
 mod logins;
 mod lookup;
 mod manual_pause;

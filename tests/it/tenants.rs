@@ -17,7 +17,7 @@ use leadgate_testkit::seed::delivery;
 use leadgate_testkit::{each_backend, Backend, TestDb};
 
 /// The tables whose rows belong to one tenant: each has `tenant_id`.
-const TENANT_OWNED: &[&str] = &[
+pub(crate) const TENANT_OWNED: &[&str] = &[
     "alert_channels",
     "alert_conditions",
     "business_rule_history",
@@ -66,6 +66,8 @@ const SHARED: &[&str] = &[
     // the schema's own
     "_sqlx_migrations",
     "leadgate_request_kinds",
+    // which tenants each person's login belongs to (migration 0039): the gateway's
+    "tenant_members",
 ];
 
 async fn tables(db: &TestDb) -> Vec<String> {

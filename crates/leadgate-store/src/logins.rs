@@ -64,6 +64,53 @@ fn groups() -> Vec<String> {
     Role::ALL.iter().map(|r| r.group()).collect()
 }
 
+/// The tenants a person's login belongs to (fleet mode, migration 0039): it reads their
+/// rows and no other tenant's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PersonTenants {
+    /// The default tenant alone: every login before fleet mode, and a deployment without
+    /// tenants.
+    Default,
+    /// Every tenant, present and future: an integrator's admin and support.
+    All,
+    /// These tenants, by slug: a client's people.
+    Only(Vec<String>),
+}
+
+impl std::str::FromStr for PersonTenants {
+    type Err = String;
+
+    /// `all`, or slugs separated by commas (`acme,beta`).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s.trim() == "all" {
+            return Ok(PersonTenants::All);
+        }
+        let slugs: Vec<String> = s
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if slugs.is_empty() {
+            return Err("name the tenants (`acme,beta`) or `all`".into());
+        }
+        for slug in &slugs {
+            leadgate_domain::TenantSlug::new(slug).map_err(|e| e.to_string())?;
+        }
+        Ok(PersonTenants::Only(slugs))
+    }
+}
+
+impl std::fmt::Display for PersonTenants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PersonTenants::Default => f.write_str(leadgate_domain::TenantSlug::DEFAULT),
+            PersonTenants::All => f.write_str("all"),
+            PersonTenants::Only(slugs) => f.write_str(&slugs.join(",")),
+        }
+    }
+}
+
 /// A person's login (`leadgate user list`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -251,6 +298,80 @@ impl PgStore {
             .collect()
     }
 
+    /// The tenant ids `tenants` names (`-1`: every tenant; none: the default one alone);
+    /// a slug that is no tenant, or a removed one's, is refused.
+    async fn tenant_ids(&self, tenants: &PersonTenants) -> Result<Vec<i32>> {
+        let slugs = match tenants {
+            PersonTenants::Default => return Ok(vec![]),
+            PersonTenants::All => return Ok(vec![-1]),
+            PersonTenants::Only(slugs) => slugs,
+        };
+        let found: Vec<(String, i32)> = sqlx::query_as(
+            "select slug, id from tenants where slug = any($1) and state <> 'removed'",
+        )
+        .bind(slugs)
+        .fetch_all(&self.pool)
+        .await?;
+        let missing: Vec<&str> = slugs
+            .iter()
+            .filter(|s| !found.iter().any(|(f, _)| f == *s))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(StoreError::NotApplied(format!(
+                "no such tenant: {} (`leadgate tenant list`)",
+                missing.join(", ")
+            )));
+        }
+        Ok(found.into_iter().map(|(_, id)| id).collect())
+    }
+
+    /// Makes `login` belong to `tenants` (and to no other): what row-level security lets
+    /// it read (migration 0039).
+    pub async fn set_person_tenants(&self, login: &str, tenants: &PersonTenants) -> Result<()> {
+        let ids = self.tenant_ids(tenants).await?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("delete from tenant_members where login = $1")
+            .bind(login)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "insert into tenant_members (login, member_of) select $1, unnest(cast($2 as integer[]))",
+        )
+        .bind(login)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The tenants each person's login belongs to, by login (a login without a row: the
+    /// default tenant alone).
+    pub async fn people_tenants(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, PersonTenants>> {
+        let rows: Vec<(String, bool, Vec<String>)> = sqlx::query_as(
+            "select m.login, bool_or(m.member_of = -1), \
+                    array_remove(array_agg(t.slug order by t.slug), null) \
+             from tenant_members m left join tenants t on t.id = m.member_of \
+             group by m.login",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(login, all, slugs)| {
+                let t = if all {
+                    PersonTenants::All
+                } else {
+                    PersonTenants::Only(slugs)
+                };
+                (login, t)
+            })
+            .collect())
+    }
+
     /// Gives (`grant`) or takes back CONNECT on this database to a person's login. When
     /// this login does not own the database and the database is open to everyone, there
     /// is nothing to give; closed, that is the owner's to do.
@@ -352,7 +473,22 @@ impl LoginAdmin {
     /// never sent to the server, so no statement log can show it), then CONNECT on the
     /// owner's database. Returns the password.
     pub async fn add_user(&self, owner: &PgStore, login: &str, role: Role) -> Result<String> {
+        self.add_user_in(owner, login, role, &PersonTenants::Default)
+            .await
+    }
+
+    /// [`LoginAdmin::add_user`], the login belonging to `tenants` (fleet mode, migration
+    /// 0039): it reads those tenants' rows and no other's.
+    pub async fn add_user_in(
+        &self,
+        owner: &PgStore,
+        login: &str,
+        role: Role,
+        tenants: &PersonTenants,
+    ) -> Result<String> {
         check_login(login)?;
+        // Unknown tenants are refused before anything is made.
+        owner.tenant_ids(tenants).await?;
         self.create_group_roles().await?;
         owner.secure_database(false).await?;
         let password = rand::distr::SampleString::sample_string(
@@ -391,6 +527,7 @@ impl LoginAdmin {
         }
         let made = async {
             self.limit_sessions(login).await?;
+            owner.set_person_tenants(login, tenants).await?;
             owner.person_connect(login, true).await
         };
         if let Err(e) = made.await {
@@ -429,6 +566,9 @@ impl LoginAdmin {
             return Ok(false);
         }
         owner.person_connect(login, false).await?;
+        owner
+            .set_person_tenants(login, &PersonTenants::Default)
+            .await?;
         match self.drop_login(login).await {
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("2BP01") => {
                 Err(StoreError::NotApplied(format!(

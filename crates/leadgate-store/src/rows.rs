@@ -526,6 +526,7 @@ pub(crate) struct HumanRequestRow {
     connector: Option<String>,
     expected_version: Option<i64>,
     body: String,
+    tenant_id: i32,
 }
 
 impl TryFrom<HumanRequestRow> for RequestRow {
@@ -535,6 +536,7 @@ impl TryFrom<HumanRequestRow> for RequestRow {
         Ok(RequestRow {
             id: r.id,
             actor: r.actor,
+            tenant: leadgate_domain::TenantId(r.tenant_id),
             // A body that does not read back is the request's answer, not the read's error.
             ask: Ask::from_row(
                 &r.kind,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 
 use leadgate::domain::roles::Role;
-use leadgate::store::logins::LoginAdmin;
+use leadgate::store::logins::{LoginAdmin, PersonTenants};
 use leadgate::store::postgres::PgStore;
 use leadgate::store::Store;
 
@@ -28,13 +28,27 @@ impl People {
     /// One login per role in the database at `url`, made by the administration login of
     /// `admin_url` (a login with CREATEROLE).
     pub async fn with_admin(url: &str, admin_url: &str) -> People {
+        People::make(url, admin_url, &PersonTenants::Default).await
+    }
+
+    /// One login per role in the database at `url`, made by the administration login of
+    /// `admin_url`, each belonging to `tenants` (fleet mode: `leadgate user add
+    /// --tenants`).
+    pub async fn in_tenants(url: &str, admin_url: &str, tenants: &PersonTenants) -> People {
+        People::make(url, admin_url, tenants).await
+    }
+
+    async fn make(url: &str, admin_url: &str, tenants: &PersonTenants) -> People {
         let owner = PgStore::connect(url).await.unwrap();
         let admin = LoginAdmin::connect(admin_url).await.unwrap();
         let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
         let mut logins = vec![];
         for role in Role::ALL {
             let login = format!("lgt_{tag}_{role}");
-            let password = admin.add_user(&owner, &login, *role).await.unwrap();
+            let password = admin
+                .add_user_in(&owner, &login, *role, tenants)
+                .await
+                .unwrap();
             assert_eq!(password.len(), 24);
             logins.push((*role, login.clone(), url_as(url, &login, &password)));
         }

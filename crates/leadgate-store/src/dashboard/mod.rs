@@ -35,7 +35,7 @@ pub trait Dashboard: Clock {
 
     async fn connectors(&self) -> Result<Vec<Connector>>;
 
-    /// This store's tenant's figures.
+    /// This store's tenant's figures (any login that may read the figures may call it).
     async fn metrics(
         &self,
         now: DateTime<Utc>,
@@ -43,7 +43,8 @@ pub trait Dashboard: Clock {
     ) -> Result<MetricsSnapshot>;
 
     /// Every registered tenant's figures and connectors, by tenant id (`/metrics` of a
-    /// fleet; whatever this store's tenant).
+    /// fleet; whatever this store's tenant). The gateway's login: it reads the tenants'
+    /// slugs.
     async fn fleet_metrics(
         &self,
         now: DateTime<Utc>,

@@ -26,6 +26,9 @@ use crate::work_queue::attempts;
 pub(crate) struct RequestRow {
     pub id: i64,
     pub actor: String,
+    /// The tenant whose case, operation or connector it is about (the database checked
+    /// it is, and that it is one of the asker's, migration 0039): applied as its.
+    pub tenant: leadgate_domain::TenantId,
     /// A body that does not read back is declined, not retried forever.
     pub ask: Result<Ask>,
 }
@@ -42,6 +45,7 @@ pub(crate) async fn apply_next<T: WriteTx>(mut tx: T, now: DateTime<Utc>) -> Res
     let Some(row) = tx.lock_waiting_request().await? else {
         return Ok(Applied::Nothing);
     };
+    tx.write_as(row.tenant);
     let outcome = match row.ask {
         Ok(ask) => match may_still_ask(&mut tx, &row.actor, &ask).await {
             Ok(()) => apply(&mut tx, &row.actor, ask, now).await,

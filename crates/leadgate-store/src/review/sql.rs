@@ -71,7 +71,7 @@ macro_rules! review_sql {
                 let (case_id, version, operation_id, connector) = ask.key_columns();
                 sqlx::query_scalar(
                     "insert into human_requests (kind, case_id, expected_version, operation_id, \
-                     connector, body) values ($1, $2, $3, $4, $5, $6) returning id",
+                     connector, body, tenant_id) values ($1, $2, $3, $4, $5, $6, $7) returning id",
                 )
                 .bind(ask.kind_name())
                 .bind(case_id)
@@ -79,6 +79,7 @@ macro_rules! review_sql {
                 .bind(operation_id)
                 .bind(connector)
                 .bind(ask.body())
+                .bind(self.tenant.0)
                 .fetch_one(&self.pool)
                 .await
                 .map_err(StoreError::refused_request)

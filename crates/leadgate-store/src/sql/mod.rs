@@ -60,7 +60,7 @@ pub(super) const PICK_REDELIVERY: &str = "select o.operation_id, o.payload, o.ne
 /// A person's request as `store::review::requests` reads it (migration 0017).
 pub(super) const REQUEST_COLUMNS: &str =
     "select id, actor, kind, case_id, operation_id, connector, \
-     expected_version, body from human_requests";
+     expected_version, body, tenant_id from human_requests";
 
 /// A source's business rules (migration 0021), as `rules_from_row` reads them.
 pub(super) const RULES_COLUMNS: &str = "select source, rule, window_secs, channel, version, \

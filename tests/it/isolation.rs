@@ -1,0 +1,273 @@
+//! Fleet mode's isolation on PostgreSQL (issue 35, migration 0039): every person's login
+//! reads its own tenants' rows and no other's, whatever its role, through raw SQL as
+//! through the console; it writes nothing of another tenant's and asks nothing about one;
+//! the gateway's login serves every tenant. SQLite has no logins (one operator).
+
+use sqlx::{Connection, PgConnection};
+
+use leadgate::domain::roles::Role;
+use leadgate::store::logins::PersonTenants;
+use leadgate_testkit::people::People;
+use leadgate_testkit::seed::seed;
+use leadgate_testkit::{run, Backend, TestDb};
+
+use crate::tenants::TENANT_OWNED;
+
+/// The tenant whose rows the people below must not see.
+const BETA: i32 = 2;
+
+/// A database whose every tenant-owned row is beta's: the seeded history (a day of
+/// leads, a case of each kind, a paused connector, business rules) moved to beta as its
+/// owner, past the timeline's append-only triggers; acme (tenant 1) has no row.
+async fn betas_history(db: &TestDb) {
+    let store = db.store().await;
+    seed(&*store).await.unwrap();
+    let site = leadgate::store::SourceRules {
+        source: "site".into(),
+        rule: leadgate::domain::MatchRule::Create,
+        window_secs: 86400,
+        channel: "site".into(),
+    };
+    store.seed_rules(&[site], store.now()).await.unwrap();
+    db.execute(
+        "insert into tenants (id, slug, name) values (1, 'acme', 'ACME'), (2, 'beta', 'Beta')",
+    )
+    .await;
+    for t in TENANT_OWNED {
+        db.execute(&format!(
+            "alter table {t} disable trigger user; update {t} set tenant_id = {BETA}; \
+             alter table {t} enable trigger user"
+        ))
+        .await;
+    }
+}
+
+/// What `sql` did as `c`'s login: refused by the database, or the rows it returned or
+/// touched.
+async fn try_sql(c: &mut PgConnection, sql: &str) -> Result<u64, String> {
+    if sql.trim_start().starts_with("select") {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&mut *c)
+            .await
+            .map(|n| n as u64)
+            .map_err(|e| e.to_string())
+    } else {
+        sqlx::query(sql)
+            .execute(&mut *c)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_role_is_refused_every_other_tenant() {
+    run(Backend::Postgres, |db| async move {
+        betas_history(&db).await;
+        // What beta holds, as the gateway's login sees it: every tenant.
+        let mut owner = PgConnection::connect(&db.url).await.unwrap();
+        let mut held = vec![];
+        for t in TENANT_OWNED {
+            let n: i64 = sqlx::query_scalar(&format!(
+                "select count(*) from {t} where tenant_id = {BETA}"
+            ))
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+            held.push((*t, n));
+        }
+        for core in [
+            "operations",
+            "deliveries",
+            "timeline",
+            "review_cases",
+            "operation_names",
+            "metric_counters",
+            "metric_series",
+            "connectors",
+            "business_rules",
+        ] {
+            assert!(
+                held.iter().any(|(t, n)| *t == core && *n > 0),
+                "the gateway's login sees none of beta's {core}: {held:?}"
+            );
+        }
+
+        // acme's people, one per role, and an integrator's people in every tenant.
+        let acme = People::in_tenants(
+            &db.url,
+            &db.url,
+            &PersonTenants::Only(vec!["acme".into()]),
+        )
+        .await;
+        let all = People::in_tenants(&db.url, &db.url, &PersonTenants::All).await;
+        // A case any resolving role may resolve (not a cross-channel match), and the
+        // version of its operation: a request about it is right in every way but its tenant.
+        let (case, version): (i64, i64) = sqlx::query_as(
+            "select c.id, o.version from review_cases c join operations o using (operation_id) \
+             where c.resolved_at is null and c.reason <> 'cross_channel_match' order by c.id limit 1",
+        )
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+        let ask = |tenant: i32| {
+            format!(
+                "insert into human_requests (kind, case_id, expected_version, body, tenant_id) \
+                 values ('resolve', {case}, {version}, \
+                 '{{\"resolution\":\"confirmed_crm_result\",\"crm_id\":\"1\"}}', {tenant})"
+            )
+        };
+        let phone: String = sqlx::query_scalar(
+            "select contact_phone from operations where contact_phone is not null limit 1",
+        )
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+
+        let mut table = String::from("role        table                    read     insert   update   delete\n");
+        let mut leaks = vec![];
+        for role in Role::ALL {
+            let mut c = acme.sql(*role).await;
+            for (t, _) in &held {
+                let mut row = format!("{:<11} {:<24}", role.to_string(), t);
+                for (what, sql) in [
+                    ("read", format!("select count(*) from {t}")),
+                    ("insert", format!("insert into {t} (tenant_id) values ({BETA})")),
+                    ("update", format!("update {t} set tenant_id = tenant_id")),
+                    ("delete", format!("delete from {t}")),
+                ] {
+                    // Refused, or nothing of beta's returned or touched.
+                    let cell = match try_sql(&mut c, &sql).await {
+                        Err(_) => "refused",
+                        Ok(0) => "none",
+                        Ok(n) => {
+                            leaks.push(format!("{role} {what} {t}: {n} rows"));
+                            "LEAK"
+                        }
+                    };
+                    row += &format!(" {cell:<8}");
+                }
+                table += row.trim_end();
+                table += "\n";
+            }
+            // A request about beta's case: under beta's name, under acme's, under the
+            // default tenant's — none is written.
+            for tenant in [BETA, 1, 0] {
+                if let Ok(n) = try_sql(&mut c, &ask(tenant)).await {
+                    leaks.push(format!("{role} asked about beta's case as tenant {tenant}: {n}"));
+                }
+            }
+            // "Did my lead arrive?" with beta's phone: nothing.
+            let found = try_sql(
+                &mut c,
+                &format!("select count(*) from leadgate_lookup('{phone}', null, 50)"),
+            )
+            .await;
+            if found != Ok(0) {
+                leaks.push(format!("{role} looked up beta's phone: {found:?}"));
+            }
+        }
+        // Beta's own registry row is not acme's either.
+        let mut c = acme.sql(Role::Manager).await;
+        assert_eq!(
+            try_sql(&mut c, "select count(*) from tenants where id <> 1").await,
+            Ok(0)
+        );
+        eprintln!("{table}");
+        assert!(leaks.is_empty(), "{leaks:#?}\n{table}");
+        assert!(!table.contains("LEAK"), "{table}");
+
+        // The integrator's people see beta's rows their role may read: the refusals above
+        // are the tenant's, not the role's.
+        for (role, t) in [
+            (Role::Manager, "operations"),
+            (Role::SalesOps, "review_cases"),
+            (Role::Support, "metric_counters"),
+            (Role::Admin, "connectors"),
+        ] {
+            let mut c = all.sql(role).await;
+            let n = try_sql(&mut c, &format!("select count(*) from {t}")).await;
+            assert!(matches!(n, Ok(n) if n > 0), "{role} in every tenant reads {t}: {n:?}");
+        }
+        let mut c = all.sql(Role::Support).await;
+        let found = try_sql(
+            &mut c,
+            &format!("select count(*) from leadgate_lookup('{phone}', null, 50)"),
+        )
+        .await;
+        assert!(matches!(found, Ok(n) if n > 0), "{found:?}");
+        // ... and may ask about beta's case, under beta's name only.
+        let mut c = all.sql(Role::Manager).await;
+        assert!(try_sql(&mut c, &ask(1)).await.is_err());
+        assert_eq!(try_sql(&mut c, &ask(BETA)).await, Ok(1));
+        // A gateway applies it as beta's: the case is resolved, by that person.
+        let gateway = leadgate_testkit::people::gateway(db.store().await);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let outcome = loop {
+            let outcome: Option<String> = sqlx::query_scalar(
+                "select outcome from human_requests where actor = $1 order by id desc limit 1",
+            )
+            .bind(all.login(Role::Manager))
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+            if let Some(o) = outcome {
+                break o;
+            }
+            assert!(std::time::Instant::now() < deadline, "the request was never applied");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        gateway.abort();
+        let (resolved_by, tenant): (Option<String>, i32) = sqlx::query_as(
+            "select resolved_by, tenant_id from review_cases where id = $1",
+        )
+        .bind(case)
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+        assert_eq!(
+            (resolved_by.as_deref(), tenant),
+            (Some(all.login(Role::Manager)), BETA),
+            "{outcome}"
+        );
+        acme.drop_all().await;
+        all.drop_all().await;
+    })
+    .await;
+}
+
+/// A table of a tenant's rows without its policy would be read whole by every person: the
+/// schema says every one has row-level security and a policy on its tenant (a table added
+/// later must get them in its migration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tenant_owned_table_has_row_level_security() {
+    run(Backend::Postgres, |db| async move {
+        db.store().await;
+        let guarded = db
+            .texts(
+                "select c.relname::text from pg_class c \
+                 join pg_namespace n on n.oid = c.relnamespace and n.nspname = 'public' \
+                 where c.relrowsecurity and exists (select 1 from pg_policies p \
+                   where p.schemaname = 'public' and p.tablename = c.relname \
+                   and p.cmd = 'SELECT' and p.qual like '%leadgate_my_tenants()%') \
+                 order by 1",
+            )
+            .await;
+        for t in TENANT_OWNED.iter().chain(&["tenants"]) {
+            if *t == "human_requests" {
+                // A person reads their own requests; what they may ask is the tenant's.
+                assert_eq!(
+                    db.texts(
+                        "select policyname::text from pg_policies where tablename = 'human_requests' \
+                         and permissive = 'RESTRICTIVE' and with_check like '%leadgate_request_in_tenant%'"
+                    )
+                    .await,
+                    ["human_requests_in_tenant"]
+                );
+                continue;
+            }
+            assert!(guarded.contains(&t.to_string()), "{t} has no tenant policy: {guarded:?}");
+        }
+    })
+    .await;
+}
