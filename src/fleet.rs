@@ -171,17 +171,33 @@ impl Fleet {
             return Ok(vec![]);
         }
         let vault = crate::tenants::vault(&self.config.fleet).map_err(anyhow::Error::msg)?;
-        let opened = crate::tenants::opened_specs(self.store.as_ref(), &vault)
+        let opened = crate::tenants::each_spec_opened(self.store.as_ref(), &vault)
             .await
             .map_err(anyhow::Error::msg)?;
+        // None opens: the token key is not the one they were sealed with (a start stops;
+        // a reload keeps serving what it served).
+        if let Some(Err(e)) = opened
+            .values()
+            .next()
+            .filter(|_| opened.values().all(Result::is_err))
+        {
+            anyhow::bail!("no tenant's spec opens with this token key: {e}");
+        }
         let mut out = vec![];
         for t in listed {
-            let text = opened
-                .get(&t.slug)
-                .with_context(|| format!("tenant `{}` has no stored spec", t.slug))?;
-            let spec = TenantSpec::from_canonical(text)
-                .map_err(|e| anyhow::anyhow!("tenant `{}`: {e}", t.slug))?;
-            out.push((t, spec));
+            // One tenant's spec that cannot be read holds up no other: it is left out (kept
+            // as it was served, on a reload) and said in the log.
+            let spec = match opened.get(&t.slug) {
+                None => Err("it has no stored spec".to_owned()),
+                Some(Err(e)) => Err(e.clone()),
+                Some(Ok(text)) => TenantSpec::from_canonical(text),
+            };
+            match spec {
+                Ok(spec) => out.push((t, spec)),
+                Err(e) => {
+                    tracing::error!(tenant = %t.slug, error = %e, "the tenant's spec cannot be read; trying again at every reload")
+                }
+            }
         }
         Ok(out)
     }

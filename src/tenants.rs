@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::config::tenants::{TenantEntry, TenantSpec};
 use crate::crm::vault::Vault;
+use crate::domain::TenantId;
 use crate::store::{Tenant, TenantChange, TenantSettings, TenantState, Tenants};
 
 /// Why a tenant the tenants file no longer names is paused.
@@ -82,14 +83,28 @@ pub async fn opened_specs(
     store: &dyn Tenants,
     vault: &Vault,
 ) -> Result<HashMap<String, String>, String> {
+    each_spec_opened(store, vault)
+        .await?
+        .into_iter()
+        .map(|(slug, text)| Ok((slug, text?)))
+        .collect()
+}
+
+/// Every stored spec opened, or why it cannot be, by slug: a running fleet serves the
+/// tenants whose specs open and says which do not.
+pub async fn each_spec_opened(
+    store: &dyn Tenants,
+    vault: &Vault,
+) -> Result<HashMap<String, Result<String, String>>, String> {
     let mut out = HashMap::new();
     for (slug, sealed) in store.tenant_specs().await.map_err(|e| e.to_string())? {
-        if !Vault::is_sealed(&sealed) {
-            return Err(format!("tenant `{slug}`: its stored spec is not sealed"));
-        }
-        let text = vault
-            .open(&context(&slug), &sealed)
-            .map_err(|e| format!("tenant `{slug}`: {e}"))?;
+        let text = if Vault::is_sealed(&sealed) {
+            vault
+                .open(&context(&slug), &sealed)
+                .map_err(|e| format!("tenant `{slug}`: {e}"))
+        } else {
+            Err(format!("tenant `{slug}`: its stored spec is not sealed"))
+        };
         out.insert(slug, text);
     }
     Ok(out)
@@ -123,6 +138,23 @@ pub fn plan(
     let mut portals: BTreeMap<String, String> = BTreeMap::new();
     if let Some(p) = default_portal {
         portals.insert(p, "default".into());
+    }
+    // The tenants the file no longer names keep their portals while they are paused, not
+    // removed (`--prune` removes them): a new tenant may not take one.
+    if !prune {
+        for t in current {
+            let named = wanted.iter().any(|e| e.spec.slug.as_str() == t.slug);
+            if named || t.state == TenantState::Removed || t.id == TenantId::DEFAULT.0 {
+                continue;
+            }
+            let portal = stored
+                .get(&t.slug)
+                .and_then(|text| TenantSpec::from_canonical(text).ok())
+                .and_then(|spec| spec.portal());
+            if let Some(portal) = portal {
+                portals.insert(portal, t.slug.clone());
+            }
+        }
     }
     for e in wanted {
         let portal = e.spec.portal().unwrap_or_default();
@@ -233,4 +265,33 @@ pub async fn apply(
             .map_err(|e| e.to_string())?;
     }
     Ok(plan)
+}
+
+/// Writes `store`'s tenant's operations to `out` as JSON lines, each with its timeline;
+/// how many.
+pub async fn export(
+    store: &dyn crate::store::Store,
+    mut out: impl std::io::Write,
+) -> anyhow::Result<u64> {
+    const PAGE: i64 = 500;
+    let mut after: Option<String> = None;
+    let mut n = 0;
+    loop {
+        let page = store.tenant_operations(after.as_deref(), PAGE).await?;
+        for op in &page {
+            let timeline = store.timeline(&op.operation_id).await?;
+            let line = serde_json::json!({"operation": op, "timeline": timeline});
+            serde_json::to_writer(&mut out, &line)?;
+            out.write_all(b"\n")?;
+            n += 1;
+        }
+        match page.last() {
+            Some(last) if page.len() as i64 == PAGE => {
+                after = Some(last.operation_id.as_str().to_owned());
+            }
+            _ => break,
+        }
+    }
+    out.flush()?;
+    Ok(n)
 }

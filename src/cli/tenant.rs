@@ -50,6 +50,28 @@ pub(super) enum TenantCommand {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Write a tenant's operations as JSON lines (one per operation, with its timeline):
+    /// what its client takes away. It holds the leads' personal data.
+    Export {
+        slug: String,
+        /// The file to write (created; an existing one is refused); `-` for stdout.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Erase a paused or removed tenant's personal data: every finished operation
+    /// scrubbed to its tombstone (key, payload hash, status, CRM id, dates), its journal
+    /// bodies and contact locks. Open work is left whole and counted: run it again once
+    /// that work is finished.
+    Erase {
+        slug: String,
+        /// Say yes: the data cannot be brought back.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
 }
 
 pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
@@ -165,6 +187,72 @@ pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
             }
             println!("tenant `{slug}` is active");
         }
+        TenantCommand::Export { slug, out, config } => {
+            let store = open(&config.load()?).await?;
+            let Some(tenant) = tenant_named(&*store, &slug).await? else {
+                return refuse(format!("there is no tenant `{}`", esc(&slug)));
+            };
+            let view = store.for_tenant(crate::domain::TenantId(tenant.id));
+            let n = if out.as_os_str() == "-" {
+                crate::tenants::export(&*view, std::io::stdout().lock()).await?
+            } else {
+                let file = match std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&out)
+                {
+                    Ok(f) => f,
+                    Err(e) => return refuse(format!("{}: {e}", out.display())),
+                };
+                let n = crate::tenants::export(&*view, std::io::BufWriter::new(file)).await?;
+                eprintln!(
+                    "wrote {n} operations of tenant `{slug}` to {}",
+                    out.display()
+                );
+                n
+            };
+            tracing::info!(tenant = %slug, operations = n, "tenant exported");
+        }
+        TenantCommand::Erase { slug, yes, config } => {
+            let store = open(&config.load()?).await?;
+            let Some(tenant) = tenant_named(&*store, &slug).await? else {
+                return refuse(format!("there is no tenant `{}`", esc(&slug)));
+            };
+            if tenant.id == crate::domain::TenantId::DEFAULT.0 {
+                return refuse(
+                    "the default tenant is erased by retention (`leadgate purge --older-than`)"
+                        .into(),
+                );
+            }
+            if tenant.state == TenantState::Active {
+                return refuse(format!(
+                    "tenant `{slug}` is active: pause it first (`leadgate tenant pause {slug}`), \
+                     so that no new lead of its arrives while it is erased"
+                ));
+            }
+            if !yes {
+                return refuse(format!(
+                    "erasing tenant `{slug}` cannot be undone: say --yes (`leadgate tenant \
+                     export {slug} --out FILE` first keeps a copy)"
+                ));
+            }
+            let view = store.for_tenant(crate::domain::TenantId(tenant.id));
+            let r = crate::store::erase(&*view, crate::app::PURGE_BATCH).await?;
+            println!(
+                "erased tenant `{slug}`: {} finished operations scrubbed to tombstones, {} \
+                 journal entries; {} operations left whole (not finished, or with an open case \
+                 or a pending CRM update): run it again once they are",
+                r.operations, r.deliveries, r.left_whole
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The registry's tenant `slug`.
+async fn tenant_named(
+    store: &dyn crate::store::Store,
+    slug: &str,
+) -> anyhow::Result<Option<crate::store::Tenant>> {
+    Ok(store.tenants().await?.into_iter().find(|t| t.slug == slug))
 }

@@ -369,6 +369,19 @@ async fn finish(
     }
 }
 
+/// An outcome is reported at its tenant's routes, where its claim API's source, retry
+/// rules and connector are: the default tenant's routes read every tenant's operation,
+/// but a tenant's outcome reported there would be judged as the default tenant's.
+fn reported_here(state: &IntakeState, id: &OperationId) -> Result<(), ApiError> {
+    match id.tenant_slug() {
+        Some(tenant) if tenant != state.tenant.as_str() => Err(ApiError::NotFound(format!(
+            "operation `{id}` is tenant `{tenant}`'s: report its outcome at \
+             /v1/tenants/{tenant}/operations/…"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Reports that the CRM created the entity.
 #[utoipa::path(
     post,
@@ -382,7 +395,7 @@ async fn finish(
         (status = 401, description = "No integration token", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than `[server] max_body`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `[server] body_timeout`", body = ErrorBody),
-        (status = 404, description = "No such operation", body = ErrorBody),
+        (status = 404, description = "No such operation; or, at the default tenant's routes, a tenant's (reported at `/v1/tenants/{tenant}/…`; nothing recorded)", body = ErrorBody),
         (status = 409, description = "`lease_lost` (expired or reported already; kept on the timeline), `unknown_lease` (never issued; nothing recorded) or `conflict` (the operation's state forbids this report now)", body = ErrorBody),
         (status = 422, description = "`refused`: the rules or the database's checks refuse this report as it is", body = ErrorBody),
         (status = 500, description = "`internal_error`: Leadgate failed (the details are in the gateway's log); an unreported lease runs out into a review case, never a second create", body = ErrorBody),
@@ -397,6 +410,7 @@ pub(super) async fn complete(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    reported_here(&state, &id)?;
     let body = read_body(&state, &headers, body).await?;
     let c: Complete = json_body(&body)?;
     let crm_id = c.crm_id.trim().to_owned();
@@ -432,7 +446,7 @@ pub(super) async fn complete(
         (status = 401, description = "No integration token", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than `[server] max_body`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `[server] body_timeout`", body = ErrorBody),
-        (status = 404, description = "No such operation", body = ErrorBody),
+        (status = 404, description = "No such operation; or, at the default tenant's routes, a tenant's (reported at `/v1/tenants/{tenant}/…`; nothing recorded)", body = ErrorBody),
         (status = 409, description = "`lease_lost` (expired or reported already; kept on the timeline), `unknown_lease` (never issued; nothing recorded) or `conflict` (the operation's state forbids this report now)", body = ErrorBody),
         (status = 422, description = "`refused`: the rules or the database's checks refuse this report as it is", body = ErrorBody),
         (status = 500, description = "`internal_error`: Leadgate failed (the details are in the gateway's log); an unreported lease runs out into a review case, never a second create", body = ErrorBody),
@@ -447,6 +461,7 @@ pub(super) async fn fail(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    reported_here(&state, &id)?;
     let body = read_body(&state, &headers, body).await?;
     let f: Fail = json_body(&body)?;
     let now = state.store.now();

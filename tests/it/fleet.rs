@@ -667,6 +667,47 @@ each_backend!(a_tenants_token_opens_only_its_tenant, |db| async move {
     )
     .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
+    // Its outcome, though, is reported at its tenant's routes (its claim API's source,
+    // retry rules and connector are there): the default tenant's refuse it, recording
+    // nothing.
+    let claimed2 = gw
+        .http
+        .post(format!("{}/v1/tenants/acme/operations", gw.base))
+        .bearer_auth("acme-integration")
+        .header("Idempotency-Key", "order-3")
+        .json(&json!({"name": "Ivan"}))
+        .send()
+        .await
+        .unwrap();
+    let (s, claimed2, _) = answer(claimed2).await;
+    assert_eq!(s, StatusCode::CREATED, "{claimed2}");
+    let id3 = urlencode("acme/api:order-3");
+    let res = gw
+        .http
+        .post(format!("{}/v1/operations/{id3}/fail", gw.base))
+        .bearer_auth(INTEGRATION_TOKEN)
+        .json(&json!({"class": "auth", "error": "token revoked",
+                      "lease_token": claimed2["lease_token"]}))
+        .send()
+        .await
+        .unwrap();
+    let (s, body, _) = answer(res).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("report its outcome at /v1/tenants/acme/operations/"),
+        "{body}"
+    );
+    let store = gw.store();
+    let op = store
+        .operation(&"acme/api:order-3".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(op.status, Status::InProgress, "nothing was recorded");
+    assert!(store.connectors().await.unwrap().iter().all(|c| !c.paused));
     assert_eq!(acme_crm.calls(CREATE) + beta_crm.calls(CREATE), 0);
     gw.stop().await;
 });
@@ -871,6 +912,130 @@ each_backend!(
         let deliveries: i64 = series.iter().map(|p| p.deliveries).sum();
         let created: i64 = series.iter().map(|p| p.crm_entities).sum();
         assert_eq!((deliveries, created), (4, 3));
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    erasing_a_tenant_keeps_its_tombstones_and_touches_no_other,
+    |db| async move {
+        let acme_crm = portal().await;
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        for key in ["a1", "a2"] {
+            post_to(&gw, "acme", "site", "acme-site-token", key).await;
+        }
+        gw.post_json("site", &lead("d1")).await;
+        for id in ["acme/site:a1", "acme/site:a2", "site:d1"] {
+            wait_op(&*store, id, Status::Completed).await;
+        }
+        // a1 changed: a payload-conflict case keeps it open to a person.
+        let mut changed = lead("a1");
+        changed["name"] = json!("Other");
+        let url = format!("{}/v1/intake/acme/site?token=acme-site-token", gw.base);
+        let (s, body, _) = answer(gw.http.post(url).json(&changed).send().await.unwrap()).await;
+        assert_eq!(body["outcome"], "conflict", "{s} {body}");
+        let acme = TenantId(
+            store
+                .tenants()
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|t| t.slug == "acme")
+                .unwrap()
+                .id,
+        );
+        let acme_store = store.for_tenant(acme);
+
+        // The export: acme's two operations, each with its data and timeline, nothing else.
+        let mut out = vec![];
+        let n = leadgate::tenants::export(&*acme_store, &mut out)
+            .await
+            .unwrap();
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!((n, lines.len()), (2, 2));
+        let ids: Vec<&str> = lines
+            .iter()
+            .map(|l| l["operation"]["operation_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["acme/site:a1", "acme/site:a2"]);
+        for l in &lines {
+            assert_eq!(l["operation"]["payload"]["name"], "Ivan", "{l}");
+            assert!(l["timeline"].as_array().unwrap().len() >= 2, "{l}");
+        }
+
+        // The CLI erases only a paused tenant, and only when told so.
+        let cli = |args: &[&str]| {
+            let out = crate::process::leadgate(args)
+                .env("LEADGATE_DATABASE_URL", &db.url)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let (code, _, err) = cli(&["tenant", "erase", "acme", "--yes"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("is active: pause it first"), "{err}");
+        store
+            .set_tenant_state(
+                "acme",
+                TenantState::Paused,
+                Some("leaving"),
+                "test",
+                store.now(),
+            )
+            .await
+            .unwrap();
+        let (code, _, err) = cli(&["tenant", "erase", "acme"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("cannot be undone: say --yes"), "{err}");
+        let (code, said, err) = cli(&["tenant", "erase", "acme", "--yes"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(
+            said.contains("1 finished operations scrubbed to tombstones")
+                && said.contains("1 operations left whole"),
+            "{said}"
+        );
+
+        // a2 is a tombstone: no payload, no contact data, its CRM id kept; its journal's
+        // bodies are gone. a1 (open case) and the default tenant's d1 are whole.
+        let a2 = store
+            .operation(&"acme/site:a2".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(a2.payload, None);
+        assert_eq!(a2.contact, leadgate::store::ContactKeys::default());
+        assert!(a2.purged_at.is_some() && a2.crm_id.is_some(), "{a2:?}");
+        let bodies = db
+            .texts(
+                "select operation_id from deliveries where operation_id like 'acme/site:a2' \
+                 and (raw_body is not null or payload is not null)",
+            )
+            .await;
+        assert!(bodies.is_empty(), "{bodies:?}");
+        for id in ["acme/site:a1", "site:d1"] {
+            let op = store
+                .operation(&id.parse().unwrap())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                op.payload.is_some() && op.purged_at.is_none(),
+                "{id}: {op:?}"
+            );
+        }
+        // The default tenant is retention's to erase.
+        let (code, _, err) = cli(&["tenant", "erase", "default", "--yes"]);
+        assert_eq!(code, Some(2), "{err}");
         gw.stop().await;
     }
 );

@@ -167,6 +167,36 @@ async fn every_role_is_refused_every_other_tenant() {
                 leaks.push(format!("{role} looked up beta's phone: {found:?}"));
             }
         }
+        // What spans tenants is for people in every tenant: the event feed (its events are
+        // every tenant's) and the web console's sign-ins.
+        let feed_remove = |tenant: i32| {
+            format!(
+                "insert into human_requests (kind, body, tenant_id) \
+                 values ('feed_remove', '{{\"id\":1}}', {tenant})"
+            )
+        };
+        sqlx::query(
+            "insert into console_sign_ins (at, login, client, outcome) \
+             values (now(), 'someone', '192.0.2.1', 'signed_in')",
+        )
+        .execute(&mut owner)
+        .await
+        .unwrap();
+        let mut c = acme.sql(Role::Admin).await;
+        if let Ok(n) = try_sql(&mut c, &feed_remove(1)).await {
+            leaks.push(format!("acme's admin asked about the event feed: {n}"));
+        }
+        if let Ok(n) = try_sql(&mut c, "select count(*) from console_sign_ins").await {
+            if n > 0 {
+                leaks.push(format!("acme's admin read {n} sign-ins"));
+            }
+        }
+        let mut c = all.sql(Role::Admin).await;
+        assert_eq!(try_sql(&mut c, &feed_remove(0)).await, Ok(1));
+        assert_eq!(
+            try_sql(&mut c, "select count(*) from console_sign_ins").await,
+            Ok(1)
+        );
         // Beta's own registry row is not acme's either.
         let mut c = acme.sql(Role::Manager).await;
         assert_eq!(

@@ -1163,6 +1163,10 @@ impl Reads for Hiccup {
         self.inner.operation(id).await
     }
 
+    async fn tenant_operations(&self, after: Option<&str>, limit: i64) -> Result<Vec<Operation>> {
+        self.inner.tenant_operations(after, limit).await
+    }
+
     async fn operations(&self, ids: &[OperationId]) -> Result<Vec<Operation>> {
         self.inner.operations(ids).await
     }
@@ -1391,6 +1395,14 @@ impl Upkeep for Hiccup {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<PurgeReport> {
         self.inner.purge_batch(finished_before, batch, now).await
+    }
+
+    async fn erase_batch(
+        &self,
+        batch: i64,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<PurgeReport> {
+        self.inner.erase_batch(batch, now).await
     }
 }
 

@@ -1118,3 +1118,54 @@ each_backend!(
         assert_ne!(applied, ["35"]);
     }
 );
+
+each_backend!(
+    a_paused_tenant_keeps_its_portal_from_a_new_one,
+    |db| async move {
+        let store = db.store().await;
+        apply(&store, &toml_tenants(TENANTS_TOML), false).await;
+        // The file drops acme (paused, not removed) and names a new tenant on its portal.
+        let moved = TENANTS_TOML
+            .replacen("slug = \"acme\"", "slug = \"acme2\"", 1)
+            .replacen("name = \"ACME", "name = \"ACME 2", 1);
+        assert!(moved.contains("acme2"), "{moved}");
+        let err = leadgate::tenants::apply(
+            &*store,
+            &Vault::new(KEY),
+            &toml_tenants(&moved),
+            false,
+            false,
+            Some("default.bitrix24.ru".into()),
+            "test",
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.contains("`acme` and `acme2` write to one CRM portal (acme.bitrix24.ru)"),
+            "{err}"
+        );
+        assert!(!store
+            .tenants()
+            .await
+            .unwrap()
+            .iter()
+            .any(|t| t.slug == "acme2"));
+        // Removed (`--prune`), acme gives its portal up.
+        apply(&store, &toml_tenants(&moved), true).await;
+        let states: Vec<(String, TenantState)> = store
+            .tenants()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|t| t.slug.starts_with("acme"))
+            .map(|t| (t.slug, t.state))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("acme".to_owned(), TenantState::Removed),
+                ("acme2".to_owned(), TenantState::Active)
+            ]
+        );
+    }
+);

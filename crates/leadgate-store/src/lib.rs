@@ -473,6 +473,9 @@ pub struct PurgeReport {
     pub requests: u64,
     /// Event-feed deliveries still owed of events older than retention, forgotten.
     pub feed_owed: u64,
+    /// Of an erasure (`erase`): the tenant's operations left whole because they are not
+    /// finished, or have an open case or a pending CRM update.
+    pub left_whole: u64,
 }
 
 impl PurgeReport {
@@ -551,6 +554,24 @@ pub async fn purge(
             total.sign_ins = store.forget_sign_ins(finished_before).await?;
             total.requests = store.forget_requests(finished_before).await?;
             total.feed_owed = store.forget_feed_owed(finished_before).await?;
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Erases `store`'s tenant's personal data (`leadgate tenant erase`): every finished
+/// operation scrubbed to its tombstone in batches, its journal bodies, refused deliveries
+/// and contact locks, as retention does at a cutoff of now; open work is left whole and
+/// counted.
+pub async fn erase(store: &dyn Store, batch: i64) -> Result<PurgeReport> {
+    let mut total = PurgeReport::default();
+    loop {
+        let r = store.erase_batch(batch, store.now()).await?;
+        total.operations += r.operations;
+        total.deliveries += r.deliveries;
+        if r.operations < batch as u64 && r.deliveries < batch as u64 {
+            total.left_whole = r.left_whole;
             return Ok(total);
         }
         tokio::task::yield_now().await;
@@ -652,10 +673,12 @@ where
 
 /// Migrations that gateways of an earlier version cannot run beside: afterwards the
 /// database refuses some of their writes (0036: the keys their `on conflict` names are
-/// gone), or their writes would cross tenants (0037: the tenants' intake, which an earlier
-/// gateway's contact matching would not keep apart from the default tenant's). Before one
-/// is applied, the gateways' heartbeats must have stopped.
-pub(crate) const NOT_BESIDE_EARLIER_GATEWAYS: &[i64] = &[36, 37, 38];
+/// gone; 0038: the metric counters' keys), or their writes would cross tenants (0037: the
+/// tenants' intake, which an earlier gateway's contact matching would not keep apart from
+/// the default tenant's; 0039: a person's request about a tenant's connector or rules,
+/// which an earlier gateway would apply to the default tenant's). Before one is applied,
+/// the gateways' heartbeats must have stopped.
+pub(crate) const NOT_BESIDE_EARLIER_GATEWAYS: &[i64] = &[36, 37, 38, 39];
 
 /// A gateway whose heartbeat is this recent is running (it beats every 5 s).
 pub(crate) const RUNNING_WITHIN: chrono::TimeDelta = chrono::TimeDelta::seconds(15);

@@ -61,9 +61,21 @@ alter table tenants enable row level security;
 create policy tenant_rows on tenants for select
     using (id = any ((select public.leadgate_my_tenants())::integer[]));
 
+-- Whether the session's login is in every tenant: an integrator's, or anyone's while the
+-- deployment has no tenant but the default one. What spans tenants is theirs alone: the
+-- event feed (its events are every tenant's) and the web console's sign-in journal.
+create function leadgate_in_every_tenant() returns boolean
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+    select exists (select 1 from public.tenant_members m
+                   where m.login = session_user and m.member_of = -1)
+        or not exists (select 1 from public.tenants t where t.id <> 0)
+$$;
+
 -- A request is about its tenant's case, operation or connector, and the tenant is one of
--- the asker's: checked as it is written, besides what `human_requests_ask` checks.
-create function leadgate_request_in_tenant(p_tenant integer, p_case bigint, p_operation text)
+-- the asker's: checked as it is written, besides what `human_requests_ask` checks. The
+-- event feed's requests are for people in every tenant.
+create function leadgate_request_in_tenant(p_kind text, p_tenant integer, p_case bigint,
+                                           p_operation text)
 returns boolean
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
     select p_tenant = any (public.leadgate_my_tenants())
@@ -72,9 +84,15 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
        and (p_operation is null or exists (select 1 from public.operations o
                                            where o.operation_id = p_operation
                                              and o.tenant_id = p_tenant))
+       and (p_kind not like 'feed\_%' or public.leadgate_in_every_tenant())
 $$;
 create policy human_requests_in_tenant on human_requests as restrictive for insert
-    with check (public.leadgate_request_in_tenant(tenant_id, case_id, operation_id));
+    with check (public.leadgate_request_in_tenant(kind, tenant_id, case_id, operation_id));
+
+-- Who signed in to the web console, from where: the people of every tenant.
+alter table console_sign_ins enable row level security;
+create policy every_tenant on console_sign_ins for select
+    using ((select public.leadgate_in_every_tenant()));
 
 -- "Did my lead arrive?", in the caller's tenants.
 create or replace function leadgate_lookup(p_phone text, p_text text, p_limit integer)
@@ -129,12 +147,14 @@ begin
     execute 'grant select (id, operation_id, reason, opened_at, resolved_at, resolution, resolved_by, '
          || 'tenant_id) on review_cases to ' || figures;
     -- casework: every table but the CRM credentials (a tenant's spec holds them too), who
-    -- belongs to which tenant, and others' requests, and no column holding a token (a lease's, a grant's hash): whoever
+    -- belongs to which tenant, what spans tenants (the CRM accounts' pacing, the default
+    -- tenant's quoted keys) and others' requests, and no column holding a token (a lease's, a grant's hash): whoever
     -- reads the database must not be able to report for a worker or an integration
     for t in select tablename from pg_tables where schemaname = 'public'
              and tablename not in ('crm_tokens', 'human_requests', 'human_request_logins',
                                    'leadgate_locks', 'intake_contact_slots',
-                                   'console_sign_ins', 'tenant_specs', 'tenant_members') loop
+                                   'console_sign_ins', 'tenant_specs', 'tenant_members',
+                                   'request_pacing', 'quoted_keys_before_the_draft') loop
         select string_agg(quote_ident(column_name), ', ' order by ordinal_position) into cols
         from information_schema.columns
         where table_schema = 'public' and table_name = t and column_name not like '%token%';

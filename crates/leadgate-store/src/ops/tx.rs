@@ -216,12 +216,6 @@ pub(crate) trait ContactTx: Send {
         until: DateTime<Utc>,
         contact: Option<(&str, DateTime<Utc>)>,
     ) -> impl Future<Output = Result<()>> + Send;
-    /// Deletes up to `batch` contact locks that ended before `before`.
-    fn purge_contact_locks(
-        &mut self,
-        before: DateTime<Utc>,
-        batch: i64,
-    ) -> impl Future<Output = Result<u64>> + Send;
 }
 
 /// The statements on connectors: pause, request pacing, health.
@@ -392,10 +386,12 @@ pub(crate) trait UpdateTx: Send {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// The statements on retention: scrubbing finished operations.
+/// The statements on retention: scrubbing finished operations. `scope` is the tenant
+/// whose rows are scrubbed, or -1: every tenant's (the deployment's retention).
 pub(crate) trait RetentionTx: Send {
     fn purge_candidates(
         &mut self,
+        scope: i32,
         finished_before: DateTime<Utc>,
         batch: i64,
     ) -> impl Future<Output = Result<Vec<String>>> + Send;
@@ -419,13 +415,25 @@ pub(crate) trait RetentionTx: Send {
     /// Scrubs deliveries that came after their operation was purged, past retention.
     fn scrub_late_deliveries(
         &mut self,
+        scope: i32,
         finished_before: DateTime<Utc>,
         batch: i64,
     ) -> impl Future<Output = Result<u64>> + Send;
     /// Scrubs refused deliveries past retention.
     fn scrub_rejected(
         &mut self,
+        scope: i32,
         finished_before: DateTime<Utc>,
         batch: i64,
     ) -> impl Future<Output = Result<u64>> + Send;
+    /// Deletes contact locks that ended before `before`; how many.
+    fn purge_contact_locks(
+        &mut self,
+        scope: i32,
+        before: DateTime<Utc>,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
+    /// Operations of the scope not finished (or with an open case or a pending CRM
+    /// update): what a purge at `finished_before` leaves whole.
+    fn unpurgeable(&mut self, scope: i32) -> impl Future<Output = Result<u64>> + Send;
 }

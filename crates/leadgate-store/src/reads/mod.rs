@@ -9,6 +9,10 @@ pub(crate) mod sql;
 pub trait Reads: Clock {
     async fn operation(&self, id: &OperationId) -> Result<Option<Operation>>;
 
+    /// This store's tenant's operations in key order, after `after` (from the first when
+    /// none), `limit` at most: `leadgate tenant export`.
+    async fn tenant_operations(&self, after: Option<&str>, limit: i64) -> Result<Vec<Operation>>;
+
     /// The saved reports, the newest first, at most `limit`.
     async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>>;
 

@@ -15,6 +15,20 @@ macro_rules! reads_sql {
                 row.as_ref().map(op_from_row).transpose()
             }
 
+            async fn tenant_operations(&self, after: Option<&str>, limit: i64) -> Result<Vec<Operation>> {
+                let sql = format!(
+                    "select {OP_COLUMNS} from operations where tenant_id = $1 and operation_id > $2 \
+                     order by operation_id limit $3"
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(self.tenant.0)
+                    .bind(after.unwrap_or(""))
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(op_from_row).collect()
+            }
+
             async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>> {
                 let rows = sqlx::query(
                     "select id, generated_at, input, period_from, period_to, group_count, \

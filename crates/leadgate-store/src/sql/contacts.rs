@@ -99,18 +99,6 @@ macro_rules! tx_contacts {
                 Ok(())
             }
 
-            async fn purge_contact_locks(&mut self, before: DateTime<Utc>, batch: i64) -> Result<u64> {
-                Ok(sqlx::query(
-                    "delete from contact_locks where (tenant_id, key) in \
-                       (select tenant_id, key from contact_locks where expires_at < $1 limit $2)",
-                )
-                .bind(before)
-                .bind(batch)
-                .execute(&mut *self.0)
-                .await?
-                .rows_affected())
-            }
-
             async fn contact_matches(
                 &mut self,
                 operation_id: &str,

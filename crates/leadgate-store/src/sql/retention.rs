@@ -6,10 +6,11 @@
 macro_rules! tx_retention {
     ($store:ident, $db:ty) => {
         impl $crate::ops::RetentionTx for SqlTx<$db> {
-            async fn purge_candidates(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<Vec<String>> {
+            async fn purge_candidates(&mut self, scope: i32, finished_before: DateTime<Utc>, batch: i64) -> Result<Vec<String>> {
                 Ok(sqlx::query_scalar(
                     "select o.operation_id from operations o \
                      where o.status in ('completed', 'failed_terminal') and o.purged_at is null \
+                     and ($3 < 0 or o.tenant_id = $3) \
                      and o.updated_at < $1 and not exists (select 1 from review_cases c \
                        where c.operation_id = o.operation_id and c.resolved_at is null) \
                      and not exists (select 1 from crm_updates u \
@@ -18,6 +19,7 @@ macro_rules! tx_retention {
                 )
                 .bind(finished_before)
                 .bind(batch)
+                .bind(scope)
                 .fetch_all(&mut *self.0)
                 .await?)
             }
@@ -66,12 +68,13 @@ macro_rules! tx_retention {
                 .rows_affected())
             }
 
-            async fn scrub_late_deliveries(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
+            async fn scrub_late_deliveries(&mut self, scope: i32, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
                 Ok(sqlx::query(
                     "update deliveries set raw_body = null, payload = null where id in \
                      (select d.id from deliveries d join operations o \
                         on o.operation_id = d.operation_id \
                       where (d.raw_body is not null or d.payload is not null) \
+                      and ($3 < 0 or d.tenant_id = $3) \
                       and d.received_at < $1 and o.purged_at is not null \
                       and not exists (select 1 from review_cases c \
                         where c.operation_id = d.operation_id and c.resolved_at is null) \
@@ -79,22 +82,55 @@ macro_rules! tx_retention {
                 )
                 .bind(finished_before)
                 .bind(batch)
+                .bind(scope)
                 .execute(&mut *self.0)
                 .await?
                 .rows_affected())
             }
 
-            async fn scrub_rejected(&mut self, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
+            async fn scrub_rejected(&mut self, scope: i32, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
                 Ok(sqlx::query(
                     "update deliveries set raw_body = null, payload = null where id in \
                      (select id from deliveries where outcome = 'rejected' and received_at < $1 \
+                      and ($3 < 0 or tenant_id = $3) \
                       and (raw_body is not null or payload is not null) limit $2)",
                 )
                 .bind(finished_before)
                 .bind(batch)
+                .bind(scope)
                 .execute(&mut *self.0)
                 .await?
                 .rows_affected())
+            }
+
+            async fn purge_contact_locks(&mut self, scope: i32, before: DateTime<Utc>, batch: i64) -> Result<u64> {
+                Ok(sqlx::query(
+                    "delete from contact_locks where (tenant_id, key) in \
+                       (select tenant_id, key from contact_locks where expires_at < $1 \
+                        and ($3 < 0 or tenant_id = $3) limit $2)",
+                )
+                .bind(before)
+                .bind(batch)
+                .bind(scope)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected())
+            }
+
+            async fn unpurgeable(&mut self, scope: i32) -> Result<u64> {
+                let n: i64 = sqlx::query_scalar(
+                    "select count(*) from operations o where o.purged_at is null \
+                     and ($1 < 0 or o.tenant_id = $1) \
+                     and (o.status not in ('completed', 'failed_terminal') \
+                       or exists (select 1 from review_cases c \
+                         where c.operation_id = o.operation_id and c.resolved_at is null) \
+                       or exists (select 1 from crm_updates u \
+                         where u.operation_id = o.operation_id and u.state = 'pending'))",
+                )
+                .bind(scope)
+                .fetch_one(&mut *self.0)
+                .await?;
+                Ok(n as u64)
             }
         }
     };

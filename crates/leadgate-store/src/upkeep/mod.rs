@@ -72,4 +72,9 @@ pub trait Upkeep: Clock {
         batch: i64,
         now: DateTime<Utc>,
     ) -> Result<PurgeReport>;
+
+    /// One batch of erasing this store's tenant (`leadgate tenant erase`): retention's
+    /// scrub of its rows alone, every finished operation whatever its age (cutoff `now`),
+    /// tombstones kept. Open work is left whole (`PurgeReport::left_whole`).
+    async fn erase_batch(&self, batch: i64, now: DateTime<Utc>) -> Result<PurgeReport>;
 }

@@ -14,18 +14,21 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::{NewEvent, PurgeReport, Result};
-use leadgate_domain::EventKind;
+use leadgate_domain::{EventKind, TenantId};
 
 use crate::ops::WriteTx;
 
+/// One batch of the scrub of `scope`'s rows (a tenant's, or `None`: every tenant's).
 pub(crate) async fn purge_batch<T: WriteTx>(
     mut tx: T,
+    scope: Option<TenantId>,
     finished_before: DateTime<Utc>,
     batch: i64,
     now: DateTime<Utc>,
 ) -> Result<PurgeReport> {
+    let scope = scope.map_or(-1, |t| t.0);
     let mut report = PurgeReport::default();
-    for id in tx.purge_candidates(finished_before, batch).await? {
+    for id in tx.purge_candidates(scope, finished_before, batch).await? {
         // Checked again under the row lock: the pick did not lock, and a conflicting
         // delivery may have opened a case since. Whoever opens a case locks the row
         // first, so none can open until this commits.
@@ -44,13 +47,21 @@ pub(crate) async fn purge_batch<T: WriteTx>(
     }
     // Deliveries that came after their operation was purged (a late repeat or conflict),
     // once they are past retention themselves and no case is open.
-    report.deliveries += tx.scrub_late_deliveries(finished_before, batch).await?;
+    report.deliveries += tx
+        .scrub_late_deliveries(scope, finished_before, batch)
+        .await?;
     // Refused deliveries never became operations; their bodies may still hold personal
     // data.
-    report.deliveries += tx.scrub_rejected(finished_before, batch).await?;
+    report.deliveries += tx.scrub_rejected(scope, finished_before, batch).await?;
     // Contact locks that ended before the cutoff: a hash of a phone or e-mail and the
     // contact it led to.
-    tx.purge_contact_locks(finished_before, batch).await?;
+    tx.purge_contact_locks(scope, finished_before, batch)
+        .await?;
+    // An erasure's last batch says what it left whole (not the deployment's retention,
+    // which runs all day over every tenant).
+    if scope >= 0 && report.operations < batch.max(0) as u64 {
+        report.left_whole = tx.unpurgeable(scope).await?;
+    }
     tx.commit().await?;
     Ok(report)
 }

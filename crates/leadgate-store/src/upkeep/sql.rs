@@ -93,7 +93,11 @@ macro_rules! upkeep_sql {
                 batch: i64,
                 now: DateTime<Utc>,
             ) -> Result<PurgeReport> {
-                $crate::upkeep::retention::purge_batch(self.write().await?, finished_before, batch, now).await
+                $crate::upkeep::retention::purge_batch(self.write().await?, None, finished_before, batch, now).await
+            }
+
+            async fn erase_batch(&self, batch: i64, now: DateTime<Utc>) -> Result<PurgeReport> {
+                $crate::upkeep::retention::purge_batch(self.write().await?, Some(self.tenant), now, batch, now).await
             }
 
             async fn pull_mark(&self, source: &str) -> Result<Option<String>> {
