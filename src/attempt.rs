@@ -45,6 +45,9 @@ pub struct WorkerSettings {
     pub concurrency: usize,
     /// Field mapping per source.
     pub fields: HashMap<String, FieldMap>,
+    /// Look every lead's key up before its create, not only after an uncertain outcome
+    /// (a tenant's `look_up_first`: its portal holds leads created elsewhere).
+    pub look_up_first: bool,
 }
 
 impl WorkerSettings {
@@ -69,7 +72,15 @@ impl WorkerSettings {
                 .iter()
                 .map(|s| (s.name.clone(), s.fields.clone()))
                 .collect(),
+            look_up_first: false,
         }
+    }
+
+    /// Whether `op`'s key is looked up before it is created: an earlier attempt may have
+    /// landed (`verify_first`), or the CRM may hold it from before Leadgate served it
+    /// (`look_up_first`).
+    pub fn looks_up_first(&self, op: &Operation) -> bool {
+        op.verify_first || self.look_up_first
     }
 
     /// What a lease that may see a CRM call is armed for: the whole call plus the margin.

@@ -334,7 +334,9 @@ impl TenantRun {
     /// own CRM's timeout and settle window, field maps and calls at once.
     pub fn worker_settings(&self, config: &Config) -> WorkerSettings {
         let lanes = usize::try_from(self.spec.max_in_flight.max(1)).unwrap_or(1);
-        WorkerSettings::of(config, &self.spec.crm, &self.spec.sources, lanes)
+        let mut settings = WorkerSettings::of(config, &self.spec.crm, &self.spec.sources, lanes);
+        settings.look_up_first = self.spec.look_up_first;
+        settings
     }
 
     /// Its intake: the default tenant's settings (`[server]`, `[matching]`, the refusal

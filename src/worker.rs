@@ -242,7 +242,7 @@ impl Worker {
         let op = &claim.operation;
         let lead = self.lead_of(claim);
         let mut before = vec![];
-        if op.verify_first {
+        if self.settings.looks_up_first(op) {
             if let Err(held) = self.may_call(&mut probe).await {
                 return self
                     .finish(&claim.lease, self.held_back(claim, held), before)
@@ -585,7 +585,11 @@ impl Worker {
         match found {
             Ok(Lookup::One(crm_id)) => Some(AttemptOutcome::Recovered { crm_id }),
             Ok(Lookup::Many(ids)) => Some(reconcile::several(ids, failure)),
-            Ok(Lookup::NotFound) if !self.crm.lookup_is_authoritative() && !claim.granted => {
+            // Only after an uncertain outcome: a look before a lead's first create
+            // (`look_up_first`) asks about creates made elsewhere long before.
+            Ok(Lookup::NotFound)
+                if op.verify_first && !self.crm.lookup_is_authoritative() && !claim.granted =>
+            {
                 Some(AttemptOutcome::Review {
                     reason: ReviewReason::UncertainOutcome,
                     failure,

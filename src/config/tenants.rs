@@ -35,6 +35,13 @@ pub struct TenantSpec {
     /// CRM calls at once, per process (1 to 64).
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: i32,
+    /// A portal that already holds leads Leadgate created elsewhere (moved into the
+    /// fleet from a deployment of its own): every new lead's key is looked up in the CRM
+    /// before its first create, one more call per lead, so a lead delivered again after
+    /// the move finds its entity instead of making a second. Off once nothing from before
+    /// the move can arrive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub look_up_first: bool,
     pub crm: CrmConfig,
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,

@@ -75,8 +75,9 @@ impl Worker {
             self.held_back_all(claims, held).await?;
             return Ok(true);
         }
-        let (verify, fresh): (Vec<Claim>, Vec<Claim>) =
-            claims.into_iter().partition(|c| c.operation.verify_first);
+        let (verify, fresh): (Vec<Claim>, Vec<Claim>) = claims
+            .into_iter()
+            .partition(|c| self.settings.looks_up_first(&c.operation));
         let mut creates: Vec<(Claim, Vec<NewEvent>)> =
             fresh.into_iter().map(|c| (c, Vec::new())).collect();
         let mut turn_used = false;

@@ -75,7 +75,7 @@ impl Worker {
             .count();
         let may_exist = attempts_started > 1
             || timeline.iter().any(|e| e.is(EventKind::LeaseTakenOver))
-            || op.verify_first
+            || self.settings.looks_up_first(op)
             || claim.granted;
         let mut first = true;
         for step in self.crm.steps() {

@@ -1039,3 +1039,73 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+/// Creates a lead in `crm` as an earlier deployment of Leadgate would have: under the
+/// key's local part. Its id.
+async fn created_elsewhere(crm: &FakeBitrix24, origin: &str) -> String {
+    let res = reqwest::Client::new()
+        .post(format!("{}crm.lead.add.json", crm.webhook_url()))
+        .json(
+            &json!({"fields": {"TITLE": "before the move", "ORIGINATOR_ID": "leadgate",
+                                 "ORIGIN_ID": origin}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let body: serde_json::Value = res.json().await.unwrap();
+    body["result"].as_u64().unwrap().to_string()
+}
+
+each_backend!(
+    a_moved_portal_finds_what_it_holds_instead_of_creating_again,
+    |db| async move {
+        let acme_crm = portal().await;
+        let beta_crm = portal().await;
+        // Both portals hold `site:m1` from the deployment each had of its own; acme says so.
+        let acme_old = created_elsewhere(&acme_crm, "site:m1").await;
+        created_elsewhere(&beta_crm, "site:m1").await;
+        let file = tenants_file(&[
+            ("acme", &acme_crm, "acme-site-token"),
+            ("beta", &beta_crm, "beta-site-token"),
+        ])
+        .replacen(
+            "name = \"acme portal\"\n",
+            "name = \"acme portal\"\nlook_up_first = true\n",
+            1,
+        );
+        assert!(file.contains("look_up_first = true"), "{file}");
+        apply(&db, &file).await;
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        // acme_on applied acme alone: the file again, with beta.
+        apply(&db, &file).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        for (tenant, token) in [("acme", "acme-site-token"), ("beta", "beta-site-token")] {
+            for key in ["m1", "m2"] {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while post_to(&gw, tenant, "site", token, key).await.0 != StatusCode::ACCEPTED {
+                    assert!(Instant::now() < deadline, "{tenant} was never served");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        let leads = |crm: &FakeBitrix24| {
+            let mut ids = origin_ids(crm);
+            ids.sort();
+            ids
+        };
+        // acme: m1 found where it was, m2 created once.
+        let m1 = wait_op(&*store, "acme/site:m1", Status::Completed).await;
+        assert_eq!(
+            (m1.crm_id.as_deref(), m1.crm_link.as_deref()),
+            (Some(acme_old.as_str()), Some("recovered"))
+        );
+        wait_op(&*store, "acme/site:m2", Status::Completed).await;
+        assert_eq!(leads(&acme_crm), ["site:m1", "site:m2"]);
+        // beta did not say so: its m1 is created a second time. What look_up_first is for.
+        wait_op(&*store, "beta/site:m1", Status::Completed).await;
+        wait_op(&*store, "beta/site:m2", Status::Completed).await;
+        assert_eq!(leads(&beta_crm), ["site:m1", "site:m1", "site:m2"]);
+        gw.stop().await;
+    }
+);

@@ -283,6 +283,7 @@ fn paused_while_pacing(
             outage: config.outage.clone(),
             concurrency: 1,
             fields: Default::default(),
+            look_up_first: false,
         }),
         owner: "worker:test".into(),
     };

@@ -378,6 +378,7 @@ async fn a_down_crm_gets_its_schedule(db: &TestDb, batch: usize, lookup_batch: u
                 outage: config.outage.clone(),
                 concurrency: LANES,
                 fields: Default::default(),
+                look_up_first: false,
             }),
             owner: format!("worker:p{p}"),
         };

@@ -154,6 +154,7 @@ fn direct_worker(
             outage: config.outage.clone(),
             concurrency: 1,
             fields: Default::default(),
+            look_up_first: false,
         }),
         owner: "worker:test".into(),
     }
