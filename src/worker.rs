@@ -135,7 +135,11 @@ impl Worker {
                 connector = self.crm.connector(),
                 "probing the unreachable CRM"
             );
-        } else if self.crm.batch_limit() > 1 && !self.crm.links_contacts() {
+        } else if self.crm.batch_limit() > 1
+            && !self.crm.links_contacts()
+            // Looking every lead up one call at a time would not fit a batch's lease.
+            && !(self.settings.look_up_first && self.crm.lookup_batch_limit() <= 1)
+        {
             // Waiting work goes out in batches; an outage's probe is one lead.
             if self.drain().await? {
                 return Ok(true);
@@ -618,9 +622,19 @@ impl Worker {
                         if !claim.granted && (op.attempts.max(0) as u32) < retry.max_attempts =>
                     {
                         let delay = retry.backoff(op.attempts.max(0) as u32, e.retry_after);
-                        AttemptOutcome::Verify {
-                            failure: Some(lookup_failure),
-                            at: store::after(self.store.now(), delay),
+                        let at = store::after(self.store.now(), delay);
+                        if op.verify_first {
+                            AttemptOutcome::Verify {
+                                failure: Some(lookup_failure),
+                                at,
+                            }
+                        } else {
+                            // A look before the first create (`look_up_first`) that
+                            // failed: nothing was sent, and nothing needs verifying.
+                            AttemptOutcome::Retry {
+                                failure: Some(lookup_failure),
+                                at,
+                            }
                         }
                     }
                     _ => AttemptOutcome::Review {

@@ -196,11 +196,12 @@ pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
             let n = if out.as_os_str() == "-" {
                 crate::tenants::export(&*view, std::io::stdout().lock()).await?
             } else {
-                let file = match std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&out)
-                {
+                // It holds the leads' personal data: readable by its owner alone.
+                let mut options = std::fs::OpenOptions::new();
+                options.write(true).create_new(true);
+                #[cfg(unix)]
+                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+                let file = match options.open(&out) {
                     Ok(f) => f,
                     Err(e) => return refuse(format!("{}: {e}", out.display())),
                 };
@@ -226,8 +227,9 @@ pub(super) async fn tenant(command: TenantCommand) -> anyhow::Result<ExitCode> {
             }
             if tenant.state == TenantState::Active {
                 return refuse(format!(
-                    "tenant `{slug}` is active: pause it first (`leadgate tenant pause {slug}`), \
-                     so that no new lead of its arrives while it is erased"
+                    "tenant `{slug}` is active: erasing is for a tenant that left; pause it first \
+                     (`leadgate tenant pause {slug}`): its CRM gets no call, and leads that still \
+                     arrive are kept until this is run again"
                 ));
             }
             if !yes {

@@ -427,6 +427,15 @@ impl TenantSpec {
             );
         }
         validate_api(&self.api)?;
+        if let (true, CrmConfig::Http(http)) = (self.look_up_first, &self.crm) {
+            if http.lookup_url.is_none() && http.steps.is_empty() {
+                return Err(
+                    "look_up_first: this CRM has no lookup by key (`lookup_url`) to look \
+                     each lead up in"
+                        .into(),
+                );
+            }
+        }
         if self.portal().is_none() {
             return Err("crm: its URL names no host".into());
         }

@@ -853,6 +853,8 @@ fn a_bad_tenants_file_says_what_is_wrong() {
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\nweight = 0\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n", "weight must be 1 to 1000"),
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant.source]]\nname = \"site\"\nkey = \"json:/id\"\n", "`a`: source `site`"),
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant]]\nslug = \"a\"\nname = \"y\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://b.bitrix24.ru/rest/1/s/\"\n", "tenant `a` is defined twice"),
+        // Looking each lead up needs a CRM that finds leads by key.
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\nlook_up_first = true\n[tenant.crm]\nkind = \"http\"\ncreate_url = \"https://crm.a.example/api/leads\"\nbody = \"{}\"\nid_pointer = \"/id\"\n", "look_up_first: this CRM has no lookup by key"),
         // What a tenant's gateway does not run yet is refused, not taken and ignored.
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.retention]\nfull = \"7d\"\n", "a tenant's own windows are not served yet"),
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.claim_api]\nredeliver_url = \"https://n8n.a/webhook/lead\"\n", "redelivery is not served for tenants yet"),

@@ -476,6 +476,12 @@ pub struct PurgeReport {
     /// Of an erasure (`erase`): the tenant's operations left whole because they are not
     /// finished, or have an open case or a pending CRM update.
     pub left_whole: u64,
+    /// Contact locks that ended before the cutoff, deleted.
+    pub contact_locks: u64,
+    /// Operations the batch picked (some may have been left, rechecked under their lock):
+    /// fewer than the batch size means none is left to pick.
+    #[serde(skip)]
+    pub(crate) picked: u64,
 }
 
 impl PurgeReport {
@@ -485,6 +491,14 @@ impl PurgeReport {
             && self.sign_ins == 0
             && self.requests == 0
             && self.feed_owed == 0
+            && self.contact_locks == 0
+    }
+
+    /// Whether a batch of size `batch` found less than it could take of everything it
+    /// scrubs: nothing more is left.
+    pub(crate) fn is_last(&self, batch: i64) -> bool {
+        let batch = batch.max(0) as u64;
+        self.picked < batch && self.deliveries < batch && self.contact_locks < batch
     }
 }
 
@@ -550,7 +564,8 @@ pub async fn purge(
             .await?;
         total.operations += r.operations;
         total.deliveries += r.deliveries;
-        if r.operations < batch as u64 && r.deliveries < batch as u64 {
+        total.contact_locks += r.contact_locks;
+        if r.is_last(batch) {
             total.sign_ins = store.forget_sign_ins(finished_before).await?;
             total.requests = store.forget_requests(finished_before).await?;
             total.feed_owed = store.forget_feed_owed(finished_before).await?;
@@ -570,7 +585,8 @@ pub async fn erase(store: &dyn Store, batch: i64) -> Result<PurgeReport> {
         let r = store.erase_batch(batch, store.now()).await?;
         total.operations += r.operations;
         total.deliveries += r.deliveries;
-        if r.operations < batch as u64 && r.deliveries < batch as u64 {
+        total.contact_locks += r.contact_locks;
+        if r.is_last(batch) {
             total.left_whole = r.left_whole;
             return Ok(total);
         }

@@ -68,7 +68,7 @@ create function leadgate_in_every_tenant() returns boolean
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
     select exists (select 1 from public.tenant_members m
                    where m.login = session_user and m.member_of = -1)
-        or not exists (select 1 from public.tenants t where t.id <> 0)
+        or not exists (select 1 from public.tenants t where t.id <> 0 and t.state <> 'removed')
 $$;
 
 -- A request is about its tenant's case, operation or connector, and the tenant is one of

@@ -28,7 +28,9 @@ pub(crate) async fn purge_batch<T: WriteTx>(
 ) -> Result<PurgeReport> {
     let scope = scope.map_or(-1, |t| t.0);
     let mut report = PurgeReport::default();
-    for id in tx.purge_candidates(scope, finished_before, batch).await? {
+    let candidates = tx.purge_candidates(scope, finished_before, batch).await?;
+    report.picked = candidates.len() as u64;
+    for id in candidates {
         // Checked again under the row lock: the pick did not lock, and a conflicting
         // delivery may have opened a case since. Whoever opens a case locks the row
         // first, so none can open until this commits.
@@ -55,11 +57,12 @@ pub(crate) async fn purge_batch<T: WriteTx>(
     report.deliveries += tx.scrub_rejected(scope, finished_before, batch).await?;
     // Contact locks that ended before the cutoff: a hash of a phone or e-mail and the
     // contact it led to.
-    tx.purge_contact_locks(scope, finished_before, batch)
+    report.contact_locks = tx
+        .purge_contact_locks(scope, finished_before, batch)
         .await?;
     // An erasure's last batch says what it left whole (not the deployment's retention,
     // which runs all day over every tenant).
-    if scope >= 0 && report.operations < batch.max(0) as u64 {
+    if scope >= 0 && report.is_last(batch) {
         report.left_whole = tx.unpurgeable(scope).await?;
     }
     tx.commit().await?;

@@ -1,0 +1,203 @@
+//! A tenant leaves with its data and is erased; a portal moves in without a second
+//! create.
+
+use super::*;
+
+each_backend!(
+    erasing_a_tenant_keeps_its_tombstones_and_touches_no_other,
+    |db| async move {
+        let acme_crm = portal().await;
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        for key in ["a1", "a2"] {
+            post_to(&gw, "acme", "site", "acme-site-token", key).await;
+        }
+        gw.post_json("site", &lead("d1")).await;
+        for id in ["acme/site:a1", "acme/site:a2", "site:d1"] {
+            wait_op(&*store, id, Status::Completed).await;
+        }
+        // a1 changed: a payload-conflict case keeps it open to a person.
+        let mut changed = lead("a1");
+        changed["name"] = json!("Other");
+        let url = format!("{}/v1/intake/acme/site?token=acme-site-token", gw.base);
+        let (s, body, _) = answer(gw.http.post(url).json(&changed).send().await.unwrap()).await;
+        assert_eq!(body["outcome"], "conflict", "{s} {body}");
+        let acme = TenantId(
+            store
+                .tenants()
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|t| t.slug == "acme")
+                .unwrap()
+                .id,
+        );
+        let acme_store = store.for_tenant(acme);
+
+        // The export: acme's two operations, each with its data and timeline, nothing else.
+        let mut out = vec![];
+        let n = leadgate::tenants::export(&*acme_store, &mut out)
+            .await
+            .unwrap();
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!((n, lines.len()), (2, 2));
+        let ids: Vec<&str> = lines
+            .iter()
+            .map(|l| l["operation"]["operation_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["acme/site:a1", "acme/site:a2"]);
+        for l in &lines {
+            assert_eq!(l["operation"]["payload"]["name"], "Ivan", "{l}");
+            assert!(l["timeline"].as_array().unwrap().len() >= 2, "{l}");
+        }
+
+        // The CLI erases only a paused tenant, and only when told so.
+        let cli = |args: &[&str]| {
+            let out = crate::process::leadgate(args)
+                .env("LEADGATE_DATABASE_URL", &db.url)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        // The CLI's export: the same lines, in a file only its owner may read, never
+        // over an existing one.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("acme.jsonl");
+        let path = file.to_str().unwrap();
+        let (code, _, err) = cli(&["tenant", "export", "acme", "--out", path]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("wrote 2 operations of tenant `acme`"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 2);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
+        let (code, _, err) = cli(&["tenant", "export", "acme", "--out", path]);
+        assert_eq!(code, Some(2), "{err}");
+
+        let (code, _, err) = cli(&["tenant", "erase", "acme", "--yes"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("is active: erasing is for a tenant that left"),
+            "{err}"
+        );
+        store
+            .set_tenant_state(
+                "acme",
+                TenantState::Paused,
+                Some("leaving"),
+                "test",
+                store.now(),
+            )
+            .await
+            .unwrap();
+        let (code, _, err) = cli(&["tenant", "erase", "acme"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("cannot be undone: say --yes"), "{err}");
+        let (code, said, err) = cli(&["tenant", "erase", "acme", "--yes"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(
+            said.contains("1 finished operations scrubbed to tombstones")
+                && said.contains("1 operations left whole"),
+            "{said}"
+        );
+
+        // a2 is a tombstone: no payload, no contact data, its CRM id kept; its journal's
+        // bodies are gone. a1 (open case) and the default tenant's d1 are whole.
+        let a2 = store
+            .operation(&"acme/site:a2".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(a2.payload, None);
+        assert_eq!(a2.contact, leadgate::store::ContactKeys::default());
+        assert!(a2.purged_at.is_some() && a2.crm_id.is_some(), "{a2:?}");
+        let bodies = db
+            .texts(
+                "select operation_id from deliveries where operation_id like 'acme/site:a2' \
+                 and (raw_body is not null or payload is not null)",
+            )
+            .await;
+        assert!(bodies.is_empty(), "{bodies:?}");
+        for id in ["acme/site:a1", "site:d1"] {
+            let op = store
+                .operation(&id.parse().unwrap())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                op.payload.is_some() && op.purged_at.is_none(),
+                "{id}: {op:?}"
+            );
+        }
+        // The default tenant is retention's to erase.
+        let (code, _, err) = cli(&["tenant", "erase", "default", "--yes"]);
+        assert_eq!(code, Some(2), "{err}");
+        gw.stop().await;
+    }
+);
+
+each_backend!(
+    a_moved_portal_finds_what_it_holds_instead_of_creating_again,
+    |db| async move {
+        let acme_crm = portal().await;
+        let beta_crm = portal().await;
+        // Both portals hold `site:m1` from the deployment each had of its own; acme says so.
+        let acme_old = created_elsewhere(&acme_crm, "site:m1").await;
+        created_elsewhere(&beta_crm, "site:m1").await;
+        let file = tenants_file(&[
+            ("acme", &acme_crm, "acme-site-token"),
+            ("beta", &beta_crm, "beta-site-token"),
+        ])
+        .replacen(
+            "name = \"acme portal\"\n",
+            "name = \"acme portal\"\nlook_up_first = true\n",
+            1,
+        );
+        assert!(file.contains("look_up_first = true"), "{file}");
+        apply(&db, &file).await;
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        // acme_on applied acme alone: the file again, with beta.
+        apply(&db, &file).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        for (tenant, token) in [("acme", "acme-site-token"), ("beta", "beta-site-token")] {
+            for key in ["m1", "m2"] {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while post_to(&gw, tenant, "site", token, key).await.0 != StatusCode::ACCEPTED {
+                    assert!(Instant::now() < deadline, "{tenant} was never served");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        let leads = |crm: &FakeBitrix24| {
+            let mut ids = origin_ids(crm);
+            ids.sort();
+            ids
+        };
+        // acme: m1 found where it was, m2 created once.
+        let m1 = wait_op(&*store, "acme/site:m1", Status::Completed).await;
+        assert_eq!(
+            (m1.crm_id.as_deref(), m1.crm_link.as_deref()),
+            (Some(acme_old.as_str()), Some("recovered"))
+        );
+        wait_op(&*store, "acme/site:m2", Status::Completed).await;
+        assert_eq!(leads(&acme_crm), ["site:m1", "site:m2"]);
+        // beta did not say so: its m1 is created a second time. What look_up_first is for.
+        wait_op(&*store, "beta/site:m1", Status::Completed).await;
+        wait_op(&*store, "beta/site:m2", Status::Completed).await;
+        assert_eq!(leads(&beta_crm), ["site:m1", "site:m1", "site:m2"]);
+        gw.stop().await;
+    }
+);
