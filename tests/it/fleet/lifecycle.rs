@@ -23,17 +23,7 @@ each_backend!(
         let url = format!("{}/v1/intake/acme/site?token=acme-site-token", gw.base);
         let (s, body, _) = answer(gw.http.post(url).json(&changed).send().await.unwrap()).await;
         assert_eq!(body["outcome"], "conflict", "{s} {body}");
-        let acme = TenantId(
-            store
-                .tenants()
-                .await
-                .unwrap()
-                .into_iter()
-                .find(|t| t.slug == "acme")
-                .unwrap()
-                .id,
-        );
-        let acme_store = store.for_tenant(acme);
+        let acme_store = tenant_store(&store, "acme").await;
 
         // The export: acme's two operations, each with its data and timeline, nothing else.
         let mut out = vec![];

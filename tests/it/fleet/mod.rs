@@ -148,3 +148,10 @@ async fn created_elsewhere(crm: &FakeBitrix24, origin: &str) -> String {
     let body: serde_json::Value = res.json().await.unwrap();
     body["result"].as_u64().unwrap().to_string()
 }
+
+/// The store's view of tenant `slug`'s rows.
+async fn tenant_store(store: &Arc<dyn Store>, slug: &str) -> Arc<dyn Store> {
+    let tenants = store.tenants().await.unwrap();
+    let t = tenants.iter().find(|t| t.slug == slug).unwrap();
+    store.for_tenant(TenantId(t.id))
+}

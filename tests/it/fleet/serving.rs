@@ -556,14 +556,7 @@ each_backend!(
         assert_eq!(s, StatusCode::UNAUTHORIZED);
 
         // The console's dashboard reads one tenant's: acme's figures and series.
-        let acme = store
-            .tenants()
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|t| t.slug == "acme")
-            .unwrap();
-        let acme_store = store.for_tenant(TenantId(acme.id));
+        let acme_store = tenant_store(&store, "acme").await;
         let now = store.now();
         let figures = acme_store
             .metrics(now, Duration::from_secs(60))

@@ -7,16 +7,14 @@ macro_rules! tx_retention {
     ($store:ident, $db:ty) => {
         impl $crate::ops::RetentionTx for SqlTx<$db> {
             async fn purge_candidates(&mut self, scope: i32, finished_before: DateTime<Utc>, batch: i64) -> Result<Vec<String>> {
-                Ok(sqlx::query_scalar(
+                let sql = format!(
                     "select o.operation_id from operations o \
-                     where o.status in ('completed', 'failed_terminal') and o.purged_at is null \
-                     and ($3 < 0 or o.tenant_id = $3) \
-                     and o.updated_at < $1 and not exists (select 1 from review_cases c \
-                       where c.operation_id = o.operation_id and c.resolved_at is null) \
-                     and not exists (select 1 from crm_updates u \
-                       where u.operation_id = o.operation_id and u.state = 'pending') \
+                     where o.purged_at is null and ($3 < 0 or o.tenant_id = $3) \
+                     and o.updated_at < $1 and {} \
                      order by o.updated_at limit $2",
-                )
+                    $crate::sql::retention::SETTLED
+                );
+                Ok(sqlx::query_scalar(&sql)
                 .bind(finished_before)
                 .bind(batch)
                 .bind(scope)
@@ -25,14 +23,12 @@ macro_rules! tx_retention {
             }
 
             async fn still_purgeable(&mut self, operation_id: &str, finished_before: DateTime<Utc>) -> Result<bool> {
-                let still: i64 = sqlx::query_scalar(
+                let sql = format!(
                     "select count(*) from operations o where o.operation_id = $1 \
-                     and o.status in ('completed', 'failed_terminal') and o.purged_at is null \
-                     and o.updated_at < $2 and not exists (select 1 from review_cases c \
-                       where c.operation_id = o.operation_id and c.resolved_at is null) \
-                     and not exists (select 1 from crm_updates u \
-                       where u.operation_id = o.operation_id and u.state = 'pending')",
-                )
+                     and o.purged_at is null and o.updated_at < $2 and {}",
+                    $crate::sql::retention::SETTLED
+                );
+                let still: i64 = sqlx::query_scalar(&sql)
                 .bind(operation_id)
                 .bind(finished_before)
                 .fetch_one(&mut *self.0)
@@ -118,15 +114,12 @@ macro_rules! tx_retention {
             }
 
             async fn unpurgeable(&mut self, scope: i32) -> Result<u64> {
-                let n: i64 = sqlx::query_scalar(
+                let sql = format!(
                     "select count(*) from operations o where o.purged_at is null \
-                     and ($1 < 0 or o.tenant_id = $1) \
-                     and (o.status not in ('completed', 'failed_terminal') \
-                       or exists (select 1 from review_cases c \
-                         where c.operation_id = o.operation_id and c.resolved_at is null) \
-                       or exists (select 1 from crm_updates u \
-                         where u.operation_id = o.operation_id and u.state = 'pending'))",
-                )
+                     and ($1 < 0 or o.tenant_id = $1) and not ({})",
+                    $crate::sql::retention::SETTLED
+                );
+                let n: i64 = sqlx::query_scalar(&sql)
                 .bind(scope)
                 .fetch_one(&mut *self.0)
                 .await?;
@@ -136,3 +129,11 @@ macro_rules! tx_retention {
     };
 }
 pub(crate) use tx_retention;
+
+/// An operation (`o`) retention may scrub, its age aside: finished, with no open case
+/// and no pending CRM update (what a person may still act on keeps its data).
+pub(crate) const SETTLED: &str = "o.status in ('completed', 'failed_terminal') \
+     and not exists (select 1 from review_cases c \
+       where c.operation_id = o.operation_id and c.resolved_at is null) \
+     and not exists (select 1 from crm_updates u \
+       where u.operation_id = o.operation_id and u.state = 'pending')";
