@@ -99,6 +99,7 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             config.worker.concurrency,
         )),
         owner: worker_owner,
+        turns: None,
     };
     let owner = worker.owner.clone();
     tasks.spawn(worker.run(shutdown_rx.clone()));

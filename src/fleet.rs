@@ -7,8 +7,11 @@
 //! (`<tenant>/<source>:<key>`). Its CRM adapter is built from its spec and is given the
 //! keys without the slug, so a portal moved into the fleet keeps finding what it holds.
 //! Its intake is `POST /v1/intake/{tenant}/{source}`; its worker runs `max_in_flight`
-//! lanes of its own, so a tenant whose CRM hangs or whose backlog is long holds only its
-//! own lanes. A paused tenant's deliveries are still journaled and claimed; its worker
+//! claim loops and a reconciler, whose steps take the fleet's `[fleet] lanes` shared by
+//! weight, and which wake when the fleet's board finds the tenant has work ([`turns`]): a
+//! tenant whose CRM hangs or whose backlog is long holds at most those lanes and gets its
+//! share of lane-time, no more, and five hundred idle tenants cost one statement per
+//! poll. A paused tenant's deliveries are still journaled and claimed; its worker
 //! takes nothing and calls nothing while the registry says it is paused (the store's
 //! picks and its check before each call read the tenant's state).
 //!
@@ -34,6 +37,8 @@ use crate::domain::{TenantId, TenantSlug};
 use crate::intake::{self, TenantStates};
 use crate::store::{Store, Tenant, TenantState};
 use crate::worker::{Worker, WorkerSettings};
+
+use crate::turns::{self, Lanes};
 
 /// One tenant as this gateway runs it.
 pub struct TenantRun {
@@ -86,6 +91,8 @@ pub struct Fleet {
     intake: Option<(Arc<TenantStates>, intake::IntakeState)>,
     /// A tenant was served or stopped since intake was last told.
     changed: bool,
+    /// The lanes the tenants' workers share, and their wake-ups.
+    lanes: Arc<Lanes>,
 }
 
 impl Fleet {
@@ -105,6 +112,7 @@ impl Fleet {
             served: HashMap::new(),
             intake: None,
             changed: false,
+            lanes: Lanes::new(config.fleet.lanes),
         };
         let listed = fleet.listed().await?;
         for (tenant, spec) in fleet.wanted(listed).await? {
@@ -128,6 +136,12 @@ impl Fleet {
     /// Follows the registry until `shutdown`, then stops every tenant's worker (attempts in
     /// flight finish).
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let board = tokio::spawn(turns::board(
+            Arc::clone(&self.store),
+            Arc::clone(&self.lanes),
+            self.config.worker.poll_interval,
+            shutdown.clone(),
+        ));
         let tick = intake::RULES_EVERY.min(self.config.fleet.reload_every);
         let mut since_reload = Duration::ZERO;
         loop {
@@ -153,6 +167,7 @@ impl Fleet {
         for (_, s) in self.served.drain() {
             s.stop().await;
         }
+        let _ = board.await;
     }
 
     /// The registry's tenants.
@@ -246,6 +261,7 @@ impl Fleet {
             crm: Arc::clone(&run.crm),
             settings: Arc::new(run.worker_settings(&self.config)),
             owner: format!("{}:{}", self.owner, run.slug),
+            turns: Some(self.lanes.join(run.id.0, run.spec.weight)),
         };
         let (stop, stopped) = watch::channel(false);
         let worker = tokio::spawn(worker.run(stopped));
@@ -258,6 +274,7 @@ impl Fleet {
         if let Some(s) = self.served.remove(&id) {
             self.changed = true;
             s.stop().await;
+            self.lanes.leave(id);
         }
     }
 

@@ -21,4 +21,5 @@ pub mod report;
 pub use leadgate_store as store;
 pub mod supervise;
 pub mod tenants;
+pub mod turns;
 pub mod worker;

@@ -32,6 +32,7 @@ use crate::domain::outage::counts_against_connector;
 use crate::domain::EventKind;
 use crate::domain::ReviewReason;
 use crate::store::{self, AttemptOutcome, Claim, Failure, NewEvent, Store, StoreError};
+use crate::turns::Turns;
 
 /// Takes over expired leases until `shutdown`.
 pub async fn run(
@@ -39,23 +40,27 @@ pub async fn run(
     crm: Arc<dyn Crm>,
     settings: Arc<WorkerSettings>,
     owner: String,
+    turns: Option<Arc<Turns>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     while !*shutdown.borrow() {
+        // A fleet tenant's reconciler takes a lane of the fleet's, like its claim loops.
+        let Some(lane) = crate::turns::turn(turns.as_deref(), &mut shutdown).await else {
+            break;
+        };
         match store.expire_external_leases(store.now()).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(count = n, "claim-API leases ran out; sent to review"),
             Err(e) => tracing::error!(error = %e, "expiring claim-API leases failed"),
         }
-        match reconcile_one_stale(store.as_ref(), crm.as_ref(), &settings, &owner).await {
+        let stepped = reconcile_one_stale(store.as_ref(), crm.as_ref(), &settings, &owner).await;
+        drop(lane);
+        match stepped {
             Ok(true) => continue,
             Ok(false) => {}
             Err(e) => tracing::error!(error = %e, "reconciler step failed"),
         }
-        tokio::select! {
-            _ = tokio::time::sleep(settings.poll_interval) => {}
-            _ = shutdown.changed() => {}
-        }
+        crate::turns::idle(turns.as_deref(), settings.poll_interval, &mut shutdown).await;
     }
 }
 

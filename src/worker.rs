@@ -44,6 +44,7 @@ use crate::domain::{ErrorClass, RetryDecision, ReviewReason};
 use crate::reconcile;
 use crate::store::{self, AttemptOutcome, Claim, Failure, Lease, NewEvent, Store, StoreError};
 use crate::supervise::{supervise, RESTART_DELAY};
+use crate::turns::Turns;
 
 pub use crate::attempt::WorkerSettings;
 use crate::attempt::{cut_off, exchange_events, finish_attempt, hold, Hold};
@@ -60,6 +61,10 @@ pub struct Worker {
     pub settings: Arc<WorkerSettings>,
     /// Names this process on the timeline (`worker:<host>:<pid>:<n>`).
     pub owner: String,
+    /// A fleet tenant's worker: its steps take the fleet's shared lanes, and its idle
+    /// loops wait for the fleet's board instead of polling (`turns`). `None`: the
+    /// default tenant's worker, which polls every `poll_interval` on lanes of its own.
+    pub turns: Option<Arc<Turns>>,
 }
 
 impl Worker {
@@ -92,6 +97,7 @@ impl Worker {
                         r.crm,
                         r.settings,
                         format!("reconciler:{}", r.owner),
+                        r.turns,
                         shutdown,
                     )
                     .await
@@ -103,15 +109,22 @@ impl Worker {
 
     async fn claim_loop(self, mut shutdown: watch::Receiver<bool>) {
         while !*shutdown.borrow() {
-            match self.step().await {
+            let Some(lane) = crate::turns::turn(self.turns.as_deref(), &mut shutdown).await else {
+                break;
+            };
+            let stepped = self.step().await;
+            drop(lane);
+            match stepped {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(e) => tracing::error!(error = %e, "worker step failed"),
             }
-            tokio::select! {
-                _ = tokio::time::sleep(self.settings.poll_interval) => {}
-                _ = shutdown.changed() => {}
-            }
+            crate::turns::idle(
+                self.turns.as_deref(),
+                self.settings.poll_interval,
+                &mut shutdown,
+            )
+            .await;
         }
     }
 

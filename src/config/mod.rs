@@ -78,6 +78,10 @@ pub struct FleetConfig {
     /// removed since (5 s).
     #[serde(with = "humantime_serde")]
     pub reload_every: Duration,
+    /// Tenants' steps (an attempt, a batch, a reconciliation) run at once by this process,
+    /// shared among the tenants by weight (`turns`; 32). The default tenant's
+    /// worker runs its `[worker] concurrency` beside them.
+    pub lanes: usize,
 }
 
 impl Default for FleetConfig {
@@ -85,6 +89,7 @@ impl Default for FleetConfig {
         FleetConfig {
             token_key_file: None,
             reload_every: Duration::from_secs(5),
+            lanes: 32,
         }
     }
 }
@@ -343,6 +348,9 @@ impl Config {
         let server = &self.server;
         if server.max_connections == 0 {
             return invalid("[server] max_connections must be at least 1".into());
+        }
+        if self.fleet.lanes == 0 {
+            return invalid("[fleet] lanes must be at least 1".into());
         }
         for (name, d) in [
             ("header_timeout", server.header_timeout),

@@ -154,6 +154,20 @@ fn minimal_config_uses_defaults() {
     assert_eq!(c.server.max_connections, 512);
     assert_eq!(c.server.header_timeout, Duration::from_secs(10));
     assert_eq!(c.server.body_timeout, Duration::from_secs(30));
+    assert_eq!(c.fleet.lanes, 32);
+}
+
+#[test]
+fn a_fleet_without_lanes_is_refused() {
+    let with = |fleet: &str| {
+        Config::parse(&format!(
+            "[database]\nurl = \"sqlite::memory:\"\n[fleet]\n{fleet}\n"
+        ))
+        .map_err(|e| e.to_string())
+    };
+    let e = with("lanes = 0").unwrap_err();
+    assert!(e.contains("[fleet] lanes"), "{e}");
+    assert_eq!(with("lanes = 4").unwrap().fleet.lanes, 4);
 }
 
 #[test]

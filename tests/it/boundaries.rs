@@ -21,9 +21,18 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("metrics", &["domain", "store"]),
     ("report", &["domain", "store"]),
     ("attempt", &["config", "crm", "domain", "store"]),
+    ("turns", &["domain", "store"]),
     (
         "reconcile",
-        &["attempt", "config", "crm", "domain", "store", "supervise"],
+        &[
+            "attempt",
+            "config",
+            "crm",
+            "domain",
+            "store",
+            "supervise",
+            "turns",
+        ],
     ),
     (
         "worker",
@@ -35,6 +44,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "reconcile",
             "store",
             "supervise",
+            "turns",
         ],
     ),
     ("intake", &["config", "crm", "domain", "metrics", "store"]),
@@ -53,7 +63,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "fleet",
         &[
-            "config", "crm", "domain", "intake", "store", "tenants", "worker",
+            "config", "crm", "domain", "intake", "store", "tenants", "turns", "worker",
         ],
     ),
     ("console_web", &["config", "domain", "store", "supervise"]),

@@ -286,6 +286,7 @@ fn paused_while_pacing(
             look_up_first: false,
         }),
         owner: "worker:test".into(),
+        turns: None,
     };
     (worker, crm)
 }

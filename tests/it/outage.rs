@@ -381,6 +381,7 @@ async fn a_down_crm_gets_its_schedule(db: &TestDb, batch: usize, lookup_batch: u
                 look_up_first: false,
             }),
             owner: format!("worker:p{p}"),
+            turns: None,
         };
         processes.push(tokio::spawn(worker.run(stopped.clone())));
     }

@@ -157,6 +157,7 @@ fn direct_worker(
             look_up_first: false,
         }),
         owner: "worker:test".into(),
+        turns: None,
     }
 }
 
@@ -197,6 +198,7 @@ each_backend!(
             worker.crm.clone(),
             worker.settings.clone(),
             "reconciler:test".into(),
+            None,
             stopped,
         ));
         assert!(worker.step().await.unwrap());
@@ -1703,6 +1705,10 @@ impl leadgate::store::Tenants for Hiccup {
 
     async fn tenant_specs(&self) -> Result<Vec<(String, String)>> {
         self.inner.tenant_specs().await
+    }
+
+    async fn tenants_with_work(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<i32>> {
+        self.inner.tenants_with_work(now).await
     }
 
     async fn apply_tenants(

@@ -8,6 +8,7 @@
 mod journal;
 mod lifecycle;
 mod serving;
+mod sharing;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -32,6 +32,12 @@ pub trait Tenants: Clock {
         now: DateTime<Utc>,
     ) -> Result<()>;
 
+    /// The active tenants other than the default one with work due at `now` for a worker:
+    /// an operation due, a lease run out (the worker's or an integration's), a CRM update
+    /// due. One statement for every tenant, on the indexes that lead with the tenant
+    /// (migration 0040); the fleet's board (`fleet::turns`) wakes their loops.
+    async fn tenants_with_work(&self, now: DateTime<Utc>) -> Result<Vec<i32>>;
+
     /// A person pauses or resumes a tenant; `false` when there is no such tenant, or it
     /// was removed.
     async fn set_tenant_state(

@@ -18,6 +18,22 @@ macro_rules! tenants_sql {
                 .await?)
             }
 
+            async fn tenants_with_work(&self, now: DateTime<Utc>) -> Result<Vec<i32>> {
+                Ok(sqlx::query_scalar(
+                    "select t.id from tenants t where t.id <> 0 and t.state = 'active' and ( \
+                     exists (select 1 from operations o where o.tenant_id = t.id \
+                       and o.status = 'received' and o.next_attempt_at <= $1 \
+                       and o.executor = 'worker') \
+                     or exists (select 1 from operations o where o.tenant_id = t.id \
+                       and o.status = 'in_progress' and o.lease_expires_at <= $1) \
+                     or exists (select 1 from crm_updates u where u.tenant_id = t.id \
+                       and u.state = 'pending' and u.due_at <= $1)) order by t.id",
+                )
+                .bind(now)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             async fn tenant_specs(&self) -> Result<Vec<(String, String)>> {
                 Ok(sqlx::query_as::<_, (String, String)>(
                     "select t.slug, s.sealed from tenant_specs s \
