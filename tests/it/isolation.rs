@@ -301,3 +301,87 @@ async fn every_tenant_owned_table_has_row_level_security() {
     })
     .await;
 }
+
+/// The console asks under the case's tenant (`Review::ask` takes it from the case or the
+/// operation in SQL), so a person of one tenant resolves that tenant's cases from a console
+/// over the default tenant's store, and a person of another tenant still cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_resolves_their_tenants_case_from_the_console() {
+    use leadgate_console_model::{Action, ActionRequest, Console};
+    run(Backend::Postgres, |db| async move {
+        betas_history(&db).await;
+        let mut owner = PgConnection::connect(&db.url).await.unwrap();
+        let (case, version): (i64, i64) = sqlx::query_as(
+            "select c.id, o.version from review_cases c join operations o using (operation_id) \
+             where c.resolved_at is null and c.reason <> 'cross_channel_match' order by c.id limit 1",
+        )
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+        let request = || ActionRequest {
+            case_id: case,
+            expected_version: version,
+            comment: None,
+            action: Action::Confirm {
+                crm_id: "77".into(),
+            },
+        };
+        let gateway = leadgate_testkit::people::gateway(db.store().await);
+        let console_of = |people: &People| {
+            let url = people.url(Role::Manager).to_owned();
+            async move {
+                let store = leadgate::store::open(&url).await.unwrap();
+                let console = Console::on(store, "test".into()).await.unwrap();
+                assert_eq!(console.connection.mode, "person");
+                console
+            }
+        };
+
+        // acme's manager does not see beta's case, and asking about it changes nothing.
+        let acme = People::in_tenants(
+            &db.url,
+            &db.url,
+            &PersonTenants::Only(vec!["acme".into()]),
+        )
+        .await;
+        let refused = console_of(&acme).await.act("acme", request()).await;
+        assert!(refused.is_err(), "{refused:?}");
+
+        let beta = People::in_tenants(
+            &db.url,
+            &db.url,
+            &PersonTenants::Only(vec!["beta".into()]),
+        )
+        .await;
+        let done = console_of(&beta).await.act("beta", request()).await;
+        gateway.abort();
+        assert!(done.is_ok(), "beta's manager resolving beta's case: {done:?}");
+        let (resolved_by, resolution, tenant): (Option<String>, Option<String>, i32) =
+            sqlx::query_as(
+                "select resolved_by, resolution, tenant_id from review_cases where id = $1",
+            )
+            .bind(case)
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+        assert_eq!(
+            (resolved_by.as_deref(), resolution.as_deref(), tenant),
+            (
+                Some(beta.login(Role::Manager)),
+                Some("confirmed_crm_result"),
+                BETA
+            )
+        );
+        let asked: Vec<i32> = sqlx::query_scalar(
+            "select tenant_id from human_requests where case_id = $1 order by id",
+        )
+        .bind(case)
+        .fetch_all(&mut owner)
+        .await
+        .unwrap();
+        assert_eq!(asked, [BETA], "acme's attempt wrote no request");
+        acme.drop_all().await;
+        beta.drop_all().await;
+    })
+    .await;
+}

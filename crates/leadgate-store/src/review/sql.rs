@@ -69,9 +69,16 @@ macro_rules! review_sql {
 
             async fn ask(&self, ask: &Ask) -> Result<i64> {
                 let (case_id, version, operation_id, connector) = ask.key_columns();
+                // A request about a case or an operation is its tenant's (a console over the
+                // default tenant's store shows every tenant its login may read); one about a
+                // connector or the feed is the store's. PostgreSQL's policy then checks that
+                // the tenant is the asker's.
                 sqlx::query_scalar(
                     "insert into human_requests (kind, case_id, expected_version, operation_id, \
-                     connector, body, tenant_id) values ($1, $2, $3, $4, $5, $6, $7) returning id",
+                     connector, body, tenant_id) values ($1, $2, $3, $4, $5, $6, coalesce( \
+                     (select c.tenant_id from review_cases c where c.id = $2), \
+                     (select o.tenant_id from operations o where o.operation_id = $4), $7)) \
+                     returning id",
                 )
                 .bind(ask.kind_name())
                 .bind(case_id)
