@@ -11,6 +11,9 @@
 #   LEADGATE_SOURCE_TOKEN        the token of the source `web` (X-Leadgate-Token)
 #   LEADGATE_CLAIM_SOURCE        the [claim_api] source (`n8n`): keys are n8n:<key>
 #   LEADGATE_CONFIG, LEADGATE_DIR   the configuration file and the run's directory
+# With LEADGATE_LIVE_TENANT=<slug> the gateway also serves that tenant (fleet mode: applied
+# with `leadgate tenant apply`, its own fake Bitrix24, its claim API's source `n8n`), and
+# COMMAND gets LEADGATE_TENANT (the slug) and LEADGATE_TENANT_TOKEN (its integration token).
 # Used by `make test-api` (Schemathesis) and `make test-n8n-node` (the community node's tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +34,9 @@ GATEWAY_PORT="$(free_port)"
 CRM_PORT="$(free_port)"
 TOKEN="$(rand_hex)"
 SOURCE_TOKEN="$(rand_hex)"
+TENANT="${LEADGATE_LIVE_TENANT:-}"
+TENANT_CRM_PORT="$(free_port)"
+TENANT_TOKEN="$(rand_hex)"
 
 (umask 077; cat > "$DIR/leadgate.toml" <<TOML
 [database]
@@ -61,6 +67,27 @@ timeout = "2s"
 settle = "2s"
 TOML
 )
+if [ -n "$TENANT" ]; then
+  (umask 077
+   printf '%s%s\n' "$(rand_hex)" "$(rand_hex)" > "$DIR/token.key"
+   printf '\n[fleet]\ntoken_key_file = "%s"\n' "$DIR/token.key" >> "$DIR/leadgate.toml"
+   cat > "$DIR/tenants.toml" <<TOML
+[[tenant]]
+slug = "$TENANT"
+name = "$TENANT (live gateway)"
+[tenant.crm]
+kind = "bitrix24"
+webhook_url = "http://127.0.0.1:$TENANT_CRM_PORT/rest/1/fake-secret/"
+timeout = "2s"
+settle = "2s"
+[tenant.claim_api]
+source = "n8n"
+lease = "30s"
+[tenant.api]
+integration_token = "$TENANT_TOKEN"
+TOML
+  )
+fi
 
 pids=()
 cleanup() {
@@ -83,9 +110,34 @@ wait_http() {
 "$DEV" fake-crm --kind bitrix24 --listen "127.0.0.1:$CRM_PORT" >"$DIR/fake-crm.log" 2>&1 &
 pids+=($!)
 wait_http "$CRM_PORT"
+if [ -n "$TENANT" ]; then
+  "$DEV" fake-crm --kind bitrix24 --listen "127.0.0.1:$TENANT_CRM_PORT" >"$DIR/fake-crm-$TENANT.log" 2>&1 &
+  pids+=($!)
+  wait_http "$TENANT_CRM_PORT"
+  "$BIN" tenant apply "$DIR/tenants.toml" --config "$DIR/leadgate.toml" >"$DIR/tenant-apply.log" 2>&1 \
+    || { echo "live-gateway: applying the tenant failed:" >&2; cat "$DIR/tenant-apply.log" >&2; exit 1; }
+fi
 "$BIN" serve --config "$DIR/leadgate.toml" >"$DIR/serve.log" 2>&1 &
-pids+=($!)
+serve_pid=$!
+pids+=($serve_pid)
 wait_http "$GATEWAY_PORT"
+if [ -n "$TENANT" ]; then
+  # Served once the gateway has read the registry: its figures answer the tenant's token.
+  python3 - "http://127.0.0.1:$GATEWAY_PORT/v1/tenants/$TENANT/metrics" "$TENANT_TOKEN" <<'PY' \
+    || { echo "live-gateway: the tenant is not served; see $DIR/serve.log" >&2; exit 1; }
+import sys, time, urllib.request, urllib.error
+url, token = sys.argv[1], sys.argv[2]
+for _ in range(200):
+    try:
+        req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+        if urllib.request.urlopen(req, timeout=2).status == 200:
+            sys.exit(0)
+    except (urllib.error.URLError, OSError):
+        pass
+    time.sleep(0.1)
+sys.exit(1)
+PY
+fi
 echo "== live gateway on http://127.0.0.1:$GATEWAY_PORT (SQLite, fake Bitrix24 on $CRM_PORT; logs in $DIR)" >&2
 
 status=0
@@ -95,10 +147,12 @@ LEADGATE_SOURCE_TOKEN="$SOURCE_TOKEN" \
 LEADGATE_CLAIM_SOURCE="n8n" \
 LEADGATE_CONFIG="$DIR/leadgate.toml" \
 LEADGATE_DIR="$DIR" \
+LEADGATE_TENANT="$TENANT" \
+LEADGATE_TENANT_TOKEN="$([ -n "$TENANT" ] && echo "$TENANT_TOKEN")" \
   "$@" || status=$?
 
 # The gateway must still be alive: a crash during the run fails it whatever COMMAND said.
-if ! kill -0 "${pids[1]}" 2>/dev/null; then
+if ! kill -0 "$serve_pid" 2>/dev/null; then
   echo "live-gateway: leadgate serve died during the run; its log:" >&2
   tail -n 40 "$DIR/serve.log" >&2
   status=1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test-n8n-node`: builds the n8n community node (examples/n8n/n8n-nodes-leadgate:
 # `npm ci`, n8n's community-node lint, `tsc`) and runs its tests (vitest) against a live gateway
-# (scripts/live-gateway.sh: `leadgate serve` on SQLite with a fake Bitrix24).
+# (scripts/live-gateway.sh: `leadgate serve` on SQLite with a fake Bitrix24, and a tenant
+# `acme` with a fake Bitrix24 of its own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,4 +14,4 @@ major="$(node -p 'process.versions.node.split(".")[0]')"
 
 pkg=examples/n8n/n8n-nodes-leadgate
 ( cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent lint && npm run --silent build )
-scripts/live-gateway.sh bash -c "cd '$pkg' && npx vitest run"
+LEADGATE_LIVE_TENANT=acme scripts/live-gateway.sh bash -c "cd '$pkg' && npx vitest run"

@@ -41,6 +41,10 @@ const TOKEN: &str = "n8n-package-test-integration-token";
 const WORKFLOW_ID: &str = "leadgateNodeFlow";
 const WEBHOOK_PATH: &str = "lead-node";
 const SOURCE: &str = "n8n";
+/// A tenant the gateway serves beside the default one (fleet mode), for the node's
+/// tenant credential; its own fake Bitrix24 and integration token.
+const TENANT: &str = "acme";
+const TENANT_TOKEN: &str = "n8n-package-test-acme-integration-token";
 const CREATE: &str = "crm.lead.add";
 
 /// Runs `cmd`, failing the test with its output when it fails.
@@ -273,6 +277,28 @@ async fn assert_loaded(n8n: &N8n) {
     );
 }
 
+/// Waits until the gateway serves [`TENANT`] (it reads the registry as it starts): its
+/// figures answer the tenant's token.
+async fn wait_served(base: &str, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let res = reqwest::Client::new()
+            .get(format!("{base}/v1/tenants/{TENANT}/metrics"))
+            .bearer_auth(TENANT_TOKEN)
+            .send()
+            .await;
+        if res.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway does not serve the tenant:\n{}",
+            tail(log, 40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn scenarios(bin: &Path, n8n_db: &str, dir: &Path) {
     let tarball = pack(&dir.join("pack"));
     let home = dir.join("n8n-home");
@@ -281,10 +307,15 @@ async fn scenarios(bin: &Path, n8n_db: &str, dir: &Path) {
     let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
+    let tenant_crm = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let lg_port = free_port();
     let base = format!("http://127.0.0.1:{lg_port}");
     let db_url = format!("sqlite://{}?mode=rwc", dir.join("leadgate.db").display());
     let config = dir.join("leadgate.toml");
+    let token_key = dir.join("token.key");
+    std::fs::write(&token_key, format!("{}\n", "5a".repeat(32))).unwrap();
     std::fs::write(
         &config,
         format!(
@@ -305,12 +336,49 @@ kind = "bitrix24"
 webhook_url = "{crm}"
 timeout = "2s"
 settle = "2s"
+[fleet]
+token_key_file = "{key}"
 "#,
             crm = fake.webhook_url(),
+            key = token_key.display(),
         ),
     )
     .unwrap();
+    let tenants = dir.join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        format!(
+            r#"
+[[tenant]]
+slug = "{TENANT}"
+name = "ACME"
+[tenant.crm]
+kind = "bitrix24"
+webhook_url = "{crm}"
+timeout = "2s"
+settle = "2s"
+[tenant.claim_api]
+source = "{SOURCE}"
+lease = "30s"
+[tenant.api]
+integration_token = "{TENANT_TOKEN}"
+"#,
+            crm = tenant_crm.webhook_url(),
+        ),
+    )
+    .unwrap();
+    check(
+        Command::new(env!("CARGO_BIN_EXE_leadgate"))
+            .arg("tenant")
+            .arg("apply")
+            .arg(&tenants)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("LEADGATE_DATABASE_URL"),
+        "leadgate tenant apply",
+    );
     let _serve = serve(&config, &base, &dir.join("serve.log")).await;
+    wait_served(&base, &dir.join("serve.log")).await;
     let store = store::connect(&db_url).await.unwrap();
 
     let mut n8n = N8n {
@@ -406,7 +474,9 @@ settle = "2s"
         .env("NODE_PATH", node_modules)
         .env("LEADGATE_URL", &base)
         .env("LEADGATE_INTEGRATION_TOKEN", TOKEN)
-        .env("LEADGATE_CLAIM_SOURCE", SOURCE);
+        .env("LEADGATE_CLAIM_SOURCE", SOURCE)
+        .env("LEADGATE_TENANT", TENANT)
+        .env("LEADGATE_TENANT_TOKEN", TENANT_TOKEN);
     eprintln!(
         "{}",
         check(&mut vitest, "the node's tests on the installed package")

@@ -7,7 +7,10 @@ import type {
 	INodeProperties,
 } from 'n8n-workflow';
 
-/** Where Leadgate listens and its `[api] integration_token`. */
+/**
+ * Where Leadgate listens and its `[api] integration_token`; in fleet mode, the tenant
+ * whose claim API the node calls and that tenant's integration token.
+ */
 export class LeadgateApi implements ICredentialType {
 	name = 'leadgateApi';
 
@@ -37,6 +40,15 @@ export class LeadgateApi implements ICredentialType {
 				"Leadgate's [api] integration_token (or its LEADGATE_INTEGRATION_TOKEN); without it the claim API answers 401",
 			required: true,
 		},
+		{
+			displayName: 'Tenant',
+			name: 'tenant',
+			type: 'string',
+			default: '',
+			placeholder: 'acme',
+			description:
+				"Fleet mode: the tenant's slug, with that tenant's [tenant.api] integration_token above; its claim API is /v1/tenants/<slug>/operations. Empty for a deployment without tenants (or its default tenant).",
+		},
 	];
 
 	/** `Authorization: Bearer <integration token>` on every request. */
@@ -53,11 +65,15 @@ export class LeadgateApi implements ICredentialType {
 		};
 	}
 
-	/** The integration token opens the reads too: `/metrics` answers 200 only with it. */
+	/**
+	 * The integration token opens the reads too: `/metrics` (a tenant's
+	 * `/v1/tenants/<slug>/metrics`) answers 200 only with it.
+	 */
 	test: ICredentialTestRequest = {
 		request: {
 			baseURL: '={{$credentials.url.replace(/\\/+$/, "")}}',
-			url: '/metrics',
+			// `/v1/tenants/<slug>` first when a tenant is given (as the node's `tenantPrefix`).
+			url: '={{($credentials.tenant ?? "").trim() === "" ? "" : "/v1/tenants/" + encodeURIComponent(($credentials.tenant ?? "").trim())}}/metrics',
 			method: 'GET',
 		},
 	};

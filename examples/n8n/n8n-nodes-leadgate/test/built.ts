@@ -18,7 +18,7 @@ export function load<T>(file: string): T {
 }
 
 export const { Leadgate } = load<typeof NodeModule>('dist/nodes/Leadgate/Leadgate.node.js');
-export const { classifyHttpStatus, classifyTransportError } = load<typeof ProtocolModule>(
+export const { apiRoot, classifyHttpStatus, classifyTransportError } = load<typeof ProtocolModule>(
 	'dist/nodes/Leadgate/protocol.js',
 );
 export const { LeadgateApi } = load<typeof CredentialModule>('dist/credentials/LeadgateApi.credentials.js');

@@ -11,7 +11,7 @@ import { LeadgateApi } from './built';
 export interface Run {
 	params: Record<string, unknown>[];
 	items?: IDataObject[];
-	credentials?: { url: string; integrationToken: string };
+	credentials?: { url: string; integrationToken: string; tenant?: string };
 	continueOnFail?: boolean;
 }
 
@@ -19,11 +19,14 @@ export const gateway = {
 	url: process.env.LEADGATE_URL ?? '',
 	token: process.env.LEADGATE_INTEGRATION_TOKEN ?? '',
 	claimSource: process.env.LEADGATE_CLAIM_SOURCE ?? 'n8n',
+	/** A tenant the gateway serves (fleet mode), with its own integration token. */
+	tenant: process.env.LEADGATE_TENANT ?? '',
+	tenantToken: process.env.LEADGATE_TENANT_TOKEN ?? '',
 };
 
-if (!gateway.url || !gateway.token) {
+if (!gateway.url || !gateway.token || !gateway.tenant || !gateway.tenantToken) {
 	throw new Error(
-		'LEADGATE_URL and LEADGATE_INTEGRATION_TOKEN are not set: run the tests through scripts/live-gateway.sh (make test-n8n-node)',
+		'LEADGATE_URL, LEADGATE_INTEGRATION_TOKEN, LEADGATE_TENANT and LEADGATE_TENANT_TOKEN are not set: run the tests through scripts/live-gateway.sh with LEADGATE_LIVE_TENANT (make test-n8n-node)',
 	);
 }
 

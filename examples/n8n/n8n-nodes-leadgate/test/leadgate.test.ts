@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 
 import { describe, expect, it } from 'vitest';
 
-import { Leadgate, LeadgateApi, classifyHttpStatus, classifyTransportError } from './built';
+import { Leadgate, LeadgateApi, apiRoot, classifyHttpStatus, classifyTransportError } from './built';
 import { context, gateway, type Run } from './context';
 
 const node = new Leadgate();
@@ -62,6 +62,67 @@ describe('classification (as Leadgate classifies)', () => {
 		expect(classifyTransportError('ECONNABORTED')).toBe('uncertain');
 		expect(classifyTransportError('ECONNRESET')).toBe('uncertain');
 		expect(classifyTransportError('ETIMEDOUT')).toBe('uncertain');
+	});
+});
+
+/** An n8n template (`={{expression}}text`) as n8n expands it over `$credentials`. */
+function expand(template: string, credentials: object): string {
+	return template
+		.replace(/^=/, '')
+		.replace(/\{\{(.*?)\}\}/gs, (_, e: string) =>
+			String(new Function('$credentials', `return (${e});`)(credentials)),
+		);
+}
+
+describe('a tenant of a fleet (fleet mode)', () => {
+	const credentials = { url: gateway.url, integrationToken: gateway.tenantToken, tenant: gateway.tenant };
+
+	it("names the tenant's claim API", () => {
+		expect(apiRoot('')).toBe('/v1');
+		expect(apiRoot(undefined)).toBe('/v1');
+		expect(apiRoot(' acme ')).toBe('/v1/tenants/acme');
+	});
+
+	it("claims and completes at the tenant's routes, under the tenant's key", async () => {
+		const key = fresh('tenant');
+		const claimed = (creds?: typeof credentials) =>
+			run({ params: [{ operation: 'claim', idempotencyKey: key, lead: JSON.stringify(lead(key)) }], credentials: creds });
+		const [first] = await claimed(credentials);
+		const id = `${gateway.tenant}/${gateway.claimSource}:${key}`;
+		expect(first.leadgate).toMatchObject({ outcome: 'claimed', claimed: true, operation_id: id, attempt: 1 });
+		const [done] = await run({
+			params: [{ operation: 'complete', operationId: id, leaseToken: first.leadgate.lease_token, crmId: '99' }],
+			credentials,
+		});
+		expect(done.leadgate).toMatchObject({ reported: true, operation_id: id, status: 'completed', crm_id: '99' });
+		const [again] = await claimed(credentials);
+		expect(again.leadgate).toMatchObject({ outcome: 'done', claimed: false, crm_id: '99' });
+		const read = await fetch(`${gateway.url}/v1/tenants/${gateway.tenant}/operations/${encodeURIComponent(id)}`, {
+			headers: { Authorization: `Bearer ${gateway.tenantToken}` },
+		});
+		expect(read.status).toBe(200);
+		expect(await read.json()).toMatchObject({ status: 'completed', crm_id: '99', attempts: 1 });
+		// The same key at the default tenant is another lead of another portal.
+		const [other] = await claimed();
+		expect(other.leadgate).toMatchObject({ claimed: true, operation_id: `${gateway.claimSource}:${key}` });
+	});
+
+	it("the tenant's token opens only its tenant, and the credential test asks the tenant's figures", async () => {
+		const outside = run({
+			params: [{ operation: 'claim', idempotencyKey: fresh('outside'), lead: '{}' }],
+			credentials: { url: gateway.url, integrationToken: gateway.tenantToken },
+		});
+		await expect(outside).rejects.toMatchObject({ httpCode: '401' });
+		const test = new LeadgateApi().test.request;
+		expect(expand(test.url as string, { tenant: '' })).toBe('/metrics');
+		const url = expand(test.url as string, { tenant: ` ${gateway.tenant} ` });
+		expect(url).toBe(`/v1/tenants/${gateway.tenant}/metrics`);
+		const headers = (await new LeadgateApi().authenticate(credentials, { url: '' })).headers as any;
+		const figures = await fetch(`${gateway.url}${url}`, { headers });
+		expect(figures.status).toBe(200);
+		expect(await figures.text()).toContain(`tenant="${gateway.tenant}"`);
+		expect((await fetch(`${gateway.url}${url}`)).status).toBe(401);
+		expect((await fetch(`${gateway.url}/metrics`, { headers })).status).toBe(401);
 	});
 });
 
@@ -173,12 +234,14 @@ describe('the node against a live gateway', () => {
 		});
 		await expect(wrong).rejects.toMatchObject({ httpCode: '401' });
 		const cred = new LeadgateApi();
-		expect(cred.test.request).toMatchObject({ url: '/metrics', method: 'GET' });
-		const withToken = await fetch(`${gateway.url}${cred.test.request.url}`, {
+		expect(cred.test.request).toMatchObject({ method: 'GET' });
+		const url = expand(cred.test.request.url as string, { url: gateway.url, integrationToken: gateway.token });
+		expect(url).toBe('/metrics');
+		const withToken = await fetch(`${gateway.url}${url}`, {
 			headers: (await cred.authenticate({ integrationToken: gateway.token }, { url: '' })).headers as any,
 		});
 		expect(withToken.status).toBe(200);
-		expect((await fetch(`${gateway.url}${cred.test.request.url}`)).status).toBe(401);
+		expect((await fetch(`${gateway.url}${url}`)).status).toBe(401);
 	});
 
 	// Last: it pauses the claim API's connector for the rest of this gateway's life.

@@ -14,6 +14,7 @@ import {
 import {
 	ERROR_CLASSES,
 	UnexpectedAnswer,
+	apiRoot,
 	claimResult,
 	classifyHttpStatus,
 	classifyTransportError,
@@ -207,7 +208,9 @@ export class Leadgate implements INodeType {
 			// Only an unreachable Leadgate throws here; every answer is read below.
 			return (await this.helpers.httpRequestWithAuthentication.call(this, 'leadgateApi', options)) as HttpAnswer;
 		};
-		const path = (id: string, verb: string) => `/v1/operations/${encodeURIComponent(id)}/${verb}`;
+		// Fleet mode: a tenant's claim API is /v1/tenants/<slug>/operations.
+		const api = apiRoot(credentials.tenant);
+		const path = (id: string, verb: string) => `${api}/operations/${encodeURIComponent(id)}/${verb}`;
 
 		for (let i = 0; i < items.length; i++) {
 			try {
@@ -222,7 +225,7 @@ export class Leadgate implements INodeType {
 					if (lead === undefined) {
 						throw new NodeOperationError(this.getNode(), 'The Lead is not a JSON object', { itemIndex: i });
 					}
-					const result = claimResult(await call('/v1/operations', { 'Idempotency-Key': key }, lead));
+					const result = claimResult(await call(`${api}/operations`, { 'Idempotency-Key': key }, lead));
 					json = { ...items[i].json, leadgate: result as unknown as IDataObject };
 				} else if (operation === 'complete' || operation === 'fail') {
 					const id = required(this, 'operationId', i);

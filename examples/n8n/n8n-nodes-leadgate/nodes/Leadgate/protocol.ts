@@ -214,3 +214,13 @@ const NOT_SENT_CODES = new Set([
 export function classifyTransportError(code: string): ErrorClass {
 	return NOT_SENT_CODES.has(code.trim().toUpperCase()) ? 'not_sent' : 'uncertain';
 }
+
+/**
+ * Where the claim API of a credential's tenant is: `/v1` without a tenant (the default
+ * tenant's), else `/v1/tenants/<slug>` (`/v1/tenants/<slug>/operations` is that tenant's
+ * `/v1/operations`).
+ */
+export function apiRoot(tenant: unknown): string {
+	const slug = String(tenant ?? '').trim();
+	return slug === '' ? '/v1' : `/v1/tenants/${encodeURIComponent(slug)}`;
+}
