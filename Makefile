@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit test-loaded test-n8n test-n8n-package test-api test-n8n-node demo bench walk-through chaos fuzz
+.PHONY: test check lint unit test-loaded test-n8n test-n8n-package test-api test-n8n-node demo bench walk-through chaos fleet fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL (the web console in Chromium among them), the UI's type check and unit tests,
@@ -78,6 +78,15 @@ chaos:
 	scripts/ensure-postgres.sh
 	LEADGATE_CHAOS_LEADS=3000 LEADGATE_CHAOS_SECONDS=300 \
 	  cargo test --locked --release --test chaos -- --nocapture --test-threads=1
+
+## The fleet's noisy neighbours at full size (tests/fleet.rs, release build): 500 tenants
+## on fake Bitrix24s enforcing 2 requests/s, a dead portal with 50,000 leads queued and a
+## tenant flooding 100 leads/s; the quiet tenants' p95 against their baseline of the same run,
+## per backend. Figures: BENCHMARKS.md.
+fleet:
+	scripts/ensure-postgres.sh
+	LEADGATE_FLEET_TENANTS=500 LEADGATE_FLEET_LEADS=3 LEADGATE_FLEET_BACKLOG=50000 LEADGATE_FLEET_FLOOD=100 \
+	  cargo test --locked --release --test fleet -- --nocapture --test-threads=1
 
 ## Intake throughput/latency vs. the raw commit rate (and pgbench on PostgreSQL, when
 ## installed), the console's calls over a million operations, 50 people in the web console

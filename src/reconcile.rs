@@ -60,7 +60,13 @@ pub async fn run(
             Ok(false) => {}
             Err(e) => tracing::error!(error = %e, "reconciler step failed"),
         }
-        crate::turns::idle(turns.as_deref(), settings.poll_interval, &mut shutdown).await;
+        crate::turns::idle(
+            turns.as_deref(),
+            crate::turns::Wait::Stale,
+            settings.poll_interval,
+            &mut shutdown,
+        )
+        .await;
     }
 }
 

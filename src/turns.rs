@@ -11,11 +11,13 @@
 //! lanes than its `max_in_flight` (it has that many claim loops).
 //!
 //! **Wake-ups.** An idle tenant's loops do not poll the database: they wait until the
-//! [`Board`] says the tenant has work. The board is one statement per `[worker]
+//! [`board`] says the tenant has work. The board is one statement per `[worker]
 //! poll_interval` for every tenant at once (`Tenants::tenants_with_work`, on indexes that
-//! lead with the tenant), instead of three queries per loop per tenant. While it cannot
-//! read the database it wakes every tenant, so a tenant's work never waits on the board;
-//! and every loop looks on its own after [`LOOK_ANYWAY`] whatever the board said.
+//! lead with the tenant), instead of three queries per loop per tenant; it wakes a
+//! tenant's claim loops when work is due and its reconciler when a lease ran out. While
+//! it cannot read the database it wakes every tenant, so a tenant's work never waits on
+//! the board; and every loop looks on its own after [`LOOK_ANYWAY`] whatever the board
+//! said.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,7 +27,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::domain::fairness::Drr;
-use crate::store::Store;
+use crate::store::{Store, TenantWork};
 
 /// How long an idle loop waits for the board before it looks for work itself.
 pub const LOOK_ANYWAY: Duration = Duration::from_secs(60);
@@ -43,7 +45,31 @@ struct Inner {
     drr: Drr<i32>,
     /// Loops waiting for a lane, by tenant, first come first served within a tenant.
     waiting: HashMap<i32, VecDeque<oneshot::Sender<Lane>>>,
-    wakes: HashMap<i32, Arc<Notify>>,
+    wakes: HashMap<i32, Wakes>,
+}
+
+/// A tenant's two wake-ups: its claim loops' (work due) and its reconciler's (a lease ran
+/// out), so a lead due wakes no reconciler and a stale lease no claim loop.
+#[derive(Clone, Default)]
+struct Wakes {
+    work: Arc<Notify>,
+    stale: Arc<Notify>,
+}
+
+impl Wakes {
+    fn all(&self) {
+        self.work.notify_waiters();
+        self.stale.notify_waiters();
+    }
+}
+
+/// What an idle loop waits for the board to say about its tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// An operation or a CRM update is due (the claim loops).
+    Work,
+    /// A lease ran out (the reconciler).
+    Stale,
 }
 
 impl Lanes {
@@ -69,11 +95,11 @@ impl Lanes {
         inner
             .drr
             .set_weight(tenant, u32::try_from(weight).unwrap_or(1));
-        let wake = Arc::clone(inner.wakes.entry(tenant).or_default());
+        let wakes = inner.wakes.entry(tenant).or_default().clone();
         Arc::new(Turns {
             lanes: Arc::clone(self),
             tenant,
-            wake,
+            wakes,
         })
     }
 
@@ -85,12 +111,17 @@ impl Lanes {
         inner.wakes.remove(&tenant);
     }
 
-    /// Wakes the idle loops of `tenants`.
-    pub fn wake(&self, tenants: &[i32]) {
+    /// Wakes the idle loops of the tenants with work, those the work is for.
+    pub fn wake(&self, work: &[TenantWork]) {
         let inner = self.lock();
-        for t in tenants {
-            if let Some(w) = inner.wakes.get(t) {
-                w.notify_waiters();
+        for w in work {
+            if let Some(wakes) = inner.wakes.get(&w.tenant) {
+                if w.due {
+                    wakes.work.notify_waiters();
+                }
+                if w.stale {
+                    wakes.stale.notify_waiters();
+                }
             }
         }
     }
@@ -98,8 +129,13 @@ impl Lanes {
     /// Wakes every tenant's idle loops.
     pub fn wake_all(&self) {
         for w in self.lock().wakes.values() {
-            w.notify_waiters();
+            w.all();
         }
+    }
+
+    /// Whether any tenant is served (has joined and not left).
+    pub fn serves_anyone(&self) -> bool {
+        !self.lock().wakes.is_empty()
     }
 
     /// Lanes free now (for tests and the log).
@@ -199,14 +235,16 @@ pub async fn turn(
 }
 
 /// Waits before looking for work again, after a look found none: a fleet tenant's loop
-/// until the board wakes it, the default tenant's `poll_interval`; `shutdown` ends it.
+/// until the board says it has work of the kind `wait` names, the default tenant's
+/// `poll_interval`; `shutdown` ends it.
 pub async fn idle(
     turns: Option<&Turns>,
+    wait: Wait,
     poll_interval: Duration,
     shutdown: &mut watch::Receiver<bool>,
 ) {
     match turns {
-        Some(turns) => turns.idle(shutdown).await,
+        Some(turns) => turns.idle(wait, shutdown).await,
         None => {
             tokio::select! {
                 _ = tokio::time::sleep(poll_interval) => {}
@@ -220,7 +258,7 @@ pub async fn idle(
 pub struct Turns {
     lanes: Arc<Lanes>,
     tenant: i32,
-    wake: Arc<Notify>,
+    wakes: Wakes,
 }
 
 impl Turns {
@@ -235,11 +273,15 @@ impl Turns {
         }
     }
 
-    /// Waits until the board says this tenant has work, [`LOOK_ANYWAY`] passes, or
-    /// `shutdown`.
-    pub async fn idle(&self, shutdown: &mut watch::Receiver<bool>) {
+    /// Waits until the board says this tenant has work of the kind `wait` names,
+    /// [`LOOK_ANYWAY`] passes, or `shutdown`.
+    pub async fn idle(&self, wait: Wait, shutdown: &mut watch::Receiver<bool>) {
+        let wake = match wait {
+            Wait::Work => &self.wakes.work,
+            Wait::Stale => &self.wakes.stale,
+        };
         tokio::select! {
-            _ = self.wake.notified() => {}
+            _ = wake.notified() => {}
             _ = tokio::time::sleep(LOOK_ANYWAY) => {}
             _ = shutdown.changed() => {}
         }
@@ -255,13 +297,21 @@ pub async fn board(
 ) {
     let mut failing = false;
     while !*shutdown.borrow() {
+        // A deployment without tenants (or none served yet) pays no statement.
+        if !lanes.serves_anyone() {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.changed() => {}
+            }
+            continue;
+        }
         match store.tenants_with_work(store.now()).await {
-            Ok(ids) => {
+            Ok(work) => {
                 if failing {
                     tracing::info!("the fleet's board reads the database again");
                     failing = false;
                 }
-                lanes.wake(&ids);
+                lanes.wake(&work);
             }
             Err(e) => {
                 if !failing {
@@ -334,24 +384,55 @@ mod tests {
         drop(stop);
     }
 
-    /// A tenant's idle loops wake when the board names it, and only then.
+    /// A tenant's idle loops wake when the board names it, and only those its work is
+    /// for: work due wakes the claim loops, a lease run out the reconciler.
     #[tokio::test]
     async fn the_board_wakes_only_the_tenants_it_names() {
         let lanes = Lanes::new(2);
         let (a, b) = (lanes.join(1, 1), lanes.join(2, 1));
         let (_stop, rx) = watch::channel(false);
-        let woke = |t: Arc<Turns>| {
-            let mut rx = rx.clone();
+        let woke = |t: &Arc<Turns>, wait: Wait| {
+            let (t, mut rx) = (Arc::clone(t), rx.clone());
             tokio::spawn(async move {
-                tokio::time::timeout(Duration::from_millis(500), t.idle(&mut rx))
+                tokio::time::timeout(Duration::from_millis(500), t.idle(wait, &mut rx))
                     .await
                     .is_ok()
             })
         };
-        let (wa, wb) = (woke(a), woke(b));
+        let waits = [
+            woke(&a, Wait::Work),
+            woke(&a, Wait::Stale),
+            woke(&b, Wait::Work),
+            woke(&b, Wait::Stale),
+        ];
         tokio::time::sleep(Duration::from_millis(50)).await;
-        lanes.wake(&[1]);
-        assert!(wa.await.expect("a's loop"), "a was named");
-        assert!(!wb.await.expect("b's loop"), "b was not");
+        lanes.wake(&[
+            TenantWork {
+                tenant: 1,
+                due: true,
+                stale: false,
+            },
+            TenantWork {
+                tenant: 2,
+                due: false,
+                stale: true,
+            },
+        ]);
+        let mut woken = vec![];
+        for w in waits {
+            woken.push(w.await.expect("the loop"));
+        }
+        assert_eq!(
+            woken,
+            [true, false, false, true],
+            "a's claim loop and b's reconciler, and no other"
+        );
+        // While the board cannot read, everyone looks.
+        let waits = [woke(&a, Wait::Work), woke(&b, Wait::Stale)];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        lanes.wake_all();
+        for w in waits {
+            assert!(w.await.expect("the loop"));
+        }
     }
 }

@@ -121,6 +121,7 @@ impl Worker {
             }
             crate::turns::idle(
                 self.turns.as_deref(),
+                crate::turns::Wait::Work,
                 self.settings.poll_interval,
                 &mut shutdown,
             )

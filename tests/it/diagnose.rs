@@ -232,10 +232,7 @@ each_backend!(
         let fake = FakeBitrix24::spawn("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        fake.set_request_limit(Some(RequestLimit {
-            per_second: 2.0,
-            burst: 50,
-        }));
+        fake.set_request_limit(Some(RequestLimit::CLOUD));
         let now = store::local_now();
         let t = |hours: i64| now - TimeDelta::days(9) + TimeDelta::hours(hours);
 

@@ -1707,7 +1707,10 @@ impl leadgate::store::Tenants for Hiccup {
         self.inner.tenant_specs().await
     }
 
-    async fn tenants_with_work(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<i32>> {
+    async fn tenants_with_work(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<leadgate::store::TenantWork>> {
         self.inner.tenants_with_work(now).await
     }
 

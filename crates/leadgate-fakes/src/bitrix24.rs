@@ -181,6 +181,14 @@ pub struct RequestLimit {
     pub burst: u32,
 }
 
+impl RequestLimit {
+    /// Bitrix24 cloud's documented limit: 2 requests a second, 50 at once.
+    pub const CLOUD: RequestLimit = RequestLimit {
+        per_second: 2.0,
+        burst: 50,
+    };
+}
+
 /// How the fake is set up.
 #[derive(Debug, Clone)]
 pub struct FakeConfig {

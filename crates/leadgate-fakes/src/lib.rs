@@ -9,6 +9,7 @@
 
 pub mod amocrm;
 pub mod bitrix24;
+pub mod black_hole;
 pub mod control;
 mod limit;
 pub mod telegram;

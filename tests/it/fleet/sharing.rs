@@ -1,23 +1,9 @@
 //! Tenants share the gateway's `[fleet] lanes` (src/turns.rs): a dead CRM and a
 //! tenant flooding a paced portal do not hold up a third tenant's lead, and nothing is
 //! created twice while they fight for lanes. How the lanes are shared by weight is the
-//! unit tests' (`turns::tests`); the fleet benchmark measures the delay.
+//! unit tests' (`turns::tests`); tests/fleet.rs measures the delay.
 
 use super::*;
-
-/// A portal that takes every connection and never answers a byte: a CRM that is down
-/// behind a load balancer that still accepts. Its URL, and the task holding it.
-async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let mut held = vec![];
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    (format!("http://{addr}/rest/1/dead-secret/"), task)
-}
 
 /// A tenant of the file: its slug, CRM webhook, `site` token and extra `[tenant]` and
 /// `[tenant.crm]` lines.
@@ -53,7 +39,10 @@ each_backend!(
         // time, with a backlog of 100 leads on four loops: more than 10 s of calls, most
         // of it spent waiting for its pace while holding a lane. `calm`: one lead. Three
         // lanes for the lot.
-        let (dead_url, dead) = black_hole().await;
+        let dead = leadgate_fakes::black_hole::BlackHole::spawn()
+            .await
+            .unwrap();
+        let dead_url = dead.webhook_url();
         let flood_crm = portal().await;
         let calm_crm = portal().await;
         let file = tenant("dead", &dead_url, "max_in_flight = 2", "")
@@ -117,7 +106,7 @@ each_backend!(
         }
 
         gw.stop().await;
-        dead.abort();
+        drop(dead);
         // Nothing was created twice while the tenants fought for lanes.
         let mut keys: Vec<String> = flood_crm
             .entities()
@@ -132,6 +121,87 @@ each_backend!(
         assert!(
             u64::try_from(made).unwrap() >= flooded,
             "every deal counted is there"
+        );
+    }
+);
+
+each_backend!(
+    the_board_names_each_tenants_work_and_whose_loops_it_is_for,
+    |db| async move {
+        let (a, b, c) = (portal().await, portal().await, portal().await);
+        apply(
+            &db,
+            &(tenant("acme", &a.webhook_url(), "", "")
+                + &tenant("beta", &b.webhook_url(), "", "")
+                + &tenant("gamma", &c.webhook_url(), "", "")),
+        )
+        .await;
+        let store = db.store().await;
+        assert_eq!(store.tenants_with_work(store.now()).await.unwrap(), []);
+        // acme: a lead due; beta: an attempt whose lease ran out; gamma: a lead due, but
+        // the tenant is paused. The default tenant's work is its own worker's.
+        for slug in ["acme", "beta", "gamma"] {
+            tenant_store(&store, slug)
+                .await
+                .record_delivery(seed::delivery(
+                    &format!("{slug}-1"),
+                    json!({"name": "Ivan"}),
+                ))
+                .await
+                .unwrap();
+        }
+        store
+            .record_delivery(seed::delivery("default-1", json!({"name": "Ivan"})))
+            .await
+            .unwrap();
+        db.execute(
+            "update operations set status = 'in_progress', lease_owner = 'gone', \
+         lease_expires_at = next_attempt_at \
+         where tenant_id = (select id from tenants where slug = 'beta')",
+        )
+        .await;
+        assert!(store
+            .set_tenant_state(
+                "gamma",
+                TenantState::Paused,
+                Some("test"),
+                "test",
+                store.now()
+            )
+            .await
+            .unwrap());
+        let ids = |slug: &str| {
+            let store = Arc::clone(&store);
+            let slug = slug.to_owned();
+            async move {
+                store
+                    .tenants()
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .find(|t| t.slug == slug)
+                    .unwrap()
+                    .id
+            }
+        };
+        let work = store
+            .tenants_with_work(store.now() + TimeDelta::seconds(1))
+            .await
+            .unwrap();
+        assert_eq!(
+            work,
+            [
+                leadgate::store::TenantWork {
+                    tenant: ids("acme").await,
+                    due: true,
+                    stale: false
+                },
+                leadgate::store::TenantWork {
+                    tenant: ids("beta").await,
+                    due: false,
+                    stale: true
+                },
+            ]
         );
     }
 );

@@ -32,11 +32,12 @@ pub trait Tenants: Clock {
         now: DateTime<Utc>,
     ) -> Result<()>;
 
-    /// The active tenants other than the default one with work due at `now` for a worker:
-    /// an operation due, a lease run out (the worker's or an integration's), a CRM update
-    /// due. One statement for every tenant, on the indexes that lead with the tenant
-    /// (migration 0040); the fleet's board (`fleet::turns`) wakes their loops.
-    async fn tenants_with_work(&self, now: DateTime<Utc>) -> Result<Vec<i32>>;
+    /// The active tenants other than the default one with work at `now` for a worker, and
+    /// which: an operation or a CRM update due (its claim loops'), a lease run out, the
+    /// worker's or an integration's (its reconciler's). One statement for every tenant, on
+    /// the indexes that lead with the tenant (migration 0040); the fleet's board (`turns`)
+    /// wakes those loops.
+    async fn tenants_with_work(&self, now: DateTime<Utc>) -> Result<Vec<TenantWork>>;
 
     /// A person pauses or resumes a tenant; `false` when there is no such tenant, or it
     /// was removed.
@@ -105,6 +106,16 @@ impl std::fmt::Display for TenantState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// A tenant with work for its worker ([`Tenants::tenants_with_work`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct TenantWork {
+    pub tenant: i32,
+    /// An operation or a CRM update is due: for its claim loops.
+    pub due: bool,
+    /// A lease ran out: for its reconciler.
+    pub stale: bool,
 }
 
 /// The settings a tenants file gives a tenant.

@@ -18,16 +18,23 @@ macro_rules! tenants_sql {
                 .await?)
             }
 
-            async fn tenants_with_work(&self, now: DateTime<Utc>) -> Result<Vec<i32>> {
-                Ok(sqlx::query_scalar(
-                    "select t.id from tenants t where t.id <> 0 and t.state = 'active' and ( \
-                     exists (select 1 from operations o where o.tenant_id = t.id \
-                       and o.status = 'received' and o.next_attempt_at <= $1 \
-                       and o.executor = 'worker') \
-                     or exists (select 1 from operations o where o.tenant_id = t.id \
-                       and o.status = 'in_progress' and o.lease_expires_at <= $1) \
-                     or exists (select 1 from crm_updates u where u.tenant_id = t.id \
-                       and u.state = 'pending' and u.due_at <= $1)) order by t.id",
+            async fn tenants_with_work(&self, now: DateTime<Utc>) -> Result<Vec<$crate::TenantWork>> {
+                // A probe per tenant and index, written `(select 1 … limit 1) is not null`
+                // and not `exists`: PostgreSQL turns an `exists` into a hashed subplan that
+                // reads every tenant's rows (56 ms behind a dead portal's 50,000 leads
+                // queued, against 2.6 ms; `make fleet`), and the board runs every poll.
+                Ok(sqlx::query_as::<_, $crate::TenantWork>(
+                    "select tenant, due, stale from (select t.id as tenant, \
+                       ((select 1 from operations o where o.tenant_id = t.id \
+                          and o.status = 'received' and o.executor = 'worker' \
+                          and o.next_attempt_at <= $1 limit 1) is not null \
+                        or (select 1 from crm_updates u where u.tenant_id = t.id \
+                          and u.state = 'pending' and u.due_at <= $1 limit 1) is not null) as due, \
+                       (select 1 from operations o where o.tenant_id = t.id \
+                          and o.status = 'in_progress' and o.lease_expires_at <= $1 \
+                          limit 1) is not null as stale \
+                     from tenants t where t.id <> 0 and t.state = 'active') w \
+                     where due or stale order by tenant",
                 )
                 .bind(now)
                 .fetch_all(&self.pool)
