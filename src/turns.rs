@@ -8,7 +8,7 @@
 //! So a tenant whose CRM hangs until the call's timeout pays for every second it held,
 //! a tenant with a 50,000-lead backlog gets its share and no more, and a tenant with one
 //! new lead waits at most for the round to come to it. A tenant also never holds more
-//! lanes than its `max_in_flight` (it has that many claim loops).
+//! lanes than its `max_in_flight` claim loops and its reconciler, one each.
 //!
 //! **Wake-ups.** An idle tenant's loops do not poll the database: they wait until the
 //! [`board`] says the tenant has work. The board is one statement per `[worker]
@@ -245,12 +245,15 @@ pub async fn idle(
 ) {
     match turns {
         Some(turns) => turns.idle(wait, shutdown).await,
-        None => {
-            tokio::select! {
-                _ = tokio::time::sleep(poll_interval) => {}
-                _ = shutdown.changed() => {}
-            }
-        }
+        None => nap(poll_interval, shutdown).await,
+    }
+}
+
+/// Sleeps for `d`, or until `shutdown` changes.
+async fn nap(d: Duration, shutdown: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = shutdown.changed() => {}
     }
 }
 
@@ -298,33 +301,25 @@ pub async fn board(
     let mut failing = false;
     while !*shutdown.borrow() {
         // A deployment without tenants (or none served yet) pays no statement.
-        if !lanes.serves_anyone() {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = shutdown.changed() => {}
-            }
-            continue;
-        }
-        match store.tenants_with_work(store.now()).await {
-            Ok(work) => {
-                if failing {
-                    tracing::info!("the fleet's board reads the database again");
-                    failing = false;
+        if lanes.serves_anyone() {
+            match store.tenants_with_work(store.now()).await {
+                Ok(work) => {
+                    if failing {
+                        tracing::info!("the fleet's board reads the database again");
+                        failing = false;
+                    }
+                    lanes.wake(&work);
                 }
-                lanes.wake(&work);
-            }
-            Err(e) => {
-                if !failing {
-                    tracing::warn!(error = %e, "the fleet's board cannot read which tenants have work; waking every tenant until it can");
-                    failing = true;
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "the fleet's board cannot read which tenants have work; waking every tenant until it can");
+                        failing = true;
+                    }
+                    lanes.wake_all();
                 }
-                lanes.wake_all();
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = shutdown.changed() => {}
-        }
+        nap(every, &mut shutdown).await;
     }
 }
 

@@ -42,6 +42,18 @@ async fn betas_history(db: &TestDb) {
     }
 }
 
+/// An open case any resolving role may resolve (not a cross-channel match), and the
+/// version of its operation, as the gateway's login reads them.
+async fn resolvable_case(owner: &mut PgConnection) -> (i64, i64) {
+    sqlx::query_as(
+        "select c.id, o.version from review_cases c join operations o using (operation_id) \
+         where c.resolved_at is null and c.reason <> 'cross_channel_match' order by c.id limit 1",
+    )
+    .fetch_one(owner)
+    .await
+    .unwrap()
+}
+
 /// What `sql` did as `c`'s login: refused by the database, or the rows it returned or
 /// touched.
 async fn try_sql(c: &mut PgConnection, sql: &str) -> Result<u64, String> {
@@ -94,22 +106,11 @@ async fn every_role_is_refused_every_other_tenant() {
         }
 
         // acme's people, one per role, and an integrator's people in every tenant.
-        let acme = People::in_tenants(
-            &db.url,
-            &db.url,
-            &PersonTenants::Only(vec!["acme".into()]),
-        )
-        .await;
+        let acme =
+            People::in_tenants(&db.url, &db.url, &PersonTenants::Only(vec!["acme".into()])).await;
         let all = People::in_tenants(&db.url, &db.url, &PersonTenants::All).await;
-        // A case any resolving role may resolve (not a cross-channel match), and the
-        // version of its operation: a request about it is right in every way but its tenant.
-        let (case, version): (i64, i64) = sqlx::query_as(
-            "select c.id, o.version from review_cases c join operations o using (operation_id) \
-             where c.resolved_at is null and c.reason <> 'cross_channel_match' order by c.id limit 1",
-        )
-        .fetch_one(&mut owner)
-        .await
-        .unwrap();
+        // A request about this case is right in every way but its tenant.
+        let (case, version) = resolvable_case(&mut owner).await;
         let ask = |tenant: i32| {
             format!(
                 "insert into human_requests (kind, case_id, expected_version, body, tenant_id) \
@@ -124,7 +125,9 @@ async fn every_role_is_refused_every_other_tenant() {
         .await
         .unwrap();
 
-        let mut table = String::from("role        table                    read     insert   update   delete\n");
+        let mut table = String::from(
+            "role        table                    read     insert   update   delete\n",
+        );
         let mut leaks = vec![];
         for role in Role::ALL {
             let mut c = acme.sql(*role).await;
@@ -132,7 +135,10 @@ async fn every_role_is_refused_every_other_tenant() {
                 let mut row = format!("{:<11} {:<24}", role.to_string(), t);
                 for (what, sql) in [
                     ("read", format!("select count(*) from {t}")),
-                    ("insert", format!("insert into {t} (tenant_id) values ({BETA})")),
+                    (
+                        "insert",
+                        format!("insert into {t} (tenant_id) values ({BETA})"),
+                    ),
                     ("update", format!("update {t} set tenant_id = tenant_id")),
                     ("delete", format!("delete from {t}")),
                 ] {
@@ -154,7 +160,9 @@ async fn every_role_is_refused_every_other_tenant() {
             // default tenant's — none is written.
             for tenant in [BETA, 1, 0] {
                 if let Ok(n) = try_sql(&mut c, &ask(tenant)).await {
-                    leaks.push(format!("{role} asked about beta's case as tenant {tenant}: {n}"));
+                    leaks.push(format!(
+                        "{role} asked about beta's case as tenant {tenant}: {n}"
+                    ));
                 }
             }
             // "Did my lead arrive?" with beta's phone: nothing.
@@ -217,7 +225,10 @@ async fn every_role_is_refused_every_other_tenant() {
         ] {
             let mut c = all.sql(role).await;
             let n = try_sql(&mut c, &format!("select count(*) from {t}")).await;
-            assert!(matches!(n, Ok(n) if n > 0), "{role} in every tenant reads {t}: {n:?}");
+            assert!(
+                matches!(n, Ok(n) if n > 0),
+                "{role} in every tenant reads {t}: {n:?}"
+            );
         }
         let mut c = all.sql(Role::Support).await;
         let found = try_sql(
@@ -244,17 +255,19 @@ async fn every_role_is_refused_every_other_tenant() {
             if let Some(o) = outcome {
                 break o;
             }
-            assert!(std::time::Instant::now() < deadline, "the request was never applied");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the request was never applied"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         };
         gateway.abort();
-        let (resolved_by, tenant): (Option<String>, i32) = sqlx::query_as(
-            "select resolved_by, tenant_id from review_cases where id = $1",
-        )
-        .bind(case)
-        .fetch_one(&mut owner)
-        .await
-        .unwrap();
+        let (resolved_by, tenant): (Option<String>, i32) =
+            sqlx::query_as("select resolved_by, tenant_id from review_cases where id = $1")
+                .bind(case)
+                .fetch_one(&mut owner)
+                .await
+                .unwrap();
         assert_eq!(
             (resolved_by.as_deref(), tenant),
             (Some(all.login(Role::Manager)), BETA),
@@ -311,13 +324,7 @@ async fn a_person_resolves_their_tenants_case_from_the_console() {
     run(Backend::Postgres, |db| async move {
         betas_history(&db).await;
         let mut owner = PgConnection::connect(&db.url).await.unwrap();
-        let (case, version): (i64, i64) = sqlx::query_as(
-            "select c.id, o.version from review_cases c join operations o using (operation_id) \
-             where c.resolved_at is null and c.reason <> 'cross_channel_match' order by c.id limit 1",
-        )
-        .fetch_one(&mut owner)
-        .await
-        .unwrap();
+        let (case, version) = resolvable_case(&mut owner).await;
         let request = || ActionRequest {
             case_id: case,
             expected_version: version,
@@ -338,24 +345,19 @@ async fn a_person_resolves_their_tenants_case_from_the_console() {
         };
 
         // acme's manager does not see beta's case, and asking about it changes nothing.
-        let acme = People::in_tenants(
-            &db.url,
-            &db.url,
-            &PersonTenants::Only(vec!["acme".into()]),
-        )
-        .await;
+        let acme =
+            People::in_tenants(&db.url, &db.url, &PersonTenants::Only(vec!["acme".into()])).await;
         let refused = console_of(&acme).await.act("acme", request()).await;
         assert!(refused.is_err(), "{refused:?}");
 
-        let beta = People::in_tenants(
-            &db.url,
-            &db.url,
-            &PersonTenants::Only(vec!["beta".into()]),
-        )
-        .await;
+        let beta =
+            People::in_tenants(&db.url, &db.url, &PersonTenants::Only(vec!["beta".into()])).await;
         let done = console_of(&beta).await.act("beta", request()).await;
         gateway.abort();
-        assert!(done.is_ok(), "beta's manager resolving beta's case: {done:?}");
+        assert!(
+            done.is_ok(),
+            "beta's manager resolving beta's case: {done:?}"
+        );
         let (resolved_by, resolution, tenant): (Option<String>, Option<String>, i32) =
             sqlx::query_as(
                 "select resolved_by, resolution, tenant_id from review_cases where id = $1",
