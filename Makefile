@@ -82,10 +82,12 @@ chaos:
 ## The fleet's noisy neighbours at full size (tests/fleet.rs, release build): 500 tenants
 ## on fake Bitrix24s enforcing 2 requests/s, a dead portal with 50,000 leads queued and a
 ## tenant flooding 100 leads/s; the quiet tenants' p95 against their baseline of the same run,
-## per backend. Figures: BENCHMARKS.md.
+## per backend; and 500 tenants onboarded from one CSV by `leadgate tenant apply`, then
+## re-applied. Figures: BENCHMARKS.md.
 fleet:
 	scripts/ensure-postgres.sh
 	LEADGATE_FLEET_TENANTS=500 LEADGATE_FLEET_LEADS=3 LEADGATE_FLEET_BACKLOG=50000 LEADGATE_FLEET_FLOOD=100 \
+	  LEADGATE_FLEET_ONBOARD=500 \
 	  cargo test --locked --release --test fleet -- --nocapture --test-threads=1
 
 ## Intake throughput/latency vs. the raw commit rate (and pgbench on PostgreSQL, when

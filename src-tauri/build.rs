@@ -5,6 +5,7 @@ const COMMANDS: &[&str] = &[
     "settings",
     "save_settings",
     "connect",
+    "select_tenant",
     "counts",
     "queue",
     "case_detail",

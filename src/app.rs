@@ -418,8 +418,8 @@ async fn requests_loop(store: Arc<dyn store::Review>, mut shutdown: watch::Recei
     }
 }
 
-/// Scrubs finished operations older than `full`, every `every`, and compacts the
-/// dashboard's past time slots.
+/// Scrubs finished operations older than `full` (a tenant's with a window of its own:
+/// older than that), every `every`, and compacts the dashboard's past time slots.
 async fn retention_loop(
     store: Arc<dyn Store>,
     full: std::time::Duration,
@@ -444,12 +444,42 @@ async fn retention_loop(
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "retention purge failed"),
         }
+        match purge_own_windows(store.as_ref()).await {
+            Ok(r) if r.operations + r.deliveries + r.contact_locks > 0 => tracing::info!(
+                operations = r.operations,
+                deliveries = r.deliveries,
+                "retention purge at tenants' own windows"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "retention purge of a tenant's own window failed")
+            }
+        }
         // Past dashboard slots no longer change: one row per figure instead of a shard each.
         let settled = store::before(store.now(), std::time::Duration::from_secs(600));
         if let Err(e) = store.compact_metrics(settled).await {
             tracing::error!(error = %e, "compacting metrics failed");
         }
     }
+}
+
+/// Scrubs each tenant with a retention window of its own (`[tenant.retention] full`) at
+/// it: what the deployment's scrub (`store::purge`) passes over. What it scrubbed, in all.
+pub async fn purge_own_windows(store: &dyn Store) -> store::Result<store::PurgeReport> {
+    let mut total = store::PurgeReport::default();
+    for t in store.tenants().await? {
+        let Some(secs) = t.retention_full_secs else {
+            continue;
+        };
+        let window = std::time::Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+        let tenant = store.for_tenant(crate::domain::TenantId(t.id));
+        let cutoff = store::before(store.now(), window);
+        let r = store::purge_tenant(tenant.as_ref(), cutoff, PURGE_BATCH).await?;
+        total.operations += r.operations;
+        total.deliveries += r.deliveries;
+        total.contact_locks += r.contact_locks;
+    }
+    Ok(total)
 }
 
 /// Operations scrubbed per transaction: small enough never to hold the writer for long.

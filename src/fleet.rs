@@ -357,8 +357,8 @@ impl TenantRun {
     }
 
     /// Its intake: the default tenant's settings (`[server]`, `[matching]`, the refusal
-    /// budget and, for now, retention) with its own store, sources, claim API source and
-    /// tokens, and rules.
+    /// budget) with its own store, sources, claim API source and tokens, rules, and
+    /// tombstone window.
     pub fn intake_state(&self, default: &intake::IntakeState) -> intake::IntakeState {
         let mut state = default.clone();
         state.store = Arc::clone(&self.store);
@@ -375,6 +375,7 @@ impl TenantRun {
             fleet: Some(Arc::clone(&default.api_tokens)),
         });
         state.rules = Arc::clone(&self.rules);
+        state.tombstone = self.spec.retention.tombstone.unwrap_or(default.tombstone);
         state.tenant = self.slug.clone();
         state.tenants = Arc::default();
         state

@@ -178,6 +178,11 @@ pub fn plan(
             name: e.spec.name.clone(),
             weight: e.spec.weight,
             max_in_flight: e.spec.max_in_flight,
+            retention_full_secs: e
+                .spec
+                .retention
+                .full
+                .map(|w| i64::try_from(w.as_secs()).unwrap_or(i64::MAX)),
             sealed_spec: vault.seal(&context(&slug), &e.canonical),
         };
         let Some(t) = by_slug.get(slug.as_str()) else {

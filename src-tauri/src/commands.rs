@@ -41,6 +41,18 @@ pub async fn connect(
     Ok(connection)
 }
 
+/// Shows another of the login's tenants (fleet mode), remembered for the next start.
+#[tauri::command]
+pub async fn select_tenant(
+    app: tauri::AppHandle,
+    state: S<'_>,
+    slug: String,
+) -> ApiResult<Connection> {
+    let connection = state.select_tenant(&slug).await?;
+    grant_crm_origins(&app, &state).await?;
+    Ok(connection)
+}
+
 /// Scopes "open in CRM" to the CRM addresses this database and the settings name.
 async fn grant_crm_origins(app: &tauri::AppHandle, state: &S<'_>) -> ApiResult<()> {
     let template = state.settings().await.crm_url_template;

@@ -162,6 +162,7 @@ pub fn run() {
             commands::settings,
             commands::save_settings,
             commands::connect,
+            commands::select_tenant,
             commands::counts,
             commands::queue,
             commands::case_detail,

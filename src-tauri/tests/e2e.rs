@@ -1684,3 +1684,60 @@ async fn the_console_deb_installs_opens_in_a_real_window_and_removes_clean() {
     drop(installed);
     eprintln!("console .deb test finished in {:.1?}", started.elapsed());
 }
+
+/// Fleet mode: the window shows one tenant at a time; the top bar's switcher shows
+/// another, and the next start opens on the tenant shown last (the settings file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_switcher_shows_one_tenant_and_is_remembered_in_a_real_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("ops.db").display());
+    let db = store::connect(&url).await.unwrap();
+    leadgate_testkit::seed::seed(&*db).await.unwrap();
+    let acmes = leadgate_testkit::seed::tenant_with_a_case(&db, "acme").await;
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({"language": "en", "database_url": url}).to_string(),
+    )
+    .unwrap();
+
+    for (start, shown, cases) in [(1, "default", "3"), (2, "acme", "1")] {
+        let _driver = start_driver(&settings, &[]);
+        let c = connect_client().await;
+        let steps = tokio::spawn({
+            let c = c.clone();
+            let acmes = acmes.clone();
+            async move {
+                text_until(&c, "[data-testid=count-needs_review]", cases, |t| {
+                    t == cases
+                })
+                .await;
+                let switcher = el(&c, "[data-testid=tenant]").await;
+                assert_eq!(
+                    switcher.prop("value").await.unwrap().as_deref(),
+                    Some(shown),
+                    "start {start}"
+                );
+                if start == 1 {
+                    choose(&c, "[data-testid=tenant]", "acme").await;
+                    text_until(&c, "[data-testid=count-needs_review]", "1", |t| t == "1").await;
+                    open_row(&c, acmes.as_str()).await;
+                    click(&c, "[data-testid=nav-dashboard]").await;
+                    el(&c, "[data-testid=dashboard]").await;
+                } else {
+                    open_row(&c, acmes.as_str()).await;
+                    choose(&c, "[data-testid=tenant]", "default").await;
+                    text_until(&c, "[data-testid=count-needs_review]", "3", |t| t == "3").await;
+                }
+            }
+        })
+        .await;
+        let _ = c.close().await;
+        if let Err(e) = steps {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+    assert_eq!(saved["tenant"], "default", "the tenant shown last: {saved}");
+}

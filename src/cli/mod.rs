@@ -76,7 +76,8 @@ enum Command {
     /// Scrub payloads and contact data of finished operations, keeping tombstones (key,
     /// payload hash, status, crm_id) so late duplicates still get the first result.
     Purge {
-        /// Finished operations last changed longer ago than this (default: retention.full).
+        /// Finished operations last changed longer ago than this (default: retention.full);
+        /// a tenant with its own `[tenant.retention] full` is scrubbed at that instead.
         #[arg(long, value_parser = humantime::parse_duration)]
         older_than: Option<std::time::Duration>,
         #[command(flatten)]
@@ -519,6 +520,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 r.feed_owed,
                 humantime::format_duration(older_than)
             );
+            // Tenants with a window of their own: at it, whatever `--older-than` says.
+            let own = crate::app::purge_own_windows(store.as_ref()).await?;
+            if own.operations + own.deliveries > 0 {
+                println!(
+                    "and {} finished operations, {} journal entries of tenants at their own \
+                     retention windows",
+                    own.operations, own.deliveries
+                );
+            }
         }
         Command::Migrate(c) => {
             let config = c.load()?;

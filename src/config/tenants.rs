@@ -51,9 +51,51 @@ pub struct TenantSpec {
     #[serde(default)]
     pub api: ApiConfig,
     pub alerts: Option<AlertsConfig>,
-    /// `full` and `tombstone`; `purge_every` is the deployment's `[retention]`.
+    /// Its own `full` and `tombstone` windows; `purge_every` is the deployment's.
     #[serde(default)]
-    pub retention: RetentionConfig,
+    pub retention: TenantRetention,
+}
+
+/// A tenant's own retention windows, each the deployment's `[retention]` where not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantRetention {
+    /// Payloads and personal data of its finished operations are kept this long.
+    #[serde(default, with = "humantime_serde::option")]
+    pub full: Option<std::time::Duration>,
+    /// Its keys are kept (as tombstones) this long.
+    #[serde(default, with = "humantime_serde::option")]
+    pub tombstone: Option<std::time::Duration>,
+}
+
+impl TenantRetention {
+    /// Its windows, the deployment's where it has none.
+    pub fn over(&self, deployment: &RetentionConfig) -> RetentionConfig {
+        RetentionConfig {
+            full: self.full.unwrap_or(deployment.full),
+            tombstone: self.tombstone.unwrap_or(deployment.tombstone),
+            purge_every: deployment.purge_every,
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+        for (name, window) in [("full", self.full), ("tombstone", self.tombstone)] {
+            if window.is_some_and(|w| w < HOUR) {
+                return Err(format!("retention.{name}: at least an hour"));
+            }
+        }
+        if let (Some(full), Some(tombstone)) = (self.full, self.tombstone) {
+            if full > tombstone {
+                return Err(
+                    "retention: `full` is longer than `tombstone` (a key is kept at least as \
+                     long as its payload)"
+                        .into(),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 fn default_weight() -> i32 {
@@ -409,16 +451,7 @@ impl TenantSpec {
         if self.claim_api.redeliver_url.is_some() {
             return Err("claim_api.redeliver_url: redelivery is not served for tenants yet".into());
         }
-        let deployments = RetentionConfig::default();
-        if (self.retention.full, self.retention.tombstone)
-            != (deployments.full, deployments.tombstone)
-        {
-            return Err(
-                "retention: a tenant's own windows are not served yet (the deployment's \
-                 [retention] applies to every tenant)"
-                    .into(),
-            );
-        }
+        self.retention.validate()?;
         if self.alerts.is_some() {
             return Err(
                 "alerts: a tenant's own alert channels are not served yet (the default tenant's \

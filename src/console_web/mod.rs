@@ -16,6 +16,8 @@
 //!   `SameSite=Strict` session cookie and answers the CSRF token and the connection;
 //! - `GET /api/session`: the same answer for a signed-in browser (a reload);
 //! - `DELETE /api/session`: signs out;
+//! - `POST /api/session/tenant` `{slug}`: shows another of the person's tenants (fleet
+//!   mode); answers the connection;
 //! - `POST /api/call/{command}`: one console call, its arguments as the Tauri command's;
 //! - `POST /api/export`: the tab's rows as a CSV download;
 //! - anything else: the built UI (`ui/dist`, embedded at build time).
@@ -173,6 +175,7 @@ pub fn router(web: Arc<Web>) -> Router {
             "/api/session",
             post(sign_in::sign_in).get(current).delete(sign_out),
         )
+        .route("/api/session/tenant", post(select_tenant))
         .route("/api/call/{command}", post(call))
         .route("/api/events", get(events))
         .route("/api/export", post(export))
@@ -344,6 +347,43 @@ async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
     r.headers_mut()
         .insert(header::SET_COOKIE, cookie(&web, &headers, None));
     r
+}
+
+/// The session's console showing another of the person's tenants: the same connection,
+/// scoped to that tenant, from the next call on.
+async fn select_tenant(
+    State(web): State<Arc<Web>>,
+    headers: HeaderMap,
+    body: Result<Json<Value>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let signed = match authorized(&web, &headers, true) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let slug = match body {
+        Ok(Json(v)) => match v.get("slug").and_then(Value::as_str) {
+            Some(s) => s.to_owned(),
+            None => {
+                return refuse(ConsoleError::Invalid {
+                    message: "say which tenant: {\"slug\": \"…\"}".into(),
+                })
+            }
+        },
+        Err(e) => {
+            return refuse(ConsoleError::Invalid {
+                message: e.body_text(),
+            })
+        }
+    };
+    let console = match signed.console.with_tenant(&slug) {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
+    let connection = console.connection.clone();
+    if !web.sessions.replace(&signed.id, console) {
+        return refuse(ConsoleError::NotConnected);
+    }
+    Json(connection).into_response()
 }
 
 async fn call(

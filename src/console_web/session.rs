@@ -124,6 +124,18 @@ impl<C> Sessions<C> {
             && now.duration_since(s.started) <= self.absolute
     }
 
+    /// Puts `console` in the session `id` (the same person's, showing another tenant);
+    /// `false` when the session has ended meanwhile.
+    pub fn replace(&self, id: &str, console: C) -> bool {
+        match self.lock().get_mut(id) {
+            Some(s) => {
+                s.console = Arc::new(console);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Ends the session `id`; its database connection closes when its last call ends.
     pub fn close(&self, id: &str) -> bool {
         self.lock().remove(id).is_some()

@@ -52,3 +52,4 @@ fn checked_cluster() -> (Cluster, String) {
 
 mod cases;
 mod resolve;
+mod tenants;

@@ -316,8 +316,8 @@ async fn every_tenant_owned_table_has_row_level_security() {
 }
 
 /// The console asks under the case's tenant (`Review::ask` takes it from the case or the
-/// operation in SQL), so a person of one tenant resolves that tenant's cases from a console
-/// over the default tenant's store, and a person of another tenant still cannot.
+/// operation in SQL), so a person of one tenant resolves that tenant's cases, and a person
+/// of another tenant still cannot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_resolves_their_tenants_case_from_the_console() {
     use leadgate_console_model::{Action, ActionRequest, Console};
@@ -384,6 +384,91 @@ async fn a_person_resolves_their_tenants_case_from_the_console() {
         assert_eq!(asked, [BETA], "acme's attempt wrote no request");
         acme.drop_all().await;
         beta.drop_all().await;
+    })
+    .await;
+}
+
+/// A person's console offers their own tenants only and opens on the first; one in every
+/// tenant switches between them all, each list the tenant's own, "did my lead arrive?"
+/// too (0041's lookup in one tenant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_console_offers_their_tenants_only() {
+    use leadgate_console_model::{Console, QueueQuery, Tab};
+    run(Backend::Postgres, |db| async move {
+        betas_history(&db).await;
+        let mut owner = PgConnection::connect(&db.url).await.unwrap();
+        let betas_open: i64 = sqlx::query_scalar(
+            "select count(*) from review_cases where resolved_at is null \
+             and reason <> 'payload_conflict' and tenant_id = $1",
+        )
+        .bind(BETA)
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+        assert!(betas_open > 0);
+        let phone: String = sqlx::query_scalar(
+            "select contact_phone from operations where contact_phone is not null limit 1",
+        )
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+        let console_of = |url: String| async move {
+            let store = leadgate::store::open(&url).await.unwrap();
+            Console::on(store, "test".into()).await.unwrap()
+        };
+        let slugs = |c: &Console| {
+            c.connection
+                .tenants
+                .iter()
+                .map(|t| t.slug.clone())
+                .collect::<Vec<_>>()
+        };
+
+        for role in Role::ALL {
+            let acme =
+                People::in_tenants(&db.url, &db.url, &PersonTenants::Only(vec!["acme".into()]))
+                    .await;
+            let console = console_of(acme.url(*role).to_owned()).await;
+            assert_eq!(slugs(&console), ["acme"], "{role}");
+            assert_eq!(console.connection.tenant, "acme", "{role}");
+            assert!(console.with_tenant("beta").is_err(), "{role}");
+            if console.connection.may.read_cases {
+                assert_eq!(console.counts().await.unwrap().needs_review, 0, "{role}");
+            }
+            assert!(
+                console.lookup(&phone).await.unwrap().rows.is_empty(),
+                "{role}"
+            );
+            acme.drop_all().await;
+
+            let all = People::in_tenants(&db.url, &db.url, &PersonTenants::All).await;
+            let console = console_of(all.url(*role).to_owned()).await;
+            assert_eq!(slugs(&console), ["default", "acme", "beta"], "{role}");
+            assert_eq!(console.connection.tenant, "default", "{role}");
+            let beta = console.with_tenant("beta").unwrap();
+            if beta.connection.may.read_cases {
+                assert_eq!(
+                    beta.counts().await.unwrap().needs_review,
+                    betas_open,
+                    "{role}"
+                );
+                let page = beta
+                    .queue(Tab::NeedsReview, QueueQuery::default())
+                    .await
+                    .unwrap();
+                assert_eq!(page.rows.len() as i64, betas_open, "{role}");
+                assert_eq!(console.counts().await.unwrap().needs_review, 0, "{role}");
+            }
+            assert!(
+                !beta.lookup(&phone).await.unwrap().rows.is_empty(),
+                "{role}"
+            );
+            assert!(
+                console.lookup(&phone).await.unwrap().rows.is_empty(),
+                "{role}"
+            );
+            all.drop_all().await;
+        }
     })
     .await;
 }

@@ -1400,12 +1400,15 @@ impl Upkeep for Hiccup {
         self.inner.purge_batch(finished_before, batch, now).await
     }
 
-    async fn erase_batch(
+    async fn purge_tenant_batch(
         &self,
+        finished_before: chrono::DateTime<chrono::Utc>,
         batch: i64,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<PurgeReport> {
-        self.inner.erase_batch(batch, now).await
+        self.inner
+            .purge_tenant_batch(finished_before, batch, now)
+            .await
     }
 }
 
@@ -1701,6 +1704,10 @@ impl leadgate::store::Tenants for Hiccup {
 
     async fn tenants(&self) -> Result<Vec<leadgate::store::Tenant>> {
         self.inner.tenants().await
+    }
+
+    async fn my_tenants(&self) -> Result<Vec<leadgate::store::TenantChoice>> {
+        self.inner.my_tenants().await
     }
 
     async fn tenant_specs(&self) -> Result<Vec<(String, String)>> {

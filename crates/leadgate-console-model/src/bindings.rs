@@ -9,6 +9,7 @@ pub fn typescript_bindings() -> String {
         ConsoleError::decl(&cfg),
         Settings::decl(&cfg),
         Connection::decl(&cfg),
+        TenantOption::decl(&cfg),
         Permissions::decl(&cfg),
         Tab::decl(&cfg),
         QueueQuery::decl(&cfg),

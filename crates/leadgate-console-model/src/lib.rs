@@ -59,6 +59,10 @@ pub struct Settings {
     pub language: Option<String>,
     /// How to open a CRM entity: `{id}` is replaced by the `crm_id`.
     pub crm_url_template: Option<String>,
+    /// The tenant shown last (its slug), shown again at the next connection when the
+    /// login may still see it.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 impl Settings {
@@ -117,6 +121,11 @@ pub struct Connection {
     pub role: Option<String>,
     /// What this console may show and do; the database refuses the rest.
     pub may: Permissions,
+    /// The tenant shown (its slug): every list, figure, connector and rule is its own.
+    pub tenant: String,
+    /// The tenants this login may show, the default tenant first; a switcher when more
+    /// than one.
+    pub tenants: Vec<TenantOption>,
 }
 
 /// What a connection's identity may see and do (`domain::roles`).
@@ -312,7 +321,14 @@ impl ConsoleState {
                 .database_url
                 .ok_or(ConsoleError::NotConnected)?,
         };
-        let console = Console::open(&url).await?;
+        let mut console = Console::open(&url).await?;
+        // The tenant shown last, if this login may still show it.
+        let remembered = self.inner.read().await.0.tenant.clone();
+        if let Some(slug) = remembered.filter(|s| *s != console.connection.tenant) {
+            if let Ok(other) = console.with_tenant(&slug) {
+                console = other;
+            }
+        }
         let connection = console.connection.clone();
         self.listen(&url, connection.live).await?;
         let mut inner = self.inner.write().await;
@@ -321,6 +337,19 @@ impl ConsoleState {
             && inner.0.database_url.as_deref() != Some(&url)
         {
             inner.0.database_url = Some(url);
+            inner.0.save(&self.settings_path)?;
+        }
+        Ok(connection)
+    }
+
+    /// Shows the tenant `slug` (one of `Connection::tenants`) and remembers it.
+    pub async fn select_tenant(&self, slug: &str) -> ApiResult<Connection> {
+        let console = self.console().await?.with_tenant(slug)?;
+        let connection = console.connection.clone();
+        let mut inner = self.inner.write().await;
+        inner.1 = Some(Arc::new(console));
+        if inner.0.tenant.as_deref() != Some(slug) {
+            inner.0.tenant = Some(slug.to_owned());
             inner.0.save(&self.settings_path)?;
         }
         Ok(connection)
@@ -349,6 +378,7 @@ mod export;
 mod feed;
 mod lookup;
 mod rules;
+mod tenant;
 pub use bulk::*;
 pub use call::*;
 pub use diagnosis::*;
@@ -360,6 +390,7 @@ pub use leadgate_domain::report::{
 };
 pub use lookup::*;
 pub use rules::*;
+pub use tenant::TenantOption;
 
 /// A connected console.
 pub struct Console {
@@ -367,6 +398,8 @@ pub struct Console {
     performer: Performer,
     bulk_runs: Arc<bulk::Runs>,
     pub connection: Connection,
+    /// `connection.tenants` with their ids.
+    tenants: Vec<(leadgate_domain::TenantId, TenantOption)>,
     /// `in_progress` past its lease by this long counts as stale.
     pub stale_after: Duration,
     /// Where a phone searched for without a country code is (intake's `[matching]
@@ -438,6 +471,18 @@ impl Console {
             Identity::Person { login, role } => ("person", login.clone(), Some(role.to_string())),
             Identity::Nobody { login } => ("nobody", login.clone(), None),
         };
+        let tenants = tenant::tenants_of(&*store, &identity).await?;
+        let shown = tenant::first_shown(&*store, &tenants);
+        let store = if shown == store.tenant() {
+            store
+        } else {
+            store.for_tenant(shown)
+        };
+        let slug = tenants
+            .iter()
+            .find(|(id, _)| *id == shown)
+            .map(|(_, t)| t.slug.clone())
+            .unwrap_or_default();
         Ok(Console {
             connection: Connection {
                 backend: store.backend().name().to_owned(),
@@ -448,7 +493,10 @@ impl Console {
                 actor,
                 role,
                 may: Permissions::of(&identity),
+                tenant: slug,
+                tenants: tenants.iter().map(|(_, t)| t.clone()).collect(),
             },
+            tenants,
             performer: Performer {
                 store: store.clone(),
                 identity,

@@ -580,9 +580,21 @@ pub async fn purge(
 /// and contact locks, as retention does at a cutoff of now; open work is left whole and
 /// counted.
 pub async fn erase(store: &dyn Store, batch: i64) -> Result<PurgeReport> {
+    purge_tenant(store, store.now(), batch).await
+}
+
+/// Retention's scrub of `store`'s tenant alone at `finished_before` (a tenant with a
+/// window of its own; `erase` at now), in batches; open work is left whole and counted.
+pub async fn purge_tenant(
+    store: &dyn Store,
+    finished_before: DateTime<Utc>,
+    batch: i64,
+) -> Result<PurgeReport> {
     let mut total = PurgeReport::default();
     loop {
-        let r = store.erase_batch(batch, store.now()).await?;
+        let r = store
+            .purge_tenant_batch(finished_before, batch, store.now())
+            .await?;
         total.operations += r.operations;
         total.deliveries += r.deliveries;
         total.contact_locks += r.contact_locks;

@@ -403,3 +403,48 @@ pub async fn outage(store: &dyn Store, n: u32) -> Result<Vec<OperationId>> {
     }
     Ok(ids)
 }
+
+/// Adds the tenant `slug` to the registry as `leadgate tenant apply` does (its CRM is
+/// never called: tests of the console), with one lead of its `site` source and an open
+/// `uncertain_outcome` case on it; answers the lead's operation.
+pub async fn tenant_with_a_case(store: &std::sync::Arc<dyn Store>, slug: &str) -> OperationId {
+    let file = format!(
+        r#"
+[[tenant]]
+slug = "{slug}"
+name = "{slug} portal"
+[tenant.crm]
+kind = "bitrix24"
+webhook_url = "http://127.0.0.1:9/rest/1/never-called/"
+[[tenant.source]]
+name = "site"
+key = "json:/submission_id"
+token = "{slug}-site-token"
+"#
+    );
+    let wanted = leadgate::config::tenants::parse_toml(&file, None).expect("a tenants file");
+    let vault = leadgate::crm::vault::Vault::new([3; 32]);
+    leadgate::tenants::apply(&**store, &vault, &wanted, false, false, None, "test")
+        .await
+        .expect("applied");
+    let tenants = store.tenants().await.expect("the registry");
+    let id = tenants.iter().find(|t| t.slug == slug).expect("applied").id;
+    let tenant = store.for_tenant(leadgate::domain::TenantId(id));
+    let key = format!("{slug}-1");
+    let mut d = delivery(&key, json!({"submission_id": key, "name": "Tenant Lead"}));
+    let tenant_slug = leadgate::domain::TenantSlug::new(slug).expect("a slug");
+    d.operation_id = OperationId::new_in(&tenant_slug, "site", &key).expect("a key");
+    let op = d.operation_id.clone();
+    tenant.record_delivery(d).await.expect("recorded");
+    tenant
+        .open_review(
+            &op,
+            ReviewReason::UncertainOutcome,
+            "test",
+            json!({}),
+            tenant.now(),
+        )
+        .await
+        .expect("a case");
+    op
+}

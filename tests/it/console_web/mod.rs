@@ -295,3 +295,4 @@ macro_rules! web_test {
 
 mod routes;
 mod sessions;
+mod tenants;

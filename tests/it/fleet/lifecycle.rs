@@ -191,3 +191,94 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+each_backend!(
+    a_tenant_with_its_own_retention_is_scrubbed_at_its_window_and_no_other,
+    |db| async move {
+        let (acme_crm, beta_crm) = (portal().await, portal().await);
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        // acme keeps payloads 2 days and keys 3 (its source reads the event's time);
+        // beta keeps the deployment's windows.
+        let acme = tenants_file(&[("acme", &acme_crm, "acme-site-token")]).replace(
+            "token = \"acme-site-token\"",
+            "token = \"acme-site-token\"\nevent_time = \"json:/created_at\"",
+        ) + "[tenant.retention]\nfull = \"2d\"\ntombstone = \"3d\"\n";
+        let beta = tenants_file(&[("beta", &beta_crm, "beta-site-token")]).replace(
+            "token = \"beta-site-token\"",
+            "token = \"beta-site-token\"\nevent_time = \"json:/created_at\"",
+        );
+        apply(&db, &(acme + &beta)).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let store = gw.store();
+        post_to(&gw, "acme", "site", "acme-site-token", "a1").await;
+        post_to(&gw, "beta", "site", "beta-site-token", "b1").await;
+        gw.post_json("site", &lead("d1")).await;
+        for id in ["acme/site:a1", "beta/site:b1", "site:d1"] {
+            wait_op(&*store, id, Status::Completed).await;
+        }
+        // a1 and b1 finished three days ago.
+        let three_days_ago =
+            (store.now() - TimeDelta::days(3)).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        db.execute(&format!(
+            "update operations set updated_at = '{three_days_ago}' \
+             where operation_id in ('acme/site:a1', 'beta/site:b1')"
+        ))
+        .await;
+        let purged = |id: &'static str| {
+            let store = store.clone();
+            async move {
+                let op = store
+                    .operation(&id.parse().unwrap())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                op.purged_at.is_some()
+            }
+        };
+
+        // acme's own window: a1 only.
+        let own = leadgate::app::purge_own_windows(&*store).await.unwrap();
+        assert_eq!(own.operations, 1, "{own:?}");
+        assert!(purged("acme/site:a1").await);
+        assert!(
+            !purged("beta/site:b1").await,
+            "beta keeps the deployment's 30 days"
+        );
+        assert!(!purged("site:d1").await);
+
+        // The deployment's scrub, everything finished until now: all but acme's.
+        post_to(&gw, "acme", "site", "acme-site-token", "a2").await;
+        wait_op(&*store, "acme/site:a2", Status::Completed).await;
+        let cutoff = store.now() + TimeDelta::seconds(1);
+        let all = leadgate::store::purge(&*store, cutoff, 10).await.unwrap();
+        assert_eq!(all.operations, 2, "{all:?}");
+        assert!(purged("beta/site:b1").await && purged("site:d1").await);
+        assert!(
+            !purged("acme/site:a2").await,
+            "acme's lead is scrubbed at acme's window"
+        );
+
+        // acme's keys are kept 3 days: an unknown key from 4 days ago is a person's to
+        // decide there, and a new lead at beta.
+        let four_days_ago = (store.now() - TimeDelta::days(4)).to_rfc3339();
+        for (tenant, key, want) in [("acme", "old", "needs_review"), ("beta", "old", "received")] {
+            let mut late = lead(key);
+            late["created_at"] = json!(four_days_ago);
+            let url = format!(
+                "{}/v1/intake/{tenant}/site?token={tenant}-site-token",
+                gw.base
+            );
+            let (s, body, _) = answer(gw.http.post(url).json(&late).send().await.unwrap()).await;
+            assert_eq!(s, StatusCode::ACCEPTED, "{tenant}: {body}");
+            assert_eq!(body["status"], want, "{tenant}: {body}");
+        }
+        wait_op(&*store, "beta/site:old", Status::Completed).await;
+        let op = store
+            .operation(&"acme/site:old".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.review_reason.map(|r| r.as_str()), Some("late_duplicate"));
+        gw.stop().await;
+    }
+);

@@ -5,6 +5,7 @@
 //! figures its own (`serving`); a tenant leaves with its data and is erased, a portal
 //! moves in without a second create (`lifecycle`).
 
+mod console;
 mod journal;
 mod lifecycle;
 mod serving;

@@ -62,14 +62,26 @@ function call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
   return guarded(() => (shell === "web" ? web.call<T>(cmd, args) : invoke<T>(cmd, args)));
 }
 
-/** In a browser the settings (only the language matters there) stay in the browser. */
+/** In a browser the settings (the language and the tenant shown last) stay in the browser. */
 function webSettings(): Settings {
   try {
     const s = JSON.parse(localStorage.getItem(SETTINGS_KEY) ?? "{}") as Partial<Settings>;
-    return { database_url: null, language: s.language ?? null, crm_url_template: null };
+    return { database_url: null, language: s.language ?? null, crm_url_template: null, tenant: s.tenant ?? null };
   } catch {
-    return { database_url: null, language: null, crm_url_template: null };
+    return { database_url: null, language: null, crm_url_template: null, tenant: null };
   }
+}
+
+function saveWebSettings(s: Pick<Settings, "language" | "tenant">) {
+  localStorage.setItem(SETTINGS_KEY, JSON.stringify({ language: s.language, tenant: s.tenant }));
+}
+
+/** A browser's session showing the tenant this browser showed last, when the person may
+ *  still show it (the desktop remembers it in its settings file). */
+async function webTenantShownLast(c: Connection): Promise<Connection> {
+  const last = webSettings().tenant;
+  if (!last || last === c.tenant || !c.tenants.some((t) => t.slug === last)) return c;
+  return guarded(() => web.selectTenant(last)).catch(() => c);
 }
 
 /** Handlers of clicked browser notifications (the desktop's `leadgate://open`). */
@@ -131,7 +143,7 @@ export const api = {
   settings: async (): Promise<Settings> => (shell === "web" ? webSettings() : call<Settings>("settings")),
   saveSettings: async (settings: Settings): Promise<Settings> => {
     if (shell === "desktop") return call<Settings>("save_settings", { settings });
-    localStorage.setItem(SETTINGS_KEY, JSON.stringify({ language: settings.language }));
+    saveWebSettings({ language: settings.language, tenant: webSettings().tenant });
     return webSettings();
   },
   /** The desktop connects to a database URL; a browser resumes its signed-in session. */
@@ -139,13 +151,20 @@ export const api = {
     if (shell === "desktop") return call<Connection>("connect", { url });
     const c = await guarded(() => web.session());
     openEvents();
-    return c;
+    return webTenantShownLast(c);
   },
   /** A browser signs in with the person's login and password (web shell only). */
   signIn: async (login: string, password: string): Promise<Connection> => {
     const c = await guarded(() => web.signIn(login, password));
     closeEvents();
     openEvents();
+    return webTenantShownLast(c);
+  },
+  /** Shows another of the login's tenants (fleet mode); remembered for the next start. */
+  selectTenant: async (slug: string): Promise<Connection> => {
+    if (shell === "desktop") return call<Connection>("select_tenant", { slug });
+    const c = await guarded(() => web.selectTenant(slug));
+    saveWebSettings({ language: webSettings().language, tenant: c.tenant });
     return c;
   },
   signOut: (): Promise<void> => {

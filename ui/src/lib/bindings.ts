@@ -13,7 +13,12 @@ language: string | null,
 /**
  * How to open a CRM entity: `{id}` is replaced by the `crm_id`.
  */
-crm_url_template: string | null, };
+crm_url_template: string | null, 
+/**
+ * The tenant shown last (its slug), shown again at the next connection when the
+ * login may still see it.
+ */
+tenant: string | null, };
 
 export type Connection = { backend: string, 
 /**
@@ -42,7 +47,22 @@ role: string | null,
 /**
  * What this console may show and do; the database refuses the rest.
  */
-may: Permissions, };
+may: Permissions, 
+/**
+ * The tenant shown (its slug): every list, figure, connector and rule is its own.
+ */
+tenant: string, 
+/**
+ * The tenants this login may show, the default tenant first; a switcher when more
+ * than one.
+ */
+tenants: Array<TenantOption>, };
+
+export type TenantOption = { slug: string, name: string, 
+/**
+ * `active`, `paused` (its leads wait) or `removed`.
+ */
+state: string, };
 
 export type Permissions = { 
 /**

@@ -79,6 +79,12 @@ export class WebTransport {
     return s.connection;
   }
 
+  /** The session's console showing another of the person's tenants. */
+  async selectTenant(slug: string): Promise<Connection> {
+    const r = await this.request("/api/session/tenant", { method: "POST", body: JSON.stringify({ slug }) });
+    return (await r.json()) as Connection;
+  }
+
   async signOut(): Promise<void> {
     try {
       await this.request("/api/session", { method: "DELETE" });

@@ -5,7 +5,8 @@ use crate::*;
 pub(crate) mod sql;
 
 /// The dashboard's, `/metrics`' and the alerts' counts: deliveries and operations by outcome, review
-/// cases by reason, the queues, the connectors' health, time series.
+/// cases by reason, the queues, the connectors' health, time series. Each the store's
+/// tenant's, but `fleet_metrics` (every tenant's).
 #[async_trait::async_trait]
 pub trait Dashboard: Clock {
     /// Open cases per reason.

@@ -8,8 +8,10 @@ macro_rules! dashboard_sql {
         impl $crate::Dashboard for $store {
             async fn case_counts(&self) -> Result<BTreeMap<ReviewReason, i64>> {
                 let rows: Vec<(String, i64)> = sqlx::query_as(
-                    "select reason, count(*) from review_cases where resolved_at is null group by reason",
+                    "select reason, count(*) from review_cases where resolved_at is null \
+                     and tenant_id = $1 group by reason",
                 )
+                .bind(self.tenant.0)
                 .fetch_all(&self.pool)
                 .await?;
                 rows.into_iter()
@@ -19,15 +21,17 @@ macro_rules! dashboard_sql {
 
             async fn queue_counts(&self, lease_expired_before: DateTime<Utc>) -> Result<QueueCounts> {
                 let failed_terminal: i64 = sqlx::query_scalar(
-                    "select count(*) from operations where status = 'failed_terminal'",
+                    "select count(*) from operations where status = 'failed_terminal' and tenant_id = $1",
                 )
+                .bind(self.tenant.0)
                 .fetch_one(&self.pool)
                 .await?;
                 let stale_in_progress: i64 = sqlx::query_scalar(
                     "select count(*) from operations where status = 'in_progress' \
-                     and lease_expires_at < $1",
+                     and lease_expires_at < $1 and tenant_id = $2",
                 )
                 .bind(lease_expired_before)
+                .bind(self.tenant.0)
                 .fetch_one(&self.pool)
                 .await?;
                 Ok(QueueCounts { failed_terminal, stale_in_progress })
@@ -85,6 +89,7 @@ macro_rules! dashboard_sql {
             ) -> Result<Vec<Operation>> {
                 // Served by the operations_leases index (lease_expires_at, in_progress only).
                 let mut q = op_page_query(
+                    self.tenant,
                     Status::InProgress,
                     "lease_expires_at",
                     Some(lease_expired_before),

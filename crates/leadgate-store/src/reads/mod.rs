@@ -5,6 +5,9 @@ use crate::*;
 pub(crate) mod sql;
 
 /// Reads for the console, the CLI, the HTTP reads and the metrics: nothing here writes.
+///
+/// Lists, searches and lookups are the store's tenant's (`Clock::tenant`; a console shows
+/// one tenant at a time, `Tenants::for_tenant`); a read by key or id is not filtered.
 #[async_trait::async_trait]
 pub trait Reads: Clock {
     async fn operation(&self, id: &OperationId) -> Result<Option<Operation>>;
@@ -84,7 +87,7 @@ pub trait Reads: Clock {
     /// "Did my lead arrive?": operations whose phone is `phone` (normalized) or whose key
     /// or crm_id is `text`, exact matches only, newest first, at most `limit` (1–50). What
     /// a lookup answers is all it reads (no name, contact or payload): on PostgreSQL the
-    /// `leadgate_lookup` function (migration 0028), which every role may run.
+    /// `leadgate_lookup` function (migrations 0028, 0041), which every role may run.
     async fn lookup(
         &self,
         phone: Option<&str>,

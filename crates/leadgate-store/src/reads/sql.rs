@@ -32,10 +32,11 @@ macro_rules! reads_sql {
             async fn diagnoses(&self, limit: i64) -> Result<Vec<DiagnosisSummary>> {
                 let rows = sqlx::query(
                     "select id, generated_at, input, period_from, period_to, group_count, \
-                     pair_count, totals from diagnosis_reports \
+                     pair_count, totals from diagnosis_reports where tenant_id = $2 \
                      order by generated_at desc, id desc limit $1",
                 )
                 .bind(limit)
+                .bind(self.tenant.0)
                 .fetch_all(&self.pool)
                 .await?;
                 rows.iter().map(diagnosis_from_row).collect()
@@ -160,9 +161,10 @@ macro_rules! reads_sql {
             async fn review_cases(&self, f: &CaseFilter, page: Page) -> Result<Vec<ReviewCase>> {
                 let mut q = sqlx::QueryBuilder::<$db>::new(format!(
                     "select {CASE_COLUMNS} from review_cases c join operations o \
-                     on o.operation_id = c.operation_id where "
+                     on o.operation_id = c.operation_id where c.tenant_id = "
                 ));
-                q.push(if f.resolved { "c.resolved_at is not null" } else { "c.resolved_at is null" });
+                q.push_bind(self.tenant.0);
+                q.push(if f.resolved { " and c.resolved_at is not null" } else { " and c.resolved_at is null" });
                 if let Some(reason) = f.reason {
                     q.push(" and c.reason = ").push_bind(reason.as_str());
                 }
@@ -191,7 +193,7 @@ macro_rules! reads_sql {
                 page: OperationPage,
             ) -> Result<Vec<Operation>> {
                 // Served by the operations_status index (status, updated_at).
-                let mut q = op_page_query(status, "updated_at", None, &page);
+                let mut q = op_page_query(self.tenant, status, "updated_at", None, &page);
                 let rows = q.build().fetch_all(&self.pool).await?;
                 rows.iter().map(op_from_row).collect()
             }
@@ -203,10 +205,12 @@ macro_rules! reads_sql {
                     "select {OP_COLUMNS} from operations where operation_id in ( \
                        select operation_id from (select o.operation_id from operations o \
                          join operations me on me.operation_id = $1 and o.contact_phone = me.contact_phone \
+                           and o.tenant_id = me.tenant_id \
                          where o.operation_id <> $1 order by o.created_at desc limit $2) p \
                        union \
                        select operation_id from (select o.operation_id from operations o \
                          join operations me on me.operation_id = $1 and o.contact_email = me.contact_email \
+                           and o.tenant_id = me.tenant_id \
                          where o.operation_id <> $1 order by o.created_at desc limit $2) e) \
                      order by created_at desc, operation_id limit $2"
                 );
@@ -238,10 +242,10 @@ macro_rules! reads_sql {
                 // PostgreSQL: the function people may run; SQLite (one operator): its body.
                 let sql = if DIALECT.backend == $crate::Backend::Postgres {
                     "select operation_id, source, status, received_at, crm_id \
-                     from leadgate_lookup($1, $2, cast($3 as integer))"
+                     from leadgate_lookup($1, $2, cast($3 as integer), cast($4 as integer))"
                 } else {
                     "select o.operation_id, o.source, o.status, o.created_at as received_at, o.crm_id \
-                     from operations o where o.operation_id in ( \
+                     from operations o where o.tenant_id = $4 and o.operation_id in ( \
                          select m.operation_id from operations m \
                              where $1 is not null and m.contact_phone = $1 \
                          union select m.operation_id from operations m where m.operation_id = $2 \
@@ -253,6 +257,7 @@ macro_rules! reads_sql {
                     .bind(phone)
                     .bind(text)
                     .bind(limit)
+                    .bind(self.tenant.0)
                     .fetch_all(&self.pool)
                     .await?;
                 rows.into_iter().map(LookupHit::try_from).collect()
@@ -308,6 +313,8 @@ macro_rules! reads_sql {
                 use $crate::sql::like_escape;
                 type Q = sqlx::QueryBuilder<'static, $db>;
                 let limit = limit.clamp(1, 200);
+                // The store's tenant's operations only: the console shows one tenant.
+                let tenant = self.tenant.0;
                 // A key prefix is a byte range: SQLite's primary key is BINARY; on
                 // PostgreSQL, whatever the database's collation, the "C" expression index
                 // of migration 0012.
@@ -350,12 +357,13 @@ macro_rules! reads_sql {
                 let walk = |text: &str, words: &[String], window: Option<i64>| {
                     let mut q = Q::new("");
                     select(&mut q);
-                    q.push("operations o where 1 = 1");
+                    q.push("operations o where o.tenant_id = ").push_bind(tenant);
                     keyset(&mut q, "o.created_at", "o.operation_id");
                     if let Some(w) = window {
                         // No older than the w-th newest after the cursor (read in the index;
                         // none when fewer are left: then nothing is walked, and it ranges).
-                        q.push(" and o.created_at >= (select o2.created_at from operations o2 where 1 = 1");
+                        q.push(" and o.created_at >= (select o2.created_at from operations o2 where o2.tenant_id = ")
+                            .push_bind(tenant);
                         keyset(&mut q, "o2.created_at", "o2.operation_id");
                         q.push(" order by o2.created_at desc, o2.operation_id desc limit 1 offset ")
                             .push_bind(w - 1)
@@ -384,11 +392,15 @@ macro_rules! reads_sql {
                     let mut q = Q::new("");
                     select(&mut q);
                     q.push("operations o where o.operation_id in (select operation_id from (");
-                    q.push("select operation_id from (select o.operation_id from operations o where ");
+                    q.push("select operation_id from (select o.operation_id from operations o where o.tenant_id = ")
+                        .push_bind(tenant)
+                        .push(" and ");
                     range(&mut q, key, text);
                     keyset(&mut q, "o.created_at", "o.operation_id");
                     q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
-                    q.push(") k union select operation_id from (select o.operation_id from operations o where o.crm_id = ")
+                    q.push(") k union select operation_id from (select o.operation_id from operations o where o.tenant_id = ")
+                        .push_bind(tenant)
+                        .push(" and o.crm_id = ")
                         .push_bind(text.to_owned());
                     keyset(&mut q, "o.created_at", "o.operation_id");
                     q.push(" order by o.created_at desc, o.operation_id desc limit ").push_bind(limit + 1);
@@ -400,7 +412,7 @@ macro_rules! reads_sql {
                             if words.len() > 1 {
                                 q.push(" join operations o on o.operation_id = n.operation_id");
                             }
-                            q.push(" where ");
+                            q.push(" where n.tenant_id = ").push_bind(tenant).push(" and ");
                             range(&mut q, "n.word", &words[l]);
                             for (i, w) in words.iter().enumerate() {
                                 if i != l {
@@ -416,7 +428,9 @@ macro_rules! reads_sql {
                             q.push(" union select operation_id from (select operation_id, created_at from (");
                             for (i, w) in words.iter().enumerate() {
                                 q.push(if i == 0 { "" } else { " intersect " });
-                                q.push("select n.operation_id, n.created_at from operation_names n where ");
+                                q.push("select n.operation_id, n.created_at from operation_names n where n.tenant_id = ")
+                                    .push_bind(tenant)
+                                    .push(" and ");
                                 range(&mut q, "n.word", w);
                                 keyset(&mut q, "n.created_at", "n.operation_id");
                             }
@@ -433,7 +447,8 @@ macro_rules! reads_sql {
                         let col = if matches!(query, SearchQuery::Phone(_)) { "o.contact_phone" } else { "o.contact_email" };
                         let mut q = Q::new("");
                         select(&mut q);
-                        q.push(format!("operations o where {col} = ")).push_bind(v.clone());
+                        q.push("operations o where o.tenant_id = ").push_bind(tenant);
+                        q.push(format!(" and {col} = ")).push_bind(v.clone());
                         keyset(&mut q, "o.created_at", "o.operation_id");
                         order(&mut q);
                         q.build().fetch_all(&self.pool).await?

@@ -144,15 +144,16 @@ macro_rules! sql_store {
         /// One keyset page of operations in `status` ordered by `(at, operation_id)`, the
         /// filters in the query so a page is always full.
         fn op_page_query(
+            tenant: leadgate_domain::TenantId,
             status: Status,
             at: &'static str,
             below: Option<DateTime<Utc>>,
             page: &OperationPage,
         ) -> sqlx::QueryBuilder<'static, $db> {
             let mut q = sqlx::QueryBuilder::<$db>::new(format!(
-                "select {OP_COLUMNS} from operations where status = "
+                "select {OP_COLUMNS} from operations where tenant_id = "
             ));
-            q.push_bind(status.as_str());
+            q.push_bind(tenant.0).push(" and status = ").push_bind(status.as_str());
             for bound in [below, page.before].into_iter().flatten() {
                 q.push(format!(" and {at} < ")).push_bind(bound);
             }

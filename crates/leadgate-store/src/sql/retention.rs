@@ -9,9 +9,10 @@ macro_rules! tx_retention {
             async fn purge_candidates(&mut self, scope: i32, finished_before: DateTime<Utc>, batch: i64) -> Result<Vec<String>> {
                 let sql = format!(
                     "select o.operation_id from operations o \
-                     where o.purged_at is null and ($3 < 0 or o.tenant_id = $3) \
+                     where o.purged_at is null and {} \
                      and o.updated_at < $1 and {} \
                      order by o.updated_at limit $2",
+                    $crate::sql::retention::in_scope("o.tenant_id"),
                     $crate::sql::retention::SETTLED
                 );
                 Ok(sqlx::query_scalar(&sql)
@@ -65,17 +66,19 @@ macro_rules! tx_retention {
             }
 
             async fn scrub_late_deliveries(&mut self, scope: i32, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
-                Ok(sqlx::query(
+                let sql = format!(
                     "update deliveries set raw_body = null, payload = null where id in \
                      (select d.id from deliveries d join operations o \
                         on o.operation_id = d.operation_id \
                       where (d.raw_body is not null or d.payload is not null) \
-                      and ($3 < 0 or d.tenant_id = $3) \
+                      and {} \
                       and d.received_at < $1 and o.purged_at is not null \
                       and not exists (select 1 from review_cases c \
                         where c.operation_id = d.operation_id and c.resolved_at is null) \
                       limit $2)",
-                )
+                    $crate::sql::retention::in_scope("d.tenant_id")
+                );
+                Ok(sqlx::query(&sql)
                 .bind(finished_before)
                 .bind(batch)
                 .bind(scope)
@@ -85,12 +88,14 @@ macro_rules! tx_retention {
             }
 
             async fn scrub_rejected(&mut self, scope: i32, finished_before: DateTime<Utc>, batch: i64) -> Result<u64> {
-                Ok(sqlx::query(
+                let sql = format!(
                     "update deliveries set raw_body = null, payload = null where id in \
                      (select id from deliveries where outcome = 'rejected' and received_at < $1 \
-                      and ($3 < 0 or tenant_id = $3) \
+                      and {} \
                       and (raw_body is not null or payload is not null) limit $2)",
-                )
+                    $crate::sql::retention::in_scope("tenant_id")
+                );
+                Ok(sqlx::query(&sql)
                 .bind(finished_before)
                 .bind(batch)
                 .bind(scope)
@@ -100,11 +105,13 @@ macro_rules! tx_retention {
             }
 
             async fn purge_contact_locks(&mut self, scope: i32, before: DateTime<Utc>, batch: i64) -> Result<u64> {
-                Ok(sqlx::query(
+                let sql = format!(
                     "delete from contact_locks where (tenant_id, key) in \
                        (select tenant_id, key from contact_locks where expires_at < $1 \
-                        and ($3 < 0 or tenant_id = $3) limit $2)",
-                )
+                        and {} limit $2)",
+                    $crate::sql::retention::in_scope("tenant_id")
+                );
+                Ok(sqlx::query(&sql)
                 .bind(before)
                 .bind(batch)
                 .bind(scope)
@@ -137,3 +144,13 @@ pub(crate) const SETTLED: &str = "o.status in ('completed', 'failed_terminal') \
        where c.operation_id = o.operation_id and c.resolved_at is null) \
      and not exists (select 1 from crm_updates u \
        where u.operation_id = o.operation_id and u.state = 'pending')";
+
+/// Whether a row of tenant `col` is in the scrub's scope (`$3`): that tenant's, or (-1)
+/// every tenant's that keeps the deployment's window — a tenant with its own window
+/// (`tenants.retention_full_secs`, migration 0042) is scrubbed by a pass of its own.
+pub(crate) fn in_scope(col: &str) -> String {
+    format!(
+        "({col} = $3 or ($3 < 0 and {col} not in \
+           (select t.id from tenants t where t.retention_full_secs is not null)))"
+    )
+}

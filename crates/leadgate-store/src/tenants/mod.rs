@@ -20,6 +20,11 @@ pub trait Tenants: Clock {
     /// Every tenant, by id (the default tenant first).
     async fn tenants(&self) -> Result<Vec<Tenant>>;
 
+    /// The tenants this store's login may see, by id (the default tenant first): every
+    /// tenant for SQLite and the gateway's login, a person's own on PostgreSQL (row-level
+    /// security, migration 0039). The console's switcher.
+    async fn my_tenants(&self) -> Result<Vec<TenantChoice>>;
+
     /// Every stored spec (sealed) by slug. PostgreSQL: the gateway's login only.
     async fn tenant_specs(&self) -> Result<Vec<(String, String)>>;
 
@@ -62,10 +67,23 @@ pub struct Tenant {
     pub paused_reason: Option<String>,
     pub weight: i32,
     pub max_in_flight: i32,
+    /// Its own retention window (`[tenant.retention] full`), in seconds; none: the
+    /// deployment's.
+    pub retention_full_secs: Option<i64>,
     /// Moves with every change.
     pub version: i64,
     pub changed_by: String,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A tenant as a person picks it in the console.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct TenantChoice {
+    pub id: i32,
+    pub slug: String,
+    pub name: String,
+    #[sqlx(try_from = "String")]
+    pub state: TenantState,
 }
 
 /// Where a tenant is: served, paused (its leads are taken and wait), removed (its spec
@@ -124,6 +142,8 @@ pub struct TenantSettings {
     pub name: String,
     pub weight: i32,
     pub max_in_flight: i32,
+    /// Its own retention window, in seconds.
+    pub retention_full_secs: Option<i64>,
     /// The spec's canonical text, sealed.
     pub sealed_spec: String,
 }

@@ -12,7 +12,15 @@ macro_rules! tenants_sql {
             async fn tenants(&self) -> Result<Vec<$crate::Tenant>> {
                 Ok(sqlx::query_as::<_, $crate::Tenant>(
                     "select id, slug, name, state, paused_reason, weight, max_in_flight, \
-                     version, changed_by, updated_at from tenants order by id",
+                     retention_full_secs, version, changed_by, updated_at from tenants order by id",
+                )
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
+            async fn my_tenants(&self) -> Result<Vec<$crate::TenantChoice>> {
+                Ok(sqlx::query_as::<_, $crate::TenantChoice>(
+                    "select id, slug, name, state from tenants order by id",
                 )
                 .fetch_all(&self.pool)
                 .await?)
@@ -68,8 +76,8 @@ macro_rules! tenants_sql {
                         C::Create { slug, settings } => {
                             let id: i32 = sqlx::query_scalar(
                                 "insert into tenants (id, slug, name, weight, max_in_flight, \
-                                 changed_by, created_at, updated_at) \
-                                 select coalesce(max(id), 0) + 1, $1, $2, $3, $4, $5, $6, $6 \
+                                 changed_by, created_at, updated_at, retention_full_secs) \
+                                 select coalesce(max(id), 0) + 1, $1, $2, $3, $4, $5, $6, $6, $7 \
                                  from tenants where true on conflict (slug) do nothing returning id",
                             )
                             .bind(slug)
@@ -78,6 +86,7 @@ macro_rules! tenants_sql {
                             .bind(settings.max_in_flight)
                             .bind(actor)
                             .bind(now)
+                            .bind(settings.retention_full_secs)
                             .fetch_optional(&mut *tx)
                             .await?
                             .ok_or_else(|| moved(slug))?;
@@ -97,7 +106,7 @@ macro_rules! tenants_sql {
                             let id: i32 = sqlx::query_scalar(
                                 "update tenants set name = $1, weight = $2, max_in_flight = $3, \
                                  state = $4, paused_reason = $5, changed_by = $6, updated_at = $7, \
-                                 version = version + 1 \
+                                 retention_full_secs = $10, version = version + 1 \
                                  where slug = $8 and version = $9 and state <> 'removed' returning id",
                             )
                             .bind(&settings.name)
@@ -109,6 +118,7 @@ macro_rules! tenants_sql {
                             .bind(now)
                             .bind(slug)
                             .bind(expected_version)
+                            .bind(settings.retention_full_secs)
                             .fetch_optional(&mut *tx)
                             .await?
                             .ok_or_else(|| moved(slug))?;

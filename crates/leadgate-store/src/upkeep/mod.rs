@@ -65,7 +65,9 @@ pub trait Upkeep: Clock {
     /// finished operations last changed before `finished_before` (a tombstone stays:
     /// key, payload hash, status, crm_id, dates), and the bodies of rejected deliveries
     /// received before it. Open operations and operations with an open review case are
-    /// never touched. Small batches keep intake unblocked; call until empty.
+    /// never touched. Small batches keep intake unblocked; call until empty. Every
+    /// tenant's rows but those of a tenant with a window of its own
+    /// (`Tenant::retention_full_secs`: `purge_tenant_batch`).
     async fn purge_batch(
         &self,
         finished_before: DateTime<Utc>,
@@ -73,8 +75,13 @@ pub trait Upkeep: Clock {
         now: DateTime<Utc>,
     ) -> Result<PurgeReport>;
 
-    /// One batch of erasing this store's tenant (`leadgate tenant erase`): retention's
-    /// scrub of its rows alone, every finished operation whatever its age (cutoff `now`),
-    /// tombstones kept. Open work is left whole (`PurgeReport::left_whole`).
-    async fn erase_batch(&self, batch: i64, now: DateTime<Utc>) -> Result<PurgeReport>;
+    /// One batch of retention's scrub of this store's tenant's rows alone: at its own
+    /// window, or (cutoff `now`) erasing it (`leadgate tenant erase`). Open work is left
+    /// whole and counted in the last batch (`PurgeReport::left_whole`).
+    async fn purge_tenant_batch(
+        &self,
+        finished_before: DateTime<Utc>,
+        batch: i64,
+        now: DateTime<Utc>,
+    ) -> Result<PurgeReport>;
 }

@@ -96,8 +96,13 @@ macro_rules! upkeep_sql {
                 $crate::upkeep::retention::purge_batch(self.write().await?, None, finished_before, batch, now).await
             }
 
-            async fn erase_batch(&self, batch: i64, now: DateTime<Utc>) -> Result<PurgeReport> {
-                $crate::upkeep::retention::purge_batch(self.write().await?, Some(self.tenant), now, batch, now).await
+            async fn purge_tenant_batch(
+                &self,
+                finished_before: DateTime<Utc>,
+                batch: i64,
+                now: DateTime<Utc>,
+            ) -> Result<PurgeReport> {
+                $crate::upkeep::retention::purge_batch(self.write().await?, Some(self.tenant), finished_before, batch, now).await
             }
 
             async fn pull_mark(&self, source: &str) -> Result<Option<String>> {

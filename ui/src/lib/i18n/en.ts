@@ -43,6 +43,12 @@ export const en = {
     },
   },
   language: "Language",
+  tenant: {
+    label: "Tenant",
+    hint: "The client portal shown: the queue, search, dashboard, connectors and rules are its own.",
+    states: { paused: "paused", removed: "removed" },
+    switchFailed: (e: string) => `Could not switch the tenant: ${e}`,
+  },
   crmUrlTemplate: "CRM link template ({id} is replaced)",
   tabs: {
     needs_review: "Needs review",

@@ -50,6 +50,12 @@ export const ru: Strings = {
     },
   },
   language: "Язык",
+  tenant: {
+    label: "Портал клиента",
+    hint: "Показан этот портал клиента: очередь, поиск, метрики, коннекторы и правила — его.",
+    states: { paused: "на паузе", removed: "удалён" },
+    switchFailed: (e: string) => `Не удалось переключить портал: ${e}`,
+  },
   crmUrlTemplate: "Шаблон ссылки в CRM ({id} заменяется)",
   tabs: {
     needs_review: "На разборе",
