@@ -4,7 +4,7 @@
 SHELL := bash
 export LEADGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test check lint unit test-loaded test-n8n test-n8n-package test-api test-n8n-node demo bench walk-through chaos fleet fuzz
+.PHONY: test check lint unit test-loaded test-n8n test-n8n-package test-api test-n8n-node demo bench walk-through chaos fleet fleet-chaos fuzz
 
 ## Every check: formatting, lints with warnings denied, every Rust test on SQLite and
 ## PostgreSQL (the web console in Chromium among them), the UI's type check and unit tests,
@@ -71,7 +71,7 @@ test-n8n-node:
 demo:
 	scripts/demo.sh
 
-## The chaos run of `make test` at full size (tests/chaos.rs): 3,000 leads over five
+## The chaos run of `make test` at full size (tests/chaos/main.rs): 3,000 leads over five
 ## minutes per backend, release build. It prints its figures.
 chaos:
 	scripts/install-test-deps.sh
@@ -89,6 +89,15 @@ fleet:
 	LEADGATE_FLEET_TENANTS=500 LEADGATE_FLEET_LEADS=3 LEADGATE_FLEET_BACKLOG=50000 LEADGATE_FLEET_FLOOD=100 \
 	  LEADGATE_FLEET_ONBOARD=500 \
 	  cargo test --locked --release --test fleet -- --nocapture --test-threads=1
+
+## The fleet's compressed day at a larger size (tests/chaos/fleet.rs, release build): 40
+## tenants on chaotic fake Bitrix24 portals and amoCRM accounts at their documented limits,
+## 20,000 leads over 10 minutes, 30 % redelivered, two gateways killed with SIGKILL every
+## couple of seconds, PostgreSQL crashed once. Figures: BENCHMARKS.md.
+fleet-chaos:
+	scripts/ensure-postgres.sh
+	LEADGATE_FLEET_CHAOS_TENANTS=40 LEADGATE_FLEET_CHAOS_LEADS=20000 LEADGATE_FLEET_CHAOS_SECONDS=600 \
+	  cargo test --locked --release --test chaos fleet -- --nocapture --test-threads=1
 
 ## Intake throughput/latency vs. the raw commit rate (and pgbench on PostgreSQL, when
 ## installed), the console's calls over a million operations, 50 people in the web console

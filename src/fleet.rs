@@ -54,6 +54,12 @@ pub struct TenantRun {
     pub sources: Arc<HashMap<String, intake::sources::Source>>,
     /// The business rules its intake matches by.
     pub rules: Arc<intake::LiveRules>,
+    /// Its pulled sources (Bitrix24's offline queue, Telegram's `getUpdates`, a mailbox),
+    /// run where intake is served.
+    pub pullers: Vec<(String, crate::pull::Puller)>,
+    /// Its own alert channels (`[tenant.alerts]`), watching its figures; run where intake
+    /// is served, as the deployment's are.
+    pub alerters: Vec<Arc<crate::alerts::Alerter>>,
 }
 
 /// A tenant's run and its worker.
@@ -61,6 +67,10 @@ struct Served {
     run: TenantRun,
     stop: watch::Sender<bool>,
     worker: JoinHandle<()>,
+    /// Its claim API's redelivery loop (`[tenant.claim_api] redeliver_url`).
+    redelivery: Option<JoinHandle<()>>,
+    /// Its pulled sources' and alert channels' loops, once intake is served.
+    pulls: Vec<JoinHandle<()>>,
 }
 
 /// A fleet dropped without [`Fleet::run`]'s end (its start failed further on, or it
@@ -76,6 +86,46 @@ impl Served {
     async fn stop(mut self) {
         let _ = self.stop.send(true);
         let _ = (&mut self.worker).await;
+        if let Some(r) = self.redelivery.as_mut() {
+            let _ = r.await;
+        }
+        for p in &mut self.pulls {
+            let _ = p.await;
+        }
+    }
+
+    /// Starts its pulled sources' loops, each recording through `state` (its intake), and
+    /// its alert channels' loops.
+    fn pull(&mut self, state: &intake::IntakeState) {
+        if !self.pulls.is_empty() {
+            return;
+        }
+        for alerter in &self.run.alerters {
+            let (alerter, rx) = (Arc::clone(alerter), self.stop.subscribe());
+            let what = format!("alerts:{}/{}", self.run.slug, alerter.channel.name);
+            self.pulls.push(tokio::spawn(async move {
+                crate::supervise::supervise(
+                    &what,
+                    rx.clone(),
+                    crate::supervise::RESTART_DELAY,
+                    move || Arc::clone(&alerter).run(rx.clone()),
+                )
+                .await
+            }));
+        }
+        for (name, puller) in &self.run.pullers {
+            let (puller, state, rx) = (puller.clone(), state.clone(), self.stop.subscribe());
+            let what = format!("pull:{}/{name}", self.run.slug);
+            self.pulls.push(tokio::spawn(async move {
+                crate::supervise::supervise(
+                    &what,
+                    rx.clone(),
+                    crate::supervise::RESTART_DELAY,
+                    move || puller.clone().run(state.clone(), rx.clone()),
+                )
+                .await
+            }));
+        }
     }
 }
 
@@ -129,6 +179,10 @@ impl Fleet {
     /// Serves the tenants' intake through `states`, each made from `default` (the default
     /// tenant's state).
     pub fn serve_intake(&mut self, states: Arc<TenantStates>, default: intake::IntakeState) {
+        for s in self.served.values_mut() {
+            let state = s.run.intake_state(&default);
+            s.pull(&state);
+        }
         self.intake = Some((states, default));
         self.publish();
     }
@@ -237,6 +291,22 @@ impl Fleet {
         intake::seed_rules(&*store, &spec.sources, self.config.matching.window)
             .await
             .with_context(|| format!("tenant `{}`", t.slug))?;
+        // Its pulled sources' credentials: `env:` names the gateway's environment.
+        let pullers = crate::pull::pullers_of(&spec.sources, |v| std::env::var(v).ok())
+            .map_err(|e| anyhow::anyhow!("tenant `{}`: {e}", t.slug))?;
+        let alerters = match &spec.alerts {
+            Some(alerts) => {
+                let alerts_store: Arc<dyn crate::store::Alerts> = Arc::clone(&store) as _;
+                crate::alerts::alerters(
+                    &alerts_store,
+                    alerts,
+                    self.config.review.stale_after,
+                    &format!("{}:{}", self.owner, t.slug),
+                )
+                .map_err(|e| anyhow::anyhow!("tenant `{}`: its [tenant.alerts]: {e}", t.slug))?
+            }
+            None => vec![],
+        };
         let rules = Arc::new(intake::LiveRules::default());
         rules
             .refresh(&*store)
@@ -251,6 +321,8 @@ impl Fleet {
             crm,
             sources,
             rules,
+            pullers,
+            alerters,
         })
     }
 
@@ -265,8 +337,47 @@ impl Fleet {
         };
         let (stop, stopped) = watch::channel(false);
         let worker = tokio::spawn(worker.run(stopped));
-        self.served.insert(run.id.0, Served { run, stop, worker });
+        let redelivery = self.redeliverer(&run).map(|r| {
+            let stopped = stop.subscribe();
+            tokio::spawn(async move { Arc::new(r).run(stopped).await })
+        });
+        let mut served = Served {
+            run,
+            stop,
+            worker,
+            redelivery,
+            pulls: vec![],
+        };
+        if let Some((_, default)) = &self.intake {
+            served.pull(&served.run.intake_state(default));
+        }
+        self.served.insert(served.run.id.0, served);
         self.changed = true;
+    }
+
+    /// The tenant's redelivery to its integration's webhook, when its claim API has one
+    /// (`crate::redeliver`): a claimed lead due again after a `not_sent` or `rate_limited`
+    /// report is sent back there, named by its tenant's key.
+    fn redeliverer(&self, run: &TenantRun) -> Option<crate::redeliver::Redeliverer> {
+        let claim_api = &run.spec.claim_api;
+        let url = claim_api.redeliver_url.clone()?;
+        // The spec was refused without it (`config::tenants`).
+        let token = run.spec.api.integration_token.clone()?;
+        let settings = crate::redeliver::RedeliverSettings {
+            source: claim_api.source.clone(),
+            url,
+            token,
+            every: claim_api.redeliver_every,
+            poll_interval: self.config.worker.poll_interval,
+            owner: format!("{}:{}", self.owner, run.slug),
+        };
+        match crate::redeliver::Redeliverer::new(Arc::clone(&run.store), settings) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::error!(tenant = %run.slug, error = %e, "the tenant's redelivery cannot start");
+                None
+            }
+        }
     }
 
     /// Stops a tenant's worker and waits for its attempts in flight.

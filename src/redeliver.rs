@@ -131,8 +131,9 @@ impl Redeliverer {
     /// body, whose key field names the original: claimed by it, it is a conflict again,
     /// every `redeliver_every`, and the accepted lead never reaches the CRM. Nor is the
     /// operation id: claimed as a key it would be a new operation (`<source>:<source>:…`).
+    /// A tenant's key goes without the tenant: its claim API adds it back.
     fn claim_key<'a>(&self, r: &'a DueRedelivery) -> &'a str {
-        let id = r.operation_id.as_str();
+        let id = r.operation_id.local_part();
         id.strip_prefix(self.settings.source.as_str())
             .and_then(|rest| rest.strip_prefix(':'))
             .unwrap_or(id)

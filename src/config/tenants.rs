@@ -137,7 +137,13 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
 impl TenantSpec {
     /// Reads a stored spec (its canonical text) back.
     pub fn from_canonical(text: &str) -> Result<TenantSpec, String> {
-        let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let mut value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        // A spec stored before tenants had retention windows of their own may name
+        // `purge_every`, which was then taken (and was always the deployment's); a file
+        // naming it now is refused, a stored spec still serves its tenant.
+        if let Some(r) = value.get_mut("retention").and_then(Value::as_object_mut) {
+            r.remove("purge_every");
+        }
         Ok(entry_of(value)?.spec)
     }
 
@@ -440,24 +446,16 @@ impl TenantSpec {
         validate_crm(&self.crm)?;
         validate_sources(&self.sources)?;
         validate_claim_api(&self.claim_api, &self.sources)?;
-        // Refused until a tenant's gateway runs them, rather than taken and ignored.
-        if let Some(s) = self.sources.iter().find(|s| s.pull.is_some()) {
-            return Err(format!(
-                "source `{}`: pulled sources are not served for tenants yet (only the default \
-                 tenant's, in leadgate.toml); deliver to /v1/intake/<tenant>/<source> instead",
-                s.name
-            ));
-        }
-        if self.claim_api.redeliver_url.is_some() {
-            return Err("claim_api.redeliver_url: redelivery is not served for tenants yet".into());
-        }
-        self.retention.validate()?;
-        if self.alerts.is_some() {
+        if self.claim_api.redeliver_url.is_some() && self.api.integration_token.is_none() {
             return Err(
-                "alerts: a tenant's own alert channels are not served yet (the default tenant's \
-                 [alerts] are the deployment's)"
+                "claim_api.redeliver_url: the tenant has no [tenant.api] integration_token, so \
+                 its integration could not claim what it is sent"
                     .into(),
             );
+        }
+        self.retention.validate()?;
+        if let Some(alerts) = &self.alerts {
+            alerts.validate().map_err(|e| format!("alerts: {e}"))?;
         }
         validate_api(&self.api)?;
         if let (true, CrmConfig::Http(http)) = (self.look_up_first, &self.crm) {

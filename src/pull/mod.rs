@@ -82,8 +82,16 @@ pub fn pullers(
     config: &Config,
     env: impl Fn(&str) -> Option<String> + Copy,
 ) -> Result<Vec<(String, Puller)>, String> {
+    pullers_of(&config.sources, env)
+}
+
+/// The pulled ones of `sources` (leadgate.toml's, or a fleet tenant's), ready to run.
+pub fn pullers_of(
+    sources: &[crate::config::SourceConfig],
+    env: impl Fn(&str) -> Option<String> + Copy,
+) -> Result<Vec<(String, Puller)>, String> {
     let mut out = Vec::new();
-    for source in &config.sources {
+    for source in sources {
         let (Some(pull), Some(preset)) = (&source.pull, source.preset) else {
             continue;
         };

@@ -310,10 +310,10 @@ each_backend!(
 );
 
 /// What a redelivery webhook received: its headers and body.
-type Received = std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>>;
+pub(crate) type Received = std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>>;
 
 /// A webhook standing in for the integration's (n8n's): records each call, answers 200.
-async fn webhook() -> (String, Received, tokio::task::JoinHandle<()>) {
+pub(crate) async fn webhook() -> (String, Received, tokio::task::JoinHandle<()>) {
     let got: Received = Default::default();
     let app = axum::Router::new().route(
         "/webhook/lead",

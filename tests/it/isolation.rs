@@ -472,3 +472,54 @@ async fn a_persons_console_offers_their_tenants_only() {
     })
     .await;
 }
+
+/// How many leads `leadgate_lookup` finds for `phone` in beta, as `c`'s login.
+async fn looked_up(c: &mut PgConnection, phone: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from leadgate_lookup($1, null, 50, $2)")
+        .bind(phone)
+        .bind(BETA)
+        .fetch_one(c)
+        .await
+        .unwrap()
+}
+
+/// "Did my lead arrive?" in a named tenant (0041's `leadgate_lookup(…, p_tenant)`) runs as
+/// the tables' owner: called by hand for a tenant that is not the caller's, it finds
+/// nothing, also when the caller's temporary schema holds a forged `pg_class` or
+/// `operations` that would make the caller look like the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_in_another_tenant_finds_nothing_even_with_a_forged_catalog() {
+    run(Backend::Postgres, |db| async move {
+        betas_history(&db).await;
+        let mut owner = PgConnection::connect(&db.url).await.unwrap();
+        let phone: String = sqlx::query_scalar(
+            "select contact_phone from operations where contact_phone is not null limit 1",
+        )
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+        // The gateway's login finds beta's lead.
+        assert!(looked_up(&mut owner, &phone).await > 0);
+        let acme =
+            People::in_tenants(&db.url, &db.url, &PersonTenants::Only(vec!["acme".into()])).await;
+        for role in Role::ALL {
+            let mut c = acme.sql(*role).await;
+            assert_eq!(looked_up(&mut c, &phone).await, 0, "{role}");
+            for forged in [
+                "create temp table pg_class (oid oid, relowner oid)",
+                "insert into pg_temp.pg_class select 'public.operations'::regclass, \
+                 (select oid from pg_catalog.pg_roles where rolname = current_user)",
+                "create temp table operations as select * from pg_temp.pg_class",
+            ] {
+                sqlx::query(forged).execute(&mut c).await.unwrap();
+            }
+            assert_eq!(
+                looked_up(&mut c, &phone).await,
+                0,
+                "{role}, with a forged pg_class"
+            );
+        }
+        acme.drop_all().await;
+    })
+    .await;
+}

@@ -1383,8 +1383,12 @@ impl Upkeep for Hiccup {
         self.inner.resume_connector(name, actor, now).await
     }
 
-    async fn forget_requests(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        self.inner.forget_requests(before).await
+    async fn forget_requests(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        scope: Option<leadgate::domain::TenantId>,
+    ) -> Result<u64> {
+        self.inner.forget_requests(before, scope).await
     }
 
     async fn forget_feed_owed(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
@@ -1402,7 +1406,7 @@ impl Upkeep for Hiccup {
 
     async fn purge_tenant_batch(
         &self,
-        finished_before: chrono::DateTime<chrono::Utc>,
+        finished_before: Option<chrono::DateTime<chrono::Utc>>,
         batch: i64,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<PurgeReport> {

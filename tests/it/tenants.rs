@@ -844,6 +844,19 @@ fn two_tenants_on_one_portal_are_refused() {
     assert!(err.contains("`default` and `beta`"), "{err}");
 }
 
+/// A spec stored before tenants had retention windows of their own may name
+/// `[tenant.retention] purge_every` (then taken, and always the deployment's): it still
+/// opens, so its tenant stays served; a file that names it now is refused (below).
+#[test]
+fn a_stored_spec_naming_purge_every_still_serves_its_tenant() {
+    let stored = r#"{"crm":{"kind":"bitrix24","webhook_url":"https://a.bitrix24.ru/rest/1/s/"},"name":"x","retention":{"full":"7d","purge_every":"1h"},"slug":"a"}"#;
+    let spec = tenants_file::TenantSpec::from_canonical(stored).unwrap();
+    assert_eq!(
+        spec.retention.full,
+        Some(std::time::Duration::from_secs(7 * 24 * 3600))
+    );
+}
+
 #[test]
 fn a_bad_tenants_file_says_what_is_wrong() {
     for (text, says) in [
@@ -859,10 +872,10 @@ fn a_bad_tenants_file_says_what_is_wrong() {
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.retention]\nfull = \"10m\"\n", "retention.full: at least an hour"),
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.retention]\nfull = \"90d\"\ntombstone = \"30d\"\n", "`full` is longer than `tombstone`"),
         ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.retention]\npurge_every = \"1h\"\n", "unknown field `purge_every`"),
-        // What a tenant's gateway does not run yet is refused, not taken and ignored.
-        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.claim_api]\nredeliver_url = \"https://n8n.a/webhook/lead\"\n", "redelivery is not served for tenants yet"),
-        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.alerts]\n[[tenant.alerts.channel]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"https://hooks.a/x\"\n", "alert channels are not served yet"),
-        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[[tenant.source]]\nname = \"tg\"\npreset = \"telegram-updates\"\n[tenant.source.pull]\nbot_token = \"123:abc\"\nurl = \"https://api.telegram.org\"\n", "pulled sources are not served for tenants yet"),
+        // Redelivery needs the token the integration claims with.
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.claim_api]\nredeliver_url = \"https://n8n.a/webhook/lead\"\n", "the tenant has no [tenant.api] integration_token"),
+        // A tenant's alerts are checked as the deployment's are.
+        ("[[tenant]]\nslug = \"a\"\nname = \"x\"\n[tenant.crm]\nkind = \"bitrix24\"\nwebhook_url = \"https://a.bitrix24.ru/rest/1/s/\"\n[tenant.alerts]\nmax_per_minute = 0\n[[tenant.alerts.channel]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"https://hooks.a/x\"\n", "alerts: alerts.max_per_minute must be at least 1"),
     ] {
         let err = tenants_file::parse_toml(text, None).unwrap_err();
         assert!(err.contains(says), "{says}: {err}");

@@ -567,7 +567,7 @@ pub async fn purge(
         total.contact_locks += r.contact_locks;
         if r.is_last(batch) {
             total.sign_ins = store.forget_sign_ins(finished_before).await?;
-            total.requests = store.forget_requests(finished_before).await?;
+            total.requests = store.forget_requests(finished_before, None).await?;
             total.feed_owed = store.forget_feed_owed(finished_before).await?;
             return Ok(total);
         }
@@ -580,26 +580,32 @@ pub async fn purge(
 /// and contact locks, as retention does at a cutoff of now; open work is left whole and
 /// counted.
 pub async fn erase(store: &dyn Store, batch: i64) -> Result<PurgeReport> {
-    purge_tenant(store, store.now(), batch).await
+    purge_tenant(store, None, batch).await
 }
 
-/// Retention's scrub of `store`'s tenant alone at `finished_before` (a tenant with a
-/// window of its own; `erase` at now), in batches; open work is left whole and counted.
+/// Retention's scrub of `store`'s tenant alone, in batches, and its people's answered
+/// requests: finished before `finished_before` (a tenant with a window of its own), or
+/// (none) everything finished until now, what is left whole counted (`erase`).
 pub async fn purge_tenant(
     store: &dyn Store,
-    finished_before: DateTime<Utc>,
+    finished_before: Option<DateTime<Utc>>,
     batch: i64,
 ) -> Result<PurgeReport> {
     let mut total = PurgeReport::default();
     loop {
+        let now = store.now();
         let r = store
-            .purge_tenant_batch(finished_before, batch, store.now())
+            .purge_tenant_batch(finished_before, batch, now)
             .await?;
         total.operations += r.operations;
         total.deliveries += r.deliveries;
         total.contact_locks += r.contact_locks;
         if r.is_last(batch) {
             total.left_whole = r.left_whole;
+            // People's answered requests may hold a lead's edited data (Fix and resend).
+            total.requests = store
+                .forget_requests(finished_before.unwrap_or(now), Some(store.tenant()))
+                .await?;
             return Ok(total);
         }
         tokio::task::yield_now().await;

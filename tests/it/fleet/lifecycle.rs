@@ -224,6 +224,30 @@ each_backend!(
              where operation_id in ('acme/site:a1', 'beta/site:b1')"
         ))
         .await;
+        // People's answered requests (PostgreSQL): a Fix and resend's holds a lead's data.
+        let postgres = db.backend == leadgate_testkit::Backend::Postgres;
+        let one_day_ago =
+            (store.now() - TimeDelta::days(1)).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        if postgres {
+            // Past the request checks (as if each had been asked and applied), as the owner.
+            db.execute(&format!(
+                "alter table human_requests disable trigger user; \
+                 insert into human_requests (kind, operation_id, body, tenant_id, applied_at, outcome) values \
+                 ('notified', 'acme/site:a1', '{{\"acme\": 3}}', 1, '{three_days_ago}', '{{}}'), \
+                 ('notified', 'acme/site:a1', '{{\"acme\": 1}}', 1, '{one_day_ago}', '{{}}'), \
+                 ('notified', 'beta/site:b1', '{{\"beta\": 3}}', 2, '{three_days_ago}', '{{}}'); \
+                 alter table human_requests enable trigger user"
+            ))
+            .await;
+        }
+        let requests = || async {
+            if postgres {
+                db.texts("select body from human_requests order by id")
+                    .await
+            } else {
+                vec![]
+            }
+        };
         let purged = |id: &'static str| {
             let store = store.clone();
             async move {
@@ -245,6 +269,9 @@ each_backend!(
             "beta keeps the deployment's 30 days"
         );
         assert!(!purged("site:d1").await);
+        if postgres {
+            assert_eq!(requests().await, [r#"{"acme": 1}"#, r#"{"beta": 3}"#]);
+        }
 
         // The deployment's scrub, everything finished until now: all but acme's.
         post_to(&gw, "acme", "site", "acme-site-token", "a2").await;
@@ -257,6 +284,13 @@ each_backend!(
             !purged("acme/site:a2").await,
             "acme's lead is scrubbed at acme's window"
         );
+        if postgres {
+            assert_eq!(
+                requests().await,
+                [r#"{"acme": 1}"#],
+                "acme's are acme's window's"
+            );
+        }
 
         // acme's keys are kept 3 days: an unknown key from 4 days ago is a person's to
         // decide there, and a new lead at beta.

@@ -5,9 +5,11 @@
 //! figures its own (`serving`); a tenant leaves with its data and is erased, a portal
 //! moves in without a second create (`lifecycle`).
 
+mod alerting;
 mod console;
 mod journal;
 mod lifecycle;
+mod pulled;
 mod serving;
 mod sharing;
 

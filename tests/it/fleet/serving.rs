@@ -581,3 +581,67 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+// A tenant's integration reports `not_sent`: once the lead is due again, the tenant's
+// redelivery sends it to the tenant's webhook with the tenant's integration token, named by
+// the key its claim API takes (`order-9`, not `acme/api:order-9`, which would claim a
+// second operation), and claiming that key takes the same operation.
+each_backend!(
+    a_tenants_integration_is_sent_its_lead_again_under_its_own_key,
+    |db| async move {
+        let acme_crm = portal().await;
+        let (_key_dir, extra) = acme_on(&db, &acme_crm).await;
+        let (url, got, server) = crate::claim_api::webhook().await;
+        let file = tenants_file(&[("acme", &acme_crm, "acme-site-token")])
+            + &format!("[tenant.claim_api]\nredeliver_url = \"{url}\"\nredeliver_every = \"1s\"\n");
+        apply(&db, &file).await;
+        let gw = Gateway::start_extended(&db, &extra).await;
+        let claim = || {
+            gw.http
+                .post(format!("{}/v1/tenants/acme/operations", gw.base))
+                .bearer_auth("acme-integration")
+                .header("Idempotency-Key", "order-9")
+                .json(&json!({"name": "Ivan", "order": 9}))
+                .send()
+        };
+        let (s, claimed, _) = answer(claim().await.unwrap()).await;
+        assert_eq!(s, StatusCode::CREATED, "{claimed}");
+        assert_eq!(claimed["operation_id"], "acme/api:order-9");
+        let id = urlencode("acme/api:order-9");
+        let res = gw
+            .http
+            .post(format!("{}/v1/tenants/acme/operations/{id}/fail", gw.base))
+            .bearer_auth("acme-integration")
+            .json(&json!({"class": "not_sent", "error": "connection refused",
+                          "lease_token": claimed["lease_token"]}))
+            .send()
+            .await
+            .unwrap();
+        let (s, body, _) = answer(res).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "acme's webhook was never called");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (headers, body) = got.lock().unwrap()[0].clone();
+        let header = |h: &str| headers[h].to_str().unwrap().to_owned();
+        assert_eq!(header("authorization"), "Bearer acme-integration");
+        assert_eq!(header("x-leadgate-operation-id"), "acme/api:order-9");
+        assert_eq!(header("x-leadgate-idempotency-key"), "order-9");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+            json!({"name": "Ivan", "order": 9})
+        );
+        // The integration claims the key it was named: the same operation, leased again.
+        let (s, again, _) = answer(claim().await.unwrap()).await;
+        assert_eq!(
+            (s, again["operation_id"].as_str()),
+            (StatusCode::CREATED, Some("acme/api:order-9")),
+            "{again}"
+        );
+        server.abort();
+        gw.stop().await;
+    }
+);

@@ -8,23 +8,26 @@
 create index review_cases_tenant_open on review_cases (tenant_id, id) where resolved_at is null;
 
 -- The lookup of 0039 in one tenant: one of the caller's, or any for the tables' owner (the
--- gateway's login, which serves every tenant). 0039's is kept for gateways of the release
--- before: a rolling upgrade runs both.
+-- gateway's login, which serves every tenant). Every name is qualified and the caller's
+-- temporary schema searched last: a person's temporary `pg_class` or `operations` must not
+-- stand in for the catalog's. 0039's is kept for gateways of the release before: a rolling
+-- upgrade runs both.
 create function leadgate_lookup(p_phone text, p_text text, p_limit integer, p_tenant integer)
 returns table (operation_id text, source text, status text, received_at timestamptz, crm_id text)
-language sql stable security definer set search_path = pg_catalog, public as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
     select o.operation_id, o.source, o.status, o.created_at, o.crm_id
-    from operations o
+    from public.operations o
     where o.operation_id in (
-        select m.operation_id from operations m
+        select m.operation_id from public.operations m
             where p_phone is not null and m.contact_phone = p_phone
-        union select m.operation_id from operations m where m.operation_id = p_text
-        union select m.operation_id from operations m
+        union select m.operation_id from public.operations m where m.operation_id = p_text
+        union select m.operation_id from public.operations m
             where p_text is not null and m.crm_id = p_text)
       and o.tenant_id = p_tenant
       and (p_tenant = any (public.leadgate_my_tenants())
-           or pg_has_role(session_user, (select c.relowner from pg_class c
-                                         where c.oid = 'public.operations'::regclass), 'MEMBER'))
+           or pg_catalog.pg_has_role(session_user,
+                  (select c.relowner from pg_catalog.pg_class c
+                   where c.oid = 'public.operations'::pg_catalog.regclass), 'MEMBER'))
     order by o.created_at desc, o.operation_id desc
     limit least(greatest(p_limit, 1), 50)
 $$;

@@ -12,7 +12,7 @@ macro_rules! tx_retention {
                      where o.purged_at is null and {} \
                      and o.updated_at < $1 and {} \
                      order by o.updated_at limit $2",
-                    $crate::sql::retention::in_scope("o.tenant_id"),
+                    $crate::sql::retention::in_scope("o.tenant_id", "$3"),
                     $crate::sql::retention::SETTLED
                 );
                 Ok(sqlx::query_scalar(&sql)
@@ -76,7 +76,7 @@ macro_rules! tx_retention {
                       and not exists (select 1 from review_cases c \
                         where c.operation_id = d.operation_id and c.resolved_at is null) \
                       limit $2)",
-                    $crate::sql::retention::in_scope("d.tenant_id")
+                    $crate::sql::retention::in_scope("d.tenant_id", "$3")
                 );
                 Ok(sqlx::query(&sql)
                 .bind(finished_before)
@@ -93,7 +93,7 @@ macro_rules! tx_retention {
                      (select id from deliveries where outcome = 'rejected' and received_at < $1 \
                       and {} \
                       and (raw_body is not null or payload is not null) limit $2)",
-                    $crate::sql::retention::in_scope("tenant_id")
+                    $crate::sql::retention::in_scope("tenant_id", "$3")
                 );
                 Ok(sqlx::query(&sql)
                 .bind(finished_before)
@@ -109,7 +109,7 @@ macro_rules! tx_retention {
                     "delete from contact_locks where (tenant_id, key) in \
                        (select tenant_id, key from contact_locks where expires_at < $1 \
                         and {} limit $2)",
-                    $crate::sql::retention::in_scope("tenant_id")
+                    $crate::sql::retention::in_scope("tenant_id", "$3")
                 );
                 Ok(sqlx::query(&sql)
                 .bind(before)
@@ -145,12 +145,13 @@ pub(crate) const SETTLED: &str = "o.status in ('completed', 'failed_terminal') \
      and not exists (select 1 from crm_updates u \
        where u.operation_id = o.operation_id and u.state = 'pending')";
 
-/// Whether a row of tenant `col` is in the scrub's scope (`$3`): that tenant's, or (-1)
-/// every tenant's that keeps the deployment's window — a tenant with its own window
-/// (`tenants.retention_full_secs`, migration 0042) is scrubbed by a pass of its own.
-pub(crate) fn in_scope(col: &str) -> String {
+/// Whether a row of tenant `col` is in the scrub's scope (the parameter `scope`): that
+/// tenant's, or (-1) every tenant's that keeps the deployment's window — a tenant with its
+/// own window (`tenants.retention_full_secs`, migration 0042) is scrubbed by a pass of its
+/// own.
+pub(crate) fn in_scope(col: &str, scope: &str) -> String {
     format!(
-        "({col} = $3 or ($3 < 0 and {col} not in \
+        "({col} = {scope} or ({scope} < 0 and {col} not in \
            (select t.id from tenants t where t.retention_full_secs is not null)))"
     )
 }

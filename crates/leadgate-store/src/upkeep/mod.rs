@@ -50,7 +50,13 @@ pub trait Upkeep: Clock {
     /// Forgets people's requests a gateway answered before `before` (PostgreSQL; SQLite has
     /// none): a request's body may hold a lead's edited data (*Fix and resend*), and what it
     /// did stays on the operation's timeline. Waiting requests are kept. Returns how many.
-    async fn forget_requests(&self, before: DateTime<Utc>) -> Result<u64>;
+    /// `scope`: one tenant's, or (none) every tenant's but those with a retention window of
+    /// their own.
+    async fn forget_requests(
+        &self,
+        before: DateTime<Utc>,
+        scope: Option<leadgate_domain::TenantId>,
+    ) -> Result<u64>;
 
     /// Forgets what the event feed still owes of events that happened before `before`
     /// (a subscriber disabled for longer than retention, or failing that long), and those
@@ -75,12 +81,13 @@ pub trait Upkeep: Clock {
         now: DateTime<Utc>,
     ) -> Result<PurgeReport>;
 
-    /// One batch of retention's scrub of this store's tenant's rows alone: at its own
-    /// window, or (cutoff `now`) erasing it (`leadgate tenant erase`). Open work is left
-    /// whole and counted in the last batch (`PurgeReport::left_whole`).
+    /// One batch of retention's scrub of this store's tenant's rows alone: finished before
+    /// `finished_before` (its own window), or (none) erasing it, cutoff `now` (`leadgate
+    /// tenant erase`). Open work is left whole, and an erasure's last batch counts it
+    /// (`PurgeReport::left_whole`).
     async fn purge_tenant_batch(
         &self,
-        finished_before: DateTime<Utc>,
+        finished_before: Option<DateTime<Utc>>,
         batch: i64,
         now: DateTime<Utc>,
     ) -> Result<PurgeReport>;

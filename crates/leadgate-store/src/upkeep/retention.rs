@@ -18,13 +18,16 @@ use leadgate_domain::{EventKind, TenantId};
 
 use crate::ops::WriteTx;
 
-/// One batch of the scrub of `scope`'s rows (a tenant's, or `None`: every tenant's).
+/// One batch of the scrub of `scope`'s rows (a tenant's, or `None`: every tenant's but
+/// those with a window of their own); an erasure's (`erasing`) last batch counts what it
+/// left whole.
 pub(crate) async fn purge_batch<T: WriteTx>(
     mut tx: T,
     scope: Option<TenantId>,
     finished_before: DateTime<Utc>,
     batch: i64,
     now: DateTime<Utc>,
+    erasing: bool,
 ) -> Result<PurgeReport> {
     let scope = scope.map_or(-1, |t| t.0);
     let mut report = PurgeReport::default();
@@ -60,9 +63,9 @@ pub(crate) async fn purge_batch<T: WriteTx>(
     report.contact_locks = tx
         .purge_contact_locks(scope, finished_before, batch)
         .await?;
-    // An erasure's last batch says what it left whole (not the deployment's retention,
-    // which runs all day over every tenant).
-    if scope >= 0 && report.is_last(batch) {
+    // An erasure's last batch says what it left whole; retention runs all day and need
+    // not count it.
+    if erasing && scope >= 0 && report.is_last(batch) {
         report.left_whole = tx.unpurgeable(scope).await?;
     }
     tx.commit().await?;

@@ -43,12 +43,21 @@ macro_rules! upkeep_sql {
                 .await?)
             }
 
-            async fn forget_requests(&self, before: DateTime<Utc>) -> Result<u64> {
+            async fn forget_requests(
+                &self,
+                before: DateTime<Utc>,
+                scope: Option<leadgate_domain::TenantId>,
+            ) -> Result<u64> {
                 if DIALECT.backend == crate::Backend::Sqlite {
                     return Ok(0);
                 }
-                Ok(sqlx::query("delete from human_requests where applied_at < $1")
+                let sql = format!(
+                    "delete from human_requests where applied_at < $1 and {}",
+                    $crate::sql::retention::in_scope("tenant_id", "$2")
+                );
+                Ok(sqlx::query(&sql)
                     .bind(before)
+                    .bind(scope.map_or(-1, |t| t.0))
                     .execute(&self.pool)
                     .await?
                     .rows_affected())
@@ -93,16 +102,18 @@ macro_rules! upkeep_sql {
                 batch: i64,
                 now: DateTime<Utc>,
             ) -> Result<PurgeReport> {
-                $crate::upkeep::retention::purge_batch(self.write().await?, None, finished_before, batch, now).await
+                $crate::upkeep::retention::purge_batch(self.write().await?, None, finished_before, batch, now, false).await
             }
 
             async fn purge_tenant_batch(
                 &self,
-                finished_before: DateTime<Utc>,
+                finished_before: Option<DateTime<Utc>>,
                 batch: i64,
                 now: DateTime<Utc>,
             ) -> Result<PurgeReport> {
-                $crate::upkeep::retention::purge_batch(self.write().await?, Some(self.tenant), finished_before, batch, now).await
+                let cutoff = finished_before.unwrap_or(now);
+                let erasing = finished_before.is_none();
+                $crate::upkeep::retention::purge_batch(self.write().await?, Some(self.tenant), cutoff, batch, now, erasing).await
             }
 
             async fn pull_mark(&self, source: &str) -> Result<Option<String>> {

@@ -14,6 +14,10 @@
 //!
 //! Sizes come from the environment, for the long run: `LEADGATE_CHAOS_LEADS` (default
 //! 240 per backend) and `LEADGATE_CHAOS_SECONDS` (default 25 s of traffic per backend).
+//!
+//! `fleet`: the same with a fleet of tenants, each on a CRM of its own (fleet mode).
+
+mod fleet;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -303,14 +307,26 @@ async fn deliver(
     key: &str,
     figures: &mut Figures,
 ) -> bool {
+    deliver_to(http, bases, "site", TOKEN, key, figures).await
+}
+
+/// [`deliver`] to `/v1/intake/{path}` with `token`.
+async fn deliver_to(
+    http: &reqwest::Client,
+    bases: &[String],
+    path: &str,
+    token: &str,
+    key: &str,
+    figures: &mut Figures,
+) -> bool {
     let body = json!({"submission_id": key, "name": "Ivan", "phone": "+7 999 000-00-00"});
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let base = &bases[rand::rng().random_range(0..bases.len())];
         figures.deliveries += 1;
         let res = http
-            .post(format!("{base}/v1/intake/site"))
-            .header("x-leadgate-token", TOKEN)
+            .post(format!("{base}/v1/intake/{path}"))
+            .header("x-leadgate-token", token)
             .timeout(Duration::from_secs(5))
             .json(&body)
             .send()
