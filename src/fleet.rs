@@ -10,8 +10,11 @@
 //! claim loops and a reconciler, whose steps take the fleet's `[fleet] lanes` shared by
 //! weight, and which wake when the fleet's board finds the tenant has work ([`turns`]): a
 //! tenant whose CRM hangs or whose backlog is long holds at most those lanes and gets its
-//! share of lane-time, no more, and five hundred idle tenants cost one statement per
-//! poll. A paused tenant's deliveries are still journaled and claimed; its worker
+//! share of lane-time, no more, and five hundred idle tenants' workers cost one statement
+//! per poll. A tenant that has them also runs its own redelivery to its integration (one
+//! pick a second at most), its pulled sources and its alert channels (each on its own
+//! `poll_interval`: a statement or three a pass), started where intake is served. A
+//! paused tenant's deliveries are still journaled and claimed; its worker
 //! takes nothing and calls nothing while the registry says it is paused (the store's
 //! picks and its check before each call read the tenant's state).
 //!
@@ -39,6 +42,9 @@ use crate::store::{Store, Tenant, TenantState};
 use crate::worker::{Worker, WorkerSettings};
 
 use crate::turns::{self, Lanes};
+
+/// How often at most a tenant's redelivery looks for due leads.
+const TENANT_REDELIVERY_POLL: Duration = Duration::from_secs(1);
 
 /// One tenant as this gateway runs it.
 pub struct TenantRun {
@@ -291,9 +297,14 @@ impl Fleet {
         intake::seed_rules(&*store, &spec.sources, self.config.matching.window)
             .await
             .with_context(|| format!("tenant `{}`", t.slug))?;
-        // Its pulled sources' credentials: `env:` names the gateway's environment.
+        // Its pulled sources' credentials: `env:` names the gateway's environment. One this
+        // gateway cannot read leaves that source (or channel, below) unrun here, said in
+        // the log; the tenant is served all the same.
         let pullers = crate::pull::pullers_of(&spec.sources, |v| std::env::var(v).ok())
-            .map_err(|e| anyhow::anyhow!("tenant `{}`: {e}", t.slug))?;
+            .unwrap_or_else(|e| {
+                tracing::error!(tenant = %t.slug, error = %e, "the tenant's pulled sources are not fetched by this gateway");
+                vec![]
+            });
         let alerters = match &spec.alerts {
             Some(alerts) => {
                 let alerts_store: Arc<dyn crate::store::Alerts> = Arc::clone(&store) as _;
@@ -303,7 +314,10 @@ impl Fleet {
                     self.config.review.stale_after,
                     &format!("{}:{}", self.owner, t.slug),
                 )
-                .map_err(|e| anyhow::anyhow!("tenant `{}`: its [tenant.alerts]: {e}", t.slug))?
+                .unwrap_or_else(|e| {
+                    tracing::error!(tenant = %t.slug, error = %e, "the tenant's alert channels are not run by this gateway");
+                    vec![]
+                })
             }
             None => vec![],
         };
@@ -338,8 +352,17 @@ impl Fleet {
         let (stop, stopped) = watch::channel(false);
         let worker = tokio::spawn(worker.run(stopped));
         let redelivery = self.redeliverer(&run).map(|r| {
-            let stopped = stop.subscribe();
-            tokio::spawn(async move { Arc::new(r).run(stopped).await })
+            let (r, rx) = (Arc::new(r), stop.subscribe());
+            let what = format!("redelivery:{}", run.slug);
+            tokio::spawn(async move {
+                crate::supervise::supervise(
+                    &what,
+                    rx.clone(),
+                    crate::supervise::RESTART_DELAY,
+                    move || Arc::clone(&r).run(rx.clone()),
+                )
+                .await
+            })
         });
         let mut served = Served {
             run,
@@ -368,7 +391,9 @@ impl Fleet {
             url,
             token,
             every: claim_api.redeliver_every,
-            poll_interval: self.config.worker.poll_interval,
+            // Not latency-bound (it waits `redeliver_every` between sends): a tenant's pick
+            // runs at most once a second, however many tenants have one.
+            poll_interval: self.config.worker.poll_interval.max(TENANT_REDELIVERY_POLL),
             owner: format!("{}:{}", self.owner, run.slug),
         };
         match crate::redeliver::Redeliverer::new(Arc::clone(&run.store), settings) {

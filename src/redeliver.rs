@@ -72,10 +72,17 @@ impl Redeliverer {
         })
     }
 
-    /// Runs passes every poll interval until shutdown.
+    /// Runs passes every poll interval until shutdown. A pass in flight is given up at
+    /// shutdown (a webhook that hangs holds no stop for long): what it took and did not
+    /// send is sent `redeliver_every` later, and a redelivery only asks the integration
+    /// to claim.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         loop {
-            match self.pass().await {
+            let passed = tokio::select! {
+                r = self.pass() => r,
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            };
+            match passed {
                 Ok(n) if n as i64 == BATCH => continue,
                 Ok(_) => {}
                 Err(e) => tracing::error!(error = %e, "redelivery pass failed"),

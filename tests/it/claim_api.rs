@@ -769,3 +769,60 @@ each_backend!(
         gw.stop().await;
     }
 );
+
+// A redelivery loop stops when told, even with a pass in flight to a webhook that takes
+// the connection and never answers (each call would wait its 10 s): a fleet stopping or
+// reloading a tenant waits for it, and must not wait a backlog's worth of timeouts.
+each_backend!(
+    a_redelivery_pass_to_a_hanging_webhook_stops_at_once,
+    |db| async move {
+        let gw = Gateway::start(&db).await;
+        let store = gw.store();
+        for key in ["h1", "h2"] {
+            let body = json!({"name": "Ivan"});
+            let (s, b, _, _) = claim(&gw, Some(key), &body).await;
+            assert_eq!(s, StatusCode::CREATED, "{b}");
+            let t = b["lease_token"].as_str().unwrap().to_owned();
+            let (s, b) = report(
+                &gw,
+                &format!("n8n:{key}"),
+                "fail",
+                json!({"class": "not_sent", "error": "down", "lease_token": t}),
+            )
+            .await;
+            assert_eq!(s, StatusCode::OK, "{b}");
+        }
+        let hole = leadgate_fakes::black_hole::BlackHole::spawn()
+            .await
+            .unwrap();
+        let redeliverer = std::sync::Arc::new(redeliverer(store.clone(), hole.webhook_url()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let running = tokio::spawn(redeliverer.run(stopped));
+        // Due after the report's backoff, then sent: the first call hangs.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = store.timeline(&"n8n:h1".parse().unwrap()).await.unwrap();
+            let taken: i64 = db
+                .texts("select cast(count(*) as text) from redeliveries")
+                .await[0]
+                .parse()
+                .unwrap();
+            if taken > 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never taken: {events:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let asked = std::time::Instant::now();
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("the loop stops without waiting for the webhook's timeout")
+            .unwrap();
+        assert!(asked.elapsed() < Duration::from_secs(5));
+        gw.stop().await;
+    }
+);

@@ -54,9 +54,9 @@ pub trait Alerts: Clock {
     /// The figures alerts are made of (reads only): review cases after `after_case`
     /// opened at or before `cases_until`, grouped by reason and source; the lost figure;
     /// `in_progress` operations not changed since `stale_before`; open cases opened
-    /// before `review_before`; the connectors. The default tenant's store (the
-    /// deployment's `[alerts]`) reads every tenant's figures and the event feed's
-    /// subscribers; another tenant's store its own figures. Channels are each tenant's
+    /// before `review_before`; the store's tenant's connectors. The default tenant's store
+    /// (the deployment's `[alerts]`) reads every tenant's cases, stale work and lost
+    /// leads, and the event feed's subscribers; another tenant's store its own. Channels are each tenant's
     /// (`alert_channels` by tenant and name).
     async fn alert_facts(
         &self,
