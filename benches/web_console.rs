@@ -35,6 +35,7 @@
 //! status (or not at all) is what fails the run, once both backends are measured.
 
 #[path = "support/load.rs"]
+#[allow(dead_code)] // each bench uses its part
 mod load;
 
 use std::collections::BTreeMap;

@@ -6,6 +6,12 @@
 //! Operation `i` is `site:b{i}`, phone `+7999` and `i` in 7 digits, e-mail
 //! `client{i}@example.com`, CRM id `100000 + i` (when completed), and a name of its own
 //! (first name `i % 40`, a surname of syllables: [`surname`]).
+//!
+//! A fleet ([`load_fleet`], `tenants` > 1): tenants `t1`… are registered, and the
+//! operations of each second thousand (`i % 1000 >= 500`) are theirs in turn (thousand
+//! `i / 1000` is tenant `1 + (i / 1000) % (tenants - 1)`'s), the rest the default
+//! tenant's: every tenant's operations spread over the whole period, as a fleet's are.
+//! A tenant's key is `t{k}/site:b{i}` ([`key`]).
 
 use std::time::{Duration, Instant};
 
@@ -93,7 +99,24 @@ const NAME_JOINS: &str = "join b_first f on f.k = i % 40 join b_syl s1 on s1.k =
 const SURNAME: &str = "s1.v || s2.v || s3.v || e.v";
 const SURNAME_WORD: &str = "s1.w || s2.w || s3.w || e.w";
 
-fn seed_sql(pg: bool, n: u64) -> Vec<String> {
+/// Lead `i`'s tenant in a fleet of `tenants` (0: the default tenant).
+pub fn tenant_of(i: u64, tenants: u64) -> u64 {
+    if tenants <= 1 || i % 1000 < 500 {
+        0
+    } else {
+        1 + (i / 1000) % (tenants - 1)
+    }
+}
+
+/// Lead `i`'s operation key in a fleet of `tenants`.
+pub fn key(i: u64, tenants: u64) -> String {
+    match tenant_of(i, tenants) {
+        0 => format!("site:b{i}"),
+        t => format!("t{t}/site:b{i}"),
+    }
+}
+
+fn seed_sql(pg: bool, n: u64, tenants: u64) -> Vec<String> {
     // One base time for every statement: an operation's name rows carry its created_at.
     let base = store::local_now().format("%Y-%m-%dT%H:%M:%S");
     let (rows, ts, phone) = if pg {
@@ -109,14 +132,41 @@ fn seed_sql(pg: bool, n: u64) -> Vec<String> {
             "printf('+7999%07d', i)",
         )
     };
+    // The lead's tenant and key (`tenant_of`, `key`).
+    let tenant = if tenants <= 1 {
+        "0".to_string()
+    } else {
+        format!(
+            "(case when i % 1000 < 500 then 0 else 1 + (i / 1000) % {} end)",
+            tenants - 1
+        )
+    };
+    let id = format!(
+        "(case when {tenant} = 0 then '' else 't' || {tenant} || '/' end || 'site:b' || i)"
+    );
     let status = "case when i % 100 = 0 then 'needs_review' when i % 250 = 1 then 'failed_terminal' else 'completed' end";
     let mut sql = name_tables();
+    if tenants > 1 {
+        sql.push(format!(
+            "insert into tenants (id, slug, name) select i, 't' || i, 'Tenant ' || i \
+             from ({}) as q",
+            if pg {
+                format!("select i from generate_series(1, {}) as s(i)", tenants - 1)
+            } else {
+                format!(
+                    "with recursive s(i) as (select 1 union all select i + 1 from s where i < {}) \
+                     select i from s",
+                    tenants - 1
+                )
+            }
+        ));
+    }
     sql.extend([
         format!(
-            "insert into operations (operation_id, source, status, payload_hash, payload, crm_id, crm_link, \
+            "insert into operations (tenant_id, operation_id, source, status, payload_hash, payload, crm_id, crm_link, \
              attempts, review_reason, contact_phone, contact_email, contact_name, name_words, \
              created_at, updated_at, next_attempt_at) \
-             select 'site:b' || i, case when i % 3 = 0 then 'tilda' else 'site' end, {status}, 'h' || i, \
+             select {tenant}, {id}, case when i % 3 = 0 then 'tilda' else 'site' end, {status}, 'h' || i, \
              '{{\"name\":\"Client\",\"phone\":\"+79990000000\"}}', \
              case when i % 100 = 0 or i % 250 = 1 then null else '' || (100000 + i) end, \
              case when i % 100 = 0 or i % 250 = 1 then null else 'created' end, 1, \
@@ -125,22 +175,22 @@ fn seed_sql(pg: bool, n: u64) -> Vec<String> {
              from ({rows}) as q {NAME_JOINS}"
         ),
         format!(
-            "insert into operation_names (word, created_at, operation_id) \
-             select f.w, {ts}, 'site:b' || i from ({rows}) as q {NAME_JOINS} \
-             union all select {SURNAME_WORD}, {ts}, 'site:b' || i from ({rows}) as q {NAME_JOINS}"
+            "insert into operation_names (tenant_id, word, created_at, operation_id) \
+             select {tenant}, f.w, {ts}, {id} from ({rows}) as q {NAME_JOINS} \
+             union all select {tenant}, {SURNAME_WORD}, {ts}, {id} from ({rows}) as q {NAME_JOINS}"
         ),
         format!(
-            "insert into deliveries (source, operation_id, received_at, payload, payload_hash, outcome, transform_version) \
-             select 'site', 'site:b' || i, {ts}, '{{}}', 'h' || i, 'new', 1 from ({rows}) as q"
+            "insert into deliveries (tenant_id, source, operation_id, received_at, payload, payload_hash, outcome, transform_version) \
+             select {tenant}, 'site', {id}, {ts}, '{{}}', 'h' || i, 'new', 1 from ({rows}) as q"
         ),
         format!(
-            "insert into timeline (operation_id, at, kind, actor, detail) \
-             select 'site:b' || i, {ts}, k.kind, 'bench', '{{}}' from ({rows}) as q \
+            "insert into timeline (tenant_id, operation_id, at, kind, actor, detail) \
+             select {tenant}, {id}, {ts}, k.kind, 'bench', '{{}}' from ({rows}) as q \
              cross join (select 'delivery' as kind union all select 'claimed' union all select 'crm_created') as k"
         ),
         format!(
-            "insert into review_cases (operation_id, reason, opened_at, detail) \
-             select 'site:b' || i, 'uncertain_outcome', {ts}, '{{}}' from ({rows}) as q where i % 100 = 0"
+            "insert into review_cases (tenant_id, operation_id, reason, opened_at, detail) \
+             select {tenant}, {id}, 'uncertain_outcome', {ts}, '{{}}' from ({rows}) as q where i % 100 = 0"
         ),
     ]);
     sql
@@ -166,6 +216,12 @@ pub fn surname(i: u64) -> String {
 /// login must be a superuser: the load runs with the triggers off) and loads `n`
 /// operations into it; answers how long the load took (the migration not counted).
 pub async fn load(url: &str, n: u64) -> Duration {
+    load_fleet(url, n, 1).await
+}
+
+/// [`load`] over a fleet of `tenants` (the default tenant and `t1`…; see the module's
+/// note).
+pub async fn load_fleet(url: &str, n: u64, tenants: u64) -> Duration {
     let pg = url.starts_with("postgres");
     // Migrates the empty database.
     drop(store::connect(url).await.expect("connect"));
@@ -181,7 +237,7 @@ pub async fn load(url: &str, n: u64) -> Duration {
             .execute(&mut c)
             .await
             .unwrap();
-        for sql in seed_sql(true, n) {
+        for sql in seed_sql(true, n, tenants) {
             sqlx::query(&sql).execute(&mut c).await.unwrap();
         }
         sqlx::query("set session_replication_role = origin")
@@ -203,7 +259,7 @@ pub async fn load(url: &str, n: u64) -> Duration {
         sqlx::query("vacuum analyze").execute(&mut c).await.unwrap();
     } else {
         let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
-        for sql in seed_sql(false, n) {
+        for sql in seed_sql(false, n, tenants) {
             sqlx::query(&sql).execute(&mut c).await.unwrap();
         }
         sqlx::query("analyze").execute(&mut c).await.unwrap();

@@ -39,6 +39,7 @@ pub async fn journal_of(store: &dyn Reads, e: &CrmEntity) -> Result<Option<Journ
             let query = SearchQuery::Text {
                 text: e.id.clone(),
                 words: vec![],
+                key: e.id.clone(),
             };
             let page = store.search(&query, None, 50, SearchPlan::Ranges).await?;
             match page

@@ -907,7 +907,8 @@ each_backend!(
         dovecot.wait_counts("INBOX", (3, 0)).await;
         for k in &keys {
             let id: leadgate::domain::OperationId = k.parse().unwrap();
-            let deadline = Instant::now() + Duration::from_secs(15);
+            // The killed gateway's leases (4 s) run out first; generous for a busy machine.
+            let deadline = Instant::now() + Duration::from_secs(60);
             while store
                 .operation(&id)
                 .await

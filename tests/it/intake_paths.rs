@@ -199,6 +199,11 @@ async fn dump(db: &TestDb) -> Vec<(&'static str, Vec<String>)> {
             "select row_to_json(t)::text from operation_names t order by word, created_at, operation_id",
         ),
         (
+            "operation_name_pairs",
+            "select row_to_json(t)::text from operation_name_pairs t \
+             order by word, other, created_at, operation_id",
+        ),
+        (
             "metric_counters",
             "select tenant_id || '/' || metric || '/' || label || '/' || label2 || ' = ' || sum(value) \
              from metric_counters group by tenant_id, metric, label, label2 order by 1",
@@ -249,7 +254,14 @@ async fn the_grouped_intake_writes_what_the_steps_write_in_a_tenant() {
             let by_one = play(&one.as_tenant(acme), &one_db, Grouped, t0, Some("acme")).await;
             compare(by_steps, by_one, &steps_db, &one_db).await;
             let mut c = PgConnection::connect(&one_db.url).await.unwrap();
-            for table in ["operations", "deliveries", "timeline", "review_cases", "operation_names"] {
+            for table in [
+                "operations",
+                "deliveries",
+                "timeline",
+                "review_cases",
+                "operation_names",
+                "operation_name_pairs",
+            ] {
                 let mixed: i64 = sqlx::query_scalar(&format!(
                     "select count(*) from {table} where (operation_id like 'acme/%') <> (tenant_id = 1)"
                 ))

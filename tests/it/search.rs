@@ -16,9 +16,10 @@ use leadgate_testkit::gateway::Gateway;
 use leadgate_testkit::seed::lead;
 
 /// Every plan; the windows are small enough to walk past (`Window(2)` then ranges) or not.
-const PLANS: [SearchPlan; 6] = [
+const PLANS: [SearchPlan; 7] = [
     SearchPlan::Auto,
     SearchPlan::Ranges,
+    SearchPlan::Pairs,
     SearchPlan::Walk,
     SearchPlan::Window(1),
     SearchPlan::Window(4),
@@ -278,6 +279,54 @@ each_backend!(pages_follow_the_cursor_newest_first, |db| async move {
 });
 
 each_backend!(
+    each_tenant_finds_only_its_own_under_every_plan,
+    |db| async move {
+        use leadgate::domain::{OperationId, TenantId, TenantSlug};
+        let store = db.store().await;
+        let acme = store.for_tenant(TenantId(1));
+        let t0 = local_now() - TimeDelta::hours(1);
+        let at = |s: i64| t0 + TimeDelta::seconds(s);
+        // The same people with the same keys in both tenants, acme's the newer.
+        let people = [
+            ("a1", "Иван Петров", "+7 999 123-45-67"),
+            ("a2", "Мария Петрова", "+7 999 765-43-21"),
+        ];
+        for (i, (key, name, phone)) in people.iter().enumerate() {
+            let d = person(key, name, phone, "", at(i as i64));
+            store.record_delivery(d).await.unwrap();
+            let mut d = person(key, name, phone, "", at(10 + i as i64));
+            d.operation_id =
+                OperationId::new_in(&TenantSlug::new("acme").unwrap(), "site", key).unwrap();
+            acme.record_delivery(d).await.unwrap();
+        }
+        use MatchedField::*;
+        for (s, a1, a2) in [
+            (&*store, "site:a1", "site:a2"),
+            (&*acme, "acme/site:a1", "acme/site:a2"),
+        ] {
+            assert_finds(s, "петр", &[a2, a1], Name).await;
+            assert_finds(s, "иван петр", &[a1], Name).await;
+            assert_finds(s, "мария иван", &[], Name).await;
+            assert_finds(s, "+7 999 123-45-67", &[a1], Phone).await;
+            assert_finds(s, a1, &[a1], OperationId).await;
+            assert_finds(s, &a1[..a1.len() - 1], &[a2, a1], OperationId).await;
+        }
+        // `a` is a prefix of acme's keys, none of the default tenant's.
+        assert_finds(&*store, "a", &[], OperationId).await;
+        assert_finds(&*acme, "a", &["acme/site:a2", "acme/site:a1"], OperationId).await;
+        // A name whose two words both start with the query is one result, and a page
+        // of one still leads to the next.
+        let d = person("p1", "Петр Петров", "", "", at(20));
+        store.record_delivery(d).await.unwrap();
+        for plan in PLANS {
+            let got = find_all(&*store, "петр", plan, 1).await;
+            let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+            assert_eq!(ids, ["site:p1", "site:a2", "site:a1"], "{plan:?}");
+        }
+    }
+);
+
+each_backend!(
     a_lead_through_real_intake_is_found_by_each_field,
     |db| async move {
         let gw = Gateway::start(&db).await;
@@ -300,6 +349,7 @@ each_backend!(
         assert_finds(s, "ivan@example.com", &["site:s1"], Email).await;
         assert_finds(s, "иван", &["site:s1"], Name).await;
         assert_finds(s, "Петр", &["site:s1"], Name).await;
+        assert_finds(s, "петр иван", &["site:s1"], Name).await;
         assert_finds(s, "site:s1", &["site:s1"], OperationId).await;
         assert_finds(s, "site:s", &["site:s2", "site:s1"], OperationId).await;
         assert_finds(s, &crm_id, &["site:s1"], CrmId).await;
@@ -315,6 +365,7 @@ each_backend!(
             .unwrap();
         assert_eq!(purged.operations, 2);
         assert_finds(s, "иван", &[], Name).await;
+        assert_finds(s, "иван петр", &[], Name).await;
         assert_finds(s, "79991234567", &[], Phone).await;
         assert_finds(s, "ivan@example.com", &[], Email).await;
         assert_finds(s, "site:s1", &["site:s1"], OperationId).await;

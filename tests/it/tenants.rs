@@ -38,6 +38,7 @@ pub(crate) const TENANT_OWNED: &[&str] = &[
     "lease_grants",
     "metric_counters",
     "metric_series",
+    "operation_name_pairs",
     "operation_names",
     "operations",
     "pull_cursors",

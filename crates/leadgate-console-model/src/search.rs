@@ -120,10 +120,11 @@ impl Console {
         limit: Option<i64>,
     ) -> ApiResult<SearchResults> {
         use leadgate_store::{SearchCursor, SearchPlan, SearchQuery};
-        let q =
-            SearchQuery::parse(query, self.phone_region).map_err(|e| ConsoleError::Invalid {
+        let q = SearchQuery::parse(query, self.phone_region)
+            .map_err(|e| ConsoleError::Invalid {
                 message: e.to_string(),
-            })?;
+            })?
+            .in_tenant(&self.connection.tenant);
         let after = cursor
             .filter(|c| !c.is_empty())
             .map(|c| c.parse::<SearchCursor>().map_err(|_| cursor_err()))

@@ -28,8 +28,13 @@ pub enum SearchQuery {
     Email(String),
     /// Anything else: an operation key (exact or prefix), a `crm_id` (exact), and the
     /// name words (each a prefix of a word of the name; none when the text has no
-    /// letters or digits).
-    Text { text: String, words: Vec<String> },
+    /// letters or digits). `key` is the key prefix searched: the text, or in a tenant's
+    /// console the text under the tenant's prefix ([`SearchQuery::in_tenant`]).
+    Text {
+        text: String,
+        words: Vec<String>,
+        key: String,
+    },
 }
 
 /// Why a query string cannot be searched for.
@@ -96,7 +101,27 @@ impl SearchQuery {
         Ok(SearchQuery::Text {
             text: q.to_owned(),
             words: words(q),
+            key: q.to_owned(),
         })
+    }
+
+    /// The query as tenant `slug`'s console searches: its keys are `<slug>/<source>:<key>`,
+    /// so a key typed as the tenant's integration knows it (`site:order-9`) is looked for
+    /// as `<slug>/site:order-9`; a key typed with the tenant's prefix is kept as it is.
+    /// The default tenant's keys have no prefix.
+    pub fn in_tenant(self, slug: &str) -> SearchQuery {
+        match self {
+            SearchQuery::Text { text, words, key }
+                if slug != super::TenantSlug::DEFAULT && !key.starts_with(&format!("{slug}/")) =>
+            {
+                SearchQuery::Text {
+                    key: format!("{slug}/{key}"),
+                    text,
+                    words,
+                }
+            }
+            q => q,
+        }
     }
 }
 
@@ -209,7 +234,35 @@ mod tests {
         SearchQuery::Text {
             text: t.into(),
             words: w.iter().map(|s| s.to_string()).collect(),
+            key: t.into(),
         }
+    }
+
+    #[test]
+    fn a_tenants_console_looks_for_keys_under_its_prefix() {
+        let q = |raw: &str| SearchQuery::parse(raw, Region::default()).unwrap();
+        let key = |q: SearchQuery| match q {
+            SearchQuery::Text { key, .. } => key,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            key(q("site:order-9").in_tenant("acme")),
+            "acme/site:order-9"
+        );
+        assert_eq!(key(q("acme/site:o").in_tenant("acme")), "acme/site:o");
+        assert_eq!(key(q("site:order-9").in_tenant("default")), "site:order-9");
+        // The text itself (a crm_id, a name) is unchanged; phones are not keys.
+        let SearchQuery::Text { text, words, .. } = q("Иван 42").in_tenant("acme") else {
+            panic!()
+        };
+        assert_eq!(
+            (text.as_str(), words),
+            ("Иван 42", vec!["иван".to_string(), "42".into()])
+        );
+        assert_eq!(
+            q("+7 999 123-45-67").in_tenant("acme"),
+            q("+7 999 123-45-67")
+        );
     }
 
     #[test]

@@ -31,10 +31,12 @@
 //!
 //! **Search** reads indexes, never a table scan it cannot bound: [`Reads::search`] reads
 //! index ranges (key prefix, `crm_id`, phone, e-mail, `operation_names` for name words;
-//! migration 0012) or walks `operations_created` newest first; [`SearchPlan::Auto`]
-//! counts the ranges first (capped) and walks only a bounded window before it ranges.
-//! Every plan returns the same rows (`tests/it/search.rs` runs each query under every
-//! plan on both backends).
+//! migration 0012; `operation_name_pairs` for two of them at once, 0045) or walks the
+//! tenant's operations newest first (`operations_tenant_created`, 0044); every index it
+//! reads leads with the tenant, so a small tenant's search costs what its own rows cost.
+//! [`SearchPlan::Auto`] counts the ranges first (capped) and walks only a bounded window
+//! before it ranges. Every plan returns the same rows (`tests/it/search.rs` runs each
+//! query under every plan on both backends, in two tenants).
 
 use std::collections::BTreeMap;
 

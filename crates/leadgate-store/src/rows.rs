@@ -626,7 +626,7 @@ impl SearchRow {
         match query {
             SearchQuery::Phone(_) => MatchedField::Phone,
             SearchQuery::Email(_) => MatchedField::Email,
-            SearchQuery::Text { text, .. } if self.operation_id.starts_with(text.as_str()) => {
+            SearchQuery::Text { key, .. } if self.operation_id.starts_with(key.as_str()) => {
                 MatchedField::OperationId
             }
             SearchQuery::Text { text, .. } if self.crm_id.as_deref() == Some(text.as_str()) => {

@@ -195,6 +195,31 @@ macro_rules! each_backend {
     };
 }
 
+/// A database `name` on the benchmarks' server (`LEADGATE_BENCH_DATABASE_URL`, else
+/// `LEADGATE_TEST_DATABASE_URL`), created when missing and kept after: a benchmark's
+/// large load, read again by its next run.
+pub async fn kept_postgres(name: &str) -> String {
+    let server = std::env::var("LEADGATE_BENCH_DATABASE_URL")
+        .or_else(|_| std::env::var("LEADGATE_TEST_DATABASE_URL"))
+        .expect("set LEADGATE_BENCH_DATABASE_URL (or LEADGATE_TEST_DATABASE_URL) to a PostgreSQL server");
+    let mut admin = sqlx::PgConnection::connect(&server)
+        .await
+        .expect("PostgreSQL");
+    let exists: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+            .bind(name)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    if !exists {
+        sqlx::query(&format!("create database {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    leadgate::store::postgres::with_database(&server, name)
+}
+
 /// Runs `bench` on a database created for it on the PostgreSQL server named by
 /// `LEADGATE_BENCH_DATABASE_URL` (else `LEADGATE_TEST_DATABASE_URL`), dropped after.
 pub async fn on_scratch_postgres<F, Fut>(prefix: &str, bench: F)

@@ -125,7 +125,8 @@ pub enum SearchPlan {
     /// Counts the key range and each name word's range in their indexes (up to
     /// [`SEARCH_WALK_AFTER`] rows, no further). When neither the key range nor the rarest
     /// word reaches it: `Ranges`, the rarest word's range leading (the others tested on
-    /// the row). Otherwise `Window(SEARCH_WINDOW)`.
+    /// the row). Otherwise `Window(SEARCH_WINDOW)`, and when the window holds no full
+    /// page, the name's two rarest words as one pair (`Pairs`), or for one word `Ranges`.
     #[default]
     Auto,
     /// Each index (key prefix, crm_id, name words, phone, e-mail) gives its newest rows
@@ -138,6 +139,32 @@ pub enum SearchPlan {
     /// `Walk` over the newest `n` operations only; when they do not hold a full page,
     /// `Ranges`. Cheap when the query matches many recent operations.
     Window(i64),
+    /// `Ranges`, the name's first two words read as one pair (`operation_name_pairs`,
+    /// migration 0044): one index range for two words however common each is alone.
+    Pairs,
+}
+
+/// Which rows of the name's index [`Reads::search`]'s ranges read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NameRows {
+    /// Every query word's range, intersected.
+    Intersect,
+    /// The range of this word; the others tested on the operation's row.
+    Lead(usize),
+    /// The range of the first word paired with the second (`operation_name_pairs`, one
+    /// index range for both), the others tested on the row.
+    Pair(usize, usize),
+}
+
+impl NameRows {
+    /// `Pair(a, b)` when the query has two words or more, else `Intersect`.
+    pub(crate) fn pair_or_intersect(words: usize, a: usize, b: usize) -> NameRows {
+        if words >= 2 {
+            NameRows::Pair(a, b)
+        } else {
+            NameRows::Intersect
+        }
+    }
 }
 
 /// A key prefix or name word matching this many rows makes `SearchPlan::Auto` walk.
