@@ -327,6 +327,84 @@ each_backend!(
 );
 
 each_backend!(
+    the_name_pairs_follow_the_names_whatever_writes_them,
+    |db| async move {
+        let store = db.store().await;
+        let t0 = local_now() - TimeDelta::hours(1);
+        for (i, name) in ["Иван Петров", "Анна Мария Соколова"].iter().enumerate()
+        {
+            let d = person(
+                &format!("n{i}"),
+                name,
+                "",
+                "",
+                t0 + TimeDelta::seconds(i as i64),
+            );
+            store.record_delivery(d).await.unwrap();
+        }
+        let pairs = |op: &'static str| {
+            let db = &db;
+            async move {
+                db.texts(&format!(
+                    "select word || '>' || other from operation_name_pairs \
+                     where operation_id = '{op}' order by 1"
+                ))
+                .await
+            }
+        };
+        let ivan = ["иван>петров", "петров>иван"];
+        let anna = [
+            "анна>мария",
+            "анна>соколова",
+            "мария>анна",
+            "мария>соколова",
+            "соколова>анна",
+            "соколова>мария",
+        ];
+        assert_eq!(pairs("site:n0").await, ivan);
+        assert_eq!(pairs("site:n1").await, anna);
+
+        // Written by the migration from the words already there: the same pairs.
+        let drop = match db.backend {
+            leadgate_testkit::Backend::Postgres => {
+                "drop trigger operation_names_paired on operation_names; \
+                 drop trigger operation_names_unpaired on operation_names; \
+                 drop function leadgate_pair_names(); drop function leadgate_unpair_names();"
+            }
+            leadgate_testkit::Backend::Sqlite => {
+                "drop trigger operation_names_paired; drop trigger operation_names_unpaired;"
+            }
+        };
+        db.execute(drop).await;
+        db.run_migration_again(45, "operation_name_pairs").await;
+        assert_eq!(pairs("site:n0").await, ivan);
+        assert_eq!(pairs("site:n1").await, anna);
+
+        // A word written, or deleted, on its own: its pairs both ways follow it.
+        let word = |w: &str| {
+            format!(
+                "insert into operation_names (tenant_id, word, created_at, operation_id) \
+                 values (0, '{w}', '2026-12-07T10:00:00+00:00', 'site:x')"
+            )
+        };
+        db.execute(&word("aa")).await;
+        assert!(pairs("site:x").await.is_empty());
+        db.execute(&word("bb")).await;
+        assert_eq!(pairs("site:x").await, ["aa>bb", "bb>aa"]);
+        db.execute("delete from operation_names where operation_id = 'site:x' and word = 'aa'")
+            .await;
+        assert!(pairs("site:x").await.is_empty());
+        db.execute(&word("aa")).await;
+        assert_eq!(pairs("site:x").await, ["aa>bb", "bb>aa"]);
+        // Retention's scrub: every word at once.
+        db.execute("delete from operation_names where operation_id = 'site:n1'")
+            .await;
+        assert!(pairs("site:n1").await.is_empty());
+        assert_eq!(pairs("site:n0").await, ivan);
+    }
+);
+
+each_backend!(
     a_lead_through_real_intake_is_found_by_each_field,
     |db| async move {
         let gw = Gateway::start(&db).await;

@@ -10,9 +10,25 @@
 -- operation's words by its key, which read the whole table for each operation.
 --
 -- Built inside the migration's transaction (sqlx's), so intake waits while they are
--- built: seconds for a million operations. A fleet with tens of millions may build them
--- concurrently by hand before upgrading (same names and definitions; this migration
--- then finds them: `if not exists`).
+-- built: seconds for a million operations. A database with tens of millions may build
+-- them first by hand, `create [unique] index concurrently` with the names and definitions
+-- below (`operation_names_tenant_key` becomes the primary key without a rebuild); this
+-- migration then finds them, and builds again one that a failed concurrent build left
+-- invalid. Earlier gateways run beside it; only their `ops find` reads slowly (its
+-- counts read the indexes this drops).
+do $$
+declare
+    i text;
+begin
+    foreach i in array array['operations_tenant_created', 'operations_tenant_status',
+                             'operations_tenant_key_c', 'operation_names_tenant_key',
+                             'operation_names_operation'] loop
+        if exists (select 1 from pg_index x where x.indexrelid = to_regclass(i) and not x.indisvalid) then
+            execute format('drop index %I', i);
+        end if;
+    end loop;
+end
+$$;
 create index if not exists operations_tenant_created on operations (tenant_id, created_at, operation_id);
 drop index if exists operations_created;
 create index if not exists operations_tenant_status on operations (tenant_id, status, updated_at);
@@ -20,7 +36,8 @@ drop index if exists operations_status;
 create index if not exists operations_tenant_key_c on operations (tenant_id, (operation_id collate "C"));
 drop index if exists operations_key_c;
 
-alter table operation_names drop constraint operation_names_pkey;
-alter table operation_names add constraint operation_names_pkey
-    primary key (tenant_id, word, created_at, operation_id);
+create unique index if not exists operation_names_tenant_key
+    on operation_names (tenant_id, word, created_at, operation_id);
+alter table operation_names drop constraint operation_names_pkey,
+    add constraint operation_names_pkey primary key using index operation_names_tenant_key;
 create index if not exists operation_names_operation on operation_names (operation_id);

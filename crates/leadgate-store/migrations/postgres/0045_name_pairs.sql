@@ -20,24 +20,37 @@ insert into operation_name_pairs (tenant_id, word, created_at, operation_id, oth
     from operation_names a join operation_names b
         on b.operation_id = a.operation_id and b.word <> a.word;
 
--- A statement's new words, each paired with every other word of its operation (all of an
--- operation's words are written by one statement).
+-- A statement's new words, each paired both ways with every other word of its operation
+-- (intake writes all of an operation's words in one statement; a word written later is
+-- paired with those before it all the same).
 create function leadgate_pair_names() returns trigger language plpgsql as $$
 begin
     insert into operation_name_pairs (tenant_id, word, created_at, operation_id, other)
         select a.tenant_id, a.word, a.created_at, a.operation_id, b.word
-        from added a join operation_names b on b.operation_id = a.operation_id and b.word <> a.word;
+        from added a join operation_names b on b.operation_id = a.operation_id and b.word <> a.word
+        union all
+        select b.tenant_id, b.word, b.created_at, b.operation_id, a.word
+        from added a join operation_names b on b.operation_id = a.operation_id and b.word <> a.word
+        where not exists (select 1 from added c where c.operation_id = b.operation_id and c.word = b.word)
+        on conflict do nothing;
     return null;
 end
 $$;
 create trigger operation_names_paired after insert on operation_names
     referencing new table as added for each statement execute function leadgate_pair_names();
 
+-- A deleted word's pairs go both ways: those it leads (by their key) and those the
+-- operation's other words lead to it (by theirs; when they go in the same statement, by
+-- the first).
 create function leadgate_unpair_names() returns trigger language plpgsql as $$
 begin
     delete from operation_name_pairs p using removed r
         where p.tenant_id = r.tenant_id and p.word = r.word and p.created_at = r.created_at
           and p.operation_id = r.operation_id;
+    delete from operation_name_pairs p using removed r
+        join operation_names n on n.operation_id = r.operation_id
+        where p.tenant_id = n.tenant_id and p.word = n.word and p.created_at = n.created_at
+          and p.operation_id = n.operation_id and p.other = r.word;
     return null;
 end
 $$;

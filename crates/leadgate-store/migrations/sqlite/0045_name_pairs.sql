@@ -15,16 +15,20 @@ insert into operation_name_pairs (tenant_id, word, created_at, operation_id, oth
         on b.operation_id = a.operation_id and b.word <> a.word;
 
 -- A row's trigger sees the words written before it: the new word is paired with each of
--- them both ways round.
+-- them both ways round. A deleted word's pairs go both ways too.
 create trigger operation_names_paired after insert on operation_names begin
-    insert into operation_name_pairs (tenant_id, word, created_at, operation_id, other)
+    insert or ignore into operation_name_pairs (tenant_id, word, created_at, operation_id, other)
         select new.tenant_id, new.word, new.created_at, new.operation_id, n.word
         from operation_names n where n.operation_id = new.operation_id and n.word <> new.word
         union all
-        select new.tenant_id, n.word, new.created_at, new.operation_id, new.word
+        select n.tenant_id, n.word, n.created_at, n.operation_id, new.word
         from operation_names n where n.operation_id = new.operation_id and n.word <> new.word;
 end;
 create trigger operation_names_unpaired after delete on operation_names begin
     delete from operation_name_pairs where tenant_id = old.tenant_id and word = old.word
         and created_at = old.created_at and operation_id = old.operation_id;
+    delete from operation_name_pairs
+        where (tenant_id, word, created_at, operation_id, other) in (
+            select n.tenant_id, n.word, n.created_at, n.operation_id, old.word
+            from operation_names n where n.operation_id = old.operation_id);
 end;

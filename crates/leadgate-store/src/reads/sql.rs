@@ -325,6 +325,11 @@ macro_rules! reads_sql {
                 // PostgreSQL, whatever the database's collation, the "C" expression index
                 // of migration 0012.
                 let key_col = if DIALECT.backend == $crate::Backend::Postgres { "(o.operation_id collate \"C\")" } else { "o.operation_id" };
+                // The tenant of a key range: on PostgreSQL the index's first column; on
+                // SQLite tested on the row (`+`: no index of it), or its planner, told that a
+                // tenant has a fleet's average of rows, walked a large tenant's operations
+                // instead of the key's range (0.1 s for a key prefix over 5,000,000).
+                let key_tenant = if DIALECT.backend == $crate::Backend::Postgres { "o.tenant_id = " } else { "+o.tenant_id = " };
                 // Newest first, after the cursor: `(at, id) < (cursor)`, written so that the
                 // first half is an index bound.
                 let keyset = |q: &mut Q, at: &str, id: &str| {
@@ -401,7 +406,8 @@ macro_rules! reads_sql {
                     let mut q = Q::new("");
                     select(&mut q);
                     q.push("operations o where o.operation_id in (select operation_id from (");
-                    q.push("select operation_id from (select o.operation_id from operations o where o.tenant_id = ")
+                    q.push("select operation_id from (select o.operation_id from operations o where ")
+                        .push(key_tenant)
                         .push_bind(tenant)
                         .push(" and ");
                     range(&mut q, key_col, prefix);
@@ -512,7 +518,8 @@ macro_rules! reads_sql {
                             SearchPlan::Auto => {
                                 // Each range counted in its index, up to SEARCH_WALK_AFTER rows
                                 // and no further.
-                                let mut q = Q::new("select count(*) from (select 1 from operations o where o.tenant_id = ");
+                                let mut q = Q::new("select count(*) from (select 1 from operations o where ");
+                                q.push(key_tenant);
                                 q.push_bind(tenant).push(" and ");
                                 range(&mut q, key_col, key);
                                 q.push(" limit ").push_bind(SEARCH_WALK_AFTER).push(") k");
