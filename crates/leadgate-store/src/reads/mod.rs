@@ -140,7 +140,7 @@ pub enum SearchPlan {
     /// `Ranges`. Cheap when the query matches many recent operations.
     Window(i64),
     /// `Ranges`, the name's first two words read as one pair (`operation_name_pairs`,
-    /// migration 0044): one index range for two words however common each is alone.
+    /// migration 0045): one index range for two words however common each is alone.
     Pairs,
 }
 
