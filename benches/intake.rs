@@ -285,6 +285,7 @@ async fn bench(label: &str, url: &str) {
         refusals: Default::default(),
         tenant: leadgate::domain::TenantSlug::default_tenant(),
         tenants: Default::default(),
+        spool: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url_intake = format!(

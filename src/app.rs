@@ -113,8 +113,13 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
         Arc::clone(&store),
         format!("{kind}:{}:{}", hostname(), std::process::id()),
     );
-    let rx = shutdown_rx.clone();
-    tasks.spawn(async move { heartbeat_loop(beat_store, beat_owner, kind, rx).await });
+    // A gateway's spool, opened before it beats: its beat says what the spool holds.
+    let spooling = match mode {
+        Mode::Serve => spooling(&config.spool)?,
+        _ => None,
+    };
+    let (rx, beat_spool) = (shutdown_rx.clone(), spooling.clone());
+    tasks.spawn(async move { heartbeat_loop(beat_store, beat_owner, kind, beat_spool, rx).await });
     if store.backend().is_shared() {
         // Consoles with personal logins ask; any running gateway applies.
         let requests_store: Arc<dyn store::Review> = Arc::clone(&store) as _;
@@ -197,8 +202,18 @@ pub async fn start(config: &Config, mode: Mode) -> anyhow::Result<Running> {
             refusals: Arc::new(intake::refusals::Refusals::default()),
             tenant: crate::domain::TenantSlug::default_tenant(),
             tenants: Arc::default(),
+            spool: spooling,
         };
         fleet.serve_intake(Arc::clone(&state.tenants), state.clone());
+        if state.spool.is_some() {
+            let (state, rx) = (state.clone(), shutdown_rx.clone());
+            tasks.spawn(crate::supervise::supervise(
+                "spool",
+                shutdown_rx.clone(),
+                crate::supervise::RESTART_DELAY,
+                move || intake::drain_spool(state.clone(), rx.clone()),
+            ));
+        }
         let (refusals, rx) = (Arc::clone(&state.refusals), shutdown_rx.clone());
         tasks.spawn(async move { tidy_refusals(refusals, rx).await });
         // Pull sources: refused here, before anything listens, when one lacks credentials.
@@ -360,12 +375,23 @@ async fn heartbeat_loop(
     store: Arc<dyn Store>,
     owner: String,
     kind: &'static str,
+    spool: Option<Arc<intake::Spooling>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let started = store.now();
     let mut failing = false;
     loop {
-        match store.beat(&owner, kind, started, store.now()).await {
+        let spooled = spool.as_ref().map_or_else(store::Spooled::default, |s| {
+            let stats = s.spool.stats();
+            store::Spooled {
+                records: i64::try_from(stats.records).unwrap_or(i64::MAX),
+                oldest: stats.oldest,
+            }
+        });
+        match store
+            .beat(&owner, kind, started, store.now(), spooled)
+            .await
+        {
             Ok(()) => failing = false,
             Err(e) if !failing => {
                 failing = true;
@@ -520,4 +546,28 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// The gateway's spool (`[spool]`), opened (a record found torn in it is journaled by the
+/// drain).
+fn spooling(config: &crate::config::SpoolConfig) -> anyhow::Result<Option<Arc<intake::Spooling>>> {
+    let state_directory = std::env::var("STATE_DIRECTORY").ok();
+    let Some(dir) = config.directory(state_directory.as_deref()) else {
+        return Ok(None);
+    };
+    let limits = crate::spool::Limits {
+        max_bytes: config.max_size.as_u64(),
+        max_age: config.max_age,
+    };
+    let (spool, torn) = crate::spool::Spool::open(&dir, limits).map_err(anyhow::Error::msg)?;
+    tracing::info!(dir = %dir.display(), "intake spool");
+    if let Some(torn) = &torn {
+        tracing::warn!(offset = torn.offset, bytes = torn.bytes, kept_in = %torn.kept_in.display(), "the spool's last record was torn by a crash (never answered): moved aside");
+    }
+    let spooling = intake::Spooling {
+        spool: Arc::new(spool),
+        patience: config.patience,
+        torn: std::sync::Mutex::new(torn),
+    };
+    Ok(Some(Arc::new(spooling)))
 }

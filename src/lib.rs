@@ -18,6 +18,7 @@ pub mod pull;
 pub mod reconcile;
 pub mod redeliver;
 pub mod report;
+pub mod spool;
 pub use leadgate_store as store;
 pub mod supervise;
 pub mod tenants;

@@ -81,6 +81,14 @@ pub enum Item {
         phase: Phase,
         reason: Option<String>,
     },
+    /// Deliveries waiting in the gateways' intake spools longer than the threshold: the
+    /// operations database did not take them.
+    Spooled {
+        phase: Phase,
+        count: i64,
+        since: Option<DateTime<Utc>>,
+        older_than_secs: u64,
+    },
     /// Open review cases older than the threshold.
     ReviewAge {
         phase: Phase,
@@ -262,6 +270,40 @@ fn item_paragraph(item: &Item) -> Paragraph {
                 ),
             ],
         },
+        Item::Spooled {
+            phase: Phase::Cleared,
+            ..
+        } => Paragraph {
+            headline: "Leadgate: the gateways' spools are drained: every delivery they kept is recorded"
+                .into(),
+            lines: vec![],
+        },
+        Item::Spooled {
+            phase,
+            count,
+            since,
+            older_than_secs,
+        } => {
+            let mut lines = Vec::new();
+            if let Some(t) = since {
+                lines.push(format!("The oldest arrived at {}.", time(*t)));
+            }
+            lines.push(
+                "The operations database did not take them; each is recorded as soon as it \
+                 answers the gateway that kept it. Keep that gateway running, and look at the \
+                 database (/metrics: leadgate_spool_records, leadgate_database_up)."
+                    .into(),
+            );
+            Paragraph {
+                headline: format!(
+                    "Leadgate: {} waiting in a gateway's spool for more than {}{}",
+                    plural(*count, "delivery", "deliveries"),
+                    duration(*older_than_secs),
+                    still(*phase)
+                ),
+                lines,
+            }
+        }
         Item::ReviewAge {
             phase: Phase::Cleared,
             older_than_secs,
@@ -515,6 +557,24 @@ mod tests {
                     stale_after_secs: 120,
                 },
                 "Leadgate: stale in_progress is back to 5 or fewer",
+            ),
+            (
+                Item::Spooled {
+                    phase: Phase::Fired,
+                    count: 12,
+                    since: Some(at()),
+                    older_than_secs: 300,
+                },
+                "Leadgate: 12 deliveries waiting in a gateway's spool for more than 5m\nThe oldest arrived at 2026-03-01T10:00:00Z.",
+            ),
+            (
+                Item::Spooled {
+                    phase: Phase::Cleared,
+                    count: 0,
+                    since: None,
+                    older_than_secs: 300,
+                },
+                "Leadgate: the gateways' spools are drained",
             ),
             (
                 Item::ReviewAge {

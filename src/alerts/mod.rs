@@ -45,6 +45,7 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 pub const LOST: &str = "lost";
 pub const STALE: &str = "stale";
 pub const REVIEW_AGE: &str = "review_age";
+pub const SPOOL: &str = "spool";
 const CONNECTOR_PREFIX: &str = "connector:";
 const FEED_PREFIX: &str = "feed:";
 
@@ -56,6 +57,7 @@ pub struct Rules {
     pub stale_above: i64,
     pub stale_after: Duration,
     pub review_older_than: Duration,
+    pub spool_older_than: Duration,
     pub repeat: Duration,
     pub max_per_minute: u32,
     pub min_spacing: Duration,
@@ -71,6 +73,7 @@ impl Rules {
             stale_above: config.stale_above,
             stale_after,
             review_older_than: config.review_older_than,
+            spool_older_than: config.spool_older_than,
             repeat: config.repeat,
             max_per_minute: config.max_per_minute,
             min_spacing: config.min_spacing,
@@ -172,6 +175,27 @@ pub fn send_gate(rules: &Rules, turn: &AlertTurn, now: DateTime<Utc>) -> Option<
 /// Makes a condition's item for the phase it is announced in.
 type ItemOf = Box<dyn Fn(Phase) -> Item>;
 
+/// The spool condition: deliveries have waited in the gateways' spools (as their beats
+/// say) longer than `older_than`.
+fn spool_condition(
+    spooled: store::Spooled,
+    older_than: Duration,
+    now: DateTime<Utc>,
+) -> (String, bool, ItemOf) {
+    let firing = spooled.records > 0 && spooled.oldest.is_some_and(|t| plus(t, older_than) <= now);
+    let (count, since, older_than_secs) = (spooled.records, spooled.oldest, older_than.as_secs());
+    (
+        SPOOL.into(),
+        firing,
+        Box::new(move |phase| Item::Spooled {
+            phase,
+            count,
+            since,
+            older_than_secs,
+        }),
+    )
+}
+
 /// What a condition's change means for a message: it started, it ended, or it still
 /// holds a `repeat` after it was last announced. `None`: nothing to say.
 pub fn step(
@@ -260,6 +284,7 @@ pub fn compose(
                 oldest,
             }),
         ),
+        spool_condition(facts.spooled, rules.spool_older_than, now),
     ];
     for c in &facts.connectors {
         let (connector, since) = (c.name.clone(), c.since);
@@ -500,6 +525,7 @@ mod tests {
             stale_above: 2,
             stale_after: Duration::from_secs(120),
             review_older_than: Duration::from_secs(3600),
+            spool_older_than: Duration::from_secs(300),
             repeat: Duration::from_secs(3600),
             max_per_minute: 3,
             min_spacing: Duration::from_secs(1),
@@ -682,6 +708,48 @@ mod tests {
                 phase: Phase::Fired,
                 count: 3,
                 above: 2,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn deliveries_spooled_longer_than_the_threshold_fire_and_a_drained_spool_clears() {
+        let r = rules();
+        let spooled = |records, oldest: i64| AlertFacts {
+            spooled: store::Spooled {
+                records,
+                oldest: Some(t(oldest)),
+            },
+            ..AlertFacts::default()
+        };
+        // Spooled for 299 s of a 300 s threshold: nothing yet.
+        assert!(compose(&r, &turn(), &spooled(7, -299), t(0)).is_none());
+        let (d, p) = compose(&r, &turn(), &spooled(7, -300), t(0)).unwrap();
+        assert_eq!(p.conditions, vec![(SPOOL.to_owned(), true)]);
+        assert_eq!(
+            d.items,
+            vec![Item::Spooled {
+                phase: Phase::Fired,
+                count: 7,
+                since: Some(t(-300)),
+                older_than_secs: 300,
+            }]
+        );
+        let mut told = turn();
+        told.conditions = vec![AlertCondition {
+            key: SPOOL.into(),
+            firing: true,
+            since: t(0),
+            notified_at: t(0),
+        }];
+        assert!(compose(&r, &told, &spooled(3, -400), t(10)).is_none());
+        let (d, p) = compose(&r, &told, &AlertFacts::default(), t(20)).unwrap();
+        assert_eq!(p.conditions, vec![(SPOOL.to_owned(), false)]);
+        assert!(matches!(
+            d.items[..],
+            [Item::Spooled {
+                phase: Phase::Cleared,
                 ..
             }]
         ));

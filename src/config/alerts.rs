@@ -30,6 +30,10 @@ pub struct AlertsConfig {
     /// Alert when open review cases are older than this.
     #[serde(with = "humantime_serde")]
     pub review_older_than: Duration,
+    /// Alert when a delivery has waited in a gateway's intake spool longer than this (the
+    /// deployment's alerts only: `[spool]`, src/spool.rs).
+    #[serde(with = "humantime_serde")]
+    pub spool_older_than: Duration,
     /// A threshold (or a pause) still crossed is announced again after this.
     #[serde(with = "humantime_serde")]
     pub repeat: Duration,
@@ -60,6 +64,7 @@ impl Default for AlertsConfig {
             settle: Duration::from_secs(5),
             stale_above: 0,
             review_older_than: Duration::from_secs(4 * 3600),
+            spool_older_than: Duration::from_secs(300),
             repeat: Duration::from_secs(3600),
             max_per_minute: 20,
             min_spacing: Duration::from_secs(1),
@@ -134,6 +139,7 @@ impl AlertsConfig {
             ("timeout", self.timeout),
             ("retry_delay", self.retry_delay),
             ("review_older_than", self.review_older_than),
+            ("spool_older_than", self.spool_older_than),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, d)| d.is_zero()) {
             return Err(format!("alerts.{field} must be more than 0"));

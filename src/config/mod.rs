@@ -35,6 +35,9 @@ pub struct Config {
     pub database: DatabaseConfig,
     #[serde(default)]
     pub server: ServerConfig,
+    /// `[spool]`: the durable intake spool (src/spool.rs, src/intake/spooled.rs).
+    #[serde(default)]
+    pub spool: SpoolConfig,
     #[serde(default)]
     pub worker: WorkerConfig,
     #[serde(default)]
@@ -127,6 +130,57 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// `[spool]`: where a gateway keeps the deliveries the database did not take within
+/// `patience` (answered `202 spooled`), until it takes them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpoolConfig {
+    /// `false`: no spool (a delivery the database cannot take is answered 503).
+    pub enabled: bool,
+    /// The gateway's own directory; unset: `spool` in systemd's `$STATE_DIRECTORY`
+    /// (`/var/lib/leadgate/spool` for the Debian package's service), and no spool when
+    /// that is not set either.
+    pub dir: Option<std::path::PathBuf>,
+    /// How long a delivery waits for the database before it is spooled.
+    #[serde(with = "humantime_serde")]
+    pub patience: Duration,
+    /// The spool's file holds at most this; past it, 503.
+    pub max_size: bytesize::ByteSize,
+    /// Nothing is spooled while the oldest delivery waiting is older than this; 503.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+}
+
+impl Default for SpoolConfig {
+    fn default() -> Self {
+        SpoolConfig {
+            enabled: true,
+            dir: None,
+            patience: Duration::from_secs(2),
+            max_size: bytesize::ByteSize::mib(512),
+            max_age: Duration::from_secs(3 * 24 * 3600),
+        }
+    }
+}
+
+impl SpoolConfig {
+    /// The spool's directory, when it has one: `dir`, else `$STATE_DIRECTORY/spool`
+    /// (`state_directory`: that variable's value; systemd may list several, the first is
+    /// taken).
+    pub fn directory(&self, state_directory: Option<&str>) -> Option<std::path::PathBuf> {
+        if !self.enabled {
+            return None;
+        }
+        self.dir.clone().or_else(|| {
+            let first = state_directory?
+                .split(':')
+                .next()
+                .filter(|d| !d.is_empty())?;
+            Some(std::path::Path::new(first).join("spool"))
+        })
     }
 }
 

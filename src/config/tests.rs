@@ -458,3 +458,31 @@ mailbox = \"Leads\"\nmove_to = \"leads\"\n";
         "{c:?}"
     );
 }
+
+#[test]
+fn the_spool_is_where_it_is_put_else_under_systemds_state_directory_else_nowhere() {
+    let spool = |extra: &str| {
+        Config::parse(&format!(
+            "[database]\nurl = \"sqlite::memory:\"\n[spool]\n{extra}"
+        ))
+        .unwrap()
+        .spool
+    };
+    let dir = |s: &SpoolConfig, state: Option<&str>| s.directory(state);
+    let default = spool("");
+    assert_eq!(default.patience, Duration::from_secs(2));
+    assert_eq!(dir(&default, None), None);
+    assert_eq!(
+        dir(&default, Some("/var/lib/leadgate:/var/lib/other")),
+        Some("/var/lib/leadgate/spool".into())
+    );
+    let set = spool("dir = \"/srv/spool-a\"\npatience = \"500ms\"\nmax_size = \"1MiB\"");
+    assert_eq!(
+        dir(&set, Some("/var/lib/leadgate")),
+        Some("/srv/spool-a".into())
+    );
+    assert_eq!(set.max_size.as_u64(), 1024 * 1024);
+    let off = spool("enabled = false\ndir = \"/srv/spool-a\"");
+    assert_eq!(dir(&off, Some("/var/lib/leadgate")), None);
+    assert!(Config::parse("[database]\nurl = \"sqlite::memory:\"\n[spool]\nsize = 1\n").is_err());
+}

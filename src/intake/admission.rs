@@ -41,18 +41,28 @@ pub(crate) enum Arrival<'a> {
         content_type: &'a str,
         payload: Value,
     },
+    /// Authenticated and parsed when it was pushed, kept in the gateway's spool while the
+    /// database could not take it, and admitted again now (`spooled::drain`).
+    Spooled {
+        headers: &'a HeaderMap,
+        body: &'a [u8],
+        content_type: Option<&'a str>,
+        payload: Value,
+    },
 }
 
 impl Arrival<'_> {
     fn body(&self) -> &[u8] {
         match self {
-            Arrival::Pushed { body, .. } | Arrival::Pulled { body, .. } => body,
+            Arrival::Pushed { body, .. }
+            | Arrival::Pulled { body, .. }
+            | Arrival::Spooled { body, .. } => body,
         }
     }
 
     fn headers(&self) -> Option<&HeaderMap> {
         match self {
-            Arrival::Pushed { headers, .. } => Some(headers),
+            Arrival::Pushed { headers, .. } | Arrival::Spooled { headers, .. } => Some(headers),
             Arrival::Pulled { .. } => None,
         }
     }
@@ -61,6 +71,7 @@ impl Arrival<'_> {
         match self {
             Arrival::Pushed { headers, .. } => sources::content_type(headers),
             Arrival::Pulled { content_type, .. } => Some((*content_type).to_owned()),
+            Arrival::Spooled { content_type, .. } => content_type.map(str::to_owned),
         }
     }
 }
@@ -75,6 +86,9 @@ pub(crate) enum Admitted {
         operation_id: OperationId,
         record: DeliveryRecord,
     },
+    /// The database did not take it in time: kept in the gateway's spool, to be recorded
+    /// when the database answers (`spooled`). Its operation, when its key alone names it.
+    Spooled { operation_id: Option<OperationId> },
 }
 
 /// Why a delivery was not admitted.
@@ -105,8 +119,13 @@ pub(super) async fn receive(
         Err(Failed::Recording(e)) => match arrival {
             Arrival::Pulled { .. } => return Err(NotAdmitted::Store(e)),
             // A refusal by the database's checks is the delivery's, like any other.
-            Arrival::Pushed { .. } => ApiError::from(e),
+            Arrival::Pushed { .. } | Arrival::Spooled { .. } => ApiError::from(e),
         },
+        Err(Failed::Waiting { kept, error }) => {
+            return super::spooled::keep(state, kept, error)
+                .await
+                .map_err(NotAdmitted::Answer)
+        }
     };
     if matches!(
         e,
@@ -157,6 +176,13 @@ enum Failed {
     Delivery(ApiError),
     /// While recording it.
     Recording(StoreError),
+    /// A pushed delivery, authenticated and parsed, that the database did not take within
+    /// the spool's patience (`error`: what it said, or that it was silent); `kept` is what
+    /// the spool keeps of it.
+    Waiting {
+        kept: crate::spool::SpooledDelivery,
+        error: ApiError,
+    },
 }
 
 impl From<ApiError> for Failed {
@@ -183,8 +209,56 @@ async fn admit(
             Opened::ConnectionCheck => return Ok(Admitted::ConnectionCheck),
             Opened::Payload(payload) => payload,
         },
-        Arrival::Pulled { payload, .. } => payload.clone(),
+        Arrival::Pulled { payload, .. } | Arrival::Spooled { payload, .. } => payload.clone(),
     };
+    // A pushed delivery the database does not take within the spool's patience is kept in
+    // the spool instead (`spooled`); without a spool it waits as long as the store lets it.
+    // Only a delivery whose key reads (or that is keyed by its content) is spooled: one
+    // the database would refuse must hear so now, not after a `202`.
+    let spooling = match (&state.spool, arrival) {
+        (Some(spooling), Arrival::Pushed { headers, .. })
+            if matches!(source.key, sources::KeySpec::Content(_))
+                || matches!(source.key(&payload, Some(headers)), Ok(Some(_))) =>
+        {
+            Some((spooling, *headers))
+        }
+        _ => None,
+    };
+    let Some((spooling, headers)) = spooling else {
+        return record(state, source, payload, arrival, received_at).await;
+    };
+    let kept = super::spooled::kept(
+        state,
+        source,
+        headers,
+        arrival.body(),
+        &payload,
+        received_at,
+    );
+    let error = match tokio::time::timeout(
+        spooling.patience,
+        record(state, source, payload, arrival, received_at),
+    )
+    .await
+    {
+        Ok(Err(Failed::Recording(e))) if e.kind() == store::ErrorKind::Unavailable => {
+            ApiError::Unavailable(e)
+        }
+        Ok(Err(Failed::Delivery(ApiError::Unavailable(e)))) => ApiError::Unavailable(e),
+        Ok(done) => return done,
+        Err(_) => ApiError::Unavailable(super::spooled::silent()),
+    };
+    Err(Failed::Waiting { kept, error })
+}
+
+/// Keys and records a parsed, authenticated delivery of `source`.
+async fn record(
+    state: &IntakeState,
+    source: &Source,
+    payload: Value,
+    arrival: &Arrival<'_>,
+    received_at: chrono::DateTime<chrono::Utc>,
+) -> Result<Admitted, Failed> {
     let operation_id = operation_of(state, source, &payload, arrival, received_at).await?;
     let delivery = delivery(state, source, payload, &operation_id, arrival, received_at)?;
     if let Some(headers) = arrival.headers() {
@@ -259,10 +333,14 @@ fn delivery(
     .map_err(|e| ApiError::bad(Code::MalformedBody, e.to_string()))?;
     let event_time = source.event_time(&payload);
     let horizon = store::before(received_at, state.tombstone);
+    // A content-keyed delivery drained long after it arrived may not find its window any
+    // more (`spooled::CONTENT_DRAINED_LATE`): new to the journal is not new to the CRM.
+    let drained_late = matches!(arrival, Arrival::Spooled { .. })
+        && matches!(source.key, sources::KeySpec::Content(_))
+        && state.store.now() - received_at > super::spooled::CONTENT_DRAINED_LATE;
     // Applies only if the key turns out to be new: a known key is answered as usual.
-    let review = event_time
-        .filter(|t| *t < horizon)
-        .map(|_| crate::domain::ReviewReason::LateDuplicate);
+    let review = (event_time.is_some_and(|t| t < horizon) || drained_late)
+        .then_some(crate::domain::ReviewReason::LateDuplicate);
     // Contact keys for cross-channel matching, from the same field mapping the CRM gets.
     let lead = crate::crm::Lead::from_payload(operation_id, &source.name, &payload, &source.fields);
     let contact = ContactKeys {
@@ -294,13 +372,7 @@ fn delivery(
     // Credentials the sender put in the delivery are never stored: not in the payload,
     // not in the journaled body (the key, fingerprint and contact keys are taken above).
     let content_type = arrival.content_type();
-    let body = arrival.body();
-    let mut payload = payload;
-    let raw_body = if sources::redact(&mut payload, &source.redact) {
-        sources::redacted_body(BodyKind::detect(content_type.as_deref(), body), &payload)
-    } else {
-        body.to_vec()
-    };
+    let (payload, raw_body) = stored_form(source, content_type.as_deref(), arrival.body(), payload);
     Ok(NewDelivery {
         operation_id: operation_id.clone(),
         source: source.name.clone(),
@@ -315,6 +387,22 @@ fn delivery(
         review,
         matching,
     })
+}
+
+/// A delivery's payload and body as they are stored (journaled, spooled): a source's
+/// `redact` values replaced.
+pub(super) fn stored_form(
+    source: &Source,
+    content_type: Option<&str>,
+    body: &[u8],
+    mut payload: Value,
+) -> (Value, Vec<u8>) {
+    if sources::redact(&mut payload, &source.redact) {
+        let body = sources::redacted_body(BodyKind::detect(content_type, body), &payload);
+        (payload, body)
+    } else {
+        (payload, body.to_vec())
+    }
 }
 
 /// The operation a content-keyed delivery belongs to (`key = "content:/…"`; `hash` is
@@ -402,6 +490,11 @@ fn rejected_body(
         )
     };
     let source = match (e, source) {
+        // Authenticated when it arrived, and redacted when it was spooled: a source gone
+        // since then does not make it a stranger's.
+        (_, _) if matches!(arrival, Arrival::Spooled { .. }) => {
+            return (body.to_vec(), e.to_string())
+        }
         (ApiError::Unauthorized { .. } | ApiError::UnknownSource, _) | (_, None) => {
             return (Vec::new(), summary())
         }

@@ -40,6 +40,7 @@ mod reads;
 pub mod refusals;
 mod rules;
 pub mod sources;
+mod spooled;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -63,6 +64,7 @@ pub(crate) use reads::IdPath;
 pub use reads::{OpenCase, OperationView, Timeline, TimelineEvent, TimelineQuery};
 pub use rules::{seed_rules, LiveRules, RuleBook, SourceMatching, REFRESH_EVERY as RULES_EVERY};
 use sources::Source;
+pub use spooled::{drain as drain_spool, Spooling};
 
 #[derive(Clone)]
 pub struct IntakeState {
@@ -89,6 +91,9 @@ pub struct IntakeState {
     /// Fleet mode: the other tenants' intake, by slug, each a state of its own
     /// (`POST /v1/intake/{tenant}/{source}`). Empty in a tenant's own state.
     pub tenants: Arc<TenantStates>,
+    /// The gateway's durable spool (`[spool]`), shared by its tenants' states; `None`:
+    /// a delivery the database cannot take is answered 503.
+    pub spool: Option<Arc<Spooling>>,
 }
 
 /// The tenants' intake states by slug, as intake routes to them (`IntakeState::tenants`),
@@ -441,6 +446,32 @@ pub enum IntakeOutcome {
     Conflict,
 }
 
+/// A delivery the database did not take in time, kept in the gateway's durable spool: it
+/// is journaled and claimed as soon as the database answers; its result is not known yet.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Spooled {
+    /// Its operation, when its key alone names it (not a content key or an
+    /// `Idempotency-Key`).
+    #[schema(value_type = Option<String>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<OperationId>,
+    pub outcome: SpooledOutcome,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SpooledOutcome {
+    Spooled,
+}
+
+/// A `202` JSON answer of the intake.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum IntakeAccepted {
+    Recorded(Recorded),
+    Spooled(Spooled),
+}
+
 /// A CRM's connection check (an empty or test delivery): nothing was recorded.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ConnectionCheck {
@@ -483,7 +514,8 @@ pub enum IntakeOk {
         (status = 200, description = "A duplicate of a known key (the saved result; `Idempotent-Replayed: true`), a connection check, or `ok` for a `reply = \"ok\"` source",
             headers(("Idempotent-Replayed" = String, description = "`true` on a duplicate")),
             content((IntakeOk = "application/json"), (String = "text/plain"))),
-        (status = 202, description = "A new key (claimed; the worker calls the CRM) or a conflict (a review case was opened)", body = Recorded),
+        (status = 202, description = "A new key (claimed; the worker calls the CRM), a conflict (a review case was opened), or `spooled`: the database did not take it within `[spool] patience`, so it was kept in the gateway's durable spool and is recorded when the database answers (its result is not known yet)",
+            body = IntakeAccepted),
         (status = 400, description = "Unreadable, malformed or unsupported body, no key, an invalid key, a NUL character", body = ErrorBody),
         (status = 401, description = "The source's credentials are missing or wrong", body = ErrorBody),
         (status = 404, description = "No such source is configured", body = ErrorBody),
@@ -493,7 +525,7 @@ pub enum IntakeOk {
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
         (status = 422, description = "`refused`: the operations database's own checks refuse a value of this delivery; it would be refused again, so it is not worth sending again as it is", body = ErrorBody),
         (status = 500, description = "`internal_error`: Leadgate failed on this delivery (the details are in the gateway's log); not worth sending again until someone looks", body = ErrorBody),
-        (status = 503, description = "The operations database is not available, busy or silent for more than 10 s: nothing was accepted, or the next attempt is answered as a duplicate",
+        (status = 503, description = "The operations database is not available, busy or silent for more than 10 s (with a spool: and the spool is full, too old or cannot be written): nothing was accepted, or the next attempt is answered as a duplicate",
             headers(("Retry-After" = u64, description = "Seconds")), body = ErrorBody),
     ),
     security(("source_token" = []), ("source_token_query" = []), ("source_signature" = []), ())
@@ -604,6 +636,16 @@ fn answer(reply: crate::config::Reply, admitted: admission::Admitted) -> Respons
             operation_id,
             record,
         } => (operation_id, record),
+        admission::Admitted::Spooled { operation_id } => {
+            if reply == crate::config::Reply::Ok {
+                return (StatusCode::OK, "ok").into_response();
+            }
+            let spooled = Spooled {
+                operation_id,
+                outcome: SpooledOutcome::Spooled,
+            };
+            return (StatusCode::ACCEPTED, Json(spooled)).into_response();
+        }
     };
     tracing::info!(operation_id = %operation_id, outcome = record.outcome.name(), "delivery recorded");
     if reply == crate::config::Reply::Ok {
@@ -729,6 +771,8 @@ pub async fn record_pulled(
         Ok(admission::Admitted::ConnectionCheck) => {
             Ok(Pulled::Rejected("a connection check".into()))
         }
+        // Only a pushed delivery is spooled; were a pulled one, it stays unacknowledged.
+        Ok(admission::Admitted::Spooled { .. }) => Err(spooled::silent()),
         Err(admission::NotAdmitted::Store(e)) => Err(e),
         // The journal could not take its rejection.
         Err(admission::NotAdmitted::Answer(ApiError::Unavailable(e))) => Err(e),
@@ -773,9 +817,9 @@ async fn healthz(State(state): State<IntakeState>) -> Result<Json<Health>, ApiEr
     path = "/metrics",
     tag = "read",
     responses(
-        (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String),
+        (status = 200, description = "OpenMetrics text; while the operations database is away, only this gateway's own figures (its spool, its refusals) with `leadgate_database_up 0`", content_type = "application/openmetrics-text", body = String),
         (status = 401, description = "No read or integration token", body = ErrorBody),
-        (status = 503, description = "The operations database is not available", body = ErrorBody),
+        (status = 503, description = "The operations database is not available (a tenant's figures), or failed otherwise", body = ErrorBody),
     ),
     security(("read_token" = []), ("integration_token" = []))
 )]
@@ -792,19 +836,52 @@ async fn metrics(State(state): State<IntakeState>) -> Result<Response, ApiError>
         }]);
         return Ok(openmetrics(body));
     }
-    let fleet = state.store.fleet_metrics(now, state.stale_after).await?;
-    let body = crate::metrics::fleet_exposition(&fleet);
+    // The database is away (or silent longer than a scrape waits): this gateway's own
+    // figures still answer (its spool is what a person wants to see then), with
+    // `leadgate_database_up 0`.
+    let figures = tokio::time::timeout(
+        METRICS_PATIENCE,
+        state.store.fleet_metrics(now, state.stale_after),
+    )
+    .await
+    .unwrap_or_else(|_| Err(spooled::silent()));
+    let (body, database_up) = match figures {
+        Ok(fleet) => (crate::metrics::fleet_exposition(&fleet), true),
+        Err(e) if e.kind() == crate::store::ErrorKind::Unavailable => {
+            tracing::warn!(error = %e, "/metrics without the database's figures");
+            ("# EOF\n".to_owned(), false)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let own = own_figures(&state, now, database_up);
     // This process's own counters, before the closing `# EOF`.
     let body = match body.rfind("# EOF") {
-        Some(at) => format!(
-            "{}{}{}",
-            &body[..at],
-            state.refusals.exposition(),
-            &body[at..]
-        ),
-        None => body + &state.refusals.exposition(),
+        Some(at) => format!("{}{own}{}", &body[..at], &body[at..]),
+        None => body + &own,
     };
     Ok(openmetrics(body))
+}
+
+/// How long `/metrics` waits for the database's figures (Prometheus's own scrape timeout
+/// is 10 s by default).
+const METRICS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// This process's own figures: whether its database answered, its refusal budget and its
+/// spool.
+fn own_figures(
+    state: &IntakeState,
+    now: chrono::DateTime<chrono::Utc>,
+    database_up: bool,
+) -> String {
+    let spool = state.spool.as_ref().map(|s| spooled::exposition(s, now));
+    format!(
+        "# TYPE leadgate_database_up gauge\n\
+         # HELP leadgate_database_up Whether the operations database answered this scrape (0: only this gateway's own figures follow).\n\
+         leadgate_database_up {}\n{}{}",
+        u8::from(database_up),
+        state.refusals.exposition(),
+        spool.as_deref().unwrap_or_default()
+    )
 }
 
 fn openmetrics(body: String) -> Response {

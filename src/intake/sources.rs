@@ -261,10 +261,37 @@ impl Source {
                 c.name
             ));
         }
+        // The key is kept as the operation's id anyway; and a spooled delivery is keyed
+        // again from its redacted payload when it is drained (`intake::spooled`).
+        let key_fields: Vec<String> = match &key {
+            KeySpec::Json(p) => vec![p.clone()],
+            KeySpec::Form(alternatives) => alternatives
+                .iter()
+                .flatten()
+                .map(|f| format!("/{f}"))
+                .collect(),
+            KeySpec::Header(_) | KeySpec::Content(_) => vec![],
+        };
+        // A redacted pointer covers what is under it too (`/lead` redacts `/lead/id`).
+        let covers = |redacted: &str, f: &str| {
+            f == redacted
+                || f.strip_prefix(redacted)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
+        if let Some(f) = key_fields
+            .iter()
+            .find(|f| c.redact.iter().any(|r| covers(r, f)))
+        {
+            return Err(format!(
+                "source `{}`: `{f}` is its key, which is kept as the operation's id: it cannot be \
+                 redacted",
+                c.name
+            ));
+        }
         if let KeySpec::Content(fields) = &key {
             if let Some(f) = fields
                 .iter()
-                .find(|f| c.redact.contains(f) || c.ignore.contains(f))
+                .find(|f| c.redact.iter().chain(&c.ignore).any(|r| covers(r, f)))
             {
                 return Err(format!(
                     "source `{}`: `{f}` keys the content, so it cannot be ignored or redacted too",
@@ -887,6 +914,22 @@ mod tests {
             ),
             (
                 "key = \"content:/phone+/sent\"\nignore = [\"/sent\"]",
+                "cannot be ignored",
+            ),
+            (
+                "key = \"json:/id\"\nredact = [\"/id\"]",
+                "is its key, which is kept as the operation's id",
+            ),
+            (
+                "key = \"form:tranid\"\nredact = [\"/tranid\"]",
+                "is its key, which is kept as the operation's id",
+            ),
+            (
+                "key = \"json:/lead/id\"\nredact = [\"/lead\"]",
+                "is its key, which is kept as the operation's id",
+            ),
+            (
+                "key = \"content:/lead/phone+/sent\"\nignore = [\"/lead\"]",
                 "cannot be ignored",
             ),
             (

@@ -156,6 +156,35 @@ async fn postgres_each_role_does_in_chromium_what_it_may_resolve_search_rules_fi
         })
         .await;
         el(&c, "[data-testid=nav-dashboard]").await;
+        // A gateway says deliveries wait in its spool: support sees it before a click,
+        // and sees it go once the gateway has drained them.
+        let beats = leadgate::store::connect(&url).await.unwrap();
+        let beat = |records| {
+            let beats = beats.clone();
+            async move {
+                let now = beats.now();
+                let spooled = leadgate::store::Spooled {
+                    records,
+                    oldest: (records > 0).then(|| now - chrono::TimeDelta::minutes(3)),
+                };
+                beats
+                    .beat("serve:spooling:1", "serve", now, now, spooled)
+                    .await
+                    .unwrap();
+            }
+        };
+        beat(4).await;
+        let banner = el(&c, "[data-testid=spooled][data-count='4']").await;
+        assert!(banner.text().await.unwrap().contains("4 deliveries wait"));
+        beat(0).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while c.find(css("[data-testid=spooled]")).await.is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the drained spool is still shown"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
         assert!(
             c.find(css("[data-testid=nav-queue]")).await.is_err(),
             "support has no queue"

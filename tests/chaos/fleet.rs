@@ -14,9 +14,14 @@
 //! told from a create the lagging search does not show yet).
 //!
 //! Sizes: `LEADGATE_FLEET_CHAOS_TENANTS` (default 4, half each CRM),
-//! `LEADGATE_FLEET_CHAOS_LEADS` (240) and `LEADGATE_FLEET_CHAOS_SECONDS` (25).
+//! `LEADGATE_FLEET_CHAOS_LEADS` (240) and `LEADGATE_FLEET_CHAOS_SECONDS` (25); the leads
+//! are sent at an even pace by up to `LEADGATE_FLEET_CHAOS_SENDERS` (1) requests at once;
+//! `LEADGATE_FLEET_CHAOS_KILLS` spreads that many kills evenly over the traffic instead of
+//! one every couple of seconds.
 
 use std::collections::BTreeSet;
+
+use futures::StreamExt;
 
 use leadgate::crm::vault::Vault;
 use leadgate::domain::TenantId;
@@ -105,8 +110,11 @@ struct FleetFigures {
     leads: usize,
     deliveries: u64,
     refused_or_failed: u64,
+    spooled: u64,
     kills: u64,
     db_restarts: u64,
+    sending_seconds: f64,
+    settling_seconds: f64,
     bitrix_entities: usize,
     amo_leads_in_crm: usize,
     amo_with_a_person: usize,
@@ -195,46 +203,87 @@ async fn fleet_chaos(db_url: &str, pg: Option<&PgCluster>) -> FleetFigures {
         leads,
         ..FleetFigures::default()
     };
-    let mut delivered = Figures::default();
-    // Each lead's tenant (`None`: the default one).
-    let mut sent: Vec<(Option<usize>, String)> = Vec::with_capacity(leads);
+    // Each lead's tenant (`None`: the default one) and key; sent open-loop at an even pace by
+    // up to `senders` requests at once, while the gateways are killed beside them.
+    let senders = env_or("LEADGATE_FLEET_CHAOS_SENDERS", 1).max(1) as usize;
+    let kills = std::env::var("LEADGATE_FLEET_CHAOS_KILLS").ok().map(|v| {
+        v.parse::<u64>()
+            .expect("LEADGATE_FLEET_CHAOS_KILLS is a number")
+    });
     let pace = traffic / leads.max(1) as u32;
-    let mut next_kill = Instant::now() + Duration::from_secs(2);
-    for i in 0..leads {
-        let tenant = rand::rng().random_range(0..=n);
-        let tenant = (tenant < n).then_some(tenant);
-        let key = format!("fc-{i}");
-        let (path, token) = match tenant {
-            Some(t) => (format!("t{t}/site"), format!("t{t}-token")),
-            None => ("site".to_owned(), TOKEN.to_owned()),
-        };
-        let twice = rand::rng().random_bool(0.3);
-        for _ in 0..1 + usize::from(twice) {
-            assert!(
-                deliver_to(&http, &bases, &path, &token, &key, &mut delivered).await,
-                "{path} {key} was never accepted"
-            );
-        }
-        sent.push((tenant, key));
-        if Instant::now() >= next_kill {
-            let victim = rand::rng().random_range(0..gateways.len());
-            gateways[victim].kill();
-            figures.kills += 1;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            gateways[victim].spawn();
-            next_kill =
-                Instant::now() + Duration::from_millis(rand::rng().random_range(1500..3500));
-        }
-        if i == leads / 2 {
-            if let Some(pg) = pg {
-                pg.crash_restart();
-                figures.db_restarts += 1;
+    let sending_started = tokio::time::Instant::now();
+    let progress = std::sync::atomic::AtomicUsize::new(0);
+    let send = futures::stream::iter(0..leads)
+        .map(|i| {
+            let (http, bases, progress) = (&http, &bases, &progress);
+            async move {
+                tokio::time::sleep_until(sending_started + pace * i as u32).await;
+                let tenant = rand::rng().random_range(0..=n);
+                let tenant = (tenant < n).then_some(tenant);
+                let key = format!("fc-{i}");
+                let (path, token) = match tenant {
+                    Some(t) => (format!("t{t}/site"), format!("t{t}-token")),
+                    None => ("site".to_owned(), TOKEN.to_owned()),
+                };
+                let mut delivered = Figures::default();
+                let twice = rand::rng().random_bool(0.3);
+                for _ in 0..1 + usize::from(twice) {
+                    assert!(
+                        deliver_to(http, bases, &path, &token, &key, &mut delivered).await,
+                        "{path} {key} was never accepted"
+                    );
+                }
+                progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (tenant, key, delivered)
+            }
+        })
+        .buffer_unordered(senders)
+        .collect::<Vec<_>>();
+    // Kills: every 1.5–3.5 s, or `LEADGATE_FLEET_CHAOS_KILLS` of them spread evenly over the
+    // traffic; PostgreSQL crashes once half the leads are in.
+    let chaos = async {
+        let every = kills.map(|k| traffic / (k as u32 + 1));
+        let mut next_kill = Instant::now() + every.unwrap_or(Duration::from_secs(2));
+        let mut crashed = false;
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let done = progress.load(std::sync::atomic::Ordering::Relaxed);
+            if done >= leads {
+                break;
+            }
+            if Instant::now() >= next_kill && kills.is_none_or(|k| figures.kills < k) {
+                let victim = rand::rng().random_range(0..gateways.len());
+                gateways[victim].kill();
+                figures.kills += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                gateways[victim].spawn();
+                next_kill = Instant::now()
+                    + every.unwrap_or_else(|| {
+                        Duration::from_millis(rand::rng().random_range(1500..3500))
+                    });
+            }
+            if !crashed && done >= leads / 2 {
+                crashed = true;
+                if let Some(pg) = pg {
+                    pg.crash_restart();
+                    figures.db_restarts += 1;
+                }
             }
         }
-        tokio::time::sleep(pace).await;
+    };
+    let (results, ()) = tokio::join!(send, chaos);
+    let mut delivered = Figures::default();
+    let mut sent: Vec<(Option<usize>, String)> = Vec::with_capacity(leads);
+    for (tenant, key, d) in results {
+        delivered.deliveries += d.deliveries;
+        delivered.refused_or_failed += d.refused_or_failed;
+        delivered.spooled += d.spooled;
+        sent.push((tenant, key));
     }
+    figures.sending_seconds = sending_started.elapsed().as_secs_f64();
     figures.deliveries = delivered.deliveries;
     figures.refused_or_failed = delivered.refused_or_failed;
+    figures.spooled = delivered.spooled;
     for g in &mut gateways {
         if g.process.is_none() {
             g.spawn();
@@ -246,16 +295,16 @@ async fn fleet_chaos(db_url: &str, pg: Option<&PgCluster>) -> FleetFigures {
 
     // Every lead settles: completed, or (amoCRM) with a person.
     let registry = store.tenants().await.unwrap();
-    let id_of = |t: usize| {
-        registry
-            .iter()
-            .find(|r| r.slug == format!("t{t}"))
-            .unwrap()
-            .id
-    };
+    let views: Vec<std::sync::Arc<dyn Store>> = (0..n)
+        .map(|t| {
+            let slug = format!("t{t}");
+            let id = registry.iter().find(|r| r.slug == slug).unwrap().id;
+            store.for_tenant(TenantId(id))
+        })
+        .collect();
     let view = |t: Option<usize>| -> std::sync::Arc<dyn Store> {
         match t {
-            Some(t) => store.for_tenant(TenantId(id_of(t))),
+            Some(t) => views[t].clone(),
             None => store.clone(),
         }
     };
@@ -267,7 +316,10 @@ async fn fleet_chaos(db_url: &str, pg: Option<&PgCluster>) -> FleetFigures {
         .parse()
         .unwrap()
     };
-    let deadline = Instant::now() + Duration::from_secs(240);
+    // A backlog may outlast the traffic: the bound is on progress, 240 s without a lead
+    // settling.
+    let settling = Instant::now();
+    let mut deadline = Instant::now() + Duration::from_secs(240);
     for (t, key) in &sent {
         let id = operation_id(*t, key);
         loop {
@@ -278,6 +330,7 @@ async fn fleet_chaos(db_url: &str, pg: Option<&PgCluster>) -> FleetFigures {
                 _ => false,
             };
             if settled {
+                deadline = Instant::now() + Duration::from_secs(240);
                 break;
             }
             assert!(
@@ -288,6 +341,8 @@ async fn fleet_chaos(db_url: &str, pg: Option<&PgCluster>) -> FleetFigures {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+
+    figures.settling_seconds = settling.elapsed().as_secs_f64();
 
     // Each CRM: one entity per key, and only its own tenant's keys.
     let sent_by: BTreeMap<Option<usize>, BTreeSet<String>> =

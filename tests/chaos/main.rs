@@ -8,6 +8,9 @@
 //! lists lag behind writes. Every couple of seconds a random gateway is killed with
 //! SIGKILL and started again; PostgreSQL is restarted (immediate shutdown) mid-run. Leads
 //! are delivered like a webhook sender does: again on any failure, and sometimes twice.
+//! Each gateway has its durable intake spool: what the database does not take within a
+//! second is spooled and answered, and drained by the gateway (killed in the middle of
+//! that too) once the database answers.
 //!
 //! Then: no operation has more than one CRM entity, every lead ends completed, and the
 //! gateway's `/metrics` count exactly the entities the CRM holds.
@@ -248,6 +251,13 @@ fn config(dir: &Path, name: &str, db_url: &str, webhook: &str, port: u16) -> Str
     // second.
     let mut toml = std::fs::read_to_string(&path).unwrap();
     toml += "rate_limit = 200.0\nburst = 200\n";
+    // Each gateway keeps its own spool across its kills: what the database does not take
+    // within a second (it crashes once, a killed gateway's leases hold rows) is spooled,
+    // answered, and drained after the next start.
+    toml += &format!(
+        "[spool]\ndir = {:?}\npatience = \"1s\"\n",
+        dir.join(format!("spool-{name}")).display().to_string()
+    );
     std::fs::write(&path, toml).unwrap();
     path
 }
@@ -288,6 +298,8 @@ struct Figures {
     leads: usize,
     deliveries: u64,
     refused_or_failed: u64,
+    /// Answered `202 spooled` (the database did not take them within a second).
+    spooled: u64,
     kills: u64,
     db_restarts: u64,
     entities: usize,
@@ -332,7 +344,13 @@ async fn deliver_to(
             .send()
             .await;
         match res {
-            Ok(r) if r.status().is_success() => return true,
+            Ok(r) if r.status().is_success() => {
+                let body: serde_json::Value = r.json().await.unwrap_or_default();
+                if body["outcome"] == "spooled" {
+                    figures.spooled += 1;
+                }
+                return true;
+            }
             _ => figures.refused_or_failed += 1,
         }
         if Instant::now() > deadline {

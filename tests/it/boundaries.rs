@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 /// Cargo keeps them from importing anything above them.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("supervise", &[]),
+    ("spool", &[]),
     ("crm", &["domain", "store"]),
     ("config", &["domain", "crm"]),
     ("metrics", &["domain", "store"]),
@@ -47,7 +48,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "turns",
         ],
     ),
-    ("intake", &["config", "crm", "domain", "metrics", "store"]),
+    (
+        "intake",
+        &["config", "crm", "domain", "metrics", "spool", "store"],
+    ),
     (
         "pull",
         &["config", "domain", "intake", "store", "supervise"],
@@ -92,6 +96,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "metrics",
             "pull",
             "redeliver",
+            "spool",
             "store",
             "supervise",
             "worker",

@@ -1451,9 +1451,11 @@ each_backend!(
 each_backend!(
     the_console_says_whether_a_gateway_is_running,
     |db| async move {
+        use leadgate::store::Spooled;
         let store = db.store().await;
         let console = Console::open(&db.url).await.unwrap();
         let running = |c: &TabCounts| (c.gateway_running, c.gateway_last_beat.is_some());
+        let last = || async { store.beats().await.unwrap().last };
         assert_eq!(
             running(&console.counts().await.unwrap()),
             (false, false),
@@ -1462,22 +1464,82 @@ each_backend!(
         // A gateway that stopped beating a minute ago is gone.
         let now = store.now();
         let minute_ago = now - chrono::TimeDelta::minutes(1);
+        let none = Spooled::default();
         store
-            .beat("serve:host:1", "serve", minute_ago, minute_ago)
+            .beat("serve:host:1", "serve", minute_ago, minute_ago, none)
             .await
             .unwrap();
         let c = console.counts().await.unwrap();
         assert_eq!(running(&c), (false, true));
-        assert_eq!(store.last_beat().await.unwrap(), Some(minute_ago));
+        assert_eq!(last().await, Some(minute_ago));
         // One that beats now runs; beats of a process gone for a day are removed.
         let ancient = now - chrono::TimeDelta::days(2);
         store
-            .beat("worker:host:2", "worker", ancient, ancient)
+            .beat("worker:host:2", "worker", ancient, ancient, none)
             .await
             .unwrap();
-        store.beat("serve:host:3", "serve", now, now).await.unwrap();
+        store
+            .beat("serve:host:3", "serve", now, now, none)
+            .await
+            .unwrap();
         assert_eq!(running(&console.counts().await.unwrap()), (true, true));
-        store.beat("serve:host:3", "serve", now, now).await.unwrap();
-        assert_eq!(store.last_beat().await.unwrap(), Some(now));
+        store
+            .beat("serve:host:3", "serve", now, now, none)
+            .await
+            .unwrap();
+        assert_eq!(last().await, Some(now));
+    }
+);
+
+// What the gateways' spools hold, as their beats say: summed over the gateways, the
+// oldest of their oldest, a gateway that stopped with deliveries spooled still counted,
+// and nothing once each has drained.
+each_backend!(
+    the_console_counts_what_the_gateways_spools_hold,
+    |db| async move {
+        use leadgate::store::Spooled;
+        let store = db.store().await;
+        let console = Console::open(&db.url).await.unwrap();
+        let c = console.counts().await.unwrap();
+        assert_eq!((c.spooled, c.spooled_since.as_deref()), (0, None));
+        let now = store.now();
+        let at = |mins: i64| now - chrono::TimeDelta::minutes(mins);
+        let spooled = |records, oldest| Spooled {
+            records,
+            oldest: Some(oldest),
+        };
+        store
+            .beat("serve:a:1", "serve", at(60), now, spooled(3, at(5)))
+            .await
+            .unwrap();
+        // Stopped ten minutes ago, with two deliveries it never drained.
+        store
+            .beat("serve:b:2", "serve", at(60), at(10), spooled(2, at(12)))
+            .await
+            .unwrap();
+        store
+            .beat("worker:c:3", "worker", at(60), now, Spooled::default())
+            .await
+            .unwrap();
+        let beats = store.beats().await.unwrap();
+        assert_eq!(beats.spooled, spooled(5, at(12)));
+        let c = console.counts().await.unwrap();
+        assert_eq!(c.spooled, 5);
+        assert_eq!(
+            c.spooled_since
+                .as_deref()
+                .map(|t| t.parse::<chrono::DateTime<chrono::Utc>>().unwrap()),
+            Some(at(12))
+        );
+        store
+            .beat("serve:b:2", "serve", at(60), now, Spooled::default())
+            .await
+            .unwrap();
+        store
+            .beat("serve:a:1", "serve", at(60), now, Spooled::default())
+            .await
+            .unwrap();
+        let c = console.counts().await.unwrap();
+        assert_eq!((c.spooled, c.spooled_since.as_deref()), (0, None));
     }
 );

@@ -240,13 +240,13 @@ async fn a_migration_behind_a_persons_open_transaction_neither_stalls_intake_nor
 
 /// A TCP proxy to PostgreSQL that can stop forwarding while keeping every socket open: a
 /// database (or a network) that stopped answering without closing anything.
-struct Freezer {
-    addr: String,
+pub(crate) struct Freezer {
+    pub(crate) addr: String,
     frozen: Arc<AtomicBool>,
 }
 
 impl Freezer {
-    async fn to(upstream: String) -> Freezer {
+    pub(crate) async fn to(upstream: String) -> Freezer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let frozen = Arc::new(AtomicBool::new(false));
@@ -265,7 +265,7 @@ impl Freezer {
         Freezer { addr, frozen }
     }
 
-    fn freeze(&self, on: bool) {
+    pub(crate) fn freeze(&self, on: bool) {
         self.frozen.store(on, Ordering::SeqCst);
     }
 }

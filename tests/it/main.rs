@@ -48,6 +48,7 @@ mod self_contained;
 mod slow_clients;
 mod slow_crm;
 mod sources;
+mod spool;
 mod steps;
 mod store;
 mod strangers;

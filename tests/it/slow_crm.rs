@@ -1331,12 +1331,13 @@ impl Upkeep for Hiccup {
         kind: &str,
         started_at: chrono::DateTime<chrono::Utc>,
         now: chrono::DateTime<chrono::Utc>,
+        spooled: leadgate::store::Spooled,
     ) -> Result<()> {
-        self.inner.beat(owner, kind, started_at, now).await
+        self.inner.beat(owner, kind, started_at, now, spooled).await
     }
 
-    async fn last_beat(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
-        self.inner.last_beat().await
+    async fn beats(&self) -> Result<leadgate::store::Beats> {
+        self.inner.beats().await
     }
 
     async fn ping(&self) -> Result<()> {

@@ -1105,7 +1105,7 @@ each_backend!(
         // An earlier gateway, beating (dated ahead, so it stays fresh for the whole test).
         let ahead = store.now() + chrono::TimeDelta::hours(1);
         store
-            .beat("gw-old", "serve", store.now(), ahead)
+            .beat("gw-old", "serve", store.now(), ahead, Default::default())
             .await
             .unwrap();
         let started = std::time::Instant::now();

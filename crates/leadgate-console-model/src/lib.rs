@@ -538,10 +538,13 @@ impl Console {
         let by_reason = self.store.case_counts().await?;
         let queue = self.store.queue_counts(self.stale_before()).await?;
         let connectors = self.store.connectors().await?;
-        let last_beat = self.store.last_beat().await?;
+        let beats = self.store.beats().await?;
+        let last_beat = beats.last;
         let mut c = TabCounts {
             gateway_running: last_beat.is_some_and(|b| self.store.now() - b < GATEWAY_SILENT_AFTER),
             gateway_last_beat: last_beat.map(ts),
+            spooled: beats.spooled.records,
+            spooled_since: beats.spooled.oldest.map(ts),
             stale: queue.stale_in_progress,
             failed_terminal: queue.failed_terminal,
             paused_connectors: connectors.iter().filter(|c| c.paused).count() as i64,

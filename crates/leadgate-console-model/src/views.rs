@@ -117,6 +117,11 @@ pub struct TabCounts {
     pub gateway_running: bool,
     /// When one last did, if ever.
     pub gateway_last_beat: Option<String>,
+    /// Deliveries waiting in the gateways' intake spools for the operations database, as
+    /// the gateways last said (`Upkeep::beats`), and when the oldest of them arrived.
+    #[ts(type = "number")]
+    pub spooled: i64,
+    pub spooled_since: Option<String>,
 }
 
 /// A gateway silent this long is taken for gone (it beats every 5 s, `app::BEAT_EVERY`).

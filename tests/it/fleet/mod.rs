@@ -12,6 +12,7 @@ mod lifecycle;
 mod pulled;
 mod serving;
 mod sharing;
+mod spooled;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -530,12 +530,12 @@ each_backend!(
             get("leadgate_operations_by_status{status=completed,tenant=default}"),
             2.0
         );
-        // Every sample carries its tenant (this process's count of refused requests,
-        // which came before any tenant was known, aside).
-        for (k, _) in m
-            .iter()
-            .filter(|(k, _)| !k.starts_with("leadgate_refused_requests"))
-        {
+        // Every sample carries its tenant (this process's own figures — its count of
+        // refused requests, which came before any tenant was known, and whether its
+        // database answered — aside).
+        for (k, _) in m.iter().filter(|(k, _)| {
+            !k.starts_with("leadgate_refused_requests") && !k.starts_with("leadgate_database_up")
+        }) {
             assert!(k.contains("tenant="), "{k} has no tenant label:\n{text}");
         }
 

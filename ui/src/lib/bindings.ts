@@ -138,7 +138,12 @@ gateway_running: boolean,
 /**
  * When one last did, if ever.
  */
-gateway_last_beat: string | null, };
+gateway_last_beat: string | null, 
+/**
+ * Deliveries waiting in the gateways' intake spools for the operations database, as
+ * the gateways last said (`Upkeep::beats`), and when the oldest of them arrived.
+ */
+spooled: number, spooled_since: string | null, };
 
 export type OperationView = { operation_id: string, source: string, status: string, payload_hash: string, payload: JsonValue | null, crm_id: string | null, crm_link: string | null, 
 /**

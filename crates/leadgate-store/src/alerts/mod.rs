@@ -143,6 +143,8 @@ pub struct AlertFacts {
     pub connectors: Vec<Connector>,
     /// The event feed's subscribers (a disabled one is alerted on).
     pub feeds: Vec<FeedSubscriber>,
+    /// What the gateways' intake spools hold (the deployment's alerts only).
+    pub spooled: Spooled,
 }
 
 /// How many new case ids [`Alerts::alert_facts`] lists.

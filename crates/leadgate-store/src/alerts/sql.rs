@@ -269,8 +269,10 @@ macro_rules! alerts_sql {
                 f.oldest_open_case_at = oldest;
                 f.connectors = self.connectors().await?;
                 // The event feed is every tenant's: the deployment's alerts say how it fares.
+                // So are the gateways and their spools.
                 if scope < 0 {
                     f.feeds = $crate::Feed::feed_subscribers(self).await?;
+                    f.spooled = $crate::Upkeep::beats(self).await?.spooled;
                 }
                 Ok(f)
             }

@@ -5,6 +5,26 @@ use crate::*;
 pub(crate) mod retention;
 pub(crate) mod sql;
 
+/// What a gateway's durable intake spool holds, as the gateway says in its beat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spooled {
+    /// Deliveries waiting for the database.
+    pub records: i64,
+    /// When the oldest of them arrived.
+    pub oldest: Option<DateTime<Utc>>,
+}
+
+/// The gateways' and workers' beats, summed up ([`Upkeep::beats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Beats {
+    /// The newest beat of any gateway or worker, if one ever beat.
+    pub last: Option<DateTime<Utc>>,
+    /// What the gateways' spools hold, as each said last: a gateway that stopped with
+    /// deliveries spooled counts them until it drains them (or for the day its beat is
+    /// kept).
+    pub spooled: Spooled,
+}
+
 /// Keeping the database: health, retention, metric compaction, connector pause and resume, pull cursors, saved diagnoses.
 #[async_trait::async_trait]
 pub trait Upkeep: Clock {
@@ -12,18 +32,19 @@ pub trait Upkeep: Clock {
     async fn ping(&self) -> Result<()>;
 
     /// A running gateway or worker (`owner`, of `kind` `serve` or `worker`, started at
-    /// `started_at`) says it is alive at `now` (migration 0028); beats of processes gone
-    /// for a day are removed.
+    /// `started_at`) says it is alive at `now` (migration 0028), and what its intake
+    /// spool holds (migration 0046); beats of processes gone for a day are removed.
     async fn beat(
         &self,
         owner: &str,
         kind: &str,
         started_at: DateTime<Utc>,
         now: DateTime<Utc>,
+        spooled: Spooled,
     ) -> Result<()>;
 
-    /// The newest beat of any gateway or worker, if one ever beat.
-    async fn last_beat(&self) -> Result<Option<DateTime<Utc>>>;
+    /// The gateways' and workers' beats, summed up.
+    async fn beats(&self) -> Result<Beats>;
 
     async fn pull_mark(&self, source: &str) -> Result<Option<String>>;
 

@@ -17,15 +17,19 @@ macro_rules! upkeep_sql {
                 kind: &str,
                 started_at: DateTime<Utc>,
                 now: DateTime<Utc>,
+                spooled: $crate::Spooled,
             ) -> Result<()> {
                 sqlx::query(
-                    "insert into gateway_heartbeats (owner, kind, started_at, beat_at) \
-                     values ($1, $2, $3, $4) on conflict (owner) do update set beat_at = excluded.beat_at",
+                    "insert into gateway_heartbeats (owner, kind, started_at, beat_at, spool_records, spool_oldest) \
+                     values ($1, $2, $3, $4, $5, $6) on conflict (owner) do update set beat_at = excluded.beat_at, \
+                     spool_records = excluded.spool_records, spool_oldest = excluded.spool_oldest",
                 )
                 .bind(owner)
                 .bind(kind)
                 .bind(started_at)
                 .bind(now)
+                .bind(spooled.records)
+                .bind(spooled.oldest)
                 .execute(&self.pool)
                 .await?;
                 sqlx::query("delete from gateway_heartbeats where beat_at < $1")
@@ -35,12 +39,18 @@ macro_rules! upkeep_sql {
                 Ok(())
             }
 
-            async fn last_beat(&self) -> Result<Option<DateTime<Utc>>> {
-                Ok(sqlx::query_scalar::<_, Option<DateTime<Utc>>>(
-                    "select max(beat_at) from gateway_heartbeats",
-                )
-                .fetch_one(&self.pool)
-                .await?)
+            async fn beats(&self) -> Result<$crate::Beats> {
+                let (last, records, oldest): (Option<DateTime<Utc>>, i64, Option<DateTime<Utc>>) =
+                    sqlx::query_as(
+                        "select max(beat_at), cast(coalesce(sum(spool_records), 0) as bigint), \
+                         min(case when spool_records > 0 then spool_oldest end) from gateway_heartbeats",
+                    )
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok($crate::Beats {
+                    last,
+                    spooled: $crate::Spooled { records, oldest },
+                })
             }
 
             async fn forget_requests(

@@ -29,6 +29,8 @@ export const en = {
   forManager: (n: number) => `${n} waiting for a manager`,
   noGateway: (last: string | null, person: boolean) =>
     `No Leadgate gateway is running${last ? ` (last seen ${last})` : ""}: leads are not sent to the CRM${person ? ", and what you decide here waits until one runs" : ""}. Start \`leadgate serve\` (or ask whoever runs it).`,
+  spooled: (n: number, since: string | null) =>
+    `${n} ${n === 1 ? "delivery waits" : "deliveries wait"} in a gateway's spool${since ? ` since ${since}` : ""}: the operations database did not take ${n === 1 ? "it" : "them"} in time. Each is recorded, and its lead sent, as soon as the database answers that gateway; keep the gateway running.`,
   notYourCase: "Your role does not decide this kind of case: a manager decides cross-channel matches.",
   stepEntity: (e: string) => ({ contact: "Contact", deal: "Deal", lead: "Lead" } as Record<string, string>)[e] ?? e,
   stepHow: (h: string) => ({ created: "created", linked: "existing, linked", recovered: "found by its key" } as Record<string, string>)[h] ?? h,

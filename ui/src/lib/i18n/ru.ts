@@ -36,6 +36,8 @@ export const ru: Strings = {
   forManager: (n: number) => `${n} ${plural(n, "кейс ждёт", "кейса ждут", "кейсов ждут")} менеджера`,
   noGateway: (last: string | null, person: boolean) =>
     `Шлюз Leadgate не запущен${last ? ` (последний раз на связи ${last})` : ""}: заявки не отправляются в CRM${person ? ", а ваши решения здесь подождут, пока он не заработает" : ""}. Запустите \`leadgate serve\` (или попросите того, кто его запускает).`,
+  spooled: (n: number, since: string | null) =>
+    `${n} ${plural(n, "заявка ждёт", "заявки ждут", "заявок ждут")} в буфере шлюза${since ? ` с ${since}` : ""}: база операций не приняла их вовремя. Каждая будет записана и отправлена в CRM, как только база ответит этому шлюзу; не останавливайте шлюз.`,
   notYourCase: "Ваша роль не решает такие случаи: совпадения по разным каналам решает менеджер.",
   stepEntity: (e: string) => ({ contact: "Контакт", deal: "Сделка", lead: "Лид" } as Record<string, string>)[e] ?? e,
   stepHow: (h: string) => ({ created: "создан", linked: "существующий, привязан", recovered: "найден по ключу" } as Record<string, string>)[h] ?? h,
