@@ -93,11 +93,21 @@ fleet:
 ## The fleet's compressed day at a larger size (tests/chaos/fleet.rs, release build): 40
 ## tenants on chaotic fake Bitrix24 portals and amoCRM accounts at their documented limits,
 ## 20,000 leads over 10 minutes, 30 % redelivered, two gateways killed with SIGKILL every
-## couple of seconds, PostgreSQL crashed once. Figures: BENCHMARKS.md.
+## couple of seconds, PostgreSQL crashed once. Figures: BENCHMARKS.md. Larger days:
+## `make fleet-chaos FLEET_TENANTS=500 FLEET_LEADS=100000 FLEET_SECONDS=900 FLEET_SENDERS=64
+## FLEET_KILLS=2` (the leads sent at an even pace by that many requests at once, two kills
+## spread over the traffic); FLEET_ONLY=fleet::postgres (or fleet::sqlite) runs one backend.
+FLEET_TENANTS ?= 40
+FLEET_LEADS ?= 20000
+FLEET_SECONDS ?= 600
+FLEET_SENDERS ?= 1
+FLEET_ONLY ?= fleet
 fleet-chaos:
 	scripts/ensure-postgres.sh
-	LEADGATE_FLEET_CHAOS_TENANTS=40 LEADGATE_FLEET_CHAOS_LEADS=20000 LEADGATE_FLEET_CHAOS_SECONDS=600 \
-	  cargo test --locked --release --test chaos fleet -- --nocapture --test-threads=1
+	LEADGATE_FLEET_CHAOS_TENANTS=$(FLEET_TENANTS) LEADGATE_FLEET_CHAOS_LEADS=$(FLEET_LEADS) \
+	  LEADGATE_FLEET_CHAOS_SECONDS=$(FLEET_SECONDS) LEADGATE_FLEET_CHAOS_SENDERS=$(FLEET_SENDERS) \
+	  $(if $(FLEET_KILLS),LEADGATE_FLEET_CHAOS_KILLS=$(FLEET_KILLS)) \
+	  cargo test --locked --release --test chaos $(FLEET_ONLY) -- --nocapture --test-threads=1
 
 ## Intake throughput/latency vs. the raw commit rate (and pgbench on PostgreSQL, when
 ## installed), the console's calls over a million operations, 50 people in the web console

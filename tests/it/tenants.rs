@@ -1102,12 +1102,26 @@ each_backend!(
                 Arc::new(s)
             }
         };
-        // An earlier gateway, beating (dated ahead, so it stays fresh for the whole test).
+        // An earlier gateway, beating (dated ahead, so it stays fresh for the whole test),
+        // as it writes its beat: without migration 0046's spool columns.
         let ahead = store.now() + chrono::TimeDelta::hours(1);
-        store
-            .beat("gw-old", "serve", store.now(), ahead, Default::default())
-            .await
-            .unwrap();
+        let (beat, now) = (
+            "insert into gateway_heartbeats (owner, kind, started_at, beat_at) \
+             values ('gw-old', 'serve', $1, $2)",
+            store.now(),
+        );
+        match db.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+                let q = sqlx::query(beat).bind(now).bind(ahead);
+                q.execute(&pool).await.unwrap();
+            }
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+                let q = sqlx::query(beat).bind(now).bind(ahead);
+                q.execute(&pool).await.unwrap();
+            }
+        }
         let started = std::time::Instant::now();
         let refused = match leadgate::store::connect(&db.url).await {
             Ok(_) => panic!("migrated beside an earlier gateway"),
