@@ -415,8 +415,14 @@ fn the_dashboard_is_grafana_json_with_the_consoles_panels() {
             );
             assert_eq!(t["datasource"]["uid"], "${datasource}", "{title}");
             let expr = t["expr"].as_str().unwrap();
-            // This process's refusals come before any tenant is known: they have none.
-            let selector = if expr.contains("leadgate_refused_requests") {
+            // This process's own figures (its refusals, which come before any tenant is known;
+            // its database; its spool, every tenant's) have no tenant.
+            let own = [
+                "leadgate_refused_requests",
+                "leadgate_database_up",
+                "leadgate_spool_",
+            ];
+            let selector = if own.iter().any(|m| expr.contains(m)) {
                 "{job=\"$job\"}"
             } else {
                 "{job=\"$job\",tenant=~\"$tenant\"}"
@@ -555,9 +561,14 @@ async fn wait_connector(
 /// paused connector (scrape A), then, resumed, an unreachable CRM (scrape B).
 async fn two_scrapes() -> (Scrape, Scrape) {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    // A spool, so that its figures are exported too.
+    let spool = tempfile::tempdir().unwrap();
     let gw = Gateway::start_extended(
         &db,
-        "[outage]\nafter_failures = 2\nprobes = [\"1h\"]\nlimit = \"24h\"\n",
+        &format!(
+            "[outage]\nafter_failures = 2\nprobes = [\"1h\"]\nlimit = \"24h\"\n[spool]\ndir = {:?}\n",
+            spool.path().display().to_string()
+        ),
     )
     .await;
     gw.fake.push_fault(
